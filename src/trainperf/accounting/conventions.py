@@ -1,0 +1,173 @@
+"""Named FLOP conventions, all derived from the exact breakdown of :mod:`.flops`.
+
+Published MFU figures for the same run disagree by up to ~19% because they count model FLOPs
+differently. Each convention here is named after who uses it, and says what it counts.
+All return *training* model FLOPs (forward + backward) per token.
+
+| name              | counts                                                                  |
+|-------------------|-------------------------------------------------------------------------|
+| exact             | 3 x forward matmuls, causal mask counted exactly (S(S+1)/2 pairs)       |
+| megatron          | 3 x forward matmuls incl. LM head, excl. embedding; attention halved    |
+| palm              | 6*N (N incl. LM head, excl. input embedding) + 12*L*H*Q*T, no halving   |
+| torchtitan-2024   | 6*N (N = every parameter, embedding included) + 12*L*H*Q*T              |
+| nemo-legacy       | 12*L*h^2*(1+G/A+S/h) + 18*L*F*h + 6*V*h (3 x forward, attention full)   |
+| 6n                | 6*N, N = every (active) parameter; no attention term                    |
+| lora              | frozen base: forward + activation gradients (4*N) + 6*N per adapter     |
+|                   | parameter (trainable fraction f), plus the attention term               |
+
+Sources: Megatron-LM ``num_floating_point_operations`` (training.py, causal halving since
+2024/25; MaxText's ``calculate_tflops_training_per_device`` likewise); PaLM (Chowdhery et al.
+2022) appendix B; torchtitan ``get_num_flop_per_token`` (2024 versions counted the embedding,
+later ones exclude it, which is the ``palm`` row); NVIDIA DGX Cloud benchmarking recipe for
+MaxText Llama-2-70B (seed 003); Kaplan et al. 2020 for 6N; seed 000 for the LoRA correction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from trainperf.accounting.flops import forward_flops
+from trainperf.errors import SpecError, UnknownNameError
+from trainperf.specs.model import ModelSpec
+
+
+@dataclass(frozen=True)
+class Convention:
+    name: str
+    description: str
+    used_by: str
+    attention_mask: str
+    """Mask assumption used for the attention term and for recomputation (HFU)."""
+
+
+CONVENTIONS: dict[str, Convention] = {
+    c.name: c for c in (
+        Convention("megatron", "matmul FLOPs incl. LM head, excl. input embedding; causal attention halved",
+                   "Megatron-LM, MaxText, NeMo (after Aug 2025)", "causal-half"),
+        Convention("palm", "6*N (N incl. LM head, excl. input embedding) + 12*L*H*Q*T, no causal halving",
+                   "PaLM appendix B, torchtitan (2025), LLM Foundry, nanoGPT", "full"),
+        Convention("torchtitan-2024", "6*N (N = all parameters incl. input embedding) + 12*L*H*Q*T",
+                   "torchtitan performance.md (2024)", "full"),
+        Convention("nemo-legacy", "12*L*h^2*(1+G/A+S/h) + 18*L*F*h + 6*V*h per token",
+                   "NVIDIA DGX benchmarking recipes, NeMo before Aug 2025", "full"),
+        Convention("6n", "6*N, N = all (active) parameters; attention ignored",
+                   "quick estimates (Kaplan et al.), seed 000", "full"),
+        Convention("lora", "frozen base forward + activation-gradient (4*N) + 6*N*f for adapters, "
+                   "+ attention term", "LoRA fine-tuning (seed 000's correction)", "full"),
+        Convention("exact", "3 x forward matmuls, causal mask counted exactly", "trainperf", "causal"),
+    )
+}
+DEFAULT_CONVENTION = "megatron"
+
+
+def get_convention(name: str) -> Convention:
+    key = str(name).lower()
+    if key not in CONVENTIONS:
+        raise UnknownNameError("convention", name, CONVENTIONS)
+    return CONVENTIONS[key]
+
+
+def palm_params(model: ModelSpec) -> int:
+    """PaLM's N: every active parameter except the input embedding; the LM head is counted, also
+    when it is tied to the embedding (its matmul runs either way)."""
+    head = model.vocab * model.hidden if model.tied_embeddings else 0
+    return model.active_params - model.embedding_params + head
+
+
+def attention_term_per_token(model: ModelSpec, seq_len: int) -> float:
+    """PaLM's 12*L*H*Q*T per token: 3 x forward attention core, no causal halving.
+
+    Generalised to ``6 * heads * (qk_head_dim + v_head_dim) * context`` per layer, which is
+    12*H*Q*T when query/key and value heads have the same width; windowed layers use the window.
+    """
+    return 3.0 * forward_flops(model, seq_len, "full").attention_core / seq_len
+
+
+def _exact(model: ModelSpec, seq_len: int, lora_fraction: float) -> float:
+    return 3.0 * forward_flops(model, seq_len, "causal").matmul / seq_len
+
+
+def _megatron(model: ModelSpec, seq_len: int, lora_fraction: float) -> float:
+    return 3.0 * forward_flops(model, seq_len, "causal-half").matmul / seq_len
+
+
+def _nemo_legacy(model: ModelSpec, seq_len: int, lora_fraction: float) -> float:
+    return 3.0 * forward_flops(model, seq_len, "full").matmul / seq_len
+
+
+def _palm(model: ModelSpec, seq_len: int, lora_fraction: float) -> float:
+    return 6.0 * palm_params(model) + attention_term_per_token(model, seq_len)
+
+
+def _torchtitan_2024(model: ModelSpec, seq_len: int, lora_fraction: float) -> float:
+    return 6.0 * model.active_params + attention_term_per_token(model, seq_len)
+
+
+def _six_n(model: ModelSpec, seq_len: int, lora_fraction: float) -> float:
+    return 6.0 * model.active_params
+
+
+def _lora(model: ModelSpec, seq_len: int, lora_fraction: float) -> float:
+    # Frozen weights skip the weight-gradient matmul (1/3 of 6N); adapters do all three.
+    n = model.active_params
+    return 4.0 * n + 6.0 * lora_fraction * n + attention_term_per_token(model, seq_len)
+
+
+_FUNCS: dict[str, Callable[[ModelSpec, int, float], float]] = {
+    "exact": _exact, "megatron": _megatron, "nemo-legacy": _nemo_legacy, "palm": _palm,
+    "torchtitan-2024": _torchtitan_2024, "6n": _six_n, "lora": _lora,
+}
+
+
+def model_flops_per_token(model: ModelSpec, seq_len: int, convention: str = DEFAULT_CONVENTION,
+                          lora_fraction: float = 0.0) -> float:
+    """Training model FLOPs per token under ``convention`` (forward + backward, no recompute).
+
+    ``lora_fraction`` is the trainable (adapter) parameters as a fraction of the base model's,
+    used only by the ``lora`` convention.
+    """
+    conv = get_convention(convention)
+    if not 0.0 <= lora_fraction <= 1.0:
+        raise SpecError("lora_fraction", lora_fraction, "a fraction between 0 and 1")
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len <= 0:
+        raise SpecError("seq_len", seq_len, "a positive integer")
+    return _FUNCS[conv.name](model, seq_len, lora_fraction)
+
+
+def recompute_flops_per_token(model: ModelSpec, seq_len: int, policy: str,
+                              convention: str = DEFAULT_CONVENTION) -> float:
+    """Forward FLOPs per token redone by activation checkpointing, with the convention's mask.
+
+    ``selective`` redoes the attention core (Korthikanti et al. 2022); ``full`` the forward of
+    every block (not the LM head).
+    """
+    from trainperf.accounting.flops import recompute_flops
+
+    mask = get_convention(convention).attention_mask
+    return recompute_flops(model, seq_len, policy, mask) / seq_len
+
+
+def hardware_flops_per_token(model: ModelSpec, seq_len: int, policy: str,
+                             convention: str = DEFAULT_CONVENTION, lora_fraction: float = 0.0) -> float:
+    """Model FLOPs plus recomputation: the numerator of HFU."""
+    return (model_flops_per_token(model, seq_len, convention, lora_fraction)
+            + recompute_flops_per_token(model, seq_len, policy, convention))
+
+
+def nemo_legacy_terms(model: ModelSpec, seq_len: int) -> dict[str, float]:
+    """The three per-token terms of the NeMo-legacy formula, as the DGX recipe writes them.
+
+    attention = 12*L*h^2*(1 + G/A + S/h), mlp = 18*L*F*h, embedding = 6*V*h (really the LM
+    head). Exact integers for the Llama shapes the recipe targets; for other shapes they are
+    the literal formula, which :func:`model_flops_per_token` generalises via the breakdown.
+    """
+    L, h, a, g, f, v = model.layers, model.hidden, model.heads, model.kv_heads, model.ffn_hidden, model.vocab
+    # Integer arithmetic so the recipe's digits come out exactly: 12*L*h^2*(1+G/A+S/h)
+    attention = (12 * L * h * h * a * h + 12 * L * h * h * g * h + 12 * L * h * h * seq_len * a) / (a * h)
+    return {"attention": attention, "mlp": float(18 * L * f * h), "embedding": float(6 * v * h)}
+
+
+def all_conventions(model: ModelSpec, seq_len: int, lora_fraction: float = 0.0) -> dict[str, float]:
+    """Per-token training FLOPs under every convention, in table order."""
+    return {name: model_flops_per_token(model, seq_len, name, lora_fraction) for name in CONVENTIONS}

@@ -1,0 +1,158 @@
+"""Shared CLI plumbing: workload flags (named after the workload-file fields), JSON and table
+output. Flags override the workload file."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from trainperf.accounting.conventions import CONVENTIONS, DEFAULT_CONVENTION
+
+# flag dest -> "section.key" of the workload file
+WORKLOAD_FLAGS: dict[str, str] = {
+    "model": "model.preset",
+    "hf_config": "model.hf_config",
+    "layers": "model.layers",
+    "hidden": "model.hidden",
+    "heads": "model.heads",
+    "kv_heads": "model.kv_heads",
+    "head_dim": "model.head_dim",
+    "ffn_hidden": "model.ffn_hidden",
+    "vocab": "model.vocab",
+    "device": "hardware.device",
+    "num_devices": "hardware.num_devices",
+    "devices_per_node": "hardware.devices_per_node",
+    "peak_tflops": "hardware.peak_tflops",
+    "dp": "parallel.dp",
+    "fsdp": "parallel.fsdp",
+    "zero_stage": "parallel.zero_stage",
+    "tp": "parallel.tp",
+    "sequence_parallel": "parallel.sequence_parallel",
+    "pp": "parallel.pp",
+    "vpp": "parallel.vpp",
+    "cp": "parallel.cp",
+    "ep": "parallel.ep",
+    "pp_schedule": "parallel.pp_schedule",
+    "seq_len": "training.seq_len",
+    "global_batch": "training.global_batch",
+    "micro_batch": "training.micro_batch",
+    "precision": "training.precision",
+    "activation_checkpointing": "training.activation_checkpointing",
+}
+
+
+def add_workload_arguments(parser: argparse.ArgumentParser, *, positional: str = "one",
+                           hardware: bool = True) -> None:
+    """Add the workload file argument and every override flag."""
+    if positional == "one":
+        parser.add_argument("workload", nargs="?", help="workload file (.toml or .json)")
+    elif positional == "many":
+        parser.add_argument("workload", nargs="*", help="workload files (.toml or .json)")
+    m = parser.add_argument_group("model (override [model])")
+    m.add_argument("--model", metavar="PRESET", help="model preset id, e.g. llama2-70b (see `trainperf models`)")
+    m.add_argument("--hf-config", metavar="PATH", help="Hugging Face config.json to read the shape from")
+    for name in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab"):
+        m.add_argument(f"--{name.replace('_', '-')}", type=int, metavar="N", dest=name)
+    t = parser.add_argument_group("training (override [training])")
+    t.add_argument("--seq-len", type=int, metavar="N")
+    t.add_argument("--global-batch", type=int, metavar="N", help="sequences per optimizer step")
+    t.add_argument("--micro-batch", type=int, metavar="N", help="sequences per device per pass")
+    t.add_argument("--precision", metavar="DTYPE", help="fp32 | tf32 | fp16 | bf16 | fp8 | fp4")
+    t.add_argument("--activation-checkpointing", metavar="POLICY", help="none | selective | full")
+    if not hardware:
+        return
+    h = parser.add_argument_group("hardware (override [hardware])")
+    h.add_argument("--device", metavar="ID", help="catalog id, e.g. h100-sxm (see `trainperf hw`)")
+    h.add_argument("--num-devices", type=int, metavar="N")
+    h.add_argument("--devices-per-node", type=int, metavar="N")
+    h.add_argument("--peak-tflops", type=float, metavar="X",
+                   help="use this dense peak (TFLOP/s per device) instead of the catalog's; labelled as given")
+    p = parser.add_argument_group("parallel (override [parallel])")
+    for name in ("dp", "fsdp", "zero_stage", "tp", "pp", "vpp", "cp", "ep"):
+        p.add_argument(f"--{name.replace('_', '-')}", type=int, metavar="N", dest=name)
+    p.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--pp-schedule", metavar="NAME", help="1f1b | interleaved | gpipe")
+
+
+def add_convention_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--convention", default=DEFAULT_CONVENTION, metavar="NAME",
+                        help=f"FLOP convention: {', '.join(CONVENTIONS)} (default {DEFAULT_CONVENTION})")
+
+
+def add_json_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON for scripts instead of tables")
+
+
+def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    return {key: getattr(args, dest) for dest, key in WORKLOAD_FLAGS.items()
+            if getattr(args, dest, None) is not None}
+
+
+def workload_from_args(args: argparse.Namespace, path: str | None = None):
+    """The validated Workload of a workload file (optional) plus flags."""
+    from trainperf.specs.workload_file import load_workload
+
+    return load_workload(path if path is not None else getattr(args, "workload", None),
+                         overrides_from_args(args))
+
+
+def model_from_args(args: argparse.Namespace):
+    """(ModelSpec, seq_len) from a workload file's [model]/[training] and the flags; no hardware needed."""
+    from trainperf.specs.workload_file import merge_overrides, model_from_section, read_workload_file
+
+    data = read_workload_file(args.workload) if getattr(args, "workload", None) else {}
+    data = merge_overrides(data, overrides_from_args(args))
+    model = model_from_section(data.get("model", {}), data.get("_base_dir"))
+    seq = data.get("training", {}).get("seq_len", model.max_seq_len)
+    from trainperf.errors import SpecError
+
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq <= 0:
+        raise SpecError("training.seq_len", seq, "a positive integer")
+    return model, seq
+
+
+def _clean(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, Mapping):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def print_json(obj: Any, *, lines: bool = False) -> None:
+    """JSON to stdout; ``lines`` prints one compact object per line (JSON Lines)."""
+    if lines:
+        print(json.dumps(_clean(obj), separators=(",", ":"), default=str))
+    else:
+        print(json.dumps(_clean(obj), indent=2, default=str))
+
+
+def table(rows: Iterable[Sequence[Any]], headers: Sequence[str], floatfmt: str = ",.4g") -> str:
+    from tabulate import tabulate
+
+    return tabulate(list(rows), headers=list(headers), floatfmt=floatfmt, disable_numparse=False)
+
+
+def fmt(x: Any, digits: int = 4) -> str:
+    """A number for humans: thousands separators, ``digits`` significant figures."""
+    if x is None:
+        return "-"
+    if isinstance(x, int):
+        return f"{x:,}"
+    if isinstance(x, float):
+        if x == 0:
+            return "0"
+        if abs(x) >= 1e15 or abs(x) < 1e-3:
+            return f"{x:.{digits - 1}e}"
+        return f"{x:,.{max(0, digits - 1 - int(math.floor(math.log10(abs(x)))))}f}"
+    return str(x)
+
+
+def eprint(*a: Any) -> None:
+    print(*a, file=sys.stderr)

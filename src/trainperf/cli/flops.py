@@ -1,0 +1,50 @@
+"""``trainperf flops``: the per-op FLOP breakdown and the totals under every convention."""
+
+from __future__ import annotations
+
+import argparse
+
+from trainperf.accounting.conventions import CONVENTIONS, model_flops_per_token, nemo_legacy_terms
+from trainperf.accounting.flops import forward_flops
+from trainperf.cli.common import add_json_argument, add_workload_arguments, fmt, model_from_args, print_json, table
+
+HELP = "FLOPs per token and per sequence under every convention, with the per-op breakdown"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_workload_arguments(parser, hardware=False)
+    parser.add_argument("--lora-fraction", type=float, default=0.0, metavar="F",
+                        help="trainable adapter parameters / base parameters (lora convention)")
+    parser.add_argument("--include-elementwise", action="store_true",
+                        help="also estimate norms, activations, softmax (never part of MFU)")
+    add_json_argument(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    model, seq = model_from_args(args)
+    fb = forward_flops(model, seq, "causal", include_elementwise=args.include_elementwise)
+    conv = {name: model_flops_per_token(model, seq, name, args.lora_fraction) for name in CONVENTIONS}
+    params = {
+        "total": model.total_params, "active": model.active_params, "embedding": model.embedding_params,
+        "non_embedding": model.non_embedding_params, "matmul": model.matmul_params,
+    }
+    if args.json:
+        print_json({
+            "model": model.name, "seq_len": seq, "params": params,
+            "forward_flops_per_seq": fb.ops, "forward_matmul_flops_per_seq": fb.matmul,
+            "attention_mask": "causal (exact pairs)",
+            "conventions": {name: {"model_flops_per_token": v, "model_flops_per_seq": v * seq,
+                                   "counts": CONVENTIONS[name].description} for name, v in conv.items()},
+            "nemo_legacy_terms_per_token": nemo_legacy_terms(model, seq),
+        })
+        return 0
+    print(f"{model.name}: {fmt(model.total_params / 1e9)}B parameters "
+          f"({fmt(model.active_params / 1e9)}B active), seq_len {seq}")
+    total = fb.total(args.include_elementwise)
+    rows = [(op, fmt(v / seq), fmt(v), f"{100 * v / total:.1f}%") for op, v in fb.ops.items() if v or op == "embedding"]
+    print("\nForward FLOPs by op (causal mask counted exactly):")
+    print(table(rows, ["op", "per token", "per sequence", "share"]))
+    print("\nTraining model FLOPs (forward + backward) by convention:")
+    rows = [(name, fmt(v), fmt(v * seq), CONVENTIONS[name].description) for name, v in conv.items()]
+    print(table(rows, ["convention", "per token", "per sequence", "counts"]))
+    return 0

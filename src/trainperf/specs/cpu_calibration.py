@@ -1,0 +1,236 @@
+"""The CPU calibration cache: measured peak FLOP/s and memory bandwidth of this machine's CPU.
+
+A CPU has no datasheet peak that a training run can reach, so ``trainperf calibrate`` (torch
+layer) measures matmul TFLOP/s per dtype and memory bandwidth and stores them here with
+:func:`save_calibration`. :func:`trainperf.specs.hardware.get_hardware` ("cpu") reads them back
+with :func:`load_calibration`.
+
+The cache is one JSON file, ``$TRAINPERF_CACHE_DIR/calibration.json`` (default
+``~/.cache/trainperf/calibration.json``), holding one entry per CPU model string (the model name
+plus the number of cores used, see :func:`cpu_model_name`), so a home directory shared by
+several machines keeps each machine's figures apart::
+
+    {"version": 1, "entries": {"AMD EPYC 7B13 (2 cores)": {"cpu_model": ..., "threads": 2,
+      "peak_tflops": {"fp32": 0.21, "bf16": 0.05}, "memory_bandwidth_GB_per_s": 11.8,
+      "measured_at": "2026-01-01T12:00:00+00:00", "method": "torch.matmul 2048^3, ..."}}}
+
+Pure Python: no torch, no numpy.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from trainperf.errors import InputFileError, one_line
+
+CACHE_ENV = "TRAINPERF_CACHE_DIR"
+CACHE_FILE = "calibration.json"
+FORMAT_VERSION = 1
+
+# Kept in sync with trainperf.specs.hardware.PRECISIONS (hardware imports this module, not the reverse).
+_PRECISIONS = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "fp4")
+
+
+def cache_path() -> Path:
+    """``$TRAINPERF_CACHE_DIR/calibration.json``, default ``~/.cache/trainperf/calibration.json``."""
+    base = os.environ.get(CACHE_ENV)
+    directory = Path(base).expanduser() if base else Path.home() / ".cache" / "trainperf"
+    return directory / CACHE_FILE
+
+
+def _cores_used() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def _model_from_cpuinfo(path: Path = Path("/proc/cpuinfo")) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() in ("model name", "Model", "cpu model") and value.strip():
+            return " ".join(value.split())
+    return ""
+
+
+def cpu_model_name() -> str:
+    """This machine's CPU model and the number of cores this process may use.
+
+    From ``/proc/cpuinfo`` "model name" (fallback :func:`platform.processor`, then
+    :func:`platform.machine`), e.g. ``"AMD EPYC 7B13 (2 cores)"``. The core count is part of
+    the key because a calibration measured with 2 cores says nothing about 64.
+    """
+    model = (
+        _model_from_cpuinfo() or platform.processor().strip() or platform.machine().strip() or "unknown CPU"
+    )
+    cores = _cores_used()
+    return f"{model} ({cores} core{'s' if cores != 1 else ''})"
+
+
+@dataclass(frozen=True)
+class CpuCalibration:
+    """Measured peaks of one CPU model, as written by ``trainperf calibrate``."""
+
+    cpu_model: str
+    """:func:`cpu_model_name` of the machine that was measured."""
+    threads: int
+    """Number of threads the matmul benchmark used."""
+    peak_tflops: dict[str, float]
+    """Best measured matmul TFLOP/s per dtype (keys from PRECISIONS, e.g. "fp32", "bf16")."""
+    memory_bandwidth_GB_per_s: float
+    """Measured memory bandwidth (large-array copy), GB/s."""
+    measured_at: str
+    """ISO-8601 timestamp of the measurement."""
+    method: str = ""
+    """Free text: how it was measured (sizes, repeats, torch version)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Anything else the calibrator wants to keep (ignored by trainperf.specs)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.cpu_model, str) or not self.cpu_model.strip():
+            raise ValueError(f"cpu_model={self.cpu_model!r} must be a non-empty string")
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads <= 0:
+            raise ValueError(f"threads={self.threads!r} must be a positive integer")
+        if not isinstance(self.peak_tflops, dict):
+            raise ValueError(f"peak_tflops={self.peak_tflops!r} must be a table of dtype -> TFLOP/s")
+        for dtype, value in self.peak_tflops.items():
+            if dtype not in _PRECISIONS:
+                raise ValueError(f"peak_tflops key {dtype!r} is not one of {', '.join(_PRECISIONS)}")
+            if not _positive_number(value):
+                raise ValueError(f"peak_tflops.{dtype}={value!r} must be a positive number")
+        if not _positive_number(self.memory_bandwidth_GB_per_s):
+            raise ValueError(
+                f"memory_bandwidth_GB_per_s={self.memory_bandwidth_GB_per_s!r} must be a positive number"
+            )
+        try:
+            datetime.fromisoformat(self.measured_at)
+        except (TypeError, ValueError):
+            raise ValueError(f"measured_at={self.measured_at!r} must be an ISO-8601 timestamp") from None
+
+    @property
+    def measured_date(self) -> str:
+        """The date part of :attr:`measured_at` (YYYY-MM-DD)."""
+        return datetime.fromisoformat(self.measured_at).date().isoformat()
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CpuCalibration:
+        known = {
+            "cpu_model",
+            "threads",
+            "peak_tflops",
+            "memory_bandwidth_GB_per_s",
+            "measured_at",
+            "method",
+            "extra",
+        }
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown keys {', '.join(unknown)}")
+        peaks = d.get("peak_tflops", {})
+        if isinstance(peaks, dict):
+            peaks = {str(k).lower(): v for k, v in peaks.items()}
+        return cls(
+            cpu_model=d.get("cpu_model", ""),
+            threads=d.get("threads", 0),
+            peak_tflops=peaks,
+            memory_bandwidth_GB_per_s=d.get("memory_bandwidth_GB_per_s", 0.0),
+            measured_at=d.get("measured_at", ""),
+            method=d.get("method", ""),
+            extra=dict(d.get("extra") or {}),
+        )
+
+
+def _positive_number(value: Any) -> bool:
+    return (
+        not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value) and value > 0
+    )
+
+
+def _read_entries(path: Path) -> dict[str, dict[str, Any]]:
+    """The file's entries keyed by cpu_model; raises InputFileError if unreadable or malformed."""
+    hint = f"delete it or re-run `trainperf calibrate` (cache {path})"
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise InputFileError(
+            one_line(f"cannot read calibration cache {path}: {exc.strerror or exc}")
+        ) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputFileError(
+            one_line(f"calibration cache {path} is not valid JSON ({exc}); {hint}")
+        ) from None
+    if not isinstance(data, dict) or not isinstance(data.get("entries"), dict):
+        raise InputFileError(one_line(f"calibration cache {path} has no 'entries' table; {hint}"))
+    version = data.get("version", FORMAT_VERSION)
+    if version != FORMAT_VERSION:
+        raise InputFileError(
+            one_line(f"calibration cache {path} has version {version!r}, expected {FORMAT_VERSION}; {hint}")
+        )
+    return data["entries"]
+
+
+def load_calibration(path: Path | None = None, cpu_model: str | None = None) -> CpuCalibration | None:
+    """The cached calibration of this machine's CPU, or None if there is none.
+
+    None when the file does not exist or holds no entry for ``cpu_model`` (default
+    :func:`cpu_model_name`). A corrupt or malformed file raises a one-line
+    :class:`~trainperf.errors.InputFileError` naming the file.
+    """
+    path = Path(path) if path is not None else cache_path()
+    if not path.exists():
+        return None
+    entries = _read_entries(path)
+    model = cpu_model if cpu_model is not None else cpu_model_name()
+    entry = entries.get(model)
+    if entry is None:
+        return None
+    if not isinstance(entry, dict):
+        raise InputFileError(one_line(f"calibration cache {path}: entry {model!r} is not a table"))
+    try:
+        cal = CpuCalibration.from_dict(entry)
+    except (TypeError, ValueError) as exc:
+        raise InputFileError(
+            one_line(
+                f"calibration cache {path}: entry {model!r} is invalid ({exc}); re-run `trainperf calibrate`"
+            )
+        ) from None
+    if cal.cpu_model != model:
+        return None
+    return cal
+
+
+def save_calibration(cal: CpuCalibration, path: Path | None = None) -> Path:
+    """Write (or replace) ``cal``'s entry in the cache; other CPU models' entries are kept.
+
+    A corrupt existing file is replaced rather than preserved. The write is atomic (temporary
+    file + rename), so a killed calibration cannot leave a half-written cache. Returns the path.
+    """
+    path = Path(path) if path is not None else cache_path()
+    entries: dict[str, Any] = {}
+    if path.exists():
+        try:
+            entries = dict(_read_entries(path))
+        except InputFileError:
+            entries = {}
+    entries[cal.cpu_model] = cal.to_dict()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(
+        json.dumps({"version": FORMAT_VERSION, "entries": entries}, indent=2, sort_keys=True) + "\n"
+    )
+    os.replace(tmp, path)
+    return path

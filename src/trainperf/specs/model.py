@@ -1,0 +1,415 @@
+"""ModelSpec: the shape of a decoder-only transformer, and its parameter counts.
+
+Every count is derived from the shape, never typed in, so a preset cannot disagree with
+itself. Covered architectures: dense GPT/Llama-style decoders (MHA, GQA, MQA), Multi-head
+Latent Attention (DeepSeek-V2/V3), mixture-of-experts MLPs with routed and shared experts and
+leading dense layers, gated (SwiGLU, GeGLU) and plain (GELU, ReLU) MLPs, tied or untied
+embeddings, learned or rotary positions, and sliding-window attention on some layers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from trainperf.errors import SpecError
+
+MlpKind = Literal["swiglu", "geglu", "gelu", "relu"]
+NormKind = Literal["rmsnorm", "layernorm"]
+AttentionKind = Literal["mha", "mla"]
+PositionKind = Literal["rope", "learned", "alibi", "none"]
+
+MLP_KINDS: tuple[str, ...] = ("swiglu", "geglu", "gelu", "relu")
+GATED_MLPS: frozenset[str] = frozenset({"swiglu", "geglu"})
+NORM_KINDS: tuple[str, ...] = ("rmsnorm", "layernorm")
+ATTENTION_KINDS: tuple[str, ...] = ("mha", "mla")
+POSITION_KINDS: tuple[str, ...] = ("rope", "learned", "alibi", "none")
+
+
+def _positive(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise SpecError(name, value, "a positive integer")
+
+
+def _non_negative(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise SpecError(name, value, "an integer >= 0")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Shape of a decoder-only transformer language model.
+
+    Dimension fields are plain integers; counts derived from them are properties. ``heads *
+    head_dim`` may differ from ``hidden`` (Gemma, Qwen3); ``kv_heads < heads`` is GQA,
+    ``kv_heads == 1`` MQA.
+    """
+
+    layers: int
+    """Number of transformer blocks."""
+    hidden: int
+    """Residual stream width (d_model)."""
+    heads: int
+    """Query heads per layer."""
+    ffn_hidden: int
+    """Intermediate width of a dense MLP layer (per matrix, not counting the gate twice)."""
+    vocab: int
+    """Vocabulary size as the embedding table is allocated (padded size if the model pads)."""
+    kv_heads: int | None = None
+    """Key/value heads (GQA); ``None`` means equal to ``heads``."""
+    head_dim: int | None = None
+    """Per-head dimension; ``None`` means ``hidden // heads``."""
+    name: str = "custom"
+    """Preset id or a free label; not used in any computation."""
+    tied_embeddings: bool = False
+    """Whether the LM head reuses the input embedding matrix."""
+    mlp: MlpKind = "swiglu"
+    """MLP kind: gated (``swiglu``, ``geglu``: 3 matrices) or plain (``gelu``, ``relu``: 2)."""
+    norm: NormKind = "rmsnorm"
+    """Normalisation layer kind; LayerNorm carries a bias only when ``bias`` is true."""
+    bias: bool = False
+    """Whether every linear layer and norm carries a bias (GPT-2, GPT-3, GPT-NeoX)."""
+    qkv_bias: bool = False
+    """Bias on the query/key/value projections only (Qwen2); implied by ``bias``."""
+    qk_norm: bool = False
+    """Per-head RMSNorm on queries and keys (Qwen3, OLMo2): 2 * head_dim weights per layer."""
+    position: PositionKind = "rope"
+    """Position encoding; ``learned`` adds a ``max_seq_len x hidden`` table."""
+    max_seq_len: int = 4096
+    """Longest sequence the model was built for (sizes the learned position table)."""
+    parallel_residual: bool = False
+    """Attention and MLP read the same input (GPT-NeoX, GPT-J); shapes and counts are unchanged."""
+    # --- mixture of experts -------------------------------------------------------------
+    moe_experts: int = 0
+    """Routed experts per MoE layer; 0 means a dense model."""
+    moe_topk: int = 0
+    """Routed experts each token visits."""
+    moe_expert_ffn: int | None = None
+    """Intermediate width of one expert; ``None`` means ``ffn_hidden``."""
+    moe_shared_experts: int = 0
+    """Always-active shared experts per MoE layer (DeepSeek), each ``moe_expert_ffn`` wide."""
+    moe_dense_layers: int = 0
+    """Leading layers that keep a dense MLP of width ``ffn_hidden`` (DeepSeek-V3: 3)."""
+    # --- multi-head latent attention (DeepSeek-V2/V3) -----------------------------------------
+    attention: AttentionKind = "mha"
+    """``mha`` covers MHA/GQA/MQA; ``mla`` is DeepSeek's multi-head latent attention."""
+    q_lora_rank: int = 0
+    """MLA: rank of the query down-projection (0: queries projected directly)."""
+    kv_lora_rank: int = 0
+    """MLA: rank of the joint key/value latent."""
+    qk_rope_head_dim: int = 0
+    """MLA: rotary part of each query/key head."""
+    qk_nope_head_dim: int = 0
+    """MLA: non-rotary part of each query/key head."""
+    v_head_dim: int = 0
+    """MLA: value head dimension."""
+    # --- sliding-window attention ------------------------------------------------------------
+    sliding_window: int = 0
+    """Window of local attention layers, in tokens; 0 means none."""
+    sliding_window_layers: int = 0
+    """How many layers use the sliding window (the rest attend to the full context)."""
+    source: str = ""
+    """Where the shape comes from (paper, config.json URL)."""
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """Free-form notes that travel with a preset; never used in computations."""
+
+    def __post_init__(self) -> None:
+        for name in ("layers", "hidden", "heads", "ffn_hidden", "vocab", "max_seq_len"):
+            _positive(name, getattr(self, name))
+        if self.kv_heads is None:
+            object.__setattr__(self, "kv_heads", self.heads)
+        _positive("kv_heads", self.kv_heads)
+        if self.head_dim is None:
+            if self.hidden % self.heads:
+                raise SpecError(
+                    "heads", self.heads,
+                    f"must divide hidden={self.hidden} when head_dim is not given "
+                    f"(divisors near it: {_near_divisors(self.hidden, self.heads)})",
+                )
+            object.__setattr__(self, "head_dim", self.hidden // self.heads)
+        _positive("head_dim", self.head_dim)
+        if self.heads % self.kv_heads:
+            raise SpecError("kv_heads", self.kv_heads, f"must divide heads={self.heads}")
+        if self.mlp not in MLP_KINDS:
+            raise SpecError("mlp", self.mlp, f"one of {', '.join(MLP_KINDS)}")
+        if self.norm not in NORM_KINDS:
+            raise SpecError("norm", self.norm, f"one of {', '.join(NORM_KINDS)}")
+        if self.position not in POSITION_KINDS:
+            raise SpecError("position", self.position, f"one of {', '.join(POSITION_KINDS)}")
+        if self.attention not in ATTENTION_KINDS:
+            raise SpecError("attention", self.attention, f"one of {', '.join(ATTENTION_KINDS)}")
+        for name in ("moe_experts", "moe_topk", "moe_shared_experts", "moe_dense_layers",
+                     "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
+                     "v_head_dim", "sliding_window", "sliding_window_layers"):
+            _non_negative(name, getattr(self, name))
+        if self.moe_experts:
+            if not 1 <= self.moe_topk <= self.moe_experts:
+                raise SpecError("moe_topk", self.moe_topk, f"between 1 and moe_experts={self.moe_experts}")
+            if self.moe_expert_ffn is None:
+                object.__setattr__(self, "moe_expert_ffn", self.ffn_hidden)
+            _positive("moe_expert_ffn", self.moe_expert_ffn)
+            if self.moe_dense_layers >= self.layers:
+                raise SpecError("moe_dense_layers", self.moe_dense_layers,
+                                f"fewer than layers={self.layers}")
+        elif self.moe_topk or self.moe_shared_experts or self.moe_dense_layers:
+            raise SpecError("moe_experts", 0, "a positive number of experts when moe_topk, "
+                            "moe_shared_experts or moe_dense_layers is set")
+        if self.attention == "mla":
+            for name in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
+                _positive(name, getattr(self, name))
+            if self.kv_heads != self.heads:
+                raise SpecError("kv_heads", self.kv_heads, "equal to heads for attention='mla'")
+        if self.sliding_window_layers > self.layers:
+            raise SpecError("sliding_window_layers", self.sliding_window_layers,
+                            f"at most layers={self.layers}")
+        if self.sliding_window_layers and not self.sliding_window:
+            raise SpecError("sliding_window", 0, "a positive window when sliding_window_layers > 0")
+
+    # ---------------------------------------------------------------------------------------
+    @property
+    def gated_mlp(self) -> bool:
+        """True for SwiGLU/GeGLU (three matrices per MLP)."""
+        return self.mlp in GATED_MLPS
+
+    @property
+    def is_moe(self) -> bool:
+        return self.moe_experts > 0
+
+    @property
+    def moe_layers(self) -> int:
+        """Number of layers whose MLP is a mixture of experts."""
+        return self.layers - self.moe_dense_layers if self.is_moe else 0
+
+    @property
+    def dense_layers(self) -> int:
+        """Number of layers with a dense MLP."""
+        return self.layers - self.moe_layers
+
+    @property
+    def q_dim(self) -> int:
+        """Total query width (heads x per-head query/key dim)."""
+        if self.attention == "mla":
+            return self.heads * (self.qk_nope_head_dim + self.qk_rope_head_dim)
+        return self.heads * self.head_dim  # type: ignore[operator]
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of the key projection (= value projection for MHA/GQA)."""
+        return self.kv_heads * self.head_dim  # type: ignore[operator]
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Dimension of the dot product in the attention scores."""
+        if self.attention == "mla":
+            return self.qk_nope_head_dim + self.qk_rope_head_dim
+        return self.head_dim  # type: ignore[return-value]
+
+    @property
+    def v_dim_per_head(self) -> int:
+        """Value dimension per head."""
+        return self.v_head_dim if self.attention == "mla" else self.head_dim  # type: ignore[return-value]
+
+    # --- weight matrices, as (in_features, out_features) per layer -------------------------------
+    def attention_matmuls(self) -> dict[str, tuple[int, int]]:
+        """Linear layers of one attention block: name -> (in, out)."""
+        h = self.hidden
+        if self.attention == "mla":
+            qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+            mats: dict[str, tuple[int, int]] = {}
+            if self.q_lora_rank:
+                mats["q_down"] = (h, self.q_lora_rank)
+                mats["q_up"] = (self.q_lora_rank, self.heads * qk)
+            else:
+                mats["q_proj"] = (h, self.heads * qk)
+            mats["kv_down"] = (h, self.kv_lora_rank + self.qk_rope_head_dim)
+            mats["kv_up"] = (self.kv_lora_rank, self.heads * (self.qk_nope_head_dim + self.v_head_dim))
+            mats["o_proj"] = (self.heads * self.v_head_dim, h)
+            return mats
+        return {
+            "q_proj": (h, self.q_dim),
+            "k_proj": (h, self.kv_dim),
+            "v_proj": (h, self.kv_dim),
+            "o_proj": (self.q_dim, h),
+        }
+
+    def dense_mlp_matmuls(self, ffn: int | None = None) -> dict[str, tuple[int, int]]:
+        """Linear layers of one dense MLP of width ``ffn`` (default ``ffn_hidden``)."""
+        f = self.ffn_hidden if ffn is None else ffn
+        mats = {"up_proj": (self.hidden, f), "down_proj": (f, self.hidden)}
+        if self.gated_mlp:
+            mats = {"gate_proj": (self.hidden, f), **mats}
+        return mats
+
+    # --- parameter counts -------------------------------------------------------------------------
+    def _norm_params(self, width: int) -> int:
+        return width * (2 if (self.norm == "layernorm" and self.bias) else 1)
+
+    def _mlp_params(self, ffn: int) -> int:
+        weights = sum(i * o for i, o in self.dense_mlp_matmuls(ffn).values())
+        if self.bias:
+            weights += ffn * (2 if self.gated_mlp else 1) + self.hidden
+        return weights
+
+    @property
+    def attention_params_per_layer(self) -> int:
+        """Attention weights (and biases, norms inside attention) of one layer."""
+        n = sum(i * o for i, o in self.attention_matmuls().values())
+        if self.attention == "mla":
+            # RMSNorms on the latents (DeepSeek-V3 config: q_a_layernorm, kv_a_layernorm).
+            n += self.kv_lora_rank + (self.q_lora_rank or 0)
+        if self.bias or self.qkv_bias:
+            n += self.q_dim + 2 * self.kv_dim if self.attention == "mha" else 0
+        if self.bias:
+            n += self.hidden
+        if self.qk_norm:
+            n += 2 * self.qk_head_dim
+        return n
+
+    @property
+    def dense_mlp_params_per_layer(self) -> int:
+        """Parameters of one dense MLP."""
+        return self._mlp_params(self.ffn_hidden)
+
+    @property
+    def expert_params(self) -> int:
+        """Parameters of one routed (or shared) expert."""
+        return self._mlp_params(self.moe_expert_ffn) if self.is_moe else 0  # type: ignore[arg-type]
+
+    @property
+    def router_params_per_layer(self) -> int:
+        return self.hidden * self.moe_experts if self.is_moe else 0
+
+    @property
+    def moe_params_per_layer(self) -> int:
+        """All parameters of one MoE MLP: router, every routed expert, shared experts."""
+        if not self.is_moe:
+            return 0
+        return (self.router_params_per_layer
+                + (self.moe_experts + self.moe_shared_experts) * self.expert_params)
+
+    @property
+    def moe_active_params_per_layer(self) -> int:
+        """Parameters one token touches in an MoE MLP: router, top-k and shared experts."""
+        if not self.is_moe:
+            return 0
+        return (self.router_params_per_layer
+                + (self.moe_topk + self.moe_shared_experts) * self.expert_params)
+
+    @property
+    def norm_params_per_layer(self) -> int:
+        """The two pre-norms of a block."""
+        return 2 * self._norm_params(self.hidden)
+
+    @property
+    def embedding_params(self) -> int:
+        """Input token embedding (plus the learned position table, if any)."""
+        n = self.vocab * self.hidden
+        if self.position == "learned":
+            n += self.max_seq_len * self.hidden
+        return n
+
+    @property
+    def lm_head_params(self) -> int:
+        """Output projection weights; 0 when tied to the input embedding."""
+        return 0 if self.tied_embeddings else self.vocab * self.hidden
+
+    @property
+    def final_norm_params(self) -> int:
+        return self._norm_params(self.hidden)
+
+    @property
+    def total_params(self) -> int:
+        """Every parameter stored once (tied matrices counted once), all experts included."""
+        per_layer_common = self.attention_params_per_layer + self.norm_params_per_layer
+        return (self.layers * per_layer_common
+                + self.dense_layers * self.dense_mlp_params_per_layer
+                + self.moe_layers * self.moe_params_per_layer
+                + self.embedding_params + self.lm_head_params + self.final_norm_params)
+
+    @property
+    def active_params(self) -> int:
+        """Parameters used per token: like ``total_params`` with only top-k + shared experts."""
+        return (self.total_params
+                - self.moe_layers * (self.moe_params_per_layer - self.moe_active_params_per_layer))
+
+    @property
+    def non_embedding_params(self) -> int:
+        """``total_params`` less the input embedding (and learned positions).
+
+        A tied LM head is *kept* out too, since its only copy is the embedding; this is the
+        Kaplan et al. (2020) "non-embedding" N.
+        """
+        return self.total_params - self.embedding_params
+
+    @property
+    def matmul_params(self) -> int:
+        """Weights that take part in a matmul for every token (active experts only).
+
+        Counts every linear layer of every block, the MoE router and the LM head (a tied head is
+        still a matmul); leaves out the input embedding lookup, norms and biases. 6x this is the
+        'N' of the 6N rule in the PaLM convention.
+        """
+        attn = sum(i * o for i, o in self.attention_matmuls().values())
+        dense = sum(i * o for i, o in self.dense_mlp_matmuls().values())
+        expert = (sum(i * o for i, o in self.dense_mlp_matmuls(self.moe_expert_ffn).values())
+                  if self.is_moe else 0)
+        moe = self.router_params_per_layer + (self.moe_topk + self.moe_shared_experts) * expert
+        return (self.layers * attn + self.dense_layers * dense + self.moe_layers * moe
+                + self.vocab * self.hidden)
+
+    def attention_context(self, seq_len: int) -> list[int]:
+        """Keys each layer's queries may see at most: window for SWA layers, else ``seq_len``."""
+        w = min(self.sliding_window, seq_len) if self.sliding_window else seq_len
+        return [w] * self.sliding_window_layers + [seq_len] * (self.layers - self.sliding_window_layers)
+
+    # --- construction helpers -------------------------------------------------------------------
+    def replace(self, **changes: Any) -> ModelSpec:
+        """A copy with some fields changed (validated again)."""
+        if "heads" in changes and "head_dim" not in changes and self.head_dim == self.hidden // self.heads:
+            changes.setdefault("head_dim", None)
+        if "hidden" in changes and "head_dim" not in changes and self.head_dim == self.hidden // self.heads:
+            changes.setdefault("head_dim", None)
+        if "heads" in changes and "kv_heads" not in changes and self.kv_heads == self.heads:
+            changes.setdefault("kv_heads", None)
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict of the fields (for JSON/TOML); ``extra`` left out."""
+        d = dataclasses.asdict(self)
+        d.pop("extra", None)
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, where: str = "model") -> ModelSpec:
+        """Build from a dict of field values; unknown keys are an error naming them."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            from trainperf.errors import UnknownNameError
+
+            raise UnknownNameError(f"{where}.{unknown[0]}", unknown[0], names)
+        missing = [n for n in ("layers", "hidden", "heads", "ffn_hidden", "vocab") if n not in data]
+        if missing:
+            raise SpecError(f"{where}.{missing[0]}", None, "required (or give a preset or hf_config)")
+        return cls(**data)
+
+    @staticmethod
+    def from_hf_config(path_or_dict: Any) -> ModelSpec:
+        """Read a Hugging Face ``config.json`` (path or dict); see :mod:`trainperf.specs.hf_config`."""
+        from trainperf.specs.hf_config import model_from_hf_config
+
+        return model_from_hf_config(path_or_dict)
+
+    @staticmethod
+    def preset(name: str) -> ModelSpec:
+        """A catalog model by id (``llama2-70b``); see :mod:`trainperf.specs.presets`."""
+        from trainperf.specs.presets import get_model
+
+        return get_model(name)
+
+
+def _near_divisors(n: int, k: int) -> str:
+    divs = [d for d in range(1, n + 1) if n % d == 0]
+    divs.sort(key=lambda d: abs(d - k))
+    return ", ".join(str(d) for d in sorted(divs[:4]))

@@ -1,0 +1,143 @@
+"""ParallelPlan: how a training step is split across devices.
+
+Degrees follow Megatron-LM / torchtitan naming. The device mesh is
+``dp x fsdp x cp x pp x tp`` (replicate, shard, context, pipeline, tensor); expert parallelism
+(``ep``) is carved out of the data-parallel ranks (``dp * fsdp * cp``), as Megatron-LM and
+torchtitan do, so it does not multiply the device count.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from trainperf.errors import SpecError
+
+PipelineSchedule = Literal["1f1b", "interleaved", "gpipe"]
+PIPELINE_SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "gpipe")
+
+
+@dataclass(frozen=True)
+class ParallelPlan:
+    """Parallel degrees of a training run. Omitted degrees are 1; ``dp`` is derived when ``None``."""
+
+    dp: int | None = None
+    """Replicated data-parallel degree (plain DDP, or HSDP's replica groups). ``None``: derived as
+    ``num_devices / (fsdp * tp * pp * cp)`` when the plan meets a device count."""
+    fsdp: int = 1
+    """Fully-sharded data-parallel degree (FSDP FULL_SHARD / ZeRO-3 group size)."""
+    zero_stage: int = 0
+    """ZeRO stage applied over the ``dp`` group (DeepSpeed / Megatron distributed optimizer):
+    0 none, 1 optimizer states, 2 + gradients, 3 + parameters. ``fsdp > 1`` is stage 3 over
+    the fsdp group regardless of this field."""
+    tp: int = 1
+    """Tensor-parallel degree (Megatron column/row split of attention heads and MLP)."""
+    sequence_parallel: bool = False
+    """Shard norms/dropout activations along the sequence over the tp group (Korthikanti et al.)."""
+    pp: int = 1
+    """Pipeline-parallel stages."""
+    vpp: int = 1
+    """Virtual pipeline stages per pp rank (interleaved 1F1B); 1 means plain 1F1B."""
+    cp: int = 1
+    """Context-parallel degree (sequence split for attention, ring exchange of K/V)."""
+    ep: int = 1
+    """Expert-parallel degree for MoE layers, within the data-parallel ranks."""
+    pp_schedule: PipelineSchedule = "1f1b"
+    """Pipeline schedule; ``vpp > 1`` implies ``interleaved``."""
+
+    def __post_init__(self) -> None:
+        for name in ("fsdp", "tp", "pp", "vpp", "cp", "ep"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise SpecError(f"parallel.{name}", v, "an integer >= 1")
+        if self.dp is not None and (isinstance(self.dp, bool) or not isinstance(self.dp, int) or self.dp < 1):
+            raise SpecError("parallel.dp", self.dp, "an integer >= 1, or omitted to derive it")
+        if self.zero_stage not in (0, 1, 2, 3):
+            raise SpecError("parallel.zero_stage", self.zero_stage, "one of 0, 1, 2, 3")
+        if self.sequence_parallel and self.tp == 1:
+            raise SpecError("parallel.sequence_parallel", True, "requires tp > 1")
+        if self.pp_schedule not in PIPELINE_SCHEDULES:
+            raise SpecError("parallel.pp_schedule", self.pp_schedule, f"one of {', '.join(PIPELINE_SCHEDULES)}")
+        if self.vpp > 1:
+            if self.pp == 1:
+                raise SpecError("parallel.vpp", self.vpp, "requires pp > 1")
+            object.__setattr__(self, "pp_schedule", "interleaved")
+
+    # ------------------------------------------------------------------------------------------
+    @property
+    def model_parallel(self) -> int:
+        """Devices that hold one copy of the (sharded) model: ``tp * pp * cp``."""
+        return self.tp * self.pp * self.cp
+
+    @property
+    def data_parallel(self) -> int:
+        """Ranks that each see a different slice of the batch: ``dp * fsdp`` (dp must be set)."""
+        return (self.dp or 1) * self.fsdp
+
+    @property
+    def num_devices(self) -> int:
+        """Product of the mesh degrees (dp must be set)."""
+        return (self.dp or 1) * self.fsdp * self.tp * self.pp * self.cp
+
+    @property
+    def shards_params(self) -> int:
+        """How many ways parameters are sharded beyond tp/pp (fsdp group, or dp at ZeRO-3)."""
+        if self.fsdp > 1:
+            return self.fsdp
+        return (self.dp or 1) if self.zero_stage >= 3 else 1
+
+    @property
+    def shards_grads(self) -> int:
+        if self.fsdp > 1:
+            return self.fsdp * ((self.dp or 1) if self.zero_stage >= 2 else 1)
+        return (self.dp or 1) if self.zero_stage >= 2 else 1
+
+    @property
+    def shards_optimizer(self) -> int:
+        if self.fsdp > 1:
+            return self.fsdp * ((self.dp or 1) if self.zero_stage >= 1 else 1)
+        return (self.dp or 1) if self.zero_stage >= 1 else 1
+
+    def resolve(self, num_devices: int) -> ParallelPlan:
+        """Fill in ``dp`` for ``num_devices`` and check that the degrees multiply to it."""
+        rest = self.fsdp * self.tp * self.pp * self.cp
+        if self.dp is None:
+            if num_devices % rest:
+                raise SpecError(
+                    "parallel", f"fsdp*tp*pp*cp={rest}",
+                    f"must divide num_devices={num_devices} (dp is derived as num_devices / that)",
+                )
+            return dataclasses.replace(self, dp=num_devices // rest)
+        if self.num_devices != num_devices:
+            raise SpecError(
+                "parallel", f"dp*fsdp*tp*pp*cp={self.num_devices}",
+                f"must equal num_devices={num_devices} (omit dp to derive it)",
+            )
+        return self
+
+    def describe(self) -> str:
+        """Compact label such as ``fsdp=64`` or ``dp=2 fsdp=8 tp=8 sp``."""
+        parts = []
+        for name in ("dp", "fsdp", "tp", "pp", "vpp", "cp", "ep"):
+            v = getattr(self, name)
+            if v and v > 1:
+                parts.append(f"{name}={v}")
+        if self.sequence_parallel:
+            parts.append("sp")
+        if self.zero_stage:
+            parts.append(f"zero{self.zero_stage}")
+        return " ".join(parts) or "single device"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ParallelPlan:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            from trainperf.errors import UnknownNameError
+
+            raise UnknownNameError(f"parallel.{unknown[0]}", unknown[0], names)
+        return cls(**data)

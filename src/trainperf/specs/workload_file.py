@@ -1,0 +1,238 @@
+"""The workload file: one schema, TOML or JSON, for every command.
+
+```toml
+[model]       preset = "llama2-70b" | hf_config = "config.json" | inline ModelSpec fields
+              (inline fields next to a preset or hf_config override it)
+[hardware]    device = "h100-sxm" (or inline Hardware fields), num_devices, devices_per_node,
+              peak_tflops (overrides the catalog peak for the run's precision, labelled as such)
+[parallel]    dp, fsdp, zero_stage, tp, sequence_parallel, pp, vpp, cp, ep, pp_schedule
+[training]    seq_len, global_batch, micro_batch, precision, activation_checkpointing
+```
+
+Unknown sections and keys are errors (a typo must never be silently ignored). Command-line
+flags become ``overrides`` keyed ``"section.key"`` and win over the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from trainperf.errors import InputFileError, SpecError, TrainperfError, UnknownNameError, one_line
+from trainperf.specs.hardware import Hardware, get_hardware, hardware_from_dict
+from trainperf.specs.model import ModelSpec
+from trainperf.specs.parallel import ParallelPlan
+
+SECTIONS: dict[str, frozenset[str]] = {
+    "model": frozenset({"preset", "hf_config"} | {f.name for f in dataclasses.fields(ModelSpec)} - {"extra"}),
+    "hardware": frozenset({"device", "num_devices", "devices_per_node", "peak_tflops"}
+                          | {f.name for f in dataclasses.fields(Hardware)}),
+    "parallel": frozenset(f.name for f in dataclasses.fields(ParallelPlan)),
+    "training": frozenset({"seq_len", "global_batch", "micro_batch", "precision", "activation_checkpointing"}),
+}
+_HW_WORKLOAD_KEYS = frozenset({"device", "num_devices", "devices_per_node", "peak_tflops"})
+
+
+def read_workload_file(path: str | Path) -> dict[str, Any]:
+    """Parse a ``.toml`` or ``.json`` workload file into a dict (no validation beyond syntax)."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputFileError(f"workload file {str(p)!r} does not exist or is not a file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputFileError(f"workload file {str(p)!r} cannot be read: {one_line(str(e))}") from None
+    try:
+        if p.suffix.lower() == ".json":
+            data = json.loads(text)
+        elif p.suffix.lower() == ".toml":
+            data = tomllib.loads(text)
+        else:
+            raise InputFileError(f"workload file {str(p)!r}: the extension must be .toml or .json")
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as e:
+        raise InputFileError(f"workload file {str(p)!r} is malformed: {one_line(str(e))}") from None
+    if not isinstance(data, dict):
+        raise InputFileError(f"workload file {str(p)!r}: the top level must be a table/object")
+    check_schema(data, where=str(p))
+    data.setdefault("_base_dir", str(p.parent))
+    return data
+
+
+def check_schema(data: Mapping[str, Any], where: str = "workload") -> None:
+    """Reject unknown sections and keys, naming the nearest valid one."""
+    for section, body in data.items():
+        if section.startswith("_"):
+            continue
+        if section not in SECTIONS:
+            raise UnknownNameError(f"{where}: section [{section}]", section, SECTIONS)
+        if not isinstance(body, Mapping):
+            raise SpecError(f"[{section}]", body, "a table of key = value pairs")
+        for key in body:
+            if key not in SECTIONS[section]:
+                raise UnknownNameError(f"{section}.{key}", key, SECTIONS[section])
+
+
+def merge_overrides(data: Mapping[str, Any], overrides: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Apply ``{"section.key": value}`` overrides (None values are ignored)."""
+    out: dict[str, Any] = {k: dict(v) if isinstance(v, Mapping) else v for k, v in data.items()}
+    for dotted, value in (overrides or {}).items():
+        if value is None:
+            continue
+        section, key = dotted.split(".", 1)
+        body = out.setdefault(section, {})
+        if section == "model" and key == "preset":
+            body.pop("hf_config", None)
+        body[key] = value
+    check_schema(out, where="flags")
+    return out
+
+
+def model_from_section(body: Mapping[str, Any], base_dir: str | None = None) -> ModelSpec:
+    """Build the ModelSpec of a ``[model]`` section."""
+    body = dict(body)
+    preset, hf = body.pop("preset", None), body.pop("hf_config", None)
+    if preset and hf:
+        raise SpecError("model.preset", preset, "give either preset or hf_config, not both")
+    if preset:
+        base = ModelSpec.preset(str(preset))
+        return base.replace(**body) if body else base
+    if hf:
+        path = Path(hf)
+        if base_dir and not path.is_absolute() and not path.exists():
+            path = Path(base_dir) / path
+        base = ModelSpec.from_hf_config(path)
+        return base.replace(**body) if body else base
+    if not body:
+        raise SpecError("model", None, "a [model] section with preset, hf_config or inline fields "
+                        "(or the --model flag)")
+    return ModelSpec.from_dict(body)
+
+
+def hardware_from_section(body: Mapping[str, Any], precision: str) -> Hardware:
+    """Resolve the device of a ``[hardware]`` section (catalog id or inline fields)."""
+    fields = {k: v for k, v in body.items() if k not in _HW_WORKLOAD_KEYS}
+    device = body.get("device")
+    if device is None and not fields:
+        raise SpecError("hardware.device", None, "a catalog id such as h100-sxm (see `trainperf hw`), "
+                        "or inline hardware fields")
+    if device is not None:
+        hw = get_hardware(str(device))
+        if fields:
+            merged = hw.to_dict()
+            merged.update(fields)
+            merged["sources"] = {**dict(hw.sources), **{k: "workload file" for k in fields}}
+            hw = hardware_from_dict(merged)
+    else:
+        hw = hardware_from_dict(fields)
+    peak = body.get("peak_tflops")
+    if peak is not None:
+        hw = with_peak_override(hw, precision, peak)
+    return hw
+
+
+def with_peak_override(hw: Hardware, precision: str, peak_tflops: Any) -> Hardware:
+    """A copy of ``hw`` whose ``precision`` peak is ``peak_tflops``, its source saying so."""
+    if isinstance(peak_tflops, bool) or not isinstance(peak_tflops, int | float) or not peak_tflops > 0:
+        raise SpecError("hardware.peak_tflops", peak_tflops, "a positive number of TFLOP/s")
+    peaks = dict(hw.peak_tflops)
+    peaks[precision] = float(peak_tflops)
+    sources = dict(hw.sources)
+    sources[f"peak_tflops.{precision}"] = "given by the user (--peak-tflops / hardware.peak_tflops)"
+    return dataclasses.replace(hw, peak_tflops=peaks, sources=sources)
+
+
+def workload_from_dict(data: Mapping[str, Any], overrides: Mapping[str, Any] | None = None):
+    """Build a validated :class:`Workload` from a workload-file dict plus flag overrides."""
+    from trainperf.specs.workload import Workload
+
+    data = merge_overrides(data, overrides)
+    base_dir = data.get("_base_dir")
+    model = model_from_section(data.get("model", {}), base_dir)
+    training = dict(data.get("training", {}))
+    hw_body = dict(data.get("hardware", {}))
+    precision = training.get("precision", "bf16")
+    hardware = hardware_from_section(hw_body, precision)
+    plan = ParallelPlan.from_dict(dict(data.get("parallel", {})))
+    num_devices = hw_body.get("num_devices", 1)
+    seq_len = training.get("seq_len", model.max_seq_len)
+    micro = training.get("micro_batch", 1)
+    if "global_batch" not in training:
+        # One micro-batch per data-parallel rank: the smallest valid global batch.
+        try:
+            dp_total = plan.resolve(num_devices).data_parallel
+        except TrainperfError:
+            dp_total = 1
+        training["global_batch"] = micro * dp_total
+    return Workload(
+        model=model, hardware=hardware, num_devices=num_devices,
+        devices_per_node=hw_body.get("devices_per_node"), plan=plan, seq_len=seq_len,
+        global_batch=training["global_batch"], micro_batch=micro, precision=precision,
+        activation_checkpointing=training.get("activation_checkpointing", "none"),
+    )
+
+
+def load_workload(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None):
+    """Load a workload file (optional) and apply flag overrides."""
+    data = read_workload_file(path) if path else {}
+    return workload_from_dict(data, overrides)
+
+
+def workload_to_dict(w: Any) -> dict[str, Any]:
+    """The workload as a file dict that :func:`workload_from_dict` turns back into an equal Workload."""
+    model = w.model.to_dict()
+    try:
+        catalog = get_hardware(w.hardware.id)
+    except TrainperfError:
+        catalog = None
+    hardware: dict[str, Any]
+    if catalog is not None and catalog == w.hardware:
+        hardware = {"device": w.hardware.id}
+    elif catalog is not None and _only_peaks_differ(catalog, w.hardware):
+        hardware = {"device": w.hardware.id, "peak_tflops": w.hardware.peak_tflops[w.precision]}
+    else:
+        hardware = {k: v for k, v in w.hardware.to_dict().items() if v is not None}
+    hardware.update(num_devices=w.num_devices, devices_per_node=w.devices_per_node)
+    return {
+        "model": model,
+        "hardware": hardware,
+        "parallel": {k: v for k, v in w.plan.to_dict().items() if v is not None},
+        "training": {
+            "seq_len": w.seq_len, "global_batch": w.global_batch, "micro_batch": w.micro_batch,
+            "precision": w.precision, "activation_checkpointing": w.activation_checkpointing,
+        },
+    }
+
+
+def _only_peaks_differ(a: Hardware, b: Hardware) -> bool:
+    return dataclasses.replace(a, peak_tflops=b.peak_tflops, sources=b.sources) == b
+
+
+def dump_workload_toml(w: Any) -> str:
+    """Write a workload as TOML (flat tables of scalars; no third-party writer needed)."""
+    lines: list[str] = []
+    for section, body in workload_to_dict(w).items():
+        lines.append(f"[{section}]")
+        for key, value in body.items():
+            if value is None or isinstance(value, dict | list) and not value:
+                continue
+            lines.append(f"{key} = {_toml_value(value)}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, Mapping):
+        return "{ " + ", ".join(f"{json.dumps(str(k))} = {_toml_value(x)}" for k, x in v.items()) + " }"
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(f"cannot write {type(v).__name__} to TOML")

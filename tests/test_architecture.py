@@ -1,0 +1,102 @@
+"""Keeps DESIGN.md's layer rules and the CLI table honest.
+
+Layers, lower never imports higher: errors < specs < records < accounting < ingest < measure <
+predict < plan < report < cli. torch only under trainperf/measure (and the thin wrappers that
+re-export it); measure never imports predict or plan; predict, plan, ingest and everything
+below work without torch.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "trainperf"
+LAYERS = {
+    "__init__": 0, "errors": 0, "specs": 1, "records": 2, "accounting": 3, "ingest": 4,
+    "measure": 5, "meter": 5, "integrations": 5, "predict": 6, "plan": 7, "report": 8, "cli": 9,
+}
+# Packages that must import (and run) without torch.
+TORCH_FREE = {"errors", "specs", "records", "accounting", "ingest", "predict", "plan", "report"}
+TORCH_MODULES = {"torch", "transformers", "lightning", "pytorch_lightning"}
+
+
+def _layer_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _modules() -> list[tuple[str, Path]]:
+    out = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC.parent).with_suffix("")
+        out.append((".".join(rel.parts), path))
+    return out
+
+
+def _imports(path: Path) -> list[tuple[str, int]]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(a.name, node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.module, node.lineno))
+    return found
+
+
+def test_every_package_has_a_layer():
+    for module, _ in _modules():
+        assert _layer_of(module).removesuffix(".py") in LAYERS, f"{module}: add its package to LAYERS"
+
+
+@pytest.mark.parametrize(("module", "path"), _modules(), ids=[m for m, _ in _modules()])
+def test_lower_layers_never_import_higher(module, path):
+    mine = _layer_of(module)
+    for name, line in _imports(path):
+        top = name.split(".")[0]
+        if top == "trainperf" and "." in name:
+            theirs = _layer_of(name)
+            assert LAYERS[theirs] <= LAYERS[mine], f"{path}:{line}: {mine} imports {name} (higher layer)"
+        if mine in TORCH_FREE:
+            assert top not in TORCH_MODULES, f"{path}:{line}: {mine} must work without torch ({name})"
+            assert not name.startswith("trainperf.measure"), f"{path}:{line}: {mine} imports measure"
+        if mine == "measure":
+            assert not name.startswith(("trainperf.predict", "trainperf.plan")), \
+                f"{path}:{line}: measure must stay independent of the model it validates"
+
+
+def test_torch_free_packages_import_without_torch():
+    present = [f"trainperf.{p}" for p in sorted(TORCH_FREE) if (SRC / p).is_dir() or (SRC / f"{p}.py").exists()]
+    code = (
+        "import sys, importlib, pkgutil\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        f"        if name.split('.')[0] in {sorted(TORCH_MODULES)!r}: raise ImportError('blocked: ' + name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        f"for pkg in {present!r}:\n"
+        "    m = importlib.import_module(pkg)\n"
+        "    for info in pkgutil.walk_packages(getattr(m, '__path__', []), pkg + '.'):\n"
+        "        importlib.import_module(info.name)\n"
+        "import trainperf.cli.main\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_cli_table_and_modules_in_sync():
+    from trainperf.cli.main import COMMANDS
+
+    for name, (module, help_text) in COMMANDS.items():
+        mod = importlib.import_module(module)
+        assert callable(mod.add_arguments) and callable(mod.run), name
+        assert mod.HELP == help_text, f"{name}: HELP differs from the COMMANDS table"
+    on_disk = {p.stem for p in (SRC / "cli").glob("*.py")} - {"__init__", "main", "common"}
+    listed = {m.rsplit(".", 1)[1] for m, _ in COMMANDS.values()}
+    assert on_disk <= listed, f"command modules not in the COMMANDS table: {sorted(on_disk - listed)}"

@@ -1,0 +1,132 @@
+"""Model presets: every entry loads, names its source, and matches published parameter counts."""
+
+from __future__ import annotations
+
+import tomllib
+from importlib import resources
+
+import pytest
+
+from trainperf.errors import SpecError, UnknownNameError
+from trainperf.specs.model import ModelSpec
+from trainperf.specs.presets import _build, get_model, list_models, model_ids
+
+REQUIRED_IDS = [
+    "llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b", "llama3-70b", "llama3.1-8b",
+    "llama3.1-70b", "llama3.1-405b", "mpt-1b", "mpt-3b", "mpt-7b", "mpt-30b", "mpt-70b",
+    "gpt3-175b", "mixtral-8x7b", "mixtral-8x22b", "deepseek-v3", "frontier-175b", "frontier-1t",
+    "megatron-1t", "debug", "qwen2.5-7b", "gemma2-9b", "llama3.2-1b", "llama3.2-3b", "gpt2",
+]
+
+
+def _raw_catalog() -> dict:
+    ref = resources.files("trainperf.specs").joinpath("data", "models.toml")
+    return tomllib.loads(ref.read_text(encoding="utf-8"))
+
+
+def test_required_ids_present_and_lowercase():
+    ids = model_ids()
+    assert ids == sorted(ids)
+    for model_id in REQUIRED_IDS:
+        assert model_id in ids
+    for model_id in ids:
+        assert model_id == model_id.lower() and " " not in model_id and "_" not in model_id
+
+
+@pytest.mark.parametrize("model_id", sorted(_raw_catalog()))
+def test_every_preset_has_source_and_constructs(model_id):
+    entry = _raw_catalog()[model_id]
+    assert isinstance(entry.get("source"), str) and entry["source"].strip(), f"{model_id} lacks a source"
+    spec = get_model(model_id)
+    assert isinstance(spec, ModelSpec)
+    assert spec.name == model_id and spec.source == entry["source"]
+    assert spec.total_params > 0 and 0 < spec.active_params <= spec.total_params
+    if "notes" in entry:
+        assert spec.extra["notes"] == entry["notes"]
+    # The shape survives a dict round trip and re-validation.
+    assert ModelSpec.from_dict(spec.to_dict()) == spec
+
+
+def test_list_models_matches_ids():
+    assert [m.name for m in list_models()] == model_ids()
+
+
+def test_lookup_is_case_insensitive_and_returns_fresh_extra():
+    a = get_model("  Llama2-70B ")
+    assert a.name == "llama2-70b"
+    a.extra["scratch"] = 1
+    assert "scratch" not in get_model("llama2-70b").extra
+
+
+def test_unknown_name_suggests_neighbours():
+    with pytest.raises(UnknownNameError) as info:
+        get_model("llama2-71b")
+    msg = str(info.value)
+    assert "llama2-70b" in msg and "\n" not in msg
+    assert info.value.field == "model"
+
+
+def test_preset_via_modelspec():
+    assert ModelSpec.preset("mpt-7b") == get_model("mpt-7b")
+
+
+# Published parameter counts: (id, total, active, relative tolerance, source).
+PUBLISHED = [
+    ("llama2-7b", 6.74e9, None, 0.002, "Llama 2 paper/model card: 6.74B (6,738,415,616)"),
+    ("llama2-13b", 13.0e9, None, 0.005, "Llama 2 model card: 13B (13,015,864,320)"),
+    ("llama2-70b", 68.98e9, None, 0.001, "Llama 2 70B: 68,976,648,192"),
+    ("llama3-8b", 8_030_261_248, None, 0.0, "HF Meta-Llama-3-8B safetensors: 8,030,261,248"),
+    ("llama3-70b", 70_553_706_496, None, 0.0, "HF Meta-Llama-3-70B safetensors: 70,553,706,496"),
+    ("llama3.1-405b", 405_853_388_800, None, 0.0, "HF Llama-3.1-405B safetensors: 405,853,388,800"),
+    ("llama3.2-1b", 1_235_814_400, None, 0.0, "HF Llama-3.2-1B safetensors: 1,235,814,400"),
+    ("mixtral-8x7b", 46.7e9, 12.9e9, 0.005, "Mistral AI Mixtral announcement: 46.7B total, 12.9B active"),
+    ("mixtral-8x22b", 141e9, 39e9, 0.005, "Mistral AI Mixtral 8x22B announcement: 141B total, 39B active"),
+    ("deepseek-v3", 671e9, 37e9, 0.015, "DeepSeek-V3 report arXiv:2412.19437: 671B total, 37B active"),
+    ("gpt3-175b", 175e9, None, 0.01, "Brown et al. 2020 Table 2.1: 175.0B"),
+    ("megatron-1t", 1008e9, None, 0.001, "Narayanan et al. 2021 Table 1: 1008B"),
+    ("mpt-7b", 6.7e9, None, 0.01, "MosaicML MPT-7B model card: 6.7B"),
+    ("mpt-30b", 30e9, None, 0.01, "MosaicML MPT-30B model card: 30B"),
+    ("mpt-1b", 1.3e9, None, 0.01, "MosaicML MI250 blog (seed 001): AMD-MPT-1B 1.3B"),
+    ("mpt-3b", 2.7e9, None, 0.025, "MosaicML MI250 blog (seed 001): AMD-MPT-3B 2.7B"),
+    ("qwen2.5-7b", 7.61e9, None, 0.002, "Qwen2.5-7B model card: 7.61B"),
+    ("gemma2-9b", 9.24e9, None, 0.002, "HF gemma-2-9b safetensors: 9.24B"),
+    ("gpt2", 124_439_808, None, 0.0, "HF openai-community/gpt2: 124,439,808 (tied, learned positions)"),
+]
+
+
+@pytest.mark.parametrize(("model_id", "total", "active", "rel", "source"), PUBLISHED,
+                         ids=[p[0] for p in PUBLISHED])
+def test_published_parameter_counts(model_id, total, active, rel, source):
+    spec = get_model(model_id)
+    assert spec.total_params == pytest.approx(total, rel=rel, abs=0), source
+    if active is not None:
+        assert spec.active_params == pytest.approx(active, rel=rel, abs=0), source
+    else:
+        assert spec.active_params == spec.total_params
+
+
+def test_shapes_called_out_in_the_sources():
+    l2 = get_model("llama2-13b")
+    assert l2.kv_heads == l2.heads == 40
+    mpt = get_model("mpt-7b")
+    assert (mpt.position, mpt.mlp, mpt.norm, mpt.bias, mpt.tied_embeddings) == (
+        "alibi", "gelu", "layernorm", False, True)
+    gpt3 = get_model("gpt3-175b")
+    assert (gpt3.position, gpt3.bias, gpt3.tied_embeddings, gpt3.max_seq_len) == ("learned", True, True, 2048)
+    ds = get_model("deepseek-v3")
+    assert (ds.moe_layers, ds.dense_layers, ds.attention) == (58, 3, "mla")
+    g2 = get_model("gemma2-9b")
+    assert g2.attention_context(8192) == [4096] * 21 + [8192] * 21
+    f1t = get_model("frontier-1t")
+    assert (f1t.layers, f1t.hidden, f1t.heads, f1t.vocab) == (128, 25600, 160, 51200)
+    assert f1t.to_dict() | {"name": "", "source": ""} == get_model("megatron-1t").to_dict() | {
+        "name": "", "source": ""}
+    dbg = get_model("debug")
+    assert (dbg.layers, dbg.hidden, dbg.heads, dbg.kv_heads, dbg.ffn_hidden, dbg.vocab, dbg.max_seq_len,
+            dbg.tied_embeddings, dbg.mlp) == (4, 256, 8, 4, 768, 256, 256, False, "swiglu")
+
+
+def test_preset_missing_source_is_rejected():
+    with pytest.raises(SpecError) as info:
+        _build("x", {"layers": 1, "hidden": 8, "heads": 1, "ffn_hidden": 8, "vocab": 8})
+    assert "source" in info.value.field

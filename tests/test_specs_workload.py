@@ -1,0 +1,178 @@
+"""ParallelPlan / Workload validation and the workload file (TOML and JSON, one schema)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from trainperf.errors import InputFileError, SpecError, TrainperfError, UnknownNameError
+from trainperf.specs.hardware import get_hardware
+from trainperf.specs.model import ModelSpec
+from trainperf.specs.parallel import ParallelPlan
+from trainperf.specs.workload import Workload
+from trainperf.specs.workload_file import (
+    dump_workload_toml,
+    load_workload,
+    workload_from_dict,
+    workload_to_dict,
+)
+
+H100 = get_hardware("h100-sxm")
+L70 = ModelSpec.preset("llama2-70b")
+
+
+def wl(**kw):
+    base = dict(model=L70, hardware=H100, num_devices=64, seq_len=4096, global_batch=128, micro_batch=2,
+                plan=ParallelPlan(fsdp=64))
+    base.update(kw)
+    return Workload(**base)
+
+
+def test_derived_quantities():
+    w = wl()
+    assert w.plan.dp == 1 and w.plan.data_parallel == 64
+    assert w.grad_accum_steps == 1
+    assert w.tokens_per_step == 128 * 4096
+    assert w.devices_per_node == 8 and w.num_nodes == 8
+    w2 = wl(num_devices=512, global_batch=1024, plan=ParallelPlan(fsdp=128))
+    assert w2.plan.dp == 4  # seed 003: "FSDP=128" on 512 GPUs is 4-way DP of 128-way FSDP
+
+
+@pytest.mark.parametrize(("kw", "field"), [
+    (dict(plan=ParallelPlan(fsdp=48)), "parallel"),                        # 48 does not divide 64
+    (dict(plan=ParallelPlan(dp=2, fsdp=64)), "parallel"),                  # 128 != 64
+    (dict(global_batch=100), "training.global_batch"),                     # not a multiple of 2*64
+    (dict(plan=ParallelPlan(tp=3, dp=1, fsdp=1), num_devices=3, global_batch=2), "parallel.tp"),
+    (dict(plan=ParallelPlan(pp=64, vpp=2), global_batch=128), "parallel.pp"),
+    (dict(precision="fp8", hardware=get_hardware("a100-sxm-80gb")), "training.precision"),
+    (dict(precision="fp9"), "training.precision"),
+    (dict(activation_checkpointing="some"), "training.activation_checkpointing"),
+    (dict(num_devices=0), "hardware.num_devices"),
+    (dict(seq_len=-1), "training.seq_len"),
+    (dict(plan=ParallelPlan(ep=2, fsdp=64)), "parallel.ep"),
+    (dict(num_devices=12, plan=ParallelPlan(), global_batch=24), "hardware.num_devices"),
+])
+def test_invalid_workloads_name_the_field(kw, field):
+    with pytest.raises(SpecError) as e:
+        wl(**kw)
+    assert str(e.value).startswith(field)
+    assert "\n" not in str(e.value)
+
+
+def test_tp_beyond_kv_heads_replicates_with_a_note():
+    w = wl(plan=ParallelPlan(tp=16, fsdp=4), num_devices=64, global_batch=8, micro_batch=2)
+    assert any("replicated" in n for n in w.notes)
+    assert any("spans nodes" in n for n in w.notes)
+
+
+def test_mi250_has_no_fp8_and_cpu_no_fp8():
+    with pytest.raises(SpecError, match="mi250"):
+        wl(hardware=get_hardware("mi250"), precision="fp8", num_devices=64)
+    with pytest.raises(SpecError, match="CPU"):
+        wl(hardware=get_hardware("cpu"), precision="fp8", num_devices=1, plan=ParallelPlan(), global_batch=2)
+
+
+@pytest.mark.parametrize(("kw", "field"), [
+    (dict(layers=0), "layers"), (dict(hidden=-8), "hidden"), (dict(heads=7), "heads"),
+    (dict(kv_heads=3), "kv_heads"), (dict(mlp="swish"), "mlp"), (dict(vocab=1.5), "vocab"),
+    (dict(moe_experts=8, moe_topk=9), "moe_topk"), (dict(moe_topk=2), "moe_experts"),
+])
+def test_invalid_models(kw, field):
+    base = dict(layers=2, hidden=64, heads=8, ffn_hidden=128, vocab=100)
+    base.update(kw)
+    with pytest.raises(SpecError) as e:
+        ModelSpec(**base)
+    assert str(e.value).startswith(field)
+
+
+TOML = """
+[model]
+preset = "llama2-70b"
+
+[hardware]
+device = "h100-sxm"
+num_devices = 64
+devices_per_node = 8
+
+[parallel]
+fsdp = 64
+
+[training]
+seq_len = 4096
+global_batch = 128
+micro_batch = 2
+precision = "bf16"
+activation_checkpointing = "selective"
+"""
+
+
+def test_toml_and_json_same_schema(tmp_path):
+    t = tmp_path / "w.toml"
+    t.write_text(TOML)
+    import tomllib
+
+    j = tmp_path / "w.json"
+    j.write_text(json.dumps(tomllib.loads(TOML)))
+    a, b = load_workload(t), load_workload(j)
+    assert a == b
+    assert a.activation_checkpointing == "selective" and a.plan.fsdp == 64
+
+
+def test_flags_override_file(tmp_path):
+    t = tmp_path / "w.toml"
+    t.write_text(TOML)
+    w = load_workload(t, {"hardware.num_devices": 128, "parallel.fsdp": 128, "training.global_batch": 256})
+    assert w.num_devices == 128 and w.global_batch == 256
+
+
+def test_inline_model_and_preset_override(tmp_path):
+    w = workload_from_dict({"model": {"preset": "llama3-8b", "layers": 2}, "hardware": {"device": "a100-sxm-80gb"}})
+    assert w.model.layers == 2 and w.model.hidden == 4096
+    w2 = workload_from_dict({"model": {"layers": 2, "hidden": 64, "heads": 4, "ffn_hidden": 128, "vocab": 256},
+                             "hardware": {"device": "h100-sxm"}, "training": {"seq_len": 128}})
+    assert w2.model.head_dim == 16
+
+
+@pytest.mark.parametrize(("data", "exc", "needle"), [
+    ({"model": {"preset": "llama2-70b", "layer": 2}, "hardware": {"device": "h100-sxm"}}, UnknownNameError, "model.layer"),
+    ({"modle": {"preset": "llama2-70b"}}, UnknownNameError, "modle"),
+    ({"model": {"preset": "llama9"}, "hardware": {"device": "h100-sxm"}}, UnknownNameError, "model"),
+    ({"model": {"preset": "llama2-70b"}, "hardware": {"device": "h100"}}, UnknownNameError, "h100-sxm"),
+    ({"model": {"preset": "llama2-70b"}}, SpecError, "hardware.device"),
+    ({"hardware": {"device": "h100-sxm"}}, SpecError, "model"),
+])
+def test_bad_workload_dicts(data, exc, needle):
+    with pytest.raises(exc) as e:
+        workload_from_dict(data)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_malformed_files(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[model\npreset = 1")
+    with pytest.raises(InputFileError, match="malformed"):
+        load_workload(bad)
+    with pytest.raises(InputFileError, match="does not exist"):
+        load_workload(tmp_path / "nope.toml")
+    yml = tmp_path / "w.yaml"
+    yml.write_text("a: 1")
+    with pytest.raises(InputFileError, match="extension"):
+        load_workload(yml)
+
+
+def test_round_trip_through_dict_and_toml(tmp_path):
+    w = load_workload(None, {"model.preset": "mixtral-8x7b", "hardware.device": "h100-sxm",
+                             "hardware.num_devices": 16, "parallel.tp": 2, "parallel.ep": 8,
+                             "training.seq_len": 4096, "training.global_batch": 64,
+                             "hardware.peak_tflops": 900.0})
+    assert workload_from_dict(workload_to_dict(w)) == w
+    p = tmp_path / "w.toml"
+    p.write_text(dump_workload_toml(w))
+    assert load_workload(p) == w
+    assert w.hardware.peak_tflops["bf16"] == 900.0
+    assert "user" in w.hardware.sources["peak_tflops.bf16"]
+
+
+def test_all_errors_are_value_errors():
+    assert issubclass(TrainperfError, ValueError)
