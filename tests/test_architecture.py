@@ -96,7 +96,7 @@ def test_cli_table_and_modules_in_sync():
     for name, (module, help_text) in COMMANDS.items():
         mod = importlib.import_module(module)
         assert callable(mod.add_arguments) and callable(mod.run), name
-        assert mod.HELP == help_text, f"{name}: HELP differs from the COMMANDS table"
+        assert help_text == mod.HELP, f"{name}: HELP differs from the COMMANDS table"
     on_disk = {p.stem for p in (SRC / "cli").glob("*.py")} - {"__init__", "main", "common"}
     listed = {m.rsplit(".", 1)[1] for m, _ in COMMANDS.values()}
     assert on_disk <= listed, f"command modules not in the COMMANDS table: {sorted(on_disk - listed)}"

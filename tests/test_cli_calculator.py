@@ -95,7 +95,7 @@ def test_bad_input_one_line_exit_2(capsys, tmp_path, monkeypatch, argv, needle):
         code = main(argv)
     except SystemExit as e:  # argparse usage errors
         code = e.code
-    out, err = capsys.readouterr()
+    _, err = capsys.readouterr()
     assert code == 2
     assert needle in err
     assert len(err.strip().splitlines()) == 1, err

@@ -116,7 +116,7 @@ def test_seed003_maxtext_log_line_claims():
     claimed_per_seq = 460.480e12 * 7.908 * 64 / 128
     assert claimed_per_seq == pytest.approx(model_flops_per_token(LLAMA2_70B, 4096, "nemo-legacy") * 4096,
                                             rel=2e-4)
-    assert 4096 * 128 / 7.908 / 64 == pytest.approx(1035.970, abs=0.5)
+    assert pytest.approx(1035.970, abs=0.5) == 4096 * 128 / 7.908 / 64
 
 
 # --------------------------------------------------------------------------------------------

@@ -150,7 +150,7 @@ def fmt(x: Any, digits: int = 4) -> str:
             return "0"
         if abs(x) >= 1e15 or abs(x) < 1e-3:
             return f"{x:.{digits - 1}e}"
-        return f"{x:,.{max(0, digits - 1 - int(math.floor(math.log10(abs(x)))))}f}"
+        return f"{x:,.{max(0, digits - 1 - math.floor(math.log10(abs(x))))}f}"
     return str(x)
 
 

@@ -6,7 +6,14 @@ import argparse
 
 from trainperf.accounting.conventions import CONVENTIONS, model_flops_per_token, nemo_legacy_terms
 from trainperf.accounting.flops import forward_flops
-from trainperf.cli.common import add_json_argument, add_workload_arguments, fmt, model_from_args, print_json, table
+from trainperf.cli.common import (
+    add_json_argument,
+    add_workload_arguments,
+    fmt,
+    model_from_args,
+    print_json,
+    table,
+)
 
 HELP = "FLOPs per token and per sequence under every convention, with the per-op breakdown"
 

@@ -60,8 +60,9 @@ class ModelSpec:
     """Key/value heads (GQA); ``None`` means equal to ``heads``."""
     head_dim: int | None = None
     """Per-head dimension; ``None`` means ``hidden // heads``."""
-    name: str = "custom"
-    """Preset id or a free label; not used in any computation."""
+    name: str = field(default="custom", compare=False)
+    """Preset id or a free label; not used in any computation (nor in equality: two specs of the
+    same shape are equal)."""
     tied_embeddings: bool = False
     """Whether the LM head reuses the input embedding matrix."""
     mlp: MlpKind = "swiglu"
@@ -109,8 +110,8 @@ class ModelSpec:
     """Window of local attention layers, in tokens; 0 means none."""
     sliding_window_layers: int = 0
     """How many layers use the sliding window (the rest attend to the full context)."""
-    source: str = ""
-    """Where the shape comes from (paper, config.json URL)."""
+    source: str = field(default="", compare=False)
+    """Where the shape comes from (paper, config.json URL); not part of equality."""
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     """Free-form notes that travel with a preset; never used in computations."""
 

@@ -217,7 +217,7 @@ def dump_workload_toml(w: Any) -> str:
     for section, body in workload_to_dict(w).items():
         lines.append(f"[{section}]")
         for key, value in body.items():
-            if value is None or isinstance(value, dict | list) and not value:
+            if value is None or (isinstance(value, dict | list) and not value):
                 continue
             lines.append(f"{key} = {_toml_value(value)}")
         lines.append("")
