@@ -176,3 +176,24 @@ def test_round_trip_through_dict_and_toml(tmp_path):
 
 def test_all_errors_are_value_errors():
     assert issubclass(TrainperfError, ValueError)
+
+
+def test_custom_device_fields_and_peak_table():
+    w = workload_from_dict({"model": {"preset": "llama3-8b"},
+                            "hardware": {"device": "h100-sxm", "hbm_GB": 94, "num_devices": 8}})
+    assert w.hardware.hbm_GB == 94 and w.hardware.peak_tflops["bf16"] == pytest.approx(989.4)
+    assert "user" in w.hardware.sources["hbm_GB"]
+    w2 = workload_from_dict({"model": {"preset": "llama3-8b"},
+                             "hardware": {"device": "h100-sxm", "peak_tflops": {"bf16": 800}}})
+    assert w2.hardware.peak_tflops["bf16"] == 800
+
+
+def test_malformed_hf_config_is_one_line(tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text("{not json")
+    with pytest.raises(InputFileError) as e:
+        workload_from_dict({"model": {"hf_config": str(cfg)}, "hardware": {"device": "h100-sxm"}})
+    assert "\n" not in str(e.value) and "config.json" in str(e.value)
+    cfg.write_text('{"model_type": "bert", "hidden_size": 8}')
+    with pytest.raises(SpecError, match="model_type"):
+        workload_from_dict({"model": {"hf_config": str(cfg)}, "hardware": {"device": "h100-sxm"}})

@@ -113,22 +113,26 @@ def model_from_section(body: Mapping[str, Any], base_dir: str | None = None) -> 
 
 
 def hardware_from_section(body: Mapping[str, Any], precision: str) -> Hardware:
-    """Resolve the device of a ``[hardware]`` section (catalog id or inline fields)."""
+    """Resolve the device of a ``[hardware]`` section.
+
+    ``device`` names a catalog entry; other Hardware fields next to it override the entry's
+    (cited as given in the workload file); without ``device`` every field must be given inline.
+    ``peak_tflops`` as a number overrides the peak of the run's precision; as a table
+    (``{bf16 = 500}``) it sets the peaks of an inline device.
+    """
+    peak = body.get("peak_tflops")
     fields = {k: v for k, v in body.items() if k not in _HW_WORKLOAD_KEYS}
+    if isinstance(peak, Mapping):
+        fields["peak_tflops"] = peak
+        peak = None
     device = body.get("device")
     if device is None and not fields:
         raise SpecError("hardware.device", None, "a catalog id such as h100-sxm (see `trainperf hw`), "
                         "or inline hardware fields")
     if device is not None:
-        hw = get_hardware(str(device))
-        if fields:
-            merged = hw.to_dict()
-            merged.update(fields)
-            merged["sources"] = {**dict(hw.sources), **{k: "workload file" for k in fields}}
-            hw = hardware_from_dict(merged)
+        hw = hardware_from_dict({"base": device, **fields}) if fields else get_hardware(str(device))
     else:
         hw = hardware_from_dict(fields)
-    peak = body.get("peak_tflops")
     if peak is not None:
         hw = with_peak_override(hw, precision, peak)
     return hw
