@@ -78,11 +78,11 @@ def summarize(
         tokens_step = w.tokens_per_step
         step_tokens = [run.tokens_per_step(s) for s in steady]
         tok = statistics.median([t for t in step_tokens if t]) if any(step_tokens) else tokens_step
-        # Rates at the median step time, for the tokens a steady step actually carries.
-        wl = w if tok == tokens_step else _with_tokens(w, int(tok))
         tokens_step = int(tok)
         try:
-            tp = throughput(wl, step_time_s=med, convention=convention, peak_tflops=peak_tflops,
+            # Rates at the median step time, for the tokens a steady step actually carries (a
+            # log's real batch may differ from the workload's).
+            tp = throughput(w, tokens_per_s=tokens_step / med, convention=convention, peak_tflops=peak_tflops,
                             train_tokens=train_tokens, model_flops_per_seq=model_flops_per_seq)
             rates = dict(tokens_per_s=tp.tokens_per_s, tokens_per_s_per_device=tp.tokens_per_s_per_device,
                          tflops_per_device=tp.tflops_per_device, mfu_pct=tp.mfu_pct, hfu_pct=tp.hfu_pct,
@@ -111,12 +111,3 @@ def summarize(
         memory_max_GiB=max((s.memory_GiB for s in run.steps if s.memory_GiB is not None), default=None),
         claimed=claimed,
     )
-
-
-def _with_tokens(w: Any, tokens: int) -> Any:
-    """A workload whose global batch carries ``tokens`` per step (a log's real batch)."""
-    gb = max(1, round(tokens / w.seq_len))
-    try:
-        return w.replace(global_batch=gb, micro_batch=1) if gb % w.plan.data_parallel == 0 else w
-    except TrainperfError:
-        return w

@@ -23,6 +23,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "hw": ("trainperf.cli.hw", "list the hardware catalog, or show one device with its sources"),
     "models": ("trainperf.cli.models", "list the model presets, or show one with its parameter counts"),
     "scaling": ("trainperf.cli.scaling", "weak or strong scaling efficiency between two runs"),
+    "predict": ("trainperf.cli.predict", "predict step time (with a breakdown), tokens/s, MFU and memory per device of a workload"),
+    "calibrate-model": ("trainperf.cli.calibrate_model", "fit the predictor's efficiency knobs to measured runs and write a calibration file"),
+    "published": ("trainperf.cli.published", "list the catalog of published results (from the seeds), with sources"),
+    "validate": ("trainperf.cli.validate", "predict every published result and report the error per row and the MAPE"),
+    "parse": ("trainperf.cli.parse", "parse another framework's training log and recompute its metrics on one basis"),
+    "compare": ("trainperf.cli.compare", "several runs (logs, trainperf runs, published records) side by side"),
 }
 
 

@@ -43,7 +43,7 @@ class StepRecord:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.step_time_s, int | float) or not math.isfinite(self.step_time_s) \
+        if not isinstance(self.step_time_s, (int, float)) or not math.isfinite(self.step_time_s) \
                 or self.step_time_s <= 0:
             raise SpecError("step_time_s", self.step_time_s, "a positive, finite number of seconds")
 

@@ -1,0 +1,159 @@
+"""``trainperf compare``: several runs side by side in one table, on one FLOP convention.
+
+A RUN is a trainperf JSONL run record, a bench output directory (``steps.jsonl`` plus
+``workload.toml``), another framework's log (parsed as by ``trainperf parse``; append
+``@WORKLOAD.toml`` to complete what the log does not state), or ``published:ID`` /
+``published`` for records of :mod:`trainperf.predict.published` -- that part is optional: it
+is used only when the module is installed (guarded import), otherwise ``published:`` runs are
+refused with a one-line error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from pathlib import Path
+from typing import Any
+
+from trainperf.cli.common import add_convention_argument, add_json_argument, fmt, print_json
+from trainperf.errors import InputFileError
+
+HELP = "several runs (logs, trainperf runs, published records) side by side"
+_WORKLOAD_SUFFIXES = (".toml", ".json")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("runs", nargs="+", metavar="RUN",
+                        help="trainperf JSONL / bench dir / framework log[@WORKLOAD.toml] / published:ID")
+    add_convention_argument(parser)
+    parser.add_argument("--warmup", type=int, metavar="N", help="steps to exclude as warm-up (default: 10%%)")
+    add_json_argument(parser)
+
+
+def _split_workload(arg: str) -> tuple[str, str | None]:
+    if "@" in arg:
+        path, _, wl = arg.rpartition("@")
+        if wl.lower().endswith(_WORKLOAD_SUFFIXES) and path:
+            return path, wl
+    return arg, None
+
+
+def _is_trainperf_jsonl(p: Path) -> bool:
+    if p.is_dir():
+        return (p / "steps.jsonl").is_file()
+    try:
+        with p.open("r", encoding="utf-8", errors="replace") as f:
+            first = f.readline(4096)
+    except OSError:
+        return False
+    return first.lstrip().startswith("{") and '"type"' in first and '"run"' in first
+
+
+def _published(key: str) -> list[Any]:
+    """Published run records (all, or the one whose name/id is ``key``), via a guarded import."""
+    try:
+        mod = importlib.import_module("trainperf.predict.published")
+    except ImportError:
+        raise InputFileError("published records need trainperf.predict.published, which is not "
+                             "available in this installation") from None
+    get_one = getattr(mod, "get_published", None)
+    if key and callable(get_one):
+        return [_as_run(get_one(key))]
+    for name in ("load_published_runs", "published_runs"):
+        fn = getattr(mod, name, None)
+        if callable(fn):
+            runs = [_as_run(r) for r in fn()]
+            break
+    else:
+        raise InputFileError("trainperf.predict.published has no function returning run records")
+    if not key:
+        return runs
+    hits = [r for r in runs if key.lower() == r.name.lower()]
+    if not hits:
+        from trainperf.errors import UnknownNameError
+
+        raise UnknownNameError("published", key, [r.name for r in runs])
+    return hits
+
+
+def _as_run(r: Any) -> Any:
+    return r.to_run_record() if hasattr(r, "to_run_record") else r
+
+
+def _row_from_summary(run: Any, s: Any, kind: str, claimed: dict[str, Any]) -> dict[str, Any]:
+    w = run.workload
+    return {
+        "run": run.name, "source": kind,
+        "model": w.model.name if w is not None else None,
+        "device": w.hardware.id if w is not None else None,
+        "num_devices": s.num_devices, "steps": s.steps_measured,
+        "step_time_median_s": s.step_time_median_s, "tokens_per_s": s.tokens_per_s,
+        "tokens_per_s_per_device": s.tokens_per_s_per_device, "tflops_per_device": s.tflops_per_device,
+        "mfu_pct": s.mfu_pct, "convention": s.convention,
+        "claimed_tflops_per_device": claimed.get("tflops_per_device"),
+        "claimed_mfu_pct": claimed.get("mfu_pct"),
+    }
+
+
+def load_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
+    from trainperf.accounting.summarize import summarize
+    from trainperf.cli.parse import parse_and_summarize
+
+    rows: list[dict[str, Any]] = []
+    for arg in args.runs:
+        if arg == "published" or arg.startswith("published:"):
+            for run in _published(arg.partition(":")[2]):
+                s = summarize(run, convention=args.convention, warmup=args.warmup)
+                rows.append(_row_from_summary(run, s, "published", s.claimed))
+            continue
+        path, wl = _split_workload(arg)
+        p = Path(path)
+        if not p.exists():
+            raise InputFileError(f"run {path!r} does not exist")
+        if wl is None and _is_trainperf_jsonl(p):
+            from trainperf.records.jsonl import read_run
+
+            run = read_run(p)
+            if run.workload is None and p.is_dir():
+                for name in ("workload.toml", "workload.json"):
+                    if (p / name).is_file():
+                        from trainperf.specs.workload_file import load_workload
+
+                        run.workload = load_workload(p / name)
+                        break
+            if p.is_dir() or run.name == run.source:
+                run.meta["name"] = p.name if p.is_dir() else p.stem
+            s = summarize(run, convention=args.convention, warmup=args.warmup)
+            rows.append(_row_from_summary(run, s, run.source, s.claimed))
+            continue
+        out = parse_and_summarize(path, fmt_name=None, workload_path=wl, overrides={},
+                                  convention=args.convention, warmup=args.warmup)
+        rows.append(_row_from_summary(out["_run"], out["_summary"], f"log:{out['format']}", out["claimed"]))
+    return rows
+
+
+def table(rows: Any, headers: list[str]) -> str:
+    """A plain table of already formatted cells (no re-parsing of numbers)."""
+    from tabulate import tabulate
+
+    return tabulate(list(rows), headers=headers, disable_numparse=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    rows = load_rows(args)
+    if args.json:
+        print_json({"convention": args.convention, "runs": rows})
+        return 0
+    print(f"convention: {args.convention} (MFU against each run's own device peak)")
+    print(table([(r["run"], r["source"], r["model"] or "-", f"{r['num_devices'] or '-'}x {r['device'] or '?'}",
+                  str(r["steps"]), fmt(r["step_time_median_s"]), fmt(r["tokens_per_s"], 6),
+                  fmt(r["tokens_per_s_per_device"], 6), fmt(r["tflops_per_device"], 5),
+                  "-" if r["mfu_pct"] is None else f"{r['mfu_pct']:.2f}%",
+                  fmt(r["claimed_tflops_per_device"], 5),
+                  "-" if r["claimed_mfu_pct"] is None else f"{r['claimed_mfu_pct']:.2f}%") for r in rows],
+                ["run", "source", "model", "devices", "steps", "step s (median)", "tokens/s", "tokens/s/dev",
+                 "TFLOP/s/dev", "MFU", "claimed TFLOP/s", "claimed MFU"]))
+    missing = [r["run"] for r in rows if r["mfu_pct"] is None]
+    if missing:
+        print(f"note: no MFU for {', '.join(missing)}: workload unknown (append @WORKLOAD.toml to a log)")
+    return 0

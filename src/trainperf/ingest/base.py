@@ -1,0 +1,198 @@
+"""The parser interface every log format implements, and the per-parse state it writes to.
+
+A parser turns one line at a time into at most one :class:`~trainperf.records.StepRecord`
+(``parse_line``) and records run-level facts the log states (device count, batch, sequence
+length, what the framework claimed for the whole run) in :class:`LogFacts`. Parsers never
+raise on content: a line they cannot use returns ``None`` and, if it looked like a step line
+but did not parse (truncated, garbled), is counted in ``state.malformed_lines``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from trainperf.records.run_record import StepRecord
+
+# Keys a parser may put in LogFacts that map onto workload-file fields.
+WORKLOAD_FACTS: dict[str, str] = {
+    "num_devices": "hardware.num_devices",
+    "seq_len": "training.seq_len",
+    "global_batch": "training.global_batch",
+    "micro_batch": "training.micro_batch",
+    "precision": "training.precision",
+    "device": "hardware.device",
+    "model": "model.preset",
+    "tp": "parallel.tp",
+    "pp": "parallel.pp",
+    "cp": "parallel.cp",
+    "ep": "parallel.ep",
+    "fsdp": "parallel.fsdp",
+    "dp": "parallel.dp",
+    "layers": "model.layers",
+    "hidden": "model.hidden",
+    "heads": "model.heads",
+    "kv_heads": "model.kv_heads",
+    "ffn_hidden": "model.ffn_hidden",
+    "vocab": "model.vocab",
+}
+
+
+@dataclass
+class LogFacts:
+    """Run-level facts a log states, each with the line it came from.
+
+    ``values`` keys are the workload keys of :data:`WORKLOAD_FACTS` plus free keys such as
+    ``tokens_per_step``, ``device_name``, ``claimed_peak_tflops``, ``claimed_train_runtime_s``.
+    The first value seen wins; a later different value is kept in ``conflicts``.
+    """
+
+    values: dict[str, Any] = field(default_factory=dict)
+    where: dict[str, str] = field(default_factory=dict)
+    """key -> ``"line N: <excerpt>"``."""
+    conflicts: list[str] = field(default_factory=list)
+
+    def set(self, key: str, value: Any, line_no: int, line: str, *, overwrite: bool = False) -> None:
+        if value is None:
+            return
+        old = self.values.get(key)
+        if old is not None and not overwrite:
+            if old != value and len(self.conflicts) < 20:
+                self.conflicts.append(f"{key}: {old!r} ({self.where.get(key)}) vs {value!r} (line {line_no})")
+            return
+        self.values[key] = value
+        self.where[key] = f"line {line_no}: {line.strip()[:100]}"
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+
+@dataclass
+class ParseState:
+    """Mutable state of one parse. ``scratch`` is private to the parser, one dict per rank."""
+
+    facts: LogFacts = field(default_factory=LogFacts)
+    line_no: int = 0
+    rank: int | None = None
+    used: bool = False
+    """Set by a parser when the current line contributed a fact or part of a step."""
+    malformed_lines: int = 0
+    """Lines that carried a format's step marker but did not parse."""
+    hints: dict[str, Any] = field(default_factory=dict)
+    """Facts the user gave (tokens_per_step, num_devices) that a parser may need to finish a step."""
+    notes: list[str] = field(default_factory=list)
+    _scratch: dict[int | None, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def scratch(self) -> dict[str, Any]:
+        s = self._scratch.get(self.rank)
+        if s is None:
+            s = self._scratch[self.rank] = {}
+        return s
+
+    def all_scratch(self) -> dict[int | None, dict[str, Any]]:
+        return self._scratch
+
+    def fact(self, key: str, value: Any, line: str, *, overwrite: bool = False) -> None:
+        self.facts.set(key, value, self.line_no, line, overwrite=overwrite)
+        self.used = True
+
+    def note(self, msg: str) -> None:
+        if len(self.notes) < 50 and msg not in self.notes:
+            self.notes.append(msg)
+
+
+class LogParser:
+    """Base class of the format parsers (one module per format, registered in :mod:`.registry`).
+
+    Subclasses set ``name``, ``description``, ``markers`` (substrings of which a step or fact
+    line contains at least one: the cheap pre-filter run before any regex) and implement
+    :meth:`parse_line`; block formats also implement :meth:`finish`.
+    """
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    markers: ClassVar[tuple[str, ...]] = ()
+    step_marker: ClassVar[str | None] = None
+    """A substring every step line of the format contains. Lets the pipeline sample step lines
+    without parsing them once a very long log is being thinned (see pipeline)."""
+    claimed_convention: ClassVar[str | None] = None
+    """FLOP convention the framework's own TFLOP/s and MFU use, when documented."""
+    claimed_scope: ClassVar[str] = ""
+    """Whether the framework's tokens/s figure is per device or global, in words."""
+
+    def parse_line(self, line: str, state: ParseState) -> StepRecord | None:  # pragma: no cover
+        raise NotImplementedError
+
+    def finish(self, state: ParseState) -> list[StepRecord]:
+        """Records still pending at the end of the stream (block formats)."""
+        return []
+
+    def detect(self, sample_lines: list[str]) -> float:
+        """Confidence (0 = no) that ``sample_lines`` come from this format: step lines that parse
+        count 1 each, fact lines 0.05 each."""
+        state = ParseState()
+        score = 0.0
+        for i, line in enumerate(sample_lines, 1):
+            state.line_no = i
+            state.used = False
+            try:
+                rec = self.parse_line(line, state)
+            except Exception:  # detection must never fail; a raising parser simply scores less
+                continue
+            if rec is not None:
+                score += 1.0
+            elif state.used:
+                score += 0.05
+        try:
+            score += len(self.finish(state))
+        except Exception:  # same as above: a raising parser scores less, detection goes on
+            score += 0.0
+        return score
+
+
+# --- helpers shared by the parsers ---------------------------------------------------------------
+
+_NUM = r"[-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+NUM_RE = re.compile(_NUM)
+
+
+def to_float(text: str | None) -> float | None:
+    """A finite float from ``text`` (thousands separators allowed), else ``None``."""
+    if text is None:
+        return None
+    try:
+        v = float(text.replace(",", "")) if "," in text else float(text)
+    except (ValueError, TypeError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def to_int(text: str | None) -> int | None:
+    v = to_float(text)
+    if v is None or v != v or abs(v) > 1e18 or v != int(v):
+        return None
+    return int(v)
+
+
+def positive(v: float | None) -> float | None:
+    return v if v is not None and v > 0 else None
+
+
+def make_step(step: int | None, step_time_s: float | None, state: ParseState, **fields: Any) -> StepRecord | None:
+    """A StepRecord if ``step`` and a positive finite ``step_time_s`` are known; else count the line
+    as malformed and return ``None``."""
+    if step is None or step_time_s is None or not (0 < step_time_s < 1e7) or step < 0:
+        state.malformed_lines += 1
+        return None
+    clean = {k: v for k, v in fields.items() if v is not None}
+    return StepRecord(step=step, step_time_s=step_time_s, rank=state.rank, **clean)
+
+
+def strip_ansi(line: str) -> str:
+    return _ANSI_RE.sub("", line) if "\x1b" in line else line
+
+
+_ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")

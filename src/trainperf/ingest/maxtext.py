@@ -1,0 +1,124 @@
+"""MaxText (JAX) training logs.
+
+Step line, printed once per step by ``MetricLogger`` on every host::
+
+    completed step: 49, seconds: 7.908, TFLOP/s/device: 460.480, Tokens/s/device: 1035.970, total_weights: 524288, loss: 0.000
+
+(older versions print ``TFLOP/s: x`` without ``Tokens/s/device``). ``seconds`` is that one
+step's wall time; ``total_weights`` is the count of non-padding target tokens in the global
+batch, i.e. the tokens of the step. Run-level facts: the ``Config param <key>: <value>`` dump
+(``global_batch_size_to_train_on``, ``max_target_length``, ``per_device_batch_size``, ``dtype``,
+``model_name``) and ``Num_devices: N``. When the log has no device count, it is derived from
+the step line itself: ``total_weights / (seconds * Tokens/s/device)``.
+
+MaxText's TFLOP/s/device counts training FLOPs per device per step
+(``calculate_tflops_training_per_device``); the version in seed 003 counted the attention
+without causal halving (1.82e15 per 4096-token Llama-2-70B sequence, the nemo-legacy count).
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from typing import Any
+
+from trainperf.ingest.base import LogParser, ParseState, make_step, positive, to_float, to_int
+from trainperf.records.run_record import StepRecord
+
+_STEP = "completed step: "
+_CONFIG = "Config param "
+_CONFIG_KEYS = {
+    "global_batch_size_to_train_on": "global_batch",
+    "max_target_length": "seq_len",
+    "model_name": "model",
+    "dtype": "precision",
+}
+# The exact layout MaxText prints today: one regex, no per-field splitting (the speed path).
+_FAST = re.compile(r"completed step: (\d+), seconds: (\d+\.?\d*), TFLOP/s/device: (\d+\.?\d*), "
+                   r"Tokens/s/device: (\d+\.?\d*), total_weights: (\d+), loss: (\d+\.?\d*)")
+_DTYPES = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16", "fp8": "fp8", "float8": "fp8"}
+
+
+class MaxTextParser(LogParser):
+    name = "maxtext"
+    step_marker = "completed step: "
+    description = "MaxText: 'completed step: N, seconds: S, TFLOP/s/device: T, Tokens/s/device: K, total_weights: W, loss: L'"
+    markers = (_STEP, _CONFIG, "Num_devices:")
+    claimed_convention = None  # version dependent; inferred from TFLOP/s ÷ Tokens/s per device
+    claimed_scope = "TFLOP/s and Tokens/s are per device"
+
+    def __init__(self) -> None:
+        self._ratios: list[float] = []
+
+    def parse_line(self, line: str, state: ParseState) -> StepRecord | None:
+        i = line.find(_STEP)
+        if i >= 0:
+            m = _FAST.match(line, i)
+            if m is not None:
+                secs = float(m.group(2))
+                if secs > 0:
+                    weights = int(m.group(5))
+                    tok_dev = float(m.group(4))
+                    if len(self._ratios) < 64 and tok_dev > 0:
+                        self._ratios.append(weights / (secs * tok_dev))
+                    return StepRecord(int(m.group(1)), secs, weights or None, float(m.group(6)),
+                                      claimed_tflops_per_device=float(m.group(3)),
+                                      claimed_tokens_per_s_per_device=tok_dev, rank=state.rank)
+        if i < 0:
+            if _CONFIG in line:
+                self._config(line, state)
+            elif "Num_devices:" in line:
+                n = to_int(line.split("Num_devices:", 1)[1].split(",", 1)[0].strip())
+                if n and n > 0:
+                    state.fact("num_devices", n, line)
+            return None
+        kv: dict[str, str] = {}
+        for part in line[i + len(_STEP):].split(", "):
+            k, sep, v = part.partition(": ")
+            if sep:
+                kv[k] = v
+            elif not kv:
+                kv["step"] = part
+        step = to_int(kv.get("step") or line[i + len(_STEP):].split(",", 1)[0])
+        seconds = positive(to_float(kv.get("seconds")))
+        tflops = to_float(kv.get("TFLOP/s/device") or kv.get("TFLOP/s"))
+        tok_dev = to_float(kv.get("Tokens/s/device"))
+        weights = to_int(kv.get("total_weights"))
+        loss = to_float(kv.get("loss", "").split(" ", 1)[0]) if "loss" in kv else None
+        rec = make_step(step, seconds, state, tokens=weights if weights and weights > 0 else None,
+                        loss=loss, claimed_tflops_per_device=tflops,
+                        claimed_tokens_per_s_per_device=tok_dev)
+        if rec is not None and weights and tok_dev and seconds and len(self._ratios) < 64:
+            self._ratios.append(weights / (seconds * tok_dev))
+        return rec
+
+    def _config(self, line: str, state: ParseState) -> None:
+        rest = line.split(_CONFIG, 1)[1]
+        key, sep, value = rest.partition(":")
+        fact = _CONFIG_KEYS.get(key.strip())
+        if not sep or fact is None:
+            if key.strip() == "per_device_batch_size":
+                state.used = True
+            return
+        value = value.strip()
+        v: Any
+        if fact == "precision":
+            v = _DTYPES.get(value.lower())
+        elif fact == "model":
+            v = value or None
+        else:
+            v = to_int(value)
+            v = v if v and v > 0 else None
+        if v is not None:
+            state.fact(fact, v, line)
+
+    def finish(self, state: ParseState) -> list[StepRecord]:
+        ratios = self._ratios
+        if ratios and "num_devices" not in state.facts.values:
+            r = statistics.median(ratios)
+            n = round(r)
+            if n >= 1 and abs(r - n) <= 0.02 * n:
+                state.facts.set("num_devices", n, 0, "derived")
+                state.facts.where["num_devices"] = (
+                    f"derived from the step lines: total_weights / (seconds x Tokens/s/device) = {r:.3f}")
+        return []

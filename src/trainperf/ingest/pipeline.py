@@ -1,0 +1,366 @@
+"""Parse a log into a RunRecord: read (streaming), detect the format, parse line by line, keep one
+rank's steps, resolve restarts, and attach the workload with the origin of every field.
+
+Rank prefixes added by launchers are stripped before a parser sees a line: torchrun
+``[rank3]:`` / ``[default3]:``, ``srun --label`` ``3: ``, Open MPI ``[1,3]<stdout>:``. When
+several ranks print steps, the lowest rank's are kept.
+Lines without a prefix count as one more stream that ranks after every numbered rank (a
+single-process log has only that stream). A step number that does not increase starts a new segment (a restart from a checkpoint): the
+steps it repeats are replaced by the new ones, and the first steps of each later segment are
+dropped as that segment's warm-up (the same rule as the run's own warm-up).
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainperf.accounting.summarize import default_warmup_steps
+from trainperf.errors import InputFileError
+from trainperf.ingest.base import LogParser, ParseState
+from trainperf.ingest.reader import LogLine, ReadStats, iter_log
+from trainperf.ingest.registry import detect_format, get_parser
+from trainperf.records.run_record import RunRecord, StepRecord
+
+SAMPLE_LINES = 5_000
+MAX_KEPT_STEPS = 50_000
+MAX_SAMPLE_LINES = 100_000
+_RANK_RE = re.compile(r"\s*(?:\[(?:rank|default)?(\d+)\]:|(\d{1,5}): |\[\d+,(\d+)\]<std(?:out|err)>:)\s?")
+_INF = float("inf")
+_UNPREFIXED = 1 << 40  # sorts after every real rank
+_NO_STEPS_YET = 1 << 41
+
+
+def strip_rank(line: str) -> tuple[str, int | None]:
+    """``line`` without a launcher's rank prefix, and that rank (``None`` when there is none)."""
+    c = line[:1]
+    if c == "[" or c == " " or c.isdigit():
+        m = _RANK_RE.match(line)
+        if m is not None:
+            g = m.group(1) or m.group(2) or m.group(3)
+            return line[m.end():], int(g)
+    return line, None
+
+
+@dataclass
+class Collected:
+    """Steps of the kept rank, in log order, with restart bookkeeping."""
+
+    steps: list[StepRecord] = field(default_factory=list)
+    rank: int | None = None
+    ranks_with_steps: set[int] = field(default_factory=set)
+    other_rank_steps: int = 0
+    restarts: list[dict[str, Any]] = field(default_factory=list)
+    superseded_steps: int = 0
+    segment_starts: list[int] = field(default_factory=list)
+    parsed: int = 0
+    stride: int = 1
+
+
+class _Collector:
+    """Keeps the lowest rank's steps. Memory is bounded: past ``2 * MAX_KEPT_STEPS`` records every
+    other one is dropped and from then on only every ``stride``-th record is kept (a systematic
+    sample, so medians and percentiles of a steady run are unchanged in expectation)."""
+
+    def __init__(self) -> None:
+        self.best: int | None = None
+        self.items: list[tuple[float, StepRecord]] = []
+        self.ranks: set[int] = set()
+        self.other = 0
+        self.parsed = 0
+        self.stride = 1
+        self._skip = 0
+
+    def add(self, rec: StepRecord, line_no: float, sampled: bool = False) -> None:
+        """Add a step; ``sampled`` means the caller already kept only every ``stride``-th one."""
+        r = _UNPREFIXED if rec.rank is None else rec.rank
+        self.ranks.add(r)
+        if self.best is None or r < self.best:
+            self.other += self.parsed
+            self.items, self.parsed, self.stride, self._skip = [], 0, 1, 0
+            self.best = r
+        elif r > self.best:
+            self.other += 1
+            return
+        self.parsed += 1
+        if self.stride > 1 and not sampled:
+            self._skip += 1
+            if self._skip < self.stride:
+                return
+            self._skip = 0
+        self.items.append((line_no, rec))
+        if len(self.items) >= 2 * MAX_KEPT_STEPS:
+            self.items = self.items[::2]
+            self.stride *= 2
+
+    def result(self) -> Collected:
+        self.items.sort(key=lambda t: t[0])  # finish() records go back to their log line
+        out = Collected(rank=None if self.best in (None, _UNPREFIXED) else self.best,
+                        ranks_with_steps={r for r in self.ranks if r != _UNPREFIXED},
+                        other_rank_steps=self.other, parsed=self.parsed, stride=self.stride)
+        steps = out.steps
+        for line_no, rec in self.items:
+            if steps and rec.step <= steps[-1].step:
+                out.restarts.append({"line": None if line_no == _INF else int(line_no),
+                                     "from_step": steps[-1].step, "to_step": rec.step})
+                while steps and steps[-1].step >= rec.step:
+                    steps.pop()
+                    out.superseded_steps += 1
+                out.segment_starts = [s for s in out.segment_starts if s < len(steps)]
+                out.segment_starts.append(len(steps))
+            steps.append(rec)
+        return out
+
+
+@dataclass
+class LineCounts:
+    lines_total: int = 0
+    lines_used: int = 0
+    other_rank_lines: int = 0
+    step_lines_sampled_out: int = 0
+
+
+def run_parser(lines: Iterable[str | LogLine], parser: LogParser, state: ParseState,
+               counts: LineCounts) -> Collected:
+    """Feed every line to ``parser``; never raises on content.
+
+    Once a rank has produced a step, lines of higher ranks are not parsed at all (they would
+    only give steps that are dropped): counted in ``counts.other_rank_lines``. Once the collector
+    thins a very long run (stride > 1), a format with a ``step_marker`` has its step lines
+    sampled before parsing: only every stride-th line with the marker is parsed, the others are
+    counted in ``counts.step_lines_sampled_out`` (constant work per skipped step line).
+    """
+    col = _Collector()
+    parse_line = parser.parse_line
+    default_rank: int | None = None
+    total = used = other = 0
+    best = _NO_STEPS_YET
+    add = col.add
+    marker = parser.step_marker
+    stride = 1
+    sample_count = sampled_out = 0
+    last_prefix, last_rank = "\x00", None  # a prefix no line starts with
+    rank_re = _RANK_RE.match
+    for item in lines:
+        if item.__class__ is not str:
+            default_rank = item.rank  # type: ignore[union-attr]
+            continue
+        total += 1
+        line: str = item  # type: ignore[assignment]
+        rank = default_rank
+        c = line[:1]
+        if c.isdigit():
+            if line.startswith(last_prefix):  # the same srun --label prefix as the line before
+                rank = last_rank
+                line = line[len(last_prefix):]
+            else:
+                j = line.find(": ", 1, 8)
+                if j > 0 and line[:j].isdigit():  # srun --label
+                    rank = last_rank = int(line[:j])
+                    last_prefix = line[:j + 2]
+                    line = line[j + 2:]
+        elif c == "[" or c == " ":
+            m = rank_re(line)
+            if m is not None:
+                rank = int(m.group(1) or m.group(2) or m.group(3))
+                line = line[m.end():]
+        r = _UNPREFIXED if rank is None else rank
+        if r > best:
+            other += 1
+            continue
+        sampled = False
+        if stride > 1 and marker is not None and marker in line:
+            sample_count += 1
+            if sample_count < stride:
+                sampled_out += 1
+                continue
+            sample_count = 0
+            sampled = True
+        state.line_no = total
+        state.rank = rank
+        state.used = False
+        try:
+            rec = parse_line(line, state)
+        except Exception:  # a parser bug must not lose the rest of the run; counted, not hidden
+            state.malformed_lines += 1
+            continue
+        if rec is not None:
+            used += 1
+            add(rec, total, sampled)
+            best = r
+            if col.stride != stride:
+                stride, sample_count = col.stride, 0
+        elif state.used:
+            used += 1
+    for rec in parser.finish(state):
+        line_no = rec.extra.pop("line", None) if rec.extra else None
+        add(rec, line_no if isinstance(line_no, int) else _INF)
+    counts.lines_total += total
+    counts.lines_used += used
+    counts.other_rank_lines += other
+    counts.lines_used += sampled_out
+    counts.step_lines_sampled_out += sampled_out
+    return col.result()
+
+
+def _sample(it: Iterator[str | LogLine], n: int) -> list[str | LogLine]:
+    return list(itertools.islice(it, n))
+
+
+def _texts(items: list[str | LogLine]) -> list[str]:
+    return [strip_rank(x)[0] for x in items if isinstance(x, str)]
+
+
+# Workload facts a rate needs, and the log keys that state each.
+_COVERAGE: dict[str, tuple[str, ...]] = {
+    "model": ("model", "model_flavor", "layers", "workload"),
+    "device": ("device_name", "workload"),
+    "num_devices": ("num_devices", "workload"),
+    "seq_len": ("seq_len", "workload"),
+    "global_batch": ("global_batch", "workload"),
+    "tokens_per_step": ("tokens_per_step",),
+    "precision": ("precision", "workload"),
+}
+
+
+def log_field_coverage(values: dict[str, Any], tokens_per_step: int | None) -> tuple[list[str], list[str]]:
+    """Which workload facts the log itself states, and which it does not."""
+    found = [k for k, keys in _COVERAGE.items() if any(x in values for x in keys)
+             or (k == "tokens_per_step" and tokens_per_step)]
+    return found, [k for k in _COVERAGE if k not in found]
+
+
+@dataclass
+class ParsedLog:
+    """The run record plus the parse bookkeeping the report shows."""
+
+    run: RunRecord
+    parser: LogParser
+    facts: Any
+    counts: LineCounts
+    state: ParseState
+    format: str = ""
+
+
+def parse_log(source: str | Path, *, fmt: str | None = None, workload_path: str | None = None,
+              overrides: dict[str, Any] | None = None, warmup: int | None = None,
+              workload: Any = None) -> ParsedLog:
+    """Parse the log at ``source`` (file, directory, ``.gz`` or ``-`` for stdin) into a RunRecord.
+
+    ``fmt`` forces a format (else detected from the first lines); ``workload_path`` and
+    ``overrides`` (``{"section.key": value}`` from flags) fill in what the log does not state.
+    ``warmup`` is the run's warm-up rule, also applied after each restart. ``workload`` (a
+    Workload) plays the part of a workload file, for callers that already have one.
+    """
+    from trainperf.ingest.workload_facts import resolve_workload, user_hints
+
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    base: dict[str, Any] | None = None
+    if workload is not None:
+        from trainperf.specs.workload_file import workload_to_dict
+
+        base = workload_to_dict(workload)
+    hints = user_hints(workload_path, overrides, base)
+    stats = ReadStats()
+    it = iter_log(source, stats)
+    sample = _sample(it, SAMPLE_LINES)
+    if fmt is not None:
+        parser = get_parser(fmt)
+        detection = "given with --format"
+        scores: dict[str, float] = {}
+    else:
+        name, scores = detect_format(_texts(sample))
+        while name is None and len(sample) < MAX_SAMPLE_LINES:
+            more = _sample(it, len(sample))
+            if not more:
+                break
+            sample += more
+            name, scores = detect_format(_texts(sample))
+        if name is None:
+            n = sum(1 for x in sample if isinstance(x, str))
+            if n == 0 and not stats.skipped_files:
+                raise InputFileError(f"log {str(source)!r} is empty")
+            raise InputFileError(f"no known training-log format found in the first {n:,} lines of "
+                                 f"{str(source)!r}; give --format (one of {', '.join(scores)})")
+        parser = get_parser(name)
+        detection = f"auto-detected (score {scores[name]:.3g} on the first {len(sample):,} lines)"
+    state = ParseState(hints=hints)
+    counts = LineCounts()
+    # The cyclic GC would rescan every kept StepRecord again and again as more are allocated
+    # (quadratic in the run's length); parsing creates no reference cycles, so pause it.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        col = run_parser(itertools.chain(sample, it), parser, state, counts)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    steps = col.steps
+    dropped: list[int] = []
+    if col.segment_starts:
+        keep: list[StepRecord] = []
+        bounds = [0, *col.segment_starts, len(steps)]
+        for si in range(len(bounds) - 1):
+            seg = steps[bounds[si]:bounds[si + 1]]
+            if si > 0:
+                k = min(len(seg), warmup if warmup is not None else default_warmup_steps(len(seg)))
+                dropped += [s.step for s in seg[:k]]
+                seg = seg[k:]
+            keep += seg
+        steps = keep
+    tokens = [s.tokens for s in steps if s.tokens]
+    tokens_per_step = sorted(tokens)[len(tokens) // 2] if tokens else state.facts.get("tokens_per_step")
+    res = resolve_workload(state.facts, workload_path, overrides, tokens_per_step, base=base)
+    facts = state.facts
+    found, not_found = log_field_coverage(facts.values, tokens_per_step)
+    meta: dict[str, Any] = {
+        "name": Path(str(source)).name if str(source) != "-" else "stdin",
+        "log": str(source),
+        "format": parser.name,
+        "format_detection": detection,
+        "format_scores": {k: round(v, 3) for k, v in scores.items() if v > 0},
+        "files": stats.files,
+        "skipped_files": stats.skipped_files,
+        "lines_total": counts.lines_total,
+        "lines_used": counts.lines_used,
+        "skipped_lines": counts.lines_total - counts.lines_used - counts.other_rank_lines,
+        "other_rank_lines": counts.other_rank_lines,
+        "malformed_lines": state.malformed_lines,
+        "overlong_lines": stats.overlong_lines,
+        "truncated_input": stats.truncated,
+        "steps_parsed": col.parsed,
+        "step_lines_sampled_out": counts.step_lines_sampled_out,
+        "steps_sampling_stride": col.stride,
+        "rank_used": col.rank,
+        "ranks_with_steps": sorted(col.ranks_with_steps),
+        "other_rank_steps": col.other_rank_steps,
+        "restarts": col.restarts,
+        "superseded_steps": col.superseded_steps,
+        "restart_warmup_dropped": dropped,
+        "fields_in_log": found,
+        "fields_not_in_log": not_found,
+        "log_facts": {k: v for k, v in facts.values.items() if k not in ("workload", "gqa")},
+        "log_fact_lines": {k: v for k, v in facts.where.items() if k != "workload"},
+        "fact_conflicts": facts.conflicts,
+        "workload_fields": res.fields,
+        "workload_missing": res.missing,
+        "workload_notes": res.notes,
+        "tokens_per_step_in_log": tokens_per_step,
+        "claimed_convention": parser.claimed_convention,
+        "claimed_scope": parser.claimed_scope,
+        "notes": state.notes,
+    }
+    if col.stride > 1:
+        state.note(f"{col.parsed + counts.step_lines_sampled_out:,} step lines; to bound memory and time every "
+                   f"{col.stride}th step is kept ({len(steps):,} records, a systematic sample; "
+                   f"{counts.step_lines_sampled_out:,} step lines were counted but not parsed). Medians and "
+                   "percentiles are unbiased for a steady run; the peak memory is over the kept steps only")
+    if stats.truncated:
+        state.note("the input ended early (truncated gzip stream or read error); the steps read so far are kept")
+    run = RunRecord(source="ingest", steps=steps, workload=res.workload, meta=meta)
+    return ParsedLog(run=run, parser=parser, facts=facts, counts=counts, state=state, format=parser.name)

@@ -1,0 +1,165 @@
+"""torchtitan training logs.
+
+Step line (every ``metrics.log_freq`` steps, printed by every rank unless filtered)::
+
+    [rank0]:[titan] 2025-03-17 10:00:10,123 - root - INFO - step: 10  loss:  9.2741  grad_norm:  2.1034  memory: 42.11GiB(44.33%)  tps: 6,543  tflops: 378.95  mfu: 38.32%
+
+(2024 versions print ``wps`` instead of ``tps`` and no ``tflops``/``grad_norm``; colours are
+ANSI codes, stripped). ``tps`` is tokens per second *per device*, averaged since the previous
+log line; tflops/mfu use ``6*N + 12*L*H*Q*T`` per token (2024: N counts the input embedding,
+the ``torchtitan-2024`` convention; 2025: it does not, the ``palm`` convention).
+
+The console line carries no step time. The step time is taken from the log timestamps:
+(time of this line - time of the previous step line) / (steps between them) -- the same
+window torchtitan averages its own tps over. The first logged step has no predecessor; it gets
+``global tokens per step / (tps x devices)`` when those are known (log facts or the user's
+workload), and is dropped otherwise (it is warm-up anyway). Facts: ``Training starts at step
+1, with local batch size B, global batch size G, sequence length S``; ``Building N-D device
+mesh with [names], [sizes]``; ``Peak FLOPS used for computing MFU: 9.890e+14``; the device name
+in ``GPU capacity: NVIDIA H100 80GB HBM3 ...``; the model flavour in ``Building llama3 8B``.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from datetime import UTC, datetime
+
+from trainperf.ingest.base import LogParser, ParseState, make_step, strip_ansi, to_float
+from trainperf.records.run_record import StepRecord
+
+_KV = re.compile(r"([a-z_]+):\s*([-+]?[\d,]*\.?\d+(?:[eE][-+]?\d+)?|nan|inf)\s*(GiB\(([\d.]+)%\)|%)?")
+_TS = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[,.](\d{1,6}))?")
+_START = re.compile(r"global batch size (\d+), sequence length (\d+)")
+_LOCAL = re.compile(r"local batch size (\d+)")
+_MESH = re.compile(r"device mesh with (\[[^\]]*\]),\s*(\[[^\]]*\])")
+_MESH_NAMES = {"dp": "fsdp", "dp_shard": "fsdp", "dp_replicate": "dp", "tp": "tp", "pp": "pp", "cp": "cp",
+               "ep": "ep"}
+_MODEL = re.compile(r"Building (llama\d(?:\.\d)?) (\d+B)\b", re.IGNORECASE)
+
+
+def _timestamp(line: str) -> float | None:
+    m = _TS.search(line, 0, 80)
+    if m is None:
+        return None
+    try:
+        y, mo, d, h, mi, s = (int(x) for x in m.groups()[:6])
+        frac = m.group(7) or "0"
+        t = datetime(y, mo, d, h, mi, s, tzinfo=UTC).timestamp()
+    except ValueError:
+        return None
+    return t + int(frac) / 10 ** len(frac)
+
+
+class TorchtitanParser(LogParser):
+    name = "torchtitan"
+    description = "torchtitan: 'step: N  loss: L  memory: MGiB(P%)  tps: T  tflops: F  mfu: U%'"
+    markers = ("step:", "global batch size", "device mesh", "Peak FLOPS", "capacity:", "Building llama")
+    claimed_convention = "palm"
+    claimed_scope = "tps is tokens/s per device; tflops and mfu per device"
+
+    def parse_line(self, line: str, state: ParseState) -> StepRecord | None:
+        i = line.find("step:")
+        if i < 0 or "loss:" not in line or ("tps:" not in line and "wps:" not in line):
+            if i < 0:
+                self._fact(line, state)
+            return None
+        line = strip_ansi(line)
+        i = line.find("step:")
+        kv: dict[str, float] = {}
+        mem_pct = None
+        for m in _KV.finditer(line, i):
+            v = to_float(m.group(2))
+            if v is not None:
+                kv.setdefault(m.group(1), v)
+            if m.group(1) == "memory" and m.group(4):
+                mem_pct = to_float(m.group(4))
+        step = kv.get("step")
+        tps = kv.get("tps", kv.get("wps"))
+        if step is None or "loss" not in kv or step != int(step) or step < 0:
+            state.malformed_lines += 1
+            return None
+        step_i = int(step)
+        ts = _timestamp(line)
+        sc = state.scratch
+        prev = sc.get("prev")  # (step, timestamp)
+        step_time = None
+        if ts is not None and prev is not None and step_i > prev[0] and ts > prev[1]:
+            step_time = (ts - prev[1]) / (step_i - prev[0])
+        sc["prev"] = (step_i, ts) if ts is not None else None
+        fields = dict(loss=kv.get("loss"), grad_norm=kv.get("grad_norm"),
+                      memory_GiB=kv.get("memory"), claimed_tokens_per_s_per_device=tps,
+                      claimed_tflops_per_device=kv.get("tflops"), claimed_mfu_pct=kv.get("mfu"),
+                      extra={"memory_pct": mem_pct} if mem_pct is not None else {})
+        if step_time is None:
+            # No predecessor (first line, restart) or no timestamps: finish it at the end if the
+            # tokens per step and the device count become known.
+            if tps and tps > 0:
+                pending = sc.setdefault("pending", [])
+                if len(pending) < 100_000:
+                    pending.append((step_i, tps, fields, state.rank, state.line_no))
+            state.used = True
+            return None
+        return make_step(step_i, step_time, state, **fields)
+
+    def _fact(self, line: str, state: ParseState) -> None:
+        if "global batch size" in line:
+            m = _START.search(line)
+            if m:
+                state.fact("global_batch", int(m.group(1)), line)
+                state.fact("seq_len", int(m.group(2)), line)
+                loc = _LOCAL.search(line)
+                if loc:
+                    state.fact("micro_batch", int(loc.group(1)), line)
+        elif "device mesh" in line:
+            m = _MESH.search(line)
+            if m:
+                try:
+                    names, sizes = ast.literal_eval(m.group(1)), ast.literal_eval(m.group(2))
+                except (ValueError, SyntaxError, MemoryError, RecursionError):
+                    return
+                if isinstance(names, list) and isinstance(sizes, list) and len(names) == len(sizes) \
+                        and all(isinstance(s, int) and s > 0 for s in sizes):
+                    n = 1
+                    for name, size in zip(names, sizes, strict=True):
+                        n *= size
+                        key = _MESH_NAMES.get(str(name))
+                        if key:
+                            state.fact(key, size, line)
+                    state.fact("num_devices", n, line)
+        elif "Peak FLOPS used for computing MFU" in line:
+            v = to_float(line.rsplit(":", 1)[1].strip())
+            if v and v > 0:
+                state.fact("claimed_peak_tflops", v / 1e12, line)
+        elif "capacity:" in line:
+            m = re.search(r"capacity:\s*(.+?)\s+(?:\(\d+\)\s+)?with\s+[\d.]+\s*GiB", line)
+            if m:
+                state.fact("device_name", m.group(1).strip(), line)
+        elif "Building llama" in line or "Building Llama" in line:
+            m = _MODEL.search(line)
+            if m:
+                fam, size = m.group(1).lower(), m.group(2).lower()
+                state.fact("model_flavor", f"{fam} {size}", line)
+
+    def finish(self, state: ParseState) -> list[StepRecord]:
+        out: list[StepRecord] = []
+        f = state.facts.values
+        h = state.hints
+        tokens = h.get("tokens_per_step") or (
+            f["global_batch"] * f["seq_len"] if "global_batch" in f and "seq_len" in f else None)
+        n = h.get("num_devices") or f.get("num_devices")
+        dropped = 0
+        for scratch in state.all_scratch().values():
+            for step_i, tps, fields, rank, line_no in scratch.get("pending", []):
+                if tokens and n:
+                    kw = {k: v for k, v in fields.items() if v is not None}
+                    kw["extra"] = {**kw.get("extra", {}), "line": line_no}
+                    out.append(StepRecord(step=step_i, step_time_s=tokens / (tps * n), rank=rank, **kw))
+                else:
+                    dropped += 1
+        if dropped:
+            state.note(f"{dropped} step line(s) without a preceding timestamped step line were left out "
+                       "(their time needs the tokens per step and the device count)")
+        elif out:
+            state.note(f"{len(out)} step time(s) derived as tokens per step / (tps x devices)")
+        return out

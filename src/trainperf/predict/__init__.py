@@ -1,0 +1,10 @@
+"""Predict: an analytic model of a training step's time and memory, and its calibration.
+
+``predict(workload)`` returns a :class:`~trainperf.predict.step.Prediction`; the arithmetic is
+in :mod:`trainperf.predict.core` (pure functions of numbers, numpy-vectorisable for the
+planner). Nothing here imports torch or :mod:`trainperf.measure`.
+"""
+
+from trainperf.predict.step import Collective, Prediction, predict
+
+__all__ = ["Collective", "Prediction", "predict"]

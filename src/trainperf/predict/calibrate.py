@@ -1,0 +1,221 @@
+"""Fit a device's efficiency knobs to measured runs, and judge the fit on runs it did not see.
+
+The fit minimises the mean squared log error of predicted vs measured step time,
+``mean(log(pred/meas)^2)``, over the chosen knobs of one device, plus a weak pull towards the
+starting values (so knobs the data cannot tell apart stay at their public defaults). Each knob
+is searched in an unbounded transform of its allowed range (logit of the position between its
+bounds), with a small Nelder-Mead simplex (Nelder & Mead 1965; the adaptive coefficients of
+Gao & Han 2012); scipy is not needed.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainperf.errors import InputFileError, SpecError
+from trainperf.predict import core
+from trainperf.predict.efficiency import KNOB_BOUNDS, KNOB_NAMES, Knobs
+
+DEFAULT_FIT_KNOBS: tuple[str, ...] = ("matmul_efficiency", "op_overhead_us", "memory_efficiency")
+"""Knobs fitted when none are named: the first one for one run, two for two runs, all three for
+three or more (never more knobs than runs)."""
+
+
+@dataclass(frozen=True)
+class Observation:
+    """A measured step time of a workload."""
+
+    name: str
+    workload: Any
+    measured_step_time_s: float
+    trainable_fraction: float = 1.0
+
+
+@dataclass(frozen=True)
+class FitResult:
+    knobs: Knobs
+    fitted: tuple[str, ...]
+    rows: tuple[dict[str, Any], ...]
+    """name, measured, predicted, abs_pct_error for each fitting observation."""
+    iterations: int
+    loss: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def mape_pct(self) -> float:
+        return statistics.fmean(r["abs_pct_error"] for r in self.rows) if self.rows else float("nan")
+
+
+# ------------------------------------------------------------------------------ transforms
+def _to_x(name: str, v: float) -> float:
+    lo, hi = KNOB_BOUNDS[name]
+    u = min(max((v - lo) / (hi - lo), 1e-6), 1 - 1e-6)
+    return math.log(u / (1 - u))
+
+
+def _from_x(name: str, x: float) -> float:
+    lo, hi = KNOB_BOUNDS[name]
+    x = max(min(x, 40.0), -40.0)
+    return lo + (hi - lo) / (1.0 + math.exp(-x))
+
+
+def nelder_mead(fun: Callable[[list[float]], float], x0: Sequence[float], step: float = 0.5,
+                max_iter: int = 400, tol: float = 1e-10) -> tuple[list[float], float, int]:
+    """Minimise ``fun`` from ``x0``; returns (x, f(x), iterations). Adaptive coefficients."""
+    n = len(x0)
+    if n == 0:
+        return [], fun([]), 0
+    alpha, gamma = 1.0, 1.0 + 2.0 / n
+    rho, sigma = 0.75 - 1.0 / (2 * n), 1.0 - 1.0 / n
+    simplex = [list(map(float, x0))]
+    for i in range(n):
+        x = list(map(float, x0))
+        x[i] += step
+        simplex.append(x)
+    values = [fun(x) for x in simplex]
+    it = 0
+    while it < max_iter:
+        it += 1
+        order = sorted(range(n + 1), key=values.__getitem__)
+        simplex = [simplex[i] for i in order]
+        values = [values[i] for i in order]
+        if abs(values[-1] - values[0]) <= tol * (1.0 + abs(values[0])):
+            break
+        centroid = [sum(x[j] for x in simplex[:-1]) / n for j in range(n)]
+        worst = simplex[-1]
+        xr = [c + alpha * (c - w) for c, w in zip(centroid, worst, strict=True)]
+        fr = fun(xr)
+        if fr < values[0]:
+            xe = [c + gamma * (r - c) for c, r in zip(centroid, xr, strict=True)]
+            fe = fun(xe)
+            simplex[-1], values[-1] = (xe, fe) if fe < fr else (xr, fr)
+        elif fr < values[-2]:
+            simplex[-1], values[-1] = xr, fr
+        else:
+            outside = fr < values[-1]
+            target = xr if outside else worst
+            xc = [c + rho * (t - c) for c, t in zip(centroid, target, strict=True)]
+            fc = fun(xc)
+            if fc < (fr if outside else values[-1]):
+                simplex[-1], values[-1] = xc, fc
+            else:
+                best = simplex[0]
+                simplex = [best] + [[b + sigma * (x - b) for b, x in zip(best, xs, strict=True)]
+                                    for xs in simplex[1:]]
+                values = [values[0]] + [fun(x) for x in simplex[1:]]
+    i = min(range(n + 1), key=values.__getitem__)
+    return simplex[i], values[i], it
+
+
+# ------------------------------------------------------------------------------------- fit
+def predict_with(knobs: Knobs, observations: Sequence[Observation]) -> list[float]:
+    """Predicted step times of the observations under ``knobs``."""
+    return [core.as_float(core.step_core(core.workload_features(o.workload, o.trainable_fraction),
+                                         knobs.values())["step_time_s"]) for o in observations]
+
+
+def error_rows(knobs: Knobs, observations: Sequence[Observation]) -> tuple[dict[str, Any], ...]:
+    preds = predict_with(knobs, observations)
+    return tuple({
+        "name": o.name, "measured_step_time_s": o.measured_step_time_s, "predicted_step_time_s": p,
+        "abs_pct_error": 100.0 * abs(p - o.measured_step_time_s) / o.measured_step_time_s,
+    } for o, p in zip(observations, preds, strict=True))
+
+
+def fit_knobs(observations: Sequence[Observation], base: Knobs, free: Sequence[str] | None = None,
+              prior_weight: float = 1e-3, max_iter: int = 600) -> FitResult:
+    """Fit the ``free`` knobs of ``base`` to ``observations`` (all on one device)."""
+    if not observations:
+        raise SpecError("runs", 0, "at least one measured run to fit")
+    if free is None:
+        free = DEFAULT_FIT_KNOBS[:min(len(observations), len(DEFAULT_FIT_KNOBS))]
+    for name in free:
+        if name not in KNOB_NAMES:
+            raise SpecError("knobs", name, f"one of {', '.join(KNOB_NAMES)}")
+    free = tuple(dict.fromkeys(free))
+    feats = [core.workload_features(o.workload, o.trainable_fraction) for o in observations]
+    meas = [o.measured_step_time_s for o in observations]
+    base_vals = base.values()
+    x0 = [_to_x(n, base_vals[n]) for n in free]
+
+    def loss(x: list[float]) -> float:
+        vals = dict(base_vals)
+        for n, xi in zip(free, x, strict=True):
+            vals[n] = _from_x(n, xi)
+        err = 0.0
+        for f, m in zip(feats, meas, strict=True):
+            p = core.as_float(core.step_core(f, vals)["step_time_s"])
+            if not p > 0:
+                return 1e9
+            err += math.log(p / m) ** 2
+        prior = sum((xi - x0i) ** 2 for xi, x0i in zip(x, x0, strict=True))
+        return err / len(feats) + prior_weight * prior
+
+    x, fx, it = nelder_mead(loss, x0, max_iter=max_iter)
+    # restart once from the optimum (Nelder-Mead can stall on a degenerate simplex)
+    x, fx, it2 = nelder_mead(loss, x, step=0.2, max_iter=max_iter)
+    fitted = {n: _from_x(n, xi) for n, xi in zip(free, x, strict=True)}
+    srcs = dict(base.sources)
+    names = ", ".join(o.name for o in observations)
+    for n in free:
+        srcs[n] = f"fitted to {len(observations)} run(s): {names}"
+    knobs = base.replace(**fitted, sources=srcs)
+    return FitResult(knobs=knobs, fitted=free, rows=error_rows(knobs, observations),
+                     iterations=it + it2, loss=fx)
+
+
+# ----------------------------------------------------------------------------- run inputs
+STATISTICS: tuple[str, ...] = ("median", "p10", "min")
+
+
+def observation_from_run(run: Any, name: str | None = None, statistic: str = "median") -> Observation:
+    """A steady-state step time of a RunRecord (warm-up excluded by the standard rule): the
+    median, or on a shared machine whose load inflates most steps, the 10th percentile or the
+    minimum (the least disturbed steps)."""
+    from trainperf.accounting.summarize import summarize
+
+    if run.workload is None:
+        raise SpecError("run.workload", None, f"a workload (model, device, plan) for run {run.name!r}")
+    if not run.steps:
+        raise SpecError("run.steps", 0, f"at least one step in run {run.name!r}")
+    if statistic not in STATISTICS:
+        raise SpecError("statistic", statistic, f"one of {', '.join(STATISTICS)}")
+    s = summarize(run)
+    if statistic == "median":
+        value = s.step_time_median_s
+    else:
+        from trainperf.accounting.summarize import steady_steps
+
+        times = [st.step_time_s for st in steady_steps(run)[0]]
+        value = s.step_time_p10_s if statistic == "p10" else min(times)
+    return Observation(name=name or run.name, workload=run.workload, measured_step_time_s=float(value),
+                       trainable_fraction=float(run.meta.get("trainable_fraction", 1.0)))
+
+
+def load_runs(spec: str) -> list[Any]:
+    """Run records named by ``spec``: ``published:all``, ``published:<id>``, ``published:<vendor>``
+    or ``published:<device id>``, a JSONL run file, or a bench run directory (its steps.jsonl)."""
+    if spec.startswith("published:"):
+        from trainperf.predict.published import get_published, published_runs
+
+        key = spec.split(":", 1)[1]
+        runs = [r for r in published_runs() if key == "all" or key in (r.vendor, r.workload.hardware.id)]
+        if not runs:
+            runs = [get_published(key)]
+        return [r.to_run_record() for r in runs if r.validate or key == r.id]
+    from trainperf.records.jsonl import read_run
+
+    p = Path(spec)
+    if p.is_dir():
+        p = p / "steps.jsonl"
+    if not p.is_file():
+        raise InputFileError(f"run {spec!r}: no such file (give a JSONL run, a bench run directory, "
+                             "or published:<id|vendor|device|all>)")
+    run = read_run(p)
+    run.meta.setdefault("name", str(spec))
+    return [run]

@@ -1,0 +1,386 @@
+"""The analytic step model as pure functions of numbers (floats or numpy arrays).
+
+:func:`workload_features` turns a :class:`~trainperf.specs.workload.Workload` into a flat dict
+of numbers; :func:`step_core` maps those numbers and a knob dict to seconds and bytes. Nothing
+here reads a catalog or builds an object per call, so the planner can pass numpy arrays (one
+element per candidate plan) for any plan-dependent feature and get arrays back.
+
+What one optimizer step costs on the slowest device (the last pipeline stage, which also runs
+the LM head and the loss):
+
+* per micro-batch, per layer: every GEMM by shape (:mod:`.compute`), fused attention, the
+  memory-bound ops; backward is 2x the GEMMs (activation and weight gradients; LoRA skips the
+  frozen weights' gradients), 2.5x attention, 2x the elementwise bytes; recomputation re-runs
+  the attention core (selective) or the layer's forward (full);
+* tensor-parallel collectives (2 all-reduces per layer forward, or 2 all-gathers + 2
+  reduce-scatters with sequence parallelism, the same again backward and for full
+  recomputation) sit on the critical path: exposed in full;
+* expert-parallel all-to-all (dispatch + combine) is exposed in full;
+* FSDP/ZeRO-3 all-gathers (forward, and again backward: parameters are resharded after the
+  forward) and reduce-scatters (every micro-batch), the DP all-reduce / ZeRO-1/2 reduce-scatter
+  (once per step), the CP K/V ring and PP send/recv overlap compute as
+  :func:`~trainperf.predict.comms.exposed_s` says, plus the first all-gather and last
+  reduce-scatter of a micro-batch, which nothing can hide;
+* the pipeline bubble, ``(p-1)/v`` micro-batch times (:mod:`.pipeline`);
+* the optimizer step, memory-bound over the local optimizer shard.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from trainperf.predict import comms, compute, memory, pipeline, vec
+
+ATTENTION_PEAK_PRECISION = {"fp8": "bf16", "fp4": "bf16"}
+"""Attention runs in 16-bit even when the GEMMs run in fp8/fp4 (seed 002, footnote 2)."""
+
+KERNELS_PER_LAYER_FWD = 14.0
+"""Kernels one layer launches forward in an eager framework: ~7 GEMMs, 2 norms, 2 adds, RoPE,
+activation, attention."""
+
+GRAD_REDUCE_BYTES = 4.0
+"""Gradients are reduced in fp32 (torchtitan's default reduce dtype, Megatron-LM's fp32 grad
+buffer, PyTorch DDP with fp32 master weights)."""
+
+PARAM_GATHER_BYTES = 2.0
+"""Parameters are gathered in 16-bit (FSDP mixed precision param dtype)."""
+
+LOGIT_BYTES = 6.0
+"""Live bytes per logit at the loss: bf16 logits + fp32 upcast for the softmax."""
+
+
+def _kv_avg(model: Any, seq_len: int) -> float:
+    """Mean number of keys per query a block-sparse causal kernel computes, over layers."""
+    total = 0.0
+    for ctx in model.attention_context(seq_len):
+        if ctx < seq_len:
+            w = ctx
+            total += (w * (w + 1) / 2 + (seq_len - w) * w) / seq_len
+        else:
+            total += (seq_len + 1) / 2.0
+    return total / model.layers
+
+
+def model_features(model: Any, seq_len: int) -> dict[str, Any]:
+    """Numbers of a model that do not depend on the plan."""
+    attn = model.attention_matmuls()
+    mats: list[tuple[float, float, int, str]] = []  # (in, out, split: 0 col / 1 row / 2 kv, tag)
+    for name, (i, o) in attn.items():
+        if name == "o_proj":
+            mats.append((i, o, 1, "attn"))
+        elif name in ("k_proj", "v_proj"):
+            mats.append((i, o, 2, "attn"))
+        else:
+            mats.append((i, o, 0, "attn"))
+    dense_mlp = [(i, o, 1 if name == "down_proj" else 0, "mlp")
+                 for name, (i, o) in model.dense_mlp_matmuls().items()]
+    expert_mlp = ([(i, o, 1 if name == "down_proj" else 0, "expert")
+                   for name, (i, o) in model.dense_mlp_matmuls(model.moe_expert_ffn).items()]
+                  if model.is_moe else [])
+    attn_params = model.attention_params_per_layer + model.norm_params_per_layer
+    return {
+        "layers": float(model.layers), "hidden": float(model.hidden), "heads": float(model.heads),
+        "kv_heads": float(model.kv_heads), "head_dim": float(model.head_dim),
+        "q_dim": float(model.q_dim), "kv_dim": float(model.kv_dim),
+        "qk_head_dim": float(model.qk_head_dim), "v_head_dim": float(model.v_dim_per_head),
+        "ffn": float(model.ffn_hidden), "gated": bool(model.gated_mlp), "vocab": float(model.vocab),
+        "moe_layers": float(model.moe_layers), "dense_layers": float(model.dense_layers),
+        "moe_experts": float(model.moe_experts), "moe_topk": float(model.moe_topk),
+        "moe_shared": float(model.moe_shared_experts),
+        "expert_ffn": float(model.moe_expert_ffn or 0),
+        "attn_mats": tuple(mats), "mlp_mats": tuple(dense_mlp), "expert_mats": tuple(expert_mlp),
+        "params_attn_layer": float(attn_params),
+        "params_dense_mlp_layer": float(model.dense_mlp_params_per_layer),
+        "params_expert": float(model.expert_params),
+        "params_router_layer": float(model.router_params_per_layer),
+        "params_embedding": float(model.embedding_params),
+        "params_head": float(model.lm_head_params + model.final_norm_params),
+        "params_total": float(model.total_params),
+        "kv_avg": _kv_avg(model, seq_len),
+        "seq_len": float(seq_len),
+    }
+
+
+def workload_features(w: Any, trainable_fraction: float = 1.0) -> dict[str, Any]:
+    """All numbers :func:`step_core` needs, for one workload."""
+    p = w.plan
+    hw = w.hardware
+    f = model_features(w.model, w.seq_len)
+    precision = w.precision
+    attn_prec = ATTENTION_PEAK_PRECISION.get(precision, precision)
+    if not hw.supports(attn_prec):
+        attn_prec = precision
+    f.update({
+        "num_devices": float(w.num_devices), "devices_per_node": float(w.devices_per_node),
+        "micro_batch": float(w.micro_batch), "grad_accum": float(w.grad_accum_steps),
+        "dp": float(p.dp or 1), "fsdp": float(p.fsdp), "zero_stage": float(p.zero_stage),
+        "tp": float(p.tp), "sp": bool(p.sequence_parallel), "pp": float(p.pp), "vpp": float(p.vpp),
+        "interleaved": p.pp_schedule == "interleaved", "cp": float(p.cp), "ep": float(p.ep),
+        "shards_params": float(p.shards_params), "shards_grads": float(p.shards_grads),
+        "shards_optimizer": float(p.shards_optimizer),
+        "policy": w.activation_checkpointing,
+        "peak_flops": hw.peak_flops(precision), "attn_peak_flops": hw.peak_flops(attn_prec),
+        "fp8": precision in ("fp8", "fp4"),
+        "state_kind": "fp32" if precision in ("fp32", "tf32") else "mixed",
+        "act_bytes": 4.0 if precision in ("fp32", "tf32") else 2.0,
+        "hbm_bytes_per_s": hw.hbm_bandwidth_GB_per_s * 1e9,
+        "intra_bytes_per_s": hw.intra_node_link_GB_per_s * 1e9,
+        "inter_bytes_per_s": hw.inter_node_link_GB_per_s * 1e9,
+        "hbm_capacity_bytes": hw.hbm_GB * 1e9,
+        "trainable_fraction": float(trainable_fraction),
+    })
+    return f
+
+
+def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
+    """Seconds per step by component, collective details and memory bytes per device.
+
+    ``f``: :func:`workload_features` (plan entries may be numpy arrays); ``k``: knob values
+    (:meth:`~trainperf.predict.efficiency.Knobs.values`). Returns a dict of numbers/arrays.
+    """
+    t, pp, cp, ep, vpp = f["tp"], f["pp"], f["cp"], f["ep"], f["vpp"]
+    sp = f["sp"]
+    b, s, M = f["micro_batch"], f["seq_len"], f["grad_accum"]
+    L = f["layers"]
+    dpn = f["devices_per_node"]
+    act_b = f["act_bytes"]
+    hbm = f["hbm_bytes_per_s"]
+    lat = k["link_latency_us"] * 1e-6
+    ovh = k["op_overhead_us"] * 1e-6
+    train_frac = f["trainable_fraction"]
+    mm_eff = vec.where(f["fp8"], k["fp8_matmul_efficiency"], k["matmul_efficiency"])
+    half = k["matmul_half_dim"]
+    peak = f["peak_flops"]
+    elem = vec.where(f["fp8"], 1.0, act_b)
+
+    m_tok = b * s / cp  # token rows of every GEMM on one device
+    layers_stage = vec.ceil(L / pp)
+    moe_frac = f["moe_layers"] / L
+    dense_frac = f["dense_layers"] / L
+
+    def col_row(i, o, split):
+        if split == 1:
+            return o, i / t  # (n, k) of a row-parallel GEMM
+        if split == 2:  # k/v projections: kv heads are replicated when tp > kv_heads
+            return f["head_dim"] * vec.maximum(f["kv_heads"] / t, 1.0), i
+        return o / t, i
+
+    # --- GEMMs of one layer, forward (average layer: dense and MoE layers mixed by count)
+    mm_fwd = 0.0
+    for i, o, split, _ in f["attn_mats"]:
+        n, kk = col_row(i, o, split)
+        mm_fwd = mm_fwd + compute.matmul_time_s(m_tok, n, kk, peak, mm_eff, half, hbm, elem)
+    for i, o, split, _ in f["mlp_mats"]:
+        n, kk = col_row(i, o, split)
+        mm_fwd = mm_fwd + dense_frac * compute.matmul_time_s(m_tok, n, kk, peak, mm_eff, half, hbm, elem)
+    if f["expert_mats"]:
+        local_experts = f["moe_experts"] / ep
+        m_e = m_tok * f["moe_topk"] * ep / f["moe_experts"]
+        t_exp = 0.0
+        for i, o, split, _ in f["expert_mats"]:
+            n, kk = col_row(i, o, split)
+            t_exp = t_exp + compute.matmul_time_s(m_e, n, kk, peak, mm_eff, half, hbm, elem)
+            t_exp = t_exp + f["moe_shared"] / local_experts * compute.matmul_time_s(
+                m_tok, n, kk, peak, mm_eff, half, hbm, elem)
+        t_router = compute.matmul_time_s(m_tok, f["moe_experts"], f["hidden"], peak, mm_eff, half, hbm, elem)
+        mm_fwd = mm_fwd + moe_frac * (local_experts * t_exp + t_router)
+
+    # --- attention core and memory-bound ops of one layer, forward
+    attn_flops = compute.attention_forward_flops(b, s / cp, f["kv_avg"], f["heads"] / t,
+                                                 f["qk_head_dim"], f["v_head_dim"])
+    attn_fwd, attn_bwd = compute.attention_time_s(attn_flops, f["attn_peak_flops"], k["attention_efficiency"])
+    hn = vec.where(sp, f["hidden"] / t, f["hidden"])
+    kv_local = f["head_dim"] * vec.maximum(f["kv_heads"] / t, 1.0)
+    ffn_eff = dense_frac * f["ffn"] + moe_frac * f["moe_topk"] * f["expert_ffn"]
+    el_bytes = m_tok * compute.elementwise_bytes_per_token(hn, f["q_dim"] / t, kv_local, ffn_eff / t,
+                                                           f["gated"], act_b)
+    mem_fwd = compute.memory_time_s(el_bytes, hbm, k["memory_efficiency"])
+    ovh_fwd = KERNELS_PER_LAYER_FWD * ovh
+
+    layer_fwd = mm_fwd + attn_fwd + mem_fwd + ovh_fwd
+    layer_bwd = (1.0 + train_frac) * mm_fwd + attn_bwd + 2.0 * mem_fwd + 2.0 * ovh_fwd
+    policy = f["policy"]
+    full = vec.equals(policy, "full")
+    layer_rec = vec.where(full, layer_fwd, vec.where(vec.equals(policy, "selective"), attn_fwd, 0.0))
+
+    # --- LM head + loss (last stage)
+    head_mm = compute.matmul_time_s(m_tok, f["vocab"] / t, f["hidden"], peak, mm_eff, half, hbm, elem)
+    loss_t = compute.memory_time_s(m_tok * f["vocab"] / t * compute.LOSS_BYTES_PER_LOGIT, hbm,
+                                   k["memory_efficiency"])
+    head_fwd = head_mm + 0.5 * loss_t + 3 * ovh
+    head_bwd = (1.0 + train_frac) * head_mm + 0.5 * loss_t + 3 * ovh
+
+    fwd_mb = layers_stage * layer_fwd + head_fwd
+    bwd_mb = layers_stage * layer_bwd + head_bwd
+    rec_mb = layers_stage * layer_rec
+    compute_mb = fwd_mb + bwd_mb + rec_mb
+
+    # --- mesh layout: dp x fsdp x cp x pp x tp (tp innermost)
+    tp_k, tp_N = comms.group_layout(t, 1.0, dpn)
+    pp_k, pp_N = comms.group_layout(pp, t, dpn)
+    cp_k, cp_N = comms.group_layout(cp, t * pp, dpn)
+    fs_k, fs_N = comms.group_layout(f["fsdp"], t * pp * cp, dpn)
+    dp_k, dp_N = comms.group_layout(f["dp"], t * pp * cp * f["fsdp"], dpn)
+    ep_k, ep_N = comms.group_layout(ep, t * pp, dpn)
+    intra, inter, leff = f["intra_bytes_per_s"], f["inter_bytes_per_s"], k["link_efficiency"]
+
+    # --- tensor parallel: per layer forward 2 all-reduces (or 2 AG + 2 RS with SP) of the
+    # activations [b, s/cp, h]; the same backward and for full recomputation.
+    tp_buf = b * s / cp * f["hidden"] * act_b
+    gather_scale = vec.where(f["fp8"], 0.5, 1.0)  # fp8 recipes gather fp8 inputs (torchtitan, TE)
+    ar = comms.collective_time_s("all-reduce", tp_buf, t, tp_k, tp_N, intra, inter, leff, lat)
+    agrs = (comms.collective_time_s("all-gather", tp_buf * gather_scale, t, tp_k, tp_N, intra, inter, leff, lat)
+            + comms.collective_time_s("reduce-scatter", tp_buf, t, tp_k, tp_N, intra, inter, leff, lat))
+    # forward: 2 all-reduces, or 2 x (all-gather + reduce-scatter) with sequence parallelism
+    tp_layer_fwd = vec.where(sp, 2.0 * agrs, 2.0 * ar)
+    tp_passes = 2.0 + vec.where(full, 1.0, 0.0)
+    tp_mb = layers_stage * tp_layer_fwd * tp_passes
+    tp_bytes_mb = layers_stage * tp_passes * 2.0 * comms.ring_bytes_per_device("all-reduce", tp_buf, t)
+
+    # --- expert parallel all-to-all: dispatch + combine forward, again backward
+    a2a_buf = m_tok * f["moe_topk"] * f["hidden"] * act_b
+    a2a = comms.collective_time_s("all-to-all", a2a_buf, ep, ep_k, ep_N, intra, inter, leff, lat)
+    ep_mb = f["moe_layers"] / pp * 2.0 * 2.0 * a2a * (ep > 1)
+
+    # critical-path time of one micro-batch on one stage
+    t_mb = compute_mb + tp_mb + ep_mb
+
+    # --- parameters held by the slowest stage, before data-parallel sharding
+    p_layer = (f["params_attn_layer"] + dense_frac * f["params_dense_mlp_layer"]
+               + moe_frac * (f["params_router_layer"]
+                             + (f["moe_experts"] / ep + f["moe_shared"]) * f["params_expert"]))
+    p_stage = (layers_stage * p_layer + vec.where(pp > 1, vec.maximum(f["params_embedding"], f["params_head"]),
+                                                   f["params_embedding"] + f["params_head"])) / t
+    p_layer_local = p_layer / t
+
+    # --- FSDP / ZeRO-3: all-gather forward + backward, reduce-scatter, every micro-batch
+    n_shard = f["shards_params"]
+    zero3 = n_shard > 1
+    fs_deg = vec.where(f["fsdp"] > 1, f["fsdp"], f["dp"])
+    fsk = vec.where(f["fsdp"] > 1, fs_k, dp_k)
+    fsN = vec.where(f["fsdp"] > 1, fs_N, dp_N)
+    gather_bytes = PARAM_GATHER_BYTES * gather_scale
+    ag_one = comms.collective_time_s("all-gather", p_stage * gather_bytes, fs_deg, fsk, fsN,
+                                     intra, inter, leff, lat * layers_stage)
+    rs_one = comms.collective_time_s("reduce-scatter", p_stage * train_frac * GRAD_REDUCE_BYTES, fs_deg,
+                                     fsk, fsN, intra, inter, leff, lat * layers_stage)
+    fsdp_ag = vec.where(zero3, 2.0 * M * ag_one, 0.0)
+    fsdp_rs = vec.where(zero3, M * rs_one, 0.0)
+    # the first layer's gather and the last layer's reduce-scatter of each micro-batch cannot hide
+    edge = vec.where(zero3, M * (ag_one + rs_one) / vec.maximum(layers_stage, 1.0), 0.0)
+
+    # --- replicated data parallel: DDP all-reduce, ZeRO-1/2 reduce-scatter + all-gather, HSDP
+    dp = f["dp"]
+    zs = f["zero_stage"]
+    grad_shard = p_stage * train_frac * GRAD_REDUCE_BYTES / vec.where(f["fsdp"] > 1, f["fsdp"], 1.0)
+    dp_ar = comms.collective_time_s("all-reduce", grad_shard, dp, dp_k, dp_N, intra, inter, leff,
+                                    lat * vec.minimum(layers_stage, 8.0))
+    dp_rs = comms.collective_time_s("reduce-scatter", grad_shard, dp, dp_k, dp_N, intra, inter, leff, lat)
+    dp_ag = comms.collective_time_s("all-gather", p_stage * train_frac * PARAM_GATHER_BYTES, dp, dp_k,
+                                    dp_N, intra, inter, leff, lat)
+    # dp > 1 and not ZeRO-3 over dp (which the FSDP terms above already carry)
+    plain_dp = vec.where(dp > 1, vec.where(f["fsdp"] <= 1, zs < 3, True), False)
+    zero12 = vec.where(plain_dp, vec.where(f["fsdp"] <= 1, zs >= 1, False), False)
+    dp_grad = vec.where(plain_dp, vec.where(zero12, dp_rs, dp_ar), 0.0)
+    zero_ag = vec.where(zero12, dp_ag, 0.0)
+
+    # --- context parallel ring (K and V forward; K, V, dK, dV backward) and PP send/recv
+    kv_chunk = b * s / cp * 2.0 * kv_local * act_b
+    cp_layer = comms.collective_time_s("all-gather", kv_chunk * cp, cp, cp_k, cp_N, intra, inter, leff, lat)
+    cp_mb = vec.where(cp > 1, layers_stage * cp_layer * (1.0 + 2.0 + vec.where(full, 1.0, 0.0)), 0.0)
+    pp_msg = b * s / cp * f["hidden"] * act_b / vec.where(sp, t, 1.0)
+    pp_one = comms.collective_time_s("send-recv", pp_msg, pp, pp_k, pp_N, intra, inter, leff, lat)
+    pp_mb = vec.where(pp > 1, 2.0 * vpp * pp_one, 0.0)
+
+    # --- overlap: FSDP, CP and PP traffic hide behind the step's compute; DP behind the last
+    # micro-batch's backward; the ZeRO-1/2 parameter gather behind the first forward.
+    ovl = k["overlap"]
+    fwd_all, bwd_all = M * fwd_mb, M * (bwd_mb + rec_mb)
+    ag_fwd_exp = comms.exposed_s(0.5 * fsdp_ag, fwd_all, ovl)
+    bwd_comm = 0.5 * fsdp_ag + fsdp_rs
+    bwd_exp = comms.exposed_s(bwd_comm, bwd_all, ovl)
+    bwd_share = vec.where(bwd_comm > 0, bwd_exp / vec.where(bwd_comm > 0, bwd_comm, 1.0), 0.0)
+    edge_ag = edge * ag_one / vec.where(ag_one + rs_one > 0, ag_one + rs_one, 1.0)
+    fsdp_ag_exp = ag_fwd_exp + 0.5 * fsdp_ag * bwd_share + edge_ag
+    fsdp_rs_exp = fsdp_rs * bwd_share + (edge - edge_ag)
+    # CP and PP traffic hide in what the FSDP traffic left of the step's compute
+    left = vec.maximum(0.0, fwd_all + bwd_all - ovl * (fsdp_ag + fsdp_rs))
+    other = M * (cp_mb + pp_mb)
+    other_exp = comms.exposed_s(other, left, ovl)
+    other_share = vec.where(other > 0, other_exp / vec.where(other > 0, other, 1.0), 0.0)
+    cp_exp = M * cp_mb * other_share
+    pp_exp = M * pp_mb * other_share
+    dp_exp = comms.exposed_s(dp_grad, bwd_mb, ovl)
+    zero_ag_exp = comms.exposed_s(zero_ag, fwd_mb, ovl)
+
+    # --- pipeline bubble and optimizer
+    bubble = vec.where(pp > 1, pipeline.bubble_time_s(pp, vec.where(f["interleaved"], vpp, 1.0), t_mb), 0.0)
+    p_opt_local = p_stage * train_frac / f["shards_optimizer"]
+    optimizer = compute.memory_time_s(p_opt_local * compute.OPTIMIZER_BYTES_PER_PARAM, hbm,
+                                      k["memory_efficiency"]) + 20 * ovh
+
+    step = (M * t_mb + bubble + fsdp_ag_exp + fsdp_rs_exp + dp_exp + zero_ag_exp + cp_exp
+            + pp_exp + optimizer)
+
+    # --- memory per device (bytes)
+    w_b, g_b, o_b = memory.STATE_BYTES[f["state_kind"]]
+    weights = p_stage * w_b / n_shard
+    grads = p_stage * train_frac * g_b / f["shards_grads"]
+    optim = p_stage * train_frac * o_b / f["shards_optimizer"]
+    gathered = vec.where(zero3, 2.0 * p_layer_local * PARAM_GATHER_BYTES
+                        + p_layer_local * train_frac * GRAD_REDUCE_BYTES, 0.0)
+    act_layer = memory.activation_bytes_per_layer(s / cp, b, f["hidden"], f["q_dim"], kv_local * t,
+                                                  ffn_eff, f["gated"], t, sp, policy, True, f["heads"], act_b)
+    act_layer_none = memory.activation_bytes_per_layer(s / cp, b, f["hidden"], f["q_dim"], kv_local * t,
+                                                       ffn_eff, f["gated"], t, sp, "none", True,
+                                                       f["heads"], act_b)
+    inflight = memory.inflight_microbatches(pp, vpp, M, f["interleaved"])
+    activations = layers_stage * act_layer * inflight
+    working = vec.where(full, act_layer_none, 0.0)
+    logits = vec.where(pp > 1, 0.0, 1.0) * m_tok * f["vocab"] / t * LOGIT_BYTES
+    buffers = vec.where(t > 1, 2.0 * tp_buf, 0.0) + vec.where(plain_dp, 2.0 * 25e6 * GRAD_REDUCE_BYTES, 0.0)
+    reserve = k["reserve_GiB"] * memory.GiB
+    mem_total = weights + grads + optim + gathered + activations + working + logits + buffers + reserve
+
+    return {
+        "step_time_s": step,
+        "forward_s": M * fwd_mb, "backward_s": M * bwd_mb, "recompute_s": M * rec_mb,
+        "matmul_s": M * (layers_stage * (mm_fwd * (2.0 + train_frac) + vec.where(full, mm_fwd, 0.0))
+                         + head_mm * (2.0 + train_frac)),
+        "attention_s": M * layers_stage * (attn_fwd + attn_bwd + vec.where(vec.equals(policy, "none"), 0.0, attn_fwd)),
+        "memory_bound_s": M * (layers_stage * mem_fwd * (3.0 + vec.where(full, 1.0, 0.0)) + loss_t),
+        "overhead_s": M * layers_stage * ovh_fwd * (3.0 + vec.where(full, 1.0, 0.0)),
+        "optimizer_s": optimizer, "bubble_s": bubble,
+        "tp_s": M * tp_mb, "ep_s": M * ep_mb,
+        "fsdp_allgather_s": fsdp_ag, "fsdp_allgather_exposed_s": fsdp_ag_exp,
+        "fsdp_reducescatter_s": fsdp_rs, "fsdp_reducescatter_exposed_s": fsdp_rs_exp,
+        "dp_grad_s": dp_grad, "dp_grad_exposed_s": dp_exp,
+        "zero_allgather_s": zero_ag, "zero_allgather_exposed_s": zero_ag_exp,
+        "cp_s": M * cp_mb, "cp_exposed_s": cp_exp, "pp_s": M * pp_mb, "pp_exposed_s": pp_exp,
+        "tp_bytes": M * tp_bytes_mb,
+        "fsdp_allgather_bytes": vec.where(zero3, 2.0 * M * comms.ring_bytes_per_device(
+            "all-gather", p_stage * gather_bytes, fs_deg), 0.0),
+        "fsdp_reducescatter_bytes": vec.where(zero3, M * comms.ring_bytes_per_device(
+            "reduce-scatter", p_stage * train_frac * GRAD_REDUCE_BYTES, fs_deg), 0.0),
+        "dp_grad_bytes": vec.where(plain_dp, comms.ring_bytes_per_device(
+            "all-reduce", grad_shard, dp) / vec.where(zero12, 2.0, 1.0), 0.0),
+        "ep_bytes": M * f["moe_layers"] / pp * 4.0 * comms.ring_bytes_per_device("all-to-all", a2a_buf, ep),
+        "cp_bytes": M * layers_stage * 4.0 * (cp - 1.0) * kv_chunk,
+        "pp_bytes": M * 2.0 * vpp * pp_msg * (pp > 1),
+        "tp_nodes": tp_N, "fsdp_nodes": fsN, "dp_nodes": dp_N, "cp_nodes": cp_N, "pp_nodes": pp_N,
+        "ep_nodes": ep_N, "fsdp_degree": fs_deg,
+        "mem_weights": weights, "mem_grads": grads, "mem_optimizer": optim, "mem_gathered": gathered,
+        "mem_activations": activations + working, "mem_logits": logits, "mem_buffers": buffers,
+        "mem_reserve": reserve + 0.0 * weights, "mem_total": mem_total,
+        "mem_capacity": f["hbm_capacity_bytes"],
+        "microbatch_s": t_mb,
+    }
+
+
+def as_float(x: Any) -> float:
+    """A scalar result as a Python float (0-d arrays and numpy scalars included)."""
+    v = float(np.asarray(x))
+    return v if math.isfinite(v) else float("nan")

@@ -1,0 +1,148 @@
+"""The catalog of published results (``data/published.toml``), as run records.
+
+Every row of every table in the seed documents is one :class:`PublishedRun`: the workload
+(with the assumptions the seed leaves open written down), the measured figure it reports, the
+step time (published, or derived from tokens/s or TFLOP/s with the stated global batch, and
+marked ``derived``), and its source line. :func:`load_published_runs` returns them as
+:class:`~trainperf.records.RunRecord` objects with ``source="published"``.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+from trainperf.accounting.conventions import model_flops_per_token
+from trainperf.errors import InputFileError, SpecError, UnknownNameError
+from trainperf.records.run_record import RunRecord, StepRecord
+
+_RATE_KEYS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_device", "tflops_per_device")
+_ROW_KEYS = frozenset({
+    "id", "seed", "line", "citation", "framework", "workload", "assumptions", "convention",
+    "claimed_tokens_per_s", "claimed_tokens_per_s_per_device", "claimed_tflops_per_device",
+    "claimed_mfu_pct", "tflops_device_group", "validate", "exclude_reason", "trainable_fraction",
+    *_RATE_KEYS,
+})
+
+
+@dataclass(frozen=True)
+class PublishedRun:
+    """One published result."""
+
+    id: str
+    workload: Any
+    step_time_s: float
+    """Seconds per optimizer step: published, or derived (see ``derived_from``)."""
+    derived_from: str | None
+    """``None`` when the step time is published; else the figure it was derived from."""
+    seed: str
+    line: int
+    citation: str
+    framework: str
+    convention: str
+    assumptions: str
+    validate: bool = True
+    exclude_reason: str = ""
+    trainable_fraction: float = 1.0
+    claimed: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def vendor(self) -> str:
+        return self.workload.hardware.vendor
+
+    @property
+    def source(self) -> str:
+        return f"seed {self.seed[:3]} line {self.line}: {self.citation}"
+
+    def to_run_record(self) -> RunRecord:
+        w = self.workload
+        step = StepRecord(
+            step=0, step_time_s=self.step_time_s, tokens=w.tokens_per_step,
+            claimed_tokens_per_s=self.claimed.get("tokens_per_s"),
+            claimed_tokens_per_s_per_device=self.claimed.get("tokens_per_s_per_device"),
+            claimed_tflops_per_device=self.claimed.get("tflops_per_device"),
+            claimed_mfu_pct=self.claimed.get("mfu_pct"),
+        )
+        meta = {
+            "name": self.id, "citation": self.citation, "seed": self.seed, "line": self.line,
+            "framework": self.framework, "convention": self.convention,
+            "derived_from": self.derived_from, "assumptions": self.assumptions,
+            "validate": self.validate, "exclude_reason": self.exclude_reason,
+            "trainable_fraction": self.trainable_fraction,
+        }
+        return RunRecord(source="published", steps=[step], workload=w, meta=meta)
+
+
+@lru_cache(maxsize=1)
+def _data() -> dict[str, Any]:
+    ref = resources.files("trainperf.predict").joinpath("data", "published.toml")
+    try:
+        return tomllib.loads(ref.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise InputFileError(f"{ref}: cannot read the published catalog: {exc}") from exc
+
+
+def _build(row: dict[str, Any]) -> PublishedRun:
+    from trainperf.specs.workload_file import workload_from_dict
+
+    rid = str(row.get("id", "?"))
+    unknown = sorted(set(row) - _ROW_KEYS)
+    if unknown:
+        raise SpecError(f"published[{rid}]", unknown[0], f"a known key: {', '.join(sorted(_ROW_KEYS))}")
+    w = workload_from_dict(row["workload"])
+    given = [k for k in _RATE_KEYS if k in row]
+    if len(given) != 1:
+        raise SpecError(f"published[{rid}]", given, f"exactly one of {', '.join(_RATE_KEYS)}")
+    key = given[0]
+    value = float(row[key])
+    tokens = w.tokens_per_step
+    claimed = {k[len("claimed_"):]: float(v) for k, v in row.items() if k.startswith("claimed_")}
+    convention = str(row.get("convention", "megatron"))
+    if key == "step_time_s":
+        step, derived = value, None
+    elif key == "tokens_per_s":
+        step, derived = tokens / value, f"tokens_per_s={value:g}"
+        claimed.setdefault("tokens_per_s", value)
+    elif key == "tokens_per_s_per_device":
+        step, derived = tokens / (value * w.num_devices), f"tokens_per_s_per_device={value:g}"
+        claimed.setdefault("tokens_per_s_per_device", value)
+    else:
+        group = int(row.get("tflops_device_group", 1))
+        per_token = model_flops_per_token(w.model, w.seq_len, convention)
+        step = tokens * per_token / (value * 1e12 * w.num_devices / group)
+        derived = (f"tflops_per_device={value:g} per {group}-rank device under the {convention} "
+                   f"convention ({per_token:.4g} FLOPs/token)")
+        claimed.setdefault("tflops_per_device", value / group)
+    return PublishedRun(
+        id=rid, workload=w, step_time_s=step, derived_from=derived, seed=str(row["seed"]),
+        line=int(row["line"]), citation=str(row["citation"]), framework=str(row.get("framework", "")),
+        convention=convention, assumptions=str(row.get("assumptions", "")),
+        validate=bool(row.get("validate", True)), exclude_reason=str(row.get("exclude_reason", "")),
+        trainable_fraction=float(row.get("trainable_fraction", 1.0)), claimed=claimed,
+    )
+
+
+@lru_cache(maxsize=1)
+def published_runs() -> tuple[PublishedRun, ...]:
+    """Every published run of the catalog, in file order."""
+    return tuple(_build(dict(r)) for r in _data().get("runs", []))
+
+
+def published_claims() -> tuple[dict[str, Any], ...]:
+    """Published figures that are not step times (e.g. scaling efficiencies), as dicts."""
+    return tuple(dict(c) for c in _data().get("claims", []))
+
+
+def get_published(run_id: str) -> PublishedRun:
+    runs = {r.id: r for r in published_runs()}
+    if run_id not in runs:
+        raise UnknownNameError("published run", run_id, runs)
+    return runs[run_id]
+
+
+def load_published_runs() -> list[RunRecord]:
+    """The catalog as run records (``source="published"``)."""
+    return [r.to_run_record() for r in published_runs()]

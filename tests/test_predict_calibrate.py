@@ -1,0 +1,34 @@
+"""Knob fitting: the optimiser, and recovering a known knob from synthetic runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainperf.predict.calibrate import Observation, fit_knobs, nelder_mead, predict_with
+from trainperf.predict.efficiency import knobs_for
+from trainperf.specs.workload_file import workload_from_dict
+
+
+def test_nelder_mead_finds_a_quadratic_minimum():
+    x, fx, _ = nelder_mead(lambda v: (v[0] - 1.5) ** 2 + 3 * (v[1] + 0.5) ** 2, [0.0, 0.0])
+    assert x[0] == pytest.approx(1.5, abs=1e-3) and x[1] == pytest.approx(-0.5, abs=1e-3)
+    assert fx < 1e-6
+
+
+def _w(hidden, batch):
+    return workload_from_dict({
+        "model": {"preset": "llama3-8b", "hidden": hidden, "heads": hidden // 128, "kv_heads": 8},
+        "hardware": {"device": "h100-sxm", "num_devices": 8}, "parallel": {"fsdp": 8},
+        "training": {"seq_len": 4096, "global_batch": batch, "micro_batch": batch // 8}})
+
+
+def test_fit_recovers_the_knob_that_generated_the_data():
+    truth = knobs_for("h100-sxm", "nvidia").replace(matmul_efficiency=0.55, op_overhead_us=20.0)
+    ws = [_w(4096, 8), _w(2048, 16), _w(3072, 8)]
+    times = predict_with(truth, [Observation(str(i), w, 1.0) for i, w in enumerate(ws)])
+    obs = [Observation(str(i), w, t) for i, (w, t) in enumerate(zip(ws, times, strict=True))]
+    res = fit_knobs(obs, knobs_for("h100-sxm", "nvidia"), ["matmul_efficiency", "op_overhead_us"],
+                    prior_weight=0.0)
+    assert res.knobs.matmul_efficiency == pytest.approx(0.55, rel=0.02)
+    assert res.mape_pct < 0.5
+    assert "fitted" in res.knobs.sources["matmul_efficiency"]

@@ -1,0 +1,102 @@
+"""`trainperf predict`, `published`, `validate` and `calibrate-model` end to end."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from trainperf.cli.main import main
+
+WL = """[model]
+preset = "{model}"
+[hardware]
+device = "h100-sxm"
+num_devices = {n}
+[parallel]
+fsdp = {n}
+[training]
+seq_len = 4096
+global_batch = {gbs}
+micro_batch = 1
+activation_checkpointing = "full"
+"""
+
+
+def _file(tmp_path, name, **kw):
+    p = tmp_path / name
+    p.write_text(WL.format(**kw))
+    return str(p)
+
+
+def test_predict_json_lines_in_order(tmp_path, capsys):
+    a = _file(tmp_path, "a.toml", model="llama3-8b", n=8, gbs=8)
+    b = _file(tmp_path, "b.toml", model="llama2-70b", n=64, gbs=64)
+    assert main(["predict", a, b, "--json"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2
+    objs = [json.loads(x) for x in lines]
+    assert [o["model"] for o in objs] == ["llama3-8b", "llama2-70b"]
+    for o in objs:
+        for key in ("step_time_s", "tokens_per_s", "tokens_per_s_per_device", "mfu_pct",
+                    "memory_per_device_GiB", "fits", "breakdown", "memory_breakdown_GiB"):
+            assert key in o
+        assert sum(o["breakdown"].values()) == pytest.approx(o["step_time_s"])
+
+
+def test_predict_human_output_and_flags(capsys):
+    assert main(["predict", "--model", "llama3.1-405b", "--device", "h100-sxm", "--num-devices", "128",
+                 "--fsdp", "128", "--seq-len", "8192", "--global-batch", "128",
+                 "--activation-checkpointing", "full"]) == 0
+    out = capsys.readouterr().out
+    assert "step time breakdown" in out and "█" in out and "bottleneck:" in out
+    assert "NO:" in out and "GiB over" in out  # does not fit, says by how much
+
+
+def test_predict_bad_input_is_one_line(capsys):
+    rc = main(["predict", "--model", "llama2-70b", "--device", "a100-sxm-80gb", "--num-devices", "8",
+               "--precision", "fp8"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "training.precision" in err and len(err.splitlines()) == 1
+    rc = main(["predict", "--model", "llama2-70b", "--device", "h100-sxm", "--num-devices", "8",
+               "--tp", "3"])
+    assert rc == 2 and "parallel" in capsys.readouterr().err
+
+
+def test_published_and_validate_json(capsys):
+    assert main(["published", "--json"]) == 0
+    pub = json.loads(capsys.readouterr().out)
+    assert len(pub["runs"]) >= 21
+    assert main(["validate", "--json"]) == 0
+    v = json.loads(capsys.readouterr().out)
+    assert v["mape_pct"] <= 10 and v["max_abs_pct_error"] <= 25
+    assert {"source", "predicted_step_time_s", "published_step_time_s", "abs_pct_error"} <= set(v["rows"][0])
+    assert main(["validate"]) == 0
+    out = capsys.readouterr().out
+    assert "MAPE" in out and "nvidia" in out and "amd" in out
+
+
+def test_calibrate_model_then_predict_with_it(tmp_path, capsys):
+    out = tmp_path / "cal.json"
+    assert main(["calibrate-model", "published:mi250-gcd", "--knobs", "matmul_efficiency",
+                 "-o", str(out), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["devices"]["mi250-gcd"]["matmul_efficiency"] == pytest.approx(0.51, abs=0.03)
+    cal = json.loads(out.read_text())
+    cal["devices"]["mi250-gcd"]["matmul_efficiency"] = 0.25
+    out.write_text(json.dumps(cal))
+    args = ["predict", "--model", "mpt-7b", "--device", "mi250-gcd", "--num-devices", "8",
+            "--seq-len", "2048", "--global-batch", "64", "--json"]
+    assert main(args) == 0
+    base = json.loads(capsys.readouterr().out)["step_time_s"]
+    assert main([*args, "--calibration", str(out)]) == 0
+    slow = json.loads(capsys.readouterr().out)["step_time_s"]
+    assert slow > 1.5 * base
+
+
+def test_calibrate_model_reports_held_out_error(tmp_path, capsys):
+    out = tmp_path / "cal.json"
+    assert main(["calibrate-model", "published:maxtext-llama2-70b-bf16-64xh100",
+                 "--holdout", "published:maxtext-llama2-70b-bf16-2048xh100", "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "held out" in text and "held-out MAPE" in text
