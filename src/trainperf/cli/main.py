@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "calibrate-model": ("trainperf.cli.calibrate_model", "fit the predictor's efficiency knobs to measured runs and write a calibration file"),
     "published": ("trainperf.cli.published", "list the catalog of published results (from the seeds), with sources"),
     "validate": ("trainperf.cli.validate", "predict every published result and report the error per row and the MAPE"),
+    "report": ("trainperf.cli.report", "write a self-contained HTML report (plus Markdown and PNGs) of runs, sweeps and published comparisons"),
     "parse": ("trainperf.cli.parse", "parse another framework's training log and recompute its metrics on one basis"),
     "compare": ("trainperf.cli.compare", "several runs (logs, trainperf runs, published records) side by side"),
 }

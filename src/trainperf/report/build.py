@@ -1,0 +1,272 @@
+"""Build a report: load runs, summarise them on one convention, draw the figures, write
+``index.html`` (self-contained), ``report.md`` and the PNGs into one directory."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainperf.accounting.conventions import DEFAULT_CONVENTION, get_convention
+from trainperf.accounting.summarize import summarize
+from trainperf.errors import InputFileError, TrainperfError
+from trainperf.records.run_record import RunRecord
+from trainperf.records.summary import Summary
+from trainperf.report.compare import Comparison, find_comparisons
+from trainperf.report.explain import Explanation, explain_runs
+from trainperf.report.load import LoadedRun, load_paths, load_published
+from trainperf.report.series import RunSeries, run_series
+from trainperf.report.sweep import Sweep, find_sweeps
+
+
+@dataclass
+class FigureFile:
+    """One PNG of the report."""
+
+    title: str
+    path: Path
+    caption: str = ""
+
+
+@dataclass
+class RunSection:
+    """Everything shown for one run."""
+
+    loaded: LoadedRun
+    summary: Summary
+    series: RunSeries
+    figures: list[FigureFile] = field(default_factory=list)
+
+    @property
+    def run(self) -> RunRecord:
+        return self.loaded.run
+
+
+@dataclass
+class Report:
+    """A built report: its content and the files written."""
+
+    title: str
+    convention: str
+    out_dir: Path
+    created_utc: str
+    runs: list[RunSection] = field(default_factory=list)
+    explanations: list[Explanation] = field(default_factory=list)
+    explain_figure: FigureFile | None = None
+    sweeps: list[tuple[Sweep, FigureFile | None]] = field(default_factory=list)
+    comparisons: list[tuple[Comparison, FigureFile | None]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """What could not be shown, and why (missing predictor, no workload, no matplotlib...)."""
+    html_path: Path | None = None
+    markdown_path: Path | None = None
+
+    @property
+    def figures(self) -> list[FigureFile]:
+        out = [f for r in self.runs for f in r.figures]
+        if self.explain_figure is not None:
+            out.append(self.explain_figure)
+        out += [f for _, f in self.sweeps if f is not None]
+        out += [f for _, f in self.comparisons if f is not None]
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready description (for ``trainperf report --json``)."""
+        return {
+            "title": self.title, "convention": self.convention, "out_dir": str(self.out_dir),
+            "index_html": str(self.html_path) if self.html_path else None,
+            "report_md": str(self.markdown_path) if self.markdown_path else None,
+            "figures": [str(f.path) for f in self.figures],
+            "runs": [{"name": r.summary.name, "origin": r.loaded.origin, "reader": r.loaded.reader,
+                      "summary": r.summary.to_dict()} for r in self.runs],
+            "predicted_vs_measured": [
+                {"name": e.name, "measured_step_time_s": e.measured_step_time_s,
+                 "predicted_step_time_s": e.predicted_step_time_s, "unexplained_s": e.unexplained_s,
+                 "error_pct": e.error_pct, "components_s": e.components} for e in self.explanations],
+            "sweeps": [{"title": s.title, "mode": s.mode, "basis": s.basis,
+                        "points": [vars(p) for p in s.points]} for s, _ in self.sweeps],
+            "comparisons": [{"title": c.title, "convention": c.convention, "rows": [vars(r) for r in c.rows]}
+                            for c, _ in self.comparisons],
+            "notes": list(self.notes),
+        }
+
+
+def slug(name: str) -> str:
+    """A file-name-safe version of ``name``."""
+    s = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")
+    return s[:60] or "run"
+
+
+def _summarize(run: RunRecord, convention: str, peak_tflops: float | None, warmup: int | None) -> Summary:
+    """Summary of ``run``: warm-up and peak as given, else as the run itself recorded them.
+
+    A bench run records the peak it measured MFU against (e.g. the calibrated CPU matmul rate
+    scaled to its threads per process); the report uses that same peak, under its own label,
+    rather than the catalog's, so the report and the run agree. ``--peak-tflops`` overrides.
+    """
+    own_warmup = warmup is None and isinstance(run.meta.get("warmup_steps"), int) and len(run.steps) > 1
+    if own_warmup:
+        warmup = run.meta["warmup_steps"]  # the rule the run itself used (the meter's flag)
+    own_peak = run.meta.get("peak_tflops")
+    if peak_tflops is None and run.workload is not None and isinstance(own_peak, int | float) \
+            and not isinstance(own_peak, bool) and own_peak > 0:
+        s = summarize(run, convention=convention, peak_tflops=float(own_peak), warmup=warmup)
+        label = run.meta.get("peak_source") or "peak recorded by the run"
+        s = dataclasses.replace(s, peak_source=f"{label} (as the run recorded it)")
+    else:
+        s = summarize(run, convention=convention, peak_tflops=peak_tflops, warmup=warmup)
+    if own_warmup:
+        s = dataclasses.replace(s, warmup_rule=f"first {s.warmup_steps} steps, the run's own warm-up")
+    return s
+
+
+def _draw_run(section: RunSection, fig_dir: Path, index: int) -> None:
+    from trainperf.report import plots
+
+    s, series = section.summary, section.series
+    stem = f"run{index:02d}-{slug(s.name)}"
+    where = (s.num_devices and f" on {s.num_devices} device{'s' if s.num_devices != 1 else ''}") or ""
+    p = plots.plot_timeline(series, f"{s.name}{where}: step time, throughput, MFU",
+                            fig_dir / f"{stem}-timeline.png")
+    section.figures.append(FigureFile(f"{s.name}: per-step timeline", p,
+                                      f"Warm-up shaded ({s.warmup_rule}); dashed: steady-state median."))
+    if RunSeries.has(series.loss):
+        p = plots.plot_single(series, series.loss, title=f"{s.name}: training loss", ylabel="loss (nats/token)",
+                              label="loss", path=fig_dir / f"{stem}-loss.png")
+        section.figures.append(FigureFile(f"{s.name}: loss", p, "Loss as the run logged it."))
+    if RunSeries.has(series.memory_GiB):
+        p = plots.plot_single(series, series.memory_GiB, title=f"{s.name}: peak memory per device",
+                              ylabel="memory (GiB)", label="peak memory per device", color="#8c564b",
+                              path=fig_dir / f"{stem}-memory.png")
+        section.figures.append(FigureFile(f"{s.name}: memory", p,
+                                          "Peak memory per device as recorded (CUDA max allocated or CPU RSS high-water)."))
+
+
+def _default_title(loaded: list[LoadedRun]) -> str:
+    if len(loaded) <= 3:
+        return f"trainperf report: {', '.join(lr.run.name for lr in loaded)}"
+    by_source: dict[str, int] = {}
+    for lr in loaded:
+        by_source[lr.run.source] = by_source.get(lr.run.source, 0) + 1
+    return f"trainperf report: {len(loaded)} runs ({', '.join(f'{n} {k}' for k, n in by_source.items())})"
+
+
+def build_report(
+    paths: list[str | Path],
+    out_dir: str | Path,
+    *,
+    convention: str = DEFAULT_CONVENTION,
+    peak_tflops: float | None = None,
+    warmup: int | None = None,
+    workload: Any = None,
+    published: list[RunRecord] | None = None,
+    use_published: bool = True,
+    use_predictor: bool = True,
+    title: str | None = None,
+    runs: list[LoadedRun] | None = None,
+    calibration: Any = None,
+) -> Report:
+    """Build the report of the runs at ``paths`` (or of ``runs``) into ``out_dir``.
+
+    ``published`` replaces the published catalog (``None``: load it when
+    :mod:`trainperf.predict.published` exists); ``use_published=False`` leaves comparisons
+    out, ``use_predictor=False`` the predicted-vs-measured section. ``workload`` completes
+    framework logs that do not state the model or device. ``calibration`` (a loaded
+    ``trainperf calibrate-model`` file) is handed to the predictor.
+    """
+    get_convention(convention)
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise InputFileError(f"--out {str(out)!r} exists and is not a directory")
+    loaded = list(runs) if runs is not None else load_paths(list(paths), workload=workload)
+    out.mkdir(parents=True, exist_ok=True)
+    report = Report(
+        title=title or _default_title(loaded),
+        convention=convention, out_dir=out,
+        created_utc=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"))
+    for lr in loaded:
+        if not lr.run.steps:
+            report.notes.append(f"{lr.run.name}: no steps recorded ({lr.origin}); left out")
+            continue
+        s = _summarize(lr.run, convention, peak_tflops, warmup)
+        report.runs.append(RunSection(lr, s, run_series(lr.run, s)))
+        if lr.run.workload is None:
+            report.notes.append(f"{s.name}: no workload (model, device, batch) known, so rates are the "
+                                "run's own claims and it is left out of predictions, sweeps and comparisons")
+        elif s.mfu_pct is None and s.peak_source:
+            report.notes.append(f"{s.name}: MFU not computed ({s.peak_source})")
+    if not report.runs:
+        raise InputFileError("none of the runs given has a recorded step")
+    pairs = [(r.run, r.summary) for r in report.runs]
+
+    if use_predictor:
+        report.explanations, notes = explain_runs(pairs, calibration=calibration, convention=convention)
+        report.notes += notes
+    report.sweeps = [(s, None) for s in find_sweeps(pairs)]
+    if use_published:
+        if published is None:
+            published, why = load_published()
+            if why:
+                report.notes.append(f"no comparison with published results: {why}")
+        pub_pairs = []
+        for r in published or []:
+            if r.steps and r.workload is not None:
+                try:
+                    pub_pairs.append((r, summarize(r, convention=convention, warmup=0)))
+                except TrainperfError as e:
+                    report.notes.append(f"published {r.name}: left out ({e})")
+        report.comparisons = [(c, None) for c in find_comparisons(pairs, pub_pairs)]
+        if published and not report.comparisons and any(r.workload is not None for r, _ in pairs):
+            report.notes.append("no published result of the same model class as these runs")
+
+    from trainperf.report.plots import matplotlib_available
+
+    _remove_stale_figures(out)
+    if matplotlib_available():
+        _draw_all(report, out)
+    else:
+        report.notes.append("no figures: matplotlib is not installed (pip install 'trainperf[plot]')")
+
+    from trainperf.report.render import write_html, write_markdown
+
+    report.markdown_path = write_markdown(report, out / "report.md")
+    report.html_path = write_html(report, out / "index.html")
+    return report
+
+
+# Names of the PNGs a report writes; stale ones from an earlier report in the same directory
+# are removed so report.md never sits beside figures of other runs.
+_OWN_PNG = re.compile(r"(run\d{2}-.*-(timeline|loss|memory)|sweep\d{2}|comparison\d{2}|predicted-vs-measured)\.png")
+
+
+def _remove_stale_figures(out: Path) -> None:
+    for p in out.glob("*.png"):
+        if _OWN_PNG.fullmatch(p.name):
+            p.unlink()
+
+
+def _draw_all(report: Report, out: Path) -> None:
+    from trainperf.report import plots
+
+    for i, section in enumerate(report.runs, 1):
+        if len(section.run.steps) >= 2:  # one step (a published figure) has no curve to show
+            _draw_run(section, out, i)
+    if report.explanations:
+        p = plots.plot_predicted_vs_measured(
+            report.explanations, out / "predicted-vs-measured.png",
+            "predicted step-time breakdown vs measured median step time")
+        report.explain_figure = FigureFile("predicted vs measured step time", p,
+                                           "Upper bar: predicted components stacked, then the unexplained "
+                                           "remainder (measured − predicted) hatched. Lower bar: measured.")
+    sweeps = []
+    for i, (sw, _) in enumerate(report.sweeps, 1):
+        p = plots.plot_sweep(sw, out / f"sweep{i:02d}.png")
+        sweeps.append((sw, FigureFile(sw.title, p, f"Dashed: ideal scaling from the {sw.base.num_devices}-device run.")))
+    report.sweeps = sweeps
+    comps = []
+    for i, (c, _) in enumerate(report.comparisons, 1):
+        p = plots.plot_comparison(c, out / f"comparison{i:02d}.png")
+        comps.append((c, FigureFile(c.title, p, f"All bars recomputed under the {c.convention} convention.")))
+    report.comparisons = comps

@@ -1,0 +1,127 @@
+"""Sweeps: runs of one workload at several device counts, and their scaling efficiency.
+
+Runs form a sweep when they share the model shape, device, precision and sequence length and
+differ in device count. The mode follows from the batches: global batch equal in every run is
+**strong** scaling, per-device batch (sequences per device per step) equal is **weak** scaling.
+Efficiencies use :mod:`trainperf.accounting.scaling` with the seeds' definitions, relative to
+the run with the fewest devices:
+
+* strong: E = T_base*N_base / (T_N*N)  (step time T, devices N);
+* weak:   E = (X_N/X_base) / (N/N_base)  (global tokens/s X);
+* otherwise (batches changed in some other way): the ratio of per-device tokens/s, labelled
+  ``per-device``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainperf.accounting.scaling import (
+    per_device_efficiency,
+    strong_scaling_efficiency,
+    weak_scaling_efficiency,
+)
+from trainperf.records.summary import Summary
+
+
+@dataclass
+class SweepPoint:
+    """One run of a sweep, at its steady-state median."""
+
+    name: str
+    num_devices: int
+    global_batch: int
+    step_time_s: float
+    tokens_per_s: float
+    tokens_per_s_per_device: float
+    tflops_per_device: float | None
+    mfu_pct: float | None
+    efficiency_pct: float | None = None
+    """Scaling efficiency relative to the sweep's base (fewest devices), in percent."""
+
+
+@dataclass
+class Sweep:
+    """Runs of one workload at several device counts."""
+
+    title: str
+    mode: str
+    """``strong`` (global batch fixed), ``weak`` (per-device batch fixed) or ``per-device``."""
+    basis: str
+    """The efficiency formula used, in words."""
+    convention: str
+    points: list[SweepPoint] = field(default_factory=list)
+    unused: list[str] = field(default_factory=list)
+    """Runs left out because an earlier run has the same device count."""
+
+    @property
+    def base(self) -> SweepPoint:
+        return self.points[0]
+
+    def ideal_tokens_per_s(self, num_devices: int) -> float:
+        """Linear scaling from the base run: X_base * N / N_base."""
+        return self.base.tokens_per_s * num_devices / self.base.num_devices
+
+
+def _sweep_key(w: Any) -> tuple[Any, ...]:
+    m = w.model
+    shape = (m.name, m.layers, m.hidden, m.heads, m.kv_heads, m.ffn_hidden, m.vocab, m.moe_experts)
+    return (shape, w.hardware.id, w.precision, w.seq_len)
+
+
+def _mode(points: list[SweepPoint]) -> tuple[str, str]:
+    if len({p.global_batch for p in points}) == 1:
+        return "strong", "T_base*N_base / (T_N*N), global batch fixed"
+    per_dev = {p.global_batch / p.num_devices for p in points}
+    if len(per_dev) == 1:
+        return "weak", "(X_N/X_base) / (N/N_base), per-device batch fixed"
+    return "per-device", "per-device tokens/s relative to the base run (batches differ)"
+
+
+def find_sweeps(items: list[tuple[Any, Summary]]) -> list[Sweep]:
+    """Sweeps among ``(run, summary)`` pairs: groups of >= 2 distinct device counts.
+
+    Only runs with a workload and a measured median step time take part; when a device count
+    appears more than once, the first run given is used.
+    """
+    groups: dict[tuple[Any, ...], list[tuple[Any, Summary]]] = {}
+    for run, s in items:
+        w = run.workload
+        if w is None or s.step_time_median_s is None or not s.tokens_per_s:
+            continue
+        groups.setdefault(_sweep_key(w), []).append((run, s))
+    sweeps: list[Sweep] = []
+    for key, members in groups.items():
+        by_n: dict[int, tuple[Any, Summary]] = {}
+        unused: list[str] = []
+        for run, s in members:
+            if run.workload.num_devices in by_n:
+                unused.append(s.name)
+            else:
+                by_n[run.workload.num_devices] = (run, s)
+        if len(by_n) < 2:
+            continue
+        points = []
+        for n in sorted(by_n):
+            run, s = by_n[n]
+            points.append(SweepPoint(
+                name=s.name, num_devices=n, global_batch=run.workload.global_batch,
+                step_time_s=s.step_time_median_s, tokens_per_s=s.tokens_per_s,
+                tokens_per_s_per_device=s.tokens_per_s_per_device, tflops_per_device=s.tflops_per_device,
+                mfu_pct=s.mfu_pct))
+        mode, basis = _mode(points)
+        b = points[0]
+        for p in points:
+            if mode == "strong":
+                e = strong_scaling_efficiency(b.num_devices, b.step_time_s, p.num_devices, p.step_time_s)
+            elif mode == "weak":
+                e = weak_scaling_efficiency(b.num_devices, b.tokens_per_s, p.num_devices, p.tokens_per_s)
+            else:
+                e = per_device_efficiency(b.tokens_per_s_per_device, p.tokens_per_s_per_device)
+            p.efficiency_pct = 100.0 * e
+        (model_name, *_), device, precision, seq = key
+        title = f"{model_name} on {device}, {precision}, seq {seq}: {mode} scaling"
+        sweeps.append(Sweep(title=title, mode=mode, basis=basis,
+                            convention=members[0][1].convention, points=points, unused=unused))
+    return sweeps
