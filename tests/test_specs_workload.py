@@ -197,3 +197,11 @@ def test_malformed_hf_config_is_one_line(tmp_path):
     cfg.write_text('{"model_type": "bert", "hidden_size": 8}')
     with pytest.raises(SpecError, match="model_type"):
         workload_from_dict({"model": {"hf_config": str(cfg)}, "hardware": {"device": "h100-sxm"}})
+
+
+def test_inline_device_round_trips_with_its_node_size():
+    from trainperf.specs.hardware import hardware_from_dict
+
+    hw = hardware_from_dict({"base": "h100-sxm", "hbm_GB": 94})
+    w = Workload(model=ModelSpec.preset("llama3-8b"), hardware=hw, num_devices=16, seq_len=4096, global_batch=16)
+    assert workload_from_dict(workload_to_dict(w)) == w

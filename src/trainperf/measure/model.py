@@ -199,13 +199,17 @@ class Transformer(nn.Module):
                 nn.init.ones_(m.weight)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Logits for token ids. A pipeline stage (see :mod:`trainperf.measure.pipeline`) may lack
+        the embedding (then it takes hidden states) or the head (then it returns them)."""
         s = tokens.shape[1]
         if s > self.rope_cos.shape[0]:
             raise SpecError("training.seq_len", s, f"at most model.max_seq_len={self.rope_cos.shape[0]}")
         cos, sin = self.rope_cos[:s], self.rope_sin[:s]
-        h = self.tok_embeddings(tokens)
+        h = self.tok_embeddings(tokens) if self.tok_embeddings is not None else tokens
         for layer in self.layers:
             h = layer(h, cos, sin)
+        if self.output is None:
+            return h
         return self.output(self.norm(h))
 
 

@@ -18,12 +18,13 @@ Without data parallelism (one process, or tensor parallel only) there is nothing
 the mixed-precision policy is then ``torch.autocast`` with the same dtypes (fp32 weights,
 bf16 matmuls), applied by the trainer (see :func:`autocast_dtype`).
 
-Pipeline parallelism is rejected up front by :func:`check_plan` (not implemented yet).
+Pipeline parallelism (``pp > 1``) first cuts the model into stages
+(:mod:`trainperf.measure.pipeline`); the steps above then apply to each stage.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -48,13 +49,29 @@ class ParallelSetup:
     """Whether FSDP2 wraps the model (mixed precision then comes from its policy)."""
     description: str
     """One line: what was applied, in order."""
+    stages: list = field(default_factory=list)
+    """(stage index, module) pairs this rank holds; ``[(0, model)]`` without pipeline parallel."""
+    pp_rank: int = 0
+    pp_size: int = 1
+    pp_group: object | None = None
+    """The pipeline-parallel process group (None without pipeline parallel)."""
 
 
 def check_plan(workload: Workload) -> None:
     """Raise SpecError for a plan the bench cannot run (before any process starts)."""
     plan, m = workload.plan, workload.model
     if plan.pp > 1:
-        raise SpecError("parallel.pp", plan.pp, "1 (pipeline parallel is not implemented in the bench yet)")
+        if m.tied_embeddings:
+            raise SpecError("parallel.pp", plan.pp, "1 for a model with tied embeddings (embedding and head "
+                            "live on different stages)")
+        accum = workload.grad_accum_steps
+        if accum < plan.pp:
+            raise SpecError("training.global_batch", workload.global_batch,
+                            f"at least pp={plan.pp} micro-batches per data-parallel rank "
+                            f"(global_batch >= micro_batch*dp*pp = {workload.micro_batch * plan.data_parallel * plan.pp})")
+        if plan.vpp > 1 and accum % plan.pp:
+            raise SpecError("training.global_batch", workload.global_batch,
+                            f"a number of micro-batches per rank divisible by pp={plan.pp} for interleaved 1F1B")
     if plan.cp > 1:
         raise SpecError("parallel.cp", plan.cp, "1 (context parallel is not implemented in the bench)")
     if plan.ep > 1:
@@ -92,8 +109,8 @@ def build_mesh(workload: Workload, device_type: str):
     from torch.distributed.device_mesh import init_device_mesh
 
     plan = workload.plan
-    return init_device_mesh(device_type, (plan.dp or 1, plan.fsdp, plan.tp),
-                            mesh_dim_names=("dp_replicate", "dp_shard", "tp"))
+    return init_device_mesh(device_type, (plan.pp, plan.dp or 1, plan.fsdp, plan.tp),
+                            mesh_dim_names=("pp", "dp_replicate", "dp_shard", "tp"))
 
 
 def apply_tp(model: nn.Module, tp_mesh, sequence_parallel: bool) -> None:
@@ -108,13 +125,17 @@ def apply_tp(model: nn.Module, tp_mesh, sequence_parallel: bool) -> None:
     )
 
     sp = sequence_parallel
-    parallelize_module(model, tp_mesh, {
-        "tok_embeddings": RowwiseParallel(input_layouts=Replicate(),
-                                          output_layouts=Shard(1) if sp else Replicate()),
-        **({"norm": SequenceParallel()} if sp else {}),
-        "output": ColwiseParallel(input_layouts=Shard(1) if sp else Replicate(),
-                                  output_layouts=Replicate(), use_local_output=True),
-    })
+    top: dict = {}
+    if model.tok_embeddings is not None:  # a pipeline stage may not hold it
+        top["tok_embeddings"] = RowwiseParallel(input_layouts=Replicate(),
+                                                output_layouts=Shard(1) if sp else Replicate())
+    if model.output is not None:
+        if sp:
+            top["norm"] = SequenceParallel()
+        top["output"] = ColwiseParallel(input_layouts=Shard(1) if sp else Replicate(),
+                                        output_layouts=Replicate(), use_local_output=True)
+    if top:
+        parallelize_module(model, tp_mesh, top)
     act = Shard(1) if sp else Replicate()
     for block in model.layers:  # type: ignore[union-attr]
         plan = {
@@ -149,42 +170,61 @@ def apply_compile(model: nn.Module) -> None:
         block.compile()
 
 
-def apply_fsdp(model: nn.Module, dp_mesh, precision: str) -> None:
-    """FSDP2 per block, then the root; bf16 params / fp32 reduce for bf16 runs."""
+def apply_fsdp(model: nn.Module, dp_mesh, precision: str, pipeline: bool = False) -> None:
+    """FSDP2 per block, then the root; bf16 params / fp32 reduce for bf16 runs.
+
+    Under pipeline parallel nothing is resharded after the forward (torchtitan's choice: the
+    micro-batches' backwards come later and would all-gather again).
+    """
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     dtype = COMPUTE_DTYPES[precision]
     mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
     for block in model.layers:  # type: ignore[union-attr]
         # The last block's parameters are needed right away by the backward: keep them gathered.
-        fully_shard(block, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=block is not model.layers[-1])
+        fully_shard(block, mesh=dp_mesh, mp_policy=mp,
+                    reshard_after_forward=not pipeline and block is not model.layers[-1])
     fully_shard(model, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=False)
 
 
 def parallelize(model: nn.Module, workload: Workload, *, device_type: str = "cpu",
                 compile: bool = False) -> ParallelSetup:
-    """Apply TP/SP, activation checkpointing, compile and FSDP2 to ``model`` in that order."""
-    import torch.distributed as dist
-
+    """Split into pipeline stages (if pp > 1), then apply TP/SP, activation checkpointing,
+    compile and FSDP2 to each stage in that order."""
     check_plan(workload)
     plan = workload.plan
     mesh = build_mesh(workload, device_type)
     done: list[str] = []
+    stages: list = [(0, model)]
+    pp_rank, pp_group = 0, None
+    if mesh is not None and plan.pp > 1:
+        from trainperf.measure.pipeline import split_stages
+
+        pp_rank = mesh["pp"].get_local_rank()
+        pp_group = mesh["pp"].get_group()
+        stages = split_stages(model, pp_rank, plan.pp, plan.vpp)
+        done.append(f"PP={plan.pp}" + (f" x vpp={plan.vpp}" if plan.vpp > 1 else "")
+                    + f" ({plan.pp_schedule}, stages {', '.join(str(sid) for sid, _ in stages)} here)")
+    for _, module in stages:
+        if mesh is not None and plan.tp > 1:
+            apply_tp(module, mesh["tp"], plan.sequence_parallel)
+        if workload.activation_checkpointing != "none":
+            apply_ac(module, workload.activation_checkpointing)
+        if compile:
+            apply_compile(module)
     if mesh is not None and plan.tp > 1:
-        apply_tp(model, mesh["tp"], plan.sequence_parallel)
         done.append(f"TP={plan.tp}" + (" +SP" if plan.sequence_parallel else ""))
     if workload.activation_checkpointing != "none":
-        apply_ac(model, workload.activation_checkpointing)
         done.append(f"AC {workload.activation_checkpointing}")
     if compile:
-        apply_compile(model)
-        done.append("torch.compile per block")
+        done.append("torch.compile per block and loss")
     dp_size = plan.data_parallel
     fsdp = False
     dp_rank = 0
     if mesh is not None and dp_size > 1:
         dp_mesh = mesh["dp_replicate", "dp_shard"] if (plan.dp or 1) > 1 else mesh["dp_shard"]
-        apply_fsdp(model, dp_mesh, workload.precision)
+        for _, module in stages:
+            apply_fsdp(module, dp_mesh, workload.precision, pipeline=plan.pp > 1)
         fsdp = True
         done.append(f"FSDP2 over {dp_size} ranks" + (f" (HSDP dp={plan.dp} x fsdp={plan.fsdp})"
                                                      if (plan.dp or 1) > 1 else "")
@@ -192,9 +232,8 @@ def parallelize(model: nn.Module, workload: Workload, *, device_type: str = "cpu
         rep = mesh["dp_replicate"].get_local_rank()
         shard = mesh["dp_shard"].get_local_rank()
         dp_rank = rep * plan.fsdp + shard
-    elif dist.is_initialized() and dp_size > 1:  # pragma: no cover - mesh is built whenever dist is
-        raise RuntimeError("distributed run without a device mesh")
     if not fsdp and COMPUTE_DTYPES[workload.precision] != torch.float32:
         done.append(f"autocast {workload.precision} (fp32 master weights)")
     return ParallelSetup(mesh=mesh, dp_rank=dp_rank, dp_size=dp_size, fsdp=fsdp,
-                         description=", ".join(done) or "single device, fp32")
+                         description=", ".join(done) or "single device, fp32", stages=stages,
+                         pp_rank=pp_rank, pp_size=plan.pp, pp_group=pp_group)

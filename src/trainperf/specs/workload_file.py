@@ -126,6 +126,9 @@ def hardware_from_section(body: Mapping[str, Any], precision: str) -> Hardware:
         fields["peak_tflops"] = peak
         peak = None
     device = body.get("device")
+    if device is None and fields and "devices_per_node" in body:
+        # An inline device's typical node is the workload's node (workload_to_dict writes it once).
+        fields.setdefault("devices_per_node", body["devices_per_node"])
     if device is None and not fields:
         raise SpecError("hardware.device", None, "a catalog id such as h100-sxm (see `trainperf hw`), "
                         "or inline hardware fields")

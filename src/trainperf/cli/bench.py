@@ -1,0 +1,116 @@
+"""``trainperf bench``: train a Llama-family model on this machine and measure every step.
+
+With no arguments: the ``debug`` preset (tiny byte-vocabulary Llama) on the CPU, synthetic
+tokens, 20 steps (the first 2 are warm-up), bf16 mixed precision. Output goes to ``--out``
+(default ``runs/<timestamp>``): ``steps.jsonl``, ``summary.json``, ``workload.toml``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from trainperf.cli.common import (
+    add_convention_argument,
+    add_json_argument,
+    add_workload_arguments,
+    eprint,
+    overrides_from_args,
+    print_json,
+)
+from trainperf.errors import SpecError
+
+HELP = "train a Llama-family model here (CPU or GPU, 1..N processes) and measure every step"
+
+DEFAULT_MODEL = "debug"
+# The default run when neither a workload file nor flags set them: 8 sequences of the debug
+# preset's 256 tokens per device, big enough that the matmuls (not Python) dominate a step.
+DEFAULT_TRAINING = {"training.seq_len": 256, "training.micro_batch": 8}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_workload_arguments(parser)
+    r = parser.add_argument_group("run")
+    r.add_argument("--steps", type=int, default=20, metavar="N", help="optimizer steps (default 20)")
+    r.add_argument("--warmup", type=int, metavar="N",
+                   help="steps left out of the summary (default: first 10%%, at least 1, at most 10)")
+    r.add_argument("--nproc", type=int, metavar="N", help="processes on this node (default: num_devices, else 1)")
+    r.add_argument("--nnodes", type=int, default=1, metavar="N", help="nodes (multi-node via torchrun c10d)")
+    r.add_argument("--node-rank", type=int, metavar="I", help="this node's rank (optional with c10d)")
+    r.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="c10d rendezvous on the head node")
+    r.add_argument("--rdzv-id", default="trainperf", metavar="ID", help="job id shared by all nodes")
+    r.add_argument("--out", metavar="DIR", help="output directory (default runs/<timestamp>)")
+    r.add_argument("--data", metavar="PATH", help="UTF-8 text file or directory (byte tokens); default synthetic")
+    r.add_argument("--seed", type=int, default=0, help="model init and data order (default 0)")
+    r.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (default 1e-3)")
+    r.add_argument("--compile", action="store_true", help="torch.compile each transformer block")
+    r.add_argument("--threads", type=int, metavar="N",
+                   help="CPU threads per process (default: cores / processes; the peak is scaled to match)")
+    add_convention_argument(parser)
+    c = parser.add_argument_group("checkpoint")
+    c.add_argument("--checkpoint-dir", metavar="DIR", help="torch.distributed.checkpoint directory")
+    c.add_argument("--checkpoint-every", type=int, default=0, metavar="N", help="save every N steps (0: never)")
+    c.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --checkpoint-dir")
+    parser.add_argument("--tensorboard", metavar="DIR", help="also log scalars to TensorBoard (if installed)")
+    add_json_argument(parser)
+
+
+def _has_model(data: dict[str, Any], overrides: dict[str, Any]) -> bool:
+    body = data.get("model", {})
+    if body.get("preset") or body.get("hf_config") or "model.preset" in overrides or "model.hf_config" in overrides:
+        return True
+    return all(k in body for k in ("layers", "hidden", "heads", "ffn_hidden", "vocab"))
+
+
+def bench_workload(args: argparse.Namespace):
+    """(Workload, LaunchSpec, peak given?) from the file, the flags and the bench's defaults."""
+    from trainperf.measure.launch import LaunchSpec
+    from trainperf.measure.runner import default_device_id
+    from trainperf.specs.workload_file import read_workload_file, workload_from_dict
+
+    data = read_workload_file(args.workload) if args.workload else {}
+    ov = overrides_from_args(args)
+    default_model = not _has_model(data, ov)
+    if default_model:
+        ov["model.preset"] = DEFAULT_MODEL
+        for k, v in DEFAULT_TRAINING.items():
+            if k.split(".", 1)[1] not in data.get("training", {}):
+                ov.setdefault(k, v)
+    hw = data.get("hardware", {})
+    if "hardware.device" not in ov and "device" not in hw:
+        ov["hardware.device"] = default_device_id()
+    nnodes = args.nnodes
+    file_devices = ov.get("hardware.num_devices", hw.get("num_devices"))
+    nproc = args.nproc
+    if nproc is None:
+        nproc = max(1, int(file_devices) // nnodes) if file_devices else 1
+    launch = LaunchSpec(nproc_per_node=nproc, nnodes=nnodes, node_rank=args.node_rank,
+                        rdzv_endpoint=args.rdzv_endpoint, rdzv_id=args.rdzv_id)
+    if file_devices is not None and file_devices != launch.world_size:
+        raise SpecError("hardware.num_devices", file_devices,
+                        f"--nproc x --nnodes = {launch.world_size} (one process per device)")
+    ov["hardware.num_devices"] = launch.world_size
+    ov["hardware.devices_per_node"] = nproc
+    peak_given = "hardware.peak_tflops" in ov or "peak_tflops" in hw
+    return workload_from_dict(data, ov), launch, peak_given
+
+
+def run(args: argparse.Namespace) -> int:
+    from trainperf.measure.runner import BenchOptions, default_out_dir, execute, prepare
+
+    workload, launch, peak_given = bench_workload(args)
+    opts = BenchOptions(
+        steps=args.steps, warmup=args.warmup, launch=launch, out_dir=args.out or default_out_dir(),
+        data=args.data, seed=args.seed, compile=args.compile, convention=args.convention,
+        checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, resume=args.resume,
+        tensorboard=args.tensorboard, lr=args.lr, quiet=args.json, threads=args.threads,
+        peak_tflops_given=peak_given,
+    )
+    say = eprint if args.json else (lambda m: print(m, flush=True))
+    workload, cfg = prepare(workload, opts, say)
+    summary, rc = execute(workload, cfg, launch, say)
+    if args.json and summary is not None:
+        print_json(summary)
+    if summary is not None and summary.get("interrupted"):
+        return rc or 1
+    return rc

@@ -1,0 +1,105 @@
+"""``trainperf slurm``: write an sbatch script that runs the bench on K nodes (submit with --submit).
+
+One Slurm task per node runs ``torchrun`` for the node's devices, with c10d rendezvous on the
+job's first node; after training, the script writes ``summary.json`` from the run record.
+The run configuration (workload, steps, FLOPs per token, peaks) is resolved here and written
+next to the script, so every node trains exactly what was validated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+
+from trainperf.cli.common import print_json
+from trainperf.errors import SpecError
+
+HELP = "write (and optionally submit) an sbatch script that runs the bench on K nodes"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from trainperf.cli.bench import add_arguments as bench_arguments
+
+    bench_arguments(parser)
+    s = parser.add_argument_group("slurm")
+    s.add_argument("--nodes", type=int, required=True, metavar="K", help="nodes to run on")
+    s.add_argument("--gpus-per-node", type=int, metavar="G",
+                   help="processes per node (default: the workload's devices_per_node, else 8 GPUs or 1 CPU)")
+    s.add_argument("--partition", metavar="NAME")
+    s.add_argument("--account", metavar="NAME")
+    s.add_argument("--time", default="00:30:00", metavar="HH:MM:SS", help="job time limit (default 00:30:00)")
+    s.add_argument("--job-name", default="trainperf-bench")
+    s.add_argument("--port", type=int, default=29500, help="rendezvous port on the head node (default 29500)")
+    s.add_argument("--submit", action="store_true", help="run sbatch on the script (default: only write it)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from trainperf.cli.bench import bench_workload
+    from trainperf.measure.launch import SlurmSpec, sbatch_script
+    from trainperf.measure.runner import BenchOptions, default_out_dir, prepare
+
+    if args.nodes < 1:
+        raise SpecError("--nodes", args.nodes, "a positive integer")
+    if args.device is None and not args.workload:
+        raise SpecError("--device", None, "the nodes' device id, e.g. h100-sxm (or cpu); see `trainperf hw`")
+    per_node = args.gpus_per_node or args.nproc
+    if per_node is None:
+        from trainperf.specs.hardware import get_hardware
+
+        dev = args.device
+        if dev is None:
+            from trainperf.specs.workload_file import read_workload_file
+
+            dev = read_workload_file(args.workload).get("hardware", {}).get("device", "cpu")
+        per_node = 1 if get_hardware(dev).kind == "cpu" else get_hardware(dev).devices_per_node
+    args.nproc, args.nnodes = per_node, args.nodes
+    args.rdzv_endpoint = "head-node:0"  # placeholder for validation; the script finds the head node
+    workload, launch, peak_given = bench_workload(args)
+    out = os.path.abspath(args.out or default_out_dir())
+    opts = BenchOptions(steps=args.steps, warmup=args.warmup, launch=launch, out_dir=out, data=args.data,
+                        seed=args.seed, compile=args.compile, convention=args.convention,
+                        checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
+                        resume=args.resume, tensorboard=None, lr=args.lr, peak_tflops_given=peak_given)
+    workload, cfg = prepare(workload, opts, local=False)
+    if workload.hardware.kind == "gpu":
+        from trainperf.accounting.throughput import resolve_peak
+
+        try:
+            p = resolve_peak(workload.hardware, workload.precision)
+            cfg.peak_tflops, cfg.peak_source = p.tflops, p.source
+            cfg.meta["peaks"] = [{"kind": "datasheet", "tflops": p.tflops, "label": p.source}]
+        except SpecError:
+            pass
+    from trainperf.specs.workload_file import dump_workload_toml
+
+    os.makedirs(out, exist_ok=True)
+    config_path = os.path.join(out, "run_config.json")
+    with open(config_path, "w") as f:
+        f.write(cfg.to_json())
+    with open(os.path.join(out, "workload.toml"), "w") as f:
+        f.write(dump_workload_toml(workload))
+    spec = SlurmSpec(nodes=args.nodes, gpus_per_node=per_node, config_path=config_path, out_dir=out,
+                     job_name=args.job_name, time_limit=args.time, partition=args.partition,
+                     account=args.account, port=args.port, cpu=workload.hardware.kind == "cpu")
+    script_path = os.path.join(out, "bench.sbatch")
+    with open(script_path, "w") as f:
+        f.write(sbatch_script(spec, python=sys.executable))
+    result = {"script": script_path, "config": config_path, "nodes": args.nodes, "per_node": per_node,
+              "workload": workload.describe(), "submitted": False}
+    if args.submit:
+        if shutil.which("sbatch") is None:
+            raise SpecError("--submit", True, "a machine with Slurm's sbatch on PATH (the script is written)")
+        proc = subprocess.run(["sbatch", script_path], capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise SpecError("sbatch", script_path, f"accepted by Slurm ({proc.stderr.strip() or proc.returncode})")
+        result["submitted"] = True
+        result["sbatch"] = proc.stdout.strip()
+    if args.json:
+        print_json(result)
+        return 0
+    print(f"wrote {script_path} ({args.nodes} nodes x {per_node} processes: {workload.describe()})")
+    print(result.get("sbatch") or f"submit with: sbatch {script_path}")
+    return 0

@@ -1,0 +1,133 @@
+"""A bench run's ``summary.json`` and its console summary, computed from ``steps.jsonl`` alone.
+
+The JSONL header carries what the summary needs (convention, peaks and their labels, warm-up
+steps), so the summary can be written by the launching process after torchrun exits, after a
+crash, or by the sbatch script (``python -m trainperf.measure.results OUT_DIR``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from trainperf.accounting.summarize import summarize
+from trainperf.errors import TrainperfError
+from trainperf.records.jsonl import read_run
+
+
+def _clean(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def build_summary(out_dir: str | Path, *, exit_code: int = 0) -> dict[str, Any]:
+    """The summary of the run recorded in ``out_dir/steps.jsonl`` (see the module docstring).
+
+    ``interrupted`` is true when the record has no ``end`` line, says so, or the processes
+    exited non-zero; ``interrupted_at_step`` is then the first step that did not finish.
+    """
+    out = Path(out_dir)
+    run = read_run(out / "steps.jsonl")
+    meta = run.meta
+    convention = meta.get("convention", "megatron")
+    peaks: list[dict[str, Any]] = list(meta.get("peaks") or [])
+    primary = peaks[0] if peaks else None
+    s = summarize(run, convention=convention, peak_tflops=primary["tflops"] if primary else None,
+                  warmup=meta.get("warmup_given"))
+    d = s.to_dict()
+    interrupted = bool(run.interrupted or exit_code != 0 or meta.get("interrupted"))
+    last = run.steps[-1].step if run.steps else None
+    first = int(meta.get("first_step") or 1)
+    d.update(
+        steps_completed=len(run.steps), last_step=last, interrupted=interrupted,
+        interrupted_at_step=(meta.get("interrupted_at_step") or ((last + 1) if last is not None else first))
+        if interrupted else None,
+        exit_code=exit_code,
+    )
+    if primary is not None:
+        d["peak_source"] = primary["label"]
+    elif d.get("peak_source") is None:
+        d["peak_source"] = "no peak: MFU unavailable"
+    d["mfu_by_peak"] = [
+        {**p, "mfu_pct": (100.0 * d["tflops_per_device"] / p["tflops"]) if d.get("tflops_per_device") else None}
+        for p in peaks
+    ]
+    d["parallelism"] = meta.get("parallelism")
+    d["data"] = meta.get("data")
+    d["workload"] = run.workload.describe() if run.workload is not None else None
+    return _clean(d)
+
+
+def write_summary(out_dir: str | Path, *, exit_code: int = 0) -> dict[str, Any]:
+    """Build the summary and write ``out_dir/summary.json``; returns it."""
+    d = build_summary(out_dir, exit_code=exit_code)
+    (Path(out_dir) / "summary.json").write_text(json.dumps(d, indent=2) + "\n")
+    return d
+
+
+def _f(x: Any, spec: str) -> str:
+    return "n/a" if x is None else format(x, spec)
+
+
+def summary_text(d: dict[str, Any], out_dir: str | Path | None = None) -> str:
+    """The summary for a person: what ran, steady-state rates, the peak and convention used."""
+    lines = []
+    if d.get("workload"):
+        lines.append(f"run: {d['workload']}")
+    if d.get("parallelism"):
+        lines.append(f"parallelism: {d['parallelism']}; data: {d.get('data')}")
+    if d["steps_completed"] == 0:
+        lines.append("no step finished: nothing to summarise")
+    else:
+        lines.append(f"steps: {d['steps_completed']} completed, {d['steps_measured']} measured "
+                     f"({d['warmup_steps']} warm-up excluded: {d['warmup_rule']})")
+        lines.append(f"step time: median {_f(d['step_time_median_s'], '.4f')} s, p10 "
+                     f"{_f(d['step_time_p10_s'], '.4f')} s, p90 {_f(d['step_time_p90_s'], '.4f')} s")
+        lines.append(f"tokens/s: {_f(d['tokens_per_s'], ',.1f')} global, "
+                     f"{_f(d['tokens_per_s_per_device'], ',.1f')} per device "
+                     f"({d.get('num_devices')} device(s), {_f(d.get('tokens_per_step'), ',')} tokens/step)")
+        lines.append(f"model TFLOP/s per device: {_f(d['tflops_per_device'], '.4f')} "
+                     f"(convention {d['convention']}, {_f(d.get('model_flops_per_token'), '.4g')} FLOPs/token)")
+        if d["mfu_by_peak"]:
+            for p in d["mfu_by_peak"]:
+                lines.append(f"MFU: {_f(p['mfu_pct'], '.2f')}% of {p['tflops']:.4g} TFLOP/s ({p['label']})")
+        else:
+            lines.append(f"MFU: unavailable ({d.get('peak_source')})")
+        if d.get("hfu_pct") is not None and d.get("hfu_pct") != d.get("mfu_pct"):
+            lines.append(f"HFU (with recompute): {d['hfu_pct']:.2f}%")
+        lines.append(f"loss (last): {_f(d.get('loss_last'), '.4f')}; peak memory per process: "
+                     f"{_f(d.get('memory_max_GiB'), '.3f')} GiB")
+    if d.get("interrupted"):
+        lines.append(f"INTERRUPTED at step {d.get('interrupted_at_step')} "
+                     f"(every finished step is in the run record; exit code {d.get('exit_code')})")
+    if out_dir is not None:
+        lines.append(f"files: {Path(out_dir) / 'steps.jsonl'}, summary.json, workload.toml")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m trainperf.measure.results",
+                                description="write summary.json for a bench output directory")
+    p.add_argument("out_dir")
+    p.add_argument("--exit-code", type=int, default=0, help="the training processes' exit code")
+    a = p.parse_args(argv)
+    try:
+        d = write_summary(a.out_dir, exit_code=a.exit_code)
+    except TrainperfError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(summary_text(d, a.out_dir))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,306 @@
+"""Prepare and run one bench: validate everything up front, then train in-process or via torchrun.
+
+Every user mistake is found here, before any process starts, and raised as a one-line
+:class:`~trainperf.errors.TrainperfError`: a plan the bench cannot run, a GPU-only precision on
+a CPU, an unreadable or too-short data file, a process count that does not match the plan.
+
+Peaks (for MFU):
+
+* CPU: the calibrated matmul peak of this machine (``trainperf calibrate``). With no
+  calibration cached, the bench runs the quick calibration itself (about 2 seconds) and saves
+  it, so MFU is always reported, against a peak labelled as measured. With ``N`` processes per
+  node each process gets ``cores / N`` threads and a peak scaled by ``threads / calibrated
+  threads`` (matmul throughput scales about linearly with cores), labelled as scaled.
+* CUDA/ROCm: the catalog's datasheet dense peak of the device (``--device``, or mapped from
+  ``torch.cuda.get_device_name``), and a calibrated one when ``trainperf calibrate`` has been run
+  on that GPU; both are reported, each labelled.
+* ``--peak-tflops X``: used as given, labelled as given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainperf.accounting.conventions import get_convention, hardware_flops_per_token, model_flops_per_token
+from trainperf.errors import SpecError, TrainperfError
+from trainperf.measure.launch import LaunchSpec, run_torchrun, torchrun_command
+from trainperf.measure.parallelize import check_plan
+from trainperf.measure.results import summary_text, write_summary
+from trainperf.measure.trainer import BenchConfig
+from trainperf.specs.workload import Workload
+
+# torch.cuda.get_device_name() substrings -> catalog id (first match wins; most specific first).
+CUDA_NAME_TO_ID: tuple[tuple[str, str], ...] = (
+    (r"GH200", "h100-sxm"),
+    (r"H200 NVL", "h200-nvl"),
+    (r"H200", "h200-sxm"),
+    (r"H100 NVL", "h100-nvl"),
+    (r"H100 PCIe", "h100-pcie"),
+    (r"H100", "h100-sxm"),
+    (r"H800", "h800"),
+    (r"GB200", "gb200"),
+    (r"B300", "b300"),
+    (r"B200", "b200"),
+    (r"A100.*PCIE.*80|A100 80GB PCIe", "a100-pcie-80gb"),
+    (r"A100.*PCIE", "a100-pcie-40gb"),
+    (r"A100.*80GB", "a100-sxm-80gb"),
+    (r"A100", "a100-sxm-40gb"),
+    (r"L40S", "l40s"),
+    (r"\bL4\b", "l4"),
+    (r"MI355", "mi355x"),
+    (r"MI325", "mi325x"),
+    (r"MI300X", "mi300x"),
+    (r"MI250X", "mi250x-gcd"),
+    (r"MI250", "mi250-gcd"),
+)
+
+
+def catalog_id_for_gpu(name: str) -> str | None:
+    """The catalog id of a ``torch.cuda.get_device_name()`` string, or None if unknown."""
+    for pattern, dev in CUDA_NAME_TO_ID:
+        if re.search(pattern, name, flags=re.IGNORECASE):
+            return dev
+    return None
+
+
+def local_device_type() -> str:
+    """``cuda`` when a CUDA/ROCm device is visible, else ``cpu``."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def default_device_id() -> str:
+    """The catalog id of this machine's accelerator (``cpu`` without one)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return "cpu"
+    name = torch.cuda.get_device_name()
+    dev = catalog_id_for_gpu(name)
+    if dev is None:
+        raise SpecError("hardware.device", name, "a catalog id (--device; see `trainperf hw`) for this GPU, "
+                        "which trainperf cannot map by name")
+    return dev
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """The bench's own options (the workload is separate)."""
+
+    steps: int = 20
+    warmup: int | None = None
+    launch: LaunchSpec = dataclasses.field(default_factory=LaunchSpec)
+    out_dir: str = ""
+    data: str | None = None
+    seed: int = 0
+    compile: bool = False
+    convention: str = "megatron"
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 0
+    resume: bool = False
+    tensorboard: str | None = None
+    lr: float = 1e-3
+    quiet: bool = False
+    threads: int | None = None
+    """Intra-op threads per process on a CPU; None: cores / processes per node."""
+    peak_tflops_given: bool = False
+    """True when the workload's peak came from ``--peak-tflops`` / the file."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
+            raise SpecError("--steps", self.steps, "a positive integer")
+        if self.warmup is not None and (self.warmup < 0 or self.warmup >= self.steps):
+            raise SpecError("--warmup", self.warmup, f"between 0 and steps-1={self.steps - 1}")
+        if self.checkpoint_every < 0:
+            raise SpecError("--checkpoint-every", self.checkpoint_every, "an integer >= 0")
+        if (self.checkpoint_every or self.resume) and not self.checkpoint_dir:
+            raise SpecError("--checkpoint-dir", None, "a directory when --checkpoint-every or --resume is given")
+        if not self.lr > 0:
+            raise SpecError("--lr", self.lr, "a positive learning rate")
+        if self.threads is not None and self.threads < 1:
+            raise SpecError("--threads", self.threads, "a positive integer")
+        get_convention(self.convention)
+
+
+def default_out_dir() -> str:
+    return os.path.join("runs", time.strftime("%Y%m%d-%H%M%S"))
+
+
+def resolve_peaks(workload: Workload, opts: BenchOptions, threads: int | None,
+                  say: Callable[[str], None]) -> list[dict[str, Any]]:
+    """The peaks MFU is reported against, first = primary (see the module docstring)."""
+    from trainperf.accounting.throughput import resolve_peak
+    from trainperf.specs.hardware import get_hardware
+
+    hw, prec = workload.hardware, workload.precision
+    if opts.peak_tflops_given:
+        p = resolve_peak(hw, prec)
+        return [{"kind": "given", "tflops": p.tflops, "label": f"{prec} peak given by the user ({p.source})"}]
+    if hw.kind == "cpu":
+        if not hw.calibrated or prec not in hw.peak_tflops:
+            from trainperf.measure.calibrate import CalibrationPlan, calibrate_and_save
+
+            say("no CPU calibration cached for this machine: measuring matmul peaks (quick, ~2 s; "
+                "`trainperf calibrate` does a longer measurement) ...")
+            cal, path = calibrate_and_save(CalibrationPlan.quick())
+            say(f"  fp32 {cal.peak_tflops['fp32']:.3f} TFLOP/s, bf16 {cal.peak_tflops['bf16']:.3f} TFLOP/s "
+                f"with {cal.threads} threads; saved to {path}")
+            hw = get_hardware("cpu")
+        from trainperf.specs.cpu_calibration import load_calibration
+
+        cal = load_calibration()
+        cal_threads = cal.threads if cal is not None else None
+        peak = hw.peak_tflops[prec]
+        when = cal.measured_at[:16].replace("T", " ") if cal is not None else "?"
+        quick = " quick" if cal is not None and cal.extra.get("quick") else ""
+        label = f"cpu {prec} calibrated matmul peak ({hw.name.removeprefix('CPU: ')},{quick} calibration {when})"
+        if threads and cal_threads and threads != cal_threads:
+            peak = peak * threads / cal_threads
+            label += f", scaled to {threads} of {cal_threads} threads per process"
+        return [{"kind": "calibrated", "tflops": peak, "label": label}]
+    peaks = []
+    try:
+        p = resolve_peak(hw, prec)
+        peaks.append({"kind": "datasheet", "tflops": p.tflops, "label": p.source})
+    except TrainperfError as e:
+        say(f"note: no datasheet peak: {e}")
+    try:
+        import torch
+
+        from trainperf.specs.cpu_calibration import load_calibration
+
+        cal = load_calibration(cpu_model=f"cuda: {torch.cuda.get_device_name()}")
+        if cal is not None and prec in cal.peak_tflops:
+            peaks.append({"kind": "calibrated", "tflops": cal.peak_tflops[prec],
+                          "label": f"{prec} calibrated matmul peak of {cal.cpu_model} ({cal.measured_at})"})
+    except (TrainperfError, RuntimeError):
+        pass
+    return peaks
+
+
+def _threads_per_process(nproc_per_node: int) -> int:
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover
+        cores = os.cpu_count() or 1
+    return max(1, cores // nproc_per_node)
+
+
+def prepare(workload: Workload, opts: BenchOptions, say: Callable[[str], None] = print,
+            *, local: bool = True) -> tuple[Workload, BenchConfig]:
+    """Validate the run and resolve peaks and FLOPs: everything that can fail, before any process.
+
+    Returns the workload (its CPU entry refreshed if a quick calibration just ran) and the config.
+    ``local=False`` (a config for other machines, e.g. Slurm) skips the checks of this
+    machine's devices and the CPU calibration.
+    """
+    from trainperf.specs.workload_file import workload_to_dict
+
+    device_type = "cuda" if workload.hardware.kind == "gpu" else "cpu"
+    if workload.hardware.kind not in ("gpu", "cpu"):
+        raise SpecError("hardware.device", workload.hardware.id, "a GPU or cpu for the bench (it trains on this machine)")
+    if local and device_type == "cuda" and local_device_type() != "cuda":
+        raise SpecError("hardware.device", workload.hardware.id,
+                        "cpu on this machine (no CUDA/ROCm device is visible to torch)")
+    if workload.num_devices != opts.launch.world_size:
+        raise SpecError("hardware.num_devices", workload.num_devices,
+                        f"--nproc x --nnodes = {opts.launch.world_size} (one process per device)")
+    check_plan(workload)
+    from trainperf.measure.model import check_supported
+
+    check_supported(workload.model)
+    if workload.seq_len > 1 << 20:
+        raise SpecError("training.seq_len", workload.seq_len, "at most 1M tokens")
+    if opts.data:
+        from trainperf.measure.data import TextDataset
+
+        TextDataset.from_path(opts.data, workload.seq_len, workload.model.vocab)  # raises if unusable
+    if opts.tensorboard:
+        from trainperf.measure.sinks import tensorboard_available
+
+        if not tensorboard_available():
+            raise SpecError("--tensorboard", opts.tensorboard, "needs the tensorboard package (pip install tensorboard)")
+    if opts.resume and opts.checkpoint_dir and not Path(opts.checkpoint_dir).is_dir():
+        raise SpecError("--checkpoint-dir", opts.checkpoint_dir, "an existing directory to --resume from")
+    threads = (opts.threads or _threads_per_process(opts.launch.nproc_per_node)) if device_type == "cpu" else None
+    peaks = resolve_peaks(workload, opts, threads, say) if local else []
+    if local and workload.hardware.kind == "cpu" and not opts.peak_tflops_given:
+        from trainperf.specs.hardware import get_hardware
+
+        # The entry now carries the calibration (workload_to_dict must see the catalog's own entry).
+        workload = workload.replace(hardware=get_hardware("cpu"))
+    seq = workload.seq_len
+    return workload, BenchConfig(
+        workload=workload_to_dict(workload), steps=opts.steps, warmup=opts.warmup, seed=opts.seed,
+        data=os.path.abspath(opts.data) if opts.data else None, compile=opts.compile, lr=opts.lr,
+        out_dir=os.path.abspath(opts.out_dir), device_type=device_type, threads=threads,
+        flops_per_token=model_flops_per_token(workload.model, seq, opts.convention),
+        hardware_flops_per_token=hardware_flops_per_token(workload.model, seq, workload.activation_checkpointing,
+                                                          opts.convention),
+        peak_tflops=peaks[0]["tflops"] if peaks else None, peak_source=peaks[0]["label"] if peaks else None,
+        convention=opts.convention,
+        checkpoint_dir=os.path.abspath(opts.checkpoint_dir) if opts.checkpoint_dir else None,
+        checkpoint_every=opts.checkpoint_every, resume=opts.resume, tensorboard=opts.tensorboard,
+        quiet=opts.quiet, meta={"peaks": peaks, "warmup_given": opts.warmup, "command": " ".join(sys.argv)},
+    )
+
+
+def execute(workload: Workload, cfg: BenchConfig, launch: LaunchSpec,
+            say: Callable[[str], None] = print) -> tuple[dict[str, Any] | None, int]:
+    """Run the bench; returns (summary or None if this node holds no record, exit code).
+
+    Writes ``workload.toml`` and ``run_config.json`` to the output directory first. Ctrl-C:
+    the summary is still written (interrupted), then KeyboardInterrupt propagates.
+    """
+    from trainperf.specs.workload_file import dump_workload_toml
+
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if (out / "steps.jsonl").exists():
+        raise SpecError("--out", str(out), "a new or empty directory (it already holds a steps.jsonl)")
+    (out / "workload.toml").write_text(dump_workload_toml(workload))
+    config_path = out / "run_config.json"
+    config_path.write_text(cfg.to_json())
+    say(f"bench: {workload.describe()}")
+    say(f"output: {out}")
+    rc = 0
+    interrupted = False
+    try:
+        if launch.distributed:
+            cmd = torchrun_command(str(config_path), launch)
+            env = {"OMP_NUM_THREADS": str(cfg.threads or 1), "PYTHONUNBUFFERED": "1"}
+            say(f"launching {launch.world_size} processes ({launch.nnodes} node(s)) with torchrun ...")
+            rc = run_torchrun(cmd, env)
+        else:
+            from trainperf.measure.trainer import train
+
+            try:
+                train(cfg, say=say)
+            except KeyboardInterrupt:
+                rc = 130
+                raise
+    except KeyboardInterrupt:
+        interrupted = True
+        rc = 130
+    if not (out / "steps.jsonl").exists():
+        if launch.nnodes > 1:
+            say("this node holds no run record: global rank 0 (on another node) writes steps.jsonl")
+            return None, rc
+        if interrupted:
+            raise KeyboardInterrupt
+        raise TrainperfError(f"the run failed before its first step (exit code {rc}); see the messages above")
+    summary = write_summary(out, exit_code=rc)
+    say("")
+    say(summary_text(summary, out))
+    if interrupted:
+        raise KeyboardInterrupt
+    return summary, rc

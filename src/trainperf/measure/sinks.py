@@ -1,0 +1,84 @@
+"""Where the meter's steps go besides the JSONL record: the console and TensorBoard.
+
+The console line has the shape of MaxText's (``MaxText/metric_logger.py``) plus MFU::
+
+    completed step: 12, seconds: 0.412, TFLOP/s/device: 0.118, Tokens/s/device: 4975.2, loss: 5.412, mfu: 9.8%
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from trainperf.errors import SpecError
+from trainperf.records import StepRecord
+
+
+def _num(x: float | None, fmt: str) -> str:
+    return "n/a" if x is None else format(x, fmt)
+
+
+def step_line(rec: StepRecord, warmup: bool = False) -> str:
+    """One step in MaxText's ``completed step:`` shape, MFU appended (``n/a`` without a peak)."""
+    mfu = "n/a" if rec.claimed_mfu_pct is None else f"{rec.claimed_mfu_pct:.2f}%"
+    line = (f"completed step: {rec.step}, seconds: {rec.step_time_s:.3f}, "
+            f"TFLOP/s/device: {_num(rec.claimed_tflops_per_device, '.3f')}, "
+            f"Tokens/s/device: {_num(rec.claimed_tokens_per_s_per_device, '.1f')}, "
+            f"loss: {_num(rec.loss, '.4f')}, mfu: {mfu}")
+    return line + ("  (warm-up, not in the summary)" if warmup else "")
+
+
+class ConsoleSink:
+    """Prints :func:`step_line` for every step (to stdout by default)."""
+
+    def __init__(self, stream: TextIO | None = None, printer: Callable[[str], Any] | None = None) -> None:
+        self._stream = stream
+        self._printer = printer
+
+    def write(self, record: StepRecord, warmup: bool) -> None:
+        line = step_line(record, warmup)
+        if self._printer is not None:
+            self._printer(line)
+        else:
+            print(line, file=self._stream or sys.stdout, flush=True)
+
+    def close(self) -> None:
+        pass
+
+
+def tensorboard_available() -> bool:
+    try:
+        from torch.utils.tensorboard import SummaryWriter  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class TensorBoardSink:
+    """Scalars per step under torchtitan-style keys with units: ``throughput(tps)``, ``mfu(%)``..."""
+
+    def __init__(self, log_dir: str) -> None:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            raise SpecError("--tensorboard", log_dir, "needs the tensorboard package (pip install tensorboard)") from None
+        self._w = SummaryWriter(log_dir=log_dir)
+
+    def write(self, record: StepRecord, warmup: bool) -> None:
+        values = {
+            "step_time(s)": record.step_time_s,
+            "throughput(tps)": record.claimed_tokens_per_s_per_device,
+            "tflops_per_device": record.claimed_tflops_per_device,
+            "mfu(%)": record.claimed_mfu_pct,
+            "loss": record.loss,
+            "grad_norm": record.grad_norm,
+            "memory/max(GiB)": record.memory_GiB,
+        }
+        for key, v in values.items():
+            if v is not None:
+                self._w.add_scalar(key, v, record.step)
+        self._w.flush()
+
+    def close(self) -> None:
+        self._w.close()
