@@ -1,0 +1,281 @@
+"""``trainperf plan``: the fastest (or cheapest) parallel plan that fits, and why.
+
+Examples::
+
+    trainperf plan --model llama3.1-405b --device h100-sxm --num-devices 128 --seq-len 8192 \\
+        --global-batch 32 --explain
+    trainperf plan --model llama2-70b --device h100-sxm --num-devices 64-1024 --seq-len 4096 \\
+        --global-batch 128-2048 --objective cost --train-tokens 1e12 --usd-per-device-hour 2.5
+    trainperf plan --model llama3-70b --device h100-sxm --seq-len 8192 --global-batch 1024 \\
+        --target-days 30 --train-tokens 15e12
+
+Exit codes: 0 a plan fits; 1 nothing fits (the message names the tightest constraint and the
+nearest change that fits); 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from trainperf.cli.common import add_convention_argument, add_json_argument, fmt, print_json, table
+from trainperf.errors import SpecError
+
+HELP = "search every parallel plan (dp/fsdp/zero, tp, sp, pp/vpp, cp, ep, micro batch, checkpointing) and rank them"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("workload", nargs="?", help="workload file (.toml/.json): its model, hardware and "
+                        "training sections are used; its [parallel] section is what the planner chooses")
+    m = parser.add_argument_group("model")
+    m.add_argument("--model", metavar="PRESET", help="model preset id (see `trainperf models`)")
+    m.add_argument("--hf-config", metavar="PATH", help="Hugging Face config.json")
+    h = parser.add_argument_group("cluster")
+    h.add_argument("--device", metavar="ID", help="catalog id, e.g. h100-sxm (see `trainperf hw`)")
+    h.add_argument("--num-devices", metavar="N|A,B,C|LO-HI",
+                   help="device count, a list, or a range LO-HI (LO, 2LO, 4LO, ... and HI)")
+    h.add_argument("--devices-per-node", type=int, metavar="N", help="default: the device's typical node")
+    t = parser.add_argument_group("training")
+    t.add_argument("--seq-len", type=int, metavar="N")
+    t.add_argument("--global-batch", metavar="N|A,B|LO-HI",
+                   help="acceptable global batch(es), sequences per optimizer step (list or LO-HI doubling)")
+    t.add_argument("--precision", metavar="DTYPES", help="dtype(s) to try, comma-separated (default bf16)")
+    t.add_argument("--activation-checkpointing", metavar="POLICIES",
+                   help="policies to try, comma-separated (default none,selective,full)")
+    s = parser.add_argument_group("search")
+    s.add_argument("--max-micro-batch", type=int, default=8, metavar="N", help="largest micro batch tried (8)")
+    s.add_argument("--max-vpp", type=int, default=8, metavar="N",
+                   help="most virtual pipeline stages per rank tried (8)")
+    s.add_argument("--allow-cross-node-tp", action="store_true", help="let tp span nodes")
+    s.add_argument("--fix", metavar="K=V[,K=V]",
+                   help="pin degrees, e.g. tp=8,pp=1 (keys: dp fsdp zero tp sp pp vpp cp ep micro_batch)")
+    s.add_argument("--objective", choices=("throughput", "time", "cost"), default="throughput",
+                   help="rank by tokens/s (default), days to train --train-tokens, or cost")
+    s.add_argument("--train-tokens", type=float, metavar="T", help="tokens to train (time, cost, --target-days)")
+    s.add_argument("--usd-per-device-hour", type=float, metavar="USD", help="price (for --objective cost)")
+    s.add_argument("--target-days", type=float, metavar="D",
+                   help="inverse question: smallest device count that trains --train-tokens in D days")
+    s.add_argument("--top", type=int, default=5, metavar="K", help="plans to show (5)")
+    s.add_argument("--rerank", type=int, default=200, metavar="R",
+                   help="best plans re-predicted with the scalar predictor for the final ranking (200)")
+    s.add_argument("--explain", action="store_true",
+                   help="also print how many plans were considered and why the rest were rejected")
+    s.add_argument("--calibration", metavar="FILE", help="calibration file from `trainperf calibrate-model`")
+    add_convention_argument(parser)
+    add_json_argument(parser)
+
+
+def parse_counts(text: str | int | None, field: str) -> tuple[int, ...]:
+    """``"64"``, ``"64,128"`` or ``"64-1024"`` (64, 128, ..., 1024: doubling, HI included)."""
+    if text is None:
+        raise SpecError(field, None, "a count, a comma-separated list, or a range LO-HI")
+    if isinstance(text, int):
+        return (text,)
+    out: list[int] = []
+    try:
+        for part in str(text).split(","):
+            part = part.strip()
+            if "-" in part:
+                lo_s, hi_s = part.split("-", 1)
+                lo, hi = int(lo_s), int(hi_s)
+                if lo < 1 or hi < lo:
+                    raise ValueError
+                v = lo
+                while v <= hi:
+                    out.append(v)
+                    v *= 2
+                out.append(hi)
+            else:
+                out.append(int(part))
+    except ValueError:
+        raise SpecError(field, text, "a positive integer, a list A,B,C or a range LO-HI") from None
+    if any(v < 1 for v in out):
+        raise SpecError(field, text, "positive integers")
+    return tuple(sorted(set(out)))
+
+
+def parse_fixed(text: str | None) -> tuple[tuple[str, int], ...]:
+    """``"tp=8,pp=1"`` -> ``(("tp", 8), ("pp", 1))`` (``sp`` and booleans as 0/1)."""
+    if not text:
+        return ()
+    out = []
+    for part in text.split(","):
+        key, sep, value = part.strip().partition("=")
+        key = key.strip().replace("-", "_")
+        if key in ("mbs", "micro"):
+            key = "micro_batch"
+        if key == "zero_stage":
+            key = "zero"
+        if key == "sequence_parallel":
+            key = "sp"
+        v = {"true": "1", "false": "0", "on": "1", "off": "0"}.get(value.strip().lower(), value.strip())
+        if not sep or not v.isdigit():
+            raise SpecError("fix", part.strip(), "KEY=INTEGER pairs such as tp=8,pp=1")
+        out.append((key, int(v)))
+    return tuple(out)
+
+
+def _inputs(args: argparse.Namespace) -> dict[str, Any]:
+    from trainperf.specs.workload_file import (
+        hardware_from_section,
+        merge_overrides,
+        model_from_section,
+        read_workload_file,
+    )
+
+    data = read_workload_file(args.workload) if args.workload else {}
+    over = {"model.preset": args.model, "model.hf_config": args.hf_config, "hardware.device": args.device,
+            "hardware.devices_per_node": args.devices_per_node, "training.seq_len": args.seq_len}
+    data = merge_overrides(data, over)
+    model = model_from_section(data.get("model", {}), data.get("_base_dir"))
+    tr = data.get("training", {})
+    hw_body = dict(data.get("hardware", {}))
+    precisions = tuple(p.strip() for p in (args.precision or str(tr.get("precision", "bf16"))).split(",") if p.strip())
+    from trainperf.specs.hardware import normalize_precision
+
+    precisions = tuple(dict.fromkeys(normalize_precision(p) for p in precisions))
+    num_text = args.num_devices if args.num_devices is not None else hw_body.get("num_devices")
+    hw_body.pop("num_devices", None)
+    dpn = hw_body.pop("devices_per_node", None)
+    hardware = hardware_from_section(hw_body, precisions[0])
+    seq = tr.get("seq_len", model.max_seq_len)
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
+        raise SpecError("training.seq_len", seq, "a positive integer")
+    gb_text = args.global_batch if args.global_batch is not None else tr.get("global_batch")
+    ac = (tuple(p.strip() for p in args.activation_checkpointing.split(",") if p.strip())
+          if args.activation_checkpointing else ("none", "selective", "full"))
+    return {"model": model, "hardware": hardware, "num_text": num_text, "dpn": dpn, "seq": seq,
+            "gb_text": gb_text, "precisions": precisions, "ac": ac}
+
+
+def _space(args: argparse.Namespace, inp: dict[str, Any], counts: tuple[int, ...]):
+    from trainperf.plan.space import SearchSpace
+
+    hw = inp["hardware"]
+    dpn = inp["dpn"] or hw.devices_per_node
+    for n in counts:
+        if n > dpn and n % dpn:
+            raise SpecError("hardware.num_devices", n, f"a multiple of devices_per_node={dpn} when it spans nodes")
+    gbs = parse_counts(inp["gb_text"], "training.global_batch")
+    if args.max_micro_batch < 1:
+        raise SpecError("max_micro_batch", args.max_micro_batch, "a positive integer")
+    if args.top < 1:
+        raise SpecError("top", args.top, "a positive integer")
+    if args.rerank < 1:
+        raise SpecError("rerank", args.rerank, "a positive integer")
+    return SearchSpace(num_devices=counts, devices_per_node=dpn, fixed=parse_fixed(args.fix),
+                       seq_len=inp["seq"], global_batches=gbs, precisions=inp["precisions"],
+                       checkpointing=inp["ac"], max_micro_batch=args.max_micro_batch, max_vpp=args.max_vpp,
+                       allow_cross_node_tp=args.allow_cross_node_tp)
+
+
+def _calibration(args: argparse.Namespace):
+    if not args.calibration:
+        return None
+    from trainperf.predict.step import load_calibration
+
+    return load_calibration(args.calibration)
+
+
+def run(args: argparse.Namespace) -> int:
+    from trainperf.plan.search import Objective, search
+
+    inp = _inputs(args)
+    cal = _calibration(args)
+    if args.target_days is not None:
+        return _run_inverse(args, inp, cal)
+    counts = parse_counts(inp["num_text"], "hardware.num_devices")
+    space = _space(args, inp, counts)
+    obj = Objective(args.objective, train_tokens=args.train_tokens, usd_per_device_hour=args.usd_per_device_hour)
+    result = search(inp["model"], inp["hardware"], space, obj, top_k=args.top, rerank=args.rerank,
+                    calibration=cal, convention=args.convention)
+    return _report(args, result, cal)
+
+
+def _report(args: argparse.Namespace, result: Any, cal: Any, extra: dict[str, Any] | None = None) -> int:
+    from trainperf.plan import explain, feasibility
+
+    top = result.top[: args.top]
+    header = (f"{result.model.name} on {'/'.join(map(str, result.space.num_devices))}x {result.hardware.id} "
+              f"({result.space.devices_per_node} per node), seq {result.space.seq_len}, global batch "
+              f"{'/'.join(map(str, result.space.global_batches))}; objective: {result.objective.name}")
+    message = None if top else feasibility.infeasible_message(result, calibration=cal)
+    why = explain.why_best(result) if top else ""
+    if args.json:
+        out = {"model": result.model.name, "device": result.hardware.id,
+               "num_devices": list(result.space.num_devices),
+               "devices_per_node": result.space.devices_per_node, "seq_len": result.space.seq_len,
+               "global_batches": list(result.space.global_batches), "objective": result.objective.name,
+               "considered": result.considered, "feasible": result.feasible,
+               "rejected": dict(result.rejected.most_common()), "elapsed_s": result.elapsed_s,
+               "plans": [p.to_dict() for p in top], "why": why, "message": message}
+        if extra:
+            out.update(extra)
+        print_json(out)
+    else:
+        print(header)
+        if extra and "inverse" in extra:
+            print(extra["inverse"])
+        if top:
+            rows = []
+            for p in top:
+                row = [p.rank, p.label, p.workload.num_devices, p.workload.global_batch, f"{p.step_time_s:.4g}",
+                       fmt(p.tokens_per_s), f"{p.mfu_pct:.1f}", f"{p.memory_GiB:.1f}"]
+                if result.objective.name == "time":
+                    row.append(f"{p.days_to_train:.2f}")
+                if result.objective.name == "cost":
+                    row.append(f"{p.cost_usd:,.0f}")
+                row.append(p.bottleneck)
+                rows.append(row)
+            headers = ["#", "plan", "devices", "GBS", "step s", "tokens/s", "MFU %", "GiB/device"]
+            if result.objective.name == "time":
+                headers.append("days")
+            if result.objective.name == "cost":
+                headers.append("USD")
+            headers.append("bottleneck")
+            print(table(rows, headers))
+            print(f"capacity {top[0].capacity_GiB:.1f} GiB per device; {explain.memory_breakdown_line(top[0])} (#1)")
+            print("why #1: " + why)
+        if args.explain:
+            for line in explain.rejection_lines(result):
+                print(line)
+    if message:
+        print(f"trainperf plan: {message}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _run_inverse(args: argparse.Namespace, inp: dict[str, Any], cal: Any) -> int:
+    from trainperf.plan.inverse import smallest_device_count
+
+    if args.train_tokens is None:
+        raise SpecError("train_tokens", None, "a token count with --target-days (--train-tokens T)")
+    hw = inp["hardware"]
+    dpn = inp["dpn"] or hw.devices_per_node
+    template = _space(args, inp, (dpn,))
+    inv = smallest_device_count(inp["model"], hw, template, target_days=args.target_days,
+                                train_tokens=args.train_tokens, top_k=args.top, calibration=cal,
+                                convention=args.convention)
+    pairs = sorted(inv.tried.items())
+    shown = pairs if len(pairs) <= 8 else [*pairs[:3], *pairs[-5:]]
+    tried = ", ".join(f"{n}: {t / 1e6:.3g}M tok/s" for n, t in shown)
+    if len(pairs) > len(shown):
+        tried = f"{len(pairs)} counts, e.g. " + tried
+    if inv.num_devices is None:
+        line = (f"no device count up to {max(inv.tried) if inv.tried else 0} trains {args.train_tokens:.3g} tokens "
+                f"in {args.target_days:g} days (needs {inv.required_tokens_per_s:,.0f} tokens/s; tried {tried})")
+        fastest = max(inv.tried.items(), key=lambda kv: kv[1]) if inv.tried else (0, 0.0)
+        if fastest[1] > 0:
+            line += (f"; the fastest is {fastest[0]} devices at {fastest[1]:,.0f} tokens/s "
+                     f"({args.train_tokens / fastest[1] / 86400:,.1f} days): a larger global batch allows "
+                     "more data parallelism")
+        if args.json:
+            print_json({"inverse": inv.to_dict(), "message": line})
+        print(f"trainperf plan: {line}", file=sys.stderr)
+        return 1
+    best = inv.result.top[0]
+    line = (f"smallest device count: {inv.num_devices} ({inv.num_devices // dpn} nodes) trains "
+            f"{args.train_tokens:.3g} tokens in {best.days_to_train:.2f} days "
+            f"(target {args.target_days:g}; needs {inv.required_tokens_per_s:,.0f} tokens/s; tried {tried})")
+    return _report(args, inv.result, cal, extra={"inverse": line} if not args.json else {"inverse": inv.to_dict()})

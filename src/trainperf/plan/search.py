@@ -1,0 +1,274 @@
+"""Rank every valid plan by an objective: enumerate, evaluate vectorised, re-predict the best.
+
+1. :func:`~trainperf.plan.space.enumerate_candidates` builds the executable plans as arrays;
+2. :func:`~trainperf.plan.vectorized.evaluate` predicts step time and memory per device for all
+   of them at once (the predictor's formulas on arrays);
+3. plans that do not fit are rejected (counted as ``oom``); the rest are ranked by the
+   objective — tokens/s (``throughput``), days to train ``train_tokens`` (``time``) or dollars
+   to train them (``cost``) — ties broken by less memory per device;
+4. the best ``rerank`` plans are predicted again with the scalar predictor
+   (:func:`trainperf.predict.predict`), whose numbers, breakdown and bottleneck are what the
+   output shows; the top ``top_k`` of that re-ranking are returned.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from trainperf.errors import SpecError
+from trainperf.plan import scalar, vectorized
+from trainperf.plan.space import AC_POLICIES, REASONS, Candidates, SearchSpace, enumerate_candidates
+from trainperf.specs.hardware import PRECISIONS, Hardware
+from trainperf.specs.model import ModelSpec
+from trainperf.specs.parallel import ParallelPlan
+from trainperf.specs.workload import CPU_PRECISIONS, Workload
+
+SECONDS_PER_DAY = 86_400.0
+OBJECTIVES: tuple[str, ...] = ("throughput", "time", "cost")
+
+
+@dataclass(frozen=True)
+class Objective:
+    """What to rank by. ``throughput``: tokens/s, highest first; ``time``: days to train
+    ``train_tokens``, fewest first; ``cost``: ``usd_per_device_hour * devices * hours``, cheapest
+    first. With one device count, time and throughput rank alike; across a range they differ."""
+
+    name: str = "throughput"
+    train_tokens: float | None = None
+    usd_per_device_hour: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.name not in OBJECTIVES:
+            raise SpecError("objective", self.name, f"one of {', '.join(OBJECTIVES)}")
+        if self.name in ("time", "cost") and not (self.train_tokens and self.train_tokens > 0):
+            raise SpecError("train_tokens", self.train_tokens,
+                            f"a positive token count with --objective {self.name} (--train-tokens)")
+        if self.name == "cost" and not (self.usd_per_device_hour and self.usd_per_device_hour > 0):
+            raise SpecError("usd_per_device_hour", self.usd_per_device_hour,
+                            "a positive price with --objective cost (--usd-per-device-hour)")
+        if self.train_tokens is not None and not self.train_tokens > 0:
+            raise SpecError("train_tokens", self.train_tokens, "a positive token count")
+
+    def score(self, tokens_per_s, num_devices):
+        """Lower is better: ``-tokens/s``, days, or dollars (arrays or floats)."""
+        if self.name == "throughput":
+            return -tokens_per_s
+        days = self.train_tokens / tokens_per_s / SECONDS_PER_DAY  # type: ignore[operator]
+        if self.name == "time":
+            return days
+        return days * 24.0 * num_devices * self.usd_per_device_hour  # type: ignore[operator]
+
+
+@dataclass
+class RankedPlan:
+    """One plan of the final ranking, with the scalar predictor's figures."""
+
+    rank: int
+    workload: Workload
+    step_time_s: float
+    tokens_per_s: float
+    mfu_pct: float
+    memory_GiB: float
+    capacity_GiB: float
+    fits: bool
+    bottleneck: str
+    breakdown_s: dict[str, float]
+    memory_breakdown_GiB: dict[str, float]
+    days_to_train: float | None = None
+    cost_usd: float | None = None
+    vector_step_time_s: float = float("nan")
+    """The vectorised evaluator's step time for the same plan (equal to ``step_time_s``)."""
+
+    @property
+    def label(self) -> str:
+        return describe_plan(self.workload)
+
+    def to_dict(self) -> dict[str, Any]:
+        w = self.workload
+        p = w.plan
+        return {
+            "rank": self.rank, "plan": self.label, "num_devices": w.num_devices,
+            "dp": p.dp, "fsdp": p.fsdp, "zero_stage": p.zero_stage, "tp": p.tp,
+            "sequence_parallel": p.sequence_parallel, "pp": p.pp, "vpp": p.vpp, "cp": p.cp,
+            "ep": p.ep, "global_batch": w.global_batch, "micro_batch": w.micro_batch,
+            "grad_accum_steps": w.grad_accum_steps, "activation_checkpointing": w.activation_checkpointing,
+            "precision": w.precision, "step_time_s": self.step_time_s, "tokens_per_s": self.tokens_per_s,
+            "tokens_per_s_per_device": self.tokens_per_s / w.num_devices, "mfu_pct": self.mfu_pct,
+            "memory_per_device_GiB": self.memory_GiB, "capacity_GiB": self.capacity_GiB, "fits": self.fits,
+            "bottleneck": self.bottleneck, "breakdown": dict(self.breakdown_s),
+            "memory_breakdown_GiB": dict(self.memory_breakdown_GiB),
+            "days_to_train": self.days_to_train, "cost_usd": self.cost_usd,
+        }
+
+
+@dataclass
+class SearchResult:
+    """Everything one search found."""
+
+    model: ModelSpec
+    hardware: Hardware
+    space: SearchSpace
+    objective: Objective
+    considered: int
+    rejected: Counter
+    ranked: Candidates
+    """Plans that fit, best first (vectorised figures in ``step_time_s`` etc.)."""
+    step_time_s: np.ndarray
+    memory_GiB: np.ndarray
+    tokens_per_s: np.ndarray
+    top: list[RankedPlan] = field(default_factory=list)
+    """The re-predicted plans that fit, best first (the output shows the first ``top_k``)."""
+    top_k: int = 5
+    closest: dict[str, Any] | None = None
+    """When nothing fits: the plan that needs the least memory per device, and its figures."""
+    elapsed_s: float = 0.0
+    all_cands: Candidates | None = None
+    """Every executable candidate (fitting or not), for explanations."""
+    all_eval: Any = None
+    """The vectorised evaluation of ``all_cands``."""
+    collapsed: int = 0
+    """Plans that fit but are not listed: they differ from a better-ranked plan only in ZeRO stage."""
+
+    @property
+    def feasible(self) -> int:
+        """Plans that fit (listed ones plus the collapsed ZeRO-stage variants)."""
+        return len(self.ranked) + self.collapsed
+
+    def reasons(self) -> list[tuple[str, str, int]]:
+        """(key, text, count) of every rejection reason, most frequent first."""
+        return [(k, REASONS.get(k, k), n) for k, n in self.rejected.most_common()]
+
+    def rank_of(self, num_devices: int | None = None, **want: Any) -> int | None:
+        """1-based rank (in the vectorised ranking) of the best plan matching ``want``.
+
+        Keys are candidate columns (``dp fsdp zero tp sp pp vpp cp ep micro_batch global_batch``)
+        plus ``ac`` (a policy name) and ``precision`` (a dtype); unspecified columns are free.
+        """
+        c = self.ranked
+        mask = np.ones(len(c), dtype=bool)
+        if num_devices is not None:
+            mask &= c["num_devices"] == num_devices
+        for k, v in want.items():
+            if k == "ac":
+                v = AC_POLICIES.index(v)
+            elif k == "precision":
+                v = c.precisions.index(v) if v in c.precisions else -1
+            mask &= c[k] == int(v)
+        idx = np.flatnonzero(mask)
+        return int(idx[0]) + 1 if idx.size else None
+
+
+def describe_plan(w: Workload) -> str:
+    """Short label: parallel degrees, micro batch, checkpointing, and the dtype unless bf16
+    (``fsdp=16 tp=8 sp mbs=2 AC=full``)."""
+    p = w.plan
+    parts = [p.describe() if p.describe() != "single device" else "dp=1"]
+    parts.append(f"mbs={w.micro_batch}")
+    parts.append(f"AC={w.activation_checkpointing}")
+    if w.precision != "bf16":
+        parts.append(w.precision)
+    return " ".join(parts)
+
+
+def workload_of(model: ModelSpec, hardware: Hardware, space: SearchSpace, cands: Candidates,
+                i: int) -> Workload:
+    """The validated :class:`Workload` of candidate row ``i``."""
+    r = cands.row(i)
+    plan = ParallelPlan(dp=int(r["dp"]), fsdp=int(r["fsdp"]), zero_stage=int(r["zero"]), tp=int(r["tp"]),
+                        sequence_parallel=bool(r["sp"]), pp=int(r["pp"]), vpp=int(r["vpp"]),
+                        cp=int(r["cp"]), ep=int(r["ep"]))
+    return Workload(model=model, hardware=hardware, num_devices=int(r["num_devices"]),
+                    seq_len=space.seq_len, global_batch=int(r["global_batch"]),
+                    micro_batch=int(r["micro_batch"]), plan=plan,
+                    devices_per_node=min(space.devices_per_node, int(r["num_devices"])),
+                    precision=str(r["precision"]), activation_checkpointing=str(r["ac"]))
+
+
+def _rank_order(score: np.ndarray, memory: np.ndarray) -> np.ndarray:
+    # lexsort: last key is primary
+    return np.lexsort((memory, score))
+
+
+def _first_of_each_layout(c: Candidates, order: np.ndarray) -> np.ndarray:
+    """``order`` without the plans that differ from a better-ranked one only in ZeRO stage."""
+    keys = np.stack([c[k][order] for k in c.cols if k != "zero"], axis=1)
+    _, first = np.unique(keys, axis=0, return_index=True)
+    return order[np.sort(first)]
+
+
+def search(model: ModelSpec, hardware: Hardware, space: SearchSpace, objective: Objective | None = None,
+           *, top_k: int = 5, rerank: int = 200, calibration: Any = None,
+           collapse_zero: bool = True, convention: str | None = None) -> SearchResult:
+    """Search ``space`` for ``model`` on ``hardware``; see the module docstring for the steps.
+
+    ``collapse_zero``: list each layout once, with its best ZeRO stage (the others are counted
+    in ``collapsed``; they would otherwise fill the top of the list with near-ties).
+
+    ``calibration`` is passed to the predictor (fitted efficiency knobs) for both the vectorised
+    and the scalar evaluation; ``convention`` names the FLOP convention of the MFU shown.
+    Returns the result even when nothing fits (``top`` empty, ``closest`` set) so the caller
+    can explain why.
+    """
+    t0 = time.perf_counter()
+    objective = objective or Objective()
+    for p in space.precisions:
+        if not (hardware.supports(p) or (hardware.kind == "cpu" and p in CPU_PRECISIONS)):
+            have = ", ".join(q for q in PRECISIONS if hardware.supports(q))
+            raise SpecError("training.precision", p, f"{hardware.id} supports {have}")
+    cands = enumerate_candidates(model, hardware, space)
+    rejected = Counter(cands.rejected)
+    ev = vectorized.evaluate(cands, model, hardware, space.seq_len, space.devices_per_node,
+                             calibration=calibration)
+    fits = ev.fits
+    n_oom = int((~fits).sum())
+    if n_oom:
+        rejected["oom"] += n_oom
+    closest = None
+    if len(cands) and not fits.any():
+        j = int(np.argmin(ev.memory_GiB))
+        closest = {"index": j, "workload": workload_of(model, hardware, space, cands, j),
+                   "memory_GiB": float(ev.memory_GiB[j]), "capacity_GiB": float(ev.capacity_GiB)}
+    good = cands.take(fits)
+    st, mem = ev.step_time_s[fits], ev.memory_GiB[fits]
+    tps = good["global_batch"] * space.seq_len / st
+    order = _rank_order(objective.score(tps, good["num_devices"]), mem)
+    n_fit = order.size
+    if collapse_zero:
+        order = _first_of_each_layout(good, order)
+    ranked = good.take(order)
+    result = SearchResult(model, hardware, space, objective, cands.considered, rejected, ranked,
+                          st[order], mem[order], tps[order], closest=closest, all_cands=cands, all_eval=ev,
+                          collapsed=n_fit - order.size)
+    if rerank > 0:
+        result.top = rescore(result, rerank=max(rerank, top_k, 2), calibration=calibration,
+                             convention=convention)
+    result.top_k = top_k
+    result.elapsed_s = time.perf_counter() - t0
+    return result
+
+
+def rescore(result: SearchResult, *, rerank: int, calibration: Any = None,
+            convention: str | None = None) -> list[RankedPlan]:
+    """Predict the best ``rerank`` plans with the scalar predictor; return those that fit, ranked."""
+    out: list[RankedPlan] = []
+    obj = result.objective
+    for i in range(min(rerank, len(result.ranked))):
+        w = workload_of(result.model, result.hardware, result.space, result.ranked, i)
+        s = scalar.predict(w, calibration=calibration, convention=convention)
+        tps = w.tokens_per_step / s.step_time_s
+        days = obj.train_tokens / tps / SECONDS_PER_DAY if obj.train_tokens else None
+        cost = (days * 24.0 * w.num_devices * obj.usd_per_device_hour
+                if days is not None and obj.usd_per_device_hour else None)
+        out.append(RankedPlan(0, w, s.step_time_s, tps, s.mfu_pct, s.memory_GiB, s.capacity_GiB, s.fits,
+                              s.bottleneck, s.breakdown_s, s.memory_breakdown_GiB, days, cost,
+                              float(result.step_time_s[i])))
+    out = [p for p in out if p.fits]
+    out.sort(key=lambda p: (float(obj.score(p.tokens_per_s, p.workload.num_devices)), p.memory_GiB))
+    for r, p in enumerate(out, 1):
+        p.rank = r
+    return out

@@ -1,0 +1,316 @@
+"""The search space of ``trainperf plan``: every parallel plan for a model on N devices, as arrays.
+
+A candidate is one choice of
+``(num_devices, dp, fsdp, tp, pp, cp, global_batch, micro_batch, vpp, ep, sequence_parallel,
+zero_stage, activation_checkpointing, precision)``. The mesh ``dp x fsdp x tp x pp x cp`` must
+multiply to the device count (ParallelPlan's convention; ``ep`` is carved out of
+``dp * fsdp * cp`` and does not multiply it).
+
+Candidates are built stage by stage (mesh, then global batch, micro batch, virtual stages,
+expert parallelism, sequence parallelism, ZeRO stage, checkpointing, precision), each stage a
+numpy expansion followed by vectorised validity masks, so that no Python loop runs per plan.
+Every plan that a stage rejects is counted under a named reason, weighted by the number of
+plans its rejected prefix stands for, so ``considered == valid + sum(rejected)`` exactly.
+
+Options that do not apply to a mesh are not plans and are not counted: sequence parallelism
+only exists with ``tp > 1``, a ZeRO stage over the replicas only with ``dp > 1``, virtual
+stages only with ``pp > 1``, expert parallelism only for MoE models. ZeRO-3 over a plain dp
+group is the same plan as ``fsdp = dp``, so it is enumerated once, as fsdp.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from trainperf.specs.hardware import Hardware
+from trainperf.specs.model import ModelSpec
+
+AC_POLICIES: tuple[str, ...] = ("none", "selective", "full")
+"""Activation-checkpointing policies in code order (``ac`` column values 0, 1, 2)."""
+
+# Column names of a candidate table, in a fixed order.
+COLUMNS: tuple[str, ...] = (
+    "num_devices", "dp", "fsdp", "tp", "pp", "cp", "global_batch", "micro_batch", "vpp", "ep",
+    "sp", "zero", "ac", "precision",
+)
+
+# Rejection reasons (stable keys; the text is what --explain prints).
+REASONS: dict[str, str] = {
+    "tp_cross_node": "tp larger than devices per node (tp would cross nodes; --allow-cross-node-tp)",
+    "tp_heads": "tp does not divide the attention heads",
+    "tp_kv_heads": "tp neither divides nor is a multiple of the kv heads",
+    "tp_ffn": "tp does not divide ffn_hidden",
+    "pp_layers": "pp larger than the number of layers",
+    "cp_seq": "cp does not divide seq_len",
+    "batch_dp": "global batch not a multiple of the data-parallel degree dp*fsdp",
+    "mbs_local": "micro batch does not divide the local batch (global batch / dp*fsdp)",
+    "vpp_layers": "pp*vpp does not divide the layers evenly (interleaved schedule)",
+    "vpp_microbatches": "interleaved schedule needs the micro-batches per step to be a multiple of pp",
+    "ep_ranks": "ep does not divide the data-parallel ranks dp*fsdp*cp",
+    "fixed": "excluded by --fix (a degree the user fixed)",
+    "oom": "does not fit device memory",
+}
+FIXABLE: tuple[str, ...] = ("dp", "fsdp", "zero", "tp", "sp", "pp", "vpp", "cp", "ep", "micro_batch")
+"""Columns a user may pin to one value (``--fix tp=8,pp=1``)."""
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """What the planner may choose from, besides the fixed model and hardware."""
+
+    num_devices: tuple[int, ...]
+    """Device counts to search (each a separate mesh)."""
+    devices_per_node: int
+    """Devices per node: tp stays within one unless ``allow_cross_node_tp``."""
+    seq_len: int
+    """Tokens per sequence."""
+    global_batches: tuple[int, ...]
+    """Acceptable global batches (sequences per optimizer step)."""
+    precisions: tuple[str, ...] = ("bf16",)
+    """Compute dtypes to try (each must be supported by the device)."""
+    checkpointing: tuple[str, ...] = AC_POLICIES
+    """Activation-checkpointing policies to try."""
+    max_micro_batch: int = 8
+    """Largest micro batch tried (every integer from 1 up to it that divides the local batch)."""
+    max_vpp: int = 8
+    """Largest number of virtual pipeline stages per rank tried (interleaved 1F1B)."""
+    allow_cross_node_tp: bool = False
+    """Let tp span nodes (its traffic then crosses the inter-node network)."""
+    zero_stages: tuple[int, ...] = (0, 1, 2)
+    """ZeRO stages over the replicated dp group tried when dp > 1."""
+    sequence_parallel: tuple[bool, ...] = (False, True)
+    """Sequence-parallel settings tried when tp > 1."""
+    fixed: tuple[tuple[str, int], ...] = ()
+    """``(column, value)`` pairs every plan must have (columns of :data:`FIXABLE`)."""
+
+    def __post_init__(self) -> None:
+        from trainperf.errors import SpecError
+
+        for n in self.num_devices:
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise SpecError("hardware.num_devices", n, "a positive integer")
+        if not self.num_devices:
+            raise SpecError("hardware.num_devices", "", "at least one device count")
+        if not self.global_batches:
+            raise SpecError("training.global_batch", "", "at least one global batch")
+        for b in self.global_batches:
+            if isinstance(b, bool) or not isinstance(b, int) or b < 1:
+                raise SpecError("training.global_batch", b, "a positive integer")
+        if self.seq_len < 1:
+            raise SpecError("training.seq_len", self.seq_len, "a positive integer")
+        if self.devices_per_node < 1:
+            raise SpecError("hardware.devices_per_node", self.devices_per_node, "a positive integer")
+        for p in self.checkpointing:
+            if p not in AC_POLICIES:
+                raise SpecError("training.activation_checkpointing", p, f"one of {', '.join(AC_POLICIES)}")
+        if self.max_micro_batch < 1:
+            raise SpecError("max_micro_batch", self.max_micro_batch, "a positive integer")
+        if self.max_vpp < 1:
+            raise SpecError("max_vpp", self.max_vpp, "a positive integer")
+        for key, value in self.fixed:
+            if key not in FIXABLE:
+                raise SpecError("fix", key, f"one of {', '.join(FIXABLE)}")
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise SpecError(f"fix.{key}", value, "a non-negative integer")
+
+
+@dataclass
+class Candidates:
+    """A table of candidate plans: one numpy int64 array per column of :data:`COLUMNS`.
+
+    ``ac`` indexes :data:`AC_POLICIES`; ``precision`` indexes ``precisions``; ``sp`` is 0/1.
+    """
+
+    cols: dict[str, np.ndarray]
+    precisions: tuple[str, ...]
+    considered: int = 0
+    """Plans enumerated in all (valid + rejected)."""
+    rejected: Counter = field(default_factory=Counter)
+    """Reason key (see :data:`REASONS`) -> number of plans rejected for it."""
+
+    def __len__(self) -> int:
+        return int(self.cols["dp"].shape[0])
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.cols[name]
+
+    def take(self, idx: np.ndarray) -> Candidates:
+        """The rows ``idx`` (a boolean mask or index array); counts are carried over."""
+        return Candidates({k: v[idx] for k, v in self.cols.items()}, self.precisions,
+                          self.considered, Counter(self.rejected))
+
+    def row(self, i: int) -> dict[str, int | str | bool]:
+        """Row ``i`` as plain Python values (ac and precision as names)."""
+        r: dict[str, int | str | bool] = {k: int(v[i]) for k, v in self.cols.items()}
+        r["ac"] = AC_POLICIES[int(r["ac"])]
+        r["precision"] = self.precisions[int(r["precision"])]
+        r["sp"] = bool(r["sp"])
+        return r
+
+
+def divisors(n: int) -> list[int]:
+    """Positive divisors of ``n`` in increasing order."""
+    small, large = [], []
+    d = 1
+    while d * d <= n:
+        if n % d == 0:
+            small.append(d)
+            if d * d != n:
+                large.append(n // d)
+        d += 1
+    return small + large[::-1]
+
+
+def _mesh(n: int) -> dict[str, np.ndarray]:
+    """Every ``(dp, fsdp, tp, pp, cp)`` whose product is ``n``.
+
+    Built one degree at a time, keeping only partial products that divide ``n``, so the work
+    is proportional to the number of valid meshes, not to ``divisors(n) ** 4``.
+    """
+    d = np.asarray(divisors(n), dtype=np.int64)
+    cols: dict[str, np.ndarray] = {"tp": d.copy()}
+    prod = d.copy()
+    for name in ("pp", "cp", "fsdp"):
+        rows = prod.shape[0]
+        nxt = np.repeat(prod, d.size) * np.tile(d, rows)
+        keep = n % nxt == 0
+        cols = {k: np.repeat(v, d.size)[keep] for k, v in cols.items()}
+        cols[name] = np.tile(d, rows)[keep]
+        prod = nxt[keep]
+    dp = n // prod
+    return {"num_devices": np.full(dp.shape, n, dtype=np.int64), "dp": dp, "fsdp": cols["fsdp"],
+            "tp": cols["tp"], "pp": cols["pp"], "cp": cols["cp"]}
+
+
+def _expand(cols: dict[str, np.ndarray], name: str, values: np.ndarray) -> dict[str, np.ndarray]:
+    """Cartesian product of the table with one new column taking ``values``."""
+    rows = cols["dp"].shape[0]
+    k = values.shape[0]
+    out = {c: np.repeat(v, k) for c, v in cols.items()}
+    out[name] = np.tile(values.astype(np.int64), rows)
+    return out
+
+
+def _filter(cols: dict[str, np.ndarray], keep: np.ndarray) -> dict[str, np.ndarray]:
+    return {c: v[keep] for c, v in cols.items()}
+
+
+class _Counter:
+    """Counts rejected plans, each prefix weighted by the plans it would have expanded into."""
+
+    def __init__(self, weight_fn) -> None:
+        self.weight_fn = weight_fn
+        self.rejected: Counter = Counter()
+
+    def reject(self, cols: dict[str, np.ndarray], stage: int,
+               checks: list[tuple[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        """Apply ``checks`` in order; each row is counted under the first reason it fails."""
+        alive = np.ones(cols["dp"].shape[0], dtype=bool)
+        weights = self.weight_fn(cols, stage)
+        for reason, ok in checks:
+            bad = alive & ~ok
+            if bad.any():
+                self.rejected[reason] += int(weights[bad].sum())
+            alive &= ok
+        return _filter(cols, alive)
+
+
+def enumerate_candidates(model: ModelSpec, hardware: Hardware, space: SearchSpace) -> Candidates:
+    """All plans of ``space`` for ``model`` that can be executed, with rejection counts.
+
+    Checks here are the ones :class:`~trainperf.specs.workload.Workload` makes (tp divides
+    heads / kv heads or is a multiple of them / ffn_hidden, pp*vpp <= layers, cp divides the
+    sequence, ep divides the experts and the data-parallel ranks, the micro batch divides the
+    local batch), plus the planner's own: tp within a node unless allowed, and an interleaved
+    schedule only when pp*vpp divides the layers and the micro-batches per step are a multiple
+    of pp (Megatron-LM's requirement for its interleaved 1F1B schedule). Memory is checked later, by the evaluator.
+    Uneven plain-1F1B stages (layers not divisible by pp) are allowed, as in Workload.
+    """
+    n_ac = len(space.checkpointing)
+    n_prec = len(space.precisions)
+    ac_codes = np.asarray([AC_POLICIES.index(p) for p in space.checkpointing], dtype=np.int64)
+    ep_opts = np.asarray(divisors(model.moe_experts) if model.is_moe else [1], dtype=np.int64)
+    gbs_opts = np.asarray(sorted(set(space.global_batches)), dtype=np.int64)
+    mbs_opts = np.arange(1, space.max_micro_batch + 1, dtype=np.int64)
+    vpp_opts = np.arange(1, space.max_vpp + 1, dtype=np.int64)
+    sp_opts = np.asarray(sorted({int(s) for s in space.sequence_parallel}) or [0], dtype=np.int64)
+    zero_opts = np.asarray(sorted(set(space.zero_stages)) or [0], dtype=np.int64)
+
+    # Stage order: 0 mesh, 1 gbs, 2 mbs, 3 vpp, 4 ep, 5 sp, 6 zero, 7 ac+precision.
+    def n_options(cols: dict[str, np.ndarray], stage: int) -> np.ndarray:
+        tp, pp, dp = cols["tp"], cols["pp"], cols["dp"]
+        one = np.ones_like(tp)
+        if stage == 1:
+            return one * len(gbs_opts)
+        if stage == 2:
+            return one * len(mbs_opts)
+        if stage == 3:
+            return np.where(pp > 1, len(vpp_opts), 1)
+        if stage == 4:
+            return one * len(ep_opts)
+        if stage == 5:
+            return np.where(tp > 1, len(sp_opts), 1)
+        if stage == 6:
+            return np.where(dp > 1, len(zero_opts), 1)
+        return one * (n_ac * n_prec)
+
+    def weight(cols: dict[str, np.ndarray], stage: int) -> np.ndarray:
+        w = np.ones(cols["dp"].shape[0], dtype=np.int64)
+        for s in range(stage + 1, 8):
+            w = w * n_options(cols, s)
+        return w
+
+    counter = _Counter(weight)
+    parts = []
+    for n in sorted(set(space.num_devices)):
+        c = _mesh(n)
+        tp, pp, cp = c["tp"], c["pp"], c["cp"]
+        kv = model.kv_heads or model.heads
+        c = counter.reject(c, 0, [
+            ("tp_cross_node", (tp <= space.devices_per_node) | space.allow_cross_node_tp),
+            ("tp_heads", model.heads % tp == 0),
+            ("tp_kv_heads", (kv % tp == 0) | (tp % kv == 0)),
+            ("tp_ffn", model.ffn_hidden % tp == 0),
+            ("pp_layers", pp <= model.layers),
+            ("cp_seq", space.seq_len % cp == 0),
+        ])
+        c = _expand(c, "global_batch", gbs_opts)
+        dpr = c["dp"] * c["fsdp"]
+        c = counter.reject(c, 1, [("batch_dp", c["global_batch"] % dpr == 0)])
+        c = _expand(c, "micro_batch", mbs_opts)
+        local = c["global_batch"] // (c["dp"] * c["fsdp"])
+        c = counter.reject(c, 2, [("mbs_local", local % c["micro_batch"] == 0)])
+        # vpp: only 1 when pp == 1 (not a plan otherwise, so not counted)
+        c = _expand(c, "vpp", vpp_opts)
+        c = _filter(c, (c["pp"] > 1) | (c["vpp"] == 1))
+        chunks = c["pp"] * c["vpp"]
+        accum = c["global_batch"] // (c["dp"] * c["fsdp"] * c["micro_batch"])
+        c = counter.reject(c, 3, [
+            ("vpp_layers", (c["vpp"] == 1) | (model.layers % chunks == 0)),
+            ("vpp_microbatches", (c["vpp"] == 1) | (accum % c["pp"] == 0)),
+        ])
+        c = _expand(c, "ep", ep_opts)
+        c = counter.reject(c, 4, [
+            ("ep_ranks", (c["dp"] * c["fsdp"] * c["cp"]) % c["ep"] == 0),
+        ])
+        c = _expand(c, "sp", sp_opts)
+        c = _filter(c, (c["tp"] > 1) | (c["sp"] == sp_opts[0]))
+        c["sp"] = np.where(c["tp"] > 1, c["sp"], 0)
+        c = _expand(c, "zero", zero_opts)
+        c = _filter(c, (c["dp"] > 1) | (c["zero"] == zero_opts[0]))
+        c["zero"] = np.where(c["dp"] > 1, c["zero"], 0)
+        if space.fixed:
+            ok = np.ones(c["dp"].shape[0], dtype=bool)
+            for key, value in space.fixed:
+                ok &= c[key] == value
+            c = counter.reject(c, 6, [("fixed", ok)])
+        c = _expand(c, "ac", ac_codes)
+        c = _expand(c, "precision", np.arange(n_prec, dtype=np.int64))
+        parts.append(c)
+    cols = {k: np.concatenate([p[k] for p in parts]) for k in COLUMNS}
+    valid = int(cols["dp"].shape[0])
+    return Candidates(cols, tuple(space.precisions), valid + sum(counter.rejected.values()),
+                      counter.rejected)

@@ -1,0 +1,98 @@
+"""The planner's vectorised evaluation must equal the scalar predictor, plan for plan.
+
+``trainperf.plan.vectorized`` feeds numpy arrays of plan features to the predictor's own
+``step_core``; only the feature extraction (``workload_features``' plan entries and
+ParallelPlan's shard counts) is mirrored. This test draws a few hundred random executable
+plans across models, devices, precisions and checkpointing policies and checks that step time,
+memory per device and the fit verdict equal :func:`trainperf.predict.predict` to 1e-6.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+
+from trainperf.plan import vectorized
+from trainperf.plan.search import workload_of
+from trainperf.plan.space import SearchSpace, enumerate_candidates
+from trainperf.predict import core, predict
+from trainperf.specs.hardware import get_hardware
+from trainperf.specs.presets import get_model
+
+CASES = [
+    # model, device, devices, devices/node, seq, global batches, precisions
+    ("llama2-70b", "h100-sxm", (64, 128), 8, 4096, (128, 256), ("bf16", "fp8")),
+    ("llama3.1-405b", "h100-sxm", (512,), 8, 8192, (256,), ("bf16",)),
+    ("mixtral-8x7b", "mi300x", (32, 64), 8, 4096, (64, 128), ("bf16",)),
+    ("deepseek-v3", "h200-sxm", (256,), 8, 4096, (512,), ("bf16", "fp8")),
+    ("llama3-8b", "a100-sxm-80gb", (8, 16), 8, 8192, (16, 32), ("bf16", "fp32")),
+    ("gpt3-175b", "tpu-v5p", (64,), 4, 2048, (128,), ("bf16",)),
+    ("gemma2-9b", "mi250-gcd", (16,), 8, 4096, (32,), ("bf16",)),
+    ("debug", "gb200", (144,), 72, 256, (144, 288), ("bf16",)),
+]
+SAMPLES_PER_CASE = 40
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] + "@" + c[1] for c in CASES])
+def test_vectorised_equals_scalar_predictor(case):
+    name, dev, counts, dpn, seq, gbs, precs = case
+    model, hw = get_model(name), get_hardware(dev)
+    space = SearchSpace(counts, dpn, seq, gbs, precisions=precs, max_micro_batch=4, max_vpp=4,
+                        allow_cross_node_tp=(name == "debug"))
+    cands = enumerate_candidates(model, hw, space)
+    assert len(cands) > SAMPLES_PER_CASE
+    ev = vectorized.evaluate(cands, model, hw, seq, dpn)
+    rng = np.random.default_rng(zlib.crc32(f"{name}@{dev}".encode()))
+    # random rows, plus the extremes (fastest, leanest, largest) where formulas are stressed
+    pick = set(rng.choice(len(cands), SAMPLES_PER_CASE - 3, replace=False).tolist())
+    pick |= {int(np.argmin(ev.step_time_s)), int(np.argmin(ev.memory_GiB)), int(np.argmax(ev.memory_GiB))}
+    for i in sorted(pick):
+        w = workload_of(model, hw, space, cands, i)
+        p = predict(w)
+        assert ev.step_time_s[i] == pytest.approx(p.step_time_s, rel=1e-6), w.describe()
+        assert ev.memory_GiB[i] == pytest.approx(p.memory_per_device_GiB, rel=1e-6), w.describe()
+        assert bool(ev.fits[i]) == p.fits, w.describe()
+        assert ev.capacity_GiB == pytest.approx(p.memory_capacity_GiB, rel=1e-9)
+
+
+def test_mirrored_features_cover_every_plan_dependent_feature():
+    """If the predictor grows a new plan-dependent feature, the planner must mirror it: every
+    feature that differs between two plans of one model/device/precision must be one the
+    planner computes per plan."""
+    from trainperf.plan.space import Candidates
+    from trainperf.specs.parallel import ParallelPlan
+    from trainperf.specs.workload import Workload
+
+    model, hw = get_model("mixtral-8x7b"), get_hardware("h100-sxm")
+    a = Workload(model=model, hardware=hw, num_devices=64, seq_len=4096, global_batch=64, micro_batch=1,
+                 plan=ParallelPlan(fsdp=8, tp=4, pp=2, ep=8), devices_per_node=8,
+                 activation_checkpointing="full")
+    b = Workload(model=model, hardware=hw, num_devices=32, seq_len=4096, global_batch=128, micro_batch=2,
+                 plan=ParallelPlan(dp=2, zero_stage=2, tp=2, sequence_parallel=True, pp=4, vpp=2, cp=2, ep=2),
+                 devices_per_node=8, activation_checkpointing="selective")
+    fa, fb = core.workload_features(a), core.workload_features(b)
+    differing = {k for k in fa if not np.array_equal(np.asarray(fa[k], dtype=object), np.asarray(fb[k], dtype=object))}
+    cols = {k: np.zeros(1, dtype=np.int64) + 1 for k in
+            ("num_devices", "dp", "fsdp", "zero", "tp", "pp", "vpp", "cp", "ep", "micro_batch", "global_batch",
+             "sp", "ac", "precision")}
+    mirrored = set(vectorized.plan_features(Candidates(cols, ("bf16",)), np.arange(1), 8)) | {"policy"}
+    assert differing <= mirrored, f"plan-dependent features not mirrored by the planner: {differing - mirrored}"
+    assert set(fa) == set(fb)
+
+
+def test_calibration_reaches_both_evaluators():
+    """A calibration (device id -> knob values) changes the vectorised and scalar figures alike."""
+    model, hw = get_model("llama2-70b"), get_hardware("h100-sxm")
+    space = SearchSpace((64,), 8, 4096, (128,), max_micro_batch=2, max_vpp=2)
+    cands = enumerate_candidates(model, hw, space)
+    cal = {"h100-sxm": {"matmul_efficiency": 0.5, "overlap": 0.3, "reserve_GiB": 6.0}}
+    plain = vectorized.evaluate(cands, model, hw, 4096, 8)
+    tuned = vectorized.evaluate(cands, model, hw, 4096, 8, calibration=cal)
+    assert (tuned.step_time_s > plain.step_time_s).mean() > 0.9  # slower GEMMs dominate
+    assert np.allclose(tuned.memory_GiB - plain.memory_GiB, 3.0)  # the reserve
+    for i in np.random.default_rng(1).choice(len(cands), 15, replace=False):
+        p = predict(workload_of(model, hw, space, cands, int(i)), calibration=cal)
+        assert tuned.step_time_s[i] == pytest.approx(p.step_time_s, rel=1e-6)
+        assert tuned.memory_GiB[i] == pytest.approx(p.memory_per_device_GiB, rel=1e-6)

@@ -1,0 +1,143 @@
+"""Candidate enumeration: every candidate is an executable Workload, counts add up, options
+appear only where they apply, and rejection reasons are the right ones."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trainperf.plan.search import workload_of
+from trainperf.plan.space import REASONS, SearchSpace, divisors, enumerate_candidates
+from trainperf.specs.hardware import get_hardware
+from trainperf.specs.presets import get_model
+
+H100 = get_hardware("h100-sxm")
+
+
+def test_divisors():
+    assert divisors(1) == [1]
+    assert divisors(12) == [1, 2, 3, 4, 6, 12]
+    assert divisors(16384) == [2**i for i in range(15)]
+
+
+def test_mesh_multiplies_to_devices_and_respects_the_model():
+    m = get_model("llama3.1-405b")  # 128 heads, 8 kv heads, 126 layers
+    c = enumerate_candidates(m, H100, SearchSpace((128, 256), 8, 8192, (64,)))
+    prod = c["dp"] * c["fsdp"] * c["tp"] * c["pp"] * c["cp"]
+    assert np.array_equal(prod, c["num_devices"])
+    assert (c["tp"] <= 8).all() and (m.heads % c["tp"] == 0).all()
+    assert (c["pp"] <= m.layers).all()
+    local = c["global_batch"] // (c["dp"] * c["fsdp"])
+    assert (c["global_batch"] % (c["dp"] * c["fsdp"]) == 0).all() and (local % c["micro_batch"] == 0).all()
+    inter = c["vpp"] > 1
+    assert (m.layers % (c["pp"][inter] * c["vpp"][inter]) == 0).all()
+    # options only where they apply
+    assert (c["sp"][c["tp"] == 1] == 0).all() and (c["sp"][c["tp"] > 1] == 1).any()
+    assert (c["zero"][c["dp"] == 1] == 0).all() and (c["zero"][c["dp"] > 1] == 2).any()
+    assert (c["vpp"][c["pp"] == 1] == 1).all()
+    assert (c["ep"] == 1).all()
+
+
+def test_counts_add_up_and_reasons_are_named():
+    m = get_model("llama2-70b")
+    c = enumerate_candidates(m, H100, SearchSpace((64,), 8, 4096, (128,)))
+    assert c.considered == len(c) + sum(c.rejected.values())
+    assert set(c.rejected) <= set(REASONS)
+    assert c.rejected["tp_cross_node"] > 0 and c.rejected["mbs_local"] > 0
+
+
+def test_counts_match_a_brute_force_enumeration():
+    """considered / valid / per-reason counts equal plain nested loops over every option."""
+    import itertools
+    from collections import Counter
+
+    m = get_model("debug")  # 4 layers, 8 heads, 4 kv heads
+    n, dpn, seq, gbs_opts, max_mbs, max_vpp = 16, 4, 256, (8, 32), 4, 4
+    c = enumerate_candidates(m, H100, SearchSpace((n,), dpn, seq, gbs_opts, max_micro_batch=max_mbs,
+                                                  max_vpp=max_vpp))
+    considered, valid, reasons = 0, 0, Counter()
+    ds = divisors(n)
+    for tp, pp, cp, fsdp in itertools.product(ds, ds, ds, ds):
+        if n % (tp * pp * cp * fsdp):
+            continue
+        dp = n // (tp * pp * cp * fsdp)
+        for gbs, mbs in itertools.product(gbs_opts, range(1, max_mbs + 1)):
+            for vpp in range(1, (max_vpp if pp > 1 else 1) + 1):
+                k = (2 if tp > 1 else 1) * (3 if dp > 1 else 1) * 3  # sp x zero x checkpointing
+                considered += k
+                accum = gbs // (dp * fsdp * mbs) if gbs % (dp * fsdp * mbs) == 0 else 0
+                why = ("tp_cross_node" if tp > dpn else "tp_heads" if m.heads % tp else
+                       "tp_kv_heads" if m.kv_heads % tp and tp % m.kv_heads else
+                       "tp_ffn" if m.ffn_hidden % tp else "pp_layers" if pp > m.layers else
+                       "cp_seq" if seq % cp else "batch_dp" if gbs % (dp * fsdp) else
+                       "mbs_local" if (gbs // (dp * fsdp)) % mbs else
+                       "vpp_layers" if vpp > 1 and m.layers % (pp * vpp) else
+                       "vpp_microbatches" if vpp > 1 and accum % pp else None)
+                if why:
+                    reasons[why] += k
+                else:
+                    valid += k
+    assert len(c) == valid
+    assert c.considered == considered
+    assert dict(c.rejected) == dict(reasons)
+
+
+def test_fixed_degrees():
+    m = get_model("llama2-70b")
+    free = enumerate_candidates(m, H100, SearchSpace((64,), 8, 4096, (128,)))
+    c = enumerate_candidates(m, H100, SearchSpace((64,), 8, 4096, (128,), fixed=(("tp", 8), ("micro_batch", 1))))
+    assert len(c) and (c["tp"] == 8).all() and (c["micro_batch"] == 1).all()
+    assert c.considered == free.considered
+    assert c.rejected["fixed"] == len(free) - len(c)
+
+
+def test_cross_node_tp_flag():
+    m = get_model("llama2-70b")
+    a = enumerate_candidates(m, H100, SearchSpace((64,), 8, 4096, (128,)))
+    b = enumerate_candidates(m, H100, SearchSpace((64,), 8, 4096, (128,), allow_cross_node_tp=True))
+    assert a["tp"].max() == 8 and b["tp"].max() == 64
+    assert a.considered == b.considered and "tp_cross_node" not in b.rejected
+
+
+def test_moe_expert_parallel_options():
+    m = get_model("mixtral-8x7b")  # 8 experts
+    c = enumerate_candidates(m, H100, SearchSpace((64,), 8, 4096, (256,), max_micro_batch=2))
+    assert set(np.unique(c["ep"]).tolist()) == {1, 2, 4, 8}
+    assert ((c["dp"] * c["fsdp"] * c["cp"]) % c["ep"] == 0).all()
+
+
+def test_tp_beyond_kv_heads_is_allowed_as_replication():
+    m = get_model("llama2-70b").replace(kv_heads=4)
+    c = enumerate_candidates(m, H100, SearchSpace((8,), 8, 4096, (8,)))
+    assert 8 in c["tp"].tolist()
+
+
+@settings(max_examples=15, deadline=None)
+@given(nodes=st.sampled_from([1, 2, 3, 4, 6, 8]), gbs_mult=st.integers(1, 8),
+       name=st.sampled_from(["llama2-70b", "mixtral-8x7b", "llama3-8b", "deepseek-v3"]),
+       seq=st.sampled_from([2048, 4096]), seed=st.integers(0, 2**16))
+def test_every_candidate_is_an_executable_workload(nodes, gbs_mult, name, seq, seed):
+    m = get_model(name)
+    n = 8 * nodes
+    space = SearchSpace((n,), 8, seq, (n * gbs_mult,), max_micro_batch=4, max_vpp=4)
+    c = enumerate_candidates(m, H100, space)
+    assert c.considered == len(c) + sum(c.rejected.values())
+    if not len(c):
+        return
+    rng = np.random.default_rng(seed)
+    for i in rng.choice(len(c), min(8, len(c)), replace=False):
+        w = workload_of(m, H100, space, c, int(i))  # raises if the plan cannot be executed
+        assert w.num_devices == n
+
+
+def test_search_space_validation():
+    from trainperf.errors import SpecError
+
+    with pytest.raises(SpecError, match="num_devices"):
+        SearchSpace((0,), 8, 4096, (8,))
+    with pytest.raises(SpecError, match="global_batch"):
+        SearchSpace((8,), 8, 4096, ())
+    with pytest.raises(SpecError, match="activation_checkpointing"):
+        SearchSpace((8,), 8, 4096, (8,), checkpointing=("partial",))
