@@ -139,20 +139,5 @@ def table(rows: Iterable[Sequence[Any]], headers: Sequence[str], floatfmt: str =
     return tabulate(list(rows), headers=list(headers), floatfmt=floatfmt, disable_numparse=False)
 
 
-def fmt(x: Any, digits: int = 4) -> str:
-    """A number for humans: thousands separators, ``digits`` significant figures."""
-    if x is None:
-        return "-"
-    if isinstance(x, int):
-        return f"{x:,}"
-    if isinstance(x, float):
-        if x == 0:
-            return "0"
-        if abs(x) >= 1e15 or abs(x) < 1e-3:
-            return f"{x:.{digits - 1}e}"
-        return f"{x:,.{max(0, digits - 1 - math.floor(math.log10(abs(x))))}f}"
-    return str(x)
-
-
 def eprint(*a: Any) -> None:
     print(*a, file=sys.stderr)

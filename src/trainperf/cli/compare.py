@@ -15,8 +15,9 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-from trainperf.cli.common import add_convention_argument, add_json_argument, fmt, print_json
+from trainperf.cli.common import add_convention_argument, add_json_argument, print_json
 from trainperf.errors import InputFileError
+from trainperf.numbers import fmt
 
 HELP = "several runs (logs, trainperf runs, published records) side by side"
 _WORKLOAD_SUFFIXES = (".toml", ".json")

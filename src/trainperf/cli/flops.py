@@ -9,11 +9,11 @@ from trainperf.accounting.flops import forward_flops
 from trainperf.cli.common import (
     add_json_argument,
     add_workload_arguments,
-    fmt,
     model_from_args,
     print_json,
     table,
 )
+from trainperf.numbers import fmt
 
 HELP = "FLOPs per token and per sequence under every convention, with the per-op breakdown"
 

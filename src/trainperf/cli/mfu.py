@@ -9,11 +9,11 @@ from trainperf.cli.common import (
     add_convention_argument,
     add_json_argument,
     add_workload_arguments,
-    fmt,
     print_json,
     table,
     workload_from_args,
 )
+from trainperf.numbers import fmt
 
 HELP = "tokens/s, TFLOP/s per device, MFU, HFU and time to train from a step time or a rate"
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from trainperf.cli.common import add_json_argument, fmt, print_json, table
+from trainperf.cli.common import add_json_argument, print_json, table
+from trainperf.numbers import fmt
 
 HELP = "list the model presets, or show one with its parameter counts"
 

@@ -15,11 +15,11 @@ from trainperf.cli.common import (
     add_convention_argument,
     add_json_argument,
     add_workload_arguments,
-    fmt,
     overrides_from_args,
     print_json,
 )
 from trainperf.errors import InputFileError
+from trainperf.numbers import fmt
 
 HELP = "parse another framework's training log and recompute its metrics on one basis"
 

@@ -19,8 +19,9 @@ import argparse
 import sys
 from typing import Any
 
-from trainperf.cli.common import add_convention_argument, add_json_argument, fmt, print_json, table
+from trainperf.cli.common import add_convention_argument, add_json_argument, print_json, table
 from trainperf.errors import SpecError
+from trainperf.numbers import fmt
 
 HELP = "search every parallel plan (dp/fsdp/zero, tp, sp, pp/vpp, cp, ep, micro batch, checkpointing) and rank them"
 

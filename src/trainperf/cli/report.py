@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from trainperf.cli.common import add_convention_argument, add_json_argument, fmt, print_json, table
+from trainperf.cli.common import add_convention_argument, add_json_argument, print_json, table
 from trainperf.errors import SpecError
+from trainperf.numbers import fmt
 
 HELP = "write a self-contained HTML report (plus Markdown and PNGs) of runs, sweeps and published comparisons"
 

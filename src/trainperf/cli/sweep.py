@@ -15,8 +15,9 @@ import math
 import os
 import time
 
-from trainperf.cli.common import eprint, fmt, print_json, table
+from trainperf.cli.common import eprint, print_json, table
 from trainperf.errors import SpecError
+from trainperf.numbers import fmt
 
 HELP = "run the bench at several process counts and print the scaling-efficiency table"
 

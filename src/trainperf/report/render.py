@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import base64
 import html
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from trainperf.numbers import fmt as _fmt
 from trainperf.report.explain import Explanation
 
 CSS = """
@@ -41,21 +41,8 @@ _DASH = "–"
 
 
 def fmt(x: Any, digits: int = 4) -> str:
-    """A number for humans: ``digits`` significant figures, thousands separators; ``–`` if missing."""
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return _DASH
-    if isinstance(x, bool):
-        return "yes" if x else "no"
-    if isinstance(x, int):
-        return f"{x:,}"
-    if isinstance(x, float):
-        if x == 0:
-            return "0"
-        if abs(x) >= 1e15 or abs(x) < 1e-3:
-            return f"{x:.{digits - 1}e}"
-        decimals = max(0, digits - 1 - math.floor(math.log10(abs(x))))
-        return f"{x:,.{decimals}f}"
-    return str(x)
+    """A number for humans (see :func:`trainperf.numbers.fmt`); ``–`` if missing."""
+    return _fmt(x, digits, missing=_DASH)
 
 
 def _claimed(value: Any, claimed: Any) -> str:
