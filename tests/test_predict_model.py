@@ -195,3 +195,20 @@ def test_prediction_as_run_record():
     run = p.to_run_record()
     assert run.source == "predicted" and run.steps[0].step_time_s == p.step_time_s
     assert run.steps[0].breakdown == p.breakdown and run.workload is p.workload
+
+
+def test_expert_parallel_does_not_shard_experts_twice():
+    # ep is carved out of the fsdp ranks: with fsdp=16 and ep=16, each device holds 1/16 of the
+    # routed experts (not 1/256), so DeepSeek-V3's 671B bf16 weights are ~84 GB per device.
+    from trainperf.predict.step import predict
+    from trainperf.specs.workload_file import workload_from_dict
+
+    w = workload_from_dict({"model": {"preset": "deepseek-v3"},
+                            "hardware": {"device": "h100-sxm", "num_devices": 16},
+                            "parallel": {"fsdp": 16, "ep": 16},
+                            "training": {"seq_len": 4096, "global_batch": 16,
+                                         "activation_checkpointing": "full"}})
+    p = predict(w)
+    expected_GiB = w.model.total_params * 2 / 16 / 2**30
+    assert p.memory_breakdown_GiB["weights"] == pytest.approx(expected_GiB, rel=0.02)
+    assert not p.fits

@@ -255,6 +255,14 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     p_stage = (layers_stage * p_layer + vec.where(pp > 1, vec.maximum(f["params_embedding"], f["params_head"]),
                                                    f["params_embedding"] + f["params_head"])) / t
     p_layer_local = p_layer / t
+    # Routed experts held by this ep rank. ep is carved out of the data-parallel ranks, so these
+    # are sharded only over the expert-data-parallel group (shards / ep ranks), not all shards.
+    p_experts_stage = layers_stage * moe_frac * (f["moe_experts"] / ep) * f["params_expert"] / t
+
+    def _sharded(params: Any, shards: Any) -> Any:
+        """Per-device share of ``params`` (``p_stage``-shaped) under ``shards``-way sharding."""
+        dense = (params - p_experts_stage) / shards
+        return dense + p_experts_stage / vec.maximum(1.0, shards / ep)
 
     # --- FSDP / ZeRO-3: all-gather forward + backward, reduce-scatter, every micro-batch
     n_shard = f["shards_params"]
@@ -318,7 +326,7 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
 
     # --- pipeline bubble and optimizer
     bubble = vec.where(pp > 1, pipeline.bubble_time_s(pp, vec.where(f["interleaved"], vpp, 1.0), t_mb), 0.0)
-    p_opt_local = p_stage * train_frac / f["shards_optimizer"]
+    p_opt_local = _sharded(p_stage, f["shards_optimizer"]) * train_frac
     optimizer = compute.memory_time_s(p_opt_local * compute.OPTIMIZER_BYTES_PER_PARAM, hbm,
                                       k["memory_efficiency"]) + 20 * ovh
 
@@ -327,9 +335,9 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
 
     # --- memory per device (bytes)
     w_b, g_b, o_b = memory.STATE_BYTES[f["state_kind"]]
-    weights = p_stage * w_b / n_shard
-    grads = p_stage * train_frac * g_b / f["shards_grads"]
-    optim = p_stage * train_frac * o_b / f["shards_optimizer"]
+    weights = _sharded(p_stage, n_shard) * w_b
+    grads = _sharded(p_stage, f["shards_grads"]) * train_frac * g_b
+    optim = _sharded(p_stage, f["shards_optimizer"]) * train_frac * o_b
     gathered = vec.where(zero3, 2.0 * p_layer_local * PARAM_GATHER_BYTES
                         + p_layer_local * train_frac * GRAD_REDUCE_BYTES, 0.0)
     act_layer = memory.activation_bytes_per_layer(s / cp, b, f["hidden"], f["q_dim"], kv_local * t,
