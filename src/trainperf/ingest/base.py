@@ -9,6 +9,7 @@ but did not parse (truncated, garbled), is counted in ``state.malformed_lines``.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -157,6 +158,16 @@ class LogParser:
 
 _NUM = r"[-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 NUM_RE = re.compile(_NUM)
+
+
+def json_object(text: str, state: ParseState) -> dict[str, Any] | None:
+    """The JSON object on a line, or None; invalid JSON is counted as a malformed line."""
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError):
+        state.malformed_lines += 1
+        return None
+    return obj if isinstance(obj, dict) else None
 
 
 def to_float(text: str | None) -> float | None:

@@ -24,11 +24,10 @@ the step in ``time/batch``, ``step``, ``batch`` or ``_step``.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
-from trainperf.ingest.base import LogParser, ParseState, make_step, positive, to_float
+from trainperf.ingest.base import LogParser, ParseState, json_object, make_step, positive, to_float
 from trainperf.records.run_record import StepRecord
 
 _HEADER = re.compile(r"^\s*(?:\[epoch=\d+\])?\[batch=(\d+)(?:/\d+)?\]:\s*$")
@@ -81,12 +80,8 @@ class ComposerParser(LogParser):
         return None
 
     def _json(self, s: str, state: ParseState) -> StepRecord | None:
-        try:
-            obj = json.loads(s)
-        except (ValueError, RecursionError):
-            state.malformed_lines += 1
-            return None
-        if not isinstance(obj, dict):
+        obj = json_object(s, state)
+        if obj is None:
             return None
         step = None
         for k in ("time/batch", "step", "batch", "_step"):

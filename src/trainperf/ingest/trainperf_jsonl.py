@@ -7,9 +7,7 @@ complete step. The header's workload becomes the log's workload facts.
 
 from __future__ import annotations
 
-import json
-
-from trainperf.ingest.base import LogParser, ParseState
+from trainperf.ingest.base import LogParser, ParseState, json_object
 from trainperf.records.run_record import StepRecord
 
 
@@ -26,12 +24,8 @@ class TrainperfJsonlParser(LogParser):
         s = line.strip()
         if not s.startswith("{"):
             return None
-        try:
-            obj = json.loads(s)
-        except (ValueError, RecursionError):
-            state.malformed_lines += 1
-            return None
-        if not isinstance(obj, dict):
+        obj = json_object(s, state)
+        if obj is None:
             return None
         kind = obj.get("type")
         if kind == "step":

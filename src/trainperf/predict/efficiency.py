@@ -38,14 +38,13 @@ The knobs (all dimensionless unless the name carries a unit):
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import resources
 from typing import Any
 
-from trainperf.errors import InputFileError, SpecError
+from trainperf.errors import SpecError
+from trainperf.specs.datafiles import read_package_toml
 
 KNOB_NAMES: tuple[str, ...] = (
     "matmul_efficiency", "fp8_matmul_efficiency", "matmul_half_dim", "attention_efficiency",
@@ -106,11 +105,7 @@ BUILTIN = Knobs(sources={n: "trainperf built-in default (a typical GPU; no devic
 
 @lru_cache(maxsize=1)
 def _table() -> dict[str, Any]:
-    ref = resources.files("trainperf.predict").joinpath("data", "efficiency.toml")
-    try:
-        return tomllib.loads(ref.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise InputFileError(f"{ref}: cannot read the efficiency table: {exc}") from exc
+    return read_package_toml("trainperf.predict", "efficiency.toml", "efficiency table")
 
 
 def _apply(base: Knobs, entry: Mapping[str, Any], label: str) -> Knobs:

@@ -9,15 +9,14 @@ marked ``derived``), and its source line. :func:`load_published_runs` returns th
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import resources
 from typing import Any
 
 from trainperf.accounting.conventions import model_flops_per_token
-from trainperf.errors import InputFileError, SpecError, UnknownNameError
+from trainperf.errors import SpecError, UnknownNameError
 from trainperf.records.run_record import RunRecord, StepRecord
+from trainperf.specs.datafiles import read_package_toml
 
 _RATE_KEYS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_device", "tflops_per_device")
 _ROW_KEYS = frozenset({
@@ -78,11 +77,7 @@ class PublishedRun:
 
 @lru_cache(maxsize=1)
 def _data() -> dict[str, Any]:
-    ref = resources.files("trainperf.predict").joinpath("data", "published.toml")
-    try:
-        return tomllib.loads(ref.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise InputFileError(f"{ref}: cannot read the published catalog: {exc}") from exc
+    return read_package_toml("trainperf.predict", "published.toml", "published catalog")
 
 
 def _build(row: dict[str, Any]) -> PublishedRun:

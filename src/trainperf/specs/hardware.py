@@ -49,13 +49,12 @@ import functools
 import math
 import os
 import re
-import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 from trainperf.errors import InputFileError, SpecError, UnknownNameError
+from trainperf.specs.datafiles import read_package_toml
 
 __all__ = [
     "KINDS",
@@ -367,8 +366,7 @@ def _entry_to_hardware(device_id: str, entry: Mapping[str, Any], citations: Mapp
 @functools.lru_cache(maxsize=1)
 def _catalog() -> dict[str, Hardware]:
     """Parse devices.toml once (first use)."""
-    text = resources.files("trainperf.specs").joinpath("data", "devices.toml").read_text(encoding="utf-8")
-    data = tomllib.loads(text)
+    data = read_package_toml("trainperf.specs", "devices.toml", "hardware catalog")
     citations = data.get("citations", {})
     catalog: dict[str, Hardware] = {}
     for device_id, entry in data.get("devices", {}).items():

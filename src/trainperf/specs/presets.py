@@ -8,23 +8,18 @@ lazily, once, on first use.
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from functools import lru_cache
-from importlib import resources
 from typing import Any
 
-from trainperf.errors import InputFileError, SpecError, UnknownNameError
+from trainperf.errors import SpecError, UnknownNameError
+from trainperf.specs.datafiles import read_package_toml
 from trainperf.specs.model import ModelSpec
 
 _CATALOG = "models.toml"
 
 
 def _read_catalog() -> dict[str, Any]:
-    ref = resources.files("trainperf.specs").joinpath("data", _CATALOG)
-    try:
-        return tomllib.loads(ref.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:  # a packaging bug, reported in one line
-        raise InputFileError(f"{ref}: cannot read the model catalog: {exc}") from exc
+    return read_package_toml("trainperf.specs", _CATALOG, "model catalog")
 
 
 def _build(model_id: str, entry: Any) -> ModelSpec:
