@@ -40,6 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     r.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="c10d rendezvous on the head node")
     r.add_argument("--rdzv-id", default="trainperf", metavar="ID", help="job id shared by all nodes")
     r.add_argument("--out", metavar="DIR", help="output directory (default runs/<timestamp>)")
+    r.add_argument("--parents", action="store_true", help="create missing parent directories of --out")
     r.add_argument("--data", metavar="PATH", help="UTF-8 text file or directory (byte tokens); default synthetic")
     r.add_argument("--seed", type=int, default=0, help="model init and data order (default 0)")
     r.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (default 1e-3)")
@@ -97,10 +98,13 @@ def bench_workload(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     from trainperf.measure.runner import BenchOptions, default_out_dir, execute, prepare
+    from trainperf.records.output_path import check_output_dir
 
+    out_dir = args.out or default_out_dir()
+    check_output_dir(out_dir, what="--out", inputs=[args.data], parents=args.parents or args.out is None)
     workload, launch, peak_given = bench_workload(args)
     opts = BenchOptions(
-        steps=args.steps, warmup=args.warmup, launch=launch, out_dir=args.out or default_out_dir(),
+        steps=args.steps, warmup=args.warmup, launch=launch, out_dir=out_dir,
         data=args.data, seed=args.seed, compile=args.compile, convention=args.convention,
         checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, resume=args.resume,
         tensorboard=args.tensorboard, lr=args.lr, quiet=args.json, threads=args.threads,

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
-from trainperf.cli.common import add_json_argument, print_json, table
+from trainperf.cli.common import add_json_argument, add_output_arguments, print_json, table
 
 HELP = "fit the predictor's efficiency knobs to measured runs and write a calibration file"
 
@@ -24,7 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "shared, loaded machine")
     parser.add_argument("--calibration", metavar="FILE", help="start from this calibration file's values")
     parser.add_argument("-o", "--output", default="calibration.json", metavar="FILE",
-                        help="calibration file to write (default calibration.json)")
+                        help="calibration file to write (default calibration.json; an existing one is "
+                             "replaced only with --force)")
+    add_output_arguments(parser)
     add_json_argument(parser)
 
 
@@ -32,7 +33,11 @@ def run(args: argparse.Namespace) -> int:
     from trainperf.errors import SpecError
     from trainperf.predict.calibrate import error_rows, fit_knobs, load_runs, observation_from_run
     from trainperf.predict.step import load_calibration, resolve_knobs
+    from trainperf.records.output_path import check_output_file, write_text_atomic
 
+    inputs = [*args.runs, *args.holdout, args.calibration]
+    safe = {"what": "--output", "inputs": inputs, "force": args.force, "parents": args.parents}
+    check_output_file(args.output, **safe)  # refuse before fitting (one line, exit 2)
     obs = [observation_from_run(r, statistic=args.statistic) for spec in args.runs for r in load_runs(spec)]
     held = [observation_from_run(r, statistic=args.statistic) for spec in args.holdout for r in load_runs(spec)]
     devices = {o.workload.hardware.id for o in obs}
@@ -52,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         "fit_mape_pct": res.mape_pct,
         "holdout_mape_pct": (sum(r["abs_pct_error"] for r in held_rows) / len(held_rows)) if held_rows else None,
     }
-    Path(args.output).write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
+    write_text_atomic(args.output, json.dumps(out, indent=2) + "\n", **safe)
     if args.json:
         print_json({**out, "output": args.output})
         return 0

@@ -23,6 +23,16 @@ WORKLOAD_FLAGS: dict[str, str] = {
     "head_dim": "model.head_dim",
     "ffn_hidden": "model.ffn_hidden",
     "vocab": "model.vocab",
+    "mlp": "model.mlp",
+    "tied_embeddings": "model.tied_embeddings",
+    "norm": "model.norm",
+    "bias": "model.bias",
+    "position": "model.position",
+    "moe_experts": "model.moe_experts",
+    "moe_topk": "model.moe_topk",
+    "moe_expert_ffn": "model.moe_expert_ffn",
+    "moe_shared_experts": "model.moe_shared_experts",
+    "moe_dense_layers": "model.moe_dense_layers",
     "device": "hardware.device",
     "num_devices": "hardware.num_devices",
     "devices_per_node": "hardware.devices_per_node",
@@ -46,8 +56,13 @@ WORKLOAD_FLAGS: dict[str, str] = {
 
 
 def add_workload_arguments(parser: argparse.ArgumentParser, *, positional: str = "one",
-                           hardware: bool = True) -> None:
-    """Add the workload file argument and every override flag."""
+                           hardware: bool = True, architecture: bool = False) -> None:
+    """Add the workload file argument and every override flag.
+
+    ``architecture`` adds the flags for the model's architecture beyond its dimensions
+    (``--mlp``, ``--tied-embeddings``, ``--norm``, ``--bias``, ``--position``, ``--moe-*``),
+    for commands that count FLOPs of a model the user describes (``parse``).
+    """
     if positional == "one":
         parser.add_argument("workload", nargs="?", help="workload file (.toml or .json)")
     elif positional == "many":
@@ -57,6 +72,8 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, positional: str =
     m.add_argument("--hf-config", metavar="PATH", help="Hugging Face config.json to read the shape from")
     for name in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab"):
         m.add_argument(f"--{name.replace('_', '-')}", type=int, metavar="N", dest=name)
+    if architecture:
+        add_architecture_arguments(m)
     t = parser.add_argument_group("training (override [training])")
     t.add_argument("--seq-len", type=int, metavar="N")
     t.add_argument("--global-batch", type=int, metavar="N", help="sequences per optimizer step")
@@ -76,6 +93,35 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, positional: str =
         p.add_argument(f"--{name.replace('_', '-')}", type=int, metavar="N", dest=name)
     p.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None)
     p.add_argument("--pp-schedule", metavar="NAME", help="1f1b | interleaved | gpipe")
+
+
+def add_architecture_arguments(group: Any) -> None:
+    """``--mlp``, ``--tied-embeddings``, ``--norm``, ``--bias``, ``--position`` and the MoE shape
+    flags (each overrides one ``[model]`` field, on top of a preset or a shape the log states)."""
+    from trainperf.specs.model import MLP_KINDS, NORM_KINDS, POSITION_KINDS
+
+    group.add_argument("--mlp", choices=MLP_KINDS, metavar="KIND",
+                       help=f"MLP kind: {' | '.join(MLP_KINDS)} (gated kinds have 3 matrices, plain ones 2)")
+    group.add_argument("--tied-embeddings", action=argparse.BooleanOptionalAction, default=None,
+                       help="the LM head reuses the input embedding")
+    group.add_argument("--norm", choices=NORM_KINDS, metavar="KIND", help=" | ".join(NORM_KINDS))
+    group.add_argument("--bias", action=argparse.BooleanOptionalAction, default=None,
+                       help="every linear layer and norm carries a bias (GPT-2/3, BLOOM)")
+    group.add_argument("--position", choices=POSITION_KINDS, metavar="KIND", help=" | ".join(POSITION_KINDS))
+    for name, what in (("moe_experts", "routed experts per MoE layer"), ("moe_topk", "experts per token"),
+                       ("moe_expert_ffn", "intermediate width of one expert"),
+                       ("moe_shared_experts", "always-active shared experts"),
+                       ("moe_dense_layers", "leading dense layers of an MoE model")):
+        group.add_argument(f"--{name.replace('_', '-')}", type=int, metavar="N", dest=name, help=what)
+
+
+def add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--force`` (replace an existing output file) and ``--parents`` (create missing parent
+    directories) for commands that write files; see :mod:`trainperf.records.output_path`."""
+    parser.add_argument("--force", action="store_true",
+                        help="replace an existing output file (never an input, a directory or a device)")
+    parser.add_argument("--parents", action="store_true",
+                        help="create missing parent directories of the output path")
 
 
 def add_convention_argument(parser: argparse.ArgumentParser) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 from trainperf.cli.common import (
     add_convention_argument,
     add_json_argument,
+    add_output_arguments,
     add_workload_arguments,
     overrides_from_args,
     print_json,
@@ -26,7 +27,7 @@ HELP = "parse another framework's training log and recompute its metrics on one 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("log", metavar="LOG", help="log file, directory of log files, .gz, or - for stdin")
-    add_workload_arguments(parser)
+    add_workload_arguments(parser, architecture=True)
     parser.add_argument("--format", metavar="NAME", dest="log_format",
                         help="log format (default: detected): trainperf, maxtext, torchtitan, megatron, nemo, "
                              "composer, hf-trainer, nanogpt")
@@ -34,7 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=int, metavar="N",
                         help="steps (log records) to exclude as warm-up, also after each restart "
                              "(default: the first 10%%, at least 1, at most 10)")
-    parser.add_argument("--save", metavar="PATH", help="also write the parsed run as trainperf JSONL")
+    parser.add_argument("--save", metavar="PATH",
+                        help="also write the parsed run as trainperf JSONL (a new file; --force replaces one)")
+    add_output_arguments(parser)
     add_json_argument(parser)
 
 
@@ -116,6 +119,11 @@ def parse_and_summarize(log: str, *, fmt_name: str | None, workload_path: str | 
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.save:  # refuse an unsafe --save before reading anything (one line, exit 2)
+        from trainperf.records.output_path import check_output_file
+
+        check_output_file(args.save, what="--save", inputs=[args.log, args.workload],
+                          force=args.force, parents=args.parents)
     out = parse_and_summarize(args.log, fmt_name=args.log_format, workload_path=args.workload,
                               overrides=overrides_from_args(args), convention=args.convention,
                               warmup=args.warmup)
@@ -124,7 +132,8 @@ def run(args: argparse.Namespace) -> int:
     if args.save:
         from trainperf.records.jsonl import write_run
 
-        write_run(run_record, args.save)
+        write_run(run_record, args.save, what="--save", inputs=[args.log, args.workload],
+                  force=args.force, parents=args.parents)
     if args.json:
         out.pop("meta")
         print_json(out)

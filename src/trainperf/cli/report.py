@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import argparse
 
-from trainperf.cli.common import add_convention_argument, add_json_argument, print_json, table
+from trainperf.cli.common import (
+    add_convention_argument,
+    add_json_argument,
+    add_output_arguments,
+    print_json,
+    table,
+)
 from trainperf.errors import SpecError
 from trainperf.numbers import fmt
 
@@ -17,7 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="trainperf JSONL run records, bench output directories, directories of "
                              "them (a sweep), or framework logs")
     parser.add_argument("--out", required=True, metavar="DIR",
-                        help="directory for index.html, report.md and the PNGs (created)")
+                        help="directory for index.html, report.md and the PNGs (created if its parent "
+                             "exists; an earlier report there is replaced only with --force)")
+    add_output_arguments(parser)
     add_convention_argument(parser)
     parser.add_argument("--peak-tflops", type=float, metavar="X",
                         help="dense peak TFLOP/s per device for MFU instead of the catalog's")
@@ -53,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
         calibration = load_calibration(args.calibration)
     rep = build_report(args.runs, args.out, convention=args.convention, peak_tflops=args.peak_tflops,
                        warmup=args.warmup, workload=workload, use_published=not args.no_published,
-                       use_predictor=not args.no_predict, title=args.title, calibration=calibration)
+                       use_predictor=not args.no_predict, title=args.title, calibration=calibration,
+                       force=args.force, parents=args.parents)
     if args.json:
         print_json(rep.to_dict())
         return 0

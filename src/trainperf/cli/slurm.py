@@ -34,6 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--job-name", default="trainperf-bench")
     s.add_argument("--port", type=int, default=29500, help="rendezvous port on the head node (default 29500)")
     s.add_argument("--submit", action="store_true", help="run sbatch on the script (default: only write it)")
+    s.add_argument("--force", action="store_true",
+                   help="replace the script and configuration files of an earlier `slurm` run in --out")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -73,20 +75,23 @@ def run(args: argparse.Namespace) -> int:
             cfg.meta["peaks"] = [{"kind": "datasheet", "tflops": p.tflops, "label": p.source}]
         except SpecError:
             pass
+    from trainperf.records.output_path import check_output_file, make_output_dir, write_text_atomic
     from trainperf.specs.workload_file import dump_workload_toml
 
-    os.makedirs(out, exist_ok=True)
     config_path = os.path.join(out, "run_config.json")
-    with open(config_path, "w") as f:
-        f.write(cfg.to_json())
-    with open(os.path.join(out, "workload.toml"), "w") as f:
-        f.write(dump_workload_toml(workload))
+    script_path = os.path.join(out, "bench.sbatch")
+    files = {config_path: cfg.to_json(), os.path.join(out, "workload.toml"): dump_workload_toml(workload)}
+    safe = {"what": "--out", "inputs": [args.workload, args.data], "force": args.force}
+    parents = args.parents or args.out is None
+    make_output_dir(out, what="--out", parents=parents)
+    for path in [*files, script_path]:  # refuse before writing any of them
+        check_output_file(path, **safe)
+    for path, text in files.items():
+        write_text_atomic(path, text, **safe)
     spec = SlurmSpec(nodes=args.nodes, gpus_per_node=per_node, config_path=config_path, out_dir=out,
                      job_name=args.job_name, time_limit=args.time, partition=args.partition,
                      account=args.account, port=args.port, cpu=workload.hardware.kind == "cpu")
-    script_path = os.path.join(out, "bench.sbatch")
-    with open(script_path, "w") as f:
-        f.write(sbatch_script(spec, python=sys.executable))
+    write_text_atomic(script_path, sbatch_script(spec, python=sys.executable), **safe)
     result = {"script": script_path, "config": config_path, "nodes": args.nodes, "per_node": per_node,
               "workload": workload.describe(), "submitted": False}
     if args.submit:

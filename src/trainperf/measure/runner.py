@@ -261,15 +261,16 @@ def execute(workload: Workload, cfg: BenchConfig, launch: LaunchSpec,
     Writes ``workload.toml`` and ``run_config.json`` to the output directory first. Ctrl-C:
     the summary is still written (interrupted), then KeyboardInterrupt propagates.
     """
+    from trainperf.records.output_path import write_text_atomic
     from trainperf.specs.workload_file import dump_workload_toml
 
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if (out / "steps.jsonl").exists():
         raise SpecError("--out", str(out), "a new or empty directory (it already holds a steps.jsonl)")
-    (out / "workload.toml").write_text(dump_workload_toml(workload))
     config_path = out / "run_config.json"
-    config_path.write_text(cfg.to_json())
+    for path, text in ((out / "workload.toml", dump_workload_toml(workload)), (config_path, cfg.to_json())):
+        write_text_atomic(path, text, what="--out", force=True)  # never through a FIFO/device/link
     say(f"bench: {workload.describe()}")
     say(f"output: {out}")
     rc = 0

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -36,7 +36,7 @@ class JsonlWriter:
         self._fsync = fsync
 
     def _write(self, obj: dict[str, Any]) -> None:
-        self._f.write(json.dumps(obj, separators=(",", ":"), default=str) + "\n")
+        self._f.write(_line(obj))
         self._f.flush()
         if self._fsync:
             os.fsync(self._f.fileno())
@@ -62,17 +62,30 @@ class JsonlWriter:
         self.close()
 
 
-def write_run(run: RunRecord, path: str | Path) -> Path:
-    """Write a whole run record to ``path`` (overwriting it)."""
-    p = Path(path)
-    if p.exists():
-        p.unlink()
-    with JsonlWriter(p) as w:
-        w.header(run)
+def _line(obj: dict[str, Any]) -> str:
+    return json.dumps(obj, separators=(",", ":"), default=str) + "\n"
+
+
+def write_run(run: RunRecord, path: str | Path, *, force: bool = True, parents: bool = True,
+              inputs: Iterable[str | Path | None] = (), what: str = "run record") -> Path:
+    """Write a whole run record to ``path``, atomically (temporary file + rename).
+
+    Goes through :mod:`trainperf.records.output_path`: a directory, FIFO, device, link or one
+    of ``inputs`` at ``path`` is refused (one line); an existing regular file is replaced only
+    with ``force``; missing parent directories are created only with ``parents``. The library
+    default replaces a regular file and creates parents; the CLI passes its ``--force`` and
+    ``--parents`` flags.
+    """
+    from trainperf.records.output_path import write_with
+
+    def write(f: IO[str]) -> None:
+        f.write(_line({"type": "run", "schema": SCHEMA_VERSION, "source": run.source,
+                       "workload": _workload_dict(run.workload), "meta": run.meta}))
         for s in run.steps:
-            w.step(s)
-        w.end(interrupted=run.interrupted)
-    return p
+            f.write(_line({"type": "step", **s.to_dict()}))
+        f.write(_line({"type": "end", "interrupted": run.interrupted}))
+
+    return write_with(path, write, what=what, force=force, parents=parents, inputs=inputs)
 
 
 def iter_lines(path: Path) -> Iterator[dict[str, Any]]:

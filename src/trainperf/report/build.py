@@ -167,6 +167,8 @@ def build_report(
     title: str | None = None,
     runs: list[LoadedRun] | None = None,
     calibration: Any = None,
+    force: bool = True,
+    parents: bool = True,
 ) -> Report:
     """Build the report of the runs at ``paths`` (or of ``runs``) into ``out_dir``.
 
@@ -174,14 +176,20 @@ def build_report(
     :mod:`trainperf.predict.published` exists); ``use_published=False`` leaves comparisons
     out, ``use_predictor=False`` the predicted-vs-measured section. ``workload`` completes
     framework logs that do not state the model or device. ``calibration`` (a loaded
-    ``trainperf calibrate-model`` file) is handed to the predictor.
+    ``trainperf calibrate-model`` file) is handed to the predictor. ``force`` allows replacing
+    an earlier report's files in ``out_dir``; ``parents`` allows creating its missing parents
+    (both true for library callers; the CLI passes its ``--force`` / ``--parents``).
     """
+    from trainperf.records.output_path import check_output_dir, check_output_file, make_output_dir
+
     get_convention(convention)
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise InputFileError(f"--out {str(out)!r} exists and is not a directory")
+    out = check_output_dir(out_dir, what="--out", parents=parents)
+    if out.is_dir():  # refuse before anything changes: an earlier report, an input, a FIFO...
+        inputs = [p for p in paths if not Path(p).is_dir()]  # a run directory may hold the report
+        for p in [out / "index.html", out / "report.md", *_own_figures(out)]:
+            check_output_file(p, what="--out", inputs=inputs, force=force)
     loaded = list(runs) if runs is not None else load_paths(list(paths), workload=workload)
-    out.mkdir(parents=True, exist_ok=True)
+    make_output_dir(out, what="--out", parents=parents)
     report = Report(
         title=title or _default_title(loaded),
         convention=convention, out_dir=out,
@@ -241,9 +249,13 @@ def build_report(
 _OWN_PNG = re.compile(r"(run\d{2}-.*-(timeline|loss|memory)|sweep\d{2}|comparison\d{2}|predicted-vs-measured)\.png")
 
 
+def _own_figures(out: Path) -> list[Path]:
+    return [p for p in out.glob("*.png") if _OWN_PNG.fullmatch(p.name)]
+
+
 def _remove_stale_figures(out: Path) -> None:
-    for p in out.glob("*.png"):
-        if _OWN_PNG.fullmatch(p.name):
+    for p in _own_figures(out):
+        if p.is_file() and not p.is_symlink():  # never unlink anything but a regular file
             p.unlink()
 
 

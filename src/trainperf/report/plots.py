@@ -39,8 +39,10 @@ def _figure(width_in: float, height_in: float, rows: int = 1, cols: int = 1, **k
 
 
 def _save(fig: Any, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png", dpi=DPI, facecolor="white")
+    from trainperf.records.output_path import atomic_write
+
+    with atomic_write(path, what="figure", force=True, parents=True, mode="wb", encoding=None) as f:
+        fig.savefig(f, format="png", dpi=DPI, facecolor="white")
     return path
 
 

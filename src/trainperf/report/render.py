@@ -260,7 +260,9 @@ def render_html(report: Any) -> str:
 
 
 def write_html(report: Any, path: Path) -> Path:
-    path.write_text(render_html(report), encoding="utf-8")
+    from trainperf.records.output_path import write_text_atomic
+
+    write_text_atomic(path, render_html(report), what="--out", force=True)
     return path
 
 
@@ -341,5 +343,7 @@ def render_markdown(report: Any) -> str:
 
 
 def write_markdown(report: Any, path: Path) -> Path:
-    path.write_text(render_markdown(report), encoding="utf-8")
+    from trainperf.records.output_path import write_text_atomic
+
+    write_text_atomic(path, render_markdown(report), what="--out", force=True)
     return path
