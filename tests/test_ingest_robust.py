@@ -160,18 +160,15 @@ def test_input_file_error_type(tmp_path):
         list(iter_log(tmp_path / "missing"))
 
 
-def test_long_logs_are_thinned_to_bounded_memory(tmp_path, monkeypatch):
-    import trainperf.ingest.pipeline as pipeline
-
-    monkeypatch.setattr(pipeline, "MAX_KEPT_STEPS", 50)
+def test_every_step_line_is_parsed_no_sampling(tmp_path):
+    """Issue 12 item 6: no systematic sampling of long logs; every step is a record."""
     log = tmp_path / "long.log"
-    log.write_text("\n".join(mt_lines(1000) + mt_lines(200, start=900)) + "\n")  # restart at 900
+    log.write_text("\n".join(mt_lines(120_000) + mt_lines(200, start=119_900)) + "\n")  # restart at 119900
     parsed = parse_log(log)
     meta = parsed.run.meta
-    assert meta["steps_parsed"] + meta["step_lines_sampled_out"] == 1200
-    assert 50 <= len(parsed.run.steps) <= 100 and meta["steps_sampling_stride"] >= 8
-    assert meta["restarts"] and meta["restarts"][0]["to_step"] >= 900
+    assert meta["steps_parsed"] == 120_200 and meta["step_lines_sampled_out"] == 0
+    assert meta["steps_sampling_stride"] == 1
+    assert meta["restarts"][0]["to_step"] == 119_900 and meta["superseded_steps"] == 100
     steps = [s.step for s in parsed.run.steps]
-    assert steps == sorted(steps) and steps[-1] >= 1000
-    assert all(s.step_time_s == 2.0 for s in parsed.run.steps)
-    assert any("systematic sample" in n for n in meta["notes"])
+    assert steps == sorted(steps) and steps[-1] == 120_099
+    assert len(steps) == 120_100 - len(meta["restart_warmup_dropped"])

@@ -34,7 +34,8 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def steady_steps(run: RunRecord, warmup: int | None = None) -> tuple[list[StepRecord], int, str]:
-    """Steps that count, the number excluded, and the rule used."""
+    """Steps that count, the number excluded as warm-up, and the rule used. Flagged steps
+    (:attr:`StepRecord.flag`: physically impossible) never count."""
     steps = run.steps
     if warmup is None:
         k, rule = default_warmup_steps(len(steps)), WARMUP_RULE
@@ -42,7 +43,7 @@ def steady_steps(run: RunRecord, warmup: int | None = None) -> tuple[list[StepRe
         if warmup < 0:
             raise SpecError("warmup", warmup, "an integer >= 0")
         k, rule = min(warmup, max(0, len(steps) - 1)), f"first {warmup} steps (given)"
-    return steps[k:], k, rule
+    return [s for s in steps[k:] if s.flag is None], k, rule
 
 
 def _median_or_none(values: list[Any]) -> float | None:

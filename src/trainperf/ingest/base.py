@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from trainperf.accounting.plausibility import check_step_time
 from trainperf.records.run_record import StepRecord
 
 # Keys a parser may put in LogFacts that map onto workload-file fields.
@@ -70,6 +71,9 @@ class LogFacts:
         return self.values.get(key, default)
 
 
+MAX_CUT_LINES = 10
+
+
 @dataclass
 class ParseState:
     """Mutable state of one parse. ``scratch`` is private to the parser, one dict per rank."""
@@ -80,7 +84,14 @@ class ParseState:
     used: bool = False
     """Set by a parser when the current line contributed a fact or part of a step."""
     malformed_lines: int = 0
-    """Lines that carried a format's step marker but did not parse."""
+    """Lines that carried a format's step marker but did not parse (cut lines included)."""
+    cut_lines: list[tuple[int, str]] = field(default_factory=list)
+    """Step lines cut mid-number (the number not followed by its delimiter, as when a job is
+    killed mid-write): ``(line number, excerpt)``, the first :data:`MAX_CUT_LINES`."""
+    cut_count: int = 0
+    partial: bool = False
+    """The current line is the last line of a file and has no newline: a number at its very end
+    may be cut, so a parser whose step-time field can end a line must not trust it."""
     hints: dict[str, Any] = field(default_factory=dict)
     """Facts the user gave (tokens_per_step, num_devices) that a parser may need to finish a step."""
     notes: list[str] = field(default_factory=list)
@@ -100,6 +111,13 @@ class ParseState:
         self.facts.set(key, value, self.line_no, line, overwrite=overwrite)
         self.used = True
 
+    def cut(self, line: str) -> None:
+        """Count the current line as a step line cut mid-number (malformed) and remember it."""
+        self.malformed_lines += 1
+        self.cut_count += 1
+        if len(self.cut_lines) < MAX_CUT_LINES:
+            self.cut_lines.append((self.line_no, line.strip()[-80:]))
+
     def note(self, msg: str) -> None:
         if len(self.notes) < 50 and msg not in self.notes:
             self.notes.append(msg)
@@ -117,8 +135,8 @@ class LogParser:
     description: ClassVar[str] = ""
     markers: ClassVar[tuple[str, ...]] = ()
     step_marker: ClassVar[str | None] = None
-    """A substring every step line of the format contains. Lets the pipeline sample step lines
-    without parsing them once a very long log is being thinned (see pipeline)."""
+    """A substring every step line of the format contains: lets the pipeline notice another
+    format's step lines in a mixed file (see pipeline)."""
     claimed_convention: ClassVar[str | None] = None
     """FLOP convention the framework's own TFLOP/s and MFU use, when documented."""
     claimed_scope: ClassVar[str] = ""
@@ -192,13 +210,40 @@ def positive(v: float | None) -> float | None:
     return v if v is not None and v > 0 else None
 
 
+def to_time(text: str | None) -> float | None:
+    """A float from ``text`` that may be ``nan`` or ``inf`` (a step time is kept, flagged), else None."""
+    if text is None:
+        return None
+    try:
+        return float(text.replace(",", "")) if "," in text else float(text)
+    except (ValueError, TypeError):
+        return None
+
+
+MAX_STEP_TIME_S = 1e7
+"""About 116 days: no optimizer step takes longer; a longer one is a unit or parsing error."""
+
+
+def step_flag(step_time_s: float) -> str | None:
+    """Why ``step_time_s`` is physically impossible (below 1 us, not finite, above
+    :data:`MAX_STEP_TIME_S`), or None."""
+    if 1e-6 <= step_time_s <= MAX_STEP_TIME_S:
+        return None
+    return check_step_time(step_time_s) or (
+        f"step_time_s={step_time_s:.3g} s is above {MAX_STEP_TIME_S:g} s: impossible for a training step")
+
+
 def make_step(step: int | None, step_time_s: float | None, state: ParseState, **fields: Any) -> StepRecord | None:
-    """A StepRecord if ``step`` and a positive finite ``step_time_s`` are known; else count the line
-    as malformed and return ``None``."""
-    if step is None or step_time_s is None or not (0 < step_time_s < 1e7) or step < 0:
+    """A StepRecord if ``step`` and a positive ``step_time_s`` are known; else count the line as
+    malformed and return ``None``. An impossible step time (below 1 us, not finite, absurdly long)
+    gives a record with :attr:`StepRecord.flag` set: kept, but left out of the medians."""
+    if step is None or step_time_s is None or step < 0 or step_time_s <= 0:
         state.malformed_lines += 1
         return None
     clean = {k: v for k, v in fields.items() if v is not None}
+    flag = step_flag(step_time_s)
+    if flag is not None:
+        clean["flag"] = flag
     return StepRecord(step=step, step_time_s=step_time_s, rank=state.rank, **clean)
 
 

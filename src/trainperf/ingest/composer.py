@@ -16,9 +16,16 @@ The ``SpeedMonitor`` rates are averages over its window (default 100 batches), s
 time is ``1 / throughput/batches_per_sec`` -- a windowed mean, not one step's time. Blocks
 before the window fills carry no throughput and give no record. ``device/mfu`` is a fraction
 (x100 here). FLOPs are the model's ``flops_per_batch`` (LLM Foundry's MPT: 6*N + 12*L*d*S per
-token, no causal halving: the ``palm`` convention). Facts derived from the rates: tokens per
-step = tokens_per_sec / batches_per_sec, global batch = samples_per_sec / batches_per_sec,
-devices = tokens_per_sec / device/tokens_per_sec. JSON lines: the same keys in one object,
+token, no causal halving: the ``palm`` convention). The rates are printed with 4 decimals
+(``batches_per_sec: 0.0027``), so facts come from the block's exact counters when it has them:
+global batch = ``time/sample / time/batch`` (changes between blocks when there are two), tokens
+per step = ``time/token / time/batch`` (non-padding tokens: no sequence length is derived from
+them), and the step time = global batch / ``samples_per_sec`` (more significant digits than
+``1 / batches_per_sec``). Without counters, global batch = samples_per_sec / batches_per_sec
+and tokens per step = tokens_per_sec / batches_per_sec. Devices = tokens_per_sec /
+device/tokens_per_sec, or ``num_gpus_per_node x num_nodes`` from the config dump; precision
+from ``Using precision Precision.AMP_FP16``; micro batch from
+``trainer/device_train_microbatch_size``. JSON lines: the same keys in one object,
 the step in ``time/batch``, ``step``, ``batch`` or ``_step``.
 """
 
@@ -36,11 +43,16 @@ _KEYS = frozenset({
     "throughput/batches_per_sec", "throughput/samples_per_sec", "throughput/tokens_per_sec",
     "throughput/device/tokens_per_sec", "throughput/device/flops_per_sec", "throughput/flops_per_sec",
     "throughput/device/mfu", "throughput/device/batches_per_sec", "loss/train/total",
-    "memory/peak_allocated_mem", "time/batch",
+    "memory/peak_allocated_mem", "time/batch", "time/sample", "time/token",
+    "trainer/device_train_microbatch_size",
 })
-_CONFIG = re.compile(r"^(global_train_batch_size|max_seq_len|device_train_microbatch_size):\s*(\d+)\s*$")
+_CONFIG = re.compile(r"^\s*(global_train_batch_size|max_seq_len|device_train_microbatch_size|num_gpus_per_node|"
+                     r"num_nodes):\s*(\d+)\s*$")
 _CONFIG_FACTS = {"global_train_batch_size": "global_batch", "max_seq_len": "seq_len",
                  "device_train_microbatch_size": "micro_batch"}
+_PRECISION = re.compile(r"Using precision Precision\.(\w+)")
+_PRECISIONS = {"AMP_FP16": "fp16", "AMP_BF16": "bf16", "AMP_FP8": "fp8", "FP32": "fp32", "FP16": "fp16",
+               "BF16": "bf16"}
 
 
 class ComposerParser(LogParser):
@@ -59,7 +71,7 @@ class ComposerParser(LogParser):
             state.scratch["block"] = {"step": int(m.group(1)), "line": line}
             state.used = True
             return rec
-        if "throughput/" in line or "loss/train" in line or "memory/" in line or "time/batch" in line:
+        if "throughput/" in line or "loss/train" in line or "memory/" in line or "time/" in line:
             s = line.lstrip()
             if s.startswith("{"):
                 return self._json(s, state)
@@ -68,15 +80,39 @@ class ComposerParser(LogParser):
                 return None
             m = _ITEM.match(line)
             if m and m.group(1) in _KEYS:
+                if state.partial:
+                    state.cut(line)  # the file's last line, with no newline: the value may be cut
+                    return None
                 v = to_float(m.group(2))
                 if v is not None:
                     block[m.group(1)] = v
                     state.used = True
             return None
-        if ("max_seq_len" in line or "batch_size" in line) and ":" in line:
+        if "trainer/device_train_microbatch_size" in line:
+            m = _ITEM.match(line)
+            v = to_float(m.group(2)) if m else None
+            if v and v == int(v):
+                state.fact("micro_batch", int(v), line)
+            return None
+        if "Using precision" in line:
+            m = _PRECISION.search(line)
+            if m and m.group(1) in _PRECISIONS:
+                state.fact("precision", _PRECISIONS[m.group(1)], line)
+            return None
+        if ("max_seq_len" in line or "batch_size" in line or "num_" in line) and ":" in line:
             m = _CONFIG.match(line)
             if m:
-                state.fact(_CONFIG_FACTS[m.group(1)], int(m.group(2)), line)
+                key, v = m.group(1), int(m.group(2))
+                if key in _CONFIG_FACTS:
+                    state.fact(_CONFIG_FACTS[key], v, line)
+                else:
+                    state.scratch[key] = v
+                    state.used = True
+                    g, nodes = state.scratch.get("num_gpus_per_node"), state.scratch.get("num_nodes")
+                    if g and nodes:
+                        state.fact("num_devices", g * nodes, line)
+                        state.facts.where["num_devices"] = (f"line {state.line_no}: num_gpus_per_node {g} x "
+                                                            f"num_nodes {nodes}")
         return None
 
     def _json(self, s: str, state: ParseState) -> StepRecord | None:
@@ -111,29 +147,63 @@ class ComposerParser(LogParser):
         sps = positive(b.get("throughput/samples_per_sec"))
         line = str(b.get("line", ""))
         facts = state.facts
-        gb = seq = None
-        if sps:
+        gb, tokens = self._exact_batch(b, state)
+        seq = None
+        if gb is None and sps:  # no counters: the rates' ratios, rounded (batch and sequence are integers)
             g = sps / bps
             gb = round(g) if round(g) >= 1 and abs(g - round(g)) < 0.02 * g else None
             if tps:
                 q = tps / sps
                 seq = round(q) if round(q) >= 1 and abs(q - round(q)) < 0.01 * q else None
-        # Batch and sequence are integers: rounding each removes the rates' noise exactly.
-        tokens = gb * seq if gb and seq else (round(tps / bps) if tps else None)
+            if gb and seq:
+                tokens = gb * seq
+        if tokens is None and tps:
+            tokens = round(tps / bps)
+        # The step time: samples/s has more significant digits than a 4-decimal batches/s, so with
+        # the exact batch it gives the time (1024 / 2.7330 = 374.7 s, not 1 / 0.0027 = 370.4 s).
+        step_time = gb / sps if gb and sps and facts.get("global_batch", gb) == gb else 1.0 / bps
         if "num_devices" not in facts.values and tps and tps_dev:
             n = tps / tps_dev
             if round(n) >= 1 and abs(n - round(n)) < 0.02 * n:
                 facts.set("num_devices", round(n), state.line_no, line)
-        if "tokens_per_step" not in facts.values:
+        if "tokens_per_step" not in facts.values and tokens:
             facts.set("tokens_per_step", tokens, state.line_no, line)
+        if gb and "global_batch" not in facts.values:
             facts.set("global_batch", gb, state.line_no, line)
+            facts.where["global_batch"] = (f"{b['exact']} (line {state.line_no})" if b.get("exact") else
+                                           f"derived: samples_per_sec / batches_per_sec (line {state.line_no})")
+        if seq and "seq_len" not in facts.values:
             facts.set("seq_len", seq, state.line_no, line)
-        return make_step(step, 1.0 / bps, state, tokens=tokens,
+            facts.where["seq_len"] = f"derived: tokens_per_sec / samples_per_sec (line {state.line_no})"
+        return make_step(step, step_time, state, tokens=tokens,
                          loss=b.get("loss/train/total"),
                          memory_GiB=b.get("memory/peak_allocated_mem"),
                          claimed_tokens_per_s=tps, claimed_tokens_per_s_per_device=tps_dev,
                          claimed_tflops_per_device=flops_dev / 1e12 if flops_dev else None,
                          claimed_mfu_pct=100.0 * mfu if isinstance(mfu, float) and 0 <= mfu <= 10 else None)
+
+    @staticmethod
+    def _exact_batch(b: dict[str, Any], state: ParseState) -> tuple[int | None, int | None]:
+        """Global batch and tokens per step from the block's exact counters (``time/batch``,
+        ``time/sample``, ``time/token``: totals so far), as differences from the previous block
+        when there is one. The tokens are the non-padding tokens Composer counts, so no
+        sequence length is derived from them."""
+        batch, sample, token = b.get("time/batch"), b.get("time/sample"), b.get("time/token")
+        if not batch or not sample:
+            return None, None
+        prev = state.scratch.get("counters")
+        state.scratch["counters"] = (batch, sample, token)
+        db, ds, dt = batch, sample, token
+        how = "time/sample / time/batch"
+        if prev is not None and batch > prev[0] and sample > prev[1]:
+            db, ds = batch - prev[0], sample - prev[1]
+            dt = token - prev[2] if token is not None and prev[2] is not None else None
+            how = "change in time/sample / change in time/batch"
+        g = ds / db
+        if g != int(g):
+            return None, None
+        b["exact"] = f"exact counters: {how}"
+        return int(g), round(dt / db) if dt else None
 
     def finish(self, state: ParseState) -> list[StepRecord]:
         out = []

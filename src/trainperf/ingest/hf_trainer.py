@@ -5,8 +5,11 @@
       45%|████▌     | 450/1000 [06:12<07:35,  1.21it/s]
 
   gives the step (``450``) and tqdm's smoothed rate (``1.21it/s`` or ``1.83s/it``): the step
-  time of an update is ``1 / rate``. Bars with another total (evaluation) are ignored; the
-  training bar's total is ``Total optimization steps`` or the first bar's total.
+  time of an update is ``1 / rate``. The training bar is the one whose total is ``Total
+  optimization steps``; without that line, the longest-running bar with an it/s or s/it rate
+  (weight loading, dataset maps and evaluation bars come and go in seconds). A pasted console
+  keeps ``\r`` as a literal ``^M``, and a lost ``\r`` leaves two bars on one line: every bar
+  on a line is read. A rate cut mid-number (no unit after it) is a cut line, not a step.
 * log dicts ``{'loss': 2.3456, 'grad_norm': 1.2, 'learning_rate': 4.5e-05, 'epoch': 0.12}``
   (attached to the latest step) and the final
   ``{'train_runtime': 123.4, 'train_samples_per_second': 25.9, 'train_steps_per_second': 0.81,
@@ -24,10 +27,12 @@ from __future__ import annotations
 
 import re
 
-from trainperf.ingest.base import LogParser, ParseState, make_step, positive, to_float, to_int
+from trainperf.ingest.base import LogParser, ParseState, make_step, to_float, to_int
 from trainperf.records.run_record import StepRecord
 
-_BAR = re.compile(r"\|\s*(\d+)/(\d+)\s*\[[\d:]+<[\d:?]+,\s*([\d.]+)\s*(it/s|s/it)")
+_BAR = re.compile(r"(\d+)/(\d+)\s*\[(\d[\d:]*)<[\d:?]+,\s*([\d.]*)")
+_IT_UNIT = re.compile(r"\s*(it/s|s/it)\s*[\],]")
+_OTHER_UNIT = re.compile(r"\?it/s|\s*(?:[A-Za-z ]*/s|s/[A-Za-z ]+)\s*[\],]")
 _DICT_KV = re.compile(r"'(\w+)':\s*(?:np\.float\d+\(|tensor\()?'?([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)")
 _SETUP = {
     "Total train batch size (w. parallel, distributed & accumulation) =": "global_batch",
@@ -37,16 +42,31 @@ _SETUP = {
 }
 
 
+def _seconds(clock: str) -> int:
+    """tqdm's elapsed ``[H:]MM:SS`` in seconds."""
+    total = 0
+    for part in clock.split(":"):
+        total = total * 60 + int(part or 0)
+    return total
+
+
 class HfTrainerParser(LogParser):
     name = "hf-trainer"
+    step_marker = "it/s]"
     description = "Hugging Face Trainer: tqdm bar 'N/M [..., R it/s]', {'loss': ...} dicts, final train_runtime"
     markers = ("it/s]", "s/it]", "{'", " = ")
     claimed_convention = "6n"
     claimed_scope = "train_samples_per_second / train_steps_per_second are global means over the whole run"
 
+    def __init__(self) -> None:
+        self._bars: dict[int, list[list[object]]] = {}
+        """bar total -> updates ``[n, step time, line number, rank, loss, grad_norm]``."""
+        self._elapsed: dict[int, int] = {}
+        self._last: list[object] | None = None
+
     def parse_line(self, line: str, state: ParseState) -> StepRecord | None:
-        if "it/s]" in line or "s/it]" in line:
-            return self._bar(line, state)
+        if "it/s" in line or "s/it" in line:
+            self._bars_in(line, state)
         if "{'" in line:
             self._dict(line, state)
             return None
@@ -60,23 +80,42 @@ class HfTrainerParser(LogParser):
                     break
         return None
 
-    def _bar(self, line: str, state: ParseState) -> StepRecord | None:
-        m = _BAR.search(line)
-        if m is None:
+    def _bars_in(self, line: str, state: ParseState) -> None:
+        """Every bar update on the line: a console paste keeps ``\\r`` as a literal ``^M``, and a
+        lost ``\\r`` leaves two bars on one line. Records are made in :meth:`finish`, once it is
+        known which bar is the training bar."""
+        for piece in line.split("^M") if "^M" in line else (line,):
+            for m in _BAR.finditer(piece):
+                rest = piece[m.end():m.end() + 16]
+                unit = _IT_UNIT.match(rest)
+                if unit is None:
+                    if not m.group(4) or _OTHER_UNIT.match(rest):
+                        continue  # no rate yet ("?it/s") or another unit (examples/s, MB/s)
+                    state.cut(piece[m.start():])  # the rate was cut mid-number
+                    continue
+                state.used = True
+                n, total = int(m.group(1)), int(m.group(2))
+                rate = to_float(m.group(4))
+                elapsed = _seconds(m.group(3))
+                if elapsed > self._elapsed.get(total, -1):
+                    self._elapsed[total] = elapsed
+                updates = self._bars.setdefault(total, [])
+                if n <= 0 or not rate or (updates and updates[-1][0] == n):
+                    continue
+                t = rate if unit.group(1) == "s/it" else 1.0 / rate
+                self._last = [n, t, state.line_no, state.rank, None, None]
+                updates.append(self._last)
+
+    def _training_total(self, state: ParseState) -> int | None:
+        """The training bar: the one whose total is ``Total optimization steps``; without that
+        line, the longest-running bar with a rate (weight loading and dataset maps are short)."""
+        totals = [t for t, ups in self._bars.items() if ups]
+        if not totals:
             return None
-        n, total = int(m.group(1)), int(m.group(2))
-        rate = positive(to_float(m.group(3)))
-        sc = state.scratch
-        want = state.facts.values.get("total_steps") or sc.setdefault("bar_total", total)
-        if total != want:
-            return None  # an evaluation or prediction bar
-        state.used = True
-        if rate is None or n <= 0 or n == sc.get("last_n"):
-            return None
-        sc["last_n"] = n
-        rec = make_step(n, rate if m.group(4) == "s/it" else 1.0 / rate, state)
-        sc["last_rec"] = rec
-        return rec
+        want = state.facts.values.get("total_steps")
+        if want in totals:
+            return int(want)
+        return max(totals, key=lambda t: (self._elapsed.get(t, 0), len(self._bars[t])))
 
     def _dict(self, line: str, state: ParseState) -> None:
         kv = {k: to_float(v) for k, v in _DICT_KV.findall(line)}
@@ -90,11 +129,10 @@ class HfTrainerParser(LogParser):
                     state.fact(f"claimed_{key}", kv[key], line)
             return
         if "loss" in kv and kv["loss"] is not None:
-            rec = state.scratch.get("last_rec")
-            if rec is not None and rec.loss is None:
-                rec.loss = kv["loss"]
-                if kv.get("grad_norm") is not None:
-                    rec.grad_norm = kv["grad_norm"]
+            last = self._last
+            if last is not None and last[4] is None:
+                last[4] = kv["loss"]
+                last[5] = kv.get("grad_norm")
             state.scratch["losses"] = state.scratch.get("losses", 0) + 1
 
     def finish(self, state: ParseState) -> list[StepRecord]:
@@ -110,8 +148,21 @@ class HfTrainerParser(LogParser):
             if round(g) >= 1 and abs(g - round(g)) < 0.02 * g:
                 state.facts.set("global_batch", round(g), 0, "derived")
                 state.facts.where["global_batch"] = "derived: train_samples_per_second / train_steps_per_second"
-        if any(s.get("last_n") for s in state.all_scratch().values()):
-            return []
+        total = self._training_total(state)
+        if total is not None:
+            others = sorted(t for t, ups in self._bars.items() if ups and t != total)
+            if others:
+                state.note(f"training bar: the one with total {total} "
+                           + ("(Total optimization steps)" if state.facts.values.get("total_steps") == total
+                              else "(the longest-running bar with a rate; no 'Total optimization steps' line)")
+                           + f"; other bars (totals {others[:5]}) are not training steps")
+            out = []
+            for n, t, line_no, rank, loss, gn in self._bars[total]:
+                state.rank = rank  # type: ignore[assignment]
+                rec = make_step(n, t, state, loss=loss, grad_norm=gn, extra={"line": line_no})  # type: ignore[arg-type]
+                if rec is not None:
+                    out.append(rec)
+            return out
         runtime = f.get("claimed_train_runtime")
         steps = f.get("total_steps") or (round(runtime * stps) if runtime and stps else None)
         if runtime and steps:

@@ -22,7 +22,7 @@ import re
 import statistics
 from typing import Any
 
-from trainperf.ingest.base import LogParser, ParseState, make_step, positive, to_float, to_int
+from trainperf.ingest.base import LogParser, ParseState, make_step, to_float, to_int, to_time
 from trainperf.records.run_record import StepRecord
 
 _STEP = "completed step: "
@@ -36,6 +36,7 @@ _CONFIG_KEYS = {
 # The exact layout MaxText prints today: one regex, no per-field splitting (the speed path).
 _FAST = re.compile(r"completed step: (\d+), seconds: (\d+\.?\d*), TFLOP/s/device: (\d+\.?\d*), "
                    r"Tokens/s/device: (\d+\.?\d*), total_weights: (\d+), loss: (\d+\.?\d*)")
+_SECONDS = re.compile(r"seconds:\s*([^\s,]*)(,)?")
 _DTYPES = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16", "fp8": "fp8", "float8": "fp8"}
 
 
@@ -52,18 +53,6 @@ class MaxTextParser(LogParser):
 
     def parse_line(self, line: str, state: ParseState) -> StepRecord | None:
         i = line.find(_STEP)
-        if i >= 0:
-            m = _FAST.match(line, i)
-            if m is not None:
-                secs = float(m.group(2))
-                if secs > 0:
-                    weights = int(m.group(5))
-                    tok_dev = float(m.group(4))
-                    if len(self._ratios) < 64 and tok_dev > 0:
-                        self._ratios.append(weights / (secs * tok_dev))
-                    return StepRecord(int(m.group(1)), secs, weights or None, float(m.group(6)),
-                                      claimed_tflops_per_device=float(m.group(3)),
-                                      claimed_tokens_per_s_per_device=tok_dev, rank=state.rank)
         if i < 0:
             if _CONFIG in line:
                 self._config(line, state)
@@ -71,6 +60,25 @@ class MaxTextParser(LogParser):
                 n = to_int(line.split("Num_devices:", 1)[1].split(",", 1)[0].strip())
                 if n and n > 0:
                     state.fact("num_devices", n, line)
+            return None
+        m = _FAST.match(line, i)
+        if m is not None:
+            secs = float(m.group(2))
+            if 1e-6 <= secs <= 1e7:
+                weights = int(m.group(5))
+                tok_dev = float(m.group(4))
+                if len(self._ratios) < 64 and tok_dev > 0:
+                    self._ratios.append(weights / (secs * tok_dev))
+                return StepRecord(int(m.group(1)), secs, weights or None, float(m.group(6)),
+                                  claimed_tflops_per_device=float(m.group(3)),
+                                  claimed_tokens_per_s_per_device=tok_dev, rank=state.rank)
+        return self._slow(line, i, state)
+
+    def _slow(self, line: str, i: int, state: ParseState) -> StepRecord | None:
+        """Any field order: ``key: value`` pairs split on ", "; the seconds must be followed by ","."""
+        t = _SECONDS.search(line, i)
+        if t is None or t.group(2) is None:
+            state.cut(line)  # "seconds: 5.6" at the end of the line: cut mid-number
             return None
         kv: dict[str, str] = {}
         for part in line[i + len(_STEP):].split(", "):
@@ -80,7 +88,7 @@ class MaxTextParser(LogParser):
             elif not kv:
                 kv["step"] = part
         step = to_int(kv.get("step") or line[i + len(_STEP):].split(",", 1)[0])
-        seconds = positive(to_float(kv.get("seconds")))
+        seconds = to_time(t.group(1))
         tflops = to_float(kv.get("TFLOP/s/device") or kv.get("TFLOP/s"))
         tok_dev = to_float(kv.get("Tokens/s/device"))
         weights = to_int(kv.get("total_weights"))
@@ -88,7 +96,7 @@ class MaxTextParser(LogParser):
         rec = make_step(step, seconds, state, tokens=weights if weights and weights > 0 else None,
                         loss=loss, claimed_tflops_per_device=tflops,
                         claimed_tokens_per_s_per_device=tok_dev)
-        if rec is not None and weights and tok_dev and seconds and len(self._ratios) < 64:
+        if rec is not None and rec.flag is None and weights and tok_dev and seconds and len(self._ratios) < 64:
             self._ratios.append(weights / (seconds * tok_dev))
         return rec
 

@@ -23,19 +23,24 @@ from __future__ import annotations
 
 import re
 
-from trainperf.ingest.base import LogParser, ParseState, make_step, positive, to_float, to_int
+from trainperf.ingest.base import LogParser, ParseState, make_step, positive, to_float, to_int, to_time
 from trainperf.records.run_record import StepRecord
 
 _ITER = re.compile(r"iteration\s+(\d+)\s*/\s*(\d+)\s*\|")
-# Megatron-LM's layout since 2023 (throughput and grad norm optional): the speed path.
-_FAST = re.compile(r"iteration\s+(\d+)/\s*\d+ \|.*? elapsed time per iteration \(ms\): (\d+\.?\d*) \|"
+# The time field with its delimiter: a number not followed by " |" was cut mid-write.
+_TIME = re.compile(r"elapsed time per iteration \((ms|s)\):\s*([^\s|]*)(\s*\|)?")
+# Megatron-LM's layout since 2023 (throughput and grad norm optional): the speed path. Every
+# number is followed by its " |" delimiter.
+_FAST = re.compile(r"iteration\s+(\d+)/\s*\d+ \|.*? elapsed time per iteration \((m?s)\): (\d+\.?\d*) \|"
                    r"(?: throughput per GPU \(TFLOP/s/GPU\): (\d+\.?\d*) \|)?.*? global batch size:\s+(\d+) \|"
-                   r" lm loss: ([-+\d.Ee]+|nan|inf) \|(?:.*? grad norm: (\d+\.?\d*) \|)?")
+                   r" lm[ -]loss: ([-+\d.Ee]+|nan|inf) \|(?:.*? grad norm: (\d+\.?\d*) \|)?")
 # The full default layout (every field in order, no lazy scanning): fastest when it matches.
 _STRICT = re.compile(r"iteration\s+(\d+)/\s*\d+ \| consumed samples:\s+\d+ \| elapsed time per iteration "
-                     r"\(ms\): (\d+\.?\d*) \|(?: throughput per GPU \(TFLOP/s/GPU\): (\d+\.?\d*) \|)? learning "
+                     r"\((m?s)\): (\d+\.?\d*) \|(?: throughput per GPU \(TFLOP/s/GPU\): (\d+\.?\d*) \|)? learning "
                      r"rate: [-+\d.Ee]+ \| global batch size:\s+(\d+) \| lm loss: ([-+\d.Ee]+|nan|inf) \| "
                      r"loss scale: [-+\d.Ee]+ \| grad norm: (\d+\.?\d*) \|")
+_CONSUMED = re.compile(r"consumed samples:\s*(\d+) \| consumed tokens:\s*(\d+) \|")
+_PADDED_VOCAB = re.compile(r"padded vocab \(size: \d+\) with \d+ dummy tokens \(new size: (\d+)\)")
 _ARG = re.compile(r"^\s*([a-z_0-9]+) \.{2,} (\S.*?)\s*$")
 _ARGS: dict[str, str] = {
     "world_size": "num_devices", "seq_length": "seq_len", "global_batch_size": "global_batch",
@@ -51,29 +56,33 @@ _SIZES = re.compile(r"using world size: (\d+), data-parallel size: (\d+), contex
 
 
 def _field(line: str, key: str, start: int) -> str | None:
-    """The text after ``key`` up to the next ``|`` (a substring search, no regex)."""
+    """The text after ``key`` up to the next ``|`` (a substring search, no regex); ``None`` when
+    the key is absent or its value has no ``|`` after it (the line was cut inside the field)."""
     j = line.find(key, start)
     if j < 0:
         return None
     j += len(key)
     k = line.find("|", j)
-    return line[j:k] if k >= 0 else line[j:]
+    return line[j:k].strip() or None if k >= 0 else None
 
 
 class MegatronParser(LogParser):
     name = "megatron"
-    step_marker = "elapsed time per iteration (ms):"
-    description = ("Megatron-LM: 'iteration N/ M | consumed samples: ... | elapsed time per iteration "
-                   "(ms): T | throughput per GPU (TFLOP/s/GPU): F | ... | lm loss: L'")
-    markers = ("iteration ", " ....", "using world size:")
+    step_marker = "elapsed time per iteration ("
+    description = ("Megatron-LM / Megatron-DeepSpeed: 'iteration N/ M | ... | elapsed time per iteration "
+                   "(ms): T | throughput per GPU (TFLOP/s/GPU): F | ... | lm loss: L' (or '(s): T', "
+                   "'samples per second: S | TFLOPs: F')")
+    markers = ("iteration ", " ....", "using world size:", "padded vocab")
     claimed_convention = None  # nemo-legacy before the 2025 causal halving, megatron after
     claimed_scope = "TFLOP/s per GPU"
 
     def __init__(self) -> None:
         self._seq: int | None = None
+        self._last_gbs: tuple[int, int, str] | None = None
+        self._args_seen = False
 
     def parse_line(self, line: str, state: ParseState) -> StepRecord | None:
-        i = line.find("elapsed time per iteration (ms):")
+        i = line.find("elapsed time per iteration (")
         if i < 0:
             if " .." in line:
                 self._arg(line, state)
@@ -82,46 +91,81 @@ class MegatronParser(LogParser):
                 if m:
                     for key, g in zip(("num_devices", "dp", "cp", "tp", "pp"), m.groups(), strict=True):
                         state.fact(key, int(g), line)
+            elif "padded vocab" in line:
+                m = _PADDED_VOCAB.search(line)
+                if m:
+                    state.fact("vocab", int(m.group(1)), line, overwrite=True)
             return None
-        f = _STRICT.search(line) or _FAST.search(line)
-        if f is not None and (f.group(3) or "TFLOPs:" not in line):
-            ms_f = float(f.group(2))
-            if ms_f > 0:
-                step = int(f.group(1))
-                gbs = int(f.group(4))
-                seq = self._seq or state.facts.values.get("seq_len") or state.hints.get("seq_len")
-                self._seq = seq
-                tf, gn = f.group(3), f.group(6)
-                loss = to_float(f.group(5))
-                return StepRecord(step, ms_f / 1000.0, gbs * seq if seq else None, loss,
-                                  float(gn) if gn else None,
-                                  claimed_tflops_per_device=float(tf) if tf else None, rank=state.rank)
+        if "TFLOPs:" not in line and "samples per second" not in line:
+            f = _STRICT.search(line) or _FAST.search(line)
+            if f is not None:
+                t = float(f.group(3)) / (1000.0 if f.group(2) == "ms" else 1.0)
+                if 1e-6 <= t <= 1e7:
+                    step = int(f.group(1))
+                    gbs = int(f.group(5))
+                    seq = self._seq or state.facts.values.get("seq_len") or state.hints.get("seq_len")
+                    self._seq = seq
+                    self._last_gbs = (gbs, state.line_no, line)
+                    tf, gn = f.group(4), f.group(7)
+                    return StepRecord(step, t, gbs * seq if seq else None, to_float(f.group(6)),
+                                      float(gn) if gn else None,
+                                      claimed_tflops_per_device=float(tf) if tf else None, rank=state.rank)
+        return self._slow(line, i, state)
+
+    def _slow(self, line: str, i: int, state: ParseState) -> StepRecord | None:
+        """Any layout: fields found by name, each value up to its ``|`` delimiter."""
         m = _ITER.search(line, 0, i)
-        if m is None:
+        tm = _TIME.match(line, i)
+        if m is None or tm is None:
+            state.malformed_lines += 1
+            return None
+        if tm.group(3) is None:  # "(ms): 9" at the end of the line: cut mid-number
+            state.cut(line)
+            return None
+        t = to_time(tm.group(2))
+        if t is None:
             state.malformed_lines += 1
             return None
         step = int(m.group(1))
-        ms = to_float(_field(line, "elapsed time per iteration (ms):", i))
         gbs = to_int(_field(line, "global batch size:", i))
+        if gbs:
+            self._last_gbs = (gbs, state.line_no, line)
         seq = state.facts.values.get("seq_len") or state.hints.get("seq_len")
-        loss_txt = _field(line, "lm loss:", i) or _field(line, " loss:", i)
-        tflops = positive(to_float((_field(line, "throughput per GPU (TFLOP/s/GPU):", i) or "").strip() or None))
+        if seq is None and "consumed tokens:" in line:
+            c = _CONSUMED.search(line)
+            if c and int(c.group(1)) > 0 and int(c.group(2)) % int(c.group(1)) == 0:
+                seq = int(c.group(2)) // int(c.group(1))
+                state.facts.set("seq_len", seq, state.line_no, line)
+                state.facts.where["seq_len"] = f"derived: consumed tokens / consumed samples (line {state.line_no})"
+        loss_txt = _field(line, "lm loss:", i) or _field(line, "lm-loss:", i) or _field(line, " loss:", i)
+        tflops = positive(to_float(_field(line, "throughput per GPU (TFLOP/s/GPU):", i)))
         if tflops is None:  # Megatron-DeepSpeed: "| samples per second: 40.1 | TFLOPs: 150.2 |" (per GPU)
-            tflops = positive(to_float((_field(line, "TFLOPs:", i) or "").strip() or None))
-        sps = positive(to_float((_field(line, "samples per second:", i) or "").strip() or None))
+            tflops = positive(to_float(_field(line, "TFLOPs:", i)))
+        sps = positive(to_float(_field(line, "samples per second:", i)))
         return make_step(
-            step, ms / 1000.0 if ms is not None else None, state,
+            step, t / 1000.0 if tm.group(1) == "ms" else t, state,
             tokens=gbs * seq if gbs and seq else None,
-            loss=to_float(loss_txt.strip()) if loss_txt else None,
-            grad_norm=to_float((_field(line, "grad norm:", i) or "").strip() or None),
+            loss=to_float(loss_txt) if loss_txt else None,
+            grad_norm=to_float(_field(line, "grad norm:", i)),
             claimed_tflops_per_device=tflops,
             claimed_tokens_per_s=sps * seq if sps and seq else None,
+            extra={"claimed_samples_per_s": sps} if sps else None,
         )
+
+    def finish(self, state: ParseState) -> list[StepRecord]:
+        if self._last_gbs is not None and "global_batch" not in state.facts.values:
+            gbs, line_no, line = self._last_gbs
+            state.facts.set("global_batch", gbs, line_no, line)
+        if self._args_seen and "mlp" not in state.facts.values:
+            state.facts.set("mlp", "gelu", 0, "")
+            state.facts.where["mlp"] = "the argument dump has no swiglu: Megatron's default MLP, GeLU"
+        return []
 
     def _arg(self, line: str, state: ParseState) -> None:
         m = _ARG.match(line)
         if m is None:
             return
+        self._args_seen = True
         key, value = m.group(1), m.group(2)
         fact = _ARGS.get(key)
         if fact is not None:
@@ -152,25 +196,39 @@ class MegatronParser(LogParser):
 
 _NEMO_STEP = re.compile(r"global_step[:=]\s*([\d.]+)")
 _NEMO_ITER = re.compile(r"iteration (\d+)/(\d+)")
-_NEMO_TIME = re.compile(r"train_step_timing in s[:=]\s*([-+\d.eE]+)")
-_NEMO_LOSS = re.compile(r"reduced_train_loss[:=]\s*([-+\d.eE]+|nan|inf)")
-_NEMO_TFLOPS = re.compile(r"TFLOPS_per_GPU[:=]\s*([-+\d.eE]+)")
+# The time and its delimiter (" |", ",", "]" or the end of a complete line).
+_NEMO_TIME = re.compile(r"train_step_timing in s[:=]\s*([-+\w.]*)(\s*[|,\]]|\s*$)?")
+_NEMO_LOSS = re.compile(r"reduced_train_loss[:=]\s*([-+\d.eE]+|nan|inf)\s*(?:[|,\]]|$)")
+_NEMO_TFLOPS = re.compile(r"TFLOPS_per_GPU[:=]\s*([-+\d.eE]+)\s*(?:[|,\]]|$)")
+_NEMO_TPS = re.compile(r"tokens_per_sec_per_gpu[:=]\s*([-+\d.eE]+)\s*(?:[|,\]]|$)")
 _NEMO_GBS = re.compile(r"global_batch_size[:=]\s*([\d.]+)")
+_NEMO_CONFIG = re.compile(r"^\s*(seq_length|micro_batch_size|global_batch_size|num_layers|hidden_size|"
+                          r"num_attention_heads|ffn_hidden_size|num_query_groups):\s*(\d+)\s*$")
+_NEMO_FACTS = {"seq_length": "seq_len", "micro_batch_size": "micro_batch", "global_batch_size": "global_batch",
+               "num_layers": "layers", "hidden_size": "hidden", "num_attention_heads": "heads",
+               "ffn_hidden_size": "ffn_hidden", "num_query_groups": "kv_heads"}
 
 
 class NemoParser(LogParser):
     name = "nemo"
     step_marker = "train_step_timing in s"
     description = "NeMo: 'global_step: N | reduced_train_loss: L | train_step_timing in s: T' (printer or tqdm postfix)"
-    markers = ("train_step_timing in s",)
+    markers = ("train_step_timing in s", "seq_length:", "micro_batch_size:")
     claimed_convention = None
-    claimed_scope = "TFLOPS_per_GPU per device"
+    claimed_scope = "TFLOPS_per_GPU and tokens_per_sec_per_gpu per device"
 
     def parse_line(self, line: str, state: ParseState) -> StepRecord | None:
         i = line.find("train_step_timing in s")
         if i < 0:
+            if ":" in line and ("_size:" in line or "seq_length:" in line or "num_" in line):
+                m = _NEMO_CONFIG.match(line)
+                if m:
+                    state.fact(_NEMO_FACTS[m.group(1)], int(m.group(2)), line)
             return None
         t = _NEMO_TIME.search(line, i)
+        if t is None or t.group(2) is None or (state.partial and not t.group(2).strip()):
+            state.cut(line)  # "in s: 6.0" with no delimiter after it: cut mid-number
+            return None
         m = _NEMO_STEP.search(line)
         if m is not None:
             step = to_float(m.group(1))
@@ -184,12 +242,14 @@ class NemoParser(LogParser):
             return None
         loss = _NEMO_LOSS.search(line)
         tf = _NEMO_TFLOPS.search(line)
+        tps = _NEMO_TPS.search(line)
         gbs_m = _NEMO_GBS.search(line)
         gbs = to_float(gbs_m.group(1)) if gbs_m else None
         seq = state.facts.values.get("seq_len") or state.hints.get("seq_len")
-        rec = make_step(step_i, positive(to_float(t.group(1))) if t else None, state,
+        rec = make_step(step_i, to_time(t.group(1)), state,
                         loss=to_float(loss.group(1)) if loss else None,
                         claimed_tflops_per_device=positive(to_float(tf.group(1))) if tf else None,
+                        claimed_tokens_per_s_per_device=positive(to_float(tps.group(1))) if tps else None,
                         tokens=int(gbs) * seq if gbs and seq else None)
         if rec is not None:
             sc["last_step"] = step_i

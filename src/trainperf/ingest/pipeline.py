@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 import itertools
 import re
+import statistics
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,12 +24,12 @@ from typing import Any
 from trainperf.accounting.summarize import default_warmup_steps
 from trainperf.errors import InputFileError
 from trainperf.ingest.base import LogParser, ParseState
-from trainperf.ingest.reader import LogLine, ReadStats, iter_log
+from trainperf.ingest.flags import flag_impossible
+from trainperf.ingest.reader import PARTIAL, LogLine, PartialLine, ReadStats, iter_log
 from trainperf.ingest.registry import detect_format, get_parser
 from trainperf.records.run_record import RunRecord, StepRecord
 
 SAMPLE_LINES = 5_000
-MAX_KEPT_STEPS = 50_000
 MAX_SAMPLE_LINES = 100_000
 _RANK_RE = re.compile(r"\s*(?:\[(?:rank|default)?(\d+)\]:|(\d{1,5}): |\[\d+,(\d+)\]<std(?:out|err)>:)\s?")
 _INF = float("inf")
@@ -59,50 +60,34 @@ class Collected:
     superseded_steps: int = 0
     segment_starts: list[int] = field(default_factory=list)
     parsed: int = 0
-    stride: int = 1
 
 
 class _Collector:
-    """Keeps the lowest rank's steps. Memory is bounded: past ``2 * MAX_KEPT_STEPS`` records every
-    other one is dropped and from then on only every ``stride``-th record is kept (a systematic
-    sample, so medians and percentiles of a steady run are unchanged in expectation)."""
+    """Keeps the lowest rank's steps, every one of them (no sampling)."""
 
     def __init__(self) -> None:
         self.best: int | None = None
         self.items: list[tuple[float, StepRecord]] = []
         self.ranks: set[int] = set()
         self.other = 0
-        self.parsed = 0
-        self.stride = 1
-        self._skip = 0
 
-    def add(self, rec: StepRecord, line_no: float, sampled: bool = False) -> None:
-        """Add a step; ``sampled`` means the caller already kept only every ``stride``-th one."""
+    def add(self, rec: StepRecord, line_no: float) -> None:
         r = _UNPREFIXED if rec.rank is None else rec.rank
         self.ranks.add(r)
         if self.best is None or r < self.best:
-            self.other += self.parsed
-            self.items, self.parsed, self.stride, self._skip = [], 0, 1, 0
+            self.other += len(self.items)
+            self.items = []
             self.best = r
         elif r > self.best:
             self.other += 1
             return
-        self.parsed += 1
-        if self.stride > 1 and not sampled:
-            self._skip += 1
-            if self._skip < self.stride:
-                return
-            self._skip = 0
         self.items.append((line_no, rec))
-        if len(self.items) >= 2 * MAX_KEPT_STEPS:
-            self.items = self.items[::2]
-            self.stride *= 2
 
     def result(self) -> Collected:
         self.items.sort(key=lambda t: t[0])  # finish() records go back to their log line
         out = Collected(rank=None if self.best in (None, _UNPREFIXED) else self.best,
                         ranks_with_steps={r for r in self.ranks if r != _UNPREFIXED},
-                        other_rank_steps=self.other, parsed=self.parsed, stride=self.stride)
+                        other_rank_steps=self.other, parsed=len(self.items))
         steps = out.steps
         for line_no, rec in self.items:
             if steps and rec.step <= steps[-1].step:
@@ -123,17 +108,35 @@ class LineCounts:
     lines_used: int = 0
     other_rank_lines: int = 0
     step_lines_sampled_out: int = 0
+    """Always 0: every step line is parsed (kept for the report's key set)."""
+    other_format_lines: dict[str, list[tuple[int, int | None, str]]] = field(default_factory=dict)
+    """Format name -> unused lines carrying that format's step marker ``(line no, rank, text)``:
+    another stream in a mixed file."""
 
 
-def run_parser(lines: Iterable[str | LogLine], parser: LogParser, state: ParseState,
-               counts: LineCounts) -> Collected:
+MAX_OTHER_FORMAT_LINES = 200_000
+
+
+def _other_markers(parser: LogParser) -> list[tuple[str, str]]:
+    from trainperf.ingest.registry import FORMATS
+
+    out = []
+    for name in FORMATS:
+        other = get_parser(name)
+        if other.name != parser.name and other.step_marker:
+            out.append((other.step_marker, other.name))
+    return out
+
+
+def run_parser(lines: Iterable[str | LogLine | PartialLine], parser: LogParser, state: ParseState,
+               counts: LineCounts, *, watch_other_formats: bool = False) -> Collected:
     """Feed every line to ``parser``; never raises on content.
 
     Once a rank has produced a step, lines of higher ranks are not parsed at all (they would
-    only give steps that are dropped): counted in ``counts.other_rank_lines``. Once the collector
-    thins a very long run (stride > 1), a format with a ``step_marker`` has its step lines
-    sampled before parsing: only every stride-th line with the marker is parsed, the others are
-    counted in ``counts.step_lines_sampled_out`` (constant work per skipped step line).
+    only give steps that are dropped): counted in ``counts.other_rank_lines``. Every step line
+    of the kept rank is parsed (no sampling). With ``watch_other_formats``, lines the parser did
+    not use that carry another format's step marker are kept (bounded) in
+    ``counts.other_format_lines`` so that a mixed file's other streams can be reported.
     """
     col = _Collector()
     parse_line = parser.parse_line
@@ -141,14 +144,17 @@ def run_parser(lines: Iterable[str | LogLine], parser: LogParser, state: ParseSt
     total = used = other = 0
     best = _NO_STEPS_YET
     add = col.add
-    marker = parser.step_marker
-    stride = 1
-    sample_count = sampled_out = 0
     last_prefix, last_rank = "\x00", None  # a prefix no line starts with
     rank_re = _RANK_RE.match
+    others = _other_markers(parser) if watch_other_formats else []
+    other_lines = counts.other_format_lines
+    n_other = 0
     for item in lines:
         if item.__class__ is not str:
-            default_rank = item.rank  # type: ignore[union-attr]
+            if item is PARTIAL:
+                state.partial = True
+            else:
+                default_rank = item.rank  # type: ignore[union-attr]
             continue
         total += 1
         line: str = item  # type: ignore[assignment]
@@ -173,14 +179,6 @@ def run_parser(lines: Iterable[str | LogLine], parser: LogParser, state: ParseSt
         if r > best:
             other += 1
             continue
-        sampled = False
-        if stride > 1 and marker is not None and marker in line:
-            sample_count += 1
-            if sample_count < stride:
-                sampled_out += 1
-                continue
-            sample_count = 0
-            sampled = True
         state.line_no = total
         state.rank = rank
         state.used = False
@@ -189,23 +187,47 @@ def run_parser(lines: Iterable[str | LogLine], parser: LogParser, state: ParseSt
         except Exception:  # a parser bug must not lose the rest of the run; counted, not hidden
             state.malformed_lines += 1
             continue
+        finally:
+            state.partial = False
         if rec is not None:
             used += 1
-            add(rec, total, sampled)
+            add(rec, total)
             best = r
-            if col.stride != stride:
-                stride, sample_count = col.stride, 0
         elif state.used:
             used += 1
+        elif others and n_other < MAX_OTHER_FORMAT_LINES:
+            for marker, name in others:
+                if marker in line:
+                    other_lines.setdefault(name, []).append((total, rank, line))
+                    n_other += 1
+                    break
     for rec in parser.finish(state):
         line_no = rec.extra.pop("line", None) if rec.extra else None
         add(rec, line_no if isinstance(line_no, int) else _INF)
     counts.lines_total += total
     counts.lines_used += used
     counts.other_rank_lines += other
-    counts.lines_used += sampled_out
-    counts.step_lines_sampled_out += sampled_out
     return col.result()
+
+
+def other_streams(counts: LineCounts, hints: dict[str, Any]) -> list[dict[str, Any]]:
+    """Parse each other format's lines of a mixed file with its own parser: one summary each."""
+    out = []
+    for name, items in counts.other_format_lines.items():
+        parser = get_parser(name)
+        state = ParseState(hints=hints)
+        lines: list[str | LogLine] = []
+        for _, rank, text in items:
+            lines.append(LogLine("", rank))
+            lines.append(text)
+        col = run_parser(lines, parser, state, LineCounts())
+        times = sorted(s.step_time_s for s in col.steps if s.flag is None)
+        if not col.steps:
+            continue
+        out.append({"format": name, "steps": len(col.steps), "first_line": items[0][0],
+                    "step_time_median_s": statistics.median(times) if times else None,
+                    "malformed_lines": state.malformed_lines})
+    return out
 
 
 def _sample(it: Iterator[str | LogLine], n: int) -> list[str | LogLine]:
@@ -296,7 +318,7 @@ def parse_log(source: str | Path, *, fmt: str | None = None, workload_path: str 
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        col = run_parser(itertools.chain(sample, it), parser, state, counts)
+        col = run_parser(itertools.chain(sample, it), parser, state, counts, watch_other_formats=True)
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -318,6 +340,8 @@ def parse_log(source: str | Path, *, fmt: str | None = None, workload_path: str 
     res = resolve_workload(state.facts, workload_path, overrides, tokens_per_step, base=base)
     facts = state.facts
     found, not_found = log_field_coverage(facts.values, tokens_per_step)
+    flags = flag_impossible(steps, res.workload, facts.values)
+    streams = other_streams(counts, hints)
     meta: dict[str, Any] = {
         "name": Path(str(source)).name if str(source) != "-" else "stdin",
         "log": str(source),
@@ -333,9 +357,15 @@ def parse_log(source: str | Path, *, fmt: str | None = None, workload_path: str 
         "malformed_lines": state.malformed_lines,
         "overlong_lines": stats.overlong_lines,
         "truncated_input": stats.truncated,
+        "cut_lines": state.cut_count,
+        "cut_line_examples": [{"line": n, "text": t} for n, t in state.cut_lines],
         "steps_parsed": col.parsed,
-        "step_lines_sampled_out": counts.step_lines_sampled_out,
-        "steps_sampling_stride": col.stride,
+        "flagged_steps": flags.count,
+        "flag_reasons": flags.reasons,
+        "flag_peak": {"tflops": flags.peak_tflops, "source": flags.peak_source},
+        "other_streams": streams,
+        "step_lines_sampled_out": 0,
+        "steps_sampling_stride": 1,
         "rank_used": col.rank,
         "ranks_with_steps": sorted(col.ranks_with_steps),
         "other_rank_steps": col.other_rank_steps,
@@ -355,11 +385,18 @@ def parse_log(source: str | Path, *, fmt: str | None = None, workload_path: str 
         "claimed_scope": parser.claimed_scope,
         "notes": state.notes,
     }
-    if col.stride > 1:
-        state.note(f"{col.parsed + counts.step_lines_sampled_out:,} step lines; to bound memory and time every "
-                   f"{col.stride}th step is kept ({len(steps):,} records, a systematic sample; "
-                   f"{counts.step_lines_sampled_out:,} step lines were counted but not parsed). Medians and "
-                   "percentiles are unbiased for a steady run; the peak memory is over the kept steps only")
+    if state.cut_count:
+        where = ", ".join(f"line {n}" for n, _ in state.cut_lines)
+        state.note(f"{state.cut_count} step line(s) cut mid-number (no delimiter after the number, as when a job is "
+                   f"killed mid-write) counted malformed, not as steps: {where}")
+    if flags.count:
+        state.note(f"{flags.count} physically impossible step(s) kept in the record but left out of the medians: "
+                   + "; ".join(flags.reasons[:3]))
+    for o in streams:
+        med = o["step_time_median_s"]
+        state.note(f"this file also holds a {o['format']} stream (from line {o['first_line']}): {o['steps']} step(s)"
+                   + (f", median step time {med:.4g} s" if med is not None else "")
+                   + f"; only the {parser.name} stream is summarized (--format {o['format']} picks that one)")
     if stats.truncated:
         state.note("the input ended early (truncated gzip stream or read error); the steps read so far are kept")
     run = RunRecord(source="ingest", steps=steps, workload=res.workload, meta=meta)

@@ -42,6 +42,17 @@ class ReadStats:
     """Reading stopped early: a truncated gzip stream or a read error."""
 
 
+class PartialLine:
+    """Marker yielded just before the last line of a file when that line has no newline: the
+    writer may have been killed mid-line, so a number at its very end may be cut."""
+
+    __slots__ = ()
+    rank = None
+
+
+PARTIAL = PartialLine()
+
+
 @dataclass(frozen=True)
 class LogLine:
     """Marker yielded between files of a directory: the default rank of the next file's lines."""
@@ -131,9 +142,11 @@ def _text_chunks(f: IO[str], stats: ReadStats) -> Iterator[str]:
         yield chunk
 
 
-def iter_chunked_lines(f: IO[str] | Iterator[str], stats: ReadStats) -> Iterator[str]:
+def iter_chunked_lines(f: IO[str] | Iterator[str], stats: ReadStats,
+                       mark_partial: bool = False) -> Iterator[str | PartialLine]:
     """Lines of ``f`` (a text stream or an iterator of text chunks) without their newline;
-    overlong lines cut (see module doc)."""
+    overlong lines cut (see module doc). With ``mark_partial``, :data:`PARTIAL` comes before a
+    last line that has no newline."""
     chunks = _text_chunks(f, stats) if hasattr(f, "read") else f  # type: ignore[arg-type]
     tail = ""
     skipping = False
@@ -160,6 +173,8 @@ def iter_chunked_lines(f: IO[str] | Iterator[str], stats: ReadStats) -> Iterator
                     lines[i] = line[:MAX_LINE_CHARS]
         yield from lines
     if tail:
+        if mark_partial:
+            yield PARTIAL
         yield tail
 
 
@@ -170,7 +185,38 @@ def _dir_files(path: Path) -> list[Path]:
     return logs or files
 
 
-def iter_log(source: str | Path, stats: ReadStats | None = None) -> Iterator[str | LogLine]:
+class _Prefixed(io.RawIOBase):
+    """A raw byte stream that replays ``head`` (already read to sniff the format) then ``rest``."""
+
+    def __init__(self, head: bytes, rest: IO[bytes]) -> None:
+        self._head, self._rest = head, rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
+        if self._head:
+            n = min(len(b), len(self._head))
+            b[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        data = self._rest.read(len(b))
+        b[:len(data)] = data
+        return len(data)
+
+
+def _stdin_chunks(stats: ReadStats) -> Iterator[str]:
+    """Text chunks of stdin: gzip detected from its first bytes (``zcat`` not needed)."""
+    raw = sys.stdin.buffer
+    head = raw.read(2)
+    stream = io.BufferedReader(_Prefixed(head, raw))
+    if head[:2] == b"\x1f\x8b":
+        yield from _gzip_text_chunks(stream, stats)
+        return
+    yield from _text_chunks(io.TextIOWrapper(stream, encoding="utf-8", errors="replace"), stats)
+
+
+def iter_log(source: str | Path, stats: ReadStats | None = None) -> Iterator[str | LogLine | PartialLine]:
     """Lines of a log (``str``), with a :class:`LogLine` marker before each file of a directory.
 
     In a directory, files whose names carry a rank (``rank3.log``, ``node-1.out``) are per-rank
@@ -180,8 +226,7 @@ def iter_log(source: str | Path, stats: ReadStats | None = None) -> Iterator[str
     stats = stats if stats is not None else ReadStats()
     if str(source) == "-":
         stats.files.append("<stdin>")
-        stream = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
-        yield from iter_chunked_lines(stream, stats)
+        yield from iter_chunked_lines(_stdin_chunks(stats), stats, mark_partial=True)
         return
     path = Path(source)
     if not path.exists():
@@ -200,11 +245,11 @@ def iter_log(source: str | Path, stats: ReadStats | None = None) -> Iterator[str
             stats.files.append(str(p))
             yield LogLine(str(p), int(m.group(1)) if m else None)
             with handle:
-                yield from iter_chunked_lines(chunks(), stats)
+                yield from iter_chunked_lines(chunks(), stats, mark_partial=True)
         return
     if not path.is_file():
         raise InputFileError(f"log {str(path)!r} is not a regular file")
     stats.files.append(str(path))
     handle, chunks = _open_chunks(path, stats)
     with handle:
-        yield from iter_chunked_lines(chunks(), stats)
+        yield from iter_chunked_lines(chunks(), stats, mark_partial=True)

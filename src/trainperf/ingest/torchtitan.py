@@ -63,34 +63,51 @@ class TorchtitanParser(LogParser):
         if i < 0 or "loss:" not in line or ("tps:" not in line and "wps:" not in line):
             if i < 0:
                 self._fact(line, state)
+            elif state.partial and "loss:" in line:
+                state.cut(line)  # the last line, cut before its rates
             return None
         line = strip_ansi(line)
         i = line.find("step:")
         kv: dict[str, float] = {}
         mem_pct = None
+        nonfinite: dict[str, str] = {}
         for m in _KV.finditer(line, i):
             v = to_float(m.group(2))
             if v is not None:
                 kv.setdefault(m.group(1), v)
+            elif m.group(2) in ("nan", "inf"):
+                nonfinite.setdefault(m.group(1), m.group(2))
             if m.group(1) == "memory" and m.group(4):
                 mem_pct = to_float(m.group(4))
         step = kv.get("step")
         tps = kv.get("tps", kv.get("wps"))
-        if step is None or "loss" not in kv or step != int(step) or step < 0:
+        if state.partial and not line.rstrip().endswith("%"):
+            state.cut(line)  # the last line, cut before its closing "mfu: x%"
+            return None
+        if step is None or step != int(step) or step < 0 or ("loss" not in kv and "loss" not in nonfinite):
             state.malformed_lines += 1
             return None
         step_i = int(step)
         ts = _timestamp(line)
         sc = state.scratch
-        prev = sc.get("prev")  # (step, timestamp)
+        prev = sc.get("prev")  # (step, timestamp) of the last step line with a usable timestamp
         step_time = None
-        if ts is not None and prev is not None and step_i > prev[0] and ts > prev[1]:
-            step_time = (ts - prev[1]) / (step_i - prev[0])
-        sc["prev"] = (step_i, ts) if ts is not None else None
+        if ts is not None and prev is not None and step_i > prev[0]:
+            if ts > prev[1]:
+                step_time = (ts - prev[1]) / (step_i - prev[0])
+            else:  # the clock went backwards: no time for this step, and it is no base for the next
+                sc["backwards"] = sc.get("backwards", 0) + 1
+                ts = None
+        if ts is not None or prev is None or step_i <= prev[0]:
+            sc["prev"] = (step_i, ts) if ts is not None else None
+        extra: dict[str, object] = {"memory_pct": mem_pct} if mem_pct is not None else {}
+        if "loss" in nonfinite:
+            extra["loss_not_finite"] = nonfinite["loss"]
+            sc["nan_loss"] = sc.get("nan_loss", 0) + 1
         fields = dict(loss=kv.get("loss"), grad_norm=kv.get("grad_norm"),
                       memory_GiB=kv.get("memory"), claimed_tokens_per_s_per_device=tps,
                       claimed_tflops_per_device=kv.get("tflops"), claimed_mfu_pct=kv.get("mfu"),
-                      extra={"memory_pct": mem_pct} if mem_pct is not None else {})
+                      extra=extra)
         if step_time is None:
             # No predecessor (first line, restart) or no timestamps: finish it at the end if the
             # tokens per step and the device count become known.
@@ -157,6 +174,14 @@ class TorchtitanParser(LogParser):
                     out.append(StepRecord(step=step_i, step_time_s=tokens / (tps * n), rank=rank, **kw))
                 else:
                     dropped += 1
+        nan = sum(sc.get("nan_loss", 0) for sc in state.all_scratch().values())
+        if nan:
+            state.note(f"{nan} step(s) with a non-finite loss (nan/inf: the run diverged) are kept, marked "
+                       "extra['loss_not_finite']; their timing is real and counts")
+        back = sum(sc.get("backwards", 0) for sc in state.all_scratch().values())
+        if back:
+            state.note(f"{back} step line(s) whose timestamp goes backwards got no step time (the next step is "
+                       "timed from the last step line whose clock moved forward)")
         if dropped:
             state.note(f"{dropped} step line(s) without a preceding timestamped step line were left out "
                        "(their time needs the tokens per step and the device count)")

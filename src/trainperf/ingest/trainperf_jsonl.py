@@ -7,7 +7,7 @@ complete step. The header's workload becomes the log's workload facts.
 
 from __future__ import annotations
 
-from trainperf.ingest.base import LogParser, ParseState, json_object
+from trainperf.ingest.base import LogParser, ParseState, json_object, step_flag
 from trainperf.records.run_record import StepRecord
 
 
@@ -39,6 +39,8 @@ class TrainperfJsonlParser(LogParser):
                 return None
             if state.rank is not None and rec.rank is None:
                 rec.rank = state.rank
+            if rec.flag is None:
+                rec.flag = step_flag(rec.step_time_s)
             return rec
         if kind == "run" and "schema" in obj:
             state.used = True

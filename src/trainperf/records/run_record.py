@@ -40,9 +40,16 @@ class StepRecord:
     """Seconds per component (predictions and profiled runs)."""
     rank: int | None = None
     """Rank that reported the step, when the source is per-rank."""
+    flag: str | None = None
+    """Why the step is physically impossible (a step time below 1 us or not finite, a rate above
+    100% of the named peak), in one line; ``None`` for a normal step. A flagged step is kept in
+    the record (and in JSONL, key ``flag``) but left out of the medians and rates. A flagged step
+    may carry a non-finite ``step_time_s``; an unflagged one never does."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.flag is not None and isinstance(self.step_time_s, (int, float)):
+            return
         if not isinstance(self.step_time_s, (int, float)) or not math.isfinite(self.step_time_s) \
                 or self.step_time_s <= 0:
             raise SpecError("step_time_s", self.step_time_s, "a positive, finite number of seconds")

@@ -1,0 +1,113 @@
+"""Flag the parsed steps that are physically impossible: kept in the record, left out of the medians.
+
+A parser already flags a step time below 1 us, not finite or absurdly long
+(:func:`trainperf.ingest.base.step_flag`). Once the workload is resolved this module adds the
+rate check: a step whose TFLOP/s per device is above 100% of the named peak cannot have
+happened. The peak is the workload's (device and dtype, or ``--peak-tflops``); without a
+device, the log's own stated peak; without either, the highest dense peak of any device in the
+catalog (any dtype), so that e.g. a 0.002 s MaxText step claiming 917,442 TFLOP/s per device is
+flagged even when the device is unknown. The TFLOP/s checked are the log's own claim and, when
+the workload is known, trainperf's recomputation under the convention counting the fewest FLOPs
+(so no convention choice can make a possible step look impossible).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainperf.records.run_record import StepRecord
+
+MAX_REASONS = 5
+
+
+@dataclass
+class FlagReport:
+    """How many steps are flagged and why (the first :data:`MAX_REASONS` distinct reasons)."""
+
+    count: int = 0
+    reasons: list[str] = field(default_factory=list)
+    peak_tflops: float | None = None
+    peak_source: str = ""
+
+    def add(self, step: StepRecord, reason: str) -> None:
+        if step.flag is None:
+            step.flag = reason
+        self.count += 1
+        if len(self.reasons) < MAX_REASONS:
+            self.reasons.append(f"step {step.step}: {step.flag}")
+
+
+def named_peak(workload: Any, log_facts: dict[str, Any]) -> tuple[float | None, str]:
+    """The peak TFLOP/s per device to judge against, and where it comes from."""
+    if workload is not None:
+        try:
+            from trainperf.accounting.throughput import resolve_peak
+
+            p = resolve_peak(workload.hardware, workload.precision)
+            return p.tflops, p.source
+        except Exception:  # no peak for this dtype/device: fall through to the log's or the catalog's
+            pass
+    claimed = log_facts.get("claimed_peak_tflops")
+    if isinstance(claimed, int | float) and claimed > 0:
+        return float(claimed), "the peak the log itself states"
+    try:
+        from trainperf.specs.hardware import list_hardware
+
+        best = max(((v, f"{hw.id} {dt}") for hw in list_hardware() for dt, v in hw.peak_tflops.items()),
+                   default=None)
+    except Exception:  # catalog unreadable: no rate check, the step-time check still holds
+        best = None
+    if best is None:
+        return None, ""
+    return best[0], f"the highest dense peak of any device in the catalog ({best[1]}; the device is unknown)"
+
+
+def _min_flops_per_token(workload: Any) -> float | None:
+    from trainperf.accounting.conventions import CONVENTIONS, model_flops_per_token
+
+    counts = []
+    for name in CONVENTIONS:
+        try:
+            counts.append(model_flops_per_token(workload.model, workload.seq_len, name))
+        except Exception:  # a convention that does not apply to this model is skipped
+            continue
+    counts = [c for c in counts if c > 0]
+    return min(counts) if counts else None
+
+
+def flag_impossible(steps: list[StepRecord], workload: Any, log_facts: dict[str, Any]) -> FlagReport:
+    """Set :attr:`StepRecord.flag` on impossible steps (in place) and report them."""
+    rep = FlagReport()
+    peak, source = named_peak(workload, log_facts)
+    rep.peak_tflops, rep.peak_source = peak, source
+    fpt = n = default_tokens = None
+    if workload is not None:
+        fpt = _min_flops_per_token(workload)
+        n = workload.num_devices
+        try:
+            default_tokens = workload.tokens_per_step
+        except Exception:  # no batch: recompute only steps that carry their own tokens
+            default_tokens = None
+    peak_txt = f"{peak:.6g} TFLOP/s ({source})" if peak else ""
+    for s in steps:
+        if s.flag is not None:
+            rep.add(s, s.flag)
+            continue
+        mfu = s.claimed_mfu_pct
+        if mfu is not None and mfu > 100.0:
+            rep.add(s, f"the log's own MFU {mfu:.4g}% exceeds 100%: impossible")
+            continue
+        if not peak:
+            continue
+        tf = s.claimed_tflops_per_device
+        if tf is not None and tf > peak:
+            rep.add(s, f"the log's {tf:.6g} TFLOP/s per device exceeds the peak {peak_txt}: impossible")
+            continue
+        tokens = s.tokens or default_tokens
+        if fpt and n and tokens:
+            ours = fpt * tokens / s.step_time_s / n / 1e12
+            if ours > peak:
+                rep.add(s, f"{s.step_time_s:.3g} s for {tokens:,} tokens is {ours:.6g} TFLOP/s per device, above "
+                           f"the peak {peak_txt} under any FLOP convention: impossible")
+    return rep
