@@ -82,7 +82,10 @@ def _as_run(r: Any) -> Any:
 
 
 def _row_from_summary(run: Any, s: Any, kind: str, claimed: dict[str, Any]) -> dict[str, Any]:
+    from trainperf.cli.parse import mfu_problems
+
     w = run.workload
+    impossible = mfu_problems(s)  # a non-finite MFU is a one-line error (exit 2)
     return {
         "run": run.name, "source": kind,
         "model": w.model.name if w is not None else None,
@@ -91,6 +94,7 @@ def _row_from_summary(run: Any, s: Any, kind: str, claimed: dict[str, Any]) -> d
         "step_time_median_s": s.step_time_median_s, "tokens_per_s": s.tokens_per_s,
         "tokens_per_s_per_device": s.tokens_per_s_per_device, "tflops_per_device": s.tflops_per_device,
         "mfu_pct": s.mfu_pct, "convention": s.convention,
+        "mfu_impossible": impossible[0] if impossible else None,
         "claimed_tflops_per_device": claimed.get("tflops_per_device"),
         "claimed_mfu_pct": claimed.get("mfu_pct"),
     }
@@ -149,11 +153,15 @@ def run(args: argparse.Namespace) -> int:
     print(table([(r["run"], r["source"], r["model"] or "-", f"{r['num_devices'] or '-'}x {r['device'] or '?'}",
                   str(r["steps"]), fmt(r["step_time_median_s"]), fmt(r["tokens_per_s"], 6),
                   fmt(r["tokens_per_s_per_device"], 6), fmt(r["tflops_per_device"], 5),
-                  "-" if r["mfu_pct"] is None else f"{r['mfu_pct']:.2f}%",
+                  "-" if r["mfu_pct"] is None else ("impossible (> 100%)" if r["mfu_impossible"]
+                                                    else f"{r['mfu_pct']:.2f}%"),
                   fmt(r["claimed_tflops_per_device"], 5),
                   "-" if r["claimed_mfu_pct"] is None else f"{r['claimed_mfu_pct']:.2f}%") for r in rows],
                 ["run", "source", "model", "devices", "steps", "step s (median)", "tokens/s", "tokens/s/dev",
                  "TFLOP/s/dev", "MFU", "claimed TFLOP/s", "claimed MFU"]))
+    for r in rows:
+        if r["mfu_impossible"]:
+            print(f"note: {r['run']}: {r['mfu_impossible']}")
     missing = [r["run"] for r in rows if r["mfu_pct"] is None]
     if missing:
         print(f"note: no MFU for {', '.join(missing)}: workload unknown (append @WORKLOAD.toml to a log)")

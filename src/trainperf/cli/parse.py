@@ -58,10 +58,16 @@ def parse_and_summarize(log: str, *, fmt_name: str | None, workload_path: str | 
             f"no step lines for format {meta['format']} in {log!r} ({meta['lines_total']:,} lines read, "
             f"{meta['malformed_lines']:,} malformed)")
     summary = summarize(run, convention=convention, warmup=warmup)
+    if run.workload is None:
+        summary = device_free_rates(summary, run, parsed.facts, workload_path, overrides, warmup)
     facts = parsed.facts.values
     run_claims = {k: v for k, v in facts.items() if k.startswith("claimed_")}
     claims = compare_claims(run, summary, claimed_convention=parsed.parser.claimed_convention,
                             claimed_peak_tflops=facts.get("claimed_peak_tflops"), run_claims=run_claims)
+    impossible = mfu_problems(summary)
+    by_convention = conventions_table(run, summary)
+    for row in by_convention:
+        row["mfu_impossible"] = bool(mfu_problems_of(row.get("mfu_pct"), summary, f"mfu_pct[{row['convention']}]"))
     warmup_rule = summary.warmup_rule
     if meta["restarts"]:
         warmup_rule += f"; after each of the {len(meta['restarts'])} restart(s) the same rule drops that segment's first steps"
@@ -96,7 +102,8 @@ def parse_and_summarize(log: str, *, fmt_name: str | None, workload_path: str | 
         "memory_max_GiB": summary.memory_max_GiB,
         "claimed": {**summary.claimed, **run_claims},
         "claims": claims,
-        "by_convention": conventions_table(run, summary),
+        "by_convention": by_convention,
+        "mfu_impossible": impossible[0] if impossible else None,
         "workload": run.workload.describe() if run.workload is not None else None,
         "workload_fields": meta["workload_fields"],
         "workload_missing": meta["workload_missing"],
@@ -111,11 +118,58 @@ def parse_and_summarize(log: str, *, fmt_name: str | None, workload_path: str | 
         "rank_used": meta["rank_used"],
         "ranks_with_steps": meta["ranks_with_steps"],
         "other_rank_steps": meta["other_rank_steps"],
-        "notes": meta["notes"] + meta["fact_conflicts"],
+        "notes": meta["notes"] + meta["fact_conflicts"] + impossible,
         "meta": meta,
         "_run": run,
         "_summary": summary,
     }
+
+
+def device_free_rates(summary: Any, run: Any, facts: Any, workload_path: str | None,
+                      overrides: dict[str, Any], warmup: int | None) -> Any:
+    """``summary`` with the rates that need neither the model nor the device filled in.
+
+    Tokens per step are the steady steps' own token counts (median), else seq_len x global
+    batch from the log, the workload file or the flags; tokens/s is that over the median step
+    time, and per device when the device count is known. Nothing else is assumed.
+    """
+    import dataclasses
+    import statistics
+
+    from trainperf.accounting.summarize import steady_steps
+    from trainperf.ingest.workload_facts import resolve_workload
+
+    med = summary.step_time_median_s
+    if not med or summary.tokens_per_s is not None:
+        return summary
+    steady, _, _ = steady_steps(run, warmup)
+    own = [s.tokens for s in steady if s.tokens]
+    res = resolve_workload(facts, workload_path, overrides, run.meta.get("tokens_per_step_in_log"))
+    tokens = int(statistics.median(own)) if own else res.tokens_per_step
+    if not tokens:
+        return summary
+    tps = tokens / med
+    return dataclasses.replace(summary, tokens_per_step=tokens, tokens_per_s=tps, num_devices=res.num_devices,
+                               tokens_per_s_per_device=tps / res.num_devices if res.num_devices else None)
+
+
+def mfu_problems_of(mfu_pct: float | None, summary: Any, field: str = "mfu_pct") -> list[str]:
+    """``[reason]`` when ``mfu_pct`` is above 100% of the summary's peak, else ``[]``.
+
+    A non-finite figure raises a one-line :class:`~trainperf.errors.SpecError` (exit 2).
+    """
+    from trainperf.accounting.plausibility import check_mfu
+
+    if mfu_pct is None:
+        return []
+    verdict = check_mfu(mfu_pct, summary.peak_tflops or 0.0, summary.peak_source or "", field=field)
+    return [] if verdict.ok else [verdict.reason]
+
+
+def mfu_problems(summary: Any) -> list[str]:
+    """The one-line reason when the MFU (else the HFU, which counts more) of ``summary`` is
+    impossible, as a list of at most one (see :func:`mfu_problems_of`)."""
+    return mfu_problems_of(summary.mfu_pct, summary) or mfu_problems_of(summary.hfu_pct, summary, "hfu_pct")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -153,6 +207,11 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}%"
 
 
+def _mfu_cell(x: float | None, impossible: bool) -> str:
+    """An MFU table cell; an impossible one (> 100%) is never shown as a plain figure."""
+    return "impossible (> 100%, see note)" if impossible else _pct(x)
+
+
 def _print_human(o: dict[str, Any]) -> None:
     m = o["meta"]
     print(f"log: {o['log']}")
@@ -187,7 +246,7 @@ def _print_human(o: dict[str, Any]) -> None:
         ("tokens/s (global)", fmt(o["tokens_per_s"], 6)),
         ("tokens/s per device", fmt(o["tokens_per_s_per_device"], 6)),
         (f"TFLOP/s per device ({o['convention']})", fmt(o["tflops_per_device"], 5)),
-        (f"MFU ({o['convention']})", _pct(o["mfu_pct"])),
+        (f"MFU ({o['convention']})", _mfu_cell(o["mfu_pct"], bool(o["mfu_impossible"]))),
         ("peak", f"{fmt(o['peak_tflops'])} TFLOP/s: {o['peak_source']}" if o["peak_tflops"] else
          (o["peak_source"] or "-")),
         ("loss (last)", fmt(o["loss_last"])),
@@ -201,7 +260,7 @@ def _print_human(o: dict[str, Any]) -> None:
     if o["by_convention"]:
         print()
         print(table([(r["convention"], f"{r['flops_per_token']:.4e}", fmt(r["tflops_per_device"], 5),
-                      _pct(r["mfu_pct"]), "-" if r["claimed_over_this"] is None else f"x{r['claimed_over_this']:.4f}")
+                      _mfu_cell(r["mfu_pct"], r["mfu_impossible"]), "-" if r["claimed_over_this"] is None else f"x{r['claimed_over_this']:.4f}")
                      for r in o["by_convention"]],
                     ["convention", "FLOPs/token", "TFLOP/s/device", "MFU", "log TFLOP/s / this"]))
     for n in o["notes"]:

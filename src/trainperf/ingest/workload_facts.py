@@ -2,11 +2,21 @@
 
 Precedence: command-line flags > facts the log states > the workload file. The log wins over
 the file because it records what actually ran (a recipe file may say global batch 256 while the
-job ran 128); flags win over both because they are the user's explicit correction. A model
-shape or device found in the log is used only when the user gave none. Rates (tokens/s, MFU)
-need the model, the device, the device count, the sequence length and the tokens per step: when
-one of them is known from nowhere, no workload is built and the missing fields are listed --
-defaults are never used for them, so no number is silently wrong.
+job ran 128); flags win over both because they are the user's explicit correction.
+
+The model is merged FIELD BY FIELD: the shape the log states (argument dump, config echo),
+then the workload file's inline ``[model]`` fields, then each model flag (``--layers``,
+``--mlp``...) overrides just its field -- giving ``--vocab`` keeps the log's 64 layers. A whole
+model named by the user (``--model``/``--hf-config``, or a file's ``preset``/``hf_config``)
+replaces the log's shape; single-field flags then apply on top of it. A device found in the log
+is used only when the user named none; ``--peak-tflops`` stands in for a device that is neither
+stated nor in the catalog (MFU is then against the user's peak, and says so).
+
+Rates (tokens/s, MFU) need the model, the device, the device count, the sequence length and the
+tokens per step: when one of them is known from nowhere, no workload is built and the missing
+fields are listed -- defaults are never used for them, so no number is silently wrong. The
+rates that need no device or model (tokens per step, tokens/s, tokens/s per device) are still
+given from :attr:`WorkloadResolution.tokens_per_step` and ``num_devices``.
 """
 
 from __future__ import annotations
@@ -20,7 +30,11 @@ from trainperf.ingest.base import WORKLOAD_FACTS, LogFacts
 
 # Overrides whose command-line flag is not named after the key (trainperf.cli.common.WORKLOAD_FLAGS).
 _FLAG_NAMES = {"model.preset": "model"}
-_SHAPE_KEYS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp", "tied_embeddings")
+_SHAPE_KEYS = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab", "mlp",
+               "tied_embeddings", "norm", "bias", "position", "max_seq_len", "moe_experts", "moe_topk",
+               "moe_expert_ffn", "moe_shared_experts", "moe_dense_layers")
+_MODEL_REQUIRED = ("layers", "hidden", "heads", "ffn_hidden", "vocab")
+_WHOLE_MODEL_KEYS = ("preset", "hf_config")
 _REQUIRED = {
     "model": "the model (workload [model] or --model PRESET)",
     "hardware.device": "the device (--device ID, see `trainperf hw`)",
@@ -38,6 +52,8 @@ _DEVICE_NAMES: list[tuple[str, str]] = [
     (r"MI300X", "mi300x"), (r"MI325X", "mi325x"), (r"MI355X", "mi355x"),
     # torch sees each MI250(X) GCD as one device
     (r"MI250X", "mi250x-gcd"), (r"MI250", "mi250-gcd"),
+    (r"V100.*SXM2.*32GB|V100-SXM2-32GB", "v100-sxm2-32gb"), (r"V100.*SXM2", "v100-sxm2-16gb"),
+    (r"V100.*PCIE.*32GB", "v100-pcie-32gb"), (r"V100.*PCIE", "v100-pcie-16gb"),
 ]
 
 
@@ -75,6 +91,10 @@ class WorkloadResolution:
     missing: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     tokens_per_step: int | None = None
+    """Tokens per optimizer step: the log's own count, else seq_len x global batch when both are
+    known (from anywhere); enough for tokens/s without a model or device."""
+    num_devices: int | None = None
+    """The device count, when known (for tokens/s per device without a model or device)."""
 
 
 def user_hints(workload_path: str | None, overrides: dict[str, Any],
@@ -129,7 +149,6 @@ def resolve_workload(facts: LogFacts, workload_path: str | None, overrides: dict
         for k, v in body.items():
             data.setdefault(section, {})[k] = v
             origin[f"{section}.{k}"] = file_label
-    user_model = bool(data.get("model")) or any(k.startswith("model.") for k in overrides)
     user_device = "device" in data.get("hardware", {}) or "hardware.device" in overrides
 
     def put(dotted: str, value: Any, why: str) -> None:
@@ -146,29 +165,24 @@ def resolve_workload(facts: LogFacts, workload_path: str | None, overrides: dict
         if key not in fv or dotted.startswith("model.") or dotted == "hardware.device":
             continue
         put(dotted, fv[key], f"log ({facts.where.get(key, '')})")
-    if not user_model:
-        preset = _preset_from_log(facts)
-        shape = {k: fv[k] for k in _SHAPE_KEYS if k in fv}
-        if preset:
-            where = facts.where.get("model") or facts.where.get("model_flavor", "")
-            put("model.preset", preset, f"log ({where})")
-        elif all(k in shape for k in ("layers", "hidden", "heads", "ffn_hidden", "vocab")):
-            for k, v in shape.items():
-                put(f"model.{k}", v, f"log ({facts.where.get(k, '')})")
+    _merge_model(data, origin, facts, overrides, res)
     if not user_device and isinstance(fv.get("device_name"), str):
         dev = device_id_from_name(fv["device_name"])
         if dev:
             put("hardware.device", dev, f"log device name {fv['device_name']!r} "
                                         f"({facts.where.get('device_name', '')})")
+        else:
+            res.notes.append(f"the log names the device {fv['device_name']!r}, which is not in the catalog; "
+                             "give --device ID (see `trainperf hw`) or --peak-tflops X")
     for dotted, value in overrides.items():
-        if value is not None:
+        if value is not None and not dotted.startswith("model."):
             section, key = dotted.split(".", 1)
-            if section == "model" and key == "preset":
-                data["model"] = {}
-                for k in [k for k in origin if k.startswith("model.")]:
-                    del origin[k]
+            old = data.get(section, {}).get(key)
+            if old is not None and old != value and origin.get(dotted, "").startswith("log"):
+                res.notes.append(f"{dotted}: the log says {old!r}; using {value!r} from {_flag_origin(dotted)}")
             data.setdefault(section, {})[key] = value
-            origin[dotted] = "flag --" + _FLAG_NAMES.get(dotted, key).replace("_", "-")
+            origin[dotted] = _flag_origin(dotted)
+    _peak_stands_in_for_device(data, origin, res)
     tr = data.setdefault("training", {})
     if "global_batch" not in tr and tokens_per_step and isinstance(tr.get("seq_len"), int):
         gb, rem = divmod(tokens_per_step, tr["seq_len"])
@@ -179,13 +193,25 @@ def resolve_workload(facts: LogFacts, workload_path: str | None, overrides: dict
         else:
             res.notes.append(f"the log's tokens per step {tokens_per_step} is not a multiple of "
                              f"seq_len {tr['seq_len']}")
-    have_model = bool(data.get("model"))
+    model = data.get("model", {})
+    have_model = any(model.get(k) for k in _WHOLE_MODEL_KEYS) or all(k in model for k in _MODEL_REQUIRED)
+    seq, gb = tr.get("seq_len"), tr.get("global_batch")
+    if res.tokens_per_step is None and _positive_int(seq) and _positive_int(gb):
+        res.tokens_per_step = seq * gb
+    nd = data.get("hardware", {}).get("num_devices")
+    res.num_devices = nd if _positive_int(nd) else None
     for dotted, what in _REQUIRED.items():
         if dotted == "model":
             if not have_model:
-                res.missing.append(what)
+                lacking = [k for k in _MODEL_REQUIRED if k not in model]
+                res.missing.append(what if not model else
+                                   f"the model's {', '.join(lacking)} (not in the log: give "
+                                   + ", ".join(f"--{k.replace('_', '-')} N" for k in lacking)
+                                   + ", or --model PRESET)")
             continue
         section, key = dotted.split(".", 1)
+        if dotted == "hardware.device" and isinstance(data.get("hardware", {}).get("peak_tflops"), dict):
+            continue  # an inline device (a file's, or the --peak-tflops stand-in)
         if data.get(section, {}).get(key) is None:
             res.missing.append(what)
     if "precision" not in tr:
@@ -201,3 +227,107 @@ def resolve_workload(facts: LogFacts, workload_path: str | None, overrides: dict
         raise InputFileError(f"the workload assembled from the log, the workload file and the flags is "
                              f"invalid: {one_line(str(e))} (fix it with a flag)") from None
     return res
+
+
+def _positive_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+def _flag_origin(dotted: str) -> str:
+    return "flag --" + _FLAG_NAMES.get(dotted, dotted.split(".", 1)[1]).replace("_", "-")
+
+
+def _merge_model(data: dict[str, dict[str, Any]], origin: dict[str, str], facts: LogFacts,
+                 overrides: dict[str, Any], res: WorkloadResolution) -> None:
+    """Merge the model field by field: log shape < file's inline fields < flags (module doc).
+
+    A whole model named by a flag (``--model``/``--hf-config``) or by the file/run header
+    (``preset``/``hf_config``) replaces the log's model; single-field flags apply on top.
+    """
+    model = data.setdefault("model", {})
+    fv = facts.values
+    whole_flag = next((k for k in ("model.preset", "model.hf_config") if overrides.get(k) is not None), None)
+    if whole_flag is not None:
+        for k in [k for k in origin if k.startswith("model.")]:
+            del origin[k]
+        model.clear()
+    elif not any(model.get(k) for k in _WHOLE_MODEL_KEYS):
+        preset = _preset_from_log(facts)
+        if preset:
+            model["preset"] = preset
+            origin["model.preset"] = f"log ({facts.where.get('model') or facts.where.get('model_flavor', '')})"
+        else:
+            for k in _SHAPE_KEYS:
+                if k in fv and k not in model:  # the file's inline field (the user's) wins
+                    model[k] = fv[k]
+                    origin[f"model.{k}"] = f"log ({facts.where.get(k, '')})"
+    for dotted, value in overrides.items():
+        if value is None or not dotted.startswith("model."):
+            continue
+        key = dotted.split(".", 1)[1]
+        if key in _WHOLE_MODEL_KEYS:
+            model.pop("hf_config" if key == "preset" else "preset", None)
+        old = model.get(key)
+        if old is not None and old != value and origin.get(dotted, "").startswith("log"):
+            res.notes.append(f"{dotted}: the log says {old!r}; using {value!r} from {_flag_origin(dotted)}")
+        model[key] = value
+        origin[dotted] = _flag_origin(dotted)
+    if not model:
+        del data["model"]
+        return
+    if not any(model.get(k) for k in _WHOLE_MODEL_KEYS) and "mlp" not in model:
+        res.notes.append("the MLP kind is stated by neither the log nor a flag: counted as swiglu "
+                         "(3 matrices); give --mlp gelu for a plain GeLU MLP (2 matrices)")
+        origin["model.mlp"] = "default (swiglu; give --mlp)"
+
+
+def _peak_stands_in_for_device(data: dict[str, dict[str, Any]], origin: dict[str, str],
+                               res: WorkloadResolution) -> None:
+    """With ``--peak-tflops`` and no catalog device, a device known only by that peak.
+
+    MFU then names the user's peak; nothing else of the device (memory, links) is known, so
+    the stand-in carries no such numbers anyone could mistake for a datasheet's.
+    """
+    hw = data.get("hardware", {})
+    peak = hw.get("peak_tflops")
+    if peak is None or isinstance(peak, dict):
+        return
+    device = hw.get("device")
+    if device is not None:
+        from trainperf.specs.hardware import hardware_ids
+
+        if str(device).strip().lower() in hardware_ids():
+            return
+    if isinstance(peak, bool) or not isinstance(peak, int | float) or not peak > 0:
+        return  # the workload builder reports it (one line)
+    precision = data.get("training", {}).get("precision", "bf16")
+    label = str(device) if device is not None else "a device not in the catalog"
+    hw.pop("device", None)
+    hw.pop("peak_tflops")
+    slug = re.sub(r"[^a-z0-9]+", "-", str(device).lower()).strip("-") if device is not None else ""
+    dpn = hw.get("devices_per_node")
+    hw.update(peak_only_device(precision, float(peak), slug or "user-peak", label))
+    # No node boundary is known: unless given, assume none (no link is modelled for parse).
+    hw["devices_per_node"] = dpn if _positive_int(dpn) else (
+        hw["num_devices"] if _positive_int(hw.get("num_devices")) else 1)
+    origin["hardware.device"] = f"--peak-tflops {peak:g} stands in for {label} (MFU against that peak)"
+    res.notes.append(f"device: {label}, known only by the peak you gave ({peak:g} TFLOP/s {precision}); "
+                     "MFU is against that peak")
+
+
+def peak_only_device(precision: str, peak_tflops: float, device_id: str, label: str) -> dict[str, Any]:
+    """Inline ``[hardware]`` fields of a device known only by a user-given dense peak.
+
+    Memory, bandwidth and power are unknown; they are set to 1 and cited as unknown so that
+    ``parse`` and ``compare`` (which need only the peak) work, and nothing passes them off as
+    datasheet figures.
+    """
+    from trainperf.specs.hardware import NUMERIC_FIELDS
+
+    unknown = "unknown: only the peak was given (--peak-tflops); not a datasheet value, do not use for prediction"
+    fields: dict[str, Any] = {k: 1 for k in NUMERIC_FIELDS}
+    sources = {k: unknown for k in NUMERIC_FIELDS}
+    sources[f"peak_tflops.{precision}"] = "given by the user (--peak-tflops / hardware.peak_tflops)"
+    return {"id": device_id, "name": f"{label} (peak {peak_tflops:g} TFLOP/s {precision} given by the user)",
+            "peak_tflops": {precision: peak_tflops}, "sources": sources,
+            "notes": "Known only by the user's peak; memory, links and power are unknown.", **fields}
