@@ -13,7 +13,7 @@ Counted, per sequence of ``seq_len`` tokens:
 * ``attn_values``: softmax(QK^T).V, ``2 * heads * v_head_dim`` per pair;
 * ``attn_out``: output projection;
 * ``mlp``: dense MLP matmuls (2 or 3 matrices);
-* ``moe_router``: router logits;
+* ``moe_router``: router logits (and Qwen2-MoE's shared-expert gate, one more output);
 * ``moe_experts``: the top-k routed experts plus shared experts each token visits;
 * ``lm_head``: the output projection onto the vocabulary (counted for a tied head too);
 * ``embedding``: 0 (the input embedding is a lookup, not a matmul); kept as a row to say so;
@@ -24,9 +24,11 @@ Counted, per sequence of ``seq_len`` tokens:
 The number of (query, key) pairs depends on the attention mask, chosen with ``attention``:
 
 * ``"causal"``: the exact count of the causal mask, ``S*(S+1)/2`` per sequence (a sliding
-  window of ``W`` caps each query at ``W`` keys);
-* ``"causal-half"``: ``S^2/2`` (Megatron-LM's halving; windowed layers as in ``causal``);
-* ``"full"``: ``S^2`` (``S*W`` for windowed layers), as if no mask saved work; this is what
+  window of ``W`` caps each query at ``W`` keys; chunked attention with chunk ``C`` restarts the
+  causal mask every ``C`` tokens: ``C*(C+1)/2`` per full chunk);
+* ``"causal-half"``: ``S^2/2`` (Megatron-LM's halving, ``C^2/2`` per chunk; windowed layers as
+  in ``causal``);
+* ``"full"``: ``S^2`` (``S*W`` for windowed layers, ``C^2`` per chunk), as if no mask saved work; this is what
   PaLM's 12*L*H*Q*T term and the NeMo-legacy formula assume.
 
 Left out: optimizer arithmetic, dropout, the loss' softmax over the vocabulary (estimated in
@@ -89,8 +91,12 @@ def attention_pairs(model: ModelSpec, seq_len: int, attention: str = "causal") -
         raise SpecError("attention", attention, f"one of {', '.join(ATTENTION_MASKS)}")
     s = seq_len
     total = 0.0
-    for ctx in model.attention_context(seq_len):
-        if ctx < s:  # sliding window: query i sees min(i, W) keys (causal) or W (full)
+    first_chunked = model.sliding_window_layers
+    last_chunked = first_chunked + model.chunked_attention_layers
+    for index, ctx in enumerate(model.attention_context(seq_len)):
+        if first_chunked <= index < last_chunked and ctx < s:
+            total += _chunked_pairs(s, ctx, attention)
+        elif ctx < s:  # sliding window: query i sees min(i, W) keys (causal) or W (full)
             w = ctx
             causal_pairs = w * (w + 1) / 2 + (s - w) * w
             total += causal_pairs if attention != "full" else s * w
@@ -101,6 +107,16 @@ def attention_pairs(model: ModelSpec, seq_len: int, attention: str = "causal") -
         else:
             total += s * s
     return total
+
+
+def _chunked_pairs(s: int, c: int, attention: str) -> float:
+    """(query, key) pairs of one chunked-attention layer: the mask is causal within each chunk."""
+    full, rest = divmod(s, c)
+    if attention == "causal":
+        return full * c * (c + 1) / 2 + rest * (rest + 1) / 2
+    if attention == "causal-half":
+        return full * c * c / 2 + rest * rest / 2
+    return float(full * c * c + rest * rest)
 
 
 def forward_flops(model: ModelSpec, seq_len: int, attention: str = "causal",
@@ -127,7 +143,8 @@ def forward_flops(model: ModelSpec, seq_len: int, attention: str = "causal",
     }
     if model.is_moe:
         expert = sum(2 * i * o for i, o in model.dense_mlp_matmuls(model.moe_expert_ffn).values())
-        ops["moe_router"] = float(model.moe_layers * s * 2 * h * model.moe_experts)
+        router_out = model.moe_experts + (1 if model.moe_shared_expert_gate else 0)
+        ops["moe_router"] = float(model.moe_layers * s * 2 * h * router_out)
         ops["moe_experts"] = float(model.moe_layers * s * (model.moe_topk + model.moe_shared_experts) * expert)
     if include_elementwise:
         ffn_width = model.ffn_hidden

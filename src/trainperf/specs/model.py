@@ -4,7 +4,11 @@ Every count is derived from the shape, never typed in, so a preset cannot disagr
 itself. Covered architectures: dense GPT/Llama-style decoders (MHA, GQA, MQA), Multi-head
 Latent Attention (DeepSeek-V2/V3), mixture-of-experts MLPs with routed and shared experts and
 leading dense layers, gated (SwiGLU, GeGLU) and plain (GELU, ReLU) MLPs, tied or untied
-embeddings, learned or rotary positions, and sliding-window attention on some layers.
+embeddings, learned or rotary positions, sliding-window or chunked attention on some layers,
+and the small tensors a checkpoint holds besides the matmul weights (biases on any linear layer,
+LayerNorm biases, extra norms per block, a shared-expert gate, a router correction bias).
+Non-text towers of a multimodal checkpoint travel along as :class:`~trainperf.specs.towers.Tower`
+counts; FLOPs are those of the text model.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from trainperf.errors import SpecError
+from trainperf.specs.towers import Tower
 
 MlpKind = Literal["swiglu", "geglu", "gelu", "relu"]
 NormKind = Literal["rmsnorm", "layernorm"]
@@ -110,6 +115,35 @@ class ModelSpec:
     """Window of local attention layers, in tokens; 0 means none."""
     sliding_window_layers: int = 0
     """How many layers use the sliding window (the rest attend to the full context)."""
+    # --- checkpoint-exact extras (issue 12): small tensors that do not change the matmuls -------
+    attn_bias: bool = False
+    """Bias on the query, key, value *and* output projections (Llama ``attention_bias``, Phi);
+    implied by ``bias``. For MLA: on the query/KV down-projections and the output projection."""
+    mlp_bias: bool = False
+    """Bias on every MLP / expert linear layer (Llama ``mlp_bias``); implied by ``bias``."""
+    norm_bias: bool | None = None
+    """Whether LayerNorms carry a bias; ``None`` follows ``bias`` (Falcon-7B: no linear biases but
+    LayerNorm biases). Ignored for RMSNorm."""
+    lm_head_bias: bool = False
+    """Bias on the LM head (``vocab`` values; Phi-1/1.5/2)."""
+    norms_per_layer: int = 2
+    """Norms over ``hidden`` in one block: 2 (pre-attention, pre-MLP), 4 for Gemma 2/3 (plus
+    post-attention and post-feedforward norms), 1 for parallel blocks with one shared norm
+    (Falcon-7B, Phi-2)."""
+    moe_shared_expert_gate: bool = False
+    """Qwen2-MoE: a sigmoid gate (``hidden x 1`` linear) scales the shared expert in every MoE layer."""
+    moe_router_bias: bool = False
+    """DeepSeek-V3/Kimi-K2 ``e_score_correction_bias``: ``moe_experts`` values per MoE layer, a buffer
+    (``nn.Buffer`` in transformers) moved by the load-balancing rule, not by gradients: counted in
+    ``total_params`` (the checkpoint holds it) and in ``buffer_params``, not in ``trainable_params``."""
+    attention_chunk: int = 0
+    """Chunk of chunked local attention, in tokens (Llama 4: 8192); 0 means none. A query sees only
+    the keys of its own chunk (block-diagonal causal mask), not a sliding window."""
+    chunked_attention_layers: int = 0
+    """How many layers use chunked attention (Llama 4: 3 of every 4)."""
+    towers: tuple[Tower, ...] = field(default=(), compare=False, repr=False)
+    """Non-text parts of a multimodal checkpoint (vision encoder, projector), as parameter counts
+    only; they are in ``checkpoint_params``, never in the text counts or the FLOPs."""
     source: str = field(default="", compare=False)
     """Where the shape comes from (paper, config.json URL); not part of equality."""
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -142,8 +176,18 @@ class ModelSpec:
             raise SpecError("attention", self.attention, f"one of {', '.join(ATTENTION_KINDS)}")
         for name in ("moe_experts", "moe_topk", "moe_shared_experts", "moe_dense_layers",
                      "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
-                     "v_head_dim", "sliding_window", "sliding_window_layers"):
+                     "v_head_dim", "sliding_window", "sliding_window_layers", "norms_per_layer",
+                     "attention_chunk", "chunked_attention_layers"):
             _non_negative(name, getattr(self, name))
+        for name in ("attn_bias", "mlp_bias", "lm_head_bias", "moe_shared_expert_gate", "moe_router_bias"):
+            if not isinstance(getattr(self, name), bool):
+                raise SpecError(name, getattr(self, name), "true or false")
+        if self.norm_bias is not None and not isinstance(self.norm_bias, bool):
+            raise SpecError("norm_bias", self.norm_bias, "true, false or absent (follow bias)")
+        if isinstance(self.towers, list):
+            object.__setattr__(self, "towers", tuple(self.towers))
+        if not isinstance(self.towers, tuple) or not all(isinstance(t, Tower) for t in self.towers):
+            raise SpecError("towers", self.towers, "a tuple of Tower (set by the Hugging Face reader)")
         if self.moe_experts:
             if not 1 <= self.moe_topk <= self.moe_experts:
                 raise SpecError("moe_topk", self.moe_topk, f"between 1 and moe_experts={self.moe_experts}")
@@ -166,6 +210,15 @@ class ModelSpec:
                             f"at most layers={self.layers}")
         if self.sliding_window_layers and not self.sliding_window:
             raise SpecError("sliding_window", 0, "a positive window when sliding_window_layers > 0")
+        if self.chunked_attention_layers and not self.attention_chunk:
+            raise SpecError("attention_chunk", 0, "a positive chunk when chunked_attention_layers > 0")
+        if self.sliding_window_layers + self.chunked_attention_layers > self.layers:
+            raise SpecError("chunked_attention_layers", self.chunked_attention_layers,
+                            f"at most layers - sliding_window_layers = "
+                            f"{self.layers - self.sliding_window_layers}")
+        if (self.moe_shared_expert_gate or self.moe_router_bias) and not self.moe_experts:
+            raise SpecError("moe_experts", 0, "a positive number of experts when moe_shared_expert_gate "
+                            "or moe_router_bias is set")
 
     # ---------------------------------------------------------------------------------------
     @property
@@ -243,12 +296,17 @@ class ModelSpec:
         return mats
 
     # --- parameter counts -------------------------------------------------------------------------
+    @property
+    def has_norm_bias(self) -> bool:
+        """LayerNorm with a bias (``norm_bias``, or ``bias`` when ``norm_bias`` is unset)."""
+        return self.norm == "layernorm" and (self.bias if self.norm_bias is None else self.norm_bias)
+
     def _norm_params(self, width: int) -> int:
-        return width * (2 if (self.norm == "layernorm" and self.bias) else 1)
+        return width * (2 if self.has_norm_bias else 1)
 
     def _mlp_params(self, ffn: int) -> int:
         weights = sum(i * o for i, o in self.dense_mlp_matmuls(ffn).values())
-        if self.bias:
+        if self.bias or self.mlp_bias:
             weights += ffn * (2 if self.gated_mlp else 1) + self.hidden
         return weights
 
@@ -259,12 +317,16 @@ class ModelSpec:
         if self.attention == "mla":
             # RMSNorms on the latents (DeepSeek-V3 config: q_a_layernorm, kv_a_layernorm).
             n += self.kv_lora_rank + (self.q_lora_rank or 0)
-        if self.bias or self.qkv_bias:
-            n += self.q_dim + 2 * self.kv_dim if self.attention == "mha" else 0
-        if self.bias:
-            n += self.hidden
+        all_bias = self.bias or self.attn_bias
+        if self.attention == "mha":
+            if all_bias or self.qkv_bias:
+                n += self.q_dim + 2 * self.kv_dim
+            if all_bias:
+                n += self.hidden
+        elif all_bias:  # DeepSeek-V2/V3 attention_bias: q_a_proj, kv_a_proj_with_mqa, o_proj
+            n += (self.q_lora_rank or 0) + self.kv_lora_rank + self.qk_rope_head_dim + self.hidden
         if self.qk_norm:
-            n += 2 * self.qk_head_dim
+            n += 2 * self._norm_params(self.qk_head_dim)
         return n
 
     @property
@@ -279,7 +341,12 @@ class ModelSpec:
 
     @property
     def router_params_per_layer(self) -> int:
-        return self.hidden * self.moe_experts if self.is_moe else 0
+        """Router logits matrix, the shared-expert gate (Qwen2-MoE) and the correction bias
+        buffer (DeepSeek-V3) of one MoE layer."""
+        if not self.is_moe:
+            return 0
+        return (self.hidden * self.moe_experts + (self.hidden if self.moe_shared_expert_gate else 0)
+                + (self.moe_experts if self.moe_router_bias else 0))
 
     @property
     def moe_params_per_layer(self) -> int:
@@ -299,8 +366,8 @@ class ModelSpec:
 
     @property
     def norm_params_per_layer(self) -> int:
-        """The two pre-norms of a block."""
-        return 2 * self._norm_params(self.hidden)
+        """The ``norms_per_layer`` norms over ``hidden`` of a block (usually the two pre-norms)."""
+        return self.norms_per_layer * self._norm_params(self.hidden)
 
     @property
     def embedding_params(self) -> int:
@@ -312,8 +379,9 @@ class ModelSpec:
 
     @property
     def lm_head_params(self) -> int:
-        """Output projection weights; 0 when tied to the input embedding."""
-        return 0 if self.tied_embeddings else self.vocab * self.hidden
+        """Output projection weights (0 when tied to the input embedding) and its bias, if any."""
+        return (0 if self.tied_embeddings else self.vocab * self.hidden) + (
+            self.vocab if self.lm_head_bias else 0)
 
     @property
     def final_norm_params(self) -> int:
@@ -327,6 +395,27 @@ class ModelSpec:
                 + self.dense_layers * self.dense_mlp_params_per_layer
                 + self.moe_layers * self.moe_params_per_layer
                 + self.embedding_params + self.lm_head_params + self.final_norm_params)
+
+    @property
+    def buffer_params(self) -> int:
+        """Checkpoint tensors that are not trained by gradients (DeepSeek-V3's router correction
+        bias), included in ``total_params``."""
+        return self.moe_layers * self.moe_experts if self.moe_router_bias else 0
+
+    @property
+    def trainable_params(self) -> int:
+        """``total_params`` less ``buffer_params``: what an optimizer updates."""
+        return self.total_params - self.buffer_params
+
+    @property
+    def tower_params(self) -> int:
+        """Parameters of the non-text towers of a multimodal checkpoint (0 for a text model)."""
+        return sum(t.params for t in self.towers)
+
+    @property
+    def checkpoint_params(self) -> int:
+        """Every tensor of the checkpoint: the text model and its towers (vision, projector)."""
+        return self.total_params + self.tower_params
 
     @property
     def active_params(self) -> int:
@@ -355,14 +444,18 @@ class ModelSpec:
         dense = sum(i * o for i, o in self.dense_mlp_matmuls().values())
         expert = (sum(i * o for i, o in self.dense_mlp_matmuls(self.moe_expert_ffn).values())
                   if self.is_moe else 0)
-        moe = self.router_params_per_layer + (self.moe_topk + self.moe_shared_experts) * expert
+        router = self.hidden * (self.moe_experts + (1 if self.moe_shared_expert_gate else 0))
+        moe = router + (self.moe_topk + self.moe_shared_experts) * expert
         return (self.layers * attn + self.dense_layers * dense + self.moe_layers * moe
                 + self.vocab * self.hidden)
 
     def attention_context(self, seq_len: int) -> list[int]:
-        """Keys each layer's queries may see at most: window for SWA layers, else ``seq_len``."""
+        """Keys each layer's queries may see at most: window for SWA layers, chunk for chunked
+        layers, else ``seq_len``. Order: sliding, chunked, full (counts do not depend on it)."""
         w = min(self.sliding_window, seq_len) if self.sliding_window else seq_len
-        return [w] * self.sliding_window_layers + [seq_len] * (self.layers - self.sliding_window_layers)
+        c = min(self.attention_chunk, seq_len) if self.attention_chunk else seq_len
+        full = self.layers - self.sliding_window_layers - self.chunked_attention_layers
+        return [w] * self.sliding_window_layers + [c] * self.chunked_attention_layers + [seq_len] * full
 
     # --- construction helpers -------------------------------------------------------------------
     def replace(self, **changes: Any) -> ModelSpec:
@@ -376,9 +469,9 @@ class ModelSpec:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict of the fields (for JSON/TOML); ``extra`` left out."""
-        d = dataclasses.asdict(self)
-        d.pop("extra", None)
+        """Plain dict of the fields (for JSON/TOML); ``extra`` and ``towers`` left out."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+             if f.name not in ("extra", "towers")}
         return d
 
     @classmethod

@@ -1,0 +1,240 @@
+"""Typed access to a Hugging Face ``config.json`` dict, validated as transformers validates it.
+
+transformers 5.x config classes are strict dataclasses: an ``int`` field rejects ``4096.0``,
+``"4096"`` and ``true``; a ``bool`` field rejects ``"false"``. :class:`HFConfig` applies the same
+rules and adds bounds (a vocabulary of 1e30 is a typo, not a model), raising a one-line
+:class:`~trainperf.errors.SpecError` naming the key (``text_config.vocab_size`` inside a nested
+config), the value and what is valid. A key that is absent or ``null`` takes the default of the
+matching transformers config class, given by the family reader.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from trainperf.errors import SpecError
+
+_MISSING: Any = object()
+
+
+@dataclass(frozen=True)
+class Bound:
+    """Inclusive range of a size field, with the reason for the upper limit."""
+
+    lo: int
+    hi: int
+    why: str
+
+
+LAYERS = Bound(1, 10_000, "trainperf's bound on transformer blocks; the deepest published LLM has 126")
+WIDTH = Bound(1, 1 << 20, "trainperf's bound on a width (1,048,576); published models stay below 75,000")
+HEADS = Bound(1, 1 << 14, "trainperf's bound on attention heads (16,384)")
+VOCAB = Bound(1, 1 << 24, "trainperf's bound on a vocabulary (16,777,216); the largest published has 262,208")
+POSITIONS = Bound(1, 1 << 32, "trainperf's bound on a position table or context (4,294,967,296 tokens)")
+LEARNED_POSITIONS = Bound(1, 1 << 20, "trainperf's bound on a learned position table (1,048,576 rows)")
+EXPERTS = Bound(1, 1 << 16, "trainperf's bound on experts per layer (65,536)")
+COUNT = Bound(0, 1 << 16, "trainperf's bound on a small count (65,536)")
+RANK = Bound(0, 1 << 20, "trainperf's bound on a low-rank width (1,048,576)")
+WIDTH_OR_ZERO = Bound(0, WIDTH.hi, WIDTH.why)
+LAYERS_OR_ZERO = Bound(0, LAYERS.hi, LAYERS.why)
+
+
+def _type_name(value: Any) -> str:
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+            list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+
+
+class HFConfig:
+    """A config dict with its family name, the path to it and transformers' defaults."""
+
+    def __init__(self, data: Mapping[str, Any], model_type: str, where: str,
+                 defaults: Mapping[str, Any] | None = None, prefix: str = "") -> None:
+        self.data = data
+        self.model_type = model_type
+        self.where = where
+        self.defaults = dict(defaults or {})
+        self.prefix = prefix
+
+    # --- raw access -------------------------------------------------------------------------
+    def field(self, key: str) -> str:
+        """The key as the error messages name it (``text_config.vocab_size``)."""
+        return f"{self.prefix}{key}"
+
+    def raw(self, key: str, default: Any = _MISSING) -> Any:
+        """The value; when absent or null the class default, then ``default``."""
+        value = self.data.get(key)
+        if value is None:
+            value = self.defaults.get(key)
+        if value is None:
+            value = None if default is _MISSING else default
+        return value
+
+    def has(self, key: str) -> bool:
+        return self.data.get(key) is not None
+
+    def _required(self, key: str) -> SpecError:
+        return SpecError(self.field(key), None, f"required in a {self.model_type} config.json ({self.where})")
+
+    # --- typed getters ----------------------------------------------------------------------
+    def int(self, key: str, default: Any = _MISSING, bound: Bound = WIDTH) -> int:
+        """A required (or defaulted) integer within ``bound``."""
+        value = self.raw(key, default)
+        if value is None:
+            raise self._required(key)
+        return self.check_int(key, value, bound)
+
+    def opt_int(self, key: str, bound: Bound = WIDTH) -> int | None:
+        """An integer within ``bound``, or ``None`` when absent or null (and no class default)."""
+        value = self.raw(key)
+        return None if value is None else self.check_int(key, value, bound)
+
+    def check_int(self, key: str, value: Any, bound: Bound) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SpecError(self.field(key), value,
+                            f"an integer (got {_type_name(value)}; transformers rejects it too)")
+        if not bound.lo <= value <= bound.hi:
+            raise SpecError(self.field(key), value,
+                            f"an integer from {bound.lo:,} to {bound.hi:,} ({bound.why})")
+        return value
+
+    def bool(self, key: str, default: bool) -> bool:
+        """A JSON boolean (``"false"``, a string, is rejected as transformers rejects it)."""
+        value = self.raw(key, default)
+        if not isinstance(value, bool):
+            raise SpecError(self.field(key), value, f"true or false (got {_type_name(value)})")
+        return value
+
+    def number(self, key: str, default: float) -> float:
+        value = self.raw(key, default)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+            raise SpecError(self.field(key), value, f"a number (got {_type_name(value)})")
+        return float(value)
+
+    def str(self, key: str, default: str) -> str:
+        value = self.raw(key, default)
+        if not isinstance(value, str):
+            raise SpecError(self.field(key), value, f"a string (got {_type_name(value)})")
+        return value
+
+    def list(self, key: str) -> list[Any] | None:
+        """A JSON list, or ``None`` when absent or null."""
+        value = self.raw(key)
+        if value is None:
+            return None
+        if not isinstance(value, list):
+            raise SpecError(self.field(key), value, f"a list (got {_type_name(value)})")
+        return value
+
+    def int_list(self, key: str, bound: Bound, length: int | None = None) -> list[int] | None:
+        """A list of integers within ``bound`` (of ``length`` items when given), or ``None``."""
+        items = self.list(key)
+        if items is None:
+            return None
+        if length is not None and len(items) != length:
+            raise SpecError(self.field(key), _short(items), f"a list of {length} integers (one per layer)")
+        for item in items:
+            if isinstance(item, bool) or not isinstance(item, int) or not bound.lo <= item <= bound.hi:
+                raise SpecError(self.field(key), _short(items),
+                                f"a list of integers from {bound.lo} to {bound.hi:,}")
+        return items
+
+    def str_list(self, key: str, allowed: tuple[str, ...], length: int | None = None) -> list[str] | None:
+        """A list of strings drawn from ``allowed`` (``length`` items when given), or ``None``."""
+        items = self.list(key)
+        if items is None:
+            return None
+        if length is not None and len(items) != length:
+            raise SpecError(self.field(key), _short(items),
+                            f"a list of {length} entries, one per layer (num_hidden_layers={length})")
+        for item in items:
+            if item not in allowed:
+                raise SpecError(self.field(key), _short(items),
+                                f"a list of {', '.join(repr(a) for a in allowed)}; {item!r} is not one")
+        return items
+
+    def sub(self, key: str, model_type: str, defaults: Mapping[str, Any] | None = None,
+            required: bool = True) -> HFConfig | None:
+        """A nested config object (``text_config``, ``vision_config``)."""
+        value = self.data.get(key)
+        if value is None:
+            if required:
+                raise self._required(key)
+            return None
+        if not isinstance(value, Mapping):
+            raise SpecError(self.field(key), _short(value), f"a JSON object in a {self.model_type} config.json")
+        return HFConfig(value, model_type, self.where, defaults, prefix=f"{self.prefix}{key}.")
+
+    def obj(self, key: str) -> dict[str, Any]:
+        """A nested JSON object as a plain dict (``{}`` when absent)."""
+        value = self.data.get(key)
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise SpecError(self.field(key), _short(value), f"a JSON object in a {self.model_type} config.json")
+        return dict(value)
+
+
+def _short(value: Any, limit: int = 60) -> Any:
+    """A value short enough for a one-line message (long lists are elided)."""
+    text = repr(value)
+    if len(text) <= limit:
+        return value
+    return f"{text[:limit]}... ({len(value)} items)" if hasattr(value, "__len__") else f"{text[:limit]}..."
+
+
+# --- activations ----------------------------------------------------------------------------------
+def gated_mlp(c: HFConfig, key: str, default: str) -> str:
+    """``silu``/``swish`` -> SwiGLU, ``gelu*`` -> GeGLU, for a gated MLP."""
+    act = c.str(key, default).lower()
+    if act in ("silu", "swish"):
+        return "swiglu"
+    if act.startswith("gelu"):
+        return "geglu"
+    raise SpecError(c.field(key), act, "silu/swish (SwiGLU) or gelu* (GeGLU) for a gated MLP")
+
+
+def plain_mlp(c: HFConfig, key: str, default: str) -> str:
+    """``gelu*`` -> GELU, ``relu`` -> ReLU, for a two-matrix MLP."""
+    act = c.str(key, default).lower()
+    if act.startswith("gelu"):
+        return "gelu"
+    if act == "relu":
+        return "relu"
+    raise SpecError(c.field(key), act, "gelu* or relu")
+
+
+LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
+
+
+def layer_types(c: HFConfig, layers: int, allowed: tuple[str, ...] = LAYER_TYPES) -> list[str] | None:
+    """``layer_types`` validated: one known entry per layer, or ``None`` when absent."""
+    return c.str_list("layer_types", allowed, length=layers)
+
+
+def rope_decoder(c: HFConfig, *, tie_default: bool, max_seq_default: int,
+                 act_default: str = "silu", act_key: str = "hidden_act") -> dict[str, Any]:
+    """Fields shared by the Llama-like families (RMSNorm, RoPE, gated MLP)."""
+    layers = c.int("num_hidden_layers", bound=LAYERS)
+    heads = c.int("num_attention_heads", bound=HEADS)
+    return {
+        "layers": layers,
+        "hidden": c.int("hidden_size"),
+        "heads": heads,
+        "kv_heads": c.opt_int("num_key_value_heads", HEADS),
+        "head_dim": c.opt_int("head_dim"),
+        "ffn_hidden": c.int("intermediate_size"),
+        "vocab": c.int("vocab_size", bound=VOCAB),
+        "max_seq_len": c.int("max_position_embeddings", max_seq_default, POSITIONS),
+        "tied_embeddings": c.bool("tie_word_embeddings", tie_default),
+        "mlp": gated_mlp(c, act_key, act_default),
+        "norm": "rmsnorm",
+        "position": "rope",
+    }
+
+
+def note(fields: dict[str, Any], text: str) -> None:
+    """Append a note to ``extra["notes"]``."""
+    extra = fields.setdefault("extra", {})
+    extra["notes"] = f"{extra['notes']}; {text}" if extra.get("notes") else text

@@ -1,0 +1,147 @@
+"""Llama-like decoders: RMSNorm, RoPE, GQA, gated MLP.
+
+Families and the transformers modelling files their counts follow:
+
+* ``llama`` (``models/llama/modeling_llama.py``): ``attention_bias`` puts a bias on q, k, v *and*
+  o_proj (``LlamaAttention``); ``mlp_bias`` on gate/up/down (``LlamaMLP``).
+* ``mistral``, ``mixtral`` (``modeling_mistral.py``, ``modeling_mixtral.py``): ``sliding_window``
+  (when not null) on every layer; Mixtral's experts are ``intermediate_size`` wide.
+* ``qwen2`` (``modeling_qwen2.py``): bias on q/k/v only; sliding windows only when
+  ``use_sliding_window`` is true, on layers ``>= max_window_layers``.
+* ``qwen2_moe`` (``modeling_qwen2_moe.py``): ``Qwen2MoeSparseMoeBlock`` holds a router, the
+  experts, one shared expert ``shared_expert_intermediate_size`` wide and its sigmoid gate
+  ``shared_expert_gate`` (``hidden x 1``). The shared expert becomes
+  ``moe_shared_experts = shared_width / moe_intermediate_size`` experts (same counts and FLOPs).
+* ``qwen3``, ``qwen3_moe`` (``modeling_qwen3.py``, ``modeling_qwen3_moe.py``): per-head q/k
+  RMSNorm, ``head_dim`` default 128.
+* ``phi3`` (``modeling_phi3.py``): fused ``qkv_proj`` and ``gate_up_proj``; the same weights as
+  separate q/k/v and gate/up projections, so the Llama counts apply. ``sliding_window`` on every
+  layer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainperf.errors import SpecError
+from trainperf.specs.hf_families.base import (
+    EXPERTS,
+    LAYERS,
+    LAYERS_OR_ZERO,
+    WIDTH_OR_ZERO,
+    Bound,
+    HFConfig,
+    layer_types,
+    note,
+    rope_decoder,
+)
+
+
+def window_all_layers(c: HFConfig, f: dict[str, Any]) -> None:
+    """A ``sliding_window`` (when set) on every layer, or on the ``layer_types`` that say so."""
+    window = c.opt_int("sliding_window")
+    types = layer_types(c, f["layers"])
+    if window:
+        f["sliding_window"] = window
+        f["sliding_window_layers"] = f["layers"] if types is None else types.count("sliding_attention")
+
+
+def qwen_window(c: HFConfig, f: dict[str, Any]) -> None:
+    layers = f["layers"]
+    types = layer_types(c, layers)
+    window = c.opt_int("sliding_window")
+    use = c.bool("use_sliding_window", False)
+    max_window_layers = c.int("max_window_layers", layers, LAYERS_OR_ZERO)
+    if types is not None:
+        n = types.count("sliding_attention")
+    elif use and window:
+        n = layers - min(max_window_layers, layers)
+    else:
+        return
+    if n and window:
+        f["sliding_window"] = window
+        f["sliding_window_layers"] = n
+
+
+def qwen_moe(c: HFConfig, f: dict[str, Any]) -> None:
+    """Experts, top-k and expert width; dense layers from ``mlp_only_layers``/``decoder_sparse_step``."""
+    layers = f["layers"]
+    f["moe_experts"] = c.int("num_experts", bound=EXPERTS)
+    f["moe_topk"] = c.int("num_experts_per_tok", bound=EXPERTS)
+    f["moe_expert_ffn"] = c.int("moe_intermediate_size")
+    step = c.int("decoder_sparse_step", 1, Bound(1, LAYERS.hi, LAYERS.why))
+    mlp_only = set(c.int_list("mlp_only_layers", Bound(0, layers - 1, "a layer index")) or [])
+    dense = sum(1 for i in range(layers) if i in mlp_only or (i + 1) % step != 0)
+    if dense >= layers:
+        raise SpecError(c.field("mlp_only_layers"), sorted(mlp_only),
+                        "leave at least one MoE layer (else use a dense model_type)")
+    if dense:
+        f["moe_dense_layers"] = dense
+        note(f, f"{dense} dense-MLP layers (mlp_only_layers/decoder_sparse_step) counted as leading "
+                "dense layers")
+
+
+def llama(c: HFConfig) -> dict[str, Any]:
+    f = rope_decoder(c, tie_default=False, max_seq_default=2048)
+    f["attn_bias"] = c.bool("attention_bias", False)
+    f["mlp_bias"] = c.bool("mlp_bias", False)
+    return f
+
+
+def mistral(c: HFConfig) -> dict[str, Any]:
+    f = rope_decoder(c, tie_default=False, max_seq_default=4096 * 32)
+    window_all_layers(c, f)
+    return f
+
+
+def mixtral(c: HFConfig) -> dict[str, Any]:
+    f = rope_decoder(c, tie_default=False, max_seq_default=4096 * 32)
+    window_all_layers(c, f)
+    f["moe_experts"] = c.int("num_local_experts", bound=EXPERTS)
+    f["moe_topk"] = c.int("num_experts_per_tok", bound=EXPERTS)
+    f["moe_expert_ffn"] = f["ffn_hidden"]
+    return f
+
+
+def qwen2(c: HFConfig) -> dict[str, Any]:
+    f = rope_decoder(c, tie_default=False, max_seq_default=32768)
+    f["qkv_bias"] = True
+    qwen_window(c, f)
+    return f
+
+
+def qwen2_moe(c: HFConfig) -> dict[str, Any]:
+    f = rope_decoder(c, tie_default=False, max_seq_default=32768)
+    f["qkv_bias"] = True
+    qwen_window(c, f)
+    qwen_moe(c, f)
+    shared = c.int("shared_expert_intermediate_size", 0, WIDTH_OR_ZERO)
+    if shared:
+        expert = f["moe_expert_ffn"]
+        count = max(1, round(shared / expert))
+        f["moe_shared_experts"] = count
+        f["moe_shared_expert_gate"] = True
+        if count * expert != shared:
+            note(f, f"shared expert width {shared} approximated as {count} x {expert}")
+    return f
+
+
+def qwen3(c: HFConfig) -> dict[str, Any]:
+    c.defaults.setdefault("head_dim", 128)
+    f = rope_decoder(c, tie_default=False, max_seq_default=32768)
+    f["qkv_bias"] = c.bool("attention_bias", False)
+    f["qk_norm"] = True
+    qwen_window(c, f)
+    return f
+
+
+def qwen3_moe(c: HFConfig) -> dict[str, Any]:
+    f = qwen3(c)
+    qwen_moe(c, f)
+    return f
+
+
+def phi3(c: HFConfig) -> dict[str, Any]:
+    f = rope_decoder(c, tie_default=False, max_seq_default=4096)
+    window_all_layers(c, f)
+    return f
