@@ -38,8 +38,16 @@ class FlagReport:
             self.reasons.append(f"step {step.step}: {step.flag}")
 
 
-def named_peak(workload: Any, log_facts: dict[str, Any]) -> tuple[float | None, str]:
-    """The peak TFLOP/s per device to judge against, and where it comes from."""
+def named_peak(workload: Any, log_facts: dict[str, Any], device: dict[str, Any] | None = None
+               ) -> tuple[float | None, str]:
+    """The peak TFLOP/s per device to judge against, and where it comes from.
+
+    ``device`` holds what is known without a full workload: ``peak_tflops`` (``--peak-tflops``),
+    ``id`` (a catalog id from a flag, a workload file or the log's device name) and
+    ``precision``; a device without a known precision is judged against its highest peak."""
+    d = device or {}
+    if isinstance(d.get("peak_tflops"), int | float) and d["peak_tflops"] > 0:
+        return float(d["peak_tflops"]), "given by the user (--peak-tflops)"
     if workload is not None:
         try:
             from trainperf.accounting.throughput import resolve_peak
@@ -47,6 +55,19 @@ def named_peak(workload: Any, log_facts: dict[str, Any]) -> tuple[float | None, 
             p = resolve_peak(workload.hardware, workload.precision)
             return p.tflops, p.source
         except Exception:  # no peak for this dtype/device: fall through to the log's or the catalog's
+            pass
+    if workload is None and d.get("id"):
+        try:
+            from trainperf.specs.hardware import get_hardware, normalize_precision
+
+            hw = get_hardware(str(d["id"]))
+            prec = normalize_precision(str(d["precision"])) if d.get("precision") else None
+            if prec in hw.peak_tflops:
+                return hw.peak_tflops[prec], f"{hw.id} {prec} dense peak"
+            if hw.peak_tflops:
+                dt, v = max(hw.peak_tflops.items(), key=lambda kv: kv[1])
+                return v, f"{hw.id} {dt} dense peak, its highest (the dtype is unknown)"
+        except Exception:  # unknown device: the log's or the catalog's peak below
             pass
     claimed = log_facts.get("claimed_peak_tflops")
     if isinstance(claimed, int | float) and claimed > 0:
@@ -76,10 +97,12 @@ def _min_flops_per_token(workload: Any) -> float | None:
     return min(counts) if counts else None
 
 
-def flag_impossible(steps: list[StepRecord], workload: Any, log_facts: dict[str, Any]) -> FlagReport:
-    """Set :attr:`StepRecord.flag` on impossible steps (in place) and report them."""
+def flag_impossible(steps: list[StepRecord], workload: Any, log_facts: dict[str, Any],
+                    device: dict[str, Any] | None = None) -> FlagReport:
+    """Set :attr:`StepRecord.flag` on impossible steps (in place) and report them (``device``:
+    see :func:`named_peak`)."""
     rep = FlagReport()
-    peak, source = named_peak(workload, log_facts)
+    peak, source = named_peak(workload, log_facts, device)
     rep.peak_tflops, rep.peak_source = peak, source
     fpt = n = default_tokens = None
     if workload is not None:

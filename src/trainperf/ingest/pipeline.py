@@ -257,6 +257,20 @@ def log_field_coverage(values: dict[str, Any], tokens_per_step: int | None) -> t
     return found, [k for k in _COVERAGE if k not in found]
 
 
+def _device_hint(overrides: dict[str, Any], base: dict[str, Any] | None, facts: dict[str, Any]) -> dict[str, Any]:
+    """The device (id, precision, peak) as far as known without a full workload: flags first,
+    then the workload passed in, then the log's own device name."""
+    hw = (base or {}).get("hardware") or {}
+    tr = (base or {}).get("training") or {}
+    device = overrides.get("hardware.device") or hw.get("device")
+    if device is None and facts.get("device_name"):
+        from trainperf.ingest.workload_facts import device_id_from_name
+
+        device = device_id_from_name(str(facts["device_name"]))
+    return {"id": device, "precision": overrides.get("training.precision") or tr.get("precision")
+            or facts.get("precision"), "peak_tflops": overrides.get("hardware.peak_tflops")}
+
+
 @dataclass
 class ParsedLog:
     """The run record plus the parse bookkeeping the report shows."""
@@ -340,7 +354,7 @@ def parse_log(source: str | Path, *, fmt: str | None = None, workload_path: str 
     res = resolve_workload(state.facts, workload_path, overrides, tokens_per_step, base=base)
     facts = state.facts
     found, not_found = log_field_coverage(facts.values, tokens_per_step)
-    flags = flag_impossible(steps, res.workload, facts.values)
+    flags = flag_impossible(steps, res.workload, facts.values, _device_hint(overrides, base, facts.values))
     streams = other_streams(counts, hints)
     meta: dict[str, Any] = {
         "name": Path(str(source)).name if str(source) != "-" else "stdin",
