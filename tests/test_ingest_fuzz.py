@@ -92,3 +92,61 @@ def test_pipeline_with_prefixes_never_raises(lines):
     prefixed = [f"[rank{i % 3}]:{x}" if i % 2 else x for i, x in enumerate(lines)]
     for name in ("maxtext", "megatron", "hf-trainer"):
         run_parser(iter(prefixed), get_parser(name), ParseState(), LineCounts())
+
+
+# --- issue 12: a step is a complete line ----------------------------------------------------------
+
+# format -> (lines before, the step line, the step time it states); composer's block is closed by finish()
+TRUE_TIME = {
+    "maxtext": ([], REAL["maxtext"], 7.908),
+    "megatron": ([], REAL["megatron"], 5.3201),
+    "nemo": ([], REAL["nemo"], 7.912),
+    "nanogpt": ([], REAL["nanogpt"], 0.13567),
+    "hf-trainer": ([], REAL["hf-trainer"], 1 / 1.21),
+    "composer": (["[batch=3/10]:", "\t Train throughput/samples_per_sec: 64.0"], REAL["composer"], 1 / 0.1264),
+    "torchtitan": ([REAL["torchtitan"]], REAL["torchtitan"].replace("10:00:10,123", "10:00:21,823")
+                   .replace("step: 10", "step: 20"), 1.17),
+    "trainperf": ([], REAL["trainperf"], 1.5),
+}
+CUT_FORMATS = sorted(TRUE_TIME)
+
+
+def _times(name: str, lines: list) -> list[float]:
+    state = ParseState(hints={"seq_len": 4096, "num_devices": 8, "tokens_per_step": 32768})
+    col = run_parser(iter(lines), get_parser(name), state, LineCounts())
+    return [s.step_time_s for s in col.steps]
+
+
+@pytest.mark.parametrize("name", CUT_FORMATS)
+@SETTINGS
+@given(data=st.data())
+def test_a_cut_last_line_never_gives_a_step_from_a_cut_number(name, data):
+    """The file's last line, cut anywhere (no newline after it, as when a job is killed mid-write):
+    either no step or the line's true step time, never a step time read from a cut number."""
+    from trainperf.ingest.reader import PARTIAL
+
+    before, line, true = TRUE_TIME[name]
+    cut = data.draw(st.integers(0, len(line) - 1))
+    times = _times(name, [*before, PARTIAL, line[:cut]])
+    full = _times(name, [*before, line])
+    assert full and full[-1] == pytest.approx(true, rel=1e-3)
+    assert all(t == pytest.approx(true, rel=1e-3) for t in times[len(full) - 1:]), (line[:cut], times)
+
+
+# NeMo's printer ends a line with its last field, no delimiter after it: a line cut right after
+# the time's digits is told apart only when it is the file's last line (the test above).
+DELIMITED = ["maxtext", "megatron", "nanogpt", "hf-trainer"]
+
+
+@pytest.mark.parametrize("name", DELIMITED)
+@SETTINGS
+@given(data=st.data())
+def test_a_line_cut_inside_its_time_field_is_never_a_step(name, data):
+    """A cut line in the middle of a file (a restarted job appends after it): formats whose step
+    time has a delimiter after it never read a step from the cut number."""
+    _, line, true = TRUE_TIME[name]
+    key = {"maxtext": "seconds: ", "megatron": "(ms): ", "nanogpt": "time ", "hf-trainer": ",  "}[name]
+    start = line.index(key) + len(key)
+    cut = data.draw(st.integers(start, start + 4))
+    times = _times(name, [line[:cut], "some other line"])
+    assert all(t == pytest.approx(true, rel=1e-3) for t in times), (line[:cut], times)
