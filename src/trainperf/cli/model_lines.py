@@ -1,0 +1,87 @@
+"""Lines the CLI prints about a model besides its tables: where ``seq_len`` came from, a sequence
+beyond the position table, and what a multimodal checkpoint holds besides the text model.
+
+Policy for ``seq_len`` (documented in ``trainperf flops --help``): when neither ``--seq-len`` nor
+``[training] seq_len`` is given, the model's position table (``max_position_embeddings``) is used
+and said so on its own line, because attention FLOPs per token grow with it (Llama-3.1-8B at
+131,072 tokens: 2.9x its FLOPs per token at 8,192).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainperf.numbers import fmt
+from trainperf.specs.model import ModelSpec
+
+SEQ_DEFAULT = "default"
+"""``seq_len_source`` when the length is the model's position table."""
+
+
+def seq_len_source(args: Any) -> str:
+    """``flag``, ``workload file`` or :data:`SEQ_DEFAULT`: where the sequence length comes from."""
+    if getattr(args, "seq_len", None) is not None:
+        return "flag"
+    path = getattr(args, "workload", None)
+    if path:
+        from trainperf.specs.workload_file import read_workload_file
+
+        training = read_workload_file(path).get("training", {})
+        if isinstance(training, dict) and training.get("seq_len") is not None:
+            return "workload file"
+    return SEQ_DEFAULT
+
+
+def seq_len_line(model: ModelSpec, seq_len: int, source: str) -> str | None:
+    """The line that states a defaulted sequence length, or ``None`` when the user gave one."""
+    if source != SEQ_DEFAULT:
+        return None
+    return (f"seq_len: {seq_len:,} (default: the model's position table, max_seq_len; "
+            "attention FLOPs per token grow with it; pass --seq-len N for your training length)")
+
+
+def position_warning(model: ModelSpec, seq_len: int) -> str | None:
+    """A warning when ``seq_len`` is beyond the model's position table, else ``None``."""
+    if seq_len <= model.max_seq_len or model.position == "none":
+        return None
+    what = {
+        "learned": "the learned position table has only {n:,} rows: the model cannot run this length "
+                   "without new position embeddings",
+        "rope": "RoPE was trained up to {n:,} positions: beyond it the model needs a longer context "
+                "(rope scaling, continued pretraining)",
+        "alibi": "ALiBi was trained up to {n:,} tokens: beyond it quality is unverified",
+    }[model.position].format(n=model.max_seq_len)
+    return f"warning: seq_len {seq_len:,} is beyond the model's position table ({model.max_seq_len:,}); {what}"
+
+
+def tower_lines(model: ModelSpec) -> list[str]:
+    """What a multimodal checkpoint holds besides the text model (empty for a text model)."""
+    if not model.towers:
+        return []
+    lines = [f"multimodal checkpoint: {fmt(model.checkpoint_params)} parameters = text model "
+             f"{fmt(model.total_params)} + " + " + ".join(f"{t.name} {fmt(t.params)}" for t in model.towers),
+             "FLOPs are the text model's (training the language model on text tokens); the towers "
+             "are counted, not in the FLOPs"]
+    lines += [f"  {t.name} ({t.kind}): {fmt(t.params)} -- {t.architecture}; {t.source}" for t in model.towers]
+    return lines
+
+
+def buffer_line(model: ModelSpec) -> str | None:
+    """A line for checkpoint tensors that are not trainable (router correction bias)."""
+    if not model.buffer_params:
+        return None
+    return (f"buffers: {fmt(model.buffer_params)} router e_score_correction_bias values (in total_params, "
+            f"not trainable: trainable_params {fmt(model.trainable_params)})")
+
+
+def counts(model: ModelSpec) -> dict[str, int]:
+    """Every parameter count of a model, for tables and JSON."""
+    return {"total_params": model.total_params, "active_params": model.active_params,
+            "trainable_params": model.trainable_params, "buffer_params": model.buffer_params,
+            "embedding_params": model.embedding_params, "matmul_params": model.matmul_params,
+            "tower_params": model.tower_params, "checkpoint_params": model.checkpoint_params}
+
+
+def towers_json(model: ModelSpec) -> list[dict[str, Any]]:
+    return [{"name": t.name, "kind": t.kind, "params": t.params, "architecture": t.architecture,
+             "source": t.source, "parts": dict(t.parts)} for t in model.towers]
