@@ -185,3 +185,20 @@ def test_report_out_is_checked(workdir, capsys):
     d.mkdir()
     (d / "index.html").write_text("an earlier report\n")
     _refused(capsys, ["report", "victim.log", "--out", "rep", "--no-published", "--no-predict"], workdir, "--force")
+
+
+def test_bench_out_is_checked_before_anything_runs(tmp_path, capsys):
+    pytest.importorskip("torch")
+    (tmp_path / "afile").write_text("x\n")
+    _refused(capsys, ["bench", "--steps", "1", "--out", str(tmp_path / "afile")], tmp_path, "not a directory")
+    _refused(capsys, ["bench", "--steps", "1", "--out", str(tmp_path / "no" / "such")], tmp_path, "--parents")
+
+
+def test_slurm_out_files_need_force(tmp_path, capsys):
+    out = tmp_path / "job"
+    assert main(["slurm", "--nodes", "2", "--device", "h100-sxm", "--out", str(out)]) == 0
+    capsys.readouterr()
+    (out / "bench.sbatch").write_text("# edited by hand\n")
+    _refused(capsys, ["slurm", "--nodes", "2", "--device", "h100-sxm", "--out", str(out)], tmp_path, "--force")
+    assert main(["slurm", "--nodes", "2", "--device", "h100-sxm", "--out", str(out), "--force"]) == 0
+    assert "edited by hand" not in (out / "bench.sbatch").read_text()

@@ -67,6 +67,9 @@ def run(args: argparse.Namespace) -> int:
                         f"a multiple of micro_batch x lcm(nproc) = {micro * lcm_of(args.nproc)} for strong scaling")
     lcm = math.lcm(*counts)
     out_root = args.out or os.path.join("runs", "sweep-" + time.strftime("%Y%m%d-%H%M%S"))
+    from trainperf.records.output_path import check_output_dir
+
+    check_output_dir(out_root, what="--out", inputs=[args.data], parents=args.parents or args.out is None)
     say = eprint
     # Build and validate every run first: a bad count stops the sweep before anything runs.
     planned = []
