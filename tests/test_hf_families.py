@@ -1,0 +1,301 @@
+"""Every supported family, counted from a real config.json, equals a hand derivation from the
+transformers modelling code (module by module, written out below) and the published total.
+
+The fixtures are in ``tests/fixtures/hf_configs`` (see SOURCES.md). The counts were cross-checked
+against transformers 5.x on the meta device (``test_meta_device_cross_check`` repeats that on
+shrunk copies of the same configs when transformers is installed).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trainperf.specs.hf_config import model_from_hf_config
+
+FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
+
+
+def load(name: str) -> dict:
+    return json.loads((FIXTURES / f"{name}.json").read_text())
+
+
+def spec(name: str):
+    return model_from_hf_config(FIXTURES / f"{name}.json")
+
+
+# --- building blocks of the hand derivations (weights as in_features * out_features) -----------------
+def linear(i: int, o: int, bias: bool = False) -> int:
+    return i * o + (o if bias else 0)
+
+
+def gated_mlp(h: int, f: int, bias: bool = False) -> int:
+    """gate_proj, up_proj, down_proj (LlamaMLP and friends)."""
+    return 2 * linear(h, f, bias) + linear(f, h, bias)
+
+
+def plain_mlp(h: int, f: int, bias: bool = True) -> int:
+    """fc1/fc2 (c_fc/c_proj, dense_h_to_4h/dense_4h_to_h)."""
+    return linear(h, f, bias) + linear(f, h, bias)
+
+
+def gqa(h: int, heads: int, kv: int, d: int, qkv_bias: bool = False, o_bias: bool = False) -> int:
+    """q_proj, k_proj, v_proj, o_proj."""
+    return linear(h, heads * d, qkv_bias) + 2 * linear(h, kv * d, qkv_bias) + linear(heads * d, h, o_bias)
+
+
+def mla(h: int, heads: int, q_rank: int, kv_rank: int, rope: int, nope: int, v: int) -> int:
+    """DeepseekV3Attention: q_a_proj + q_a_layernorm + q_b_proj (or q_proj), kv_a_proj_with_mqa,
+    kv_a_layernorm, kv_b_proj, o_proj."""
+    qk = rope + nope
+    q = (h * q_rank + q_rank + q_rank * heads * qk) if q_rank else h * heads * qk
+    return q + h * (kv_rank + rope) + kv_rank + kv_rank * heads * (nope + v) + heads * v * h
+
+
+def llama_like(L, h, heads, kv, d, f, V, tied=False, qkv_bias=False, qk_norm=False, norms=2) -> int:
+    layer = gqa(h, heads, kv, d, qkv_bias) + gated_mlp(h, f) + norms * h + (2 * d if qk_norm else 0)
+    return L * layer + V * h * (1 if tied else 2) + h
+
+
+# --- one test per family -------------------------------------------------------------------------------
+def test_llama_3_1_8b():
+    # LlamaDecoderLayer: attention + MLP + input/post_attention RMSNorm; embed, norm, lm_head.
+    expected = llama_like(32, 4096, 32, 8, 128, 14336, 128256)
+    assert expected == 8_030_261_248  # HF meta-llama/Llama-3.1-8B safetensors
+    assert spec("llama3.1-8b").total_params == expected
+
+
+def test_mistral_7b():
+    s = spec("mistral-7b-v0.1")
+    assert s.total_params == llama_like(32, 4096, 32, 8, 128, 14336, 32000) == 7_241_732_096
+    assert (s.sliding_window, s.sliding_window_layers) == (4096, 32)
+
+
+def test_mixtral_8x7b():
+    h, f, L = 4096, 14336, 32
+    layer = gqa(h, 32, 8, 128) + h * 8 + 8 * gated_mlp(h, f) + 2 * h  # router (gate) + 8 experts
+    expected = L * layer + 2 * 32000 * h + h
+    s = spec("mixtral-8x7b-v0.1")
+    assert s.total_params == expected == 46_702_792_704  # Mistral AI: 46.7B
+    assert s.active_params == expected - L * 6 * gated_mlp(h, f)
+    assert s.active_params == pytest.approx(12.9e9, rel=0.002)
+
+
+def test_qwen2_7b():
+    expected = llama_like(28, 3584, 28, 4, 128, 18944, 152064, qkv_bias=True)
+    assert spec("qwen2-7b").total_params == expected == 7_615_616_512  # Qwen2-7B: 7.62B
+
+
+def test_qwen2_57b_a14b_counts_the_shared_expert_gate():
+    h, L = 3584, 28
+    # Qwen2MoeSparseMoeBlock: gate (64 x h), 64 experts of 2560, shared_expert (20480), shared_expert_gate (h x 1)
+    moe = h * 64 + 64 * gated_mlp(h, 2560) + gated_mlp(h, 20480) + h
+    layer = gqa(h, 28, 4, 128, qkv_bias=True) + moe + 2 * h
+    expected = L * layer + 2 * 151936 * h + h
+    s = spec("qwen2-57b-a14b")
+    assert s.total_params == expected == 57_408_658_944  # Qwen2-57B-A14B: 57.4B
+    assert s.moe_shared_experts == 8 and s.moe_shared_expert_gate
+    assert s.active_params == expected - L * 56 * gated_mlp(h, 2560)
+    assert s.active_params == pytest.approx(14.2e9, rel=0.01)  # "14B activated"
+
+
+def test_qwen3_8b():
+    expected = llama_like(36, 4096, 32, 8, 128, 12288, 151936, qk_norm=True)
+    assert spec("qwen3-8b").total_params == expected == 8_190_735_360  # Qwen3-8B: 8.2B
+
+
+def test_qwen3_30b_a3b():
+    h, L = 2048, 48
+    layer = gqa(h, 32, 4, 128) + 2 * 128 + h * 128 + 128 * gated_mlp(h, 768) + 2 * h
+    expected = L * layer + 2 * 151936 * h + h
+    s = spec("qwen3-30b-a3b-instruct-2507")
+    assert s.total_params == expected == 30_532_122_624  # 30.5B total
+    assert s.active_params == pytest.approx(3.3e9, rel=0.02)  # 3.3B activated
+
+
+def test_gpt2():
+    h, L, V, P = 768, 12, 50257, 1024
+    # GPT2Block: ln_1, c_attn (h x 3h + 3h), c_proj, ln_2, mlp c_fc/c_proj; wte, wpe, ln_f; tied head
+    layer = 2 * 2 * h + linear(h, 3 * h, True) + linear(h, h, True) + plain_mlp(h, 4 * h)
+    expected = L * layer + V * h + P * h + 2 * h
+    assert spec("gpt2").total_params == expected == 124_439_808
+
+
+def test_pythia_410m():
+    h, L, V = 1024, 24, 50304
+    layer = 2 * 2 * h + linear(h, 3 * h, True) + linear(h, h, True) + plain_mlp(h, 4096)
+    expected = L * layer + 2 * V * h + 2 * h
+    assert spec("pythia-410m").total_params == expected == 405_334_016  # Biderman et al. 2023
+
+
+def test_mpt_7b():
+    h, L, V = 4096, 32, 50432
+    # MPTBlock: norm_1, Wqkv, out_proj, norm_2, up_proj, down_proj; no biases (no_bias), tied, ALiBi
+    layer = 2 * h + linear(h, 3 * h) + linear(h, h) + linear(h, 4 * h) + linear(4 * h, h)
+    expected = L * layer + V * h + h
+    assert spec("mpt-7b").total_params == expected == 6_649_286_656  # MPT-7B: 6.7B
+
+
+def test_gemma_2b():
+    expected = llama_like(18, 2048, 8, 1, 256, 16384, 256000, tied=True)
+    assert spec("gemma-2b").total_params == expected == 2_506_172_416  # Gemma-2B: 2.51B
+
+
+def test_gemma2_9b_counts_four_norms_per_block():
+    expected = llama_like(42, 3584, 16, 8, 256, 14336, 256000, tied=True, norms=4)
+    s = spec("gemma-2-9b")
+    assert s.total_params == expected == 9_241_705_984  # HF google/gemma-2-9b
+    assert s.norms_per_layer == 4
+
+
+def test_gemma3_27b_multimodal_counted_whole():
+    text = llama_like(62, 5376, 32, 16, 128, 21504, 262208, tied=True, qk_norm=True, norms=4)
+    hv, iv, Lv, p, img = 1152, 4304, 27, 14, 896
+    vit_layer = 4 * linear(hv, hv, True) + plain_mlp(hv, iv) + 2 * 2 * hv
+    vision = (3 * p * p * hv + hv) + (img // p) ** 2 * hv + Lv * vit_layer + 2 * hv  # no head
+    projector = hv * 5376 + hv
+    s = spec("gemma-3-27b-it")
+    assert s.total_params == text
+    assert [t.params for t in s.towers] == [vision, projector] == [416_866_032, 6_194_304]
+    assert s.checkpoint_params == text + vision + projector == 27_432_406_640  # HF gemma-3-27b-it
+
+
+def test_deepseek_v2_lite():
+    h, L, heads = 2048, 27, 16
+    attn = mla(h, heads, 0, 512, 64, 128, 128)
+    dense = gated_mlp(h, 10944)
+    moe = h * 64 + 64 * gated_mlp(h, 1408) + gated_mlp(h, 2 * 1408)
+    expected = L * (attn + 2 * h) + 1 * dense + 26 * moe + 2 * 102400 * h + h
+    s = spec("deepseek-v2-lite")
+    assert s.total_params == expected == 15_706_484_224  # DeepSeek-V2-Lite: 15.7B
+    assert s.buffer_params == 0
+    assert s.active_params == pytest.approx(2.4e9, rel=0.12)  # "2.4B activated" (excl. embeddings)
+    assert s.active_params - s.embedding_params == pytest.approx(2.45e9, rel=0.03)
+
+
+def test_deepseek_v3_counts_the_router_correction_bias_as_a_buffer():
+    h, L = 7168, 61
+    attn = mla(h, 128, 1536, 512, 64, 128, 128)
+    moe = h * 256 + 256 * gated_mlp(h, 2048) + gated_mlp(h, 2048)
+    buffers = 58 * 256  # e_score_correction_bias per MoE layer
+    expected = L * (attn + 2 * h) + 3 * gated_mlp(h, 18432) + 58 * moe + 2 * 129280 * h + h + buffers
+    s = spec("deepseek-v3")
+    assert s.total_params == expected == 671_026_419_200  # 671B
+    assert s.buffer_params == buffers == 14_848 and s.trainable_params == expected - buffers
+    assert s.active_params == pytest.approx(37e9, rel=0.015)
+
+
+def test_kimi_k2():
+    h, L = 7168, 61
+    attn = mla(h, 64, 1536, 512, 64, 128, 128)
+    moe = h * 384 + 384 * gated_mlp(h, 2048) + gated_mlp(h, 2048) + 384
+    expected = L * (attn + 2 * h) + 1 * gated_mlp(h, 18432) + 60 * moe + 2 * 163840 * h + h
+    s = spec("kimi-k2-instruct")
+    assert s.total_params == expected == 1_026_408_232_448  # Kimi-K2: 1.04T ("1T total")
+    assert s.active_params == pytest.approx(32.9e9, rel=0.01)  # "32B activated"
+
+
+def test_llama4_scout_moe_chunked_attention_and_vision():
+    h, L, V = 5120, 48, 202048
+    moe = h * 16 + 16 * gated_mlp(h, 8192) + gated_mlp(h, 8192)  # router, experts, shared_expert
+    text = L * (gqa(h, 40, 8, 128) + moe + 2 * h) + 2 * V * h + h
+    hv, iv, Lv, p, img = 1408, 5632, 34, 14, 336
+    vit_layer = 4 * linear(hv, hv, True) + plain_mlp(hv, iv) + 2 * 2 * hv
+    vision = (3 * p * p * hv + hv + ((img // p) ** 2 + 1) * hv + 2 * 2 * hv + Lv * vit_layer
+              + iv * 4096 + 4096 * 4096)
+    projector = 4096 * h
+    s = spec("llama-4-scout-17b-16e")
+    assert s.total_params == text
+    assert [t.params for t in s.towers] == [vision, projector]
+    assert s.checkpoint_params == 108_641_793_536  # HF Llama-4-Scout-17B-16E: 109B
+    assert s.active_params == text - L * 15 * gated_mlp(h, 8192)
+    assert s.active_params == pytest.approx(17e9, rel=0.015)  # 17B active
+    assert (s.attention_chunk, s.chunked_attention_layers) == (8192, 36)
+
+
+def test_phi_2_and_its_msft_config():
+    h, L, V = 2560, 32, 51200
+    # PhiDecoderLayer: one input_layernorm, q/k/v/dense with bias, fc1/fc2 with bias; final_layernorm;
+    # lm_head with bias; untied.
+    layer = 2 * h + 4 * linear(h, h, True) + plain_mlp(h, 4 * h)
+    expected = L * layer + V * h + 2 * h + linear(h, V, True)
+    assert spec("phi-2").total_params == expected == 2_779_683_840  # Phi-2: 2.78B
+    assert spec("phi-2-msft").total_params == expected
+
+
+def test_phi3_mini():
+    # Phi3: fused qkv_proj (h x 3h) and gate_up_proj (h x 2f): Llama counts.
+    expected = llama_like(32, 3072, 32, 32, 96, 8192, 32064)
+    s = spec("phi-3-mini-4k-instruct")
+    assert s.total_params == expected == 3_821_079_552  # Phi-3-mini: 3.8B
+    assert (s.sliding_window, s.sliding_window_layers) == (2047, 32)
+
+
+def test_falcon_7b_multi_query_parallel_block():
+    h, L, V, d = 4544, 32, 65024, 64
+    # FalconDecoderLayer (parallel_attn, not new arch): one input_layernorm (LayerNorm with bias),
+    # query_key_value h x (h + 2d), dense, dense_h_to_4h, dense_4h_to_h, no linear biases; ln_f; tied.
+    layer = 2 * h + linear(h, h + 2 * d) + linear(h, h) + plain_mlp(h, 4 * h, bias=False)
+    expected = L * layer + V * h + 2 * h
+    s = spec("falcon-7b")
+    assert s.total_params == expected == 6_921_720_704  # HF tiiuae/falcon-7b: 6.92B ("7B")
+    assert (s.kv_heads, s.norms_per_layer, s.bias, s.norm_bias) == (1, 1, False, True)
+
+
+def test_falcon_40b_new_decoder_architecture():
+    h, L, V, d = 8192, 60, 65024, 64
+    layer = 2 * 2 * h + linear(h, (128 + 2 * 8) * d) + linear(h, h) + plain_mlp(h, 4 * h, bias=False)
+    expected = L * layer + V * h + 2 * h
+    assert spec("falcon-40b").total_params == expected == 41_303_293_952  # Falcon-40B: 41.3B
+
+
+# --- the same configs, shrunk, against transformers on the meta device ---------------------------------
+SHRINK = {
+    "num_hidden_layers": 4, "n_layer": 4, "n_layers": 4, "num_experts": 8, "num_local_experts": 4,
+    "n_routed_experts": 8, "vocab_size": 65536,
+}
+
+
+def _shrunk(cfg: dict) -> dict:
+    out = {k: (SHRINK[k] if k in SHRINK and isinstance(v, int) else v) for k, v in cfg.items()
+           if k not in ("pad_token_id", "bos_token_id", "eos_token_id")}
+    for key in ("text_config", "vision_config"):
+        if isinstance(out.get(key), dict):
+            out[key] = _shrunk(out[key])
+    if "first_k_dense_replace" in out:
+        out["first_k_dense_replace"] = 1
+    if "num_experts_per_tok" in out:
+        out["num_experts_per_tok"] = min(out["num_experts_per_tok"], 2)
+    if isinstance(out.get("vision_config"), dict):
+        out["vision_config"]["num_hidden_layers"] = 2
+    return out
+
+
+META_FIXTURES = sorted(p.stem for p in FIXTURES.glob("*.json") if p.stem != "phi-2-msft")
+
+
+@pytest.mark.parametrize("name", META_FIXTURES)
+def test_meta_device_cross_check(name):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    cfg = _shrunk(load(name))
+    ours = model_from_hf_config(cfg)
+    data = dict(cfg)
+    data.pop("auto_map", None)
+    model_type = data.pop("model_type")
+    if model_type == "kimi_k2":
+        model_type = "deepseek_v3"
+    try:
+        config = transformers.AutoConfig.for_model(model_type, **data)
+    except (ValueError, KeyError) as exc:  # model type absent in this transformers version
+        pytest.skip(f"transformers cannot build {model_type}: {exc}")
+    multimodal = model_type in ("gemma3", "llama4")
+    with torch.device("meta"):
+        auto = transformers.AutoModelForImageTextToText if multimodal else transformers.AutoModelForCausalLM
+        model = auto.from_config(config)
+    params = sum(p.numel() for p in model.parameters())
+    buffers = sum(b.numel() for n, b in model.named_buffers() if n.endswith("e_score_correction_bias"))
+    assert ours.checkpoint_params == params + buffers
+    assert ours.buffer_params == buffers
