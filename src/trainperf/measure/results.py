@@ -70,7 +70,9 @@ def build_summary(out_dir: str | Path, *, exit_code: int = 0) -> dict[str, Any]:
 def write_summary(out_dir: str | Path, *, exit_code: int = 0) -> dict[str, Any]:
     """Build the summary and write ``out_dir/summary.json``; returns it."""
     d = build_summary(out_dir, exit_code=exit_code)
-    (Path(out_dir) / "summary.json").write_text(json.dumps(d, indent=2) + "\n")
+    from trainperf.records.output_path import write_text_atomic
+
+    write_text_atomic(Path(out_dir) / "summary.json", json.dumps(d, indent=2) + "\n", what="--out", force=True)
     return d
 
 

@@ -31,6 +31,11 @@ class JsonlWriter:
 
     def __init__(self, path: str | Path, *, fsync: bool = False) -> None:
         self.path = Path(path)
+        if os.path.lexists(self.path) and not (self.path.is_file() and not self.path.is_symlink()):
+            from trainperf.records.output_path import OutputPathError
+
+            raise OutputPathError(f"run record {str(self.path)!r} exists and is not a regular file; "
+                                  "refusing to write through it")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._f: IO[str] = self.path.open("a", encoding="utf-8")
         self._fsync = fsync
