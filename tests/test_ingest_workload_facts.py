@@ -229,3 +229,17 @@ def test_compare_flags_an_impossible_mfu(tmp_path, capsys):
     assert main(["compare", str(out_dir), "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)["runs"]
     assert row["mfu_pct"] > 100 and "impossible" in row["mfu_impossible"]
+
+
+def test_peak_stands_in_for_a_device_the_log_names_but_the_catalog_lacks():
+    facts = LogFacts()
+    for i, (k, v) in enumerate({"device_name": "Tesla K80", "num_devices": 2, "seq_len": 1024,
+                                "global_batch": 8}.items()):
+        facts.set(k, v, i + 1, f"{k} {v}")
+    res = resolve_workload(facts, None, {"model.preset": "llama3-8b"})
+    assert res.workload is None and any("Tesla K80" in n and "--peak-tflops" in n for n in res.notes)
+    res = resolve_workload(facts, None, {"model.preset": "llama3-8b", "hardware.peak_tflops": 8.7})
+    hw = res.workload.hardware
+    assert "Tesla K80" in hw.name and hw.peak_tflops == {"bf16": 8.7}
+    assert "given by the user" in hw.sources["peak_tflops.bf16"]
+    assert res.workload.devices_per_node == 2  # no node boundary invented

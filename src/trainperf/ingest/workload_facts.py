@@ -171,7 +171,7 @@ def resolve_workload(facts: LogFacts, workload_path: str | None, overrides: dict
         if dev:
             put("hardware.device", dev, f"log device name {fv['device_name']!r} "
                                         f"({facts.where.get('device_name', '')})")
-        else:
+        elif data.get("hardware", {}).get("peak_tflops") is None and "hardware.peak_tflops" not in overrides:
             res.notes.append(f"the log names the device {fv['device_name']!r}, which is not in the catalog; "
                              "give --device ID (see `trainperf hw`) or --peak-tflops X")
     for dotted, value in overrides.items():
@@ -182,7 +182,7 @@ def resolve_workload(facts: LogFacts, workload_path: str | None, overrides: dict
                 res.notes.append(f"{dotted}: the log says {old!r}; using {value!r} from {_flag_origin(dotted)}")
             data.setdefault(section, {})[key] = value
             origin[dotted] = _flag_origin(dotted)
-    _peak_stands_in_for_device(data, origin, res)
+    _peak_stands_in_for_device(data, origin, res, fv.get("device_name"))
     tr = data.setdefault("training", {})
     if "global_batch" not in tr and tokens_per_step and isinstance(tr.get("seq_len"), int):
         gb, rem = divmod(tokens_per_step, tr["seq_len"])
@@ -282,7 +282,7 @@ def _merge_model(data: dict[str, dict[str, Any]], origin: dict[str, str], facts:
 
 
 def _peak_stands_in_for_device(data: dict[str, dict[str, Any]], origin: dict[str, str],
-                               res: WorkloadResolution) -> None:
+                               res: WorkloadResolution, log_device_name: Any = None) -> None:
     """With ``--peak-tflops`` and no catalog device, a device known only by that peak.
 
     MFU then names the user's peak; nothing else of the device (memory, links) is known, so
@@ -301,7 +301,12 @@ def _peak_stands_in_for_device(data: dict[str, dict[str, Any]], origin: dict[str
     if isinstance(peak, bool) or not isinstance(peak, int | float) or not peak > 0:
         return  # the workload builder reports it (one line)
     precision = data.get("training", {}).get("precision", "bf16")
-    label = str(device) if device is not None else "a device not in the catalog"
+    if device is not None:
+        label = str(device)
+    elif isinstance(log_device_name, str) and log_device_name.strip():
+        label = f"{log_device_name.strip()} (named by the log)"
+    else:
+        label = "a device not in the catalog"
     hw.pop("device", None)
     hw.pop("peak_tflops")
     slug = re.sub(r"[^a-z0-9]+", "-", str(device).lower()).strip("-") if device is not None else ""
