@@ -412,7 +412,7 @@ def test_qwen2_moe_shared_expert_as_multiple_of_expert_width():
     spec = model_from_hf_config(QWEN15_MOE_A27B)
     assert spec.qkv_bias
     assert (spec.moe_experts, spec.moe_topk, spec.moe_expert_ffn, spec.moe_shared_experts) == (60, 4, 1408, 4)
-    # Qwen1.5-MoE-A2.7B: 14.3B total, 2.7B activated (model card); the shared-expert gates are not counted.
+    # Qwen1.5-MoE-A2.7B: 14.3B total, 2.7B activated (model card); the shared-expert gates are counted.
     assert spec.total_params == pytest.approx(14.3e9, rel=0.005)
     assert spec.active_params == pytest.approx(2.7e9, rel=0.03)
     odd = model_from_hf_config({**QWEN15_MOE_A27B, "shared_expert_intermediate_size": 2000,
