@@ -215,6 +215,18 @@ def test_llama4_scout_moe_chunked_attention_and_vision():
     assert (s.attention_chunk, s.chunked_attention_layers) == (8192, 36)
 
 
+def test_llama4_maverick_interleaves_dense_and_moe_layers():
+    h, L, V = 5120, 48, 202048
+    moe = h * 128 + 128 * gated_mlp(h, 8192) + gated_mlp(h, 8192)
+    dense = gated_mlp(h, 16384)  # intermediate_size_mlp
+    text = L * (gqa(h, 40, 8, 128) + 2 * h) + 24 * moe + 24 * dense + 2 * V * h + h
+    s = spec("llama-4-maverick-17b-128e")
+    assert (s.moe_layers, s.dense_layers) == (24, 24)
+    assert s.total_params == text
+    assert s.checkpoint_params == 401_583_781_376  # HF Llama-4-Maverick-17B-128E: 400B ("402B")
+    assert s.active_params == pytest.approx(17e9, rel=0.015)
+
+
 def test_phi_2_and_its_msft_config():
     h, L, V = 2560, 32, 51200
     # PhiDecoderLayer: one input_layernorm, q/k/v/dense with bias, fc1/fc2 with bias; final_layernorm;

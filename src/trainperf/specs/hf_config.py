@@ -58,6 +58,8 @@ def _load(path_or_dict: Any) -> tuple[dict[str, Any], str | None]:
     except json.JSONDecodeError as exc:
         raise InputFileError(
             f"{path}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except (ValueError, RecursionError) as exc:  # an integer of > 4300 digits, nesting too deep
+        raise InputFileError(f"{path}: unreadable JSON: {str(exc).splitlines()[0][:120]}") from None
     if not isinstance(data, dict):
         raise InputFileError(f"{path}: expected a JSON object, got {type(data).__name__}")
     return data, str(path)

@@ -54,7 +54,7 @@ def llama4_text(c: HFConfig) -> dict[str, Any]:
         f.update(moe_experts=c.int("num_local_experts", bound=EXPERTS),
                  moe_topk=c.int("num_experts_per_tok", bound=EXPERTS),
                  moe_expert_ffn=expert_ffn, moe_shared_experts=1, moe_dense_layers=layers - n_moe)
-        if layers - n_moe and max(moe_layers) >= n_moe:
+        if layers - n_moe:
             note(f, f"{layers - n_moe} dense layers interleaved with MoE layers (counted as leading "
                     "dense layers; counts and FLOPs are the same)")
     types = layer_types(c, layers, ("full_attention", "chunked_attention"))
