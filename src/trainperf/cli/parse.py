@@ -233,7 +233,7 @@ def _print_human(o: dict[str, Any]) -> None:
     print()
     print(f"the log states: {', '.join(o['fields_in_log']) or 'none of the workload facts'}; "
           f"not in the log: {', '.join(o['fields_not_in_log']) or '-'}")
-    need = "TFLOP/s and MFU need " if o["tokens_per_s"] is not None else "rates need "
+    need = "the TFLOP/s and MFU rates need " if o["tokens_per_s"] is not None else "rates need "
     print(f"workload: {o['workload'] or 'unknown -- ' + need + '; '.join(o['workload_missing'])}")
     if o["workload_fields"]:
         print(table(sorted(o["workload_fields"].items()), ["field", "from"]))
