@@ -202,3 +202,7 @@ def test_slurm_out_files_need_force(tmp_path, capsys):
     _refused(capsys, ["slurm", "--nodes", "2", "--device", "h100-sxm", "--out", str(out)], tmp_path, "--force")
     assert main(["slurm", "--nodes", "2", "--device", "h100-sxm", "--out", str(out), "--force"]) == 0
     assert "edited by hand" not in (out / "bench.sbatch").read_text()
+
+
+def test_a_nul_byte_in_the_path_is_one_line(workdir, capsys):
+    _refused(capsys, ["parse", "victim.log", "--save", "a\x00b"], workdir, "null byte")

@@ -124,8 +124,8 @@ def check_output_file(path: str | os.PathLike[str], *, what: str = "output",
         st = None
     except NotADirectoryError:
         raise OutputPathError(f"{what} {str(p)!r}: a parent of it is a file, not a directory") from None
-    except OSError as e:
-        raise OutputPathError(f"{what} {str(p)!r}: {one_line(e.strerror or str(e))}") from None
+    except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
+        raise OutputPathError(f"{what} {str(p)!r}: {one_line(getattr(e, 'strerror', None) or str(e))}") from None
     ident = _identity(p) if st is not None else None
     sources = _input_identities(inputs)
     if ident is not None and ident in sources:
@@ -136,7 +136,6 @@ def check_output_file(path: str | os.PathLike[str], *, what: str = "output",
         if inside is not None:
             raise OutputPathError(f"{what} {str(p)!r} is a file of the input directory {inside!r} of this "
                                   "command; refusing to overwrite it")
-    if st is not None:
         if not stat.S_ISREG(st.st_mode):
             raise OutputPathError(f"{what} {str(p)!r} is {_kind(st.st_mode)}; refusing to replace it "
                                   "(give the path of a regular file)")
@@ -164,8 +163,8 @@ def check_output_dir(path: str | os.PathLike[str], *, what: str = "output direct
         st = None
     except NotADirectoryError:
         raise OutputPathError(f"{what} {str(p)!r}: a parent of it is a file, not a directory") from None
-    except OSError as e:
-        raise OutputPathError(f"{what} {str(p)!r}: {one_line(e.strerror or str(e))}") from None
+    except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
+        raise OutputPathError(f"{what} {str(p)!r}: {one_line(getattr(e, 'strerror', None) or str(e))}") from None
     if st is not None:
         if not stat.S_ISDIR(st.st_mode):
             raise OutputPathError(f"{what} {str(p)!r} exists and is {_kind(st.st_mode)}, not a directory")
