@@ -14,15 +14,15 @@ from trainperf.cli.common import (
     print_json,
     table,
 )
-from trainperf.cli.model_lines import (
+from trainperf.numbers import fmt
+from trainperf.specs.model_notes import (
+    SEQ_DEFAULT,
     buffer_line,
     position_warning,
     seq_len_line,
-    seq_len_source,
     tower_lines,
     towers_json,
 )
-from trainperf.numbers import fmt
 
 HELP = "FLOPs per token and per sequence under every convention, with the per-op breakdown"
 EPILOG = ("Without --seq-len (or [training] seq_len) the sequence is the model's position table "
@@ -39,6 +39,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--include-elementwise", action="store_true",
                         help="also estimate norms, activations, softmax (never part of MFU)")
     add_json_argument(parser)
+
+
+def seq_len_source(args: argparse.Namespace) -> str:
+    """``flag``, ``workload file`` or ``default`` (the model's position table)."""
+    if getattr(args, "seq_len", None) is not None:
+        return "flag"
+    if getattr(args, "workload", None):
+        from trainperf.specs.workload_file import read_workload_file
+
+        training = read_workload_file(args.workload).get("training", {})
+        if isinstance(training, dict) and training.get("seq_len") is not None:
+            return "workload file"
+    return SEQ_DEFAULT
 
 
 def run(args: argparse.Namespace) -> int:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import argparse
 
 from trainperf.cli.common import add_json_argument, print_json, table
-from trainperf.cli.model_lines import buffer_line, counts, tower_lines, towers_json
 from trainperf.numbers import fmt
 from trainperf.specs.model import ModelSpec
+from trainperf.specs.model_notes import buffer_line, counts, tower_lines, towers_json
 
-HELP = "list the model presets, or show one (or a Hugging Face config.json) with its parameter counts"
+HELP = "list the model presets, or show one with its parameter counts"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

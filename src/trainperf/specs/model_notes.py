@@ -1,5 +1,6 @@
-"""Lines the CLI prints about a model besides its tables: where ``seq_len`` came from, a sequence
-beyond the position table, and what a multimodal checkpoint holds besides the text model.
+"""Plain-text notes about a model that commands print besides their tables: a defaulted
+``seq_len``, a sequence beyond the position table, the towers of a multimodal checkpoint, and
+checkpoint buffers that are not trainable.
 
 Policy for ``seq_len`` (documented in ``trainperf flops --help``): when neither ``--seq-len`` nor
 ``[training] seq_len`` is given, the model's position table (``max_position_embeddings``) is used
@@ -15,21 +16,8 @@ from trainperf.numbers import fmt
 from trainperf.specs.model import ModelSpec
 
 SEQ_DEFAULT = "default"
-"""``seq_len_source`` when the length is the model's position table."""
-
-
-def seq_len_source(args: Any) -> str:
-    """``flag``, ``workload file`` or :data:`SEQ_DEFAULT`: where the sequence length comes from."""
-    if getattr(args, "seq_len", None) is not None:
-        return "flag"
-    path = getattr(args, "workload", None)
-    if path:
-        from trainperf.specs.workload_file import read_workload_file
-
-        training = read_workload_file(path).get("training", {})
-        if isinstance(training, dict) and training.get("seq_len") is not None:
-            return "workload file"
-    return SEQ_DEFAULT
+"""Where the sequence length comes from when it is the model's position table (the other
+sources: ``flag``, ``workload file``)."""
 
 
 def seq_len_line(model: ModelSpec, seq_len: int, source: str) -> str | None:
