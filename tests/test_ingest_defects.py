@@ -184,3 +184,47 @@ def test_gzip_on_stdin(monkeypatch, capsys):
     assert main(["parse", "-", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["format"] == "maxtext" and out["steps_total"] == 10
+
+
+# --- the speed path gives the same records as the line path ---------------------------------------
+
+def test_quick_step_has_every_stepRecord_field():
+    import dataclasses
+
+    from trainperf.ingest.base import quick_step
+
+    rec = quick_step(1, 1.0, 2, 3.0, 4.0, 5.0, 6.0, 7)
+    assert set(rec.__dict__) == {f.name for f in dataclasses.fields(StepRecord)}
+    assert rec == StepRecord(step=1, step_time_s=1.0, tokens=2, loss=3.0, grad_norm=4.0, claimed_tflops_per_device=5.0,
+                             claimed_tokens_per_s_per_device=6.0, rank=7)
+
+
+@pytest.mark.parametrize("fmt", ["megatron", "maxtext"])
+def test_block_path_equals_line_path(fmt):
+    import random
+
+    from trainperf.ingest.base import ParseState
+    from trainperf.ingest.pipeline import LineCounts, run_parser
+    from trainperf.ingest.registry import get_parser
+
+    rng = random.Random(3)
+    lines = []
+    for i in range(3000):
+        ms = f"{rng.uniform(900, 1000):.1f}" if i != 1500 else "1e-300"
+        step = (MEG.format(i=i, s=256 * i, ms=ms) if fmt == "megatron" else MT.format(i=i, s=f"{float(ms) / 1000:.3f}"))
+        prefix = rng.choice(["", "0: ", "1: ", "[rank0]:", "[default1]:"])
+        lines.append(prefix + step)
+        if rng.random() < 0.1:
+            lines.append(rng.choice(["0: warning: x", "  seq_length ........ 4096", "garbage | (ms): 9", step[:50]]))
+    out = []
+    for use_block in (True, False):
+        parser = get_parser(fmt)
+        if not use_block:
+            parser.block_re = None
+        state = ParseState(hints={"seq_len": 4096})
+        counts = LineCounts()
+        col = run_parser(iter(lines), parser, state, counts)
+        out.append(([s.to_dict() for s in col.steps], col.rank, counts.lines_total, counts.lines_used,
+                     counts.other_rank_lines, state.malformed_lines))
+    assert out[0] == out[1]
+    assert out[0][1] == 0 and len(out[0][0]) > 1000

@@ -137,6 +137,12 @@ class LogParser:
     step_marker: ClassVar[str | None] = None
     """A substring every step line of the format contains: lets the pipeline notice another
     format's step lines in a mixed file (see pipeline)."""
+    block_re: ClassVar[re.Pattern[str] | None] = None
+    """Optional speed path: a multi-line (``re.M``) regex matching one whole step line in the
+    format's canonical layout (every number followed by its delimiter), with a launcher rank
+    prefix in group 1 (``srun --label`` ``3: ``) or group 2 (``[rank3]:``, ``[default3]:``).
+    The pipeline runs it over blocks of lines and calls :meth:`block_record` per match; lines it
+    does not match go through :meth:`parse_line` as usual."""
     claimed_convention: ClassVar[str | None] = None
     """FLOP convention the framework's own TFLOP/s and MFU use, when documented."""
     claimed_scope: ClassVar[str] = ""
@@ -144,6 +150,11 @@ class LogParser:
 
     def parse_line(self, line: str, state: ParseState) -> StepRecord | None:  # pragma: no cover
         raise NotImplementedError
+
+    def block_record(self, m: re.Match[str], state: ParseState) -> StepRecord | None:
+        """The record of one :attr:`block_re` match, or ``None`` to send the line to
+        :meth:`parse_line` (e.g. a step time outside the plausible range, which that flags)."""
+        return None
 
     def finish(self, state: ParseState) -> list[StepRecord]:
         """Records still pending at the end of the stream (block formats)."""
@@ -245,6 +256,28 @@ def make_step(step: int | None, step_time_s: float | None, state: ParseState, **
     if flag is not None:
         clean["flag"] = flag
     return StepRecord(step=step, step_time_s=step_time_s, rank=state.rank, **clean)
+
+
+RANK_PREFIX = r"^(?:(\d{1,5}): |[ \t]*\[(?:rank|default)?(\d+)\]:)?"
+"""Start of a :attr:`LogParser.block_re`: the optional launcher rank prefix (groups 1 and 2)."""
+
+_new = object.__new__
+
+
+def quick_step(step: int, step_time_s: float, tokens: int | None, loss: float | None, grad_norm: float | None,
+               claimed_tflops_per_device: float | None, claimed_tokens_per_s_per_device: float | None,
+               rank: int | None) -> StepRecord:
+    """A StepRecord built without the dataclass machinery (the speed path: ~4x cheaper).
+
+    The caller guarantees ``MIN_STEP_TIME_S <= step_time_s <= MAX_STEP_TIME_S`` (what
+    ``__post_init__`` would check); the field set is kept equal to StepRecord's by a test."""
+    rec = _new(StepRecord)
+    rec.__dict__ = {"step": step, "step_time_s": step_time_s, "tokens": tokens, "loss": loss,
+                    "grad_norm": grad_norm, "memory_GiB": None, "claimed_tokens_per_s": None,
+                    "claimed_tokens_per_s_per_device": claimed_tokens_per_s_per_device,
+                    "claimed_tflops_per_device": claimed_tflops_per_device, "claimed_mfu_pct": None,
+                    "breakdown": None, "rank": rank, "flag": None, "extra": {}}
+    return rec
 
 
 def strip_ansi(line: str) -> str:

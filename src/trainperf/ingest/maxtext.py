@@ -22,7 +22,16 @@ import re
 import statistics
 from typing import Any
 
-from trainperf.ingest.base import LogParser, ParseState, make_step, to_float, to_int, to_time
+from trainperf.ingest.base import (
+    RANK_PREFIX,
+    LogParser,
+    ParseState,
+    make_step,
+    quick_step,
+    to_float,
+    to_int,
+    to_time,
+)
 from trainperf.records.run_record import StepRecord
 
 _STEP = "completed step: "
@@ -36,6 +45,8 @@ _CONFIG_KEYS = {
 # The exact layout MaxText prints today: one regex, no per-field splitting (the speed path).
 _FAST = re.compile(r"completed step: (\d+), seconds: (\d+\.?\d*), TFLOP/s/device: (\d+\.?\d*), "
                    r"Tokens/s/device: (\d+\.?\d*), total_weights: (\d+), loss: (\d+\.?\d*)")
+_BLOCK = re.compile(RANK_PREFIX + r" ?completed step: (\d+), seconds: (\d+\.?\d*), TFLOP/s/device: (\d+\.?\d*), "
+                    r"Tokens/s/device: (\d+\.?\d*), total_weights: (\d+), loss: (\d+\.?\d*)$", re.M)
 _SECONDS = re.compile(r"seconds:\s*([^\s,]*)(,)?")
 _DTYPES = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16", "fp8": "fp8", "float8": "fp8"}
 
@@ -48,8 +59,21 @@ class MaxTextParser(LogParser):
     claimed_convention = None  # version dependent; inferred from TFLOP/s ÷ Tokens/s per device
     claimed_scope = "TFLOP/s and Tokens/s are per device"
 
+    block_re = _BLOCK
+
     def __init__(self) -> None:
         self._ratios: list[float] = []
+
+    def block_record(self, m: re.Match[str], state: ParseState) -> StepRecord | None:
+        _, _, step, secs_s, tflops, tok_dev_s, weights_s, loss = m.groups()
+        secs = float(secs_s)
+        if not 1e-6 <= secs <= 1e7:
+            return None
+        weights = int(weights_s)
+        tok_dev = float(tok_dev_s)
+        if len(self._ratios) < 64 and tok_dev > 0:
+            self._ratios.append(weights / (secs * tok_dev))
+        return quick_step(int(step), secs, weights or None, float(loss), None, float(tflops), tok_dev, state.rank)
 
     def parse_line(self, line: str, state: ParseState) -> StepRecord | None:
         i = line.find(_STEP)

@@ -23,7 +23,17 @@ from __future__ import annotations
 
 import re
 
-from trainperf.ingest.base import LogParser, ParseState, make_step, positive, to_float, to_int, to_time
+from trainperf.ingest.base import (
+    RANK_PREFIX,
+    LogParser,
+    ParseState,
+    make_step,
+    positive,
+    quick_step,
+    to_float,
+    to_int,
+    to_time,
+)
 from trainperf.records.run_record import StepRecord
 
 _ITER = re.compile(r"iteration\s+(\d+)\s*/\s*(\d+)\s*\|")
@@ -39,6 +49,12 @@ _STRICT = re.compile(r"iteration\s+(\d+)/\s*\d+ \| consumed samples:\s+\d+ \| el
                      r"\((m?s)\): (\d+\.?\d*) \|(?: throughput per GPU \(TFLOP/s/GPU\): (\d+\.?\d*) \|)? learning "
                      r"rate: [-+\d.Ee]+ \| global batch size:\s+(\d+) \| lm loss: ([-+\d.Ee]+|nan|inf) \| "
                      r"loss scale: [-+\d.Ee]+ \| grad norm: (\d+\.?\d*) \|")
+# The whole canonical line, for the pipeline's block path (see LogParser.block_re).
+_BLOCK = re.compile(RANK_PREFIX + r" *(?:\[[^\]\n]*\] +)?iteration +(\d+)/ *\d+ \| consumed samples: +\d+ \| "
+                    r"elapsed time per iteration \((m?s)\): (\d+\.?\d*) \|(?: throughput per GPU \(TFLOP/s/GPU\): "
+                    r"(\d+\.?\d*) \|)? learning rate: [-+\d.Ee]+ \| global batch size: +(\d+) \| lm loss: "
+                    r"([-+\d.Ee]+|nan|inf) \| loss scale: [-+\d.Ee]+ \| grad norm: (\d+\.?\d*) \|"
+                    r"(?![^\n]*(?:TFLOPs:|samples per second))[^\n]*$", re.M)
 _CONSUMED = re.compile(r"consumed samples:\s*(\d+) \| consumed tokens:\s*(\d+) \|")
 _PADDED_VOCAB = re.compile(r"padded vocab \(size: \d+\) with \d+ dummy tokens \(new size: (\d+)\)")
 _ARG = re.compile(r"^\s*([a-z_0-9]+) \.{2,} (\S.*?)\s*$")
@@ -75,11 +91,24 @@ class MegatronParser(LogParser):
     markers = ("iteration ", " ....", "using world size:", "padded vocab")
     claimed_convention = None  # nemo-legacy before the 2025 causal halving, megatron after
     claimed_scope = "TFLOP/s per GPU"
+    block_re = _BLOCK
 
     def __init__(self) -> None:
         self._seq: int | None = None
-        self._last_gbs: tuple[int, int, str] | None = None
+        self._last_gbs: tuple[int, int, str | re.Match[str]] | None = None
         self._args_seen = False
+
+    def block_record(self, m: re.Match[str], state: ParseState) -> StepRecord | None:
+        _, _, step, unit, t_s, tf, gbs_s, loss, gn = m.groups()
+        t = float(t_s) / 1000.0 if unit == "ms" else float(t_s)
+        if not 1e-6 <= t <= 1e7:
+            return None
+        gbs = int(gbs_s)
+        seq = self._seq or state.facts.values.get("seq_len") or state.hints.get("seq_len")
+        self._seq = seq
+        self._last_gbs = (gbs, state.line_no, m)
+        return quick_step(int(step), t, gbs * seq if seq else None, to_float(loss), float(gn),
+                          float(tf) if tf else None, None, state.rank)
 
     def parse_line(self, line: str, state: ParseState) -> StepRecord | None:
         i = line.find("elapsed time per iteration (")
@@ -155,7 +184,7 @@ class MegatronParser(LogParser):
     def finish(self, state: ParseState) -> list[StepRecord]:
         if self._last_gbs is not None and "global_batch" not in state.facts.values:
             gbs, line_no, line = self._last_gbs
-            state.facts.set("global_batch", gbs, line_no, line)
+            state.facts.set("global_batch", gbs, line_no, line if isinstance(line, str) else line.group(0))
         if self._args_seen and "mlp" not in state.facts.values:
             state.facts.set("mlp", "gelu", 0, "")
             state.facts.where["mlp"] = "the argument dump has no swiglu: Megatron's default MLP, GeLU"

@@ -128,86 +128,179 @@ def _other_markers(parser: LogParser) -> list[tuple[str, str]]:
     return out
 
 
+class _Feeder:
+    """The per-line path: strip the rank prefix, skip ranks above the kept one, parse, collect."""
+
+    def __init__(self, parser: LogParser, state: ParseState, counts: LineCounts, watch_other_formats: bool) -> None:
+        self.parser, self.state, self.counts = parser, state, counts
+        self.col = _Collector()
+        self.default_rank: int | None = None
+        self.total = self.used = self.other = 0
+        self.best = _NO_STEPS_YET
+        self.last_prefix, self.last_rank = "\x00", None  # a prefix no line starts with
+        self.others = _other_markers(parser) if watch_other_formats else []
+        self.n_other = 0
+
+    def marker(self, item: LogLine | PartialLine) -> None:
+        if item is PARTIAL:
+            self.state.partial = True
+        else:
+            self.default_rank = item.rank
+
+    def rank_of(self, line: str) -> tuple[str, int | None]:
+        """``line`` without its launcher prefix, and the rank (the file's default without one)."""
+        rank = self.default_rank
+        c = line[:1]
+        if c.isdigit():
+            if line.startswith(self.last_prefix):  # the same srun --label prefix as the line before
+                return line[len(self.last_prefix):], self.last_rank
+            j = line.find(": ", 1, 8)
+            if j > 0 and line[:j].isdigit():  # srun --label
+                self.last_rank = int(line[:j])
+                self.last_prefix = line[:j + 2]
+                return line[j + 2:], self.last_rank
+        elif c == "[" or c == " ":
+            m = _RANK_RE.match(line)
+            if m is not None:
+                return line[m.end():], int(m.group(1) or m.group(2) or m.group(3))
+        return line, rank
+
+    def feed(self, raw: str) -> None:
+        self.total += 1
+        line, rank = self.rank_of(raw)
+        r = _UNPREFIXED if rank is None else rank
+        if r > self.best:
+            self.other += 1
+            return
+        state = self.state
+        state.line_no = self.total
+        state.rank = rank
+        state.used = False
+        try:
+            rec = self.parser.parse_line(line, state)
+        except Exception:  # a parser bug must not lose the rest of the run; counted, not hidden
+            state.malformed_lines += 1
+            return
+        finally:
+            state.partial = False
+        if rec is not None:
+            self.used += 1
+            self.col.add(rec, self.total)
+            self.best = r
+        elif state.used:
+            self.used += 1
+        elif self.others and self.n_other < MAX_OTHER_FORMAT_LINES:
+            for marker, name in self.others:
+                if marker in line:
+                    self.counts.other_format_lines.setdefault(name, []).append((self.total, rank, line))
+                    self.n_other += 1
+                    break
+
+    def feed_block(self, batch: list[str], block_re: re.Pattern[str]) -> None:
+        """A batch of lines: the format's canonical step lines are matched by one multi-line regex
+        over the joined batch (no per-line Python work for them); the lines between matches go
+        through :meth:`feed`. Every line is still seen, in order, with its own line number.
+        (Counters live in locals here and are synced around :meth:`feed`: the speed path.)"""
+        text = "\n".join(batch)
+        record = self.parser.block_record
+        state = self.state
+        col = self.col
+        count = text.count
+        feed = self.feed
+        pos = k0 = 0
+        total, best, used, other = self.total, self.best, self.used, self.other
+        default_rank = self.default_rank
+        items = col.items if col.best is not None else None
+        for m in block_re.finditer(text):
+            k = k0 + count("\n", pos, m.start())
+            if k > k0:
+                self.total, self.best, self.used, self.other = total, best, used, other
+                for j in range(k0, k):
+                    feed(batch[j])
+                total, best, used, other = self.total, self.best, self.used, self.other
+                items = col.items if col.best is not None else None  # feed() may have reset them
+            pos = m.end() + 1  # past the match and its newline
+            k0 = k + 1
+            total += 1
+            g1, g2 = m.group(1, 2)
+            if g1 is not None:
+                rank: int | None = int(g1)
+                self.last_rank, self.last_prefix = rank, f"{g1}: "
+            elif g2 is not None:
+                rank = int(g2)
+            else:
+                rank = default_rank
+            r = _UNPREFIXED if rank is None else rank
+            if r > best:
+                other += 1
+                continue
+            state.line_no = total
+            state.rank = rank
+            rec = record(m, state)
+            if rec is None:  # outside the fast path's range (e.g. an impossible time): the full parser
+                self.total, self.best, self.used, self.other = total - 1, best, used, other
+                feed(batch[k])
+                total, best, used, other = self.total, self.best, self.used, self.other
+                items = col.items if col.best is not None else None
+                continue
+            used += 1
+            if r == best and items is not None:
+                items.append((total, rec))  # the collector's add(), inlined for the kept rank
+            else:
+                col.add(rec, total)
+                items = col.items
+                best = r
+        self.total, self.best, self.used, self.other = total, best, used, other
+        for j in range(k0, len(batch)):
+            feed(batch[j])
+
+
+BLOCK_LINES = 4096
+
+
 def run_parser(lines: Iterable[str | LogLine | PartialLine], parser: LogParser, state: ParseState,
                counts: LineCounts, *, watch_other_formats: bool = False) -> Collected:
     """Feed every line to ``parser``; never raises on content.
 
     Once a rank has produced a step, lines of higher ranks are not parsed at all (they would
     only give steps that are dropped): counted in ``counts.other_rank_lines``. Every step line
-    of the kept rank is parsed (no sampling). With ``watch_other_formats``, lines the parser did
-    not use that carry another format's step marker are kept (bounded) in
-    ``counts.other_format_lines`` so that a mixed file's other streams can be reported.
+    of the kept rank is parsed (no sampling). A parser with a ``block_re`` gets its canonical
+    step lines matched in blocks of :data:`BLOCK_LINES` lines (see :meth:`_Feeder.feed_block`).
+    With ``watch_other_formats``, lines the parser did not use that carry another format's step
+    marker are kept (bounded) in ``counts.other_format_lines`` so that a mixed file's other
+    streams can be reported.
     """
-    col = _Collector()
-    parse_line = parser.parse_line
-    default_rank: int | None = None
-    total = used = other = 0
-    best = _NO_STEPS_YET
-    add = col.add
-    last_prefix, last_rank = "\x00", None  # a prefix no line starts with
-    rank_re = _RANK_RE.match
-    others = _other_markers(parser) if watch_other_formats else []
-    other_lines = counts.other_format_lines
-    n_other = 0
-    for item in lines:
-        if item.__class__ is not str:
-            if item is PARTIAL:
-                state.partial = True
+    f = _Feeder(parser, state, counts, watch_other_formats)
+    block_re = parser.block_re
+    it = iter(lines)
+    if block_re is None:
+        feed, marker = f.feed, f.marker
+        for item in it:
+            if item.__class__ is str:
+                feed(item)  # type: ignore[arg-type]
             else:
-                default_rank = item.rank  # type: ignore[union-attr]
-            continue
-        total += 1
-        line: str = item  # type: ignore[assignment]
-        rank = default_rank
-        c = line[:1]
-        if c.isdigit():
-            if line.startswith(last_prefix):  # the same srun --label prefix as the line before
-                rank = last_rank
-                line = line[len(last_prefix):]
-            else:
-                j = line.find(": ", 1, 8)
-                if j > 0 and line[:j].isdigit():  # srun --label
-                    rank = last_rank = int(line[:j])
-                    last_prefix = line[:j + 2]
-                    line = line[j + 2:]
-        elif c == "[" or c == " ":
-            m = rank_re(line)
-            if m is not None:
-                rank = int(m.group(1) or m.group(2) or m.group(3))
-                line = line[m.end():]
-        r = _UNPREFIXED if rank is None else rank
-        if r > best:
-            other += 1
-            continue
-        state.line_no = total
-        state.rank = rank
-        state.used = False
-        try:
-            rec = parse_line(line, state)
-        except Exception:  # a parser bug must not lose the rest of the run; counted, not hidden
-            state.malformed_lines += 1
-            continue
-        finally:
-            state.partial = False
-        if rec is not None:
-            used += 1
-            add(rec, total)
-            best = r
-        elif state.used:
-            used += 1
-        elif others and n_other < MAX_OTHER_FORMAT_LINES:
-            for marker, name in others:
-                if marker in line:
-                    other_lines.setdefault(name, []).append((total, rank, line))
-                    n_other += 1
-                    break
+                marker(item)  # type: ignore[arg-type]
+    else:
+        islice = itertools.islice
+        while True:
+            batch = list(islice(it, BLOCK_LINES))
+            if not batch:
+                break
+            if all(x.__class__ is str for x in batch):
+                f.feed_block(batch, block_re)  # type: ignore[arg-type]
+                continue
+            for item in batch:
+                if item.__class__ is str:
+                    f.feed(item)  # type: ignore[arg-type]
+                else:
+                    f.marker(item)  # type: ignore[arg-type]
     for rec in parser.finish(state):
         line_no = rec.extra.pop("line", None) if rec.extra else None
-        add(rec, line_no if isinstance(line_no, int) else _INF)
-    counts.lines_total += total
-    counts.lines_used += used
-    counts.other_rank_lines += other
-    return col.result()
+        f.col.add(rec, line_no if isinstance(line_no, int) else _INF)
+    counts.lines_total += f.total
+    counts.lines_used += f.used
+    counts.other_rank_lines += f.other
+    return f.col.result()
 
 
 def other_streams(counts: LineCounts, hints: dict[str, Any]) -> list[dict[str, Any]]:
