@@ -247,3 +247,15 @@ def test_malformed_configs_give_one_line_errors(base, edits, model_type):
         return
     assert spec.checkpoint_params > 0 and spec.trainable_params <= spec.total_params
     assert forward_flops(spec, 64).matmul > 0
+
+
+def test_predict_and_mfu_state_a_defaulted_seq_len_and_warn_beyond_the_table(capsys):
+    code, out, _ = run_cli(capsys, "predict", "--hf-config", path("llama3.1-8b"), "--device", "h100-sxm",
+                           "--num-devices", "8", "--fsdp", "8")
+    assert code == 0 and "note: seq_len: 131,072 (default: the model's position table" in out
+    code, out, _ = run_cli(capsys, "predict", "--hf-config", path("llama3.1-8b"), "--device", "h100-sxm",
+                           "--num-devices", "8", "--fsdp", "8", "--seq-len", "8192")
+    assert code == 0 and "(default" not in out and "position table" not in out
+    code, out, _ = run_cli(capsys, "mfu", "--hf-config", path("gpt2"), "--device", "h100-sxm", "--seq-len", "4096",
+                           "--step-time", "1", "--global-batch", "8")
+    assert code == 0 and "beyond the model's position table (1,024)" in out

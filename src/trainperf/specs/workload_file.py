@@ -166,6 +166,7 @@ def workload_from_dict(data: Mapping[str, Any], overrides: Mapping[str, Any] | N
     plan = ParallelPlan.from_dict(dict(data.get("parallel", {})))
     num_devices = hw_body.get("num_devices", 1)
     seq_len = training.get("seq_len", model.max_seq_len)
+    seq_notes = _seq_len_notes(model, seq_len, defaulted="seq_len" not in training)
     micro = training.get("micro_batch", 1)
     if "global_batch" not in training:
         # One micro-batch per data-parallel rank: the smallest valid global batch.
@@ -178,8 +179,19 @@ def workload_from_dict(data: Mapping[str, Any], overrides: Mapping[str, Any] | N
         model=model, hardware=hardware, num_devices=num_devices,
         devices_per_node=hw_body.get("devices_per_node"), plan=plan, seq_len=seq_len,
         global_batch=training["global_batch"], micro_batch=micro, precision=precision,
-        activation_checkpointing=training.get("activation_checkpointing", "none"),
+        activation_checkpointing=training.get("activation_checkpointing", "none"), notes=seq_notes,
     )
+
+
+def _seq_len_notes(model: ModelSpec, seq_len: Any, defaulted: bool) -> tuple[str, ...]:
+    """A defaulted sequence length, and one beyond the position table, said in the notes."""
+    from trainperf.specs.model_notes import SEQ_DEFAULT, position_warning, seq_len_line
+
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len <= 0:
+        return ()  # Workload rejects it with a one-line error
+    lines = [seq_len_line(model, seq_len, SEQ_DEFAULT if defaulted else "given"),
+             position_warning(model, seq_len)]
+    return tuple(line for line in lines if line)
 
 
 def load_workload(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None):
