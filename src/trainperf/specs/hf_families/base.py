@@ -78,19 +78,19 @@ class HFConfig:
         return SpecError(self.field(key), None, f"required in a {self.model_type} config.json ({self.where})")
 
     # --- typed getters ----------------------------------------------------------------------
-    def int(self, key: str, default: Any = _MISSING, bound: Bound = WIDTH) -> int:
+    def integer(self, key: str, default: Any = _MISSING, bound: Bound = WIDTH) -> int:
         """A required (or defaulted) integer within ``bound``."""
         value = self.raw(key, default)
         if value is None:
             raise self._required(key)
-        return self.check_int(key, value, bound)
+        return self.check_integer(key, value, bound)
 
-    def opt_int(self, key: str, bound: Bound = WIDTH) -> int | None:
+    def opt_integer(self, key: str, bound: Bound = WIDTH) -> int | None:
         """An integer within ``bound``, or ``None`` when absent or null (and no class default)."""
         value = self.raw(key)
-        return None if value is None else self.check_int(key, value, bound)
+        return None if value is None else self.check_integer(key, value, bound)
 
-    def check_int(self, key: str, value: Any, bound: Bound) -> int:
+    def check_integer(self, key: str, value: Any, bound: Bound) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise SpecError(self.field(key), value,
                             f"an integer (got {_type_name(value)}; transformers rejects it too)")
@@ -99,7 +99,7 @@ class HFConfig:
                             f"an integer from {bound.lo:,} to {bound.hi:,} ({bound.why})")
         return value
 
-    def bool(self, key: str, default: bool) -> bool:
+    def flag(self, key: str, default: bool) -> bool:
         """A JSON boolean (``"false"``, a string, is rejected as transformers rejects it)."""
         value = self.raw(key, default)
         if not isinstance(value, bool):
@@ -112,13 +112,13 @@ class HFConfig:
             raise SpecError(self.field(key), value, f"a number (got {_type_name(value)})")
         return float(value)
 
-    def str(self, key: str, default: str) -> str:
+    def text(self, key: str, default: str) -> str:
         value = self.raw(key, default)
         if not isinstance(value, str):
             raise SpecError(self.field(key), value, f"a string (got {_type_name(value)})")
         return value
 
-    def list(self, key: str) -> list[Any] | None:
+    def items(self, key: str) -> list[Any] | None:
         """A JSON list, or ``None`` when absent or null."""
         value = self.raw(key)
         if value is None:
@@ -127,9 +127,9 @@ class HFConfig:
             raise SpecError(self.field(key), value, f"a list (got {_type_name(value)})")
         return value
 
-    def int_list(self, key: str, bound: Bound, length: int | None = None) -> list[int] | None:
+    def integer_list(self, key: str, bound: Bound, length: int | None = None) -> list[int] | None:
         """A list of integers within ``bound`` (of ``length`` items when given), or ``None``."""
-        items = self.list(key)
+        items = self.items(key)
         if items is None:
             return None
         if length is not None and len(items) != length:
@@ -140,9 +140,9 @@ class HFConfig:
                                 f"a list of integers from {bound.lo} to {bound.hi:,}")
         return items
 
-    def str_list(self, key: str, allowed: tuple[str, ...], length: int | None = None) -> list[str] | None:
+    def text_list(self, key: str, allowed: tuple[str, ...], length: int | None = None) -> list[str] | None:
         """A list of strings drawn from ``allowed`` (``length`` items when given), or ``None``."""
-        items = self.list(key)
+        items = self.items(key)
         if items is None:
             return None
         if length is not None and len(items) != length:
@@ -166,15 +166,6 @@ class HFConfig:
             raise SpecError(self.field(key), _short(value), f"a JSON object in a {self.model_type} config.json")
         return HFConfig(value, model_type, self.where, defaults, prefix=f"{self.prefix}{key}.")
 
-    def obj(self, key: str) -> dict[str, Any]:
-        """A nested JSON object as a plain dict (``{}`` when absent)."""
-        value = self.data.get(key)
-        if value is None:
-            return {}
-        if not isinstance(value, Mapping):
-            raise SpecError(self.field(key), _short(value), f"a JSON object in a {self.model_type} config.json")
-        return dict(value)
-
 
 def _short(value: Any, limit: int = 60) -> Any:
     """A value short enough for a one-line message (long lists are elided)."""
@@ -187,7 +178,7 @@ def _short(value: Any, limit: int = 60) -> Any:
 # --- activations ----------------------------------------------------------------------------------
 def gated_mlp(c: HFConfig, key: str, default: str) -> str:
     """``silu``/``swish`` -> SwiGLU, ``gelu*`` -> GeGLU, for a gated MLP."""
-    act = c.str(key, default).lower()
+    act = c.text(key, default).lower()
     if act in ("silu", "swish"):
         return "swiglu"
     if act.startswith("gelu"):
@@ -197,7 +188,7 @@ def gated_mlp(c: HFConfig, key: str, default: str) -> str:
 
 def plain_mlp(c: HFConfig, key: str, default: str) -> str:
     """``gelu*`` -> GELU, ``relu`` -> ReLU, for a two-matrix MLP."""
-    act = c.str(key, default).lower()
+    act = c.text(key, default).lower()
     if act.startswith("gelu"):
         return "gelu"
     if act == "relu":
@@ -210,24 +201,24 @@ LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
 
 def layer_types(c: HFConfig, layers: int, allowed: tuple[str, ...] = LAYER_TYPES) -> list[str] | None:
     """``layer_types`` validated: one known entry per layer, or ``None`` when absent."""
-    return c.str_list("layer_types", allowed, length=layers)
+    return c.text_list("layer_types", allowed, length=layers)
 
 
 def rope_decoder(c: HFConfig, *, tie_default: bool, max_seq_default: int,
                  act_default: str = "silu", act_key: str = "hidden_act") -> dict[str, Any]:
     """Fields shared by the Llama-like families (RMSNorm, RoPE, gated MLP)."""
-    layers = c.int("num_hidden_layers", bound=LAYERS)
-    heads = c.int("num_attention_heads", bound=HEADS)
+    layers = c.integer("num_hidden_layers", bound=LAYERS)
+    heads = c.integer("num_attention_heads", bound=HEADS)
     return {
         "layers": layers,
-        "hidden": c.int("hidden_size"),
+        "hidden": c.integer("hidden_size"),
         "heads": heads,
-        "kv_heads": c.opt_int("num_key_value_heads", HEADS),
-        "head_dim": c.opt_int("head_dim"),
-        "ffn_hidden": c.int("intermediate_size"),
-        "vocab": c.int("vocab_size", bound=VOCAB),
-        "max_seq_len": c.int("max_position_embeddings", max_seq_default, POSITIONS),
-        "tied_embeddings": c.bool("tie_word_embeddings", tie_default),
+        "kv_heads": c.opt_integer("num_key_value_heads", HEADS),
+        "head_dim": c.opt_integer("head_dim"),
+        "ffn_hidden": c.integer("intermediate_size"),
+        "vocab": c.integer("vocab_size", bound=VOCAB),
+        "max_seq_len": c.integer("max_position_embeddings", max_seq_default, POSITIONS),
+        "tied_embeddings": c.flag("tie_word_embeddings", tie_default),
         "mlp": gated_mlp(c, act_key, act_default),
         "norm": "rmsnorm",
         "position": "rope",

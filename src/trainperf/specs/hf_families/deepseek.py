@@ -51,30 +51,30 @@ def _mla_moe(c: HFConfig, *, router_bias: bool) -> dict[str, Any]:
                         f"equal to num_attention_heads={f['heads']} (MLA has one latent per head)")
     f["head_dim"] = None
     # q_lora_rank: null means "project queries directly"; absent means the class default.
-    q_rank = 0 if ("q_lora_rank" in c.data and c.data["q_lora_rank"] is None) else c.int("q_lora_rank", bound=RANK)
+    q_rank = 0 if ("q_lora_rank" in c.data and c.data["q_lora_rank"] is None) else c.integer("q_lora_rank", bound=RANK)
     f.update(
         attention="mla",
         q_lora_rank=q_rank,
-        kv_lora_rank=c.int("kv_lora_rank", bound=WIDTH),
-        qk_rope_head_dim=c.int("qk_rope_head_dim"),
-        qk_nope_head_dim=c.int("qk_nope_head_dim"),
-        v_head_dim=c.int("v_head_dim"),
-        attn_bias=c.bool("attention_bias", False),
-        mlp_bias=c.bool("mlp_bias", False),
+        kv_lora_rank=c.integer("kv_lora_rank", bound=WIDTH),
+        qk_rope_head_dim=c.integer("qk_rope_head_dim"),
+        qk_nope_head_dim=c.integer("qk_nope_head_dim"),
+        v_head_dim=c.integer("v_head_dim"),
+        attn_bias=c.flag("attention_bias", False),
+        mlp_bias=c.flag("mlp_bias", False),
     )
-    experts = c.int("n_routed_experts", bound=EXPERTS)
+    experts = c.integer("n_routed_experts", bound=EXPERTS)
     layers = f["layers"]
-    first = c.int("first_k_dense_replace", bound=LAYERS_OR_ZERO)
-    freq = c.int("moe_layer_freq", 1, LAYERS)
+    first = c.integer("first_k_dense_replace", bound=LAYERS_OR_ZERO)
+    freq = c.integer("moe_layer_freq", 1, LAYERS)
     moe = sum(1 for i in range(layers) if i >= first and i % freq == 0)
     if moe == 0:
         note(f, "no MoE layer (first_k_dense_replace >= num_hidden_layers): a dense model")
         return f
     f.update(
         moe_experts=experts,
-        moe_topk=c.int("num_experts_per_tok", bound=EXPERTS),
-        moe_expert_ffn=c.int("moe_intermediate_size"),
-        moe_shared_experts=c.int("n_shared_experts", bound=COUNT),
+        moe_topk=c.integer("num_experts_per_tok", bound=EXPERTS),
+        moe_expert_ffn=c.integer("moe_intermediate_size"),
+        moe_shared_experts=c.integer("n_shared_experts", bound=COUNT),
         moe_dense_layers=layers - moe,
         moe_router_bias=router_bias,
     )

@@ -38,7 +38,7 @@ def gemma(c: HFConfig) -> dict[str, Any]:
 def _windows(c: HFConfig, f: dict[str, Any], default_local: int) -> None:
     types = layer_types(c, f["layers"], _LOCAL_GLOBAL)
     n = types.count("sliding_attention") if types is not None else default_local
-    window = c.opt_int("sliding_window")
+    window = c.opt_integer("sliding_window")
     if window and n:
         f["sliding_window"] = window
         f["sliding_window_layers"] = n
@@ -65,7 +65,7 @@ def gemma3_text(c: HFConfig) -> dict[str, Any]:
     f = gemma(c)
     f["qk_norm"] = True
     f["norms_per_layer"] = 4
-    pattern = c.int("sliding_window_pattern", 6, LAYERS)
+    pattern = c.integer("sliding_window_pattern", 6, LAYERS)
     local = sum(1 for i in range(f["layers"]) if (i + 1) % pattern) if pattern > 1 else 0
     _windows(c, f, local)
     return f
@@ -75,7 +75,7 @@ def gemma3(c: HFConfig) -> dict[str, Any]:
     text = c.sub("text_config", "gemma3_text")
     assert text is not None
     f = gemma3_text(text)
-    f["tied_embeddings"] = c.bool("tie_word_embeddings", f["tied_embeddings"])
+    f["tied_embeddings"] = c.flag("tie_word_embeddings", f["tied_embeddings"])
     towers: list[Tower] = []
     vision = c.sub("vision_config", "siglip_vision_model", required=False)
     if vision is None:

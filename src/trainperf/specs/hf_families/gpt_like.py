@@ -41,16 +41,16 @@ from trainperf.specs.hf_families.base import (
 
 
 def gpt2(c: HFConfig) -> dict[str, Any]:
-    hidden = c.int("n_embd")
-    inner = c.opt_int("n_inner")
+    hidden = c.integer("n_embd")
+    inner = c.opt_integer("n_inner")
     return {
-        "layers": c.int("n_layer", bound=LAYERS),
+        "layers": c.integer("n_layer", bound=LAYERS),
         "hidden": hidden,
-        "heads": c.int("n_head", bound=HEADS),
+        "heads": c.integer("n_head", bound=HEADS),
         "ffn_hidden": inner if inner is not None else 4 * hidden,
-        "vocab": c.int("vocab_size", bound=VOCAB),
-        "max_seq_len": c.int("n_positions", 1024, LEARNED_POSITIONS),
-        "tied_embeddings": c.bool("tie_word_embeddings", True),
+        "vocab": c.integer("vocab_size", bound=VOCAB),
+        "max_seq_len": c.integer("n_positions", 1024, LEARNED_POSITIONS),
+        "tied_embeddings": c.flag("tie_word_embeddings", True),
         "mlp": plain_mlp(c, "activation_function", "gelu_new"),
         "norm": "layernorm",
         "bias": True,
@@ -59,56 +59,56 @@ def gpt2(c: HFConfig) -> dict[str, Any]:
 
 
 def gpt_neox(c: HFConfig) -> dict[str, Any]:
-    attention_bias = c.bool("attention_bias", True)
+    attention_bias = c.flag("attention_bias", True)
     return {
-        "layers": c.int("num_hidden_layers", bound=LAYERS),
-        "hidden": c.int("hidden_size"),
-        "heads": c.int("num_attention_heads", bound=HEADS),
-        "ffn_hidden": c.int("intermediate_size"),
-        "vocab": c.int("vocab_size", bound=VOCAB),
-        "max_seq_len": c.int("max_position_embeddings", 2048, POSITIONS),
-        "tied_embeddings": c.bool("tie_word_embeddings", False),
+        "layers": c.integer("num_hidden_layers", bound=LAYERS),
+        "hidden": c.integer("hidden_size"),
+        "heads": c.integer("num_attention_heads", bound=HEADS),
+        "ffn_hidden": c.integer("intermediate_size"),
+        "vocab": c.integer("vocab_size", bound=VOCAB),
+        "max_seq_len": c.integer("max_position_embeddings", 2048, POSITIONS),
+        "tied_embeddings": c.flag("tie_word_embeddings", False),
         "mlp": plain_mlp(c, "hidden_act", "gelu"),
         "norm": "layernorm",
         "bias": attention_bias,
         "mlp_bias": True,
         "norm_bias": True,
         "position": "rope",
-        "parallel_residual": c.bool("use_parallel_residual", True),
+        "parallel_residual": c.flag("use_parallel_residual", True),
     }
 
 
 def mpt(c: HFConfig) -> dict[str, Any]:
-    d_model = c.int("d_model")
-    heads = c.int("n_heads", bound=HEADS)
+    d_model = c.integer("d_model")
+    heads = c.integer("n_heads", bound=HEADS)
     attn = c.sub("attn_config", "mpt attn_config", required=False) or HFConfig({}, "mpt", c.where,
                                                                                 prefix="attn_config.")
     ffn = c.sub("ffn_config", "mpt ffn_config", required=False) or HFConfig({}, "mpt", c.where,
                                                                              prefix="ffn_config.")
-    ffn_hidden = ffn.opt_int("ffn_hidden_size")
+    ffn_hidden = ffn.opt_integer("ffn_hidden_size")
     if ffn_hidden is None:
         ratio = c.number("expansion_ratio", 4)
         if not 0 < ratio <= 1024:
             raise SpecError(c.field("expansion_ratio"), ratio, "a number between 0 and 1024")
         ffn_hidden = int(round(ratio * d_model, 6))
-    attn_type = attn.str("attn_type", "multihead_attention")
+    attn_type = attn.text("attn_type", "multihead_attention")
     kv_heads = None
     if attn_type == "multiquery_attention":
         kv_heads = 1
     elif attn_type == "grouped_query_attention":
-        kv_heads = attn.int("kv_n_heads", heads, HEADS)
+        kv_heads = attn.integer("kv_n_heads", heads, HEADS)
     elif attn_type != "multihead_attention":
         raise SpecError(attn.field("attn_type"), attn_type,
                         "multihead_attention, multiquery_attention or grouped_query_attention")
-    if attn.bool("alibi", False):
+    if attn.flag("alibi", False):
         position = "alibi"
-    elif attn.bool("rope", False):
+    elif attn.flag("rope", False):
         position = "rope"
-    elif c.bool("learned_pos_emb", True):
+    elif c.flag("learned_pos_emb", True):
         position = "learned"
     else:
         position = "none"
-    ffn_type = ffn.str("ffn_type", "mptmlp")
+    ffn_type = ffn.text("ffn_type", "mptmlp")
     if ffn_type == "mptgeglu":
         mlp = "geglu"
     elif ffn_type == "mptglu":
@@ -118,19 +118,19 @@ def mpt(c: HFConfig) -> dict[str, Any]:
         mlp = "gelu"
     else:
         raise SpecError(ffn.field("ffn_type"), ffn_type, "mptmlp, mptgeglu or mptglu")
-    norm_type = c.str("norm_type", "low_precision_layernorm")
+    norm_type = c.text("norm_type", "low_precision_layernorm")
     return {
-        "layers": c.int("n_layers", bound=LAYERS),
+        "layers": c.integer("n_layers", bound=LAYERS),
         "hidden": d_model,
         "heads": heads,
         "kv_heads": kv_heads,
         "ffn_hidden": ffn_hidden,
-        "vocab": c.int("vocab_size", bound=VOCAB),
-        "max_seq_len": c.int("max_seq_len", 2048, LEARNED_POSITIONS if position == "learned" else POSITIONS),
-        "tied_embeddings": c.bool("tie_word_embeddings", True),
+        "vocab": c.integer("vocab_size", bound=VOCAB),
+        "max_seq_len": c.integer("max_seq_len", 2048, LEARNED_POSITIONS if position == "learned" else POSITIONS),
+        "tied_embeddings": c.flag("tie_word_embeddings", True),
         "mlp": mlp,
         "norm": "rmsnorm" if "rmsnorm" in norm_type else "layernorm",
-        "bias": not c.bool("no_bias", False),
+        "bias": not c.flag("no_bias", False),
         "position": position,
     }
 
@@ -142,31 +142,31 @@ def _phi_common(fields: dict[str, Any]) -> dict[str, Any]:
 
 def phi(c: HFConfig) -> dict[str, Any]:
     return _phi_common({
-        "layers": c.int("num_hidden_layers", bound=LAYERS),
-        "hidden": c.int("hidden_size"),
-        "heads": c.int("num_attention_heads", bound=HEADS),
-        "kv_heads": c.opt_int("num_key_value_heads", HEADS),
-        "ffn_hidden": c.int("intermediate_size"),
-        "vocab": c.int("vocab_size", bound=VOCAB),
-        "max_seq_len": c.int("max_position_embeddings", 2048, POSITIONS),
-        "tied_embeddings": c.bool("tie_word_embeddings", False),
+        "layers": c.integer("num_hidden_layers", bound=LAYERS),
+        "hidden": c.integer("hidden_size"),
+        "heads": c.integer("num_attention_heads", bound=HEADS),
+        "kv_heads": c.opt_integer("num_key_value_heads", HEADS),
+        "ffn_hidden": c.integer("intermediate_size"),
+        "vocab": c.integer("vocab_size", bound=VOCAB),
+        "max_seq_len": c.integer("max_position_embeddings", 2048, POSITIONS),
+        "tied_embeddings": c.flag("tie_word_embeddings", False),
         "mlp": plain_mlp(c, "hidden_act", "gelu_new"),
-        "qk_norm": c.bool("qk_layernorm", False),
+        "qk_norm": c.flag("qk_layernorm", False),
     })
 
 
 def phi_msft(c: HFConfig) -> dict[str, Any]:
-    hidden = c.int("n_embd")
-    inner = c.opt_int("n_inner")
+    hidden = c.integer("n_embd")
+    inner = c.opt_integer("n_inner")
     return _phi_common({
-        "layers": c.int("n_layer", bound=LAYERS),
+        "layers": c.integer("n_layer", bound=LAYERS),
         "hidden": hidden,
-        "heads": c.int("n_head", bound=HEADS),
-        "kv_heads": c.opt_int("n_head_kv", HEADS),
+        "heads": c.integer("n_head", bound=HEADS),
+        "kv_heads": c.opt_integer("n_head_kv", HEADS),
         "ffn_hidden": inner if inner is not None else 4 * hidden,
-        "vocab": c.int("vocab_size", bound=VOCAB),
-        "max_seq_len": c.int("n_positions", 2048, POSITIONS),
-        "tied_embeddings": c.bool("tie_word_embeddings", False),
+        "vocab": c.integer("vocab_size", bound=VOCAB),
+        "max_seq_len": c.integer("n_positions", 2048, POSITIONS),
+        "tied_embeddings": c.flag("tie_word_embeddings", False),
         "mlp": plain_mlp(c, "activation_function", "gelu_new"),
     })
 
@@ -174,17 +174,17 @@ def phi_msft(c: HFConfig) -> dict[str, Any]:
 def _alias(c: HFConfig, key: str, old: str, bound: Bound, default: int) -> int:
     """``key``, or its RefinedWeb spelling ``old`` when only that is present."""
     if not c.has(key) and c.has(old):
-        return c.int(old, bound=bound)
-    return c.int(key, default, bound)
+        return c.integer(old, bound=bound)
+    return c.integer(key, default, bound)
 
 
 def falcon(c: HFConfig, *, new_arch_default: bool = False) -> dict[str, Any]:
     hidden = _alias(c, "hidden_size", "n_embed", WIDTH, 4544)
     heads = _alias(c, "num_attention_heads", "n_head", HEADS, 71)
     layers = _alias(c, "num_hidden_layers", "n_layer", LAYERS, 32)
-    new_arch = c.bool("new_decoder_architecture", new_arch_default)
-    multi_query = c.bool("multi_query", True)
-    parallel = c.bool("parallel_attn", True)
+    new_arch = c.flag("new_decoder_architecture", new_arch_default)
+    multi_query = c.flag("multi_query", True)
+    parallel = c.flag("parallel_attn", True)
     if new_arch:
         kv_heads = _alias(c, "num_kv_heads", "n_head_kv", HEADS, heads)
     elif multi_query:
@@ -194,22 +194,22 @@ def falcon(c: HFConfig, *, new_arch_default: bool = False) -> dict[str, Any]:
     if not parallel:
         norms = 2
     else:
-        n_ln = c.opt_int("num_ln_in_parallel_attn", Bound(1, 2, "1 or 2 norms in a parallel block"))
+        n_ln = c.opt_integer("num_ln_in_parallel_attn", Bound(1, 2, "1 or 2 norms in a parallel block"))
         norms = 2 if (n_ln == 2 or (n_ln is None and new_arch)) else 1
-    ffn = c.opt_int("ffn_hidden_size")
-    alibi = c.bool("alibi", False)
+    ffn = c.opt_integer("ffn_hidden_size")
+    alibi = c.flag("alibi", False)
     return {
         "layers": layers,
         "hidden": hidden,
         "heads": heads,
         "kv_heads": kv_heads,
         "ffn_hidden": ffn if ffn is not None else 4 * hidden,
-        "vocab": c.int("vocab_size", 65024, VOCAB),
-        "max_seq_len": c.int("max_position_embeddings", 2048, POSITIONS),
-        "tied_embeddings": c.bool("tie_word_embeddings", True),
+        "vocab": c.integer("vocab_size", 65024, VOCAB),
+        "max_seq_len": c.integer("max_position_embeddings", 2048, POSITIONS),
+        "tied_embeddings": c.flag("tie_word_embeddings", True),
         "mlp": plain_mlp(c, "activation", "gelu"),
         "norm": "layernorm",
-        "bias": c.bool("bias", False),
+        "bias": c.flag("bias", False),
         "norm_bias": True,
         "norms_per_layer": norms,
         "parallel_residual": parallel,

@@ -43,16 +43,16 @@ def llama4_text(c: HFConfig) -> dict[str, Any]:
     f = rope_decoder(c, tie_default=False, max_seq_default=4096 * 32)
     layers = f["layers"]
     expert_ffn = f["ffn_hidden"]
-    f["ffn_hidden"] = c.int("intermediate_size_mlp")
-    f["attn_bias"] = c.bool("attention_bias", False)
-    moe_layers = c.int_list("moe_layers", Bound(0, layers - 1, f"a layer index below {layers}"))
+    f["ffn_hidden"] = c.integer("intermediate_size_mlp")
+    f["attn_bias"] = c.flag("attention_bias", False)
+    moe_layers = c.integer_list("moe_layers", Bound(0, layers - 1, f"a layer index below {layers}"))
     if moe_layers is None:
-        step = c.int("interleave_moe_layer_step", bound=LAYERS)
+        step = c.integer("interleave_moe_layer_step", bound=LAYERS)
         moe_layers = list(range(step - 1, layers, step))
     n_moe = len(set(moe_layers))
     if n_moe:
-        f.update(moe_experts=c.int("num_local_experts", bound=EXPERTS),
-                 moe_topk=c.int("num_experts_per_tok", bound=EXPERTS),
+        f.update(moe_experts=c.integer("num_local_experts", bound=EXPERTS),
+                 moe_topk=c.integer("num_experts_per_tok", bound=EXPERTS),
                  moe_expert_ffn=expert_ffn, moe_shared_experts=1, moe_dense_layers=layers - n_moe)
         if layers - n_moe:
             note(f, f"{layers - n_moe} dense layers interleaved with MoE layers (counted as leading "
@@ -61,16 +61,16 @@ def llama4_text(c: HFConfig) -> dict[str, Any]:
     if types is not None:
         chunked = types.count("chunked_attention")
     else:
-        no_rope = c.list("no_rope_layers")
+        no_rope = c.items("no_rope_layers")
         if no_rope:  # transformers treats an empty list as absent
             if len(no_rope) != layers or any(v not in (0, 1) or isinstance(v, float) for v in no_rope):
                 raise SpecError(c.field("no_rope_layers"), no_rope[:8],
                                 f"a list of {layers} flags 0/1 (1 = RoPE, chunked attention)")
             chunked = sum(no_rope)
         else:
-            interval = c.int("no_rope_layer_interval", bound=LAYERS)
+            interval = c.integer("no_rope_layer_interval", bound=LAYERS)
             chunked = sum(1 for i in range(layers) if (i + 1) % interval)
-    chunk = c.opt_int("attention_chunk_size", POSITIONS)
+    chunk = c.opt_integer("attention_chunk_size", POSITIONS)
     if chunk and chunked:
         f["attention_chunk"] = chunk
         f["chunked_attention_layers"] = chunked
@@ -81,7 +81,7 @@ def llama4(c: HFConfig) -> dict[str, Any]:
     text = c.sub("text_config", "llama4_text")
     assert text is not None
     f = llama4_text(text)
-    f["tied_embeddings"] = c.bool("tie_word_embeddings", f["tied_embeddings"])
+    f["tied_embeddings"] = c.flag("tie_word_embeddings", f["tied_embeddings"])
     vision = c.sub("vision_config", "llama4_vision_model", required=False)
     if vision is None:
         note(f, "no vision_config: counted as a text model")

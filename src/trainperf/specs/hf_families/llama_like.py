@@ -39,7 +39,7 @@ from trainperf.specs.hf_families.base import (
 
 def window_all_layers(c: HFConfig, f: dict[str, Any]) -> None:
     """A ``sliding_window`` (when set) on every layer, or on the ``layer_types`` that say so."""
-    window = c.opt_int("sliding_window")
+    window = c.opt_integer("sliding_window")
     types = layer_types(c, f["layers"])
     if window:
         f["sliding_window"] = window
@@ -49,9 +49,9 @@ def window_all_layers(c: HFConfig, f: dict[str, Any]) -> None:
 def qwen_window(c: HFConfig, f: dict[str, Any]) -> None:
     layers = f["layers"]
     types = layer_types(c, layers)
-    window = c.opt_int("sliding_window")
-    use = c.bool("use_sliding_window", False)
-    max_window_layers = c.int("max_window_layers", layers, LAYERS_OR_ZERO)
+    window = c.opt_integer("sliding_window")
+    use = c.flag("use_sliding_window", False)
+    max_window_layers = c.integer("max_window_layers", layers, LAYERS_OR_ZERO)
     if types is not None:
         n = types.count("sliding_attention")
     elif use and window:
@@ -66,11 +66,11 @@ def qwen_window(c: HFConfig, f: dict[str, Any]) -> None:
 def qwen_moe(c: HFConfig, f: dict[str, Any]) -> None:
     """Experts, top-k and expert width; dense layers from ``mlp_only_layers``/``decoder_sparse_step``."""
     layers = f["layers"]
-    f["moe_experts"] = c.int("num_experts", bound=EXPERTS)
-    f["moe_topk"] = c.int("num_experts_per_tok", bound=EXPERTS)
-    f["moe_expert_ffn"] = c.int("moe_intermediate_size")
-    step = c.int("decoder_sparse_step", 1, Bound(1, LAYERS.hi, LAYERS.why))
-    mlp_only = set(c.int_list("mlp_only_layers", Bound(0, layers - 1, "a layer index")) or [])
+    f["moe_experts"] = c.integer("num_experts", bound=EXPERTS)
+    f["moe_topk"] = c.integer("num_experts_per_tok", bound=EXPERTS)
+    f["moe_expert_ffn"] = c.integer("moe_intermediate_size")
+    step = c.integer("decoder_sparse_step", 1, Bound(1, LAYERS.hi, LAYERS.why))
+    mlp_only = set(c.integer_list("mlp_only_layers", Bound(0, layers - 1, "a layer index")) or [])
     dense = sum(1 for i in range(layers) if i in mlp_only or (i + 1) % step != 0)
     if dense >= layers:
         raise SpecError(c.field("mlp_only_layers"), sorted(mlp_only),
@@ -83,8 +83,8 @@ def qwen_moe(c: HFConfig, f: dict[str, Any]) -> None:
 
 def llama(c: HFConfig) -> dict[str, Any]:
     f = rope_decoder(c, tie_default=False, max_seq_default=2048)
-    f["attn_bias"] = c.bool("attention_bias", False)
-    f["mlp_bias"] = c.bool("mlp_bias", False)
+    f["attn_bias"] = c.flag("attention_bias", False)
+    f["mlp_bias"] = c.flag("mlp_bias", False)
     return f
 
 
@@ -97,8 +97,8 @@ def mistral(c: HFConfig) -> dict[str, Any]:
 def mixtral(c: HFConfig) -> dict[str, Any]:
     f = rope_decoder(c, tie_default=False, max_seq_default=4096 * 32)
     window_all_layers(c, f)
-    f["moe_experts"] = c.int("num_local_experts", bound=EXPERTS)
-    f["moe_topk"] = c.int("num_experts_per_tok", bound=EXPERTS)
+    f["moe_experts"] = c.integer("num_local_experts", bound=EXPERTS)
+    f["moe_topk"] = c.integer("num_experts_per_tok", bound=EXPERTS)
     f["moe_expert_ffn"] = f["ffn_hidden"]
     return f
 
@@ -115,7 +115,7 @@ def qwen2_moe(c: HFConfig) -> dict[str, Any]:
     f["qkv_bias"] = True
     qwen_window(c, f)
     qwen_moe(c, f)
-    shared = c.int("shared_expert_intermediate_size", 0, WIDTH_OR_ZERO)
+    shared = c.integer("shared_expert_intermediate_size", 0, WIDTH_OR_ZERO)
     if shared:
         expert = f["moe_expert_ffn"]
         count = max(1, round(shared / expert))
@@ -129,7 +129,7 @@ def qwen2_moe(c: HFConfig) -> dict[str, Any]:
 def qwen3(c: HFConfig) -> dict[str, Any]:
     c.defaults.setdefault("head_dim", 128)
     f = rope_decoder(c, tie_default=False, max_seq_default=32768)
-    f["qkv_bias"] = c.bool("attention_bias", False)
+    f["qkv_bias"] = c.flag("attention_bias", False)
     f["qk_norm"] = True
     qwen_window(c, f)
     return f

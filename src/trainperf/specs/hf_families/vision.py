@@ -22,8 +22,8 @@ _SIGLIP_DEFAULTS = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_l
 
 
 def _patch_grid(v: HFConfig) -> tuple[int, int]:
-    image = v.int("image_size", bound=_IMAGE)
-    patch = v.int("patch_size", bound=_IMAGE)
+    image = v.integer("image_size", bound=_IMAGE)
+    patch = v.integer("patch_size", bound=_IMAGE)
     if patch > image:
         raise SpecError(v.field("patch_size"), patch, f"at most image_size={image}")
     return image, patch
@@ -38,10 +38,10 @@ def siglip_vision(v: HFConfig) -> Tower:
     """``SiglipVisionModel``: Conv2d patch embedding (with bias), learned positions, encoder,
     post LayerNorm and, when ``vision_use_head`` (default true), the attention-pooling head."""
     v.defaults = {**_SIGLIP_DEFAULTS, **v.defaults}
-    h, i = v.int("hidden_size"), v.int("intermediate_size")
-    layers = v.int("num_hidden_layers", bound=LAYERS)
-    v.int("num_attention_heads", bound=HEADS)
-    c = v.int("num_channels", bound=_CHANNELS)
+    h, i = v.integer("hidden_size"), v.integer("intermediate_size")
+    layers = v.integer("num_hidden_layers", bound=LAYERS)
+    v.integer("num_attention_heads", bound=HEADS)
+    c = v.integer("num_channels", bound=_CHANNELS)
     image, patch = _patch_grid(v)
     parts = [
         ("patch_embedding", c * patch * patch * h + h),
@@ -49,7 +49,7 @@ def siglip_vision(v: HFConfig) -> Tower:
         ("encoder_layers", layers * _vit_layer(h, i)),
         ("post_layernorm", 2 * h),
     ]
-    if v.bool("vision_use_head", True):
+    if v.flag("vision_use_head", True):
         # probe, nn.MultiheadAttention (in_proj 3h x h + 3h, out_proj h x h + h), LayerNorm, MLP
         parts.append(("head", h + (3 * h * h + 3 * h) + (h * h + h) + 2 * h + (h * i + i) + (i * h + h)))
     return Tower(name="vision_tower", kind="vision", params=sum(p for _, p in parts),
@@ -61,7 +61,7 @@ def siglip_vision(v: HFConfig) -> Tower:
 def gemma3_projector(v: HFConfig, text_hidden: int) -> Tower:
     """``Gemma3MultiModalProjector``: ``mm_input_projection_weight`` (vision x text width) and
     ``mm_soft_emb_norm`` (Gemma RMSNorm over the vision width); the average pooling has none."""
-    h = v.int("hidden_size")
+    h = v.integer("hidden_size")
     parts = (("mm_input_projection_weight", h * text_hidden), ("mm_soft_emb_norm", h))
     return Tower(name="multi_modal_projector", kind="projector", params=sum(p for _, p in parts),
                  architecture=f"linear {h} -> {text_hidden} after RMSNorm",
@@ -81,12 +81,12 @@ def llama4_vision(v: HFConfig) -> Tower:
     pixel-shuffle adapter ``vision_adapter`` (fc1 ``intermediate_size -> projector_input_dim``,
     fc2 ``projector_output_dim`` square, no biases)."""
     v.defaults = {**_LLAMA4_VISION_DEFAULTS, **v.defaults}
-    h, i = v.int("hidden_size"), v.int("intermediate_size")
-    layers = v.int("num_hidden_layers", bound=LAYERS)
-    v.int("num_attention_heads", bound=HEADS)
-    c = v.int("num_channels", bound=_CHANNELS)
+    h, i = v.integer("hidden_size"), v.integer("intermediate_size")
+    layers = v.integer("num_hidden_layers", bound=LAYERS)
+    v.integer("num_attention_heads", bound=HEADS)
+    c = v.integer("num_channels", bound=_CHANNELS)
     image, patch = _patch_grid(v)
-    p_in, p_out = v.int("projector_input_dim"), v.int("projector_output_dim")
+    p_in, p_out = v.integer("projector_input_dim"), v.integer("projector_output_dim")
     parts = (
         ("patch_embedding", c * patch * patch * h),
         ("class_embedding", h),
@@ -103,8 +103,8 @@ def llama4_vision(v: HFConfig) -> Tower:
 def llama4_projector(v: HFConfig, text_hidden: int) -> Tower:
     """``Llama4MultiModalProjector``: one linear ``vision_output_dim -> text hidden``, no bias."""
     v.defaults = {**_LLAMA4_VISION_DEFAULTS, **v.defaults}
-    out = v.int("vision_output_dim")
-    if v.bool("multi_modal_projector_bias", False):
+    out = v.integer("vision_output_dim")
+    if v.flag("multi_modal_projector_bias", False):
         raise SpecError(v.field("multi_modal_projector_bias"), True,
                         "false (transformers' Llama4MultiModalProjector has no bias)")
     return Tower(name="multi_modal_projector", kind="projector", params=out * text_hidden,
