@@ -311,3 +311,33 @@ def test_meta_device_cross_check(name):
     buffers = sum(b.numel() for n, b in model.named_buffers() if n.endswith("e_score_correction_bias"))
     assert ours.checkpoint_params == params + buffers
     assert ours.buffer_params == buffers
+
+
+def test_refinedweb_configs_read_like_falcon():
+    # tiiuae/falcon-7b's original remote-code config (model_type RefinedWebModel, n_embed/n_head/n_layer)
+    old_7b = {"model_type": "RefinedWebModel", "n_embed": 4544, "n_head": 71, "n_layer": 32, "multi_query": True,
+              "parallel_attn": True, "bias": False, "vocab_size": 65024, "alibi": False}
+    assert model_from_hf_config(old_7b).total_params == spec("falcon-7b").total_params
+    # tiiuae/falcon-40b's original config (model_type RefinedWeb: the new decoder architecture)
+    old_40b = {"model_type": "RefinedWeb", "n_embed": 8192, "n_head": 128, "n_head_kv": 8, "n_layer": 60,
+               "parallel_attn": True, "bias": False, "vocab_size": 65024, "alibi": False}
+    assert model_from_hf_config(old_40b).total_params == spec("falcon-40b").total_params
+
+
+def test_text_configs_alone_are_the_text_models():
+    for name, text_type in (("gemma-3-27b-it", "gemma3_text"), ("llama-4-scout-17b-16e", "llama4_text")):
+        whole = spec(name)
+        text = model_from_hf_config({**load(name)["text_config"], "model_type": text_type})
+        assert text.total_params == whole.total_params and not text.towers and whole.towers
+
+
+def test_llama4_chunked_attention_pairs():
+    from trainperf.accounting.flops import attention_pairs
+
+    s = spec("llama-4-scout-17b-16e")
+    S, C = 20000, 8192
+    chunked = 2 * C * (C + 1) / 2 + (S - 2 * C) * (S - 2 * C + 1) / 2  # causal within each chunk
+    full = S * (S + 1) / 2
+    assert attention_pairs(s, S, "causal") == 36 * chunked + 12 * full
+    assert attention_pairs(s, S, "full") == 36 * (2 * C * C + (S - 2 * C) ** 2) + 12 * S * S
+    assert s.attention_context(S) == [C] * 36 + [S] * 12
