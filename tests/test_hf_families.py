@@ -288,11 +288,33 @@ def _shrunk(cfg: dict) -> dict:
 META_FIXTURES = sorted(p.stem for p in FIXTURES.glob("*.json") if p.stem != "phi-2-msft")
 
 
-@pytest.mark.parametrize("name", META_FIXTURES)
-def test_meta_device_cross_check(name):
+VARIANTS = [
+    ("phi-2", {"qk_layernorm": True}), ("phi-2", {"num_key_value_heads": 8}),
+    ("falcon-7b", {"alibi": True}), ("falcon-7b", {"multi_query": False}), ("falcon-7b", {"parallel_attn": False}),
+    ("falcon-7b", {"bias": True}), ("falcon-40b", {"num_ln_in_parallel_attn": 1}),
+    ("pythia-410m", {"attention_bias": False}), ("llama3.1-8b", {"attention_bias": True, "mlp_bias": True}),
+    ("qwen3-8b", {"attention_bias": True}), ("deepseek-v2-lite", {"attention_bias": True}),
+    ("deepseek-v3", {"attention_bias": True}), ("qwen2-57b-a14b", {"decoder_sparse_step": 2}),
+    ("qwen3-30b-a3b-instruct-2507", {"mlp_only_layers": [0, 2]}),
+    ("gpt2", {"n_inner": 1000, "activation_function": "relu", "tie_word_embeddings": False}),
+    ("mistral-7b-v0.1", {"head_dim": 64}), ("gemma-2b", {"tie_word_embeddings": False}),
+    ("gemma-3-27b-it", {"vision_config": {"model_type": "siglip_vision_model", "hidden_size": 1152,
+                                          "image_size": 896, "intermediate_size": 4304, "num_attention_heads": 16,
+                                          "num_hidden_layers": 27, "patch_size": 14, "vision_use_head": True}}),
+    ("llama-4-scout-17b-16e", {"text_config": {"model_type": "llama4_text", "moe_layers": [1, 3],
+                                               "attention_bias": True, "num_hidden_layers": 4}}),
+]
+
+
+@pytest.mark.parametrize(("name", "change"), [(n, {}) for n in META_FIXTURES] + VARIANTS,
+                         ids=[n for n in META_FIXTURES] + [f"{n}-{'-'.join(c)}" for n, c in VARIANTS])
+def test_meta_device_cross_check(name, change):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    cfg = _shrunk(load(name))
+    base = load(name)
+    for key, value in change.items():  # nested configs are merged, not replaced
+        base[key] = {**base[key], **value} if isinstance(value, dict) else value
+    cfg = _shrunk(base)
     ours = model_from_hf_config(cfg)
     data = dict(cfg)
     data.pop("auto_map", None)

@@ -13,7 +13,7 @@ Families and the transformers modelling files their counts follow:
   ``shared_expert_gate`` (``hidden x 1``). The shared expert becomes
   ``moe_shared_experts = shared_width / moe_intermediate_size`` experts (same counts and FLOPs).
 * ``qwen3``, ``qwen3_moe`` (``modeling_qwen3.py``, ``modeling_qwen3_moe.py``): per-head q/k
-  RMSNorm, ``head_dim`` default 128.
+  RMSNorm, ``head_dim`` default 128; ``attention_bias`` on q, k, v and o_proj.
 * ``phi3`` (``modeling_phi3.py``): fused ``qkv_proj`` and ``gate_up_proj``; the same weights as
   separate q/k/v and gate/up projections, so the Llama counts apply. ``sliding_window`` on every
   layer.
@@ -129,7 +129,7 @@ def qwen2_moe(c: HFConfig) -> dict[str, Any]:
 def qwen3(c: HFConfig) -> dict[str, Any]:
     c.defaults.setdefault("head_dim", 128)
     f = rope_decoder(c, tie_default=False, max_seq_default=32768)
-    f["qkv_bias"] = c.flag("attention_bias", False)
+    f["attn_bias"] = c.flag("attention_bias", False)  # Qwen3Attention: q, k, v and o_proj
     f["qk_norm"] = True
     qwen_window(c, f)
     return f
