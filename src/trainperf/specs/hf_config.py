@@ -82,7 +82,11 @@ def model_from_hf_config(path_or_dict: Any) -> ModelSpec:
         raise SpecError("model_type", model_type, f"one of {', '.join(SUPPORTED_MODEL_TYPES)}")
     where = path or "dict"
     fields = reader(HFConfig(data, model_type, where))
-    name = data.get("_name_or_path")
-    name = name if isinstance(name, str) and name.strip() else model_type
-    source = path or name if name != model_type else path or "hf_config dict"
-    return ModelSpec(name=name, source=str(source), **fields)
+    given = data.get("_name_or_path")
+    name = given if isinstance(given, str) and given.strip() else model_type
+    source = path or (name if name != model_type else "hf_config dict")
+    try:
+        return ModelSpec(name=name, source=source, **fields)
+    except SpecError as exc:  # a shape that reads well but does not hold together (heads vs hidden...)
+        raise SpecError(exc.field, exc.value,
+                        f"{exc.valid} (ModelSpec field read from the {model_type} config.json, {where})") from None
