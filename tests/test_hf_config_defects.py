@@ -259,3 +259,13 @@ def test_predict_and_mfu_state_a_defaulted_seq_len_and_warn_beyond_the_table(cap
     code, out, _ = run_cli(capsys, "mfu", "--hf-config", path("gpt2"), "--device", "h100-sxm", "--seq-len", "4096",
                            "--step-time", "1", "--global-batch", "8")
     assert code == 0 and "beyond the model's position table (1,024)" in out
+
+
+def test_absurd_sizes_given_inline_are_rejected_too(capsys):
+    code, out, err = run_cli(capsys, "flops", "--model", "llama3-8b", "--vocab", str(10**30))
+    assert code == 2 and out == "" and "16,777,216" in err and len(err.strip().splitlines()) == 1
+    from trainperf.specs.model import ModelSpec
+
+    with pytest.raises(SpecError) as info:
+        ModelSpec(layers=10**6, hidden=64, heads=1, ffn_hidden=64, vocab=64)
+    assert info.value.field == "layers" and "10,000" in str(info.value)

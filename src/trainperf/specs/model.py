@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from trainperf.errors import SpecError
+from trainperf.specs.bounds import MODEL_FIELD_BOUNDS
 from trainperf.specs.towers import Tower
 
 MlpKind = Literal["swiglu", "geglu", "gelu", "relu"]
@@ -208,6 +209,10 @@ class ModelSpec:
         if self.sliding_window_layers > self.layers:
             raise SpecError("sliding_window_layers", self.sliding_window_layers,
                             f"at most layers={self.layers}")
+        for name, bound in MODEL_FIELD_BOUNDS.items():
+            value = getattr(self, name)
+            if value is not None and value > bound.hi:
+                raise SpecError(name, value, bound.valid())
         if self.sliding_window_layers and not self.sliding_window:
             raise SpecError("sliding_window", 0, "a positive window when sliding_window_layers > 0")
         if self.chunked_attention_layers and not self.attention_chunk:

@@ -11,34 +11,25 @@ matching transformers config class, given by the family reader.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from trainperf.errors import SpecError
+from trainperf.specs.bounds import (  # noqa: F401 (re-exported for the family readers)
+    COUNT,
+    EXPERTS,
+    HEADS,
+    LAYERS,
+    LAYERS_OR_ZERO,
+    LEARNED_POSITIONS,
+    POSITIONS,
+    RANK,
+    VOCAB,
+    WIDTH,
+    WIDTH_OR_ZERO,
+    Bound,
+)
 
 _MISSING: Any = object()
-
-
-@dataclass(frozen=True)
-class Bound:
-    """Inclusive range of a size field, with the reason for the upper limit."""
-
-    lo: int
-    hi: int
-    why: str
-
-
-LAYERS = Bound(1, 10_000, "trainperf's bound on transformer blocks; the deepest published LLM has 126")
-WIDTH = Bound(1, 1 << 20, "trainperf's bound on a width (1,048,576); published models stay below 75,000")
-HEADS = Bound(1, 1 << 14, "trainperf's bound on attention heads (16,384)")
-VOCAB = Bound(1, 1 << 24, "trainperf's bound on a vocabulary (16,777,216); the largest published has 262,208")
-POSITIONS = Bound(1, 1 << 32, "trainperf's bound on a position table or context (4,294,967,296 tokens)")
-LEARNED_POSITIONS = Bound(1, 1 << 20, "trainperf's bound on a learned position table (1,048,576 rows)")
-EXPERTS = Bound(1, 1 << 16, "trainperf's bound on experts per layer (65,536)")
-COUNT = Bound(0, 1 << 16, "trainperf's bound on a small count (65,536)")
-RANK = Bound(0, 1 << 20, "trainperf's bound on a low-rank width (1,048,576)")
-WIDTH_OR_ZERO = Bound(0, WIDTH.hi, WIDTH.why)
-LAYERS_OR_ZERO = Bound(0, LAYERS.hi, LAYERS.why)
 
 
 def _type_name(value: Any) -> str:
@@ -95,8 +86,7 @@ class HFConfig:
             raise SpecError(self.field(key), value,
                             f"an integer (got {_type_name(value)}; transformers rejects it too)")
         if not bound.lo <= value <= bound.hi:
-            raise SpecError(self.field(key), value,
-                            f"an integer from {bound.lo:,} to {bound.hi:,} ({bound.why})")
+            raise SpecError(self.field(key), value, bound.valid())
         return value
 
     def flag(self, key: str, default: bool) -> bool:
