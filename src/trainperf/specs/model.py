@@ -211,7 +211,7 @@ class ModelSpec:
                             f"at most layers={self.layers}")
         for name, bound in MODEL_FIELD_BOUNDS.items():
             value = getattr(self, name)
-            if value is not None and value > bound.hi:
+            if isinstance(value, int) and value > bound.hi:
                 raise SpecError(name, value, bound.valid())
         if self.sliding_window_layers and not self.sliding_window:
             raise SpecError("sliding_window", 0, "a positive window when sliding_window_layers > 0")
