@@ -54,7 +54,7 @@ _BLOCK = re.compile(RANK_PREFIX + r" *(?:\[[^\]\n]*\] +)?iteration +(\d+)/ *\d+ 
                     r"elapsed time per iteration \((m?s)\): (\d+\.?\d*) \|(?: throughput per GPU \(TFLOP/s/GPU\): "
                     r"(\d+\.?\d*) \|)? learning rate: [-+\d.Ee]+ \| global batch size: +(\d+) \| lm loss: "
                     r"([-+\d.Ee]+|nan|inf) \| loss scale: [-+\d.Ee]+ \| grad norm: (\d+\.?\d*) \|"
-                    r"(?![^\n]*(?:TFLOPs:|samples per second))[^\n]*$", re.M)
+                    r"(?: number of skipped iterations: +\d+ \| number of nan iterations: +\d+ \|)? *$", re.M)
 _CONSUMED = re.compile(r"consumed samples:\s*(\d+) \| consumed tokens:\s*(\d+) \|")
 _PADDED_VOCAB = re.compile(r"padded vocab \(size: \d+\) with \d+ dummy tokens \(new size: (\d+)\)")
 _ARG = re.compile(r"^\s*([a-z_0-9]+) \.{2,} (\S.*?)\s*$")

@@ -18,6 +18,7 @@ import re
 import statistics
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +85,7 @@ class _Collector:
         self.items.append((line_no, rec))
 
     def result(self) -> Collected:
-        self.items.sort(key=lambda t: t[0])  # finish() records go back to their log line
+        self.items.sort(key=itemgetter(0))  # finish() records go back to their log line
         out = Collected(rank=None if self.best in (None, _UNPREFIXED) else self.best,
                         ranks_with_steps={r for r in self.ranks if r != _UNPREFIXED},
                         other_rank_steps=self.other, parsed=len(self.items))
@@ -443,7 +444,10 @@ def parse_log(source: str | Path, *, fmt: str | None = None, workload_path: str 
             keep += seg
         steps = keep
     tokens = [s.tokens for s in steps if s.tokens]
-    tokens_per_step = sorted(tokens)[len(tokens) // 2] if tokens else state.facts.get("tokens_per_step")
+    if tokens and min(tokens) == max(tokens):  # the common case: no sort of a million equal counts
+        tokens_per_step = tokens[0]
+    else:
+        tokens_per_step = sorted(tokens)[len(tokens) // 2] if tokens else state.facts.get("tokens_per_step")
     res = resolve_workload(state.facts, workload_path, overrides, tokens_per_step, base=base)
     facts = state.facts
     found, not_found = log_field_coverage(facts.values, tokens_per_step)
