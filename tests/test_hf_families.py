@@ -150,6 +150,13 @@ def test_gemma2_9b_counts_four_norms_per_block():
     assert s.norms_per_layer == 4
 
 
+def test_gemma3_1b_text_only():
+    s = spec("gemma-3-1b-it")
+    expected = llama_like(26, 1152, 4, 1, 256, 6912, 262144, tied=True, qk_norm=True, norms=4)
+    assert s.total_params == expected == 999_885_952  # HF google/gemma-3-1b-it
+    assert (s.sliding_window, s.sliding_window_layers) == (512, 22)  # 5 local per global layer
+
+
 def test_gemma3_27b_multimodal_counted_whole():
     text = llama_like(62, 5376, 32, 16, 128, 21504, 262208, tied=True, qk_norm=True, norms=4)
     hv, iv, Lv, p, img = 1152, 4304, 27, 14, 896
