@@ -228,3 +228,14 @@ def test_block_path_equals_line_path(fmt):
                      counts.other_rank_lines, state.malformed_lines))
     assert out[0] == out[1]
     assert out[0][1] == 0 and len(out[0][0]) > 1000
+
+
+def test_parse_json_names_cut_lines_flags_and_streams(tmp_path, capsys):
+    lines = [MT.format(i=i, s="2.000") for i in range(5)] + ["completed step: 5, seconds: 0.0000001, TFLOP/s/device: "
+                                                             "1.0, Tokens/s/device: 1.0, total_weights: 16000, loss: 1.0"]
+    log = write(tmp_path, "m.log", "\n".join([*lines, "completed step: 6, seconds: 2.0"]))
+    assert main(["parse", str(log), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["cut_lines"] == 1 and out["cut_line_examples"][0]["line"] == 7
+    assert out["flagged_steps"] == 1 and out["flag_reasons"][0].startswith("step 5:")
+    assert out["other_streams"] == [] and out["malformed_lines"] == 1

@@ -53,6 +53,7 @@ def _timestamp(line: str) -> float | None:
 
 class TorchtitanParser(LogParser):
     name = "torchtitan"
+    step_marker = "step:"
     description = "torchtitan: 'step: N  loss: L  memory: MGiB(P%)  tps: T  tflops: F  mfu: U%'"
     markers = ("step:", "global batch size", "device mesh", "Peak FLOPS", "capacity:", "Building llama")
     claimed_convention = "palm"
