@@ -5,6 +5,14 @@ A parser turns one line at a time into at most one :class:`~trainperf.records.St
 length, what the framework claimed for the whole run) in :class:`LogFacts`. Parsers never
 raise on content: a line they cannot use returns ``None`` and, if it looked like a step line
 but did not parse (truncated, garbled), is counted in ``state.malformed_lines``.
+
+A step is a complete line: every number a step is made of must be followed by its delimiter
+(``" |"`` in Megatron, ``","`` after MaxText's seconds, ``"ms"`` in nanoGPT, ``"it/s]"`` in a
+tqdm bar, ...). A line cut mid-number, as when a job is killed mid-write, is counted with
+:meth:`ParseState.cut` and named in the parse summary. Where a format's last field may end the
+line, the end of the line counts as its delimiter unless the line is the file's last and has
+no newline (``state.partial``). A physically impossible step time (below 1 us, not finite) still
+gives a record, flagged (:func:`make_step`); the pipeline adds the rate check (:mod:`.flags`).
 """
 
 from __future__ import annotations

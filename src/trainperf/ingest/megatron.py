@@ -12,11 +12,19 @@ line's own ``global batch size`` (which may ramp up) times ``seq_length``. The T
 samples per second: S | TFLOPs: F |``, per GPU) is read too. Facts come from the argument dump
 (``  world_size ........ 64``) and ``using world size: 64, data-parallel size: 8, ...``.
 
+Megatron-DeepSpeed (BLOOM) prints the time in seconds (``elapsed time per iteration (s):
+106.46 |``), ``lm-loss:`` in some versions, ``consumed tokens:`` (tokens / samples gives the
+sequence length) and a ``[default7]:`` rank prefix (stripped by the pipeline). The per-line
+``global batch size`` is a log fact (the last one seen, after any ramp-up). Every value is read
+up to its ``|``: a line cut inside the time field (``(ms): 9``) is a cut line, not a 0.009 s step.
+
 NeMo (Lightning) prints ``train_step_timing in s`` per step, either in the NeMo 2 progress
 printer (``Training epoch 0, iteration 9/49 | ... | global_step: 9 | reduced_train_loss: 10.35 |
 train_step_timing in s: 7.912 | TFLOPS_per_GPU: 459.2 | consumed_samples: 1280``) or in the
 tqdm bar postfix (``... reduced_train_loss=10.40, global_step=9.000, train_step_timing in
-s=7.900]``). ``train_step_timing`` is the step's own wall time.
+s=7.900]``). ``train_step_timing`` is the step's own wall time; ``tokens_per_sec_per_gpu`` and
+``TFLOPS_per_GPU`` are per-device claims. The printer's config dump (``  seq_length: 8192``)
+gives facts. The time must be followed by ``|``, ``,``, ``]`` or the end of a complete line.
 """
 
 from __future__ import annotations

@@ -8,6 +8,11 @@ Lines without a prefix count as one more stream that ranks after every numbered 
 single-process log has only that stream). A step number that does not increase starts a new segment (a restart from a checkpoint): the
 steps it repeats are replaced by the new ones, and the first steps of each later segment are
 dropped as that segment's warm-up (the same rule as the run's own warm-up).
+
+Every step line is parsed (no sampling, however long the log). Lines of another format's steps
+in a mixed file are collected and parsed by that format's parser: each such stream is reported
+(``meta["other_streams"]`` and a note); ``--format`` picks which stream is the run. Once the
+workload is known, physically impossible steps are flagged (:mod:`.flags`): kept, out of the medians.
 """
 
 from __future__ import annotations
