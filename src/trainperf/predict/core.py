@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from trainperf.accounting.flops import attention_pairs
 from trainperf.predict import comms, compute, memory, pipeline, vec
 
 ATTENTION_PEAK_PRECISION = {"fp8": "bf16", "fp4": "bf16"}
@@ -53,15 +54,9 @@ LOGIT_BYTES = 6.0
 
 
 def _kv_avg(model: Any, seq_len: int) -> float:
-    """Mean number of keys per query a block-sparse causal kernel computes, over layers."""
-    total = 0.0
-    for ctx in model.attention_context(seq_len):
-        if ctx < seq_len:
-            w = ctx
-            total += (w * (w + 1) / 2 + (seq_len - w) * w) / seq_len
-        else:
-            total += (seq_len + 1) / 2.0
-    return total / model.layers
+    """Mean number of keys per query a block-sparse causal kernel computes, over layers
+    (sliding-window and chunked layers as :func:`~trainperf.accounting.flops.attention_pairs`)."""
+    return attention_pairs(model, seq_len, "causal") / (seq_len * model.layers)
 
 
 def model_features(model: Any, seq_len: int) -> dict[str, Any]:
