@@ -194,7 +194,13 @@ def test_quick_step_has_every_stepRecord_field():
     from trainperf.ingest.base import quick_step
 
     rec = quick_step(1, 1.0, 2, 3.0, 4.0, 5.0, 6.0, 7)
-    assert set(rec.__dict__) == {f.name for f in dataclasses.fields(StepRecord)}
+    for f in dataclasses.fields(StepRecord):  # every field not in the instance dict has a class default of None
+        assert f.name in rec.__dict__ or getattr(StepRecord, f.name, "missing") is None, f.name
+    assert dataclasses.asdict(rec) == dataclasses.asdict(StepRecord(step=1, step_time_s=1.0, tokens=2, loss=3.0,
+        grad_norm=4.0, claimed_tflops_per_device=5.0, claimed_tokens_per_s_per_device=6.0, rank=7))
+    rec.flag = "x"  # settable like any record
+    assert rec.flag == "x" and StepRecord.flag is None
+    rec = quick_step(1, 1.0, 2, 3.0, 4.0, 5.0, 6.0, 7)
     assert rec == StepRecord(step=1, step_time_s=1.0, tokens=2, loss=3.0, grad_norm=4.0, claimed_tflops_per_device=5.0,
                              claimed_tokens_per_s_per_device=6.0, rank=7)
 
