@@ -149,8 +149,9 @@ class LogParser:
     """Optional speed path: a multi-line (``re.M``) regex matching one whole step line in the
     format's canonical layout (every number followed by its delimiter), with a launcher rank
     prefix in group 1 (``srun --label`` ``3: ``) or group 2 (``[rank3]:``, ``[default3]:``).
-    The pipeline runs it over blocks of lines and calls :meth:`block_record` per match; lines it
-    does not match go through :meth:`parse_line` as usual."""
+    The pipeline runs it (with a catch-all alternative, so that it yields one group tuple per
+    line) over blocks of lines and calls :meth:`block_record` per matched line; lines it does not
+    match go through :meth:`parse_line` as usual."""
     claimed_convention: ClassVar[str | None] = None
     """FLOP convention the framework's own TFLOP/s and MFU use, when documented."""
     claimed_scope: ClassVar[str] = ""
@@ -159,9 +160,10 @@ class LogParser:
     def parse_line(self, line: str, state: ParseState) -> StepRecord | None:  # pragma: no cover
         raise NotImplementedError
 
-    def block_record(self, m: re.Match[str], state: ParseState) -> StepRecord | None:
-        """The record of one :attr:`block_re` match, or ``None`` to send the line to
-        :meth:`parse_line` (e.g. a step time outside the plausible range, which that flags)."""
+    def block_record(self, g: tuple[str, ...], line: str, state: ParseState) -> StepRecord | None:
+        """The record of one :attr:`block_re` match (its groups ``g``; ``line`` is the whole line),
+        or ``None`` to send the line to :meth:`parse_line` (e.g. a step time outside the plausible
+        range, which that flags)."""
         return None
 
     def finish(self, state: ParseState) -> list[StepRecord]:

@@ -64,8 +64,8 @@ class MaxTextParser(LogParser):
     def __init__(self) -> None:
         self._ratios: list[float] = []
 
-    def block_record(self, m: re.Match[str], state: ParseState) -> StepRecord | None:
-        _, _, step, secs_s, tflops, tok_dev_s, weights_s, loss = m.groups()
+    def block_record(self, g: tuple[str, ...], line: str, state: ParseState) -> StepRecord | None:
+        _, _, step, secs_s, tflops, tok_dev_s, weights_s, loss = g[:8]
         secs = float(secs_s)
         if not 1e-6 <= secs <= 1e7:
             return None

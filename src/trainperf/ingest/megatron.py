@@ -103,20 +103,20 @@ class MegatronParser(LogParser):
 
     def __init__(self) -> None:
         self._seq: int | None = None
-        self._last_gbs: tuple[int, int, str | re.Match[str]] | None = None
+        self._last_gbs: tuple[int, int, str] | None = None
         self._args_seen = False
 
-    def block_record(self, m: re.Match[str], state: ParseState) -> StepRecord | None:
-        _, _, step, unit, t_s, tf, gbs_s, loss, gn = m.groups()
+    def block_record(self, g: tuple[str, ...], line: str, state: ParseState) -> StepRecord | None:
+        _, _, step, unit, t_s, tf, gbs_s, loss, gn = g[:9]
         t = float(t_s) / 1000.0 if unit == "ms" else float(t_s)
         if not 1e-6 <= t <= 1e7:
             return None
         gbs = int(gbs_s)
         seq = self._seq or state.facts.values.get("seq_len") or state.hints.get("seq_len")
         self._seq = seq
-        self._last_gbs = (gbs, state.line_no, m)
+        self._last_gbs = (gbs, state.line_no, line)
         return quick_step(int(step), t, gbs * seq if seq else None, to_float(loss), float(gn),
-                          float(tf) if tf else None, None, state.rank)
+                          float(tf) if tf else None, None, state.rank)  # findall gives "" for a missing group
 
     def parse_line(self, line: str, state: ParseState) -> StepRecord | None:
         i = line.find("elapsed time per iteration (")
@@ -192,7 +192,7 @@ class MegatronParser(LogParser):
     def finish(self, state: ParseState) -> list[StepRecord]:
         if self._last_gbs is not None and "global_batch" not in state.facts.values:
             gbs, line_no, line = self._last_gbs
-            state.facts.set("global_batch", gbs, line_no, line if isinstance(line, str) else line.group(0))
+            state.facts.set("global_batch", gbs, line_no, line)
         if self._args_seen and "mlp" not in state.facts.values:
             state.facts.set("mlp", "gelu", 0, "")
             state.facts.where["mlp"] = "the argument dump has no swiglu: Megatron's default MLP, GeLU"

@@ -202,38 +202,38 @@ class _Feeder:
                     self.n_other += 1
                     break
 
-    def feed_block(self, batch: list[str], block_re: re.Pattern[str]) -> None:
-        """A batch of lines: the format's canonical step lines are matched by one multi-line regex
-        over the joined batch (no per-line Python work for them); the lines between matches go
-        through :meth:`feed`. Every line is still seen, in order, with its own line number.
-        (Counters live in locals here and are synced around :meth:`feed`: the speed path.)"""
-        text = "\n".join(batch)
+    def feed_block(self, batch: list[str], every_line_re: re.Pattern[str]) -> None:
+        """A batch of lines through the format's :attr:`~LogParser.block_re`, extended with a
+        catch-all alternative so that ``findall`` over the joined batch gives one group tuple per
+        line, all in C: a canonical step line becomes a record via ``block_record``, any other line
+        (its step group empty) goes through :meth:`feed`. Every line is still seen, in order, with
+        its own line number; counters live in locals here and are synced around :meth:`feed`."""
+        rows = every_line_re.findall("\n".join(batch))
+        if len(rows) != len(batch):  # cannot happen for newline-free lines; stay exact if it does
+            for line in batch:
+                self.feed(line)
+            return
         record = self.parser.block_record
         state = self.state
         col = self.col
-        count = text.count
         feed = self.feed
-        pos = k0 = 0
         total, best, used, other = self.total, self.best, self.used, self.other
         default_rank = self.default_rank
         items = col.items if col.best is not None else None
-        for m in block_re.finditer(text):
-            k = k0 + count("\n", pos, m.start())
-            if k > k0:
+        for i, g in enumerate(rows):
+            if not g[2]:  # not a canonical step line
                 self.total, self.best, self.used, self.other = total, best, used, other
-                for j in range(k0, k):
-                    feed(batch[j])
+                feed(batch[i])
                 total, best, used, other = self.total, self.best, self.used, self.other
                 items = col.items if col.best is not None else None  # feed() may have reset them
-            pos = m.end() + 1  # past the match and its newline
-            k0 = k + 1
+                continue
             total += 1
-            g1, g2 = m.group(1, 2)
-            if g1 is not None:
+            g1 = g[0]
+            if g1:
                 rank: int | None = int(g1)
                 self.last_rank, self.last_prefix = rank, f"{g1}: "
-            elif g2 is not None:
-                rank = int(g2)
+            elif g[1]:
+                rank = int(g[1])
             else:
                 rank = default_rank
             r = _UNPREFIXED if rank is None else rank
@@ -242,10 +242,10 @@ class _Feeder:
                 continue
             state.line_no = total
             state.rank = rank
-            rec = record(m, state)
+            rec = record(g, batch[i], state)
             if rec is None:  # outside the fast path's range (e.g. an impossible time): the full parser
                 self.total, self.best, self.used, self.other = total - 1, best, used, other
-                feed(batch[k])
+                feed(batch[i])
                 total, best, used, other = self.total, self.best, self.used, self.other
                 items = col.items if col.best is not None else None
                 continue
@@ -257,8 +257,12 @@ class _Feeder:
                 items = col.items
                 best = r
         self.total, self.best, self.used, self.other = total, best, used, other
-        for j in range(k0, len(batch)):
-            feed(batch[j])
+
+
+def every_line_regex(block_re: re.Pattern[str]) -> re.Pattern[str]:
+    """``block_re`` or a catch-all: ``findall`` then yields one tuple per line of a block, the
+    step number (group 3) empty for a line that is not a canonical step line."""
+    return re.compile(f"(?:{block_re.pattern})|^[^\\n]*$", re.M)
 
 
 BLOCK_LINES = 4096
@@ -287,13 +291,14 @@ def run_parser(lines: Iterable[str | LogLine | PartialLine], parser: LogParser, 
             else:
                 marker(item)  # type: ignore[arg-type]
     else:
+        every_re = every_line_regex(block_re)
         islice = itertools.islice
         while True:
             batch = list(islice(it, BLOCK_LINES))
             if not batch:
                 break
             if all(x.__class__ is str for x in batch):
-                f.feed_block(batch, block_re)  # type: ignore[arg-type]
+                f.feed_block(batch, every_re)  # type: ignore[arg-type]
                 continue
             for item in batch:
                 if item.__class__ is str:
