@@ -122,7 +122,9 @@ def workload_features(w: Any, trainable_fraction: float = 1.0) -> dict[str, Any]
         "shards_params": float(p.shards_params), "shards_grads": float(p.shards_grads),
         "shards_optimizer": float(p.shards_optimizer),
         "policy": w.activation_checkpointing,
-        "peak_flops": hw.peak_flops(precision), "attn_peak_flops": hw.peak_flops(attn_prec),
+        # compute runs at the clock the part sustains under its power cap (device physics)
+        "peak_flops": hw.sustained_peak_flops(precision),
+        "attn_peak_flops": hw.sustained_peak_flops(attn_prec),
         "fp8": precision in ("fp8", "fp4"),
         "state_kind": "fp32" if precision in ("fp32", "tf32") else "mixed",
         "act_bytes": 4.0 if precision in ("fp32", "tf32") else 2.0,
