@@ -19,7 +19,13 @@ import argparse
 import sys
 from typing import Any
 
-from trainperf.cli.common import add_convention_argument, add_json_argument, print_json, table
+from trainperf.cli.common import (
+    add_convention_argument,
+    add_json_argument,
+    add_software_arguments,
+    print_json,
+    table,
+)
 from trainperf.errors import SpecError
 from trainperf.numbers import fmt
 
@@ -63,6 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--explain", action="store_true",
                    help="also print how many plans were considered and why the rest were rejected")
     s.add_argument("--calibration", metavar="FILE", help="calibration file from `trainperf calibrate-model`")
+    add_software_arguments(parser)
     add_convention_argument(parser)
     add_json_argument(parser)
 
@@ -146,8 +153,11 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
     gb_text = args.global_batch if args.global_batch is not None else tr.get("global_batch")
     ac = (tuple(p.strip() for p in args.activation_checkpointing.split(",") if p.strip())
           if args.activation_checkpointing else ("none", "selective", "full"))
+    software = {"compile": args.training_compile if args.training_compile is not None else tr.get("compile", False),
+                "async_tp": args.async_tp if args.async_tp is not None else tr.get("async_tp", False),
+                "fp8_recipe": args.fp8_recipe or tr.get("fp8_recipe")}
     return {"model": model, "hardware": hardware, "num_text": num_text, "dpn": dpn, "seq": seq,
-            "gb_text": gb_text, "precisions": precisions, "ac": ac}
+            "gb_text": gb_text, "precisions": precisions, "ac": ac, "software": software}
 
 
 def _space(args: argparse.Namespace, inp: dict[str, Any], counts: tuple[int, ...]):
@@ -168,7 +178,7 @@ def _space(args: argparse.Namespace, inp: dict[str, Any], counts: tuple[int, ...
     return SearchSpace(num_devices=counts, devices_per_node=dpn, fixed=parse_fixed(args.fix),
                        seq_len=inp["seq"], global_batches=gbs, precisions=inp["precisions"],
                        checkpointing=inp["ac"], max_micro_batch=args.max_micro_batch, max_vpp=args.max_vpp,
-                       allow_cross_node_tp=args.allow_cross_node_tp)
+                       allow_cross_node_tp=args.allow_cross_node_tp, **inp["software"])
 
 
 def _calibration(args: argparse.Namespace):

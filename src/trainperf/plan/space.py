@@ -85,6 +85,17 @@ class SearchSpace:
     """Sequence-parallel settings tried when tp > 1."""
     fixed: tuple[tuple[str, int], ...] = ()
     """``(column, value)`` pairs every plan must have (columns of :data:`FIXABLE`)."""
+    compile: bool = False
+    """Every plan runs a compiled model (``training.compile``)."""
+    async_tp: bool = False
+    """Plans with tp > 1 use asynchronous tensor parallelism (``training.async_tp``)."""
+    fp8_recipe: str | None = None
+    """FP8 scaling recipe of the fp8/fp4 plans (``training.fp8_recipe``)."""
+
+    def software(self, precision: str, tp: int) -> dict[str, object]:
+        """The ``[training]`` software fields of a plan of this ``precision`` and ``tp``."""
+        return {"compile": self.compile, "async_tp": self.async_tp and tp > 1,
+                "fp8_recipe": self.fp8_recipe if precision in ("fp8", "fp4") else None}
 
     def __post_init__(self) -> None:
         from trainperf.errors import SpecError
@@ -110,6 +121,11 @@ class SearchSpace:
             raise SpecError("max_micro_batch", self.max_micro_batch, "a positive integer")
         if self.max_vpp < 1:
             raise SpecError("max_vpp", self.max_vpp, "a positive integer")
+        if self.fp8_recipe is not None:
+            from trainperf.specs.workload import FP8_RECIPES
+
+            if self.fp8_recipe not in FP8_RECIPES:
+                raise SpecError("training.fp8_recipe", self.fp8_recipe, f"one of {', '.join(FP8_RECIPES)}")
         for key, value in self.fixed:
             if key not in FIXABLE:
                 raise SpecError("fix", key, f"one of {', '.join(FIXABLE)}")

@@ -111,7 +111,9 @@ def _plain_mlp(act: Any) -> str:
         return "gelu"
     if a == "relu":
         return "relu"
-    raise SpecError("activation", act, "gelu* or relu")
+    if a in ("relu2", "squared-relu", "squared_relu", "relu_squared"):  # Nemotron-4 (HF: "relu2")
+        return "relu2"
+    raise SpecError("activation", act, "gelu*, relu or relu2 (squared ReLU)")
 
 
 def _int(value: Any) -> Any:
