@@ -45,6 +45,7 @@ WORKLOAD_FLAGS: dict[str, str] = {
     "training_compile": "training.compile",
     "async_tp": "training.async_tp",
     "fp8_recipe": "training.fp8_recipe",
+    "stack": "training.stack",
     "etp": "parallel.etp",
     "first_stage_layers": "parallel.first_stage_layers",
     "last_stage_layers": "parallel.last_stage_layers",
@@ -103,6 +104,9 @@ def add_software_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--async-tp", dest="async_tp", action=argparse.BooleanOptionalAction, default=None,
                    help="asynchronous tensor parallelism (TP collectives overlap GEMMs)")
     s.add_argument("--fp8-recipe", metavar="NAME", help="tensorwise | rowwise | delayed (with --precision fp8)")
+    s.add_argument("--stack", metavar="NAME|FILE",
+                   help="software-stack profile: generic (default) | megatron-core | maxtext | paxml | torchtitan | "
+                        "llm-foundry | deepspeed, or a profile .toml from `trainperf calibrate-model`")
 
 
 def add_convention_argument(parser: argparse.ArgumentParser) -> None:

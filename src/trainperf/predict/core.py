@@ -259,13 +259,15 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     rec_mb = n_crit * layer_rec
     compute_mb = fwd_mb + bwd_mb + rec_mb
 
-    # --- mesh layout: dp x fsdp x cp x pp x tp (tp innermost)
+    # --- mesh layout: pp x dp x fsdp x cp x tp (tp innermost, pp outermost: Megatron-Core's
+    # default order tp-cp-ep-dp-pp, torchtitan's pp/dp_replicate/dp_shard/cp/tp mesh); experts
+    # fold over the cp x dp ranks next to their etp group.
     tp_k, tp_N = comms.group_layout(t, 1.0, dpn)
-    pp_k, pp_N = comms.group_layout(pp, t, dpn)
-    cp_k, cp_N = comms.group_layout(cp, t * pp, dpn)
-    fs_k, fs_N = comms.group_layout(f["fsdp"], t * pp * cp, dpn)
-    dp_k, dp_N = comms.group_layout(f["dp"], t * pp * cp * f["fsdp"], dpn)
-    ep_k, ep_N = comms.group_layout(ep, etp * pp, dpn)
+    cp_k, cp_N = comms.group_layout(cp, t, dpn)
+    fs_k, fs_N = comms.group_layout(f["fsdp"], t * cp, dpn)
+    dp_k, dp_N = comms.group_layout(f["dp"], t * cp * f["fsdp"], dpn)
+    pp_k, pp_N = comms.group_layout(pp, t * cp * f["fsdp"] * f["dp"], dpn)
+    ep_k, ep_N = comms.group_layout(ep, etp, dpn)
     intra, inter, leff = f["intra_bytes_per_s"], f["inter_bytes_per_s"], k["link_efficiency"]
 
     # --- tensor parallel: per layer forward 2 all-reduces (or 2 AG + 2 RS with SP) of the

@@ -21,7 +21,7 @@ from trainperf.accounting.conventions import DEFAULT_CONVENTION
 from trainperf.accounting.throughput import throughput
 from trainperf.errors import InputFileError, SpecError
 from trainperf.predict import core
-from trainperf.predict.efficiency import KNOB_NAMES, Knobs, knobs_for, knobs_from_mapping
+from trainperf.predict.efficiency import KNOB_NAMES, Knobs, knobs_from_mapping
 from trainperf.predict.memory import GiB
 
 BREAKDOWN_KEYS: tuple[tuple[str, str], ...] = (
