@@ -5,17 +5,26 @@ of numbers; :func:`step_core` maps those numbers and a knob dict to seconds and 
 here reads a catalog or builds an object per call, so the planner can pass numpy arrays (one
 element per candidate plan) for any plan-dependent feature and get arrays back.
 
-What one optimizer step costs on the slowest device (the last pipeline stage, which also runs
-the LM head and the loss):
+What one optimizer step costs on the slowest device: the slowest pipeline rank, i.e. the last
+one (its layers plus the LM head and the loss) or, with an uneven split
+(:meth:`~trainperf.specs.parallel.ParallelPlan.stage_layers`), a busier earlier one:
 
 * per micro-batch, per layer: every GEMM by shape (:mod:`.compute`), fused attention, the
   memory-bound ops; backward is 2x the GEMMs (activation and weight gradients; LoRA skips the
   frozen weights' gradients), 2.5x attention, 2x the elementwise bytes; recomputation re-runs
-  the attention core (selective) or the layer's forward (full);
+  what the named checkpointing policy says (:mod:`trainperf.accounting.recompute`: the GEMMs
+  it re-runs, the attention core, the elementwise ops), over the fraction of layers it covers;
+* device physics: compute peaks are scaled by the device's sustained-clock fraction (power cap);
+* software features, whose sizes are profile keys read with neutral defaults: ``compile``
+  scales memory-bound time by ``compile_memory_bound_factor`` and kernel overhead by
+  ``compile_overhead_factor``; an fp8 recipe scales the fp8 GEMM efficiency by
+  ``fp8_<recipe>_matmul_factor``; ``async_tp`` hides ``async_tp_overlap`` of the TP collectives;
 * tensor-parallel collectives (2 all-reduces per layer forward, or 2 all-gathers + 2
-  reduce-scatters with sequence parallelism, the same again backward and for full
-  recomputation) sit on the critical path: exposed in full;
-* expert-parallel all-to-all (dispatch + combine) is exposed in full;
+  reduce-scatters with sequence parallelism, the same again backward, and per region again when
+  recomputation re-runs its input projection) sit on the critical path: exposed in full
+  (less what async TP hides);
+* expert-parallel all-to-all (dispatch + combine) is exposed in full; routed experts are split
+  ``etp`` ways (MoE parallel folding), each device dispatching its own tokens;
 * FSDP/ZeRO-3 all-gathers (forward, and again backward: parameters are resharded after the
   forward) and reduce-scatters (every micro-batch), the DP all-reduce / ZeRO-1/2 reduce-scatter
   (once per step), the CP K/V ring and PP send/recv overlap compute as
