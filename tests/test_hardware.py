@@ -528,6 +528,7 @@ def test_format_table_and_detail():
     for device_id in REQUIRED_IDS:
         assert device_id in table
     assert "989.4" in table and "3,276.8" in table
+    assert "hopper" in table and "cdna2" in table
     detail = format_hardware_detail(get_hardware("mi250"))
     assert "362.1" in detail and "AMD Instinct MI250" in detail and "not supported" in detail
     cpu_detail = format_hardware_detail(get_hardware("cpu"))

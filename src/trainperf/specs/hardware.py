@@ -616,6 +616,7 @@ def format_hardware_table(hardware_list: Iterable[Hardware]) -> str:
     headers = [
         "id",
         "name",
+        "silicon",
         "bf16 TF/s",
         "fp8 TF/s",
         "fp32 TF/s",
@@ -632,6 +633,7 @@ def format_hardware_table(hardware_list: Iterable[Hardware]) -> str:
             [
                 hw.id,
                 hw.name,
+                hw.silicon or "-",
                 _fmt_num(hw.peak_tflops.get("bf16")),
                 _fmt_num(hw.peak_tflops.get("fp8")),
                 _fmt_num(hw.peak_tflops.get("fp32")),
@@ -644,7 +646,7 @@ def format_hardware_table(hardware_list: Iterable[Hardware]) -> str:
             ]
         )
     footer = (
-        "Dense peaks (no sparsity). Links: GB/s per device, one direction. "
+        "Dense peaks (no sparsity), at the boost clock. Links: GB/s per device, one direction. "
         "'trainperf hw <id>' shows every dtype and the source of each number."
     )
     return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True) + "\n" + footer
