@@ -214,3 +214,24 @@ def test_planner_carries_software_features_like_the_scalar_predictor():
         assert w.compile and w.async_tp == (w.plan.tp > 1)
         assert w.fp8_recipe == ("rowwise" if w.precision == "fp8" else None)
         assert ev.step_time_s[i] == pytest.approx(predict(w, calibration=cal).step_time_s, rel=1e-6)
+
+
+def test_planner_searches_named_policies_like_the_scalar_predictor():
+    import numpy as np
+
+    from trainperf.plan import vectorized
+    from trainperf.plan.search import workload_of
+    from trainperf.plan.space import AC_POLICIES, SearchSpace, enumerate_candidates
+
+    model = get_model("mixtral-8x7b")
+    space = SearchSpace((16,), 8, 4096, (32,), max_micro_batch=2, max_vpp=2, checkpointing=AC_POLICIES)
+    cands = enumerate_candidates(model, H100, space)
+    ev = vectorized.evaluate(cands, model, H100, 4096, 8)
+    seen = set()
+    for i in np.random.default_rng(5).choice(len(cands), 40, replace=False):
+        w = workload_of(model, H100, space, cands, int(i))
+        seen.add(w.activation_checkpointing)
+        p = predict(w)
+        assert ev.step_time_s[i] == pytest.approx(p.step_time_s, rel=1e-6)
+        assert ev.memory_GiB[i] == pytest.approx(p.memory_per_device_GiB, rel=1e-6)
+    assert len(seen) >= 5

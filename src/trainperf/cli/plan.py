@@ -49,7 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="acceptable global batch(es), sequences per optimizer step (list or LO-HI doubling)")
     t.add_argument("--precision", metavar="DTYPES", help="dtype(s) to try, comma-separated (default bf16)")
     t.add_argument("--activation-checkpointing", metavar="POLICIES",
-                   help="policies to try, comma-separated (default none,selective,full)")
+                   help="policies to try, comma-separated (default none,selective,full; also minimal, "
+                        "selective-op, save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj, qkv_proj_offloaded)")
     s = parser.add_argument_group("search")
     s.add_argument("--max-micro-batch", type=int, default=8, metavar="N", help="largest micro batch tried (8)")
     s.add_argument("--max-vpp", type=int, default=8, metavar="N",
@@ -125,6 +126,7 @@ def parse_fixed(text: str | None) -> tuple[tuple[str, int], ...]:
 
 
 def _inputs(args: argparse.Namespace) -> dict[str, Any]:
+    from trainperf.plan.space import DEFAULT_CHECKPOINTING
     from trainperf.specs.workload_file import (
         hardware_from_section,
         merge_overrides,
@@ -152,7 +154,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
         raise SpecError("training.seq_len", seq, "a positive integer")
     gb_text = args.global_batch if args.global_batch is not None else tr.get("global_batch")
     ac = (tuple(p.strip() for p in args.activation_checkpointing.split(",") if p.strip())
-          if args.activation_checkpointing else ("none", "selective", "full"))
+          if args.activation_checkpointing else DEFAULT_CHECKPOINTING)
     software = {"compile": args.training_compile if args.training_compile is not None else tr.get("compile", False),
                 "async_tp": args.async_tp if args.async_tp is not None else tr.get("async_tp", False),
                 "fp8_recipe": args.fp8_recipe or tr.get("fp8_recipe")}

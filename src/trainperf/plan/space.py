@@ -28,8 +28,16 @@ import numpy as np
 from trainperf.specs.hardware import Hardware
 from trainperf.specs.model import ModelSpec
 
-AC_POLICIES: tuple[str, ...] = ("none", "selective", "full")
-"""Activation-checkpointing policies in code order (``ac`` column values 0, 1, 2)."""
+AC_POLICIES: tuple[str, ...] = (
+    "none", "selective", "minimal", "selective-op", "save_dot_except_mlpwi", "save_dot_except_mlp",
+    "save_qkv_proj", "qkv_proj_offloaded", "full",
+)
+"""Activation-checkpointing policies the planner can try, in code order (``ac`` column value =
+index), from least to most recomputation (Llama-2-7B: 0, 1.07, 1.07 + elementwise, 5.0, 6.8,
+9.7, 10.8, 10.8, 14.0 GFLOP per token); see :mod:`trainperf.specs.checkpointing`. The
+parametrised ``full:K`` / ``full-every:N`` are not searched."""
+DEFAULT_CHECKPOINTING: tuple[str, ...] = ("none", "selective", "full")
+"""Policies tried unless the user names others."""
 
 # Column names of a candidate table, in a fixed order.
 COLUMNS: tuple[str, ...] = (
@@ -71,8 +79,8 @@ class SearchSpace:
     """Acceptable global batches (sequences per optimizer step)."""
     precisions: tuple[str, ...] = ("bf16",)
     """Compute dtypes to try (each must be supported by the device)."""
-    checkpointing: tuple[str, ...] = AC_POLICIES
-    """Activation-checkpointing policies to try."""
+    checkpointing: tuple[str, ...] = DEFAULT_CHECKPOINTING
+    """Activation-checkpointing policies to try (names of :data:`AC_POLICIES`)."""
     max_micro_batch: int = 8
     """Largest micro batch tried (every integer from 1 up to it that divides the local batch)."""
     max_vpp: int = 8
