@@ -106,3 +106,15 @@ def test_policy_names_are_validated():
     for bad in ("selectiv", "full:0", "full:-1", "full:x", "full-every:", "FULL", 3):
         with pytest.raises(SpecError, match="activation_checkpointing"):
             get_policy(bad)
+
+
+def test_measured_runs_refuse_prediction_only_policies():
+    pytest.importorskip("torch")
+    from trainperf.measure.parallelize import apply_ac
+
+    class _Stub:
+        layers = ()
+
+    apply_ac(_Stub(), "full")  # the reference model implements the classic three
+    with pytest.raises(SpecError, match="prediction-only"):
+        apply_ac(_Stub(), "selective-op")
