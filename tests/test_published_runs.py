@@ -118,7 +118,7 @@ def test_validate_json_keys_on_a_data_file(tmp_path, capsys):
         assert key in d
     assert isinstance(d["rows"], list) and len(d["rows"]) == len(keep)
     assert d["leave_one_table_out_mape_pct"] is not None
-    assert set(d["per_table"]) == {r["table_id"] for r in keep}
+    assert set(d["per_table"]) == {r["table_id"].strip() for r in keep}
     bad = tmp_path / "bad.csv"
     bad.write_text("row_id,table_id\n1,x\n")
     assert main(["validate", "--data", str(bad)]) == 2

@@ -44,10 +44,20 @@ GLOBAL_KNOBS: tuple[str, ...] = ("op_overhead_us", "overlap")
 """Fitted once for generic and once per stack (deviation), for every generation."""
 GENERIC_ONLY_KNOBS: tuple[str, ...] = ("attention_efficiency", "matmul_half_dim")
 """Fitted per generation for generic only (kernel libraries, not the framework, set them)."""
+GENERIC_GLOBAL_KNOBS: tuple[str, ...] = ("compile_memory_bound_factor", "compile_overhead_factor",
+                                         "async_tp_overlap")
+"""Fitted once for generic (every generation), on the rows that use the feature: what
+compilation (XLA, torch.compile) saves, and how much of the TP traffic async TP hides."""
+FIT_START: dict[str, float] = {"async_tp_overlap": 0.5}
+"""Start of a fit for knobs whose neutral default is one of their bounds."""
+_FEATURE_OF: dict[str, str] = {"compile_memory_bound_factor": "compile", "compile_overhead_factor": "compile",
+                               "async_tp_overlap": "async_tp"}
 PRIOR_GENERIC = 1e-3
 """Pull of generic's parameters towards the vendor defaults (per unit logit, squared)."""
 PRIOR_STACK = 4e-3
 """Pull of a stack's deviations towards generic."""
+STACK_GENERATION_PRIOR_FACTOR = 2.0
+"""A stack's per-generation deviation is pulled this much harder than its shared one."""
 HUBER_DELTA = 0.05
 """Residuals (log step-time ratio) beyond 5% count linearly, so one odd row cannot drag a fit."""
 
@@ -128,7 +138,8 @@ def _base_values(rows: Sequence[FitRow], base: Sequence[Profile]) -> list[dict[s
 def build_problem(rows: Sequence[FitRow], *, base: Sequence[Profile] = (), generic: bool = True,
                   stacks: bool = True, generation_knobs: Sequence[str] = GENERATION_KNOBS,
                   global_knobs: Sequence[str] = GLOBAL_KNOBS,
-                  generic_only_knobs: Sequence[str] = GENERIC_ONLY_KNOBS, prior_generic: float = PRIOR_GENERIC,
+                  generic_only_knobs: Sequence[str] = GENERIC_ONLY_KNOBS,
+                  generic_global_knobs: Sequence[str] = GENERIC_GLOBAL_KNOBS, prior_generic: float = PRIOR_GENERIC,
                   prior_stack: float = PRIOR_STACK) -> Problem:
     """Lay out the parameters of a fit over ``rows`` (see the module docstring).
 
@@ -139,8 +150,12 @@ def build_problem(rows: Sequence[FitRow], *, base: Sequence[Profile] = (), gener
     feats = [core.workload_features(r.workload, r.trainable_fraction) for r in rows]
     groups = batch.group_features(feats)
     start = _base_values(rows, base)
-    fitted = tuple(dict.fromkeys((*generation_knobs, *global_knobs, *generic_only_knobs)))
-    base_x = {k: np.array([_to_x(k, s[k]) for s in start]) for k in fitted}
+    fitted = tuple(dict.fromkeys((*generation_knobs, *global_knobs, *generic_only_knobs,
+                                  *(generic_global_knobs if generic else ()))))
+    # a knob whose neutral value sits on its bound (async_tp_overlap = 0) starts mid-range, where
+    # the logit transform has a gradient; only rows using the feature ever read it
+    base_x = {k: np.array([_to_x(k, FIT_START.get(k, s[k]) if s[k] in KNOB_BOUNDS[k] else s[k]) for s in start])
+              for k in fitted}
     fixed = {k: np.array([s[k] for s in start]) for k in KNOB_NAMES if k not in fitted}
     params: list[tuple[str, str, str]] = []
     cols: dict[str, list[np.ndarray]] = {k: [] for k in fitted}
@@ -169,12 +184,22 @@ def build_problem(rows: Sequence[FitRow], *, base: Sequence[Profile] = (), gener
             for s in names:
                 if s == DEFAULT_STACK:
                     continue
+                # a stack's deviation shared by every generation, plus a per-generation part
+                # shrunk harder: what a framework does better or worse partly carries over
+                add("stack", f"{s}/*", knob, (stack_arr == s) & sel, prior_stack)
                 for g in gens:
-                    add("stack", f"{s}/{g}", knob, (gen_arr == g) & (stack_arr == s) & sel, prior_stack)
+                    add("stack", f"{s}/{g}", knob, (gen_arr == g) & (stack_arr == s) & sel,
+                        STACK_GENERATION_PRIOR_FACTOR * prior_stack)
     if generic:
         for knob in generic_only_knobs:
             for g in gens:
                 add("generic", g, knob, gen_arr == g, prior_generic)
+        for knob in generic_global_knobs:
+            feature = _FEATURE_OF.get(knob)
+            uses = np.array([bool(getattr(r.workload, feature, False)) if feature else True for r in rows])
+            if knob == "async_tp_overlap":
+                uses &= np.array([r.workload.plan.tp > 1 for r in rows])
+            add("generic", "*", knob, uses, prior_generic)
     for knob in global_knobs:
         if generic:
             add("generic", "*", knob, np.ones(len(rows), bool), prior_generic)
@@ -201,9 +226,13 @@ def build_problem(rows: Sequence[FitRow], *, base: Sequence[Profile] = (), gener
                    measured=np.array([r.measured_step_time_s for r in rows]))
 
 
-def solve(pb: Problem, max_iter: int = 30, eps: float = 1e-3,
+def solve(pb: Problem, max_iter: int = 30, eps: float = 1e-3, refresh: int = 4,
           theta0: np.ndarray | None = None) -> tuple[np.ndarray, float]:
-    """Levenberg-Marquardt with Huber IRLS weights; returns (theta, loss)."""
+    """Levenberg-Marquardt with Huber IRLS weights; returns (theta, loss).
+
+    The finite-difference Jacobian is recomputed every ``refresh`` accepted steps (and after a
+    failed step) and updated by Broyden's rank-one formula in between (Broyden 1965): the
+    model is smooth in the knobs, so this saves most of the step-model evaluations."""
     n_p = len(pb.params)
     theta = np.zeros(n_p) if theta0 is None else np.array(theta0, dtype=float)
     if n_p == 0:
@@ -218,25 +247,31 @@ def solve(pb: Problem, max_iter: int = 30, eps: float = 1e-3,
         h = np.where(a <= HUBER_DELTA, 0.5 * a * a, HUBER_DELTA * (a - 0.5 * HUBER_DELTA))
         return float((pb.weights * h).sum() + 0.5 * (pb.prior * th * th).sum())
 
-    pred = pb.predict(theta)
-    res = residual(pred)
-    loss = loss_of(res, theta)
-    lam = 1e-2
-    for _ in range(max_iter):
+    def jacobian(theta: np.ndarray, pred: np.ndarray) -> np.ndarray:
         J = np.zeros((len(pb.rows), n_p))
+        logp = np.log(pred)
         for j in range(n_p):
             th = theta.copy()
             th[j] += eps
             p2 = pb.predict(th, pb.param_groups[j])
             m = ~np.isnan(p2)
-            J[m, j] = (np.log(p2[m]) - np.log(pred[m])) / eps
+            J[m, j] = (np.log(p2[m]) - logp[m]) / eps
+        return J
+
+    pred = pb.predict(theta)
+    res = residual(pred)
+    loss = loss_of(res, theta)
+    lam = 1e-2
+    J = jacobian(theta, pred)
+    since = 0
+    for _ in range(max_iter):
         a = np.abs(res)
         hw = np.where(a <= HUBER_DELTA, 1.0, HUBER_DELTA / np.maximum(a, 1e-12))
         W = pb.weights * hw
         A = J.T @ (J * W[:, None]) + np.diag(pb.prior)
         b = J.T @ (W * res) + pb.prior * theta
-        improved = False
-        for _ in range(8):
+        improved = accepted = False
+        for _ in range(6):
             step = np.linalg.solve(A + lam * np.diag(np.diag(A) + 1e-9), -b)
             th = theta + step
             p_new = pb.predict(th)
@@ -244,11 +279,21 @@ def solve(pb: Problem, max_iter: int = 30, eps: float = 1e-3,
             l_new = loss_of(r_new, th)
             if np.isfinite(l_new) and l_new < loss:
                 improved = loss - l_new > 1e-5 * max(loss, 1e-3)
+                J += np.outer(r_new - res - J @ step, step) / max(float(step @ step), 1e-18)
                 theta, pred, res, loss = th, p_new, r_new, l_new
                 lam = max(lam / 3.0, 1e-6)
+                accepted = True
                 break
             lam *= 4.0
-        if not improved:
+        since += 1
+        if not accepted or since >= refresh:
+            if not accepted and since == 0:
+                break  # a fresh Jacobian and still no descent: converged
+            J = jacobian(theta, pred)
+            since = 0
+            if not accepted:
+                continue
+        if not improved and accepted:
             break
     return theta, loss
 
@@ -263,38 +308,24 @@ def profiles_from_fit(pb: Problem, theta: np.ndarray) -> dict[str, Profile]:
     zero. Generation-independent knobs are also written stack-wide for generations not seen."""
     rows = pb.rows
     gen_arr = np.array([r.generation for r in rows])
-    stack_arr = np.array([r.stack for r in rows])
-    fp8_arr = np.array([r.fp8 for r in rows])
     theta_generic = np.array([t if p[0] == "generic" else 0.0 for p, t in zip(pb.params, theta, strict=True)])
     vals_full = pb.knob_values(theta)
     vals_generic = pb.knob_values(theta_generic)
-
-    def row_for(knob: str, mask: np.ndarray) -> int | None:
-        pref = mask & (fp8_arr if knob == "fp8_matmul_efficiency" else ~fp8_arr)
-        for m in (pref, mask):
-            idx = np.flatnonzero(m)
-            if len(idx):
-                return int(idx[0])
-        return None
 
     def profile(stack: str, level: str, vals: Mapping[str, np.ndarray]) -> Profile:
         gen_tbl: dict[str, dict[str, float]] = {}
         knobs: dict[str, float] = {}
         sources: dict[str, str] = {}
-        mine = [(key, knob) for lvl, key, knob in pb.params
-                if lvl == level and (level == "generic" or key.split("/")[0] == stack)]
-        for key, knob in mine:
-            gen = key.split("/")[-1]
-            in_stack = np.ones(len(rows), bool) if level == "generic" else stack_arr == stack
-            gens = sorted(set(gen_arr[in_stack].tolist())) if gen == "*" else [gen]
-            for g in gens:
-                i = row_for(knob, in_stack & (gen_arr == g))
-                if i is None:
-                    continue
+        for j, (lvl, key, knob) in enumerate(pb.params):
+            if lvl != level or (level == "stack" and key.split("/")[0] != stack):
+                continue
+            moved = pb.masks[knob][:, j] != 0  # the rows this parameter moves
+            for g in sorted(set(gen_arr[moved].tolist())):
+                i = int(np.flatnonzero(moved & (gen_arr == g))[0])
                 gen_tbl.setdefault(g, {})[knob] = float(vals[knob][i])
                 sources[f"{g}.{knob}"] = "fitted"
-            if gen == "*":
-                nv = [i for i, r in enumerate(rows) if in_stack[i] and r.workload.hardware.vendor == "nvidia"]
+            if key.endswith("*") and knob not in GENERATION_KNOBS:
+                nv = [i for i in np.flatnonzero(moved) if rows[i].workload.hardware.vendor == "nvidia"]
                 if nv:
                     knobs[knob] = float(vals[knob][nv[0]])
                     sources[knob] = "fitted"
@@ -366,7 +397,7 @@ def _code_hash() -> str:
         if p.is_file():
             h.update(p.read_bytes())
     for p in sorted((here / "data").rglob("*")):
-        if p.is_file():
+        if p.is_file() and p.name != PACKAGED_LOTO:
             h.update(p.read_bytes())
     for p in sorted((here.parent / "specs").rglob("*")):
         if p.is_file() and p.suffix in (".py", ".toml"):
@@ -376,20 +407,47 @@ def _code_hash() -> str:
     return h.hexdigest()[:16]
 
 
-def cached_loto(rows: Sequence[FitRow], key_extra: str = "") -> list[Prediction]:
-    """:func:`leave_one_table_out`, cached on disk by the rows and the model's code and data."""
+PACKAGED_LOTO = "loto_cache.json"
+"""Leave-one-table-out predictions of the packaged table, written with the profiles by
+``python -m trainperf.predict.fit_profiles`` and used only while the model's code and data hash
+to the key stored in it (any change to them recomputes)."""
+
+
+def loto_key(rows: Sequence[FitRow], key_extra: str = "") -> str:
     h = hashlib.sha256()
     h.update(_code_hash().encode())
     h.update(key_extra.encode())
     for r in rows:
         h.update(f"{r.name}|{r.table}|{r.stack}|{r.measured_step_time_s!r}|{r.workload!r}".encode())
-    path = _cache_dir() / f"loto-{h.hexdigest()[:20]}.json"
+    return h.hexdigest()[:20]
+
+
+def _read_preds(path: Path, key: str | None = None) -> list[Prediction] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if key is not None:
+            if data.get("key") != key:
+                return None
+            data = data["predictions"]
+        return [Prediction(**d) for d in data]
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
+def cached_loto(rows: Sequence[FitRow], key_extra: str = "") -> list[Prediction]:
+    """:func:`leave_one_table_out`, cached by the rows and the model's code and data: the
+    packaged result when it matches, else a per-user cache file, else computed (and cached)."""
+    key = loto_key(rows, key_extra)
+    packaged = Path(__file__).parent / "data" / PACKAGED_LOTO
+    if packaged.is_file():
+        got = _read_preds(packaged, key)
+        if got is not None:
+            return got
+    path = _cache_dir() / f"loto-{key}.json"
     if path.is_file():
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            return [Prediction(**d) for d in data]
-        except (OSError, ValueError, TypeError):
-            pass
+        got = _read_preds(path)
+        if got is not None:
+            return got
     preds = leave_one_table_out(rows)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -497,6 +555,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                   "# Written by `python -m trainperf.predict.fit_profiles` from data/published_runs.csv;\n"
                   "# every value says which tables it was fitted on and its leave-one-table-out error.\n")
         (out / f"{name}.toml").write_text(header + prof.to_toml(), encoding="utf-8")
+    (out.parent / PACKAGED_LOTO).write_text(json.dumps(
+        {"key": loto_key(rows), "predictions": [p.__dict__ for p in loto]}), encoding="utf-8")
     s, lo = summarize(preds), summarize(loto)
     print(f"in-sample MAPE {s['mape_pct']:.2f}% (mean signed {s['mean_signed_pct']:+.2f}%); "
           f"leave-one-table-out MAPE {lo['mape_pct']:.2f}% (mean signed {lo['mean_signed_pct']:+.2f}%)")

@@ -353,6 +353,17 @@ def _row(r: Mapping[str, str]) -> TableRun:
         hw = {"device": device, **hw_extra, "num_devices": n, "devices_per_node": min(dpn, n)}
         training = {"seq_len": seq, "global_batch": gbs, "micro_batch": mb, "precision": precision,
                     "activation_checkpointing": policy}
+        fw = r["framework"].lower()
+        if base["stack"] in ("maxtext", "paxml"):
+            # a JAX program is compiled by XLA (fused elementwise ops), whose async collective
+            # fusion overlaps tensor-parallel collectives with the matmuls
+            training["compile"] = True
+            if plan["tp"] > 1:
+                training["async_tp"] = True
+        if "asynctp" in fw.replace(" ", "").replace("-", ""):
+            training["async_tp"] = True
+        if precision == "fp8" and "torchtitan" in fw:
+            training["fp8_recipe"] = "tensorwise"  # torchtitan's float8 of 2024: dynamic tensorwise scaling
         try:
             w = workload_from_dict({"model": model, "hardware": hw, "parallel": plan, "training": training})
         except TrainperfError as e:

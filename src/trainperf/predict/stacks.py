@@ -251,8 +251,35 @@ def knobs_with_profiles(hardware: Any, profiles: tuple[Profile, ...] | list[Prof
 
 def stack_knobs(hardware: Any, stack: str | Profile | None = None) -> Knobs:
     """Knobs of ``stack`` (a name, file or :class:`Profile`) on ``hardware``, over ``generic``."""
-    prof = stack if isinstance(stack, Profile) else load_profile(stack)
+    if not isinstance(stack, Profile):
+        key = str(stack or DEFAULT_STACK)
+        mtime = 0.0
+        if key not in STACKS:
+            try:
+                mtime = Path(key).stat().st_mtime
+            except OSError:
+                mtime = -1.0
+        return _cached_knobs(generation_of(hardware), str(getattr(hardware, "vendor", "")), key, mtime)
+    return _chain_knobs(generation_of(hardware), str(getattr(hardware, "vendor", "")), stack)
+
+
+@lru_cache(maxsize=256)
+def _cached_knobs(generation: str, vendor: str, stack: str, mtime: float) -> Knobs:
+    """Cached per (generation, vendor, profile name or file and its mtime): a prediction costs
+    microseconds, re-reading profiles would not."""
+    return _chain_knobs(generation, vendor, load_profile(stack))
+
+
+def _chain_knobs(generation: str, vendor: str, prof: Profile) -> Knobs:
     chain = [packaged_profile(DEFAULT_STACK)]
     if prof.name != DEFAULT_STACK or prof.path:
         chain.append(prof)
-    return knobs_with_profiles(hardware, chain)
+    return knobs_with_profiles(_GenHardware(generation, vendor), chain)
+
+
+@dataclass(frozen=True)
+class _GenHardware:
+    """What :func:`knobs_with_profiles` reads of a device: its generation and vendor."""
+
+    silicon: str
+    vendor: str
