@@ -162,3 +162,13 @@ def test_published_filters(capsys):
     assert len(d["runs"]) == 8
     assert main(["published", "--device", "tpu"]) == 0
     assert "not predictable" in capsys.readouterr().out
+
+
+def test_plan_and_predict_use_the_stack(capsys):
+    base = ["plan", "--model", "llama3-8b", "--device", "h100-sxm", "--num-devices", "8", "--seq-len", "8192",
+            "--global-batch", "64", "--top", "1", "--json"]
+    times = {}
+    for stack in ("generic", "torchtitan"):
+        assert main([*base, "--stack", stack]) == 0
+        times[stack] = json.loads(capsys.readouterr().out)["plans"][0]["step_time_s"]
+    assert times["generic"] != times["torchtitan"] and min(times.values()) > 0

@@ -157,7 +157,8 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
           if args.activation_checkpointing else DEFAULT_CHECKPOINTING)
     software = {"compile": args.training_compile if args.training_compile is not None else tr.get("compile", False),
                 "async_tp": args.async_tp if args.async_tp is not None else tr.get("async_tp", False),
-                "fp8_recipe": args.fp8_recipe or tr.get("fp8_recipe")}
+                "fp8_recipe": args.fp8_recipe or tr.get("fp8_recipe"),
+                "stack": str(args.stack or tr.get("stack", "generic"))}
     return {"model": model, "hardware": hardware, "num_text": num_text, "dpn": dpn, "seq": seq,
             "gb_text": gb_text, "precisions": precisions, "ac": ac, "software": software}
 

@@ -99,11 +99,13 @@ class SearchSpace:
     """Plans with tp > 1 use asynchronous tensor parallelism (``training.async_tp``)."""
     fp8_recipe: str | None = None
     """FP8 scaling recipe of the fp8/fp4 plans (``training.fp8_recipe``)."""
+    stack: str = "generic"
+    """Software-stack profile every plan is predicted with (``training.stack``: a name or file)."""
 
     def software(self, precision: str, tp: int) -> dict[str, object]:
         """The ``[training]`` software fields of a plan of this ``precision`` and ``tp``."""
         return {"compile": self.compile, "async_tp": self.async_tp and tp > 1,
-                "fp8_recipe": self.fp8_recipe if precision in ("fp8", "fp4") else None}
+                "fp8_recipe": self.fp8_recipe if precision in ("fp8", "fp4") else None, "stack": self.stack}
 
     def __post_init__(self) -> None:
         from trainperf.errors import SpecError

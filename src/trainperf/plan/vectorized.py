@@ -108,7 +108,8 @@ def evaluate(c: Candidates, model: ModelSpec, hardware: Hardware, seq_len: int, 
     step = np.empty(n)
     mem = np.empty(n)
     parts: dict[str, np.ndarray] = {}
-    knobs = scalar.knob_values(hardware, calibration)
+    stack = software("bf16", 1).get("stack") if software is not None else None
+    knobs = scalar.knob_values(hardware, calibration, stack=stack)
     capacity = hardware.hbm_GB * 1e9
     if n:
         ac, prec = c["ac"], c["precision"]
