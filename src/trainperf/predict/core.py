@@ -234,7 +234,10 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     # --- attention core and memory-bound ops of one layer, forward
     attn_flops = compute.attention_forward_flops(b, s / cp, f["kv_avg"], f["heads"] / t,
                                                  f["qk_head_dim"], f["v_head_dim"])
-    attn_fwd, attn_bwd = compute.attention_time_s(attn_flops, f["attn_peak_flops"], k["attention_efficiency"])
+    # fused attention runs below its long-sequence efficiency on short contexts (tiles, launch):
+    # efficiency x kv / (kv + attention_half_kv), kv = mean keys per query (0 = no length effect)
+    attn_eff = k["attention_efficiency"] * f["kv_avg"] / (f["kv_avg"] + k.get("attention_half_kv", 0.0))
+    attn_fwd, attn_bwd = compute.attention_time_s(attn_flops, f["attn_peak_flops"], attn_eff)
     hn = vec.where(sp, f["hidden"] / t, f["hidden"])
     kv_local = f["head_dim"] * vec.maximum(f["kv_heads"] / t, 1.0)
     ffn_eff = dense_frac * f["ffn"] + moe_frac * f["moe_topk"] * f["expert_ffn"]

@@ -42,13 +42,13 @@ GENERATION_KNOBS: tuple[str, ...] = ("matmul_efficiency", "fp8_matmul_efficiency
 """Fitted per GPU generation (generic) and per stack and generation (deviations)."""
 GLOBAL_KNOBS: tuple[str, ...] = ("op_overhead_us", "overlap")
 """Fitted once for generic and once per stack (deviation), for every generation."""
-GENERIC_ONLY_KNOBS: tuple[str, ...] = ("attention_efficiency", "matmul_half_dim")
+GENERIC_ONLY_KNOBS: tuple[str, ...] = ("attention_efficiency", "attention_half_kv", "matmul_half_dim")
 """Fitted per generation for generic only (kernel libraries, not the framework, set them)."""
 GENERIC_GLOBAL_KNOBS: tuple[str, ...] = ("compile_memory_bound_factor", "compile_overhead_factor",
                                          "async_tp_overlap")
 """Fitted once for generic (every generation), on the rows that use the feature: what
 compilation (XLA, torch.compile) saves, and how much of the TP traffic async TP hides."""
-FIT_START: dict[str, float] = {"async_tp_overlap": 0.5}
+FIT_START: dict[str, float] = {"async_tp_overlap": 0.5, "attention_half_kv": 256.0}
 """Start of a fit for knobs whose neutral default is one of their bounds."""
 _FEATURE_OF: dict[str, str] = {"compile_memory_bound_factor": "compile", "compile_overhead_factor": "compile",
                                "async_tp_overlap": "async_tp"}
