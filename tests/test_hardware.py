@@ -92,7 +92,7 @@ def test_datasheet_sources_cite_a_url():
 
 def test_raw_toml_has_no_unknown_citations_or_keys():
     raw = _raw_catalog()
-    assert set(raw) == {"citations", "devices"}
+    assert set(raw) == {"citations", "devices", "aliases"}
     for device_id, entry in raw["devices"].items():
         assert device_id == device_id.lower()
         assert "sources" in entry, device_id
@@ -528,7 +528,48 @@ def test_format_table_and_detail():
     for device_id in REQUIRED_IDS:
         assert device_id in table
     assert "989.4" in table and "3,276.8" in table
+    assert "hopper" in table and "cdna2" in table
     detail = format_hardware_detail(get_hardware("mi250"))
     assert "362.1" in detail and "AMD Instinct MI250" in detail and "not supported" in detail
     cpu_detail = format_hardware_detail(get_hardware("cpu"))
     assert "trainperf calibrate" in cpu_detail
+
+
+# ---------------------------------------------------------------- silicon, power caps, aliases (issue 10)
+def test_every_catalog_device_names_its_silicon():
+    for hw in list_hardware():
+        assert hw.silicon, hw.id
+    hopper = {hw.id for hw in list_hardware() if hw.silicon == "hopper"}
+    assert {"h100-sxm", "h100-pcie", "h100-nvl", "h200-sxm", "h800", "h100-sxm-hbm2e"} <= hopper
+    assert get_hardware("a100-sxm-80gb").silicon == "ampere"
+    assert get_hardware("mi250x-gcd").silicon == get_hardware("mi250").silicon == "cdna2"
+
+
+def test_power_capped_h100_is_the_same_silicon_with_its_own_physics():
+    """Seed 002's HBM2e H100 shares the SXM peaks (boost clock) and differs in memory, power and
+    the clock it sustains; the aliases of the published names resolve to it."""
+    sxm, capped = get_hardware("h100-sxm"), get_hardware("h100-sxm-hbm2e")
+    assert capped.silicon == sxm.silicon == "hopper"
+    assert capped.peak_tflops == sxm.peak_tflops
+    assert capped.tdp_W == 500.0 and capped.hbm_GB == 95.0
+    # seed 002 footnote 1: the real peak lies between NVL and SXM
+    nvl = get_hardware("h100-nvl")
+    assert nvl.peak_flops("bf16") < capped.sustained_peak_flops("bf16") < sxm.peak_flops("bf16")
+    assert "estimate" in capped.sources["sustained_clock_fraction"].lower()
+    for alias in ("h100-sxm-94gb", "h100-sxm-95gb", "H100-SXM-96GB"):
+        assert get_hardware(alias) is capped
+    assert sxm.sustained_clock_fraction == 1.0
+    assert sxm.sustained_peak_flops("bf16") == sxm.peak_flops("bf16")
+
+
+def test_sustained_clock_fraction_is_validated_and_cited():
+    good = get_hardware("h100-sxm").to_dict()
+    for bad in (0.0, 1.5, True, "x"):
+        with pytest.raises(SpecError, match="sustained_clock_fraction"):
+            hardware_from_dict({**good, "sustained_clock_fraction": bad})
+    custom = hardware_from_dict({"base": "h100-sxm", "sustained_clock_fraction": 0.8})
+    assert custom.sustained_clock_fraction == 0.8
+    assert custom.sources["sustained_clock_fraction"].startswith("user-supplied")
+    assert custom.silicon == "hopper"  # inherited from the base
+    with pytest.raises(SpecError, match="silicon"):
+        hardware_from_dict({**good, "silicon": "Hopper 2"})

@@ -31,7 +31,7 @@ def test_published_numbers_and_derivations():
     assert r.derived_from and r.step_time_s == pytest.approx(64 * 8192 / (2904 * 64))
     r = get_published("torchtitan-llama3.1-405b-bf16-128xh100-94gb")
     assert r.step_time_s == pytest.approx(32 * 8192 / (109 * 128))
-    assert r.workload.hardware.hbm_GB == 94.0 and r.workload.plan.tp == 8
+    assert r.workload.hardware.id == "h100-sxm-hbm2e" and r.workload.plan.tp == 8
     # MPT-7B: 166 TFLOP/s per MI250 card (2 GCD ranks) under LLM Foundry's 6N + 12*L*h*s count
     r = get_published("llmfoundry-mpt-7b-1node-4xmi250")
     m = r.workload.model

@@ -136,23 +136,26 @@ def model_flops_per_token(model: ModelSpec, seq_len: int, convention: str = DEFA
 
 
 def recompute_flops_per_token(model: ModelSpec, seq_len: int, policy: str,
-                              convention: str = DEFAULT_CONVENTION) -> float:
+                              convention: str = DEFAULT_CONVENTION, pipeline_chunks: int = 1) -> float:
     """Forward FLOPs per token redone by activation checkpointing, with the convention's mask.
 
     ``selective`` redoes the attention core (Korthikanti et al. 2022); ``full`` the forward of
-    every block (not the LM head).
+    every block (not the LM head); every other policy (``full:K``, ``selective-op``, MaxText's
+    remat policies) as :mod:`trainperf.accounting.recompute` derives it from the per-matrix
+    breakdown. ``pipeline_chunks`` (pp * vpp) matters only for ``full:K`` (K layers per chunk).
     """
-    from trainperf.accounting.flops import recompute_flops
+    from trainperf.accounting.recompute import recompute_flops
 
     mask = get_convention(convention).attention_mask
-    return recompute_flops(model, seq_len, policy, mask) / seq_len
+    return recompute_flops(model, seq_len, policy, mask, pipeline_chunks) / seq_len
 
 
 def hardware_flops_per_token(model: ModelSpec, seq_len: int, policy: str,
-                             convention: str = DEFAULT_CONVENTION, lora_fraction: float = 0.0) -> float:
+                             convention: str = DEFAULT_CONVENTION, lora_fraction: float = 0.0,
+                             pipeline_chunks: int = 1) -> float:
     """Model FLOPs plus recomputation: the numerator of HFU."""
     return (model_flops_per_token(model, seq_len, convention, lora_fraction)
-            + recompute_flops_per_token(model, seq_len, policy, convention))
+            + recompute_flops_per_token(model, seq_len, policy, convention, pipeline_chunks))
 
 
 def nemo_legacy_terms(model: ModelSpec, seq_len: int) -> dict[str, float]:

@@ -164,18 +164,16 @@ def training_flops(model: ModelSpec, seq_len: int, attention: str = "causal") ->
     return 3.0 * forward_flops(model, seq_len, attention).matmul
 
 
-def recompute_flops(model: ModelSpec, seq_len: int, policy: str, attention: str = "causal") -> float:
+def recompute_flops(model: ModelSpec, seq_len: int, policy: str, attention: str = "causal",
+                    pipeline_chunks: int = 1) -> float:
     """Extra forward FLOPs per sequence that activation checkpointing redoes in the backward.
 
     ``none``: 0. ``selective``: the attention core (Q.K^T, softmax, x V), Korthikanti et al.
     2022 section 5. ``full``: the whole forward of every transformer block (the LM head and the
-    loss are not recomputed, as in Megatron-LM and torchtitan).
+    loss are not recomputed, as in Megatron-LM and torchtitan). Every other named policy
+    (``full:K``, ``selective-op``, MaxText's ``save_dot_except_mlpwi``...) is described in
+    :mod:`trainperf.accounting.recompute`, which this delegates to.
     """
-    if policy == "none":
-        return 0.0
-    fb = forward_flops(model, seq_len, attention)
-    if policy == "selective":
-        return fb.attention_core
-    if policy == "full":
-        return fb.layers_matmul
-    raise SpecError("activation_checkpointing", policy, "one of none, selective, full")
+    from trainperf.accounting.recompute import recompute_flops as _recompute
+
+    return _recompute(model, seq_len, policy, attention, pipeline_chunks)

@@ -125,12 +125,14 @@ def throughput(
     if model_flops_per_seq is not None:
         per_token = _positive("model_flops_per_seq", model_flops_per_seq) / seq
         conv_name = f"given ({model_flops_per_seq:.6g} per sequence)"
-        recompute = recompute_flops_per_token(workload.model, seq, workload.activation_checkpointing, convention)
+        recompute = recompute_flops_per_token(workload.model, seq, workload.activation_checkpointing, convention,
+                                              workload.plan.pp * workload.plan.vpp)
     else:
         get_convention(convention)
         per_token = model_flops_per_token(workload.model, seq, convention, lora_fraction)
         conv_name = convention
-        recompute = recompute_flops_per_token(workload.model, seq, workload.activation_checkpointing, convention)
+        recompute = recompute_flops_per_token(workload.model, seq, workload.activation_checkpointing, convention,
+                                              workload.plan.pp * workload.plan.vpp)
     hw_per_token = per_token + recompute
     peak = resolve_peak(workload.hardware, workload.precision, peak_tflops)
     tflops_dev = per_token * tps_dev / 1e12

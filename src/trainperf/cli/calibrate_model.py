@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from trainperf.cli.common import add_json_argument, add_output_arguments, print_json, table
 
-HELP = "fit the predictor's efficiency knobs to measured runs and write a calibration file"
+HELP = "fit a software-stack profile (.toml, for --stack) or device knobs (.json) to measured runs"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("runs", nargs="+", metavar="RUN",
-                        help="bench run directories, JSONL run files, or published:<id|vendor|device|all>")
+                        help="bench run directories, JSONL run files, row:<row_id> / table:<table_id> of the "
+                             "published-runs table, or published:<id|vendor|device|all> (seed catalog)")
     parser.add_argument("--holdout", nargs="*", default=[], metavar="RUN",
                         help="runs to predict after fitting (not used to fit); their error is reported")
     parser.add_argument("--knobs", metavar="A,B",
@@ -23,9 +25,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "shared, loaded machine")
     parser.add_argument("--calibration", metavar="FILE", help="start from this calibration file's values")
     parser.add_argument("-o", "--output", default="calibration.json", metavar="FILE",
-                        help="calibration file to write (default calibration.json; an existing one is "
-                             "replaced only with --force)")
+                        help="file to write: a stack profile if it ends in .toml (use with --stack FILE), "
+                             "else a JSON device calibration (default calibration.json); an existing file "
+                             "is replaced only with --force")
     add_output_arguments(parser)
+    parser.add_argument("--stack", metavar="NAME|FILE",
+                        help="profile to start from when writing a .toml profile (default: the runs' own stack, "
+                             "else generic)")
+    parser.add_argument("--name", help="name of the profile written (default: the output file's stem)")
     add_json_argument(parser)
 
 
@@ -40,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
     check_output_file(args.output, **safe)  # refuse before fitting (one line, exit 2)
     obs = [observation_from_run(r, statistic=args.statistic) for spec in args.runs for r in load_runs(spec)]
     held = [observation_from_run(r, statistic=args.statistic) for spec in args.holdout for r in load_runs(spec)]
+    if str(args.output).endswith(".toml"):
+        return _write_profile(args, obs, held, safe)
     devices = {o.workload.hardware.id for o in obs}
     if len(devices) != 1:
         raise SpecError("runs", sorted(devices), "runs of one device (fit each device separately)")
@@ -72,4 +81,51 @@ def run(args: argparse.Namespace) -> int:
     print(f"fit MAPE {out['fit_mape_pct']:.2f}%"
           + (f"; held-out MAPE {out['holdout_mape_pct']:.2f}%" if held_rows else ""))
     print(f"wrote {args.output} (use: trainperf predict ... --calibration {args.output})")
+    return 0
+
+
+def _write_profile(args: argparse.Namespace, obs: list, held: list, safe: dict) -> int:
+    """Fit a stack profile (over generic and a starting stack) and write it as TOML."""
+    from trainperf.predict import core
+    from trainperf.predict.fit_profiles import FitRow, Prediction, fit_user_profile, summarize
+    from trainperf.predict.stacks import DEFAULT_STACK, knobs_with_profiles, load_profile, packaged_profile
+
+    name = args.name or Path(args.output).stem
+    start = args.stack or next((getattr(o.workload, "stack", "") for o in obs
+                                if getattr(o.workload, "stack", DEFAULT_STACK) != DEFAULT_STACK), DEFAULT_STACK)
+    base = [packaged_profile(DEFAULT_STACK)]
+    if start != DEFAULT_STACK:
+        base.append(load_profile(start))
+    rows = [FitRow(o.name, o.name, name, o.workload, o.measured_step_time_s, o.trainable_fraction) for o in obs]
+    prof, fit_preds = fit_user_profile(rows, name, base)
+    from trainperf.records.output_path import write_text_atomic
+
+    write_text_atomic(args.output, "# trainperf software-stack profile written by `trainperf calibrate-model`; "
+                      f"use: --stack {args.output}\n" + prof.to_toml(), **safe)
+    held_preds = []
+    for o in held:
+        k = knobs_with_profiles(o.workload.hardware, [base[0], prof])
+        p = core.as_float(core.step_core(core.workload_features(o.workload, o.trainable_fraction),
+                                         k.values())["step_time_s"])
+        held_preds.append(Prediction(o.name, o.name, name, o.measured_step_time_s, p))
+    fit_s, held_s = summarize(fit_preds), summarize(held_preds)
+    out = {"format": "trainperf-stack-profile", "output": args.output, "name": name, "base": [p.name for p in base],
+           "generations": {g: dict(v) for g, v in prof.generations.items()},
+           "fit_rows": [p.__dict__ | {"signed_pct": p.signed_pct} for p in fit_preds],
+           "holdout_rows": [p.__dict__ | {"signed_pct": p.signed_pct} for p in held_preds],
+           "fit_mape_pct": fit_s["mape_pct"], "holdout_mape_pct": held_s["mape_pct"] if held_preds else None}
+    if args.json:
+        print_json(out)
+        return 0
+    print(f"profile {name!r} over {', '.join(p.name for p in base)}, fitted to {len(obs)} run(s):")
+    for g, vals in prof.generations.items():
+        print(f"  [{g}] " + ", ".join(f"{k} = {v:.4g}" for k, v in vals.items()
+                                      if "calibrate-model" in prof.sources.get(f"{g}.{k}", "")))
+    rows = [("fit", p.name, f"{p.measured_step_time_s:.4g}", f"{p.predicted_step_time_s:.4g}", f"{p.signed_pct:+.1f}")
+            for p in fit_preds]
+    rows += [("held out", p.name, f"{p.measured_step_time_s:.4g}", f"{p.predicted_step_time_s:.4g}",
+              f"{p.signed_pct:+.1f}") for p in held_preds]
+    print(table(rows, ["", "run", "measured s", "predicted s", "signed err %"]))
+    print(f"fit MAPE {fit_s['mape_pct']:.2f}%" + (f"; held-out MAPE {held_s['mape_pct']:.2f}%" if held_preds else ""))
+    print(f"wrote {args.output} (use: trainperf predict ... --stack {args.output})")
     return 0

@@ -52,6 +52,15 @@ WORKLOAD_FLAGS: dict[str, str] = {
     "micro_batch": "training.micro_batch",
     "precision": "training.precision",
     "activation_checkpointing": "training.activation_checkpointing",
+    "training_compile": "training.compile",
+    "async_tp": "training.async_tp",
+    "fp8_recipe": "training.fp8_recipe",
+    "stack": "training.stack",
+    "etp": "parallel.etp",
+    "first_stage_layers": "parallel.first_stage_layers",
+    "last_stage_layers": "parallel.last_stage_layers",
+    "account_for_embedding_in_pipeline_split": "parallel.account_for_embedding_in_pipeline_split",
+    "account_for_loss_in_pipeline_split": "parallel.account_for_loss_in_pipeline_split",
 }
 
 
@@ -79,7 +88,9 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, positional: str =
     t.add_argument("--global-batch", type=int, metavar="N", help="sequences per optimizer step")
     t.add_argument("--micro-batch", type=int, metavar="N", help="sequences per device per pass")
     t.add_argument("--precision", metavar="DTYPE", help="fp32 | tf32 | fp16 | bf16 | fp8 | fp4")
-    t.add_argument("--activation-checkpointing", metavar="POLICY", help="none | selective | full")
+    t.add_argument("--activation-checkpointing", metavar="POLICY",
+                   help="none | selective | full | full:K | full-every:N | selective-op | minimal | "
+                        "save_dot_except_mlpwi | save_dot_except_mlp | save_qkv_proj | qkv_proj_offloaded")
     if not hardware:
         return
     h = parser.add_argument_group("hardware (override [hardware])")
@@ -93,6 +104,26 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, positional: str =
         p.add_argument(f"--{name.replace('_', '-')}", type=int, metavar="N", dest=name)
     p.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None)
     p.add_argument("--pp-schedule", metavar="NAME", help="1f1b | interleaved | gpipe")
+    p.add_argument("--etp", type=int, metavar="N", help="expert tensor parallel degree (default: tp)")
+    p.add_argument("--first-stage-layers", type=int, metavar="N", help="layers on the first pipeline stage")
+    p.add_argument("--last-stage-layers", type=int, metavar="N", help="layers on the last pipeline stage")
+    p.add_argument("--account-for-embedding-in-pipeline-split", action=argparse.BooleanOptionalAction,
+                   default=None, help="the embedding takes one layer slot of the first stage (Megatron)")
+    p.add_argument("--account-for-loss-in-pipeline-split", action=argparse.BooleanOptionalAction,
+                   default=None, help="the LM head and loss take one layer slot of the last stage (Megatron)")
+
+
+def add_software_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of the software stack's features a prediction models (``[training]`` keys)."""
+    s = parser.add_argument_group("software features (override [training])")
+    s.add_argument("--compile", dest="training_compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="the model is compiled (torch.compile / fused graph)")
+    s.add_argument("--async-tp", dest="async_tp", action=argparse.BooleanOptionalAction, default=None,
+                   help="asynchronous tensor parallelism (TP collectives overlap GEMMs)")
+    s.add_argument("--fp8-recipe", metavar="NAME", help="tensorwise | rowwise | delayed (with --precision fp8)")
+    s.add_argument("--stack", metavar="NAME|FILE",
+                   help="software-stack profile: generic (default) | megatron-core | maxtext | paxml | torchtitan | "
+                        "llm-foundry | deepspeed, or a profile .toml from `trainperf calibrate-model`")
 
 
 def add_architecture_arguments(group: Any) -> None:

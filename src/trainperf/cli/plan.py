@@ -19,7 +19,13 @@ import argparse
 import sys
 from typing import Any
 
-from trainperf.cli.common import add_convention_argument, add_json_argument, print_json, table
+from trainperf.cli.common import (
+    add_convention_argument,
+    add_json_argument,
+    add_software_arguments,
+    print_json,
+    table,
+)
 from trainperf.errors import SpecError
 from trainperf.numbers import fmt
 
@@ -43,7 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="acceptable global batch(es), sequences per optimizer step (list or LO-HI doubling)")
     t.add_argument("--precision", metavar="DTYPES", help="dtype(s) to try, comma-separated (default bf16)")
     t.add_argument("--activation-checkpointing", metavar="POLICIES",
-                   help="policies to try, comma-separated (default none,selective,full)")
+                   help="policies to try, comma-separated (default none,selective,full; also minimal, "
+                        "selective-op, save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj, qkv_proj_offloaded)")
     s = parser.add_argument_group("search")
     s.add_argument("--max-micro-batch", type=int, default=8, metavar="N", help="largest micro batch tried (8)")
     s.add_argument("--max-vpp", type=int, default=8, metavar="N",
@@ -63,6 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--explain", action="store_true",
                    help="also print how many plans were considered and why the rest were rejected")
     s.add_argument("--calibration", metavar="FILE", help="calibration file from `trainperf calibrate-model`")
+    add_software_arguments(parser)
     add_convention_argument(parser)
     add_json_argument(parser)
 
@@ -118,6 +126,7 @@ def parse_fixed(text: str | None) -> tuple[tuple[str, int], ...]:
 
 
 def _inputs(args: argparse.Namespace) -> dict[str, Any]:
+    from trainperf.plan.space import DEFAULT_CHECKPOINTING
     from trainperf.specs.workload_file import (
         hardware_from_section,
         merge_overrides,
@@ -145,9 +154,13 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
         raise SpecError("training.seq_len", seq, "a positive integer")
     gb_text = args.global_batch if args.global_batch is not None else tr.get("global_batch")
     ac = (tuple(p.strip() for p in args.activation_checkpointing.split(",") if p.strip())
-          if args.activation_checkpointing else ("none", "selective", "full"))
+          if args.activation_checkpointing else DEFAULT_CHECKPOINTING)
+    software = {"compile": args.training_compile if args.training_compile is not None else tr.get("compile", False),
+                "async_tp": args.async_tp if args.async_tp is not None else tr.get("async_tp", False),
+                "fp8_recipe": args.fp8_recipe or tr.get("fp8_recipe"),
+                "stack": str(args.stack or tr.get("stack", "generic"))}
     return {"model": model, "hardware": hardware, "num_text": num_text, "dpn": dpn, "seq": seq,
-            "gb_text": gb_text, "precisions": precisions, "ac": ac}
+            "gb_text": gb_text, "precisions": precisions, "ac": ac, "software": software}
 
 
 def _space(args: argparse.Namespace, inp: dict[str, Any], counts: tuple[int, ...]):
@@ -168,7 +181,7 @@ def _space(args: argparse.Namespace, inp: dict[str, Any], counts: tuple[int, ...
     return SearchSpace(num_devices=counts, devices_per_node=dpn, fixed=parse_fixed(args.fix),
                        seq_len=inp["seq"], global_batches=gbs, precisions=inp["precisions"],
                        checkpointing=inp["ac"], max_micro_batch=args.max_micro_batch, max_vpp=args.max_vpp,
-                       allow_cross_node_tp=args.allow_cross_node_tp)
+                       allow_cross_node_tp=args.allow_cross_node_tp, **inp["software"])
 
 
 def _calibration(args: argparse.Namespace):

@@ -7,6 +7,7 @@ import argparse
 from trainperf.cli.common import (
     add_convention_argument,
     add_json_argument,
+    add_software_arguments,
     add_workload_arguments,
     print_json,
     table,
@@ -20,6 +21,7 @@ BAR_WIDTH = 40
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_workload_arguments(parser, positional="many")
+    add_software_arguments(parser)
     parser.add_argument("--calibration", metavar="FILE",
                         help="knob values from `trainperf calibrate-model` (JSON)")
     add_convention_argument(parser)

@@ -1,4 +1,8 @@
-"""``trainperf published``: the catalog of published results built from the seed documents."""
+"""``trainperf published``: the packaged published-runs table (169 rows, 30 tables), filtered.
+
+Each row shows the stack it maps to, its step time, and its MFU recomputed on one convention
+(``--convention``, against the catalog's dense peak) beside the MFU the source claimed on its
+own basis; excluded rows say why. ``--seeds``: the catalog built from the seed documents."""
 
 from __future__ import annotations
 
@@ -6,12 +10,46 @@ import argparse
 
 from trainperf.cli.common import add_json_argument, print_json, table
 
-HELP = "list the catalog of published results (from the seeds), with sources"
+HELP = "list published runs (filter by model, device, framework, precision) with MFU on one convention"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("id", nargs="?", help="one run id to show in full (omit to list all)")
+    parser.add_argument("id", nargs="?", help="one row id (or, with --seeds, run id) to show in full")
+    parser.add_argument("--model", help="rows whose model contains this (case-insensitive)")
+    parser.add_argument("--device", help="rows whose hardware or device id contains this")
+    parser.add_argument("--framework", help="rows whose framework or stack contains this")
+    parser.add_argument("--precision", help="rows of this precision (bf16, fp16, fp8)")
+    parser.add_argument("--convention", default="megatron", help="FLOP convention of the recomputed MFU")
+    parser.add_argument("--seeds", action="store_true", help="the seed-document catalog instead")
     add_json_argument(parser)
+
+
+def _matches(r, args: argparse.Namespace) -> bool:
+    def has(needle: str | None, *hay: str) -> bool:
+        return needle is None or any(needle.lower() in h.lower() for h in hay)
+
+    dev = r.workload.hardware.id if r.workload is not None else ""
+    return (has(args.model, r.model) and has(args.device, r.hardware, dev)
+            and has(args.framework, r.framework, r.stack)
+            and (args.precision is None or r.precision == args.precision.lower()))
+
+
+def table_row_dict(r, convention: str = "megatron") -> dict:
+    """One published-runs row as a dict, with its MFU recomputed under ``convention``."""
+    from trainperf.accounting.throughput import throughput
+
+    d = {"row_id": r.row_id, "table_id": r.table_id, "source": r.source, "model": r.model,
+         "hardware": r.hardware, "framework": r.framework, "stack": r.stack, "precision": r.precision,
+         "included": r.included, "exclude_reason": r.exclude_reason,
+         "step_time_s": r.step_time_s, "step_time_from": r.step_time_from,
+         "claimed_mfu_pct": r.claimed_mfu_pct, "mfu_basis": r.mfu_basis, "assumptions": list(r.assumptions)}
+    if r.included:
+        w = r.workload
+        t = throughput(w, step_time_s=r.step_time_s, convention=convention)
+        d.update(device=w.hardware.id, num_devices=w.num_devices, workload=w.describe(),
+                 tokens_per_s=t.tokens_per_s, mfu_pct=t.mfu_pct, convention=t.convention,
+                 peak_tflops=t.peak_tflops)
+    return d
 
 
 def _row_dict(r) -> dict:
@@ -27,6 +65,57 @@ def _row_dict(r) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not args.seeds:
+        return _run_table(args)
+    return _run_seeds(args)
+
+
+def _run_table(args: argparse.Namespace) -> int:
+    from trainperf.accounting.conventions import get_convention
+    from trainperf.errors import UnknownNameError
+    from trainperf.predict.runs_table import packaged_runs
+
+    get_convention(args.convention)
+    runs = packaged_runs()
+    if args.id:
+        picked = [r for r in runs if r.row_id == args.id]
+        if not picked:
+            raise UnknownNameError("published row", args.id, [r.row_id for r in runs])
+        d = table_row_dict(picked[0], args.convention)
+        if args.json:
+            print_json(d)
+        else:
+            for k, v in d.items():
+                print(f"{k}: {v}")
+        return 0
+    rows = [r for r in runs if _matches(r, args)]
+    if args.json:
+        print_json({"runs": [table_row_dict(r, args.convention) for r in rows], "convention": args.convention})
+        return 0
+    out = []
+    for r in rows:
+        d = table_row_dict(r, args.convention)
+        claimed = "-" if r.claimed_mfu_pct is None else f"{r.claimed_mfu_pct:.1f}"
+        if r.included:
+            out.append((r.row_id, r.model[:28], d["device"], d["num_devices"], r.precision, r.stack,
+                        f"{r.step_time_s:.4g}", f"{d['mfu_pct']:.1f}", claimed))
+        else:
+            out.append((r.row_id, r.model[:28], r.hardware[:16], "", r.precision[:8], r.stack, "-", "-", claimed))
+    print(table(out, ["row", "model", "device", "devices", "prec", "stack", "step s",
+                      f"MFU % ({args.convention})", "claimed MFU %"]))
+    excluded = [r for r in rows if not r.included]
+    if excluded:
+        print()
+        print("not predictable:")
+        for r in excluded:
+            print(f"  row {r.row_id}: {r.exclude_reason}")
+    print()
+    print(f"{len(rows)} rows; MFU recomputed from the step time with the {args.convention} FLOP count and the "
+          "catalog's dense peak; claimed MFU is on each source's own basis (`trainperf published ROW`).")
+    return 0
+
+
+def _run_seeds(args: argparse.Namespace) -> int:
     from trainperf.predict.published import get_published, published_claims, published_runs
 
     if args.id:

@@ -1,22 +1,95 @@
-"""``trainperf validate``: predicted vs published step time for every published result."""
+"""``trainperf validate``: predicted vs published step time for every published run.
+
+Default: the packaged published-runs table (or ``--data FILE.csv``), in-sample with the packaged
+stack profiles and leave-one-table-out (every profile refitted without the table), overall, per
+table and per stack. ``--seeds``: the seed-document catalog (``trainperf published --seeds``)."""
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from trainperf.cli.common import add_json_argument, print_json, table
 
-HELP = "predict every published result and report the error per row and the MAPE"
+HELP = "predict every published run: MAPE, mean signed error, worst row; in-sample and leave-one-table-out"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--calibration", metavar="FILE", help="knob values from `trainperf calibrate-model`")
+    parser.add_argument("--data", metavar="FILE.csv",
+                        help="a runs file with the packaged table's columns (default: the packaged table)")
+    parser.add_argument("--stack", metavar="NAME|FILE",
+                        help="predict every row with this stack profile instead of each row's own")
+    parser.add_argument("--no-loto", action="store_true",
+                        help="skip leave-one-table-out (it refits every profile once per table; cached)")
+    parser.add_argument("--seeds", action="store_true",
+                        help="validate the seed-document catalog instead (the pre-table behaviour)")
+    parser.add_argument("--calibration", metavar="FILE",
+                        help="with --seeds: knob values from a JSON `trainperf calibrate-model` file")
     parser.add_argument("--holdout", action="store_true",
                         help="also leave-one-out: refit each device's knobs without the row, then predict it")
     add_json_argument(parser)
 
 
+def _pct(x: Any) -> str:
+    return "-" if x is None else f"{x:+.1f}"
+
+
+def _abs(x: Any) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
 def run(args: argparse.Namespace) -> int:
+    if not args.seeds:
+        return _run_table(args)
+    return _run_seeds(args)
+
+
+def _run_table(args: argparse.Namespace) -> int:
+    from trainperf.predict.stacks import load_profile
+    from trainperf.predict.validate_runs import validate_runs
+
+    if args.stack:
+        load_profile(args.stack)  # a bad name or file is a one-line error before any work
+    v = validate_runs(args.data, stack=args.stack, loto=not args.no_loto)
+    d = v.to_dict()
+    if args.json:
+        print_json(d)
+        return 0
+    rows = []
+    for t, x in d["per_table"].items():
+        i, lo = x["in_sample"], x["leave_one_table_out"] or {}
+        stack = next(r.stack for r in v.rows if r.table_id == t)
+        rows.append([t[:48], stack, i["rows"], _abs(i["mape_pct"]), _pct(i["mean_signed_pct"]),
+                     _abs(lo.get("mape_pct")), _pct(lo.get("mean_signed_pct")),
+                     f"{lo.get('worst', i['worst'])} ({_pct(lo.get('worst_pct', i['worst_pct']))})"])
+    print(table(rows, ["table", "stack", "rows", "MAPE %", "signed %", "LOTO MAPE %", "LOTO signed %",
+                       "worst row (LOTO %)"]))
+    print()
+    rows = []
+    for s_, x in d["per_stack"].items():
+        i, lo = x["in_sample"], x["leave_one_table_out"] or {}
+        rows.append([s_, i["rows"], _abs(i["mape_pct"]), _pct(i["mean_signed_pct"]), _abs(lo.get("mape_pct")),
+                     _pct(lo.get("mean_signed_pct")), f"{lo.get('worst', i['worst'])}"])
+    print(table(rows, ["stack", "rows", "MAPE %", "signed %", "LOTO MAPE %", "LOTO signed %", "worst row"]))
+    print()
+    excluded = [r for r in v.rows if not r.included]
+    if excluded:
+        print(f"not predicted ({len(excluded)} rows):")
+        for r in excluded:
+            print(f"  row {r.row_id} ({r.table_id.strip()}): {r.exclude_reason}")
+        print()
+    how = f"stack {args.stack} for every row" if args.stack else "each row's stack profile"
+    print(f"in-sample ({how}): MAPE {d['mape_pct']:.2f}%, mean signed {d['mean_signed_pct']:+.2f}% over "
+          f"{d['rows_predicted']} of {d['rows_total']} rows; worst row {d['worst_row']} ({d['worst_pct']:+.1f}%)")
+    if d["leave_one_table_out_mape_pct"] is not None:
+        print(f"leave-one-table-out (profiles refitted without the table): MAPE "
+              f"{d['leave_one_table_out_mape_pct']:.2f}%, mean signed {d['leave_one_table_out_mean_signed_pct']:+.2f}%; "
+              f"worst row {d['leave_one_table_out_worst_row']} ({d['leave_one_table_out_worst_pct']:+.1f}%)")
+    print("signed error: positive = predicted slower than published")
+    return 0
+
+
+def _run_seeds(args: argparse.Namespace) -> int:
     from trainperf.predict.step import load_calibration
     from trainperf.predict.validate import validate
 

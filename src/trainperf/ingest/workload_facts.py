@@ -44,7 +44,10 @@ _REQUIRED = {
 }
 # Device names as frameworks print them (torch.cuda.get_device_name) -> catalog id.
 _DEVICE_NAMES: list[tuple[str, str]] = [
-    (r"H100.*(PCIe)", "h100-pcie"), (r"H100.*NVL", "h100-nvl"), (r"H100 80GB HBM3|H100.*SXM", "h100-sxm"),
+    (r"H100.*(PCIe)", "h100-pcie"), (r"H100.*NVL", "h100-nvl"),
+    # the power-capped HBM2e SXM part (seed 002: "SXM H100 (95GB)"), named by memory
+    (r"H100.*(9[56] ?GB|HBM2e)", "h100-sxm-hbm2e"),
+    (r"H100 80GB HBM3|H100.*SXM", "h100-sxm"),
     (r"H200", "h200-sxm"), (r"H800", "h800"), (r"GB200", "gb200"), (r"B200", "b200"),
     (r"A100.*SXM4?-80GB|A100 80GB SXM|A100-SXM-80GB", "a100-sxm-80gb"),
     (r"A100.*SXM4?-40GB|A100-SXM-40GB", "a100-sxm-40gb"),

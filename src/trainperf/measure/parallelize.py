@@ -158,7 +158,15 @@ def apply_tp(model: nn.Module, tp_mesh, sequence_parallel: bool) -> None:
 
 
 def apply_ac(model: nn.Module, policy: str) -> None:
-    """Set the checkpointing flags of the blocks (see the module docstring)."""
+    """Set the checkpointing flags of the blocks (see the module docstring).
+
+    The reference model implements ``none``, ``selective`` and ``full``; the other named
+    policies of :mod:`trainperf.accounting.recompute` exist for prediction only."""
+    if policy not in ("none", "selective", "full"):
+        from trainperf.errors import SpecError
+
+        raise SpecError("training.activation_checkpointing", policy,
+                        "none, selective or full for a measured run (other policies are prediction-only)")
     for block in model.layers:  # type: ignore[union-attr]
         block.checkpoint = policy == "full"
         block.attention.recompute_core = policy == "selective"

@@ -41,7 +41,7 @@ def _single(model: ModelSpec, hardware: Hardware, seq_len: int, precision: str) 
 
 
 def knob_values(hardware: Hardware, calibration: Mapping[str, Mapping[str, float]] | None = None,
-                model: ModelSpec | None = None) -> dict[str, float]:
+                model: ModelSpec | None = None, stack: Any = None) -> dict[str, float]:
     """The efficiency knob values :func:`trainperf.predict.predict` uses for ``hardware``
     (``calibration``: device id -> knob values, as :func:`~trainperf.predict.step.load_calibration`
     returns)."""
@@ -49,7 +49,7 @@ def knob_values(hardware: Hardware, calibration: Mapping[str, Mapping[str, float
 
     w = _single(model or ModelSpec.preset("debug"), hardware, 8, "fp32" if hardware.kind == "cpu" else
                 next(p for p in ("bf16", "fp16", "fp32") if hardware.supports(p)))
-    return resolve_knobs(w, calibration).values()
+    return resolve_knobs(w, calibration, stack=stack).values()
 
 
 @lru_cache(maxsize=64)

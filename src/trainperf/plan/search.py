@@ -186,7 +186,8 @@ def workload_of(model: ModelSpec, hardware: Hardware, space: SearchSpace, cands:
                     seq_len=space.seq_len, global_batch=int(r["global_batch"]),
                     micro_batch=int(r["micro_batch"]), plan=plan,
                     devices_per_node=min(space.devices_per_node, int(r["num_devices"])),
-                    precision=str(r["precision"]), activation_checkpointing=str(r["ac"]))
+                    precision=str(r["precision"]), activation_checkpointing=str(r["ac"]),
+                    **space.software(str(r["precision"]), int(r["tp"])))
 
 
 def _rank_order(score: np.ndarray, memory: np.ndarray) -> np.ndarray:
@@ -223,7 +224,7 @@ def search(model: ModelSpec, hardware: Hardware, space: SearchSpace, objective: 
     cands = enumerate_candidates(model, hardware, space)
     rejected = Counter(cands.rejected)
     ev = vectorized.evaluate(cands, model, hardware, space.seq_len, space.devices_per_node,
-                             calibration=calibration)
+                             calibration=calibration, software=space.software)
     fits = ev.fits
     n_oom = int((~fits).sum())
     if n_oom:

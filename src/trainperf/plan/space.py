@@ -28,8 +28,16 @@ import numpy as np
 from trainperf.specs.hardware import Hardware
 from trainperf.specs.model import ModelSpec
 
-AC_POLICIES: tuple[str, ...] = ("none", "selective", "full")
-"""Activation-checkpointing policies in code order (``ac`` column values 0, 1, 2)."""
+AC_POLICIES: tuple[str, ...] = (
+    "none", "selective", "minimal", "selective-op", "save_dot_except_mlpwi", "save_dot_except_mlp",
+    "save_qkv_proj", "qkv_proj_offloaded", "full",
+)
+"""Activation-checkpointing policies the planner can try, in code order (``ac`` column value =
+index), from least to most recomputation (Llama-2-7B: 0, 1.07, 1.07 + elementwise, 5.0, 6.8,
+9.7, 10.8, 10.8, 14.0 GFLOP per token); see :mod:`trainperf.specs.checkpointing`. The
+parametrised ``full:K`` / ``full-every:N`` are not searched."""
+DEFAULT_CHECKPOINTING: tuple[str, ...] = ("none", "selective", "full")
+"""Policies tried unless the user names others."""
 
 # Column names of a candidate table, in a fixed order.
 COLUMNS: tuple[str, ...] = (
@@ -71,8 +79,8 @@ class SearchSpace:
     """Acceptable global batches (sequences per optimizer step)."""
     precisions: tuple[str, ...] = ("bf16",)
     """Compute dtypes to try (each must be supported by the device)."""
-    checkpointing: tuple[str, ...] = AC_POLICIES
-    """Activation-checkpointing policies to try."""
+    checkpointing: tuple[str, ...] = DEFAULT_CHECKPOINTING
+    """Activation-checkpointing policies to try (names of :data:`AC_POLICIES`)."""
     max_micro_batch: int = 8
     """Largest micro batch tried (every integer from 1 up to it that divides the local batch)."""
     max_vpp: int = 8
@@ -85,6 +93,19 @@ class SearchSpace:
     """Sequence-parallel settings tried when tp > 1."""
     fixed: tuple[tuple[str, int], ...] = ()
     """``(column, value)`` pairs every plan must have (columns of :data:`FIXABLE`)."""
+    compile: bool = False
+    """Every plan runs a compiled model (``training.compile``)."""
+    async_tp: bool = False
+    """Plans with tp > 1 use asynchronous tensor parallelism (``training.async_tp``)."""
+    fp8_recipe: str | None = None
+    """FP8 scaling recipe of the fp8/fp4 plans (``training.fp8_recipe``)."""
+    stack: str = "generic"
+    """Software-stack profile every plan is predicted with (``training.stack``: a name or file)."""
+
+    def software(self, precision: str, tp: int) -> dict[str, object]:
+        """The ``[training]`` software fields of a plan of this ``precision`` and ``tp``."""
+        return {"compile": self.compile, "async_tp": self.async_tp and tp > 1,
+                "fp8_recipe": self.fp8_recipe if precision in ("fp8", "fp4") else None, "stack": self.stack}
 
     def __post_init__(self) -> None:
         from trainperf.errors import SpecError
@@ -110,6 +131,11 @@ class SearchSpace:
             raise SpecError("max_micro_batch", self.max_micro_batch, "a positive integer")
         if self.max_vpp < 1:
             raise SpecError("max_vpp", self.max_vpp, "a positive integer")
+        if self.fp8_recipe is not None:
+            from trainperf.specs.workload import FP8_RECIPES
+
+            if self.fp8_recipe not in FP8_RECIPES:
+                raise SpecError("training.fp8_recipe", self.fp8_recipe, f"one of {', '.join(FP8_RECIPES)}")
         for key, value in self.fixed:
             if key not in FIXABLE:
                 raise SpecError("fix", key, f"one of {', '.join(FIXABLE)}")

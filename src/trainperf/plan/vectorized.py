@@ -13,8 +13,9 @@ feature extraction is mirrored:
   ``workload_features`` of one single-device workload of the group's precision, so they cannot
   drift;
 * the plan entries of ``workload_features`` (``micro_batch``, ``grad_accum``, ``dp``, ``fsdp``,
-  ``zero_stage``, ``tp``, ``sp``, ``pp``, ``vpp``, ``interleaved``, ``cp``, ``ep``,
-  ``num_devices``, ``devices_per_node``) and the shard counts of
+  ``zero_stage``, ``tp``, ``sp``, ``pp``, ``vpp``, ``interleaved``, ``cp``, ``ep``, ``etp``,
+  ``layers_first``/``layers_mid``/``layers_last``, ``num_devices``, ``devices_per_node``) and
+  the shard counts of
   :class:`~trainperf.specs.parallel.ParallelPlan` (``shards_params``, ``shards_grads``,
   ``shards_optimizer``) are computed on arrays below (:func:`plan_features`).
 
@@ -24,6 +25,7 @@ time and memory to 1e-6 relative on a random sample of plans across models and d
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,10 +56,12 @@ class Evaluation:
     """Every array ``step_core`` returned (only when asked for with ``keep_parts``)."""
 
 
-def plan_features(c: Candidates, idx: np.ndarray, devices_per_node: int) -> dict[str, Any]:
+def plan_features(c: Candidates, idx: np.ndarray, devices_per_node: int, layers: int = 0) -> dict[str, Any]:
     """The plan-dependent entries of ``workload_features`` for candidate rows ``idx``, as arrays.
 
-    Mirrors :func:`trainperf.predict.core.workload_features` and ParallelPlan's shard counts.
+    Mirrors :func:`trainperf.predict.core.workload_features` and ParallelPlan's shard counts and
+    stage split. The planner searches even pipeline splits with experts split like the dense
+    layers: ``etp = tp`` and ``ceil(layers / pp)`` layers on every rank (``layers``: the model's).
     """
     f64 = np.float64
     n = c["num_devices"][idx].astype(f64)
@@ -80,16 +84,22 @@ def plan_features(c: Candidates, idx: np.ndarray, devices_per_node: int) -> dict
         "shards_params": np.where(fsdp > 1, fsdp, np.where(zero >= 3, dp, 1.0)),
         "shards_grads": np.where(fsdp > 1, fsdp, 1.0) * np.where(zero >= 2, dp, 1.0),
         "shards_optimizer": np.where(fsdp > 1, fsdp, 1.0) * np.where(zero >= 1, dp, 1.0),
+        "etp": tp,
+        "layers_first": np.ceil(layers / pp), "layers_mid": np.ceil(layers / pp), "layers_last": np.ceil(layers / pp),
     }
 
 
 def evaluate(c: Candidates, model: ModelSpec, hardware: Hardware, seq_len: int, devices_per_node: int,
-             *, calibration: Any = None, keep_parts: bool = False) -> Evaluation:
+             *, calibration: Any = None, keep_parts: bool = False,
+             software: Callable[[str, int], dict[str, Any]] | None = None) -> Evaluation:
     """Predicted step time, memory per device and fit of every candidate in ``c``.
 
     ``calibration``: what ``trainperf.predict`` accepts for its knobs (a calibration file path,
     a mapping of knob values, or None for the catalog's). See the module docstring for exactly
-    which part is mirrored and which is the predictor's own code.
+    which part is mirrored and which is the predictor's own code. ``software(precision, tp)``
+    gives the ``[training]`` software fields (compile, async_tp, fp8_recipe) of a plan, as
+    :meth:`~trainperf.plan.space.SearchSpace.software` does; async TP is applied only where tp > 1
+    (with tp = 1 there is no TP collective to hide, so the flag is a no-op there).
     """
     from trainperf.plan import scalar
     from trainperf.predict import core
@@ -98,7 +108,8 @@ def evaluate(c: Candidates, model: ModelSpec, hardware: Hardware, seq_len: int, 
     step = np.empty(n)
     mem = np.empty(n)
     parts: dict[str, np.ndarray] = {}
-    knobs = scalar.knob_values(hardware, calibration)
+    stack = software("bf16", 1).get("stack") if software is not None else None
+    knobs = scalar.knob_values(hardware, calibration, stack=stack)
     capacity = hardware.hbm_GB * 1e9
     if n:
         ac, prec = c["ac"], c["precision"]
@@ -110,8 +121,12 @@ def evaluate(c: Candidates, model: ModelSpec, hardware: Hardware, seq_len: int, 
                 for start in range(0, group.size, CHUNK_ROWS):
                     idx = group[start:start + CHUNK_ROWS]
                     f = dict(base)
-                    f.update(plan_features(c, idx, devices_per_node))
+                    f.update(plan_features(c, idx, devices_per_node, model.layers))
                     f["policy"] = AC_POLICIES[int(a)]
+                    if software is not None:
+                        soft = software(c.precisions[int(p)], 2)
+                        f["compile"], f["async_tp"] = bool(soft["compile"]), bool(soft["async_tp"])
+                        f["fp8_recipe"] = soft["fp8_recipe"] or ""
                     out = core.step_core(f, knobs)
                     step[idx] = _full(out["step_time_s"], idx.size)
                     mem[idx] = _full(out["mem_total"], idx.size)

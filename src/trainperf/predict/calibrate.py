@@ -197,9 +197,27 @@ def observation_from_run(run: Any, name: str | None = None, statistic: str = "me
                        trainable_fraction=float(run.meta.get("trainable_fraction", 1.0)))
 
 
+def _table_runs(spec: str) -> list[Any]:
+    """Rows of the packaged published-runs table as run records (``row:<row_id>`` or
+    ``table:<table_id>``)."""
+    from trainperf.errors import UnknownNameError
+    from trainperf.predict.runs_table import packaged_runs
+
+    kind, key = spec.split(":", 1)
+    runs = packaged_runs()
+    field_ = "row_id" if kind == "row" else "table_id"
+    picked = [r for r in runs if getattr(r, field_).strip() == key.strip()]
+    if not picked:
+        raise UnknownNameError(f"published-runs {kind}", key, sorted({getattr(r, field_) for r in runs}))
+    return [r.to_run_record() for r in picked]
+
+
 def load_runs(spec: str) -> list[Any]:
     """Run records named by ``spec``: ``published:all``, ``published:<id>``, ``published:<vendor>``
-    or ``published:<device id>``, a JSONL run file, or a bench run directory (its steps.jsonl)."""
+    or ``published:<device id>`` (the seed catalog), ``row:<row_id>`` or ``table:<table_id>`` (the
+    published-runs table), a JSONL run file, or a bench run directory (its steps.jsonl)."""
+    if spec.startswith(("row:", "table:")):
+        return _table_runs(spec)
     if spec.startswith("published:"):
         from trainperf.predict.published import get_published, published_runs
 

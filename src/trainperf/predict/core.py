@@ -5,17 +5,26 @@ of numbers; :func:`step_core` maps those numbers and a knob dict to seconds and 
 here reads a catalog or builds an object per call, so the planner can pass numpy arrays (one
 element per candidate plan) for any plan-dependent feature and get arrays back.
 
-What one optimizer step costs on the slowest device (the last pipeline stage, which also runs
-the LM head and the loss):
+What one optimizer step costs on the slowest device: the slowest pipeline rank, i.e. the last
+one (its layers plus the LM head and the loss) or, with an uneven split
+(:meth:`~trainperf.specs.parallel.ParallelPlan.stage_layers`), a busier earlier one:
 
 * per micro-batch, per layer: every GEMM by shape (:mod:`.compute`), fused attention, the
   memory-bound ops; backward is 2x the GEMMs (activation and weight gradients; LoRA skips the
   frozen weights' gradients), 2.5x attention, 2x the elementwise bytes; recomputation re-runs
-  the attention core (selective) or the layer's forward (full);
+  what the named checkpointing policy says (:mod:`trainperf.accounting.recompute`: the GEMMs
+  it re-runs, the attention core, the elementwise ops), over the fraction of layers it covers;
+* device physics: compute peaks are scaled by the device's sustained-clock fraction (power cap);
+* software features, whose sizes are profile keys read with neutral defaults: ``compile``
+  scales memory-bound time by ``compile_memory_bound_factor`` and kernel overhead by
+  ``compile_overhead_factor``; an fp8 recipe scales the fp8 GEMM efficiency by
+  ``fp8_<recipe>_matmul_factor``; ``async_tp`` hides ``async_tp_overlap`` of the TP collectives;
 * tensor-parallel collectives (2 all-reduces per layer forward, or 2 all-gathers + 2
-  reduce-scatters with sequence parallelism, the same again backward and for full
-  recomputation) sit on the critical path: exposed in full;
-* expert-parallel all-to-all (dispatch + combine) is exposed in full;
+  reduce-scatters with sequence parallelism, the same again backward, and per region again when
+  recomputation re-runs its input projection) sit on the critical path: exposed in full
+  (less what async TP hides);
+* expert-parallel all-to-all (dispatch + combine) is exposed in full; routed experts are split
+  ``etp`` ways (MoE parallel folding), each device dispatching its own tokens;
 * FSDP/ZeRO-3 all-gathers (forward, and again backward: parameters are resharded after the
   forward) and reduce-scatters (every micro-batch), the DP all-reduce / ZeRO-1/2 reduce-scatter
   (once per step), the CP K/V ring and PP send/recv overlap compute as
@@ -32,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from trainperf.accounting import recompute
 from trainperf.accounting.flops import attention_pairs
 from trainperf.predict import comms, compute, memory, pipeline, vec
 
@@ -87,6 +97,7 @@ def model_features(model: Any, seq_len: int) -> dict[str, Any]:
         "moe_shared": float(model.moe_shared_experts),
         "expert_ffn": float(model.moe_expert_ffn or 0),
         "attn_mats": tuple(mats), "mlp_mats": tuple(dense_mlp), "expert_mats": tuple(expert_mlp),
+        "attn_names": tuple(attn), "mlp_names": tuple(model.dense_mlp_matmuls()),
         "params_attn_layer": float(attn_params),
         "params_dense_mlp_layer": float(model.dense_mlp_params_per_layer),
         "params_expert": float(model.expert_params),
@@ -116,8 +127,14 @@ def workload_features(w: Any, trainable_fraction: float = 1.0) -> dict[str, Any]
         "interleaved": p.pp_schedule == "interleaved", "cp": float(p.cp), "ep": float(p.ep),
         "shards_params": float(p.shards_params), "shards_grads": float(p.shards_grads),
         "shards_optimizer": float(p.shards_optimizer),
+        "etp": float(p.expert_tp),
+        **dict(zip(("layers_first", "layers_mid", "layers_last"),
+                   (float(n) for n in p.stage_layers(w.model.layers)), strict=True)),
         "policy": w.activation_checkpointing,
-        "peak_flops": hw.peak_flops(precision), "attn_peak_flops": hw.peak_flops(attn_prec),
+        "compile": bool(w.compile), "async_tp": bool(w.async_tp), "fp8_recipe": w.fp8_recipe or "",
+        # compute runs at the clock the part sustains under its power cap (device physics)
+        "peak_flops": hw.sustained_peak_flops(precision),
+        "attn_peak_flops": hw.sustained_peak_flops(attn_prec),
         "fp8": precision in ("fp8", "fp4"),
         "state_kind": "fp32" if precision in ("fp32", "tf32") else "mixed",
         "act_bytes": 4.0 if precision in ("fp32", "tf32") else 2.0,
@@ -146,47 +163,76 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     lat = k["link_latency_us"] * 1e-6
     ovh = k["op_overhead_us"] * 1e-6
     train_frac = f["trainable_fraction"]
-    mm_eff = vec.where(f["fp8"], k["fp8_matmul_efficiency"], k["matmul_efficiency"])
+    recipe = f["fp8_recipe"]
+    recipe_factor = k.get(f"fp8_{recipe}_matmul_factor", 1.0) if recipe else 1.0
+    mm_eff = vec.where(f["fp8"], k["fp8_matmul_efficiency"] * recipe_factor, k["matmul_efficiency"])
     half = k["matmul_half_dim"]
     peak = f["peak_flops"]
     elem = vec.where(f["fp8"], 1.0, act_b)
 
+    etp = f["etp"]
     m_tok = b * s / cp  # token rows of every GEMM on one device
-    layers_stage = vec.ceil(L / pp)
+    # layers on the first, busiest middle and last pipeline rank (uneven splits included)
+    l_first, l_mid, l_last = f["layers_first"], f["layers_mid"], f["layers_last"]
+    layers_stage = vec.maximum(vec.maximum(l_first, l_mid), l_last)  # the largest stage holds the most
     moe_frac = f["moe_layers"] / L
     dense_frac = f["dense_layers"] / L
+    rc = recompute.layer_recompute(f["policy"], f["attn_names"], f["mlp_names"], f["gated"])
+    # fraction of a stage's layers the policy covers (full:K: K per model chunk; full-every:N)
+    if rc.block_layers:
+        rec_frac = vec.minimum(rc.block_layers * vpp, layers_stage) / layers_stage
+    elif rc.every_n_layers:
+        rec_frac = (L // rc.every_n_layers) / L
+    else:
+        rec_frac = 1.0
 
-    def col_row(i, o, split):
+    def col_row(i, o, split, deg=t):
         if split == 1:
-            return o, i / t  # (n, k) of a row-parallel GEMM
+            return o, i / deg  # (n, k) of a row-parallel GEMM
         if split == 2:  # k/v projections: kv heads are replicated when tp > kv_heads
-            return f["head_dim"] * vec.maximum(f["kv_heads"] / t, 1.0), i
-        return o / t, i
+            return f["head_dim"] * vec.maximum(f["kv_heads"] / deg, 1.0), i
+        return o / deg, i
 
-    # --- GEMMs of one layer, forward (average layer: dense and MoE layers mixed by count)
+    # --- GEMMs of one layer, forward (average layer: dense and MoE layers mixed by count), and
+    # the part of them the checkpointing policy re-runs
     mm_fwd = 0.0
-    for i, o, split, _ in f["attn_mats"]:
+    mm_rec = 0.0
+    for (i, o, split, _), redo in zip(f["attn_mats"], rc.attn, strict=True):
         n, kk = col_row(i, o, split)
-        mm_fwd = mm_fwd + compute.matmul_time_s(m_tok, n, kk, peak, mm_eff, half, hbm, elem)
-    for i, o, split, _ in f["mlp_mats"]:
+        tm = compute.matmul_time_s(m_tok, n, kk, peak, mm_eff, half, hbm, elem)
+        mm_fwd = mm_fwd + tm
+        mm_rec = mm_rec + redo * tm
+    for (i, o, split, _), redo in zip(f["mlp_mats"], rc.mlp, strict=True):
         n, kk = col_row(i, o, split)
-        mm_fwd = mm_fwd + dense_frac * compute.matmul_time_s(m_tok, n, kk, peak, mm_eff, half, hbm, elem)
+        tm = dense_frac * compute.matmul_time_s(m_tok, n, kk, peak, mm_eff, half, hbm, elem)
+        mm_fwd = mm_fwd + tm
+        mm_rec = mm_rec + redo * tm
     if f["expert_mats"]:
+        # Routed experts are split etp ways (MoE parallel folding); each device still does 1/N of
+        # the stage's expert FLOPs, so an expert sees m_tok*topk*ep*etp/(E*tp) rows.
         local_experts = f["moe_experts"] / ep
-        m_e = m_tok * f["moe_topk"] * ep / f["moe_experts"]
+        m_e = m_tok * f["moe_topk"] * ep / f["moe_experts"] * (etp / t)
         t_exp = 0.0
-        for i, o, split, _ in f["expert_mats"]:
-            n, kk = col_row(i, o, split)
-            t_exp = t_exp + compute.matmul_time_s(m_e, n, kk, peak, mm_eff, half, hbm, elem)
-            t_exp = t_exp + f["moe_shared"] / local_experts * compute.matmul_time_s(
-                m_tok, n, kk, peak, mm_eff, half, hbm, elem)
+        t_exp_rec = 0.0
+        for (i, o, split, _), redo in zip(f["expert_mats"], rc.mlp, strict=True):
+            n, kk = col_row(i, o, split, etp)
+            n_s, k_s = col_row(i, o, split)  # shared experts follow tp
+            te = (compute.matmul_time_s(m_e, n, kk, peak, mm_eff, half, hbm, elem)
+                  + f["moe_shared"] / local_experts * compute.matmul_time_s(
+                      m_tok, n_s, k_s, peak, mm_eff, half, hbm, elem))
+            t_exp = t_exp + te
+            t_exp_rec = t_exp_rec + redo * te
         t_router = compute.matmul_time_s(m_tok, f["moe_experts"], f["hidden"], peak, mm_eff, half, hbm, elem)
         mm_fwd = mm_fwd + moe_frac * (local_experts * t_exp + t_router)
+        mm_rec = mm_rec + moe_frac * (local_experts * t_exp_rec + rc.mlp_region * t_router)
 
     # --- attention core and memory-bound ops of one layer, forward
     attn_flops = compute.attention_forward_flops(b, s / cp, f["kv_avg"], f["heads"] / t,
                                                  f["qk_head_dim"], f["v_head_dim"])
-    attn_fwd, attn_bwd = compute.attention_time_s(attn_flops, f["attn_peak_flops"], k["attention_efficiency"])
+    # fused attention runs below its long-sequence efficiency on short contexts (tiles, launch):
+    # efficiency x kv / (kv + attention_half_kv), kv = mean keys per query (0 = no length effect)
+    attn_eff = k["attention_efficiency"] * f["kv_avg"] / (f["kv_avg"] + k.get("attention_half_kv", 0.0))
+    attn_fwd, attn_bwd = compute.attention_time_s(attn_flops, f["attn_peak_flops"], attn_eff)
     hn = vec.where(sp, f["hidden"] / t, f["hidden"])
     kv_local = f["head_dim"] * vec.maximum(f["kv_heads"] / t, 1.0)
     ffn_eff = dense_frac * f["ffn"] + moe_frac * f["moe_topk"] * f["expert_ffn"]
@@ -194,12 +240,13 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
                                                            f["gated"], act_b)
     mem_fwd = compute.memory_time_s(el_bytes, hbm, k["memory_efficiency"])
     ovh_fwd = KERNELS_PER_LAYER_FWD * ovh
+    if f["compile"]:  # the profile says how much fusion saves of memory-bound ops and launches
+        mem_fwd = mem_fwd * k.get("compile_memory_bound_factor", 1.0)
+        ovh_fwd = ovh_fwd * k.get("compile_overhead_factor", 1.0)
 
     layer_fwd = mm_fwd + attn_fwd + mem_fwd + ovh_fwd
     layer_bwd = (1.0 + train_frac) * mm_fwd + attn_bwd + 2.0 * mem_fwd + 2.0 * ovh_fwd
-    policy = f["policy"]
-    full = vec.equals(policy, "full")
-    layer_rec = vec.where(full, layer_fwd, vec.where(vec.equals(policy, "selective"), attn_fwd, 0.0))
+    layer_rec = rec_frac * (mm_rec + rc.attention_core * attn_fwd + rc.elementwise * (mem_fwd + ovh_fwd))
 
     # --- LM head + loss (last stage)
     head_mm = compute.matmul_time_s(m_tok, f["vocab"] / t, f["hidden"], peak, mm_eff, half, hbm, elem)
@@ -208,18 +255,26 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     head_fwd = head_mm + 0.5 * loss_t + 3 * ovh
     head_bwd = (1.0 + train_frac) * head_mm + 0.5 * loss_t + 3 * ovh
 
-    fwd_mb = layers_stage * layer_fwd + head_fwd
-    bwd_mb = layers_stage * layer_bwd + head_bwd
-    rec_mb = layers_stage * layer_rec
+    # the slowest pipeline rank: the last (its layers + LM head and loss) or the busiest other one
+    per_layer = layer_fwd + layer_bwd + layer_rec
+    t_other = vec.maximum(l_first, l_mid) * per_layer
+    crit_last = l_last * per_layer + head_fwd + head_bwd >= t_other
+    n_crit = vec.where(crit_last, l_last, vec.maximum(l_first, l_mid))
+    head_on = vec.where(crit_last, 1.0, 0.0)
+    fwd_mb = n_crit * layer_fwd + head_on * head_fwd
+    bwd_mb = n_crit * layer_bwd + head_on * head_bwd
+    rec_mb = n_crit * layer_rec
     compute_mb = fwd_mb + bwd_mb + rec_mb
 
-    # --- mesh layout: dp x fsdp x cp x pp x tp (tp innermost)
+    # --- mesh layout: pp x dp x fsdp x cp x tp (tp innermost, pp outermost: Megatron-Core's
+    # default order tp-cp-ep-dp-pp, torchtitan's pp/dp_replicate/dp_shard/cp/tp mesh); experts
+    # fold over the cp x dp ranks next to their etp group.
     tp_k, tp_N = comms.group_layout(t, 1.0, dpn)
-    pp_k, pp_N = comms.group_layout(pp, t, dpn)
-    cp_k, cp_N = comms.group_layout(cp, t * pp, dpn)
-    fs_k, fs_N = comms.group_layout(f["fsdp"], t * pp * cp, dpn)
-    dp_k, dp_N = comms.group_layout(f["dp"], t * pp * cp * f["fsdp"], dpn)
-    ep_k, ep_N = comms.group_layout(ep, t * pp, dpn)
+    cp_k, cp_N = comms.group_layout(cp, t, dpn)
+    fs_k, fs_N = comms.group_layout(f["fsdp"], t * cp, dpn)
+    dp_k, dp_N = comms.group_layout(f["dp"], t * cp * f["fsdp"], dpn)
+    pp_k, pp_N = comms.group_layout(pp, t * cp * f["fsdp"] * f["dp"], dpn)
+    ep_k, ep_N = comms.group_layout(ep, etp, dpn)
     intra, inter, leff = f["intra_bytes_per_s"], f["inter_bytes_per_s"], k["link_efficiency"]
 
     # --- tensor parallel: per layer forward 2 all-reduces (or 2 AG + 2 RS with SP) of the
@@ -231,12 +286,15 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
             + comms.collective_time_s("reduce-scatter", tp_buf, t, tp_k, tp_N, intra, inter, leff, lat))
     # forward: 2 all-reduces, or 2 x (all-gather + reduce-scatter) with sequence parallelism
     tp_layer_fwd = vec.where(sp, 2.0 * agrs, 2.0 * ar)
-    tp_passes = 2.0 + vec.where(full, 1.0, 0.0)
-    tp_mb = layers_stage * tp_layer_fwd * tp_passes
-    tp_bytes_mb = layers_stage * tp_passes * 2.0 * comms.ring_bytes_per_device("all-reduce", tp_buf, t)
+    # recomputation redoes a region's collective when it re-runs the region's input projection
+    tp_passes = 2.0 + rec_frac * 0.5 * (rc.attn_region + rc.mlp_region)
+    tp_total_mb = n_crit * tp_layer_fwd * tp_passes
+    # async TP hides the profile's fraction of the TP collectives behind the GEMMs
+    tp_mb = tp_total_mb * (1.0 - (k.get("async_tp_overlap", 0.0) if f["async_tp"] else 0.0))
+    tp_bytes_mb = n_crit * tp_passes * 2.0 * comms.ring_bytes_per_device("all-reduce", tp_buf, t)
 
     # --- expert parallel all-to-all: dispatch + combine forward, again backward
-    a2a_buf = m_tok * f["moe_topk"] * f["hidden"] * act_b
+    a2a_buf = m_tok * f["moe_topk"] * f["hidden"] * act_b * (etp / t)  # unique tokens per device
     a2a = comms.collective_time_s("all-to-all", a2a_buf, ep, ep_k, ep_N, intra, inter, leff, lat)
     ep_mb = f["moe_layers"] / pp * 2.0 * 2.0 * a2a * (ep > 1)
 
@@ -244,20 +302,22 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     t_mb = compute_mb + tp_mb + ep_mb
 
     # --- parameters held by the slowest stage, before data-parallel sharding
+    # (routed experts are split etp ways: scaled by t/etp here so that the /t below gives /etp)
     p_layer = (f["params_attn_layer"] + dense_frac * f["params_dense_mlp_layer"]
                + moe_frac * (f["params_router_layer"]
-                             + (f["moe_experts"] / ep + f["moe_shared"]) * f["params_expert"]))
+                             + (f["moe_experts"] / ep * (t / etp) + f["moe_shared"]) * f["params_expert"]))
     p_stage = (layers_stage * p_layer + vec.where(pp > 1, vec.maximum(f["params_embedding"], f["params_head"]),
                                                    f["params_embedding"] + f["params_head"])) / t
     p_layer_local = p_layer / t
-    # Routed experts held by this ep rank. ep is carved out of the data-parallel ranks, so these
-    # are sharded only over the expert-data-parallel group (shards / ep ranks), not all shards.
-    p_experts_stage = layers_stage * moe_frac * (f["moe_experts"] / ep) * f["params_expert"] / t
+    # Routed experts held by this ep rank. The expert grid etp x ep x edp covers the dense grid
+    # tp x (shards...), so these are sharded only over the expert-data-parallel group
+    # (shards * tp / (ep * etp) ranks; shards / ep when etp = tp), not all shards.
+    p_experts_stage = layers_stage * moe_frac * (f["moe_experts"] / ep) * f["params_expert"] / etp
 
     def _sharded(params: Any, shards: Any) -> Any:
         """Per-device share of ``params`` (``p_stage``-shaped) under ``shards``-way sharding."""
         dense = (params - p_experts_stage) / shards
-        return dense + p_experts_stage / vec.maximum(1.0, shards / ep)
+        return dense + p_experts_stage / vec.maximum(1.0, shards * t / (ep * etp))
 
     # --- FSDP / ZeRO-3: all-gather forward + backward, reduce-scatter, every micro-batch
     n_shard = f["shards_params"]
@@ -293,7 +353,7 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     # --- context parallel ring (K and V forward; K, V, dK, dV backward) and PP send/recv
     kv_chunk = b * s / cp * 2.0 * kv_local * act_b
     cp_layer = comms.collective_time_s("all-gather", kv_chunk * cp, cp, cp_k, cp_N, intra, inter, leff, lat)
-    cp_mb = vec.where(cp > 1, layers_stage * cp_layer * (1.0 + 2.0 + vec.where(full, 1.0, 0.0)), 0.0)
+    cp_mb = vec.where(cp > 1, n_crit * cp_layer * (1.0 + 2.0 + rec_frac * rc.attn_region), 0.0)
     pp_msg = b * s / cp * f["hidden"] * act_b / vec.where(sp, t, 1.0)
     pp_one = comms.collective_time_s("send-recv", pp_msg, pp, pp_k, pp_N, intra, inter, leff, lat)
     pp_mb = vec.where(pp > 1, 2.0 * vpp * pp_one, 0.0)
@@ -335,14 +395,16 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     optim = _sharded(p_stage, f["shards_optimizer"]) * train_frac * o_b
     gathered = vec.where(zero3, 2.0 * p_layer_local * PARAM_GATHER_BYTES
                         + p_layer_local * train_frac * GRAD_REDUCE_BYTES, 0.0)
-    act_layer = memory.activation_bytes_per_layer(s / cp, b, f["hidden"], f["q_dim"], kv_local * t,
-                                                  ffn_eff, f["gated"], t, sp, policy, True, f["heads"], act_b)
-    act_layer_none = memory.activation_bytes_per_layer(s / cp, b, f["hidden"], f["q_dim"], kv_local * t,
-                                                       ffn_eff, f["gated"], t, sp, "none", True,
-                                                       f["heads"], act_b)
+    act_layer_none = memory.saved_activation_bytes_per_layer(s / cp, b, f["hidden"], f["q_dim"], kv_local * t,
+                                                             ffn_eff, t, sp, rc.widths_none, act_b)
+    act_layer = memory.saved_activation_bytes_per_layer(s / cp, b, f["hidden"], f["q_dim"], kv_local * t,
+                                                        ffn_eff, t, sp, rc.widths, act_b)
+    act_layer = rec_frac * act_layer + (1.0 - rec_frac) * act_layer_none
     inflight = memory.inflight_microbatches(pp, vpp, M, f["interleaved"])
-    activations = layers_stage * act_layer * inflight
-    working = vec.where(full, act_layer_none, 0.0)
+    # the first ranks hold the most micro-batches in flight
+    activations = vec.maximum(l_first, l_mid) * act_layer * inflight
+    # a recomputed layer's tensors are live again during its backward
+    working = act_layer_none if rc.stores_less else 0.0
     logits = vec.where(pp > 1, 0.0, 1.0) * m_tok * f["vocab"] / t * LOGIT_BYTES
     buffers = vec.where(t > 1, 2.0 * tp_buf, 0.0) + vec.where(plain_dp, 2.0 * 25e6 * GRAD_REDUCE_BYTES, 0.0)
     reserve = k["reserve_GiB"] * memory.GiB
@@ -351,13 +413,13 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     return {
         "step_time_s": step,
         "forward_s": M * fwd_mb, "backward_s": M * bwd_mb, "recompute_s": M * rec_mb,
-        "matmul_s": M * (layers_stage * (mm_fwd * (2.0 + train_frac) + vec.where(full, mm_fwd, 0.0))
-                         + head_mm * (2.0 + train_frac)),
-        "attention_s": M * layers_stage * (attn_fwd + attn_bwd + vec.where(vec.equals(policy, "none"), 0.0, attn_fwd)),
-        "memory_bound_s": M * (layers_stage * mem_fwd * (3.0 + vec.where(full, 1.0, 0.0)) + loss_t),
-        "overhead_s": M * layers_stage * ovh_fwd * (3.0 + vec.where(full, 1.0, 0.0)),
+        "matmul_s": M * (n_crit * (mm_fwd * (2.0 + train_frac) + rec_frac * mm_rec)
+                         + head_on * head_mm * (2.0 + train_frac)),
+        "attention_s": M * n_crit * (attn_fwd + attn_bwd + rec_frac * rc.attention_core * attn_fwd),
+        "memory_bound_s": M * (n_crit * mem_fwd * (3.0 + rec_frac * rc.elementwise) + head_on * loss_t),
+        "overhead_s": M * n_crit * ovh_fwd * (3.0 + rec_frac * rc.elementwise),
         "optimizer_s": optimizer, "bubble_s": bubble,
-        "tp_s": M * tp_mb, "ep_s": M * ep_mb,
+        "tp_s": M * tp_mb, "tp_total_s": M * tp_total_mb, "ep_s": M * ep_mb,
         "fsdp_allgather_s": fsdp_ag, "fsdp_allgather_exposed_s": fsdp_ag_exp,
         "fsdp_reducescatter_s": fsdp_rs, "fsdp_reducescatter_exposed_s": fsdp_rs_exp,
         "dp_grad_s": dp_grad, "dp_grad_exposed_s": dp_exp,

@@ -33,6 +33,11 @@ The knobs (all dimensionless unless the name carries a unit):
     Fixed cost per kernel (launch, dispatch); matters for small models and CPU runs.
 ``reserve_GiB``
     Device memory the framework keeps for itself (context, allocator fragmentation, workspaces).
+``attention_half_kv``
+    Sequence-length dependence of fused attention: efficiency times ``kv / (kv + attention_half_kv)``.
+``compile_memory_bound_factor``, ``compile_overhead_factor``, ``async_tp_overlap``, ``fp8_*_matmul_factor``
+    Software-feature factors (neutral by default) that apply only when the workload enables the
+    feature (``compile``, ``async_tp``, ``fp8_recipe``); a stack profile sets them.
 """
 
 from __future__ import annotations
@@ -49,7 +54,8 @@ from trainperf.specs.datafiles import read_package_toml
 KNOB_NAMES: tuple[str, ...] = (
     "matmul_efficiency", "fp8_matmul_efficiency", "matmul_half_dim", "attention_efficiency",
     "memory_efficiency", "link_efficiency", "link_latency_us", "overlap", "op_overhead_us",
-    "reserve_GiB",
+    "reserve_GiB", "attention_half_kv", "compile_memory_bound_factor", "compile_overhead_factor", "async_tp_overlap",
+    "fp8_tensorwise_matmul_factor", "fp8_rowwise_matmul_factor", "fp8_delayed_matmul_factor",
 )
 # Bounds keep a fit physical: efficiencies are fractions, latencies and overheads non-negative.
 KNOB_BOUNDS: dict[str, tuple[float, float]] = {
@@ -63,6 +69,13 @@ KNOB_BOUNDS: dict[str, tuple[float, float]] = {
     "overlap": (0.0, 1.0),
     "op_overhead_us": (0.0, 5000.0),
     "reserve_GiB": (0.0, 64.0),
+    "attention_half_kv": (0.0, 65536.0),
+    "compile_memory_bound_factor": (0.05, 2.0),
+    "compile_overhead_factor": (0.05, 2.0),
+    "async_tp_overlap": (0.0, 1.0),
+    "fp8_tensorwise_matmul_factor": (0.05, 2.0),
+    "fp8_rowwise_matmul_factor": (0.05, 2.0),
+    "fp8_delayed_matmul_factor": (0.05, 2.0),
 }
 
 
@@ -80,6 +93,21 @@ class Knobs:
     overlap: float = 0.85
     op_overhead_us: float = 5.0
     reserve_GiB: float = 3.0
+    attention_half_kv: float = 0.0
+    """Attention efficiency falls as ``kv / (kv + attention_half_kv)`` with the mean keys per
+    query ``kv`` (short sequences use the kernel's tiles less well); 0 = independent of length."""
+    compile_memory_bound_factor: float = 1.0
+    """With ``compile``: multiplies the time of memory-bound elementwise ops (fusion)."""
+    compile_overhead_factor: float = 1.0
+    """With ``compile``: multiplies the per-kernel overhead (fewer, fused kernels)."""
+    async_tp_overlap: float = 0.0
+    """With ``async_tp``: fraction of tensor-parallel collective time hidden behind GEMMs."""
+    fp8_tensorwise_matmul_factor: float = 1.0
+    """Multiplies ``fp8_matmul_efficiency`` for the tensorwise-scaled fp8 recipe."""
+    fp8_rowwise_matmul_factor: float = 1.0
+    """Multiplies ``fp8_matmul_efficiency`` for the rowwise-scaled fp8 recipe."""
+    fp8_delayed_matmul_factor: float = 1.0
+    """Multiplies ``fp8_matmul_efficiency`` for Transformer Engine's delayed-scaling recipe."""
     device: str = "builtin"
     """Hardware id (or vendor default) the values were taken for."""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)

@@ -73,6 +73,20 @@ def activation_bytes_per_layer(s, b, h, q_dim, kv_dim, ffn, gated, t, sp, policy
     return tokens * per_token
 
 
+def saved_activation_bytes_per_layer(s, b, h, q_dim, kv_dim, ffn, t, sp, widths, act_bytes=2.0):
+    """Activation bytes one layer keeps per micro-batch under a checkpointing policy.
+
+    ``widths`` (:class:`trainperf.accounting.recompute.SavedWidths`) counts the kept tensors of
+    each width, derived from the policy's kept-tensor list: hidden-wide ones are replicated over
+    the tp ranks unless sequence parallel (then split ``t`` ways); query, key/value and MLP-wide
+    ones are split ``t`` ways. With ``none`` this is :func:`activation_bytes_per_layer` (flash
+    attention); with ``full`` the layer input only. Fused attention is assumed (no scores kept).
+    """
+    rep = widths.h * h / vec.where(sp, t, 1.0)
+    split = (widths.q * q_dim + widths.kv * kv_dim + widths.ffn * ffn) / t
+    return s * b * act_bytes * (rep + split)
+
+
 def state_bytes(params, precision_kind, shards_weights, shards_grads, shards_optimizer):
     """(weights, gradients, optimizer) bytes on one device for ``params`` parameters."""
     w, g, o = STATE_BYTES[precision_kind]

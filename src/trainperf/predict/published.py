@@ -88,6 +88,12 @@ def _build(row: dict[str, Any]) -> PublishedRun:
     if unknown:
         raise SpecError(f"published[{rid}]", unknown[0], f"a known key: {', '.join(sorted(_ROW_KEYS))}")
     w = workload_from_dict(row["workload"])
+    if "stack" not in row["workload"].get("training", {}):
+        import dataclasses
+
+        from trainperf.predict.stacks import stack_of_framework
+
+        w = dataclasses.replace(w, stack=stack_of_framework(str(row.get("framework", ""))))
     given = [k for k in _RATE_KEYS if k in row]
     if len(given) != 1:
         raise SpecError(f"published[{rid}]", given, f"exactly one of {', '.join(_RATE_KEYS)}")
@@ -131,13 +137,25 @@ def published_claims() -> tuple[dict[str, Any], ...]:
     return tuple(dict(c) for c in _data().get("claims", []))
 
 
-def get_published(run_id: str) -> PublishedRun:
+def get_published(run_id: str) -> Any:
+    """A seed-catalog run by id, or a row of the published-runs table as ``row:<row_id>``."""
+    if run_id.startswith("row:"):
+        from trainperf.predict.runs_table import get_table_run
+
+        return get_table_run(run_id)
     runs = {r.id: r for r in published_runs()}
     if run_id not in runs:
         raise UnknownNameError("published run", run_id, runs)
     return runs[run_id]
 
 
-def load_published_runs() -> list[RunRecord]:
-    """The catalog as run records (``source="published"``)."""
-    return [r.to_run_record() for r in published_runs()]
+def load_published_runs(include_table: bool = True) -> list[RunRecord]:
+    """The seed catalog and (``include_table``) the mapped rows of the published-runs table
+    (named ``row:<row_id>``) as run records (``source="published"``), so ``compare`` and
+    ``report`` can put a user's run beside every comparable published one."""
+    runs = [r.to_run_record() for r in published_runs()]
+    if include_table:
+        from trainperf.predict.runs_table import table_run_records
+
+        runs += table_run_records()
+    return runs

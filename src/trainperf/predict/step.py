@@ -21,7 +21,7 @@ from trainperf.accounting.conventions import DEFAULT_CONVENTION
 from trainperf.accounting.throughput import throughput
 from trainperf.errors import InputFileError, SpecError
 from trainperf.predict import core
-from trainperf.predict.efficiency import KNOB_NAMES, Knobs, knobs_for, knobs_from_mapping
+from trainperf.predict.efficiency import KNOB_NAMES, Knobs, knobs_from_mapping
 from trainperf.predict.memory import GiB
 
 BREAKDOWN_KEYS: tuple[tuple[str, str], ...] = (
@@ -196,12 +196,16 @@ def load_calibration(path: str | Path) -> dict[str, dict[str, float]]:
 
 
 def resolve_knobs(w: Any, calibration: Mapping[str, Mapping[str, float]] | None = None,
-                  knobs: Knobs | None = None) -> Knobs:
-    """Knobs for ``w``'s device: explicit ``knobs``, else the catalog's, with a calibration's
-    values for this device (or its vendor, keyed ``vendor:<name>``) applied on top."""
+                  knobs: Knobs | None = None, stack: Any = None) -> Knobs:
+    """Knobs for ``w``: explicit ``knobs``, else the vendor defaults under the ``generic`` profile
+    under ``stack`` (a profile name, file or :class:`~trainperf.predict.stacks.Profile`; default
+    the workload's ``stack``) for the device's generation, with a calibration's values for this
+    device (or its vendor, keyed ``vendor:<name>``) applied on top."""
+    from trainperf.predict.stacks import stack_knobs
+
     if knobs is not None:
         return knobs
-    k = knobs_for(w.hardware.id, w.hardware.vendor)
+    k = stack_knobs(w.hardware, stack if stack is not None else getattr(w, "stack", None))
     if calibration:
         for key in (f"vendor:{w.hardware.vendor}", w.hardware.id):
             if key in calibration:
@@ -213,7 +217,7 @@ def resolve_knobs(w: Any, calibration: Mapping[str, Mapping[str, float]] | None 
 def predict(w: Any, *, knobs: Knobs | None = None,
             calibration: Mapping[str, Mapping[str, float]] | None = None,
             convention: str = DEFAULT_CONVENTION, train_tokens: float = 1e12,
-            trainable_fraction: float = 1.0) -> Prediction:
+            trainable_fraction: float = 1.0, stack: Any = None) -> Prediction:
     """Predict one training step of workload ``w``.
 
     ``trainable_fraction`` < 1 models LoRA-style fine-tuning: frozen weights need no weight
@@ -222,7 +226,7 @@ def predict(w: Any, *, knobs: Knobs | None = None,
     check_plan(w)
     if not 0.0 < trainable_fraction <= 1.0:
         raise SpecError("trainable_fraction", trainable_fraction, "a fraction in (0, 1]")
-    k = resolve_knobs(w, calibration, knobs)
+    k = resolve_knobs(w, calibration, knobs, stack)
     feats = core.workload_features(w, trainable_fraction)
     r = core.step_core(feats, k.values())
     return assemble(w, r, k, convention=convention, train_tokens=train_tokens,
@@ -252,7 +256,8 @@ def assemble(w: Any, r: Mapping[str, Any], k: Knobs, *, convention: str = DEFAUL
                                     _f(r[bytes_key]), t, _f(r[exp_key])))
 
     tp_name = "tp all-gather/reduce-scatter" if p.sequence_parallel else "tp all-reduce"
-    add(tp_name, "ring", "tp_nodes", p.tp, "tp_bytes", "tp_s", "tp_s")
+    add(tp_name, "ring" + (" (async tp)" if w.async_tp else ""), "tp_nodes", p.tp, "tp_bytes",
+        "tp_total_s", "tp_s")
     add("ep all-to-all", "pairwise", "ep_nodes", p.ep, "ep_bytes", "ep_s", "ep_s")
     fs_label = "fsdp" if p.fsdp > 1 else "zero-3"
     add(f"{fs_label} all-gather", "hierarchical ring", "fsdp_nodes", _f(r["fsdp_degree"]),

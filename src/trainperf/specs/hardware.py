@@ -62,6 +62,7 @@ __all__ = [
     "PRECISIONS",
     "VENDORS",
     "Hardware",
+    "device_aliases",
     "format_hardware_detail",
     "format_hardware_table",
     "get_hardware",
@@ -74,6 +75,7 @@ __all__ = [
 PRECISIONS: tuple[str, ...] = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "fp4")
 VENDORS: tuple[str, ...] = ("nvidia", "amd", "google", "intel", "cpu", "other")
 KINDS: tuple[str, ...] = ("gpu", "tpu", "hpu", "cpu")
+SILICON_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 NUMERIC_FIELDS: tuple[str, ...] = (
     "hbm_GB",
     "hbm_bandwidth_GB_per_s",
@@ -174,6 +176,15 @@ class Hardware:
     """Caveats worth reading before trusting a number."""
     calibrated: bool = False
     """True when the peaks were measured locally (``cpu`` after ``trainperf calibrate``)."""
+    silicon: str = ""
+    """Chip generation this SKU is built on (``hopper`` for every H100/H200/H800 part, ``ampere``,
+    ``cdna2``...): SKUs of one silicon share compute behaviour and differ only in the physics
+    fields, so software-stack profiles key on this, never on the SKU id. ``""``: unknown
+    (a custom device without ``base``)."""
+    sustained_clock_fraction: float = 1.0
+    """Fraction of the boost clock (at which ``peak_tflops`` is stated) that the part sustains
+    under its power cap during dense matmuls; 1.0 for parts that hold their boost clock. The
+    predictor scales compute peaks by it; MFU keeps the nominal peak. Needs a source when < 1."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "peak_tflops", _FrozenDict(self._checked_peaks()))
@@ -217,6 +228,13 @@ class Hardware:
             raise SpecError(f"hardware[{self.id}].calibrated", self.calibrated, "true or false")
         if not isinstance(self.notes, str):
             raise SpecError(f"hardware[{self.id}].notes", self.notes, "a string")
+        if not isinstance(self.silicon, str) or (self.silicon and not SILICON_RE.match(self.silicon)):
+            raise SpecError(f"hardware[{self.id}].silicon", self.silicon,
+                            "a lowercase generation id such as 'hopper' or 'cdna3' (or empty)")
+        f = self.sustained_clock_fraction
+        if isinstance(f, bool) or not isinstance(f, int | float) or not 0.0 < f <= 1.0:
+            raise SpecError(f"hardware[{self.id}].sustained_clock_fraction", f, "a fraction in (0, 1]")
+        object.__setattr__(self, "sustained_clock_fraction", float(f))
         self._check_sources()
 
     def _checked_peaks(self) -> dict[str, float]:
@@ -241,7 +259,9 @@ class Hardware:
 
     def _check_sources(self) -> None:
         required = [*NUMERIC_FIELDS, *(f"peak_tflops.{p}" for p in self.peak_tflops)]
-        allowed = {*NUMERIC_FIELDS, *(f"peak_tflops.{p}" for p in PRECISIONS)}
+        if self.sustained_clock_fraction != 1.0:
+            required.append("sustained_clock_fraction")
+        allowed = {*NUMERIC_FIELDS, "sustained_clock_fraction", *(f"peak_tflops.{p}" for p in PRECISIONS)}
         for key in self.sources:
             if key not in allowed:
                 raise SpecError(
@@ -272,6 +292,11 @@ class Hardware:
     def supports(self, precision: str) -> bool:
         """Whether the device has a peak for ``precision`` (aliases such as "bfloat16" accepted)."""
         return normalize_precision(precision) in self.peak_tflops
+
+    def sustained_peak_flops(self, precision: str) -> float:
+        """Dense peak FLOP/s at the sustained clock: :meth:`peak_flops` x ``sustained_clock_fraction``
+        (what the silicon can deliver under its power cap; MFU still divides by the nominal peak)."""
+        return self.peak_flops(precision) * self.sustained_clock_fraction
 
     def peak_flops(self, precision: str) -> float:
         """Dense peak FLOP/s (not TFLOP/s) for ``precision``.
@@ -315,13 +340,16 @@ class Hardware:
             "sources": dict(self.sources),
             "notes": self.notes,
             "calibrated": self.calibrated,
+            "silicon": self.silicon,
+            "sustained_clock_fraction": self.sustained_clock_fraction,
         }
 
 
 # ---------------------------------------------------------------------- catalog loading
 
 _ENTRY_KEYS = frozenset(
-    {"name", "vendor", "kind", "peak_tflops", *NUMERIC_FIELDS, "sources", "notes", "calibrated"}
+    {"name", "vendor", "kind", "peak_tflops", *NUMERIC_FIELDS, "sources", "notes", "calibrated",
+     "silicon", "sustained_clock_fraction"}
 )
 
 
@@ -364,14 +392,34 @@ def _entry_to_hardware(device_id: str, entry: Mapping[str, Any], citations: Mapp
 
 
 @functools.lru_cache(maxsize=1)
+def _catalog_data() -> dict[str, Any]:
+    return read_package_toml("trainperf.specs", "devices.toml", "hardware catalog")
+
+
+@functools.lru_cache(maxsize=1)
 def _catalog() -> dict[str, Hardware]:
     """Parse devices.toml once (first use)."""
-    data = read_package_toml("trainperf.specs", "devices.toml", "hardware catalog")
+    data = _catalog_data()
     citations = data.get("citations", {})
     catalog: dict[str, Hardware] = {}
     for device_id, entry in data.get("devices", {}).items():
         catalog[device_id] = _entry_to_hardware(device_id, entry, citations)
     return catalog
+
+
+def device_aliases() -> dict[str, str]:
+    """Other names of catalog devices (``[aliases]`` of devices.toml): alias -> catalog id.
+
+    An alias names the same physical part (e.g. ``h100-sxm-94gb`` -> ``h100-sxm-hbm2e``); the
+    catalog reason for each is a comment beside it in devices.toml.
+    """
+    aliases = {str(k): str(v) for k, v in _catalog_data().get("aliases", {}).items()}
+    catalog = _catalog()
+    for alias, target in aliases.items():
+        if target not in catalog or alias in catalog:
+            raise InputFileError(f"devices.toml: alias {alias!r} -> {target!r} must name a catalog id "
+                                 "and must not shadow one")
+    return aliases
 
 
 def hardware_ids() -> list[str]:
@@ -390,6 +438,7 @@ def get_hardware(device_id: str) -> Hardware:
     if not key:
         raise SpecError("device", device_id, "a catalog id such as h100-sxm (`trainperf hw` lists them)")
     catalog = _catalog()
+    key = device_aliases().get(key, key)
     if key not in catalog:
         raise UnknownNameError("device", str(device_id), _suggestion_pool(key, catalog))
     hw = catalog[key]
@@ -514,6 +563,11 @@ def hardware_from_dict(d: Mapping[str, Any]) -> Hardware:
             fields[key] = value
             if key in NUMERIC_FIELDS:
                 sources[key] = _USER_SOURCE
+            elif key == "sustained_clock_fraction":
+                if value == 1.0:  # the default needs no citation
+                    sources.pop(key, None)
+                else:
+                    sources[key] = _USER_SOURCE
     if isinstance(d.get("sources"), Mapping):
         sources.update({str(k): str(v) for k, v in d["sources"].items()})
     fields.setdefault("id", "custom")
@@ -562,6 +616,7 @@ def format_hardware_table(hardware_list: Iterable[Hardware]) -> str:
     headers = [
         "id",
         "name",
+        "silicon",
         "bf16 TF/s",
         "fp16 TF/s",
         "fp8 TF/s",
@@ -579,6 +634,7 @@ def format_hardware_table(hardware_list: Iterable[Hardware]) -> str:
             [
                 hw.id,
                 hw.name,
+                hw.silicon or "-",
                 _fmt_num(hw.peak_tflops.get("bf16")),
                 _fmt_num(hw.peak_tflops.get("fp16")),
                 _fmt_num(hw.peak_tflops.get("fp8")),
@@ -592,7 +648,7 @@ def format_hardware_table(hardware_list: Iterable[Hardware]) -> str:
             ]
         )
     footer = (
-        "Dense peaks (no sparsity). Links: GB/s per device, one direction. "
+        "Dense peaks (no sparsity), at the boost clock. Links: GB/s per device, one direction. "
         "'trainperf hw <id>' shows every dtype and the source of each number."
     )
     return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True) + "\n" + footer
@@ -602,7 +658,8 @@ def format_hardware_detail(hw: Hardware) -> str:
     """Every field of one device with its source, for ``trainperf hw <id>``."""
     lines = [
         f"{hw.id}: {hw.name}",
-        f"  vendor {hw.vendor}, kind {hw.kind}" + (", calibrated" if hw.calibrated else ""),
+        f"  vendor {hw.vendor}, kind {hw.kind}, silicon {hw.silicon or 'unknown'}"
+        + (", calibrated" if hw.calibrated else ""),
     ]
     lines.append("  peak TFLOP/s (dense):")
     if hw.peak_tflops:
@@ -627,6 +684,9 @@ def format_hardware_detail(hw: Hardware) -> str:
         value = getattr(hw, name)
         lines.append(f"  {labels[name]}: {value:g}")
         lines.append(f"      source: {hw.sources.get(name, 'no source')}")
+    if hw.sustained_clock_fraction != 1.0:
+        lines.append(f"  sustained clock (fraction of boost): {hw.sustained_clock_fraction:g}")
+        lines.append(f"      source: {hw.sources.get('sustained_clock_fraction', 'no source')}")
     if hw.notes:
         lines.append(f"  notes: {hw.notes}")
     return "\n".join(lines)

@@ -3,7 +3,7 @@
 Every count is derived from the shape, never typed in, so a preset cannot disagree with
 itself. Covered architectures: dense GPT/Llama-style decoders (MHA, GQA, MQA), Multi-head
 Latent Attention (DeepSeek-V2/V3), mixture-of-experts MLPs with routed and shared experts and
-leading dense layers, gated (SwiGLU, GeGLU) and plain (GELU, ReLU) MLPs, tied or untied
+leading dense layers, gated (SwiGLU, GeGLU) and plain (GELU, ReLU, squared ReLU) MLPs, tied or untied
 embeddings, learned or rotary positions, sliding-window or chunked attention on some layers,
 and the small tensors a checkpoint holds besides the matmul weights (biases on any linear layer,
 LayerNorm biases, extra norms per block, a shared-expert gate, a router correction bias).
@@ -21,12 +21,12 @@ from trainperf.errors import SpecError
 from trainperf.specs.bounds import MODEL_FIELD_BOUNDS
 from trainperf.specs.towers import Tower
 
-MlpKind = Literal["swiglu", "geglu", "gelu", "relu"]
+MlpKind = Literal["swiglu", "geglu", "gelu", "relu", "relu2"]
 NormKind = Literal["rmsnorm", "layernorm"]
 AttentionKind = Literal["mha", "mla"]
 PositionKind = Literal["rope", "learned", "alibi", "none"]
 
-MLP_KINDS: tuple[str, ...] = ("swiglu", "geglu", "gelu", "relu")
+MLP_KINDS: tuple[str, ...] = ("swiglu", "geglu", "gelu", "relu", "relu2")
 GATED_MLPS: frozenset[str] = frozenset({"swiglu", "geglu"})
 NORM_KINDS: tuple[str, ...] = ("rmsnorm", "layernorm")
 ATTENTION_KINDS: tuple[str, ...] = ("mha", "mla")
@@ -72,7 +72,8 @@ class ModelSpec:
     tied_embeddings: bool = False
     """Whether the LM head reuses the input embedding matrix."""
     mlp: MlpKind = "swiglu"
-    """MLP kind: gated (``swiglu``, ``geglu``: 3 matrices) or plain (``gelu``, ``relu``: 2)."""
+    """MLP kind: gated (``swiglu``, ``geglu``: 3 matrices) or plain (``gelu``, ``relu``, and
+    ``relu2`` = squared ReLU, relu(x)^2, of Nemotron-4 / Primer: 2 matrices)."""
     norm: NormKind = "rmsnorm"
     """Normalisation layer kind; LayerNorm carries a bias only when ``bias`` is true."""
     bias: bool = False

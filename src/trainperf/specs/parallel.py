@@ -3,7 +3,9 @@
 Degrees follow Megatron-LM / torchtitan naming. The device mesh is
 ``dp x fsdp x cp x pp x tp`` (replicate, shard, context, pipeline, tensor); expert parallelism
 (``ep``) is carved out of the data-parallel ranks (``dp * fsdp * cp``), as Megatron-LM and
-torchtitan do, so it does not multiply the device count.
+torchtitan do, so it does not multiply the device count; with an expert tensor-parallel degree
+``etp`` different from ``tp`` (Megatron-Core MoE parallel folding) ``ep * etp`` is carved out of
+``tp * cp * dp * fsdp``.
 """
 
 from __future__ import annotations
@@ -45,6 +47,21 @@ class ParallelPlan:
     """Expert-parallel degree for MoE layers, within the data-parallel ranks."""
     pp_schedule: PipelineSchedule = "1f1b"
     """Pipeline schedule; ``vpp > 1`` implies ``interleaved``."""
+    etp: int | None = None
+    """Expert tensor-parallel degree (Megatron-Core ``expert_tensor_parallel_size``): routed
+    experts are split ``etp`` ways instead of ``tp``. ``None`` means ``tp`` (Megatron's default).
+    With MoE parallel folding the experts live on their own grid ``etp x ep x edp`` over the same
+    devices as ``tp x cp x dp x fsdp``, so ``ep * etp`` must divide ``tp * cp * dp * fsdp``."""
+    first_stage_layers: int | None = None
+    """Transformer layers on the first pipeline rank (Megatron ``decoder_first_pipeline_num_layers``);
+    ``None``: an even share. The layers left are split evenly over the other ranks."""
+    last_stage_layers: int | None = None
+    """Transformer layers on the last pipeline rank (Megatron ``decoder_last_pipeline_num_layers``)."""
+    account_for_embedding_in_pipeline_split: bool = False
+    """Megatron: the input embedding takes one layer slot of the first (virtual) stage, so
+    ``layers + 1`` (+1 more with the loss) slots split evenly over ``pp * vpp`` chunks."""
+    account_for_loss_in_pipeline_split: bool = False
+    """Megatron: the LM head and loss take one layer slot of the last (virtual) stage."""
 
     def __post_init__(self) -> None:
         for name in ("fsdp", "tp", "pp", "vpp", "cp", "ep"):
@@ -63,8 +80,65 @@ class ParallelPlan:
             if self.pp == 1:
                 raise SpecError("parallel.vpp", self.vpp, "requires pp > 1")
             object.__setattr__(self, "pp_schedule", "interleaved")
+        if self.etp is not None and (isinstance(self.etp, bool) or not isinstance(self.etp, int) or self.etp < 1):
+            raise SpecError("parallel.etp", self.etp, "an integer >= 1, or omitted for etp = tp")
+        for name in ("first_stage_layers", "last_stage_layers"):
+            v = getattr(self, name)
+            if v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise SpecError(f"parallel.{name}", v, "an integer >= 0, or omitted for an even split")
+            if self.pp == 1:
+                raise SpecError(f"parallel.{name}", v, "requires pp > 1")
+        for name in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"):
+            v = getattr(self, name)
+            if not isinstance(v, bool):
+                raise SpecError(f"parallel.{name}", v, "true or false")
+            if v and (self.first_stage_layers is not None or self.last_stage_layers is not None):
+                raise SpecError(f"parallel.{name}", v,
+                                "false when first_stage_layers / last_stage_layers are given (Megatron allows one or the other)")
 
     # ------------------------------------------------------------------------------------------
+    @property
+    def expert_tp(self) -> int:
+        """Tensor-parallel degree of the routed experts: ``etp``, or ``tp`` when not set."""
+        return self.tp if self.etp is None else self.etp
+
+    def stage_layers(self, layers: int) -> tuple[int, int, int]:
+        """Transformer layers on ``(the first, the busiest middle, the last)`` pipeline rank.
+
+        Counts every virtual chunk of a rank. Even split: ``ceil(layers / pp)`` each. Explicit
+        ``first_stage_layers`` / ``last_stage_layers``: the rest split evenly (ceil) over the
+        other ranks. Megatron's ``account_for_embedding/loss_in_pipeline_split``: ``layers + e + l``
+        slots over ``pp * vpp`` chunks of ``c`` slots; a rank holds ``vpp * c`` slots, the first
+        one fewer layer (the embedding's slot), the last one fewer (the loss'). With ``pp = 1``
+        the one stage holds every layer. Raises :class:`SpecError` for a split that does not add up.
+        """
+        pp = self.pp
+        if pp == 1:
+            return layers, layers, layers
+        emb = int(self.account_for_embedding_in_pipeline_split)
+        loss = int(self.account_for_loss_in_pipeline_split)
+        if emb or loss:
+            slots, chunks = layers + emb + loss, pp * self.vpp
+            if slots % chunks:
+                raise SpecError("parallel.pp", pp, f"pp*vpp={chunks} must divide layers + embedding/loss "
+                                f"slots = {slots} (account_for_*_in_pipeline_split)")
+            per_rank = self.vpp * slots // chunks
+            return per_rank - emb, per_rank, per_rank - loss
+        first, last = self.first_stage_layers, self.last_stage_layers
+        if first is None and last is None:
+            even = -(-layers // pp)
+            return even, even, even
+        rest = layers - (first or 0) - (last or 0)
+        ranks = pp - (first is not None) - (last is not None)
+        if rest < 0 or (ranks == 0 and rest) or (ranks > 0 and rest < ranks):
+            raise SpecError("parallel.first_stage_layers", first,
+                            f"first/last stage layers ({first}, {last}) must leave at least one layer per "
+                            f"other rank and add up to layers={layers} over pp={pp}")
+        mid = -(-rest // ranks) if ranks else 0
+        return (mid if first is None else first), mid, (mid if last is None else last)
+
     @property
     def model_parallel(self) -> int:
         """Devices that hold one copy of the (sharded) model: ``tp * pp * cp``."""
@@ -119,10 +193,16 @@ class ParallelPlan:
     def describe(self) -> str:
         """Compact label such as ``fsdp=64`` or ``dp=2 fsdp=8 tp=8 sp``."""
         parts = []
-        for name in ("dp", "fsdp", "tp", "pp", "vpp", "cp", "ep"):
+        for name in ("dp", "fsdp", "tp", "pp", "vpp", "cp", "ep", "etp"):
             v = getattr(self, name)
-            if v and v > 1:
+            if (v and v > 1) or (name == "etp" and v is not None and v != self.tp):
                 parts.append(f"{name}={v}")
+        if self.first_stage_layers is not None or self.last_stage_layers is not None:
+            parts.append(f"stage layers first={self.first_stage_layers} last={self.last_stage_layers}")
+        if self.account_for_embedding_in_pipeline_split:
+            parts.append("embedding-slot")
+        if self.account_for_loss_in_pipeline_split:
+            parts.append("loss-slot")
         if self.sequence_parallel:
             parts.append("sp")
         if self.zero_stage:

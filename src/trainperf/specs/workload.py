@@ -11,12 +11,17 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from trainperf.errors import SpecError
+from trainperf.specs.checkpointing import get_policy
 from trainperf.specs.hardware import PRECISIONS, Hardware
 from trainperf.specs.model import ModelSpec
 from trainperf.specs.parallel import ParallelPlan
 
 Checkpointing = Literal["none", "selective", "full"]
 CHECKPOINTING: tuple[str, ...] = ("none", "selective", "full")
+"""The three classic policies; every accepted name is in
+:data:`trainperf.accounting.recompute.POLICY_NAMES`."""
+FP8_RECIPES: tuple[str, ...] = ("tensorwise", "rowwise", "delayed")
+"""FP8 scaling recipes (torchtitan/torchao ``tensorwise`` and ``rowwise``; Transformer Engine ``delayed``)."""
 # Dtypes a CPU can train in with PyTorch; the rest are accelerator formats.
 CPU_PRECISIONS: frozenset[str] = frozenset({"fp32", "bf16", "fp16"})
 
@@ -43,10 +48,28 @@ class Workload:
     """Devices per node; ``None`` means the hardware's typical node (capped at num_devices)."""
     precision: str = "bf16"
     """Compute dtype of the matmuls (mixed precision keeps fp32 master weights)."""
-    activation_checkpointing: Checkpointing = "none"
-    """Recomputation policy: none, selective (attention core, Korthikanti et al.) or full."""
-    notes: tuple[str, ...] = ()
-    """Observations made while validating (e.g. how kv heads replicate under tp)."""
+    activation_checkpointing: str = "none"
+    """Recomputation policy by name: none, selective (attention core, Korthikanti et al.), full,
+    full:K (K layers per model chunk), full-every:N, selective-op (torchtitan per-op SAC),
+    minimal, save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj, qkv_proj_offloaded
+    (MaxText remat policies); see :mod:`trainperf.accounting.recompute`."""
+    stack: str = "generic"
+    """Software stack the run uses: a profile name (``megatron-core``, ``maxtext``, ``torchtitan``,
+    ``llm-foundry``, ``deepspeed``, ``paxml``, ``generic``) or a profile file (``trainperf.predict.stacks``)."""
+    compile: bool = False
+    """The model is compiled (torch.compile / a fused graph): the profile's
+    ``compile_memory_bound_factor`` and ``compile_overhead_factor`` apply to memory-bound ops and
+    per-kernel overhead."""
+    async_tp: bool = False
+    """Asynchronous tensor parallelism (torchtitan async TP, Megatron TP comm overlap): the
+    profile's ``async_tp_overlap`` fraction of the TP collectives hides behind GEMMs. Needs tp > 1."""
+    fp8_recipe: str | None = None
+    """FP8 scaling recipe: ``tensorwise`` (dynamic per-tensor), ``rowwise`` (per-row scales) or
+    ``delayed`` (amax history, Transformer Engine); ``None``: not stated (the profile's fp8
+    efficiency applies unscaled). Only with precision fp8 or fp4."""
+    notes: tuple[str, ...] = field(default=(), compare=False)
+    """Observations made while validating (e.g. how kv heads replicate under tp, a defaulted
+    seq_len). Derived messages, not part of what is trained: left out of equality."""
 
     def __post_init__(self) -> None:
         for name in ("num_devices", "seq_len", "global_batch", "micro_batch"):
@@ -72,9 +95,16 @@ class Workload:
             have = ", ".join(p for p in PRECISIONS if self.hardware.supports(p))
             raise SpecError("training.precision", self.precision,
                             f"{self.hardware.id} supports {have}")
-        if self.activation_checkpointing not in CHECKPOINTING:
-            raise SpecError("training.activation_checkpointing", self.activation_checkpointing,
-                            f"one of {', '.join(CHECKPOINTING)}")
+        get_policy(self.activation_checkpointing)  # raises SpecError naming the valid policies
+        for name in ("compile", "async_tp"):
+            if not isinstance(getattr(self, name), bool):
+                raise SpecError(f"training.{name}", getattr(self, name), "true or false")
+        if self.fp8_recipe is not None:
+            if self.fp8_recipe not in FP8_RECIPES:
+                raise SpecError("training.fp8_recipe", self.fp8_recipe, f"one of {', '.join(FP8_RECIPES)}")
+            if self.precision not in ("fp8", "fp4"):
+                raise SpecError("training.fp8_recipe", self.fp8_recipe,
+                                f"only with precision fp8 or fp4 (precision is {self.precision})")
         plan = self.plan.resolve(self.num_devices)
         object.__setattr__(self, "plan", plan)
         object.__setattr__(self, "notes", tuple(self.notes) + tuple(self._check_plan(plan)))
@@ -99,7 +129,9 @@ class Workload:
             if plan.pp * plan.vpp > m.layers:
                 raise SpecError("parallel.pp", plan.pp,
                                 f"pp*vpp={plan.pp * plan.vpp} must be at most layers={m.layers}")
-            if m.layers % (plan.pp * plan.vpp):
+            uneven = (plan.first_stage_layers is not None or plan.last_stage_layers is not None
+                      or plan.account_for_embedding_in_pipeline_split or plan.account_for_loss_in_pipeline_split)
+            if m.layers % (plan.pp * plan.vpp) and not uneven:
                 notes.append(f"layers={m.layers} do not split evenly into pp*vpp={plan.pp * plan.vpp} "
                              "chunks: the largest stage sets the pace")
         if plan.cp > 1 and self.seq_len % plan.cp:
@@ -109,9 +141,21 @@ class Workload:
                 raise SpecError("parallel.ep", plan.ep, "1 for a dense model (ep applies to MoE layers)")
             if m.moe_experts % plan.ep:
                 raise SpecError("parallel.ep", plan.ep, f"must divide moe_experts={m.moe_experts}")
-            if (plan.data_parallel * plan.cp) % plan.ep:
-                raise SpecError("parallel.ep", plan.ep,
-                                f"must divide the data-parallel ranks dp*fsdp*cp={plan.data_parallel * plan.cp}")
+        if plan.etp is not None and plan.etp != plan.tp:
+            if not m.is_moe:
+                raise SpecError("parallel.etp", plan.etp, "omitted (or equal to tp) for a dense model")
+            if m.moe_expert_ffn % plan.etp:  # type: ignore[operator]
+                raise SpecError("parallel.etp", plan.etp, f"must divide moe_expert_ffn={m.moe_expert_ffn}")
+        # MoE parallel folding (Megatron-Core): the expert grid etp x ep x edp covers the same
+        # devices as tp x cp x dp x fsdp; with etp = tp this is "ep divides dp*fsdp*cp".
+        dense_grid = plan.tp * plan.cp * plan.data_parallel
+        if dense_grid % (plan.ep * plan.expert_tp):
+            raise SpecError("parallel.ep", plan.ep,
+                            f"ep*etp={plan.ep}*{plan.expert_tp} must divide tp*cp*dp*fsdp={dense_grid}")
+        if self.async_tp and plan.tp == 1:
+            raise SpecError("training.async_tp", True, "requires tp > 1")
+        if plan.pp > 1:
+            plan.stage_layers(m.layers)  # raises when the uneven split does not add up
         per_step = self.micro_batch * plan.data_parallel
         if self.global_batch % per_step:
             raise SpecError(

@@ -6,7 +6,8 @@
 [hardware]    device = "h100-sxm" (or inline Hardware fields), num_devices, devices_per_node,
               peak_tflops (overrides the catalog peak for the run's precision, labelled as such)
 [parallel]    dp, fsdp, zero_stage, tp, sequence_parallel, pp, vpp, cp, ep, pp_schedule
-[training]    seq_len, global_batch, micro_batch, precision, activation_checkpointing
+[training]    seq_len, global_batch, micro_batch, precision, activation_checkpointing,
+              compile, async_tp, fp8_recipe (and stack)
 ```
 
 Unknown sections and keys are errors (a typo must never be silently ignored). Command-line
@@ -32,7 +33,8 @@ SECTIONS: dict[str, frozenset[str]] = {
     "hardware": frozenset({"device", "num_devices", "devices_per_node", "peak_tflops"}
                           | {f.name for f in dataclasses.fields(Hardware)}),
     "parallel": frozenset(f.name for f in dataclasses.fields(ParallelPlan)),
-    "training": frozenset({"seq_len", "global_batch", "micro_batch", "precision", "activation_checkpointing"}),
+    "training": frozenset({"seq_len", "global_batch", "micro_batch", "precision", "activation_checkpointing",
+                           "stack", "compile", "async_tp", "fp8_recipe"}),
 }
 _HW_WORKLOAD_KEYS = frozenset({"device", "num_devices", "devices_per_node", "peak_tflops"})
 
@@ -180,6 +182,9 @@ def workload_from_dict(data: Mapping[str, Any], overrides: Mapping[str, Any] | N
         devices_per_node=hw_body.get("devices_per_node"), plan=plan, seq_len=seq_len,
         global_batch=training["global_batch"], micro_batch=micro, precision=precision,
         activation_checkpointing=training.get("activation_checkpointing", "none"), notes=seq_notes,
+        stack=str(training.get("stack", "generic")),
+        compile=training.get("compile", False), async_tp=training.get("async_tp", False),
+        fp8_recipe=training.get("fp8_recipe"),
     )
 
 
@@ -222,6 +227,10 @@ def workload_to_dict(w: Any) -> dict[str, Any]:
         "training": {
             "seq_len": w.seq_len, "global_batch": w.global_batch, "micro_batch": w.micro_batch,
             "precision": w.precision, "activation_checkpointing": w.activation_checkpointing,
+            **({"stack": w.stack} if w.stack != "generic" else {}),
+            **({"compile": True} if w.compile else {}),
+            **({"async_tp": True} if w.async_tp else {}),
+            **({"fp8_recipe": w.fp8_recipe} if w.fp8_recipe else {}),
         },
     }
 

@@ -177,13 +177,15 @@ def gated_mlp(c: HFConfig, key: str, default: str) -> str:
 
 
 def plain_mlp(c: HFConfig, key: str, default: str) -> str:
-    """``gelu*`` -> GELU, ``relu`` -> ReLU, for a two-matrix MLP."""
+    """``gelu*`` -> GELU, ``relu`` -> ReLU, ``relu2`` -> squared ReLU (Nemotron-4), for a two-matrix MLP."""
     act = c.text(key, default).lower()
     if act.startswith("gelu"):
         return "gelu"
     if act == "relu":
         return "relu"
-    raise SpecError(c.field(key), act, "gelu* or relu")
+    if act in ("relu2", "squared-relu", "squared_relu", "relu_squared"):  # Nemotron-4 (HF: "relu2")
+        return "relu2"
+    raise SpecError(c.field(key), act, "gelu*, relu or relu2 (squared ReLU)")
 
 
 LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")

@@ -1,0 +1,285 @@
+"""Software-stack profiles: how well a framework turns a device's physics into throughput.
+
+Device physics (peaks per dtype, HBM size and bandwidth, link bandwidths) lives in the device
+catalog; SKUs of one silicon differ only there. A *stack profile* holds the few software numbers
+on top of it: GEMM efficiency by dtype (and the shape penalty), attention kernel efficiency,
+collective overlap, the fixed per-kernel cost and memory-bound throughput -- the knobs of
+:mod:`trainperf.predict.efficiency` -- where a value depends on the GPU generation, per
+generation (``ampere``, ``hopper``, ...), never per SKU. Each value carries its source: the
+published tables it was fitted on, with the leave-one-table-out error of that fit.
+
+A profile is a TOML file (the packaged ones are ``data/stacks/<name>.toml``; a user's profile,
+e.g. written by ``trainperf calibrate-model``, has the same format)::
+
+    name = "megatron-core"
+    description = "Megatron-LM, NeMo, Megatron-Bridge (Megatron-Core + Transformer Engine)"
+    frameworks = ["megatron", "nemo"]      # substrings of a run's framework that select it
+    [knobs]                                  # all generations
+    overlap = 0.9
+    [knobs.sources]
+    overlap = "fitted on ..."
+    [generations.hopper]                     # one generation
+    matmul_efficiency = 0.78
+    [generations.hopper.sources]
+    matmul_efficiency = "fitted on tables ...: N rows, leave-one-table-out MAPE Z%"
+
+Knobs resolve, later entries winning: built-in defaults, the device vendor's defaults
+(``data/efficiency.toml``), ``generic`` (all generations, then the device's generation), the
+named stack (all generations, then the device's generation).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from trainperf.errors import InputFileError, SpecError, UnknownNameError
+from trainperf.predict.efficiency import KNOB_NAMES, Knobs, knobs_for
+
+DEFAULT_STACK = "generic"
+STACKS: tuple[str, ...] = ("generic", "megatron-core", "maxtext", "paxml", "torchtitan", "llm-foundry",
+                           "deepspeed")
+"""Packaged profiles. ``generic`` is fitted on every table and is the default."""
+
+_FRAMEWORK_KEYS: tuple[tuple[str, str], ...] = (
+    ("deepspeed", "deepspeed"),  # Megatron-DeepSpeed: DeepSpeed's engine, not Megatron-Core
+    ("megatron", "megatron-core"), ("nemo", "megatron-core"),
+    ("maxtext", "maxtext"), ("paxml", "paxml"), ("pax", "paxml"),
+    ("torchtitan", "torchtitan"),
+    ("llm foundry", "llm-foundry"), ("llm-foundry", "llm-foundry"), ("composer", "llm-foundry"),
+)
+
+_GENERATIONS: tuple[tuple[str, str], ...] = (
+    ("a100", "ampere"), ("a800", "ampere"), ("a10", "ampere"), ("a30", "ampere"),
+    ("h100", "hopper"), ("h200", "hopper"), ("h800", "hopper"), ("h20", "hopper"), ("gh200", "hopper"),
+    ("gb200", "blackwell"), ("b200", "blackwell"), ("b300", "blackwell"), ("gb300", "blackwell"),
+    ("l40", "ada"), ("l4", "ada"),
+    ("mi250", "cdna2"), ("mi210", "cdna2"), ("mi300", "cdna3"), ("mi325", "cdna3"), ("mi355", "cdna4"),
+    ("tpu-v4", "tpu-v4"), ("tpu-v5e", "tpu-v5e"), ("tpu-v5p", "tpu-v5p"), ("tpu-v6e", "tpu-v6e"),
+    ("gaudi2", "gaudi2"), ("gaudi3", "gaudi3"), ("cpu", "cpu"),
+)
+
+
+def stack_of_framework(framework: str) -> str:
+    """The profile name of a framework as published (``"NeMo 24.09 (Megatron-Core, TE)"`` ->
+    ``megatron-core``); ``generic`` when none matches."""
+    low = framework.lower()
+    for key, name in _FRAMEWORK_KEYS:
+        if key in low:
+            return name
+    return DEFAULT_STACK
+
+
+def generation_of(hardware: Any) -> str:
+    """The silicon generation of a device: its catalog ``generation`` (or ``silicon``) field
+    when it has one, else derived from its id (``h100-sxm-94gb`` -> ``hopper``)."""
+    for attr in ("generation", "silicon"):
+        v = getattr(hardware, attr, None)
+        if isinstance(v, str) and v:
+            return v
+    hid = str(getattr(hardware, "id", hardware)).lower()
+    for prefix, gen in _GENERATIONS:
+        if hid.startswith(prefix):
+            return gen
+    return hid
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One software stack's knob values, stack-wide and per GPU generation, with sources."""
+
+    name: str
+    """Profile name (``megatron-core``, ...), or the file stem of a user profile."""
+    description: str = ""
+    frameworks: tuple[str, ...] = ()
+    """Substrings of a framework name that select this profile."""
+    knobs: Mapping[str, float] = field(default_factory=dict)
+    """Knob values for every generation."""
+    generations: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    """Generation -> knob values."""
+    sources: Mapping[str, str] = field(default_factory=dict)
+    """``knob`` or ``generation.knob`` -> where the value comes from."""
+    fit: Mapping[str, Any] = field(default_factory=dict)
+    """What the fit reported (tables, rows, errors); informational."""
+    path: str = ""
+    """File it was read from (empty for a packaged profile)."""
+
+    def values_for(self, generation: str) -> dict[str, float]:
+        """This profile's knob values for ``generation`` (generation entries over stack-wide)."""
+        return {**self.knobs, **self.generations.get(generation, {})}
+
+    def source_of(self, knob: str, generation: str) -> str | None:
+        if knob in self.generations.get(generation, {}):
+            return self.sources.get(f"{generation}.{knob}", f"profile {self.name} [{generation}]")
+        if knob in self.knobs:
+            return self.sources.get(knob, f"profile {self.name}")
+        return None
+
+    def to_toml(self) -> str:
+        """The profile as a TOML file :func:`load_profile` reads back."""
+        def q(s: str) -> str:
+            return '"' + str(s).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+        out = [f"name = {q(self.name)}", f"description = {q(self.description)}",
+               "frameworks = [" + ", ".join(q(f) for f in self.frameworks) + "]", ""]
+        out.append("[knobs]")
+        out += [f"{k} = {v:.6g}" for k, v in self.knobs.items()]
+        out.append("[knobs.sources]")
+        out += [f"{k} = {q(self.sources.get(k, ''))}" for k in self.knobs]
+        for gen, vals in self.generations.items():
+            out += ["", f"[generations.{gen}]"]
+            out += [f"{k} = {v:.6g}" for k, v in vals.items()]
+            out.append(f"[generations.{gen}.sources]")
+            out += [f"{k} = {q(self.sources.get(f'{gen}.{k}', ''))}" for k in vals]
+        if self.fit:
+            out += ["", "[fit]"]
+            for k, v in self.fit.items():
+                if isinstance(v, str):
+                    out.append(f"{k} = {q(v)}")
+                elif isinstance(v, bool):
+                    out.append(f"{k} = {'true' if v else 'false'}")
+                elif isinstance(v, int | float):
+                    out.append(f"{k} = {v:.6g}")
+                elif isinstance(v, list | tuple):
+                    out.append(f"{k} = [" + ", ".join(q(x) for x in v) + "]")
+        return "\n".join(out) + "\n"
+
+
+def _knob_table(body: Any, where: str) -> tuple[dict[str, float], dict[str, str]]:
+    if not isinstance(body, Mapping):
+        raise SpecError(where, body, "a table of knob = value")
+    vals: dict[str, float] = {}
+    for k, v in body.items():
+        if k == "sources":
+            continue
+        if k not in KNOB_NAMES:
+            raise UnknownNameError(f"{where}.{k}", k, KNOB_NAMES)
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise SpecError(f"{where}.{k}", v, "a number")
+        vals[k] = float(v)
+    srcs = body.get("sources", {})
+    if not isinstance(srcs, Mapping):
+        raise SpecError(f"{where}.sources", srcs, "a table of knob = source")
+    return vals, {str(k): str(v) for k, v in srcs.items()}
+
+
+_TOP_KEYS = frozenset({"name", "description", "frameworks", "knobs", "generations", "fit"})
+
+
+def profile_from_dict(data: Mapping[str, Any], where: str, path: str = "") -> Profile:
+    """Build a :class:`Profile` from a parsed profile file (unknown keys are errors)."""
+    for k in data:
+        if k not in _TOP_KEYS:
+            raise UnknownNameError(f"{where}: key", k, _TOP_KEYS)
+    knobs, srcs = _knob_table(data.get("knobs", {}), f"{where} [knobs]")
+    gens: dict[str, dict[str, float]] = {}
+    sources = dict(srcs)
+    body = data.get("generations", {})
+    if not isinstance(body, Mapping):
+        raise SpecError(f"{where} [generations]", body, "a table of generation tables")
+    for gen, tbl in body.items():
+        vals, gsrc = _knob_table(tbl, f"{where} [generations.{gen}]")
+        gens[str(gen)] = vals
+        sources.update({f"{gen}.{k}": v for k, v in gsrc.items()})
+    fws = data.get("frameworks", [])
+    if not isinstance(fws, list):
+        raise SpecError(f"{where} frameworks", fws, "a list of strings")
+    return Profile(name=str(data.get("name", Path(where).stem)), description=str(data.get("description", "")),
+                   frameworks=tuple(str(f) for f in fws), knobs=knobs, generations=gens,
+                   sources=sources, fit=dict(data.get("fit", {})), path=path)
+
+
+@lru_cache(maxsize=32)
+def packaged_profile(name: str) -> Profile:
+    """A packaged profile by name."""
+    if name not in STACKS:
+        raise UnknownNameError("stack", name, STACKS)
+    try:
+        text = resources.files("trainperf.predict").joinpath("data", "stacks", f"{name}.toml").read_text(
+            encoding="utf-8")
+    except FileNotFoundError:
+        return Profile(name=name)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise InputFileError(f"packaged stack profile {name!r} is malformed: {e}") from None
+    return profile_from_dict(data, f"stacks/{name}.toml")
+
+
+def read_profile_file(path: str | Path) -> Profile:
+    """A user profile file (same format as the packaged ones)."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputFileError(f"stack profile {str(p)!r} does not exist")
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise InputFileError(f"stack profile {str(p)!r} cannot be read: {' '.join(str(e).split())}") from None
+    return profile_from_dict(data, str(p), path=str(p))
+
+
+def load_profile(name_or_file: str | None) -> Profile:
+    """A packaged profile by name, or a profile file by path (``*.toml``)."""
+    if not name_or_file:
+        return packaged_profile(DEFAULT_STACK)
+    s = str(name_or_file)
+    if s in STACKS:
+        return packaged_profile(s)
+    if s.endswith(".toml") or Path(s).is_file():
+        return read_profile_file(s)
+    raise UnknownNameError("stack", s, STACKS)
+
+
+def knobs_with_profiles(hardware: Any, profiles: tuple[Profile, ...] | list[Profile]) -> Knobs:
+    """Vendor defaults, then each profile's values for the device's generation, in order."""
+    gen = generation_of(hardware)
+    k = knobs_for("", str(getattr(hardware, "vendor", "")))
+    vals = k.values()
+    srcs = dict(k.sources)
+    for prof in profiles:
+        for name, v in prof.values_for(gen).items():
+            vals[name] = v
+            srcs[name] = prof.source_of(name, gen) or prof.name
+    return dataclasses.replace(k, **vals, device=f"{'+'.join(p.name for p in profiles)}:{gen}", sources=srcs)
+
+
+def stack_knobs(hardware: Any, stack: str | Profile | None = None) -> Knobs:
+    """Knobs of ``stack`` (a name, file or :class:`Profile`) on ``hardware``, over ``generic``."""
+    if not isinstance(stack, Profile):
+        key = str(stack or DEFAULT_STACK)
+        mtime = 0.0
+        if key not in STACKS:
+            try:
+                mtime = Path(key).stat().st_mtime
+            except OSError:
+                mtime = -1.0
+        return _cached_knobs(generation_of(hardware), str(getattr(hardware, "vendor", "")), key, mtime)
+    return _chain_knobs(generation_of(hardware), str(getattr(hardware, "vendor", "")), stack)
+
+
+@lru_cache(maxsize=256)
+def _cached_knobs(generation: str, vendor: str, stack: str, mtime: float) -> Knobs:
+    """Cached per (generation, vendor, profile name or file and its mtime): a prediction costs
+    microseconds, re-reading profiles would not."""
+    return _chain_knobs(generation, vendor, load_profile(stack))
+
+
+def _chain_knobs(generation: str, vendor: str, prof: Profile) -> Knobs:
+    chain = [packaged_profile(DEFAULT_STACK)]
+    if prof.name != DEFAULT_STACK or prof.path:
+        chain.append(prof)
+    return knobs_with_profiles(_GenHardware(generation, vendor), chain)
+
+
+@dataclass(frozen=True)
+class _GenHardware:
+    """What :func:`knobs_with_profiles` reads of a device: its generation and vendor."""
+
+    silicon: str
+    vendor: str

@@ -1,0 +1,197 @@
+"""Activation-checkpointing policies by name: what each one recomputes and what it keeps.
+
+This module only describes the policies (which ops of a transformer layer each re-runs in the
+backward pass, which tensors it keeps) and validates their names. The FLOPs and bytes are
+DERIVED from the model's shape in :mod:`trainperf.accounting.recompute` (recompute FLOPs from
+the per-matrix breakdown, saved activation memory from the widths of the kept tensors).
+
+The tensors of one layer, in forward order (per token; ``h`` hidden, ``q`` query width, ``kv``
+key/value width, ``f`` MLP width):
+
+==================  =====  ==========================================================
+name                width  what it is
+==================  =====  ==========================================================
+``layer_input``     h      block input = first norm input (the checkpoint boundary)
+``norm1_out``       h      first norm output = q/k/v projection input
+``q`` ``k`` ``v``   q, kv  projection outputs
+``attn_context``    q      attention (SDPA / flash) output = o_proj input
+``attn_out``        h      o_proj output
+``attn_residual``   h      residual after attention = second norm input
+``norm2_out``       h      second norm output = MLP input
+``mlp_gate``        f      gate projection output (gated MLPs only)
+``mlp_up``          f      up projection output (plain MLPs: the fc1 output = activation input)
+``mlp_act``         f      activation output = down projection input
+``mlp_out``         h      down projection output
+==================  =====  ==========================================================
+
+Policies (``full:K`` and ``full-every:N`` take an integer):
+
+``none``
+    Keeps every tensor backward needs: ``layer_input, norm1_out, q, k, v, attn_context,
+    attn_residual, norm2_out, (mlp_gate), mlp_up, mlp_act`` = ``4h + 2q + 2kv + 3f`` (gated) or
+    ``2f`` (plain); with MHA, a 4h GELU MLP and two dropout masks this is Korthikanti et al.'s 34h.
+``selective``
+    Megatron-LM's selective recompute (Korthikanti et al. 2022, section 5): the attention core
+    (Q.K^T, softmax, x V) is re-run. With fused (flash) attention the scores are never stored, so
+    the kept tensors are those of ``none``.
+``full``
+    Keeps ``layer_input`` only; the whole layer forward is re-run (Megatron ``full``, torchtitan
+    ``full``, MaxText ``remat_policy=full``).
+``full:K``
+    Megatron ``recompute_method=block``, ``recompute_num_layers=K`` (NeMo "block, K layers"): the
+    first K layers of every model chunk (pipeline stage, or virtual stage with vpp) are fully
+    recomputed, the others keep everything. Per rank ``min(K * vpp, layers on the rank)``.
+``full-every:N``
+    torchtitan ``selective_ac_option = "N"`` ("selective layer"): every N-th block is wrapped in
+    full checkpointing (``floor(L / N)`` of L layers).
+``selective-op``
+    torchtitan per-op selective AC (``selective_ac_option = "op"``): the outputs of ops in
+    ``_save_list`` (``aten.mm``, the SDPA kernels, ``reduce_scatter``) are saved, except every
+    second ``aten.mm`` of a block, counted in forward order, which is recomputed (the policy
+    recomputes an mm when its per-block count is even). For a Llama block the mm order is
+    wq(1) wk(2) wv(3) wo(4) w1(5) w3(6) w2(7): wk, wo and w3 (up) are recomputed, with the
+    elementwise ops (norms, RoPE, SiLU, products); kept: ``layer_input, q, v, attn_context,
+    mlp_gate, mlp_out``. Under sequence parallelism torchtitan also keeps the reduce-scatter
+    output after wo (h/tp per token), left out here. For MoE layers the same parity is applied
+    to the expert matrices; the router is counted with the MLP input projections.
+``minimal``
+    MaxText ``remat_policy=minimal`` = ``jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims``:
+    every weight matmul output is saveable, the attention einsums/kernels (which carry batch and
+    head dims) are not. Recomputed: attention core and elementwise ops. Kept: ``layer_input, q,
+    k, v, attn_out`` (to rebuild the residual), ``mlp_gate, mlp_up``; ``attn_context`` and
+    ``mlp_act`` are rebuilt, ``mlp_out`` is saveable but nothing in the backward needs it.
+``save_dot_except_mlpwi``
+    MaxText: ``save_only_these_names(query_proj, key_proj, value_proj, qkv_proj, out_proj,
+    mlpwo)``. ``context`` is not saved (MaxText's ``save_dot_with_context_except_mlp`` adds it),
+    so the attention core is recomputed, and so are the MLP input projections wi_0/wi_1 and the
+    elementwise ops. Kept: ``layer_input, q, k, v, attn_out``. The DGX Cloud MaxText bf16 recipes
+    (``remat_policy=custom``) are this policy.
+``save_dot_except_mlp``
+    MaxText: ``save_only_these_names(query_proj, key_proj, value_proj, qkv_proj, out_proj)``:
+    recomputes the attention core and every MLP matmul (wi_0, wi_1, wo). Kept: as
+    ``save_dot_except_mlpwi`` (wo's output is not needed by the backward either). The DGX Cloud
+    MaxText fp8 recipes are this policy.
+``save_qkv_proj``
+    MaxText: saves the q/k/v projections only; recomputes attention core, out_proj, the MLP and
+    the elementwise ops. Kept: ``layer_input, q, k, v``.
+``qkv_proj_offloaded``
+    MaxText: as ``save_qkv_proj`` but q/k/v are offloaded to pinned host memory: device keeps
+    ``layer_input`` only (the host transfer time is not modelled).
+
+Sources: Korthikanti et al. 2022 (selective, full); Megatron-LM ``transformer_config.py``
+(``recompute_granularity``, ``recompute_method``, ``recompute_num_layers``); torchtitan
+``parallelize_llama.py`` ``_apply_ac_to_transformer_block`` and ``_save_list`` (2024-08);
+MaxText ``layers/decoders.py`` ``get_remat_policy`` (2024-12) and JAX
+``jax.checkpoint_policies``. These are read from the projects' code as remembered, not re-run.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from trainperf.errors import SpecError
+
+TENSOR_WIDTH: dict[str, str] = {
+    "layer_input": "h", "norm1_out": "h", "q": "q", "k": "kv", "v": "kv", "attn_context": "q",
+    "attn_out": "h", "attn_residual": "h", "norm2_out": "h", "mlp_gate": "ffn", "mlp_up": "ffn",
+    "mlp_act": "ffn", "mlp_out": "h",
+}
+"""Per-token width kind of every tensor of a layer (see the module docstring)."""
+
+MATRIX_OUTPUT: dict[str, str] = {
+    "q_proj": "q", "k_proj": "k", "v_proj": "v", "o_proj": "attn_out", "gate_proj": "mlp_gate",
+    "up_proj": "mlp_up", "down_proj": "mlp_out",
+    # MLA (DeepSeek): down/up projections count as the q or k/v outputs they build
+    "q_down": "q", "q_up": "q", "kv_down": "k", "kv_up": "v",
+}
+"""The tensor each weight matrix writes (by the matrix names of :class:`ModelSpec`)."""
+
+_ALL_KEPT = ("layer_input", "norm1_out", "q", "k", "v", "attn_context", "attn_residual", "norm2_out",
+             "mlp_gate", "mlp_up", "mlp_act")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """One checkpointing policy: which layer ops it re-runs, which tensors it keeps."""
+
+    name: str
+    """The policy as written (``full:2`` included)."""
+    recompute_attn_in: bool = False
+    """Re-runs the attention input projections (q/k/v, MLA down/up)."""
+    recompute_attn_out: bool = False
+    """Re-runs the attention output projection."""
+    recompute_mlp_in: bool = False
+    """Re-runs the MLP input projections (gate/up, router)."""
+    recompute_mlp_out: bool = False
+    """Re-runs the MLP down projection."""
+    recompute_attention_core: bool = False
+    """Re-runs Q.K^T, softmax and x V."""
+    recompute_elementwise: bool = False
+    """Re-runs the layer's norms, RoPE, activation and residual adds."""
+    alternate_mm: bool = False
+    """torchtitan per-op SAC: every second matmul of a block is re-run (overrides the four
+    projection flags); matmul outputs not re-run are kept."""
+    kept: tuple[str, ...] = _ALL_KEPT
+    """Tensors kept per layer (names of :data:`TENSOR_WIDTH`)."""
+    block_layers: int = 0
+    """``full:K``: layers per model chunk fully recomputed (0: the policy covers every layer)."""
+    every_n_layers: int = 0
+    """``full-every:N``: one layer in N fully recomputed (0: every layer)."""
+
+    @property
+    def recomputes(self) -> bool:
+        return (self.recompute_attention_core or self.recompute_elementwise or self.alternate_mm
+                or self.recompute_attn_in or self.recompute_mlp_in)
+
+    def layer_fraction(self, layers: int, pipeline_chunks: int = 1) -> float:
+        """Fraction of the model's ``layers`` the policy applies to (the rest keep everything).
+
+        ``pipeline_chunks`` = pp * vpp model chunks, for ``full:K`` (K layers per chunk)."""
+        if self.block_layers:
+            return min(layers, self.block_layers * pipeline_chunks) / layers
+        if self.every_n_layers:
+            return (layers // self.every_n_layers) / layers
+        return 1.0
+
+
+_FULL = dict(recompute_attn_in=True, recompute_attn_out=True, recompute_mlp_in=True, recompute_mlp_out=True,
+             recompute_attention_core=True, recompute_elementwise=True, kept=("layer_input",))
+POLICIES: dict[str, Policy] = {p.name: p for p in (
+    Policy("none"),
+    Policy("selective", recompute_attention_core=True),
+    Policy("full", **_FULL),
+    Policy("selective-op", alternate_mm=True, recompute_elementwise=True,
+           kept=("layer_input", "attn_context")),  # + the outputs of the matmuls not re-run
+    Policy("minimal", recompute_attention_core=True, recompute_elementwise=True,
+           kept=("layer_input", "q", "k", "v", "attn_out", "mlp_gate", "mlp_up")),
+    Policy("save_dot_except_mlpwi", recompute_attention_core=True, recompute_mlp_in=True,
+           recompute_elementwise=True, kept=("layer_input", "q", "k", "v", "attn_out")),
+    Policy("save_dot_except_mlp", recompute_attention_core=True, recompute_mlp_in=True,
+           recompute_mlp_out=True, recompute_elementwise=True,
+           kept=("layer_input", "q", "k", "v", "attn_out")),
+    Policy("save_qkv_proj", recompute_attention_core=True, recompute_attn_out=True, recompute_mlp_in=True,
+           recompute_mlp_out=True, recompute_elementwise=True, kept=("layer_input", "q", "k", "v")),
+    Policy("qkv_proj_offloaded", recompute_attention_core=True, recompute_attn_out=True,
+           recompute_mlp_in=True, recompute_mlp_out=True, recompute_elementwise=True,
+           kept=("layer_input",)),
+)}
+PARAMETRISED: tuple[str, ...] = ("full:K", "full-every:N")
+POLICY_NAMES: tuple[str, ...] = (*POLICIES, *PARAMETRISED)
+"""Every accepted spelling, for messages (``K``/``N`` stand for positive integers)."""
+
+
+@functools.lru_cache(maxsize=64)
+def get_policy(name: str, field: str = "training.activation_checkpointing") -> Policy:
+    """The :class:`Policy` named ``name``; a one-line :class:`SpecError` for anything else."""
+    if not isinstance(name, str):
+        raise SpecError(field, name, f"one of {', '.join(POLICY_NAMES)}")
+    if name in POLICIES:
+        return POLICIES[name]
+    head, sep, tail = name.partition(":")
+    if sep and head in ("full", "full-every") and tail.isdigit() and int(tail) > 0:
+        full = dict(_FULL)
+        if head == "full":
+            return Policy(name, block_layers=int(tail), **full)
+        return Policy(name, every_n_layers=int(tail), **full)
+    raise SpecError(field, name, f"one of {', '.join(POLICY_NAMES)} (K, N positive integers)")
