@@ -1,7 +1,9 @@
 """``trainperf bench``: train a Llama-family model on this machine and measure every step.
 
 With no arguments: the ``debug`` preset (tiny byte-vocabulary Llama) on the CPU, synthetic
-tokens, 20 steps (the first 2 are warm-up), bf16 mixed precision. Output goes to ``--out``
+tokens, 20 steps (the first 2 are warm-up), ``--precision auto``: bf16 mixed precision where the
+device computes bf16 natively, fp32 elsewhere (:mod:`trainperf.measure.precision`; the summary
+says which ran and why). Output goes to ``--out``
 (default ``runs/<timestamp>``): ``steps.jsonl``, ``summary.json``, ``workload.toml``.
 """
 
@@ -62,8 +64,26 @@ def _has_model(data: dict[str, Any], overrides: dict[str, Any]) -> bool:
     return all(k in body for k in ("layers", "hidden", "heads", "ffn_hidden", "vocab"))
 
 
-def bench_workload(args: argparse.Namespace):
-    """(Workload, LaunchSpec, peak given?) from the file, the flags and the bench's defaults."""
+def bench_precision(requested: str | None, device: str, local: bool = True):
+    """The :class:`~trainperf.measure.precision.PrecisionChoice` for ``requested`` (None: auto).
+
+    ``local=False`` (a run on other machines, e.g. Slurm) cannot detect their bf16 support:
+    auto then picks bf16 for a GPU (every catalog GPU the bench runs on has bf16 tensor
+    cores) and fp32 for a CPU.
+    """
+    from trainperf.measure.precision import AUTO, PrecisionChoice, resolve_precision
+
+    device_type = "cpu" if device == "cpu" else "cuda"
+    if local:
+        return resolve_precision(requested, device_type)
+    if (requested or AUTO).lower() != AUTO:
+        return PrecisionChoice(requested, requested, f"{requested} as requested")
+    prec = "fp32" if device_type == "cpu" else "bf16"
+    return PrecisionChoice(prec, AUTO, f"auto for another machine ({device}): {prec}")
+
+
+def bench_workload(args: argparse.Namespace, *, local: bool = True):
+    """(Workload, LaunchSpec, peak given?, PrecisionChoice) from the file, the flags and the defaults."""
     from trainperf.measure.launch import LaunchSpec
     from trainperf.measure.runner import default_device_id
     from trainperf.specs.workload_file import read_workload_file, workload_from_dict
@@ -92,21 +112,26 @@ def bench_workload(args: argparse.Namespace):
     ov["hardware.num_devices"] = launch.world_size
     ov["hardware.devices_per_node"] = nproc
     peak_given = "hardware.peak_tflops" in ov or "peak_tflops" in hw
-    return workload_from_dict(data, ov), launch, peak_given
+    requested = ov.get("training.precision", data.get("training", {}).get("precision"))
+    choice = bench_precision(requested, ov.get("hardware.device", hw.get("device", "cpu")), local=local)
+    ov["training.precision"] = choice.precision
+    return workload_from_dict(data, ov), launch, peak_given, choice
 
 
 def run(args: argparse.Namespace) -> int:
     from trainperf.measure.runner import BenchOptions, default_out_dir, execute, prepare
 
-    workload, launch, peak_given = bench_workload(args)
+    workload, launch, peak_given, precision = bench_workload(args)
+    say = eprint if args.json else (lambda m: print(m, flush=True))
+    if precision.warning:
+        eprint(precision.warning)
     opts = BenchOptions(
         steps=args.steps, warmup=args.warmup, launch=launch, out_dir=args.out or default_out_dir(),
         data=args.data, seed=args.seed, compile=args.compile, convention=args.convention,
         checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, resume=args.resume,
         tensorboard=args.tensorboard, lr=args.lr, quiet=args.json, threads=args.threads,
-        peak_tflops_given=peak_given,
+        peak_tflops_given=peak_given, precision=precision.to_dict(),
     )
-    say = eprint if args.json else (lambda m: print(m, flush=True))
     workload, cfg = prepare(workload, opts, say)
     summary, rc = execute(workload, cfg, launch, say)
     if args.json and summary is not None:

@@ -15,6 +15,7 @@ import importlib
 from pathlib import Path
 from typing import Any
 
+from trainperf.accounting.plausibility import check_mfu
 from trainperf.cli.common import add_convention_argument, add_json_argument, print_json
 from trainperf.errors import InputFileError
 from trainperf.numbers import fmt
@@ -81,8 +82,20 @@ def _as_run(r: Any) -> Any:
     return r.to_run_record() if hasattr(r, "to_run_record") else r
 
 
+def _mfu_warning(name: str, mfu_pct: float | None, peak: float | None, source: str | None,
+                 what: str = "mfu_pct") -> str | None:
+    """One line if ``mfu_pct`` is above 100% of its peak (impossible), else None."""
+    if mfu_pct is None:
+        return None
+    verdict = check_mfu(mfu_pct, peak or 0.0, source or "", field=what)
+    return None if verdict.ok else f"{name}: {verdict.reason}"
+
+
 def _row_from_summary(run: Any, s: Any, kind: str, claimed: dict[str, Any]) -> dict[str, Any]:
     w = run.workload
+    warnings = [m for m in (_mfu_warning(run.name, s.mfu_pct, s.peak_tflops, s.peak_source),
+                            _mfu_warning(run.name, claimed.get("mfu_pct"), None, "the run's own claim"))
+                if m]
     return {
         "run": run.name, "source": kind,
         "model": w.model.name if w is not None else None,
@@ -93,6 +106,7 @@ def _row_from_summary(run: Any, s: Any, kind: str, claimed: dict[str, Any]) -> d
         "mfu_pct": s.mfu_pct, "convention": s.convention,
         "claimed_tflops_per_device": claimed.get("tflops_per_device"),
         "claimed_mfu_pct": claimed.get("mfu_pct"),
+        "warnings": warnings,
     }
 
 
@@ -149,11 +163,15 @@ def run(args: argparse.Namespace) -> int:
     print(table([(r["run"], r["source"], r["model"] or "-", f"{r['num_devices'] or '-'}x {r['device'] or '?'}",
                   str(r["steps"]), fmt(r["step_time_median_s"]), fmt(r["tokens_per_s"], 6),
                   fmt(r["tokens_per_s_per_device"], 6), fmt(r["tflops_per_device"], 5),
-                  "-" if r["mfu_pct"] is None else f"{r['mfu_pct']:.2f}%",
+                  "-" if r["mfu_pct"] is None else f"{r['mfu_pct']:.2f}%" + (" (impossible)" if r["mfu_pct"] > 100 else ""),
                   fmt(r["claimed_tflops_per_device"], 5),
-                  "-" if r["claimed_mfu_pct"] is None else f"{r['claimed_mfu_pct']:.2f}%") for r in rows],
+                  "-" if r["claimed_mfu_pct"] is None else f"{r['claimed_mfu_pct']:.2f}%"
+                  + (" (impossible)" if r["claimed_mfu_pct"] > 100 else "")) for r in rows],
                 ["run", "source", "model", "devices", "steps", "step s (median)", "tokens/s", "tokens/s/dev",
                  "TFLOP/s/dev", "MFU", "claimed TFLOP/s", "claimed MFU"]))
+    for r in rows:
+        for w in r.get("warnings") or ():
+            print(f"warning: {w}")
     missing = [r["run"] for r in rows if r["mfu_pct"] is None]
     if missing:
         print(f"note: no MFU for {', '.join(missing)}: workload unknown (append @WORKLOAD.toml to a log)")

@@ -80,12 +80,14 @@ def run(args: argparse.Namespace) -> int:
             a.global_batch = args.global_batch or micro * lcm
         if n > 1 and args.plan == "fsdp" and not (args.tp or args.fsdp or args.dp):
             a.fsdp = n
-        workload, launch, peak_given = bench_workload(a)
+        workload, launch, peak_given, precision = bench_workload(a)
+        if precision.warning and not planned:
+            say(precision.warning)
         opts = BenchOptions(steps=args.steps, warmup=args.warmup, launch=launch,
                             out_dir=os.path.join(out_root, f"nproc{n}"), data=args.data, seed=args.seed,
                             compile=args.compile, convention=args.convention, lr=args.lr, quiet=True,
                             threads=args.threads,
-                            peak_tflops_given=peak_given)
+                            peak_tflops_given=peak_given, precision=precision.to_dict())
         planned.append((n, workload, launch, opts))
     rows, results = [], []
     base = None
