@@ -6,7 +6,8 @@ is a :class:`BenchConfig` resolved by the launching process (workload, peak, FLO
 so every rank measures against the same numbers.
 
 Per optimizer step: ``grad_accum_steps`` micro-batches of forward (autocast or FSDP's mixed
-precision), cross-entropy in fp32, backward (under pipeline parallel the schedule runs the
+precision), cross-entropy in fp32 (in one process, fused with the LM head and chunked over tokens:
+:mod:`trainperf.measure.loss`), backward (under pipeline parallel the schedule runs the
 micro-batches through the stages); gradient-norm clipping at 1.0; AdamW (fused kernel where
 available, betas 0.9/0.95, weight decay 0.1); the learning rate is a pure function of the step
 (linear warm-up, then constant), so a resumed run needs no scheduler state. The logged loss is
@@ -33,6 +34,7 @@ import torch.nn.functional as F
 
 from trainperf.measure import checkpoint as ckpt
 from trainperf.measure.data import Batches, TextDataset
+from trainperf.measure.loss import linear_cross_entropy
 from trainperf.measure.meter import ThroughputMeter
 from trainperf.measure.model import build_model
 from trainperf.measure.parallelize import autocast_dtype, parallelize
@@ -87,6 +89,14 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy, computed in fp32 on upcast logits (compiled with --compile,
     which fuses the upcast, log-softmax and gather instead of materialising fp32 logits)."""
     return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+
+
+def fused_head_ok(model: torch.nn.Module, setup: Any, pp: int) -> bool:
+    """Whether the LM head can be fused into the loss: a plain, unsharded ``nn.Linear`` head in a
+    single process without pipeline stages (FSDP/TP shard the head's weight and gather it in the
+    module's own forward, which the fused loss bypasses)."""
+    return (pp == 1 and getattr(setup, "mesh", None) is None and hasattr(model, "features")
+            and type(getattr(model, "output", None)) is torch.nn.Linear)
 
 
 def lr_at(step: int, cfg: BenchConfig) -> float:
@@ -269,6 +279,8 @@ class BenchRun:
                 "resumed_from_step": self.start - 1 if self.start > 1 else None}
         self.params = [p for p in self.trained.parameters() if p.requires_grad]
         self.loss_fn = torch.compile(cross_entropy) if cfg.compile else cross_entropy
+        self.fused_head = fused_head_ok(self.model, self.setup, plan.pp)
+        """The head and the loss fused (:mod:`trainperf.measure.loss`): one process, unsharded head."""
         self.schedule = None
         if plan.pp > 1:
             from trainperf.measure.pipeline import build_schedule
@@ -319,9 +331,14 @@ class BenchRun:
             return self._pipeline_step(step, amp)
         for micro in range(self.accum):
             x, y = self.batches.get(step - 1, micro, self.device)
-            with torch.autocast(self.device.type, dtype=amp or torch.float32, enabled=amp is not None):
-                logits = self.model(x)
-            loss = self.loss_fn(logits, y) / self.accum
+            if self.fused_head:
+                with torch.autocast(self.device.type, dtype=amp or torch.float32, enabled=amp is not None):
+                    h = self.model.features(x)
+                loss = linear_cross_entropy(h, self.model.output.weight, y, compute_dtype=amp) / self.accum
+            else:
+                with torch.autocast(self.device.type, dtype=amp or torch.float32, enabled=amp is not None):
+                    logits = self.model(x)
+                loss = self.loss_fn(logits, y) / self.accum
             loss.backward()
             loss_sum += loss.detach()
         gnorm = clip_grad_norm(self.params, GRAD_CLIP)
