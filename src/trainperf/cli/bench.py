@@ -53,6 +53,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     c.add_argument("--checkpoint-dir", metavar="DIR", help="torch.distributed.checkpoint directory")
     c.add_argument("--checkpoint-every", type=int, default=0, metavar="N", help="save every N steps (0: never)")
     c.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --checkpoint-dir")
+    lo = parser.add_argument_group("LoRA fine-tune (override [lora]; needs peft)")
+    lo.add_argument("--lora-rank", type=int, metavar="R", help="train rank-R LoRA adapters, the base frozen")
+    lo.add_argument("--lora-alpha", type=float, metavar="A", help="adapter scaling alpha/R (default alpha = R)")
+    lo.add_argument("--lora-targets", metavar="LIST", help="adapted projections (default q,k,v,o,gate,up,down)")
     parser.add_argument("--tensorboard", metavar="DIR", help="also log scalars to TensorBoard (if installed)")
     add_json_argument(parser)
 
@@ -90,6 +94,8 @@ def bench_workload(args: argparse.Namespace, *, local: bool = True):
 
     data = read_workload_file(args.workload) if args.workload else {}
     ov = overrides_from_args(args)
+    ov.update({f"lora.{k}": getattr(args, f"lora_{k}") for k in ("rank", "alpha", "targets")
+               if getattr(args, f"lora_{k}", None) is not None})
     default_model = not _has_model(data, ov)
     if default_model:
         ov["model.preset"] = DEFAULT_MODEL

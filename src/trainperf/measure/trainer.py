@@ -245,6 +245,11 @@ class BenchRun:
             if cfg.device_type == "cuda" else torch.device("cpu")
         out(f"building {workload.model.name} ({workload.model.total_params / 1e6:.2f}M params) ...")
         self.model = build_model(workload.model, seq_len=workload.seq_len, seed=cfg.seed, device=self.device)
+        if workload.lora is not None:
+            from trainperf.measure.lora import apply_lora
+
+            n = apply_lora(self.model, workload.lora)
+            out(f"{workload.lora.describe()}: {n / 1e6:.3f}M trainable parameters, the base frozen")
         self.setup = parallelize(self.model, workload, device_type=cfg.device_type, compile=cfg.compile)
         out(f"parallelism: {self.setup.description}")
         plan = workload.plan

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from trainperf.errors import SpecError
 from trainperf.specs.hardware import PRECISIONS, Hardware
+from trainperf.specs.lora import LoraSpec
 from trainperf.specs.model import ModelSpec
 from trainperf.specs.parallel import ParallelPlan
 
@@ -45,6 +46,8 @@ class Workload:
     """Compute dtype of the matmuls (mixed precision keeps fp32 master weights)."""
     activation_checkpointing: Checkpointing = "none"
     """Recomputation policy: none, selective (attention core, Korthikanti et al.) or full."""
+    lora: LoraSpec | None = None
+    """LoRA fine-tune: the base is frozen and only these adapters train; None: full training."""
     notes: tuple[str, ...] = ()
     """Observations made while validating (e.g. how kv heads replicate under tp)."""
 
@@ -75,6 +78,8 @@ class Workload:
         if self.activation_checkpointing not in CHECKPOINTING:
             raise SpecError("training.activation_checkpointing", self.activation_checkpointing,
                             f"one of {', '.join(CHECKPOINTING)}")
+        if self.lora is not None:
+            self.lora.matrices(self.model)  # raises for targets this model does not have
         plan = self.plan.resolve(self.num_devices)
         object.__setattr__(self, "plan", plan)
         object.__setattr__(self, "notes", tuple(self.notes) + tuple(self._check_plan(plan)))
@@ -149,7 +154,8 @@ class Workload:
     def describe(self) -> str:
         return (f"{self.model.name} on {self.num_devices}x {self.hardware.id} "
                 f"({self.plan.describe()}), seq {self.seq_len}, global batch {self.global_batch}, "
-                f"micro batch {self.micro_batch}, {self.precision}, AC {self.activation_checkpointing}")
+                f"micro batch {self.micro_batch}, {self.precision}, AC {self.activation_checkpointing}"
+                + (f", {self.lora.describe()}" if self.lora is not None else ""))
 
 
 def _field(name: str) -> str:

@@ -7,6 +7,7 @@
               peak_tflops (overrides the catalog peak for the run's precision, labelled as such)
 [parallel]    dp, fsdp, zero_stage, tp, sequence_parallel, pp, vpp, cp, ep, pp_schedule
 [training]    seq_len, global_batch, micro_batch, precision, activation_checkpointing
+[lora]        rank, alpha, targets (optional: a LoRA fine-tune, see trainperf.specs.lora)
 ```
 
 Unknown sections and keys are errors (a typo must never be silently ignored). Command-line
@@ -24,6 +25,7 @@ from typing import Any
 
 from trainperf.errors import InputFileError, SpecError, TrainperfError, UnknownNameError, one_line
 from trainperf.specs.hardware import Hardware, get_hardware, hardware_from_dict
+from trainperf.specs.lora import LoraSpec
 from trainperf.specs.model import ModelSpec
 from trainperf.specs.parallel import ParallelPlan
 
@@ -33,6 +35,7 @@ SECTIONS: dict[str, frozenset[str]] = {
                           | {f.name for f in dataclasses.fields(Hardware)}),
     "parallel": frozenset(f.name for f in dataclasses.fields(ParallelPlan)),
     "training": frozenset({"seq_len", "global_batch", "micro_batch", "precision", "activation_checkpointing"}),
+    "lora": frozenset({"rank", "alpha", "targets"}),
 }
 _HW_WORKLOAD_KEYS = frozenset({"device", "num_devices", "devices_per_node", "peak_tflops"})
 
@@ -179,6 +182,7 @@ def workload_from_dict(data: Mapping[str, Any], overrides: Mapping[str, Any] | N
         devices_per_node=hw_body.get("devices_per_node"), plan=plan, seq_len=seq_len,
         global_batch=training["global_batch"], micro_batch=micro, precision=precision,
         activation_checkpointing=training.get("activation_checkpointing", "none"),
+        lora=LoraSpec.from_dict(data["lora"]) if data.get("lora") else None,
     )
 
 
@@ -211,6 +215,7 @@ def workload_to_dict(w: Any) -> dict[str, Any]:
             "seq_len": w.seq_len, "global_batch": w.global_batch, "micro_batch": w.micro_batch,
             "precision": w.precision, "activation_checkpointing": w.activation_checkpointing,
         },
+        **({"lora": w.lora.to_dict()} if getattr(w, "lora", None) is not None else {}),
     }
 
 
