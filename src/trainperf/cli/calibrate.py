@@ -1,8 +1,9 @@
 """``trainperf calibrate``: measure this machine's matmul TFLOP/s per dtype and memory bandwidth.
 
-The result is cached (``$TRAINPERF_CACHE_DIR/calibration.json``) with the CPU model name and
-core count; ``trainperf bench`` and every command that takes ``--device cpu`` use it as the
-CPU's peak for MFU.
+The result is cached (``$TRAINPERF_CACHE_DIR/calibration.json``) under the CPU model name, core
+count, matmul ISA flags and thread count, merged with the dtypes already cached for them;
+``trainperf bench`` and every command that takes ``--device cpu`` use it as the CPU's peak for
+MFU. bf16 is measured by default only where the CPU computes it natively (``--dtypes`` to force).
 """
 
 from __future__ import annotations
