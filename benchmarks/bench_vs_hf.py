@@ -37,6 +37,16 @@ MFU against this machine's calibrated matmul peak of the run's dtype (a quick ca
 the model's GEMM shapes, is run if none is cached). Times are wall-clock and noisy on a shared
 machine.
 
+Measured in fp32 (the ``auto`` choice on a 2-core AVX2-only AMD EPYC shared with other busy
+processes, load 5-8, default shape, 5 rounds x 2 steps): tokens/s ratio trainperf/HF median
+1.56x of the per-round ratios (1.62, 0.83, 1.62, 1.56, 0.82; ratio of the medians 1.15x), CPU
+time per step 1.34x; the load made every step ~6 times slower than on a quiet machine, so the
+wall-clock MFU printed there (10.9% vs 9.5%) says nothing about the trainers. Where the fp32
+lead comes from (torch.profiler, a 2-layer variant, 1 thread): the LM head fused into a chunked
+cross-entropy (:mod:`trainperf.measure.loss`; trainperf's step went from 7.8 s to 4.7 s, HF's
+is 8.0-8.4 s: no 131 MB logits, log-softmax and zero-filled gradient passes), and the fused
+AdamW kernel (~0.1 s against ~1 s of foreach sqrt/div/lerp/addcdiv in HF's loop).
+
 Where the difference came from in bf16 (an earlier session's 2-core AMD EPYC, shared, so
 preliminary; the earlier 150M / seq 1024 / batch 1 default): the ratio was 1.61x with
 ``--compile`` and 1.71x without (3 rounds each; the two are within noise, so compile is not what matters here). A torch.profiler step of a 4-layer variant
