@@ -141,6 +141,9 @@ def test_lora_bench_reports_mfu_under_the_lora_convention(tmp_path, calibrated, 
     apply_lora(model, w.lora)
     counted = count_flops_per_token(model, w.seq_len, batch=2).training_flops_per_token
     assert s["model_flops_per_token"] == pytest.approx(counted, rel=0.02)
+    # The bench runs the same check itself, prints it and keeps it in the run's metadata.
+    assert "by torch's FlopCounterMode (+0.00%)" in text
+    assert read_run(out / "steps.jsonl").meta["lora"]["flop_counter_flops_per_token"] == counted
     mfu_counted = 100 * s["tokens_per_s_per_device"] * counted / 1e12 / s["peak_tflops"]
     assert s["mfu_pct"] == pytest.approx(mfu_counted, rel=0.02)
 

@@ -263,7 +263,7 @@ def prepare(workload: Workload, opts: BenchOptions, say: Callable[[str], None] =
 
         if not tensorboard_available():
             raise SpecError("--tensorboard", opts.tensorboard, "needs the tensorboard package (pip install tensorboard)")
-    if workload.lora is not None:
+    if workload.lora is not None and local:
         from trainperf.measure.lora import peft_available
 
         if not peft_available():

@@ -216,6 +216,19 @@ def _init_distributed(cfg: BenchConfig) -> tuple[int, int]:
     return 0, 1
 
 
+def lora_flop_check(run: BenchRun, say: Callable[[str], None]) -> dict[str, Any]:
+    """torch's FlopCounterMode on this (LoRA) model's training step, next to the convention's
+    count that MFU uses: both go into the run's metadata, the difference is printed."""
+    from trainperf.measure.flop_count import count_flops_per_token
+
+    counted = count_flops_per_token(run.model, run.workload.seq_len).training_flops_per_token
+    used = run.cfg.flops_per_token
+    if used:
+        say(f"FLOPs per token: {used:.6g} ({run.cfg.convention} convention), {counted:.6g} by torch's "
+            f"FlopCounterMode ({100 * (used / counted - 1):+.2f}%)")
+    return {"flop_counter_flops_per_token": counted}
+
+
 class BenchRun:
     """One process of a bench run, set up and ready to step (what :func:`train` loops over).
 
@@ -250,6 +263,7 @@ class BenchRun:
 
             n = apply_lora(self.model, workload.lora)
             out(f"{workload.lora.describe()}: {n / 1e6:.3f}M trainable parameters, the base frozen")
+            cfg.meta["lora"] = {**workload.lora.to_dict(), "trainable_params": n, **lora_flop_check(self, out)}
         self.setup = parallelize(self.model, workload, device_type=cfg.device_type, compile=cfg.compile)
         out(f"parallelism: {self.setup.description}")
         plan = workload.plan
