@@ -209,3 +209,11 @@ def test_tensorboard_event_files_hold_every_step(tmp_path, cache, monkeypatch):
     steps = read_run(tmp_path / "r" / "steps.jsonl").steps
     assert [e.value for e in acc.Scalars("loss")] == pytest.approx([s.loss for s in steps], rel=1e-6)
     assert [e.value for e in acc.Scalars("mfu(%)")] == pytest.approx([s.claimed_mfu_pct for s in steps], rel=1e-6)
+
+
+def test_compare_flags_impossible_mfu_in_one_line():
+    from trainperf.cli.compare import _mfu_warning
+
+    msg = _mfu_warning("run1", 150.0, 0.5, "cpu fp32 calibrated")
+    assert msg.startswith("run1: MFU 150.00% exceeds 100%") and "cpu fp32 calibrated" in msg and "\n" not in msg
+    assert _mfu_warning("run1", 50.0, 0.5, "x") is None and _mfu_warning("run1", None, None, None) is None
