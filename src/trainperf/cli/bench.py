@@ -32,6 +32,10 @@ DEFAULT_TRAINING = {"training.seq_len": 256, "training.micro_batch": 8}
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_workload_arguments(parser)
+    for action in parser._actions:
+        if action.dest == "precision":
+            action.help = ("auto (default: bf16 where this device computes it natively, else fp32; "
+                           "TRAINPERF_NATIVE_BF16=0|1 overrides the detection) | fp32 | bf16 | tf32 | fp16")
     r = parser.add_argument_group("run")
     r.add_argument("--steps", type=int, default=20, metavar="N", help="optimizer steps (default 20)")
     r.add_argument("--warmup", type=int, metavar="N",
