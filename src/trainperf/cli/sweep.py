@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
         tune = f"LoRA r={rank}" if rank else "full"
         results.append({"nproc": n, "fine_tune": tune, "lora_rank": rank, "global_batch": workload.global_batch,
                         **med, "convention": runs[0]["convention"], "efficiency": eff, "repeats": len(runs),
-                        "out": [o.out_dir for o in opts]})
+                        "out": opts[0].out_dir, "outs": [o.out_dir for o in opts]})
         rows.append((n, tune, workload.global_batch, fmt(T), fmt(X), fmt(med["tokens_per_s_per_device"]),
                      fmt(med["tflops_per_device"]), fmt(med["mfu_pct"]), runs[0]["convention"],
                      fmt(med["memory_max_GiB"]), f"{100 * eff:.1f}%"))
