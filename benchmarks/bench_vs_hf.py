@@ -38,18 +38,24 @@ the model's GEMM shapes, is run if none is cached). Times are wall-clock and noi
 machine.
 
 Measured in fp32 (the ``auto`` choice on a 2-core AVX2-only AMD EPYC shared with other busy
-processes, load 5-8, default shape, 5 rounds x 2 steps): tokens/s ratio trainperf/HF median
-1.56x of the per-round ratios (1.62, 0.83, 1.62, 1.56, 0.82; ratio of the medians 1.15x), CPU
-time per step 1.34x; the load made every step ~6 times slower than on a quiet machine, so the
-wall-clock MFU printed there (10.9% vs 9.5%) says nothing about the trainers. Where the fp32
-lead comes from (torch.profiler, a 2-layer variant, 1 thread): the LM head fused into a chunked
-cross-entropy (:mod:`trainperf.measure.loss`; trainperf's step went from 7.8 s to 4.7 s, HF's
-is 8.0-8.4 s: no 131 MB logits, log-softmax and zero-filled gradient passes), and the fused
-AdamW kernel (~0.1 s against ~1 s of foreach sqrt/div/lerp/addcdiv in HF's loop).
+processes, load 4-8, default shape, 5 rounds x 2 steps each, three runs): tokens/s ratio
+trainperf/HF, median of the per-round ratios, 1.56x and 1.24x with 2 threads and 1.12x with
+``--threads 1`` (ratios of the medians 1.15x, 1.16x, 1.13x; CPU time per step 1.34x, 1.25x,
+1.14x). The load made 2-thread steps 4-6 times slower than on a quiet machine, so the
+wall-clock MFU printed (14% with 2 threads; 45% vs HF's 40% with 1 thread) is far below what a
+quiet machine gives and short of the 85% goal; for the same reason the default run took 408 s
+(2 threads) and 274 s (1 thread) wall, not the < 3 minutes it is sized for (~25 steps of ~2 s
+at the calibrated peak; not measured on a quiet machine). Where the fp32 lead comes from
+(torch.profiler, a 2-layer variant, 1 thread): the LM head fused into a chunked cross-entropy
+(:mod:`trainperf.measure.loss`; trainperf's step went from 7.8 s to 4.7 s, part of it load
+noise, HF's was 8.0-8.4 s: no 131 MB logits, log-softmax and zero-filled gradient passes), and
+the fused AdamW kernel (~0.1 s against ~1 s of foreach sqrt/div/lerp/addcdiv in HF's loop).
 
 Where the difference came from in bf16 (an earlier session's 2-core AMD EPYC, shared, so
 preliminary; the earlier 150M / seq 1024 / batch 1 default): the ratio was 1.61x with
-``--compile`` and 1.71x without (3 rounds each; the two are within noise, so compile is not what matters here). A torch.profiler step of a 4-layer variant
+``--compile`` and 1.71x without (3 rounds each; the two are within noise, so compile is not
+what matters here; ``--compile`` is now off by default: in fp32 here its first step took 145 s).
+A torch.profiler step of a 4-layer variant
 (eager, 2 threads) attributes it: HF's default foreach AdamW spends ~440 ms per step (div, sqrt,
 lerp, mul_ over every tensor) against ~60 ms for the fused AdamW kernel; HF's loss path (upcast,
 shift and ``.contiguous()`` of the logits before cross-entropy) spends ~550 ms in log-softmax
