@@ -20,8 +20,9 @@ model's own GEMM shapes as well as square ones (best kept), so it is an upper bo
 above 100% is reported as impossible, never printed as MFU.
 
 * trainperf: :class:`trainperf.measure.trainer.BenchRun`, the exact code ``trainperf bench``
-  runs (reference model, SDPA flash attention, fused AdamW, ``torch.compile`` of each block and
-  the loss as with ``--compile``, the ThroughputMeter timing every step and writing JSONL).
+  runs (reference model, SDPA flash attention, the LM head fused into a chunked cross-entropy,
+  fused AdamW, ``torch.compile`` of each block only with ``--compile``, the ThroughputMeter
+  timing every step and writing JSONL).
 * baseline: ``LlamaForCausalLM`` (``attn_implementation="sdpa"``) in a plain loop:
   ``loss = model(input_ids=x, labels=x).loss; loss.backward(); clip; opt.step()`` with
   ``torch.optim.AdamW`` defaults (foreach kernel), as a user would write it.
@@ -95,7 +96,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=2, help="warm-up steps of each framework (compile happens here)")
     p.add_argument("--rounds", type=int, default=5, help="alternated (trainperf, HF) blocks; medians reported")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=False,
-                   help="torch.compile trainperf's blocks and loss, as `trainperf bench --compile` (default on; "
+                   help="torch.compile trainperf's blocks and loss, as `trainperf bench --compile` (default off; "
                         "the HF baseline stays eager, as the plain loop a user writes)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
     return p.parse_args(argv)
