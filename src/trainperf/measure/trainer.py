@@ -418,7 +418,8 @@ class BenchRun:
                     with meter.paused():
                         ckpt.save(cfg.checkpoint_dir, step, self.trained, self.opt)
         except KeyboardInterrupt:
-            meter.close(interrupted=True, interrupted_at_step=meter.next_step)
+            meter.close(interrupted=True, interrupted_at_step=meter.next_step,
+                        **({"peaks": cfg.meta["peaks"]} if meter.recalibrated else {}))
             raise
         finally:
             if main_thread:
