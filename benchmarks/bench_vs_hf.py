@@ -39,7 +39,11 @@ the model's GEMM shapes, is run if none is cached). Times are wall-clock and noi
 machine.
 
 Measured in fp32 (the ``auto`` choice on a 2-core AVX2-only AMD EPYC shared with other busy
-processes, load 4-8, default shape, 5 rounds x 2 steps each, three runs): tokens/s ratio
+processes, default shape, 5 rounds x 2 steps each). In a quieter moment (load 1-2; two rounds
+still hit by bursts): tokens/s ratio trainperf/HF 1.17x (median of the per-round ratios 0.85,
+1.17, 3.13, 0.31, 1.24; ratio of the medians 1.08x; CPU time per step 1.14x), MFU 55.5% vs
+HF's 51.4% (64% in trainperf's best round) of the calibrated fp32 peak, 151 s wall for the
+whole default run. Three earlier runs under load 4-8: tokens/s ratio
 trainperf/HF, median of the per-round ratios, 1.56x and 1.24x with 2 threads and 1.12x with
 ``--threads 1`` (ratios of the medians 1.15x, 1.16x, 1.13x; CPU time per step 1.34x, 1.25x,
 1.14x). The load made 2-thread steps 4-6 times slower than on a quiet machine, so the
