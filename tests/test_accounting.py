@@ -94,8 +94,10 @@ def test_moe_counts_active_experts_only():
 def test_lora_is_two_thirds_of_six_n_plus_adapters():
     m = ModelSpec.preset("llama2-7b")
     attn = model_flops_per_token(m, 512, "palm") - 6 * palm_params(m)
-    assert model_flops_per_token(m, 512, "lora", 0.0) == pytest.approx(4 * m.active_params + attn)
-    assert model_flops_per_token(m, 512, "lora", 0.01) == pytest.approx(4.06 * m.active_params + attn)
+    # The frozen base: palm's N (no input embedding: a gather) x (forward + activation gradient).
+    assert model_flops_per_token(m, 512, "lora", 0.0) == pytest.approx(4 * palm_params(m) + attn)
+    assert model_flops_per_token(m, 512, "lora", 0.01) == pytest.approx(
+        4 * palm_params(m) + 0.06 * m.active_params + attn)
 
 
 def test_hfu_adds_recompute():

@@ -27,6 +27,8 @@ SUMMARY_KEYS = {"steps_completed", "interrupted", "step_time_median_s", "tokens_
 @pytest.fixture
 def calibrated(tmp_path, monkeypatch):
     monkeypatch.setenv("TRAINPERF_CACHE_DIR", str(tmp_path / "cache"))
+    # --precision auto picks fp32 on any machine (bf16 is tested in test_bench_precision.py).
+    monkeypatch.setenv("TRAINPERF_NATIVE_BF16", "0")
     return fake_calibration(tmp_path / "cache")
 
 
@@ -47,14 +49,16 @@ def test_tiny_run_writes_record_summary_and_workload(tmp_path, calibrated, capsy
     assert set(summary) >= SUMMARY_KEYS
     assert summary["steps_completed"] == 4 and summary["interrupted"] is False
     assert summary["convention"] == "megatron" and "calibrated" in summary["peak_source"]
-    # MFU = model TFLOP/s per device / the (fake) calibrated bf16 peak, 1 thread as calibrated.
-    assert summary["mfu_pct"] == pytest.approx(100 * summary["tflops_per_device"] / FAKE_PEAKS["bf16"])
+    # MFU = model TFLOP/s per device / the (fake) calibrated fp32 peak, 1 thread as calibrated.
+    assert summary["mfu_pct"] == pytest.approx(100 * summary["tflops_per_device"] / FAKE_PEAKS["fp32"])
+    assert summary["precision"] == "fp32" and summary["precision_requested"] == "auto"
+    assert "TRAINPERF_NATIVE_BF16=0" in summary["precision_reason"] and "precision: fp32 (auto:" in text
     assert summary["tokens_per_s"] == pytest.approx(2 * 32 / summary["step_time_median_s"])
     run = read_run(out / "steps.jsonl")
     assert [s.step for s in run.steps] == [1, 2, 3, 4] and not run.interrupted
     assert all(s.loss is not None and s.grad_norm is not None for s in run.steps)
     w = load_workload(out / "workload.toml")
-    assert w.model.layers == 2 and w.model.hidden == 64 and w.seq_len == 32 and w.precision == "bf16"
+    assert w.model.layers == 2 and w.model.hidden == 64 and w.seq_len == 32 and w.precision == "fp32"
 
 
 def test_json_output_and_convention(tmp_path, calibrated, capsys):
@@ -70,8 +74,9 @@ def test_json_output_and_convention(tmp_path, calibrated, capsys):
 
 def test_quick_calibration_when_none_is_cached(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("TRAINPERF_CACHE_DIR", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("TRAINPERF_NATIVE_BF16", "0")
     assert _bench(*TINY_FLAGS, "--steps", "2", "--out", str(tmp_path / "r")) == 0
-    assert "no CPU calibration cached" in capsys.readouterr().out
+    assert "no fp32 CPU calibration cached for this machine and 1 thread(s)" in capsys.readouterr().out
     assert (tmp_path / "empty-cache" / "calibration.json").is_file()
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["mfu_pct"] is not None and "quick calibration" in summary["peak_source"]
@@ -146,7 +151,8 @@ def test_default_command_runs_with_no_arguments(tmp_path, calibrated, monkeypatc
     assert len(runs) == 1
     summary = json.loads((runs[0] / "summary.json").read_text())
     assert summary["steps_completed"] == 4 and summary["warmup_steps"] == 1
-    assert summary["workload"] == "debug on 1x cpu (single device), seq 256, global batch 8, micro batch 8, bf16, AC none"
+    assert summary["workload"] == "debug on 1x cpu (single device), seq 256, global batch 8, micro batch 8, fp32, AC none"
+    assert summary["mfu_pct"] is None or 0 < summary["mfu_pct"] <= 100  # never above 100%
 
 
 def test_slurm_script(tmp_path, calibrated, capsys):
@@ -180,7 +186,8 @@ def test_calibrate_command_measures_and_caches(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("TRAINPERF_CACHE_DIR", str(tmp_path / "c"))
     n = torch.get_num_threads()
     try:
-        assert main(["calibrate", "--sizes", "256", "--repeats", "1", "--threads", "1", "--json"]) == 0
+        assert main(["calibrate", "--sizes", "256", "--repeats", "1", "--threads", "1", "--dtypes", "fp32,bf16",
+                     "--json"]) == 0
     finally:
         torch.set_num_threads(n)
     data = json.loads(capsys.readouterr().out)

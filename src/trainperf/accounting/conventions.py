@@ -12,8 +12,8 @@ All return *training* model FLOPs (forward + backward) per token.
 | torchtitan-2024   | 6*N (N = every parameter, embedding included) + 12*L*H*Q*T              |
 | nemo-legacy       | 12*L*h^2*(1+G/A+S/h) + 18*L*F*h + 6*V*h (3 x forward, attention full)   |
 | 6n                | 6*N, N = every (active) parameter; no attention term                    |
-| lora              | frozen base: forward + activation gradients (4*N) + 6*N per adapter     |
-|                   | parameter (trainable fraction f), plus the attention term               |
+| lora              | frozen base: forward + activation gradients (4*N, N as palm) + 6 per    |
+|                   | adapter parameter (f x active params), plus the attention term          |
 
 Sources: Megatron-LM ``num_floating_point_operations`` (training.py, causal halving since
 2024/25; MaxText's ``calculate_tflops_training_per_device`` likewise); PaLM (Chowdhery et al.
@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from trainperf.accounting.flops import forward_flops
 from trainperf.errors import SpecError, UnknownNameError
+from trainperf.specs.lora import LoraSpec
 from trainperf.specs.model import ModelSpec
 
 
@@ -53,8 +54,8 @@ CONVENTIONS: dict[str, Convention] = {
                    "NVIDIA DGX benchmarking recipes, NeMo before Aug 2025", "full"),
         Convention("6n", "6*N, N = all (active) parameters; attention ignored",
                    "quick estimates (Kaplan et al.), seed 000", "full"),
-        Convention("lora", "frozen base forward + activation-gradient (4*N) + 6*N*f for adapters, "
-                   "+ attention term", "LoRA fine-tuning (seed 000's correction)", "full"),
+        Convention("lora", "frozen base forward + activation-gradient (4*N, N as palm) + 6 per adapter "
+                   "parameter, + attention term", "LoRA fine-tuning (seed 000's correction)", "full"),
         Convention("exact", "3 x forward matmuls, causal mask counted exactly", "trainperf", "causal"),
     )
 }
@@ -109,9 +110,21 @@ def _six_n(model: ModelSpec, seq_len: int, lora_fraction: float) -> float:
 
 
 def _lora(model: ModelSpec, seq_len: int, lora_fraction: float) -> float:
-    # Frozen weights skip the weight-gradient matmul (1/3 of 6N); adapters do all three.
-    n = model.active_params
-    return 4.0 * n + 6.0 * lora_fraction * n + attention_term_per_token(model, seq_len)
+    """PaLM's count with the frozen base's weight-gradient matmuls removed, plus the adapters.
+
+    The frozen base runs its forward (2 FLOPs per matmul weight) and the activation gradient
+    (2 more); it skips the weight gradient (seed 000's correction). Its N is PaLM's: every
+    matmul weight incl. the LM head, not the input embedding (a gather, no matmul). The
+    adapters (``lora_fraction`` x the active parameters, see
+    :meth:`trainperf.specs.lora.LoraSpec.trainable_fraction`) do all three passes, 6 FLOPs per
+    parameter, and the attention core (no weights) costs 3x its forward as in training.
+
+    This short form counts every activation gradient; autograd computes none upstream of the
+    first trainable parameter (about 1/(4L) of the count). Given the adapters (``lora=``),
+    :func:`trainperf.accounting.lora.lora_flops_per_token` counts exactly what runs.
+    """
+    return (4.0 * palm_params(model) + 6.0 * lora_fraction * model.active_params
+            + attention_term_per_token(model, seq_len))
 
 
 _FUNCS: dict[str, Callable[[ModelSpec, int, float], float]] = {
@@ -121,17 +134,23 @@ _FUNCS: dict[str, Callable[[ModelSpec, int, float], float]] = {
 
 
 def model_flops_per_token(model: ModelSpec, seq_len: int, convention: str = DEFAULT_CONVENTION,
-                          lora_fraction: float = 0.0) -> float:
+                          lora_fraction: float = 0.0, lora: LoraSpec | None = None) -> float:
     """Training model FLOPs per token under ``convention`` (forward + backward, no recompute).
 
     ``lora_fraction`` is the trainable (adapter) parameters as a fraction of the base model's,
-    used only by the ``lora`` convention.
+    used only by the ``lora`` convention. ``lora`` (the adapters themselves) makes the ``lora``
+    convention count per matmul, as autograd runs the step
+    (:func:`trainperf.accounting.lora.lora_flops_per_token`); it replaces ``lora_fraction``.
     """
     conv = get_convention(convention)
     if not 0.0 <= lora_fraction <= 1.0:
         raise SpecError("lora_fraction", lora_fraction, "a fraction between 0 and 1")
     if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len <= 0:
         raise SpecError("seq_len", seq_len, "a positive integer")
+    if conv.name == "lora" and lora is not None:
+        from trainperf.accounting.lora import lora_flops_per_token
+
+        return lora_flops_per_token(model, seq_len, lora)
     return _FUNCS[conv.name](model, seq_len, lora_fraction)
 
 
@@ -152,9 +171,9 @@ def recompute_flops_per_token(model: ModelSpec, seq_len: int, policy: str,
 
 def hardware_flops_per_token(model: ModelSpec, seq_len: int, policy: str,
                              convention: str = DEFAULT_CONVENTION, lora_fraction: float = 0.0,
-                             pipeline_chunks: int = 1) -> float:
+                             pipeline_chunks: int = 1, lora: LoraSpec | None = None) -> float:
     """Model FLOPs plus recomputation: the numerator of HFU."""
-    return (model_flops_per_token(model, seq_len, convention, lora_fraction)
+    return (model_flops_per_token(model, seq_len, convention, lora_fraction, lora)
             + recompute_flops_per_token(model, seq_len, policy, convention, pipeline_chunks))
 
 

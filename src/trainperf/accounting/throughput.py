@@ -129,7 +129,9 @@ def throughput(
                                               workload.plan.pp * workload.plan.vpp)
     else:
         get_convention(convention)
-        per_token = model_flops_per_token(workload.model, seq, convention, lora_fraction)
+        # A LoRA fine-tune's adapters are counted as they run (an explicit fraction wins).
+        lora = getattr(workload, "lora", None) if not lora_fraction else None
+        per_token = model_flops_per_token(workload.model, seq, convention, lora_fraction, lora)
         conv_name = convention
         recompute = recompute_flops_per_token(workload.model, seq, workload.activation_checkpointing, convention,
                                               workload.plan.pp * workload.plan.vpp)

@@ -1,7 +1,9 @@
 """``trainperf bench``: train a Llama-family model on this machine and measure every step.
 
 With no arguments: the ``debug`` preset (tiny byte-vocabulary Llama) on the CPU, synthetic
-tokens, 20 steps (the first 2 are warm-up), bf16 mixed precision. Output goes to ``--out``
+tokens, 20 steps (the first 2 are warm-up), ``--precision auto``: bf16 mixed precision where the
+device computes bf16 natively, fp32 elsewhere (:mod:`trainperf.measure.precision`; the summary
+says which ran and why). Output goes to ``--out``
 (default ``runs/<timestamp>``): ``steps.jsonl``, ``summary.json``, ``workload.toml``.
 """
 
@@ -30,6 +32,10 @@ DEFAULT_TRAINING = {"training.seq_len": 256, "training.micro_batch": 8}
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_workload_arguments(parser)
+    for action in parser._actions:
+        if action.dest == "precision":
+            action.help = ("auto (default: bf16 where this device computes it natively, else fp32; "
+                           "TRAINPERF_NATIVE_BF16=0|1 overrides the detection) | fp32 | bf16 | tf32 | fp16")
     r = parser.add_argument_group("run")
     r.add_argument("--steps", type=int, default=20, metavar="N", help="optimizer steps (default 20)")
     r.add_argument("--warmup", type=int, metavar="N",
@@ -52,6 +58,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     c.add_argument("--checkpoint-dir", metavar="DIR", help="torch.distributed.checkpoint directory")
     c.add_argument("--checkpoint-every", type=int, default=0, metavar="N", help="save every N steps (0: never)")
     c.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --checkpoint-dir")
+    lo = parser.add_argument_group("LoRA fine-tune (override [lora]; needs peft)")
+    lo.add_argument("--lora-rank", type=int, metavar="R", help="train rank-R LoRA adapters, the base frozen")
+    lo.add_argument("--lora-alpha", type=float, metavar="A", help="adapter scaling alpha/R (default alpha = R)")
+    lo.add_argument("--lora-targets", metavar="LIST", help="adapted projections (default q,k,v,o,gate,up,down)")
     parser.add_argument("--tensorboard", metavar="DIR", help="also log scalars to TensorBoard (if installed)")
     add_json_argument(parser)
 
@@ -63,14 +73,34 @@ def _has_model(data: dict[str, Any], overrides: dict[str, Any]) -> bool:
     return all(k in body for k in ("layers", "hidden", "heads", "ffn_hidden", "vocab"))
 
 
-def bench_workload(args: argparse.Namespace):
-    """(Workload, LaunchSpec, peak given?) from the file, the flags and the bench's defaults."""
+def bench_precision(requested: str | None, device: str, local: bool = True):
+    """The :class:`~trainperf.measure.precision.PrecisionChoice` for ``requested`` (None: auto).
+
+    ``local=False`` (a run on other machines, e.g. Slurm) cannot detect their bf16 support:
+    auto then picks bf16 for a GPU (every catalog GPU the bench runs on has bf16 tensor
+    cores) and fp32 for a CPU.
+    """
+    from trainperf.measure.precision import AUTO, PrecisionChoice, resolve_precision
+
+    device_type = "cpu" if device == "cpu" else "cuda"
+    if local:
+        return resolve_precision(requested, device_type)
+    if (requested or AUTO).lower() != AUTO:
+        return PrecisionChoice(requested, requested, f"{requested} as requested")
+    prec = "fp32" if device_type == "cpu" else "bf16"
+    return PrecisionChoice(prec, AUTO, f"auto for another machine ({device}): {prec}")
+
+
+def bench_workload(args: argparse.Namespace, *, local: bool = True):
+    """(Workload, LaunchSpec, peak given?, PrecisionChoice) from the file, the flags and the defaults."""
     from trainperf.measure.launch import LaunchSpec
     from trainperf.measure.runner import default_device_id
     from trainperf.specs.workload_file import read_workload_file, workload_from_dict
 
     data = read_workload_file(args.workload) if args.workload else {}
     ov = overrides_from_args(args)
+    ov.update({f"lora.{k}": getattr(args, f"lora_{k}") for k in ("rank", "alpha", "targets")
+               if getattr(args, f"lora_{k}", None) is not None})
     default_model = not _has_model(data, ov)
     if default_model:
         ov["model.preset"] = DEFAULT_MODEL
@@ -93,7 +123,10 @@ def bench_workload(args: argparse.Namespace):
     ov["hardware.num_devices"] = launch.world_size
     ov["hardware.devices_per_node"] = nproc
     peak_given = "hardware.peak_tflops" in ov or "peak_tflops" in hw
-    return workload_from_dict(data, ov), launch, peak_given
+    requested = ov.get("training.precision", data.get("training", {}).get("precision"))
+    choice = bench_precision(requested, ov.get("hardware.device", hw.get("device", "cpu")), local=local)
+    ov["training.precision"] = choice.precision
+    return workload_from_dict(data, ov), launch, peak_given, choice
 
 
 def run(args: argparse.Namespace) -> int:
@@ -102,15 +135,17 @@ def run(args: argparse.Namespace) -> int:
 
     out_dir = args.out or default_out_dir()
     check_output_dir(out_dir, what="--out", inputs=[args.data], parents=args.parents or args.out is None)
-    workload, launch, peak_given = bench_workload(args)
+    workload, launch, peak_given, precision = bench_workload(args)
+    say = eprint if args.json else (lambda m: print(m, flush=True))
+    if precision.warning:
+        eprint(precision.warning)
     opts = BenchOptions(
         steps=args.steps, warmup=args.warmup, launch=launch, out_dir=out_dir,
         data=args.data, seed=args.seed, compile=args.compile, convention=args.convention,
         checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, resume=args.resume,
         tensorboard=args.tensorboard, lr=args.lr, quiet=args.json, threads=args.threads,
-        peak_tflops_given=peak_given,
+        peak_tflops_given=peak_given, precision=precision.to_dict(),
     )
-    say = eprint if args.json else (lambda m: print(m, flush=True))
     workload, cfg = prepare(workload, opts, say)
     summary, rc = execute(workload, cfg, launch, say)
     if args.json and summary is not None:

@@ -15,6 +15,7 @@ import importlib
 from pathlib import Path
 from typing import Any
 
+from trainperf.accounting.plausibility import check_mfu
 from trainperf.cli.common import add_convention_argument, add_json_argument, print_json
 from trainperf.errors import InputFileError
 from trainperf.numbers import fmt
@@ -81,11 +82,22 @@ def _as_run(r: Any) -> Any:
     return r.to_run_record() if hasattr(r, "to_run_record") else r
 
 
+def _mfu_warning(name: str, mfu_pct: float | None, peak: float | None, source: str | None,
+                 what: str = "mfu_pct") -> str | None:
+    """One line if ``mfu_pct`` is above 100% of its peak (impossible), else None."""
+    if mfu_pct is None:
+        return None
+    verdict = check_mfu(mfu_pct, peak or 0.0, source or "", field=what)
+    return None if verdict.ok else f"{name}: {verdict.reason}"
+
+
 def _row_from_summary(run: Any, s: Any, kind: str, claimed: dict[str, Any]) -> dict[str, Any]:
     from trainperf.cli.parse import mfu_problems
 
     w = run.workload
     impossible = mfu_problems(s)  # a non-finite MFU is a one-line error (exit 2)
+    # the summary's own MFU is judged by mfu_problems; a claim above 100% is flagged here
+    warnings = [m for m in (_mfu_warning(run.name, claimed.get("mfu_pct"), None, "the run's own claim"),) if m]
     return {
         "run": run.name, "source": kind,
         "model": w.model.name if w is not None else None,
@@ -97,6 +109,7 @@ def _row_from_summary(run: Any, s: Any, kind: str, claimed: dict[str, Any]) -> d
         "mfu_impossible": impossible[0] if impossible else None,
         "claimed_tflops_per_device": claimed.get("tflops_per_device"),
         "claimed_mfu_pct": claimed.get("mfu_pct"),
+        "warnings": warnings,
     }
 
 
@@ -156,12 +169,15 @@ def run(args: argparse.Namespace) -> int:
                   "-" if r["mfu_pct"] is None else ("impossible (> 100%)" if r["mfu_impossible"]
                                                     else f"{r['mfu_pct']:.2f}%"),
                   fmt(r["claimed_tflops_per_device"], 5),
-                  "-" if r["claimed_mfu_pct"] is None else f"{r['claimed_mfu_pct']:.2f}%") for r in rows],
+                  "-" if r["claimed_mfu_pct"] is None else f"{r['claimed_mfu_pct']:.2f}%"
+                  + (" (impossible)" if r["claimed_mfu_pct"] > 100 else "")) for r in rows],
                 ["run", "source", "model", "devices", "steps", "step s (median)", "tokens/s", "tokens/s/dev",
                  "TFLOP/s/dev", "MFU", "claimed TFLOP/s", "claimed MFU"]))
     for r in rows:
         if r["mfu_impossible"]:
             print(f"note: {r['run']}: {r['mfu_impossible']}")
+        for w in r.get("warnings") or ():
+            print(f"warning: {w}")
     missing = [r["run"] for r in rows if r["mfu_pct"] is None]
     if missing:
         print(f"note: no MFU for {', '.join(missing)}: workload unknown (append @WORKLOAD.toml to a log)")

@@ -38,6 +38,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# Optional dependencies -> the extra that installs them (a missing one is a one-line error, exit 2).
+OPTIONAL_EXTRAS: dict[str, str] = {"torch": "bench", "matplotlib": "plot"}
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (exit 2), not the usage block."""
 
@@ -69,6 +73,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     module = importlib.import_module(COMMANDS[args.command][0])
     try:
         return int(module.run(args) or 0)
+    except ImportError as e:  # ModuleNotFoundError included
+        extra = OPTIONAL_EXTRAS.get((e.name or "").split(".")[0])
+        if extra is None:
+            raise
+        print(f"trainperf {args.command}: error: this command needs {e.name.split('.')[0]}, which is not "
+              f"installed: pip install 'trainperf[{extra}]'", file=sys.stderr)
+        return 2
     except TrainperfError as e:
         print(f"trainperf {args.command}: error: {one_line(str(e))}", file=sys.stderr)
         return e.exit_code

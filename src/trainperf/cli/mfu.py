@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import argparse
 
+from trainperf.accounting.plausibility import check_mfu, check_step_time, require_finite
 from trainperf.accounting.throughput import DEFAULT_TRAIN_TOKENS, throughput
 from trainperf.cli.common import (
     add_convention_argument,
     add_json_argument,
     add_workload_arguments,
+    eprint,
     print_json,
     table,
     workload_from_args,
 )
+from trainperf.errors import TrainperfError
 from trainperf.numbers import fmt
 
 HELP = "tokens/s, TFLOP/s per device, MFU, HFU and time to train from a step time or a rate"
@@ -43,8 +46,16 @@ def run(args: argparse.Namespace) -> int:
         model_flops_per_seq=args.model_flops_per_seq, train_tokens=args.train_tokens,
         usd_per_device_hour=args.usd_per_device_hour, lora_fraction=args.lora_fraction,
     )
+    bad_step = check_step_time(tp.step_time_s, "step time")
+    if bad_step:
+        raise TrainperfError(f"{bad_step} (from the rate given); check its value and units")
+    require_finite("MFU", tp.mfu_pct)
+    require_finite("HFU", tp.hfu_pct)
+    mfu = check_mfu(tp.mfu_pct, tp.peak_tflops, tp.peak_source)
+    hfu = check_mfu(tp.hfu_pct, tp.peak_tflops, tp.peak_source, field="hfu_pct")
     if args.json:
-        print_json({**tp.to_dict(), "workload": w.describe(), "notes": list(w.notes)})
+        print_json({**tp.to_dict(), "mfu_plausible": mfu.ok, "mfu_warning": mfu.reason or None,
+                    "workload": w.describe(), "notes": list(w.notes)})
         return 0
     print(w.describe())
     for note in w.notes:
@@ -56,12 +67,14 @@ def run(args: argparse.Namespace) -> int:
         ("tokens/s per device", f"{tp.tokens_per_s_per_device:,.2f}"),
         ("model FLOPs per sequence", f"{tp.model_flops_per_seq:.4e}"),
         ("TFLOP/s per device (model)", f"{tp.tflops_per_device:,.2f}"),
-        ("MFU", f"{tp.mfu_pct:.2f}%"),
-        ("HFU (with recompute)", f"{tp.hfu_pct:.2f}%"),
+        ("MFU", f"{tp.mfu_pct:.2f}%" + ("" if mfu.ok else " (impossible, > 100%)")),
+        ("HFU (with recompute)", f"{tp.hfu_pct:.2f}%" + ("" if hfu.ok else " (impossible, > 100%)")),
         (f"days to train {tp.train_tokens:.3g} tokens", f"{tp.days_to_train:,.2f}"),
     ]
     if tp.cost_usd is not None:
         rows.append(("cost to train", f"${tp.cost_usd:,.0f}"))
     print(table(rows, ["", ""]))
     print(f"convention: {tp.convention}; peak: {tp.peak_tflops:g} TFLOP/s ({tp.peak_source})")
+    if not mfu.ok:
+        eprint(f"trainperf mfu: warning: {mfu.reason}")
     return 0

@@ -59,12 +59,13 @@ def run(args: argparse.Namespace) -> int:
         per_node = 1 if get_hardware(dev).kind == "cpu" else get_hardware(dev).devices_per_node
     args.nproc, args.nnodes = per_node, args.nodes
     args.rdzv_endpoint = "head-node:0"  # placeholder for validation; the script finds the head node
-    workload, launch, peak_given = bench_workload(args)
+    workload, launch, peak_given, precision = bench_workload(args, local=False)
     out = os.path.abspath(args.out or default_out_dir())
     opts = BenchOptions(steps=args.steps, warmup=args.warmup, launch=launch, out_dir=out, data=args.data,
                         seed=args.seed, compile=args.compile, convention=args.convention,
                         checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
-                        resume=args.resume, tensorboard=None, lr=args.lr, peak_tflops_given=peak_given)
+                        resume=args.resume, tensorboard=None, lr=args.lr, peak_tflops_given=peak_given,
+                        precision=precision.to_dict())
     workload, cfg = prepare(workload, opts, local=False)
     if workload.hardware.kind == "gpu":
         from trainperf.accounting.throughput import resolve_peak

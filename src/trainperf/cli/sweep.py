@@ -5,14 +5,21 @@ keeps the global batch fixed (more devices, fewer micro-batches each). Efficienc
 001/004 define it (:mod:`trainperf.accounting.scaling`): weak E = (X_N / X_1) / (N / N_1) for
 global tokens/s X; strong E = (T_1 N_1) / (T_N N) for step time T. Each run uses FSDP over all
 its processes (``--plan dp`` for plain data parallel).
+
+``--compare-lora R`` runs every count twice, as a full fine-tune and as a LoRA fine-tune of
+rank R (:mod:`trainperf.specs.lora`) of the same model on the same data, and prints tokens/s
+and peak memory side by side (each MFU under its own convention, named). ``--repeats K`` runs
+each configuration K times, interleaved, and reports medians.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import math
 import os
+import statistics
 import time
 
 from trainperf.cli.common import eprint, print_json, table
@@ -37,6 +44,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="weak: per-device batch fixed; strong: global batch fixed (default weak)")
     parser.add_argument("--plan", choices=("fsdp", "dp"), default="fsdp",
                         help="data parallelism of the multi-process runs (default fsdp)")
+    parser.add_argument("--compare-lora", type=int, metavar="R",
+                        help="also run a rank-R LoRA fine-tune of each configuration and compare with full")
+    parser.add_argument("--repeats", type=int, default=1, metavar="K",
+                        help="runs per configuration, interleaved; medians reported (default 1)")
 
 
 def lcm_of(text: str) -> int:
@@ -71,50 +82,91 @@ def run(args: argparse.Namespace) -> int:
 
     check_output_dir(out_root, what="--out", inputs=[args.data], parents=args.parents or args.out is None)
     say = eprint
+    if args.repeats < 1:
+        raise SpecError("--repeats", args.repeats, "a positive integer")
+    if args.compare_lora is not None and args.compare_lora < 1:
+        raise SpecError("--compare-lora", args.compare_lora, "a positive LoRA rank")
+    variants: list[int | None] = [None, args.compare_lora] if args.compare_lora else [args.lora_rank]
     # Build and validate every run first: a bad count stops the sweep before anything runs.
     planned = []
     for n in counts:
-        a = copy.copy(args)
-        a.nproc = n
-        a.micro_batch = micro
-        if args.mode == "weak":
-            a.global_batch = micro * n
-        else:
-            a.global_batch = args.global_batch or micro * lcm
-        if n > 1 and args.plan == "fsdp" and not (args.tp or args.fsdp or args.dp):
-            a.fsdp = n
-        workload, launch, peak_given = bench_workload(a)
-        opts = BenchOptions(steps=args.steps, warmup=args.warmup, launch=launch,
-                            out_dir=os.path.join(out_root, f"nproc{n}"), data=args.data, seed=args.seed,
-                            compile=args.compile, convention=args.convention, lr=args.lr, quiet=True,
-                            threads=args.threads,
-                            peak_tflops_given=peak_given)
-        planned.append((n, workload, launch, opts))
+        for rank in variants:
+            a = copy.copy(args)
+            a.nproc = n
+            a.micro_batch = micro
+            a.lora_rank = rank
+            if args.mode == "weak":
+                a.global_batch = micro * n
+            else:
+                a.global_batch = args.global_batch or micro * lcm
+            if n > 1 and args.plan == "fsdp" and not (args.tp or args.fsdp or args.dp):
+                a.fsdp = n
+            workload, launch, peak_given, precision = bench_workload(a)
+            if args.compare_lora:  # every run in its own process: peak memory (RSS high-water mark) is its own
+                launch = dataclasses.replace(launch, own_process=True)
+            if rank is None and workload.lora is not None and args.compare_lora:
+                workload = workload.replace(lora=None)  # the full fine-tune of a [lora] workload file
+            if precision.warning and not planned:
+                say(precision.warning)
+            name = f"nproc{n}" + (f"-lora{workload.lora.rank}" if args.compare_lora and workload.lora else "")
+            opts = [BenchOptions(steps=args.steps, warmup=args.warmup, launch=launch,
+                                 out_dir=os.path.join(out_root, name + (f"-run{k + 1}" if args.repeats > 1 else "")),
+                                 data=args.data, seed=args.seed, compile=args.compile, convention=args.convention,
+                                 lr=args.lr, quiet=True, threads=args.threads,
+                                 peak_tflops_given=peak_given, precision=precision.to_dict())
+                    for k in range(args.repeats)]
+            planned.append((n, workload, launch, opts))
+    summaries: dict[int, list[dict]] = {i: [] for i in range(len(planned))}
+    for k in range(args.repeats):  # interleaved: drift on a shared machine hits every configuration alike
+        for i, (n, workload, launch, opts) in enumerate(planned):
+            what = workload.lora.describe() if workload.lora else "full fine-tune"
+            say(f"--- sweep: {n} process(es), {args.mode} scaling, {what}"
+                + (f", run {k + 1} of {args.repeats}" if args.repeats > 1 else "") + " ---")
+            workload, cfg = prepare(workload, opts[k], say)
+            summary, rc = execute(workload, cfg, launch, say)
+            if summary is None or summary.get("step_time_median_s") is None or rc != 0:
+                raise SpecError("sweep", f"nproc={n}", f"a run that finishes (it exited {rc}; see {opts[k].out_dir})")
+            summaries[i].append(summary)
     rows, results = [], []
-    base = None
-    for n, workload, launch, opts in planned:
-        say(f"--- sweep: {n} process(es), {args.mode} scaling ---")
-        workload, cfg = prepare(workload, opts, say)
-        summary, rc = execute(workload, cfg, launch, say)
-        if summary is None or summary.get("step_time_median_s") is None or rc != 0:
-            raise SpecError("sweep", f"nproc={n}", f"a run that finishes (it exited {rc}; see {opts.out_dir})")
-        T, X = summary["step_time_median_s"], summary["tokens_per_s"]
-        if base is None:
-            base = (n, T, X)
+    bases: dict[int | None, tuple] = {}
+    for i, (n, workload, _launch, opts) in enumerate(planned):
+        runs = summaries[i]
+        med = {key: _median([r.get(key) for r in runs]) for key in
+               ("step_time_median_s", "tokens_per_s", "tokens_per_s_per_device", "tflops_per_device", "mfu_pct",
+                "memory_max_GiB")}
+        T, X = med["step_time_median_s"], med["tokens_per_s"]
+        rank = workload.lora.rank if workload.lora else None
+        base = bases.setdefault(rank, (n, T, X))
         eff = (weak_scaling_efficiency(base[0], base[2], n, X) if args.mode == "weak"
                else strong_scaling_efficiency(base[0], base[1], n, T))
-        results.append({"nproc": n, "global_batch": workload.global_batch, "step_time_median_s": T,
-                        "tokens_per_s": X, "tokens_per_s_per_device": summary["tokens_per_s_per_device"],
-                        "tflops_per_device": summary["tflops_per_device"], "mfu_pct": summary["mfu_pct"],
-                        "efficiency": eff, "out": opts.out_dir})
-        rows.append((n, workload.global_batch, fmt(T), fmt(X), fmt(summary["tokens_per_s_per_device"]),
-                     fmt(summary["tflops_per_device"]), fmt(summary["mfu_pct"]), f"{100 * eff:.1f}%"))
+        tune = f"LoRA r={rank}" if rank else "full"
+        results.append({"nproc": n, "fine_tune": tune, "lora_rank": rank, "global_batch": workload.global_batch,
+                        **med, "convention": runs[0]["convention"], "efficiency": eff, "repeats": len(runs),
+                        "out": opts[0].out_dir, "outs": [o.out_dir for o in opts]})
+        rows.append((n, tune, workload.global_batch, fmt(T), fmt(X), fmt(med["tokens_per_s_per_device"]),
+                     fmt(med["tflops_per_device"]), fmt(med["mfu_pct"]), runs[0]["convention"],
+                     fmt(med["memory_max_GiB"]), f"{100 * eff:.1f}%"))
     if args.json:
-        print_json({"mode": args.mode, "convention": args.convention, "runs": results})
+        print_json({"mode": args.mode, "convention": args.convention, "repeats": args.repeats, "runs": results})
         return 0
     rule = ("weak: E = (X_N / X_1) / (N / N_1), X = global tokens/s" if args.mode == "weak"
             else "strong: E = (T_1 x N_1) / (T_N x N), T = median step time")
-    print(table(rows, ["processes", "global batch", "step time (s)", "tokens/s", "tokens/s/device",
-                       "TFLOP/s/device", "MFU %", "efficiency"]))
-    print(f"{rule}; convention {args.convention}; runs under {out_root}")
+    print(table(rows, ["processes", "fine-tune", "global batch", "step time (s)", "tokens/s", "tokens/s/device",
+                       "TFLOP/s/device", "MFU %", "convention", "peak memory/process (GiB)", "efficiency"]))
+    reps = f"; medians of {args.repeats} runs each" if args.repeats > 1 else ""
+    print(f"{rule}{reps}; runs under {out_root}")
+    if args.compare_lora:
+        full = {r["nproc"]: r for r in results if r["lora_rank"] is None}
+        for r in results:
+            if r["lora_rank"] is not None and r["tokens_per_s"] and full[r["nproc"]]["tokens_per_s"]:
+                f = full[r["nproc"]]
+                mem = (f" and {r['memory_max_GiB'] / f['memory_max_GiB']:.2f}x the peak memory"
+                       if r["memory_max_GiB"] and f["memory_max_GiB"] else "")
+                print(f"{r['nproc']} process(es): {r['fine_tune']} runs at {r['tokens_per_s'] / f['tokens_per_s']:.2f}x "
+                      f"the full fine-tune's tokens/s{mem}")
     return 0
+
+
+def _median(values: list) -> float | None:
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else None

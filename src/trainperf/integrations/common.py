@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainperf.accounting.plausibility import check_mfu
 from trainperf.errors import SpecError
 from trainperf.records import StepRecord
 
@@ -57,7 +58,8 @@ class Window:
     """Steps recorded since the last log: their rates over the window (total tokens / total time).
 
     Warm-up steps are left out, unless the window holds nothing else (then they are used, so a
-    log at the first step still carries figures).
+    log at the first step still carries figures). An MFU above 100% (impossible: the peak or
+    the token count is wrong) is not logged; the meter has already printed why, once.
     """
 
     steps: list[tuple[StepRecord, bool]] = field(default_factory=list)
@@ -77,7 +79,7 @@ class Window:
         if flops_per_token:
             tflops = flops_per_token * tps / num_devices / 1e12
             out["tflops_per_device"] = tflops
-            if peak_tflops:
+            if peak_tflops and check_mfu(100.0 * tflops / peak_tflops, peak_tflops).ok:
                 out["mfu_pct"] = 100.0 * tflops / peak_tflops
         return out
 

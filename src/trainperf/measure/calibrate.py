@@ -5,7 +5,13 @@ large square matmuls achieve here (``torch.matmul``, best of several timed repea
 add counts 2 FLOPs, so an n x n x n matmul is ``2 n^3`` FLOPs) with the threads a training
 process uses. Memory bandwidth is a large-array copy, counting bytes read plus bytes written.
 The result is stored with :func:`trainperf.specs.cpu_calibration.save_calibration`, keyed by
-the CPU model and core count, where ``get_hardware("cpu")`` finds it.
+the CPU model, core count, ISA flags and thread count, where ``get_hardware("cpu")`` finds it.
+
+A peak must be an upper bound of what a run achieves, or MFU exceeds 100%. Large square matmuls
+are not always the fastest GEMMs (bf16 emulated on an AVX2 CPU runs small GEMMs faster than
+1536^3 ones), so the bench calibrates the dtype it runs at several square sizes *and* at the
+run's own GEMM shapes (:func:`model_gemm_shapes`), keeps the best, and never lowers a cached
+peak (:func:`calibrate_and_save` merges by maximum).
 
 On a CUDA device the same measurement (timed with CUDA synchronisation) is stored under the key
 ``"cuda: <device name>"``; the bench reports MFU against it beside the datasheet peak.
@@ -13,6 +19,7 @@ On a CUDA device the same measurement (timed with CUDA synchronisation) is store
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -38,9 +45,37 @@ class CalibrationPlan:
     bandwidth_MB: int = 256
     """Array size for the bandwidth copy."""
 
+    shapes: tuple[tuple[int, int, int], ...] = ()
+    """Extra GEMM shapes (m, k, n): ``(m x k) @ (k x n)``, e.g. a run's own (:func:`model_gemm_shapes`)."""
+    dtypes: tuple[str, ...] = ("fp32", "bf16")
+    """Which dtypes to measure (keys of :data:`DTYPES`)."""
+
     @classmethod
     def quick(cls) -> CalibrationPlan:
-        return cls(sizes=(1536,), repeats=3, min_time_s=0.1, bandwidth_MB=128)
+        # Many short repeats rather than a few long ones: on a shared machine the best of many is
+        # likelier to catch a quiet moment, and an under-estimated peak is what must be avoided.
+        return cls(sizes=(512, 1536), repeats=6, min_time_s=0.05, bandwidth_MB=128)
+
+    @property
+    def is_quick(self) -> bool:
+        return self.sizes == CalibrationPlan.quick().sizes and self.repeats == CalibrationPlan.quick().repeats
+
+
+def model_gemm_shapes(model, tokens: int) -> tuple[tuple[int, int, int], ...]:
+    """The (m, k, n) GEMMs of one forward pass of ``model`` (a ModelSpec) over ``tokens`` tokens.
+
+    Projections q/o (h -> heads x head_dim), k/v (h -> kv_heads x head_dim), the MLP (h -> F,
+    F -> h) and the LM head (h -> vocab), each as ``(tokens x k) @ (k x n)``, plus the weight
+    gradient of the largest (``(k x tokens) @ (tokens x n)``); duplicates removed, largest first.
+    """
+    h, hd = model.hidden, model.head_dim
+    ffn = model.ffn_hidden
+    outs = [(h, model.heads * hd), (model.heads * hd, h), (h, model.kv_heads * hd), (h, ffn), (ffn, h),
+            (h, model.vocab)]
+    shapes = {(tokens, k, n) for k, n in outs if k > 0 and n > 0}
+    k, n = max(outs, key=lambda kn: kn[0] * kn[1])
+    shapes.add((k, tokens, n))
+    return tuple(sorted(shapes, key=lambda s: -s[0] * s[1] * s[2]))
 
 
 def _sync(device: str) -> None:
@@ -69,16 +104,18 @@ def _best_rate(fn: Callable[[], None], work: float, repeats: int, min_time_s: fl
 
 
 def matmul_tflops(dtype: torch.dtype, sizes: Sequence[int] = (2048,), repeats: int = 5,
-                  min_time_s: float = 0.25, device: str = "cpu") -> float:
-    """Best achieved TFLOP/s of ``n x n @ n x n`` matmuls in ``dtype`` (2 n^3 FLOPs each)."""
+                  min_time_s: float = 0.25, device: str = "cpu",
+                  shapes: Sequence[tuple[int, int, int]] = ()) -> float:
+    """Best achieved TFLOP/s of ``n x n @ n x n`` matmuls (2 n^3 FLOPs each) and of the
+    ``(m x k) @ (k x n)`` GEMMs in ``shapes`` (2 m k n FLOPs each), in ``dtype``."""
     best = 0.0
-    for n in sizes:
+    for m, k, n in [(n, n, n) for n in sizes] + [tuple(s) for s in shapes]:
         g = torch.Generator(device=device).manual_seed(0)
-        a = torch.randn(n, n, generator=g, device=device).to(dtype)
-        b = torch.randn(n, n, generator=g, device=device).to(dtype)
-        out = torch.empty(n, n, dtype=dtype, device=device)
+        a = torch.randn(m, k, generator=g, device=device).to(dtype)
+        b = torch.randn(k, n, generator=g, device=device).to(dtype)
+        out = torch.empty(m, n, dtype=dtype, device=device)
         best = max(best, _best_rate(lambda a=a, b=b, out=out: torch.matmul(a, b, out=out),
-                                    2.0 * n**3, repeats, min_time_s, device))
+                                    2.0 * m * k * n, repeats, min_time_s, device))
     return best / 1e12
 
 
@@ -98,21 +135,55 @@ def calibrate(plan: CalibrationPlan | None = None, *, threads: int | None = None
         torch.set_num_threads(threads)
     say = progress or (lambda _m: None)
     peaks: dict[str, float] = {}
-    for name, dtype in DTYPES.items():
-        say(f"matmul {name} ({'x'.join(map(str, plan.sizes))}, best of {plan.repeats}) ...")
-        peaks[name] = round(matmul_tflops(dtype, plan.sizes, plan.repeats, plan.min_time_s, device), 6)
+    extra = f" and {len(plan.shapes)} run GEMM shapes" if plan.shapes else ""
+    for name in plan.dtypes:
+        say(f"matmul {name} (n={','.join(map(str, plan.sizes))}{extra}, best of {plan.repeats}) ...")
+        peaks[name] = round(matmul_tflops(DTYPES[name], plan.sizes, plan.repeats, plan.min_time_s, device,
+                                          plan.shapes), 6)
     say(f"memory bandwidth (copy of {plan.bandwidth_MB} MB) ...")
     bw = round(memory_bandwidth_GB_per_s(plan.bandwidth_MB, plan.repeats, device), 3)
-    key = cpu_model_name() if device == "cpu" else f"cuda: {torch.cuda.get_device_name()}"
-    method = (f"torch {torch.__version__} matmul n={','.join(map(str, plan.sizes))}, best of {plan.repeats} "
-              f"repeats >= {plan.min_time_s}s; copy {plan.bandwidth_MB} MB, read+write bytes")
+    key = device_key(device)
+    shapes = f" + GEMMs {';'.join('x'.join(map(str, s)) for s in plan.shapes)}" if plan.shapes else ""
+    method = (f"torch {torch.__version__} matmul n={','.join(map(str, plan.sizes))}{shapes}, best of "
+              f"{plan.repeats} repeats >= {plan.min_time_s}s; copy {plan.bandwidth_MB} MB, read+write bytes")
     return CpuCalibration(cpu_model=key, threads=torch.get_num_threads(), peak_tflops=peaks,
                           memory_bandwidth_GB_per_s=bw, measured_at=datetime.now(UTC).isoformat(timespec="seconds"),
-                          method=method, extra={"device": device, "quick": plan == CalibrationPlan.quick()})
+                          method=method, extra={"device": device, "quick": plan.is_quick})
+
+
+def device_key(device: str = "cpu") -> str:
+    """The cache's name for this machine's ``device``: :func:`cpu_model_name`, or ``cuda: <name>``."""
+    return cpu_model_name() if device == "cpu" else f"cuda: {torch.cuda.get_device_name()}"
+
+
+def merge_best(old: CpuCalibration | None, new: CpuCalibration) -> CpuCalibration:
+    """``new`` with, per dtype, the higher of its peak and ``old``'s (a peak is an upper bound:
+    a re-measurement under load must not lower it); ``old``'s other dtypes are kept."""
+    if old is None:
+        return new
+    peaks = dict(old.peak_tflops)
+    for k, v in new.peak_tflops.items():
+        peaks[k] = max(v, peaks.get(k, 0.0))
+    kept = sorted(k for k in new.peak_tflops if peaks[k] > new.peak_tflops[k])
+    method = new.method + (f"; kept the higher earlier {', '.join(kept)} peak" if kept else "")
+    return dataclasses.replace(new, peak_tflops=peaks, method=method,
+                               memory_bandwidth_GB_per_s=max(old.memory_bandwidth_GB_per_s,
+                                                             new.memory_bandwidth_GB_per_s),
+                               extra={**new.extra, "quick": bool(new.extra.get("quick")
+                                                                 and old.extra.get("quick", True))})
 
 
 def calibrate_and_save(plan: CalibrationPlan | None = None, *, threads: int | None = None, device: str = "cpu",
-                       progress: Callable[[str], None] | None = None) -> tuple[CpuCalibration, str]:
-    """Measure and store in the calibration cache; returns the calibration and the cache path."""
+                       progress: Callable[[str], None] | None = None,
+                       keep_best: bool = False) -> tuple[CpuCalibration, str]:
+    """Measure and store in the calibration cache; returns the calibration and the cache path.
+
+    ``keep_best``: merge with the cached entry of the same machine and thread count
+    (:func:`merge_best`) instead of replacing it.
+    """
+    from trainperf.specs.cpu_calibration import load_calibration
+
     cal = calibrate(plan, threads=threads, device=device, progress=progress)
+    if keep_best:
+        cal = merge_best(load_calibration(cpu_model=cal.cpu_model, threads=cal.threads), cal)
     return cal, str(save_calibration(cal))

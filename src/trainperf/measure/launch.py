@@ -36,6 +36,9 @@ class LaunchSpec:
     """``host:port`` of the c10d rendezvous (the head node); required for ``nnodes > 1``."""
     rdzv_id: str = "trainperf"
     """Job id shared by every node of one run."""
+    own_process: bool = False
+    """Run even a single process under torchrun, in a process of its own (its memory high-water
+    mark is then its own: ``trainperf sweep --compare-lora`` compares peak memory)."""
 
     def __post_init__(self) -> None:
         for name in ("nproc_per_node", "nnodes"):
@@ -55,7 +58,7 @@ class LaunchSpec:
 
     @property
     def distributed(self) -> bool:
-        return self.world_size > 1 or self.rdzv_endpoint is not None
+        return self.world_size > 1 or self.rdzv_endpoint is not None or self.own_process
 
 
 def torchrun_command(config_path: str, spec: LaunchSpec, python: str | None = None) -> list[str]:

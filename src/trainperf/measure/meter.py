@@ -29,6 +29,13 @@ What one ``step()`` does:
    TensorBoard). The rates go into the record's ``claimed_*`` fields: they are what this run
    reported about itself.
 
+MFU is never above 100%: a step whose model TFLOP/s exceeds the peak means the peak is not an
+upper bound (or the FLOP count, tokens or timing is wrong). The meter then calls
+``recalibrate(measured_tflops)`` once, if given (the bench re-measures the CPU peak and returns
+the better one); if the step still exceeds the peak, its MFU (and HFU) is stored as ``None``
+with the reason in ``extra["mfu_invalid"]`` (one line from
+:func:`trainperf.accounting.plausibility.check_mfu`), and the reason is printed once.
+
 No collective is issued: every rank times its own steps (training is synchronous, so they
 agree to within the last collective's skew) and rank 0 reports. Warm-up steps (default: the
 summariser's rule, first 10% of ``total_steps``, at least 1, at most 10; 1 if the run length
@@ -43,10 +50,11 @@ import resource
 import statistics
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from trainperf.accounting.plausibility import check_mfu
 from trainperf.accounting.summarize import default_warmup_steps, percentile
 from trainperf.records import RunRecord, StepRecord
 from trainperf.records.jsonl import JsonlWriter
@@ -110,6 +118,10 @@ class ThroughputMeter:
         source: record source, ``meter`` for a user's loop, ``bench`` for trainperf's own.
         first_step: index of the first step (a resumed run continues its numbering).
         all_ranks: write the file and call the sinks on every rank, not only rank 0.
+        recalibrate: called at most once, with the measured model TFLOP/s per device, when a
+            step's MFU exceeds 100%; returns ``(peak_tflops, peak_source)`` to use from then on,
+            or None. Without it (or if it does not help) such MFU is marked invalid.
+        warn: prints the one-line reason when MFU is marked invalid (default: stderr), once.
     """
 
     def __init__(
@@ -131,6 +143,8 @@ class ThroughputMeter:
         source: str = "meter",
         first_step: int = 1,
         all_ranks: bool = False,
+        recalibrate: Callable[[float], tuple[float, str] | None] | None = None,
+        warn: Callable[[str], Any] | None = None,
     ) -> None:
         self.rank, world = _dist_info()
         self.data_parallel_size = data_parallel_size or world
@@ -159,6 +173,12 @@ class ThroughputMeter:
             self._writer.header(RunRecord(source=source, workload=workload, meta=header_meta))
         self._paused_s = 0.0
         self._closed = False
+        self._recalibrate = recalibrate
+        self._warn = warn or (lambda m: print(m, file=sys.stderr, flush=True))
+        self.recalibrated = False
+        """True once ``recalibrate`` has been called (it is called at most once)."""
+        self.mfu_invalid: str | None = None
+        """The reason of the first step whose MFU was marked invalid, else None."""
         self.start()
 
     # ---------------------------------------------------------------------------------------
@@ -203,15 +223,15 @@ class ThroughputMeter:
         global_tokens = int(tokens) * self.data_parallel_size
         tps_dev = global_tokens / dt / self.num_devices
         tflops = mfu = None
-        if self.flops_per_token is not None:
-            tflops = self.flops_per_token * tps_dev / 1e12
-            if self.peak_tflops:
-                mfu = 100.0 * tflops / self.peak_tflops
         warm = self.is_warmup(step)
         ext = dict(extra)
         if warm:
             ext["warmup"] = True
-        if self.hardware_flops_per_token is not None and self.peak_tflops:
+        if self.flops_per_token is not None:
+            tflops = self.flops_per_token * tps_dev / 1e12
+            if self.peak_tflops:
+                mfu = self._checked_mfu(tflops, ext)
+        if self.hardware_flops_per_token is not None and self.peak_tflops and "mfu_invalid" not in ext:
             ext["hfu_pct"] = 100.0 * self.hardware_flops_per_token * tps_dev / 1e12 / self.peak_tflops
         rec = StepRecord(
             step=step, step_time_s=dt, tokens=global_tokens,
@@ -228,6 +248,26 @@ class ThroughputMeter:
         for sink in self._sinks:
             sink.write(rec, warm)
         return rec
+
+    def _checked_mfu(self, tflops: float, ext: dict[str, Any]) -> float | None:
+        """MFU of a step at ``tflops``; recalibrates once, else marks it invalid (module docstring)."""
+        assert self.peak_tflops
+        verdict = check_mfu(100.0 * tflops / self.peak_tflops, self.peak_tflops, self.peak_source or "")
+        if not verdict.ok and self._recalibrate is not None and not self.recalibrated and self._reporting:
+            self.recalibrated = True
+            with self.paused():
+                better = self._recalibrate(tflops)
+            if better is not None and better[0] > self.peak_tflops:
+                self.peak_tflops, self.peak_source = better
+                verdict = check_mfu(100.0 * tflops / self.peak_tflops, self.peak_tflops, self.peak_source or "")
+        if verdict.ok:
+            return verdict.mfu_pct
+        ext["mfu_invalid"] = verdict.reason
+        if self.mfu_invalid is None:
+            self.mfu_invalid = verdict.reason
+            if self._reporting:
+                self._warn(f"warning: {verdict.reason}; MFU is marked invalid")
+        return None
 
     # ---------------------------------------------------------------------------------------
     def summary(self) -> dict[str, Any]:
@@ -249,7 +289,11 @@ class ThroughputMeter:
         if self.flops_per_token is not None:
             out["tflops_per_device"] = self.flops_per_token * tps_dev / 1e12
             if self.peak_tflops:
-                out["mfu_pct"] = 100.0 * out["tflops_per_device"] / self.peak_tflops
+                verdict = check_mfu(100.0 * out["tflops_per_device"] / self.peak_tflops, self.peak_tflops,
+                                    self.peak_source or "")
+                out["mfu_pct"] = verdict.mfu_pct if verdict.ok else None
+                if not verdict.ok:
+                    out["mfu_invalid"] = verdict.reason
         return out
 
     def close(self, *, interrupted: bool = False, **fields: Any) -> None:

@@ -201,6 +201,17 @@ class Transformer(nn.Module):
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """Logits for token ids. A pipeline stage (see :mod:`trainperf.measure.pipeline`) may lack
         the embedding (then it takes hidden states) or the head (then it returns them)."""
+        h = self._trunk(tokens)
+        if self.output is None:
+            return h
+        return self.output(self.norm(h))
+
+    def features(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The LM head's input: the final-normed hidden states (``forward`` is ``output(features)``),
+        for a loss that fuses the head (:func:`trainperf.measure.loss.linear_cross_entropy`)."""
+        return self.norm(self._trunk(tokens))
+
+    def _trunk(self, tokens: torch.Tensor) -> torch.Tensor:
         s = tokens.shape[1]
         if s > self.rope_cos.shape[0]:
             raise SpecError("training.seq_len", s, f"at most model.max_seq_len={self.rope_cos.shape[0]}")
@@ -208,9 +219,7 @@ class Transformer(nn.Module):
         h = self.tok_embeddings(tokens) if self.tok_embeddings is not None else tokens
         for layer in self.layers:
             h = layer(h, cos, sin)
-        if self.output is None:
-            return h
-        return self.output(self.norm(h))
+        return h
 
 
 def build_model(spec: ModelSpec, *, seq_len: int | None = None, seed: int = 0,

@@ -124,6 +124,8 @@ def apply_tp(model: nn.Module, tp_mesh, sequence_parallel: bool) -> None:
         parallelize_module,
     )
 
+    from trainperf.measure.lora import lora_tp_plan
+
     sp = sequence_parallel
     top: dict = {}
     if model.tok_embeddings is not None:  # a pipeline stage may not hold it
@@ -154,7 +156,7 @@ def apply_tp(model: nn.Module, tp_mesh, sequence_parallel: bool) -> None:
         if sp:
             plan["attention_norm"] = SequenceParallel()
             plan["ffn_norm"] = SequenceParallel()
-        parallelize_module(block, tp_mesh, plan)
+        parallelize_module(block, tp_mesh, lora_tp_plan(block, plan))  # LoRA wrappers: see measure.lora
 
 
 def apply_ac(model: nn.Module, policy: str) -> None:

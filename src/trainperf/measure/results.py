@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from trainperf.accounting.plausibility import check_mfu
 from trainperf.accounting.summarize import summarize
 from trainperf.errors import TrainperfError
 from trainperf.records.jsonl import read_run
@@ -57,14 +58,29 @@ def build_summary(out_dir: str | Path, *, exit_code: int = 0) -> dict[str, Any]:
         d["peak_source"] = primary["label"]
     elif d.get("peak_source") is None:
         d["peak_source"] = "no peak: MFU unavailable"
-    d["mfu_by_peak"] = [
-        {**p, "mfu_pct": (100.0 * d["tflops_per_device"] / p["tflops"]) if d.get("tflops_per_device") else None}
-        for p in peaks
-    ]
+    d["mfu_by_peak"] = [_checked({**p, "mfu_pct": (100.0 * d["tflops_per_device"] / p["tflops"])
+                                  if d.get("tflops_per_device") else None}, p["tflops"], p["label"])
+                        for p in peaks]
+    if primary is not None and d.get("mfu_pct") is not None:
+        verdict = check_mfu(d["mfu_pct"], primary["tflops"], primary["label"])
+        if not verdict.ok:
+            d.update(mfu_pct=None, hfu_pct=None, mfu_invalid=verdict.reason)
+    choice = meta.get("precision") or {}
+    d["precision"] = run.workload.precision if run.workload is not None else choice.get("precision")
+    d["precision_requested"] = choice.get("requested")
+    d["precision_reason"] = choice.get("reason")
     d["parallelism"] = meta.get("parallelism")
     d["data"] = meta.get("data")
     d["workload"] = run.workload.describe() if run.workload is not None else None
     return _clean(d)
+
+
+def _checked(p: dict[str, Any], peak: float, label: str) -> dict[str, Any]:
+    """``p`` with its ``mfu_pct`` replaced by None and ``mfu_invalid`` set when above 100%."""
+    if p.get("mfu_pct") is None:
+        return p
+    verdict = check_mfu(p["mfu_pct"], peak, label)
+    return p if verdict.ok else {**p, "mfu_pct": None, "mfu_invalid": verdict.reason}
 
 
 def write_summary(out_dir: str | Path, *, exit_code: int = 0) -> dict[str, Any]:
@@ -87,6 +103,8 @@ def summary_text(d: dict[str, Any], out_dir: str | Path | None = None) -> str:
         lines.append(f"run: {d['workload']}")
     if d.get("parallelism"):
         lines.append(f"parallelism: {d['parallelism']}; data: {d.get('data')}")
+    if d.get("precision_reason"):
+        lines.append(f"precision: {d.get('precision')} ({d['precision_reason']})")
     if d["steps_completed"] == 0:
         lines.append("no step finished: nothing to summarise")
     else:
@@ -101,7 +119,10 @@ def summary_text(d: dict[str, Any], out_dir: str | Path | None = None) -> str:
                      f"(convention {d['convention']}, {_f(d.get('model_flops_per_token'), '.4g')} FLOPs/token)")
         if d["mfu_by_peak"]:
             for p in d["mfu_by_peak"]:
-                lines.append(f"MFU: {_f(p['mfu_pct'], '.2f')}% of {p['tflops']:.4g} TFLOP/s ({p['label']})")
+                if p.get("mfu_invalid"):
+                    lines.append(f"MFU: invalid ({p['mfu_invalid']})")
+                else:
+                    lines.append(f"MFU: {_f(p['mfu_pct'], '.2f')}% of {p['tflops']:.4g} TFLOP/s ({p['label']})")
         else:
             lines.append(f"MFU: unavailable ({d.get('peak_source')})")
         if d.get("hfu_pct") is not None and d.get("hfu_pct") != d.get("mfu_pct"):

@@ -6,11 +6,12 @@ a CPU, an unreadable or too-short data file, a process count that does not match
 
 Peaks (for MFU):
 
-* CPU: the calibrated matmul peak of this machine (``trainperf calibrate``). With no
-  calibration cached, the bench runs the quick calibration itself (about 2 seconds) and saves
-  it, so MFU is always reported, against a peak labelled as measured. With ``N`` processes per
-  node each process gets ``cores / N`` threads and a peak scaled by ``threads / calibrated
-  threads`` (matmul throughput scales about linearly with cores), labelled as scaled.
+* CPU: the calibrated matmul peak of this machine for the run's dtype and thread count
+  (``trainperf calibrate``; with ``N`` processes per node each process gets ``cores / N``
+  threads). With none cached, the bench measures it (quick: square matmuls and the run's own
+  GEMM shapes, the dtype it runs only, a few seconds), keeps the best and saves it. Should a
+  measured step still exceed it, the trainer recalibrates once (:mod:`trainperf.measure.meter`)
+  and, failing that, marks MFU invalid instead of printing a figure above 100%.
 * CUDA/ROCm: the catalog's datasheet dense peak of the device (``--device``, or mapped from
   ``torch.cuda.get_device_name``), and a calibrated one when ``trainperf calibrate`` has been run
   on that GPU; both are reported, each labelled.
@@ -29,7 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainperf.accounting.conventions import get_convention, hardware_flops_per_token, model_flops_per_token
+from trainperf.accounting.conventions import (
+    DEFAULT_CONVENTION,
+    get_convention,
+    hardware_flops_per_token,
+    model_flops_per_token,
+)
 from trainperf.errors import SpecError, TrainperfError
 from trainperf.measure.launch import LaunchSpec, run_torchrun, torchrun_command
 from trainperf.measure.parallelize import check_plan
@@ -114,6 +120,8 @@ class BenchOptions:
     """Intra-op threads per process on a CPU; None: cores / processes per node."""
     peak_tflops_given: bool = False
     """True when the workload's peak came from ``--peak-tflops`` / the file."""
+    precision: dict[str, Any] | None = None
+    """How the precision was chosen (:class:`trainperf.measure.precision.PrecisionChoice` as a dict)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
@@ -139,34 +147,23 @@ def resolve_peaks(workload: Workload, opts: BenchOptions, threads: int | None,
                   say: Callable[[str], None]) -> list[dict[str, Any]]:
     """The peaks MFU is reported against, first = primary (see the module docstring)."""
     from trainperf.accounting.throughput import resolve_peak
-    from trainperf.specs.hardware import get_hardware
 
     hw, prec = workload.hardware, workload.precision
     if opts.peak_tflops_given:
         p = resolve_peak(hw, prec)
         return [{"kind": "given", "tflops": p.tflops, "label": f"{prec} peak given by the user ({p.source})"}]
     if hw.kind == "cpu":
-        if not hw.calibrated or prec not in hw.peak_tflops:
-            from trainperf.measure.calibrate import CalibrationPlan, calibrate_and_save
-
-            say("no CPU calibration cached for this machine: measuring matmul peaks (quick, ~2 s; "
-                "`trainperf calibrate` does a longer measurement) ...")
-            cal, path = calibrate_and_save(CalibrationPlan.quick())
-            say(f"  fp32 {cal.peak_tflops['fp32']:.3f} TFLOP/s, bf16 {cal.peak_tflops['bf16']:.3f} TFLOP/s "
-                f"with {cal.threads} threads; saved to {path}")
-            hw = get_hardware("cpu")
         from trainperf.specs.cpu_calibration import load_calibration
 
-        cal = load_calibration()
-        cal_threads = cal.threads if cal is not None else None
-        peak = hw.peak_tflops[prec]
-        when = cal.measured_at[:16].replace("T", " ") if cal is not None else "?"
-        quick = " quick" if cal is not None and cal.extra.get("quick") else ""
-        label = f"cpu {prec} calibrated matmul peak ({hw.name.removeprefix('CPU: ')},{quick} calibration {when})"
-        if threads and cal_threads and threads != cal_threads:
-            peak = peak * threads / cal_threads
-            label += f", scaled to {threads} of {cal_threads} threads per process"
-        return [{"kind": "calibrated", "tflops": peak, "label": label}]
+        threads = threads or _threads_per_process(1)
+        cal = load_calibration(threads=threads)
+        if cal is None or prec not in cal.peak_tflops:
+            cal, _ = calibrate_cpu_peak(workload, threads, say)
+        when = cal.measured_at[:16].replace("T", " ")
+        quick = " quick" if cal.extra.get("quick") else ""
+        label = (f"cpu {prec} calibrated matmul peak ({cal.cpu_model}, {cal.threads} thread(s),{quick} "
+                 f"calibration {when})")
+        return [{"kind": "calibrated", "tflops": cal.peak_tflops[prec], "label": label}]
     peaks = []
     try:
         p = resolve_peak(hw, prec)
@@ -187,12 +184,49 @@ def resolve_peaks(workload: Workload, opts: BenchOptions, threads: int | None,
     return peaks
 
 
+def calibrate_cpu_peak(workload: Workload, threads: int, say: Callable[[str], None], why: str = ""):
+    """Measure this CPU's peak for the run's dtype with ``threads`` threads (quick plan plus the
+    run's own GEMM shapes), merge it into the cache keeping the best; returns (calibration, path)."""
+    from trainperf.measure.calibrate import CalibrationPlan, calibrate_and_save, model_gemm_shapes
+
+    prec = workload.precision
+    plan = dataclasses.replace(CalibrationPlan.quick(), dtypes=(prec,),
+                               shapes=model_gemm_shapes(workload.model, workload.micro_batch * workload.seq_len))
+    why = why or f"no {prec} CPU calibration cached for this machine and {threads} thread(s)"
+    say(f"{why}: measuring the {prec} matmul peak (quick, a few seconds; `trainperf calibrate` does a "
+        "longer measurement) ...")
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        cal, path = calibrate_and_save(plan, threads=threads, keep_best=True)
+    finally:
+        torch.set_num_threads(before)
+    say(f"  {prec} {cal.peak_tflops[prec]:.4f} TFLOP/s with {cal.threads} thread(s); saved to {path}")
+    return cal, path
+
+
 def _threads_per_process(nproc_per_node: int) -> int:
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # pragma: no cover
         cores = os.cpu_count() or 1
     return max(1, cores // nproc_per_node)
+
+
+def lora_convention(workload: Workload, convention: str, say: Callable[[str], None]) -> str:
+    """The convention the run's MFU is counted with.
+
+    A LoRA fine-tune is counted under ``lora`` (the frozen base computes no weight gradients;
+    seed 000's 0.8% vs 0.53%) unless another convention than the default was asked for.
+    """
+    if workload.lora is None:
+        return convention
+    if convention == DEFAULT_CONVENTION:
+        convention = "lora"
+        say(f"{workload.lora.describe()}: MFU under the lora convention (frozen base: forward + "
+            "activation gradients; adapters: all three passes)")
+    return convention
 
 
 def prepare(workload: Workload, opts: BenchOptions, say: Callable[[str], None] = print,
@@ -229,6 +263,11 @@ def prepare(workload: Workload, opts: BenchOptions, say: Callable[[str], None] =
 
         if not tensorboard_available():
             raise SpecError("--tensorboard", opts.tensorboard, "needs the tensorboard package (pip install tensorboard)")
+    if workload.lora is not None and local:
+        from trainperf.measure.lora import peft_available
+
+        if not peft_available():
+            raise SpecError("--lora-rank", workload.lora.rank, "needs the peft package (pip install peft)")
     if opts.resume and opts.checkpoint_dir and not Path(opts.checkpoint_dir).is_dir():
         raise SpecError("--checkpoint-dir", opts.checkpoint_dir, "an existing directory to --resume from")
     threads = (opts.threads or _threads_per_process(opts.launch.nproc_per_node)) if device_type == "cpu" else None
@@ -239,18 +278,20 @@ def prepare(workload: Workload, opts: BenchOptions, say: Callable[[str], None] =
         # The entry now carries the calibration (workload_to_dict must see the catalog's own entry).
         workload = workload.replace(hardware=get_hardware("cpu"))
     seq = workload.seq_len
+    convention = lora_convention(workload, opts.convention, say)
     return workload, BenchConfig(
         workload=workload_to_dict(workload), steps=opts.steps, warmup=opts.warmup, seed=opts.seed,
         data=os.path.abspath(opts.data) if opts.data else None, compile=opts.compile, lr=opts.lr,
         out_dir=os.path.abspath(opts.out_dir), device_type=device_type, threads=threads,
-        flops_per_token=model_flops_per_token(workload.model, seq, opts.convention),
+        flops_per_token=model_flops_per_token(workload.model, seq, convention, lora=workload.lora),
         hardware_flops_per_token=hardware_flops_per_token(workload.model, seq, workload.activation_checkpointing,
-                                                          opts.convention),
+                                                          convention, lora=workload.lora),
         peak_tflops=peaks[0]["tflops"] if peaks else None, peak_source=peaks[0]["label"] if peaks else None,
-        convention=opts.convention,
+        convention=convention,
         checkpoint_dir=os.path.abspath(opts.checkpoint_dir) if opts.checkpoint_dir else None,
         checkpoint_every=opts.checkpoint_every, resume=opts.resume, tensorboard=opts.tensorboard,
-        quiet=opts.quiet, meta={"peaks": peaks, "warmup_given": opts.warmup, "command": " ".join(sys.argv)},
+        quiet=opts.quiet, meta={"peaks": peaks, "warmup_given": opts.warmup, "command": " ".join(sys.argv),
+                                "precision": opts.precision},
     )
 
 

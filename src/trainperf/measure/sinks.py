@@ -56,7 +56,11 @@ def tensorboard_available() -> bool:
 
 
 class TensorBoardSink:
-    """Scalars per step under torchtitan-style keys with units: ``throughput(tps)``, ``mfu(%)``..."""
+    """Scalars per step, tags carrying their unit as torchtitan's do (``mfu(%)``...); see :data:`TAGS`."""
+
+    TAGS = ("time/step(s)", "throughput/tokens_per_s", "throughput/tokens_per_s_per_device",
+            "throughput/tflops_per_device", "mfu(%)", "hfu(%)", "loss", "grad_norm", "memory/max(GiB)")
+    """Every tag written (a step lacking a value, e.g. MFU without a peak, skips that tag)."""
 
     def __init__(self, log_dir: str) -> None:
         try:
@@ -66,15 +70,10 @@ class TensorBoardSink:
         self._w = SummaryWriter(log_dir=log_dir)
 
     def write(self, record: StepRecord, warmup: bool) -> None:
-        values = {
-            "step_time(s)": record.step_time_s,
-            "throughput(tps)": record.claimed_tokens_per_s_per_device,
-            "tflops_per_device": record.claimed_tflops_per_device,
-            "mfu(%)": record.claimed_mfu_pct,
-            "loss": record.loss,
-            "grad_norm": record.grad_norm,
-            "memory/max(GiB)": record.memory_GiB,
-        }
+        values = dict(zip(self.TAGS, (
+            record.step_time_s, record.claimed_tokens_per_s, record.claimed_tokens_per_s_per_device,
+            record.claimed_tflops_per_device, record.claimed_mfu_pct, (record.extra or {}).get("hfu_pct"),
+            record.loss, record.grad_norm, record.memory_GiB), strict=True))
         for key, v in values.items():
             if v is not None:
                 self._w.add_scalar(key, v, record.step)

@@ -6,7 +6,8 @@ is a :class:`BenchConfig` resolved by the launching process (workload, peak, FLO
 so every rank measures against the same numbers.
 
 Per optimizer step: ``grad_accum_steps`` micro-batches of forward (autocast or FSDP's mixed
-precision), cross-entropy in fp32, backward (under pipeline parallel the schedule runs the
+precision), cross-entropy in fp32 (in one process, fused with the LM head and chunked over tokens:
+:mod:`trainperf.measure.loss`), backward (under pipeline parallel the schedule runs the
 micro-batches through the stages); gradient-norm clipping at 1.0; AdamW (fused kernel where
 available, betas 0.9/0.95, weight decay 0.1); the learning rate is a pure function of the step
 (linear warm-up, then constant), so a resumed run needs no scheduler state. The logged loss is
@@ -33,6 +34,7 @@ import torch.nn.functional as F
 
 from trainperf.measure import checkpoint as ckpt
 from trainperf.measure.data import Batches, TextDataset
+from trainperf.measure.loss import linear_cross_entropy
 from trainperf.measure.meter import ThroughputMeter
 from trainperf.measure.model import build_model
 from trainperf.measure.parallelize import autocast_dtype, parallelize
@@ -87,6 +89,14 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy, computed in fp32 on upcast logits (compiled with --compile,
     which fuses the upcast, log-softmax and gather instead of materialising fp32 logits)."""
     return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+
+
+def fused_head_ok(model: torch.nn.Module, setup: Any, pp: int) -> bool:
+    """Whether the LM head can be fused into the loss: a plain, unsharded ``nn.Linear`` head in a
+    single process without pipeline stages (FSDP/TP shard the head's weight and gather it in the
+    module's own forward, which the fused loss bypasses)."""
+    return (pp == 1 and getattr(setup, "mesh", None) is None and hasattr(model, "features")
+            and type(getattr(model, "output", None)) is torch.nn.Linear)
 
 
 def lr_at(step: int, cfg: BenchConfig) -> float:
@@ -206,6 +216,19 @@ def _init_distributed(cfg: BenchConfig) -> tuple[int, int]:
     return 0, 1
 
 
+def lora_flop_check(run: BenchRun, say: Callable[[str], None]) -> dict[str, Any]:
+    """torch's FlopCounterMode on this (LoRA) model's training step, next to the convention's
+    count that MFU uses: both go into the run's metadata, the difference is printed."""
+    from trainperf.measure.flop_count import count_flops_per_token
+
+    counted = count_flops_per_token(run.model, run.workload.seq_len).training_flops_per_token
+    used = run.cfg.flops_per_token
+    if used:
+        say(f"FLOPs per token: {used:.6g} ({run.cfg.convention} convention), {counted:.6g} by torch's "
+            f"FlopCounterMode ({100 * (used / counted - 1):+.2f}%)")
+    return {"flop_counter_flops_per_token": counted}
+
+
 class BenchRun:
     """One process of a bench run, set up and ready to step (what :func:`train` loops over).
 
@@ -235,6 +258,12 @@ class BenchRun:
             if cfg.device_type == "cuda" else torch.device("cpu")
         out(f"building {workload.model.name} ({workload.model.total_params / 1e6:.2f}M params) ...")
         self.model = build_model(workload.model, seq_len=workload.seq_len, seed=cfg.seed, device=self.device)
+        if workload.lora is not None:
+            from trainperf.measure.lora import apply_lora
+
+            n = apply_lora(self.model, workload.lora)
+            out(f"{workload.lora.describe()}: {n / 1e6:.3f}M trainable parameters, the base frozen")
+            cfg.meta["lora"] = {**workload.lora.to_dict(), "trainable_params": n, **lora_flop_check(self, out)}
         self.setup = parallelize(self.model, workload, device_type=cfg.device_type, compile=cfg.compile)
         out(f"parallelism: {self.setup.description}")
         plan = workload.plan
@@ -269,6 +298,8 @@ class BenchRun:
                 "resumed_from_step": self.start - 1 if self.start > 1 else None}
         self.params = [p for p in self.trained.parameters() if p.requires_grad]
         self.loss_fn = torch.compile(cross_entropy) if cfg.compile else cross_entropy
+        self.fused_head = fused_head_ok(self.model, self.setup, plan.pp)
+        """The head and the loss fused (:mod:`trainperf.measure.loss`): one process, unsharded head."""
         self.schedule = None
         if plan.pp > 1:
             from trainperf.measure.pipeline import build_schedule
@@ -284,7 +315,28 @@ class BenchRun:
             peak_source=cfg.peak_source, total_steps=max(1, cfg.steps - self.start + 1), warmup_steps=cfg.warmup,
             data_parallel_size=self.setup.dp_size, num_devices=workload.num_devices, device=cfg.device_type,
             sinks=sinks, workload=workload, meta=meta, source="bench", first_step=self.start,
+            recalibrate=self._recalibrate, warn=out,
         )
+
+    def _recalibrate(self, measured_tflops: float) -> tuple[float, str] | None:
+        """The meter's hook when a step beat the peak: re-measure a calibrated CPU peak once
+        (the run's dtype, square and own GEMM shapes, best kept and cached); None otherwise."""
+        peaks = list(self.cfg.meta.get("peaks") or [])
+        if self.cfg.device_type != "cpu" or not peaks or peaks[0].get("kind") != "calibrated":
+            return None
+        from trainperf.measure.runner import calibrate_cpu_peak
+
+        old = peaks[0]["tflops"]
+        cal, _ = calibrate_cpu_peak(self.workload, torch.get_num_threads(), self.say,
+                                    why=f"a step ran at {measured_tflops:.4g} TFLOP/s, above the calibrated "
+                                        f"peak {old:.4g} TFLOP/s: recalibrating once")
+        new = cal.peak_tflops[self.workload.precision]
+        if new <= old:
+            return None
+        label = f"{peaks[0]['label']}; recalibrated during the run: {new:.4g} (was {old:.4g}) TFLOP/s"
+        peaks[0] = {**peaks[0], "tflops": new, "label": label}
+        self.cfg.meta["peaks"] = peaks
+        return new, label
 
     def train_step(self, step: int) -> tuple[torch.Tensor, float]:
         """One optimizer step (all micro-batches); returns (mean loss over ranks, grad norm)."""
@@ -298,9 +350,14 @@ class BenchRun:
             return self._pipeline_step(step, amp)
         for micro in range(self.accum):
             x, y = self.batches.get(step - 1, micro, self.device)
-            with torch.autocast(self.device.type, dtype=amp or torch.float32, enabled=amp is not None):
-                logits = self.model(x)
-            loss = self.loss_fn(logits, y) / self.accum
+            if self.fused_head:
+                with torch.autocast(self.device.type, dtype=amp or torch.float32, enabled=amp is not None):
+                    h = self.model.features(x)
+                loss = linear_cross_entropy(h, self.model.output.weight, y, compute_dtype=amp) / self.accum
+            else:
+                with torch.autocast(self.device.type, dtype=amp or torch.float32, enabled=amp is not None):
+                    logits = self.model(x)
+                loss = self.loss_fn(logits, y) / self.accum
             loss.backward()
             loss_sum += loss.detach()
         gnorm = clip_grad_norm(self.params, GRAD_CLIP)
@@ -361,12 +418,13 @@ class BenchRun:
                     with meter.paused():
                         ckpt.save(cfg.checkpoint_dir, step, self.trained, self.opt)
         except KeyboardInterrupt:
-            meter.close(interrupted=True, interrupted_at_step=meter.next_step)
+            meter.close(interrupted=True, interrupted_at_step=meter.next_step,
+                        **({"peaks": cfg.meta["peaks"]} if meter.recalibrated else {}))
             raise
         finally:
             if main_thread:
                 signal.signal(signal.SIGTERM, prev)
-        meter.close()
+        meter.close(**({"peaks": cfg.meta["peaks"]} if meter.recalibrated else {}))
         return meter
 
 

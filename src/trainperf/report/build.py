@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from trainperf.accounting.conventions import DEFAULT_CONVENTION, get_convention
+from trainperf.accounting.plausibility import check_mfu
 from trainperf.accounting.summarize import summarize
 from trainperf.errors import InputFileError, TrainperfError
 from trainperf.records.run_record import RunRecord
@@ -205,6 +206,10 @@ def build_report(
                                 "run's own claims and it is left out of predictions, sweeps and comparisons")
         elif s.mfu_pct is None and s.peak_source:
             report.notes.append(f"{s.name}: MFU not computed ({s.peak_source})")
+        if s.mfu_pct is not None:
+            verdict = check_mfu(s.mfu_pct, s.peak_tflops or 0.0, s.peak_source or "")
+            if not verdict.ok:
+                report.notes.append(f"{s.name}: {verdict.reason}")
     if not report.runs:
         raise InputFileError("none of the runs given has a recorded step")
     pairs = [(r.run, r.summary) for r in report.runs]

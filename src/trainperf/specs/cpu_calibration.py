@@ -6,11 +6,13 @@ layer) measures matmul TFLOP/s per dtype and memory bandwidth and stores them he
 with :func:`load_calibration`.
 
 The cache is one JSON file, ``$TRAINPERF_CACHE_DIR/calibration.json`` (default
-``~/.cache/trainperf/calibration.json``), holding one entry per CPU model string (the model name
-plus the number of cores used, see :func:`cpu_model_name`), so a home directory shared by
-several machines keeps each machine's figures apart::
+``~/.cache/trainperf/calibration.json``), holding one entry per CPU and thread count. The CPU
+string (:func:`cpu_model_name`) is the model name, the number of cores this process may use and
+the instruction-set extensions that decide matmul speed (AVX2, AVX-512, AVX512-BF16, AMX...), so
+two machines that both call themselves "AMD EPYC" but differ in ISA, or a calibration measured
+with 2 threads and a run with 16, never share a peak::
 
-    {"version": 1, "entries": {"AMD EPYC 7B13 (2 cores)": {"cpu_model": ..., "threads": 2,
+    {"version": 1, "entries": {"AMD EPYC 7B13 (2 cores, avx2 fma) [2 threads]": {"cpu_model": ..., "threads": 2,
       "peak_tflops": {"fp32": 0.21, "bf16": 0.05}, "memory_bandwidth_GB_per_s": 11.8,
       "measured_at": "2026-01-01T12:00:00+00:00", "method": "torch.matmul 2048^3, ..."}}}
 
@@ -64,18 +66,53 @@ def _model_from_cpuinfo(path: Path = Path("/proc/cpuinfo")) -> str:
     return ""
 
 
+# ISA extensions that change matmul throughput, in the order they appear in the key. x86 names
+# as /proc/cpuinfo "flags" spells them; ARM ones from "Features" (bf16, i8mm, sve, asimd).
+MATMUL_ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16",
+                    "asimd", "sve", "sve2", "bf16", "i8mm")
+
+NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16", "bf16")
+"""CPU flags that mean bf16 matmuls run natively (AMX-BF16, AVX512-BF16, ARMv8.6 BF16); without
+one, bf16 is emulated in fp32 and is slower than fp32 itself."""
+
+
+def cpu_flags(path: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+    """The CPU's feature flags (x86 "flags", ARM "Features" of ``/proc/cpuinfo``); empty if unknown."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() in ("flags", "Features"):
+            return frozenset(value.split())
+    return frozenset()
+
+
+def isa_tag(flags: frozenset[str] | None = None) -> str:
+    """The matmul-relevant ISA extensions of ``flags`` (default this CPU), e.g. ``"avx2 fma"``."""
+    flags = cpu_flags() if flags is None else flags
+    return " ".join(f for f in MATMUL_ISA_FLAGS if f in flags) or "no known matmul ISA flags"
+
+
 def cpu_model_name() -> str:
-    """This machine's CPU model and the number of cores this process may use.
+    """This machine's CPU model, the number of cores this process may use and its matmul ISA.
 
     From ``/proc/cpuinfo`` "model name" (fallback :func:`platform.processor`, then
-    :func:`platform.machine`), e.g. ``"AMD EPYC 7B13 (2 cores)"``. The core count is part of
-    the key because a calibration measured with 2 cores says nothing about 64.
+    :func:`platform.machine`), e.g. ``"AMD EPYC 7B13 (2 cores, avx2 fma)"``. The core count is
+    part of the key because a calibration measured with 2 cores says nothing about 64; the ISA
+    flags because a model name such as "AMD EPYC" covers CPUs with and without AVX512-BF16.
     """
     model = (
         _model_from_cpuinfo() or platform.processor().strip() or platform.machine().strip() or "unknown CPU"
     )
     cores = _cores_used()
-    return f"{model} ({cores} core{'s' if cores != 1 else ''})"
+    return f"{model} ({cores} core{'s' if cores != 1 else ''}, {isa_tag()})"
+
+
+def entry_key(cpu_model: str, threads: int) -> str:
+    """The cache key of one calibration: the CPU string and the thread count it was measured with."""
+    return f"{cpu_model} [{threads} thread{'s' if threads != 1 else ''}]"
 
 
 @dataclass(frozen=True)
@@ -183,38 +220,47 @@ def _read_entries(path: Path) -> dict[str, dict[str, Any]]:
     return data["entries"]
 
 
-def load_calibration(path: Path | None = None, cpu_model: str | None = None) -> CpuCalibration | None:
+def load_calibration(path: Path | None = None, cpu_model: str | None = None,
+                     threads: int | None = None) -> CpuCalibration | None:
     """The cached calibration of this machine's CPU, or None if there is none.
 
-    None when the file does not exist or holds no entry for ``cpu_model`` (default
-    :func:`cpu_model_name`). A corrupt or malformed file raises a one-line
-    :class:`~trainperf.errors.InputFileError` naming the file.
+    ``cpu_model`` defaults to :func:`cpu_model_name`. With ``threads``, only a calibration
+    measured with exactly that many threads is returned; without, the one measured with as many
+    threads as this process has cores, else the one with the most threads. None when the file
+    does not exist or holds no such entry. A corrupt or malformed file (or entry of this CPU)
+    raises a one-line :class:`~trainperf.errors.InputFileError` naming the file.
     """
     path = Path(path) if path is not None else cache_path()
     if not path.exists():
         return None
     entries = _read_entries(path)
     model = cpu_model if cpu_model is not None else cpu_model_name()
-    entry = entries.get(model)
-    if entry is None:
+    found: list[CpuCalibration] = []
+    for key, entry in entries.items():
+        if not isinstance(entry, dict):
+            if key == model or key.startswith(f"{model} ["):
+                raise InputFileError(one_line(f"calibration cache {path}: entry {key!r} is not a table"))
+            continue
+        if entry.get("cpu_model") != model:
+            continue
+        try:
+            found.append(CpuCalibration.from_dict(entry))
+        except (TypeError, ValueError) as exc:
+            raise InputFileError(
+                one_line(
+                    f"calibration cache {path}: entry {key!r} is invalid ({exc}); re-run `trainperf calibrate`"
+                )
+            ) from None
+    if threads is not None:
+        return next((c for c in found if c.threads == threads), None)
+    if not found:
         return None
-    if not isinstance(entry, dict):
-        raise InputFileError(one_line(f"calibration cache {path}: entry {model!r} is not a table"))
-    try:
-        cal = CpuCalibration.from_dict(entry)
-    except (TypeError, ValueError) as exc:
-        raise InputFileError(
-            one_line(
-                f"calibration cache {path}: entry {model!r} is invalid ({exc}); re-run `trainperf calibrate`"
-            )
-        ) from None
-    if cal.cpu_model != model:
-        return None
-    return cal
+    cores = _cores_used()
+    return next((c for c in found if c.threads == cores), max(found, key=lambda c: c.threads))
 
 
 def save_calibration(cal: CpuCalibration, path: Path | None = None) -> Path:
-    """Write (or replace) ``cal``'s entry in the cache; other CPU models' entries are kept.
+    """Write (or replace) ``cal``'s entry (its CPU and thread count) in the cache; others are kept.
 
     A corrupt existing file is replaced rather than preserved. The write is atomic (temporary
     file + rename), so a killed calibration cannot leave a half-written cache. Returns the path.
@@ -226,7 +272,7 @@ def save_calibration(cal: CpuCalibration, path: Path | None = None) -> Path:
             entries = dict(_read_entries(path))
         except InputFileError:
             entries = {}
-    entries[cal.cpu_model] = cal.to_dict()
+    entries[entry_key(cal.cpu_model, cal.threads)] = cal.to_dict()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from trainperf.errors import SpecError
 from trainperf.specs.checkpointing import get_policy
 from trainperf.specs.hardware import PRECISIONS, Hardware
+from trainperf.specs.lora import LoraSpec
 from trainperf.specs.model import ModelSpec
 from trainperf.specs.parallel import ParallelPlan
 
@@ -67,6 +68,8 @@ class Workload:
     """FP8 scaling recipe: ``tensorwise`` (dynamic per-tensor), ``rowwise`` (per-row scales) or
     ``delayed`` (amax history, Transformer Engine); ``None``: not stated (the profile's fp8
     efficiency applies unscaled). Only with precision fp8 or fp4."""
+    lora: LoraSpec | None = None
+    """LoRA fine-tune: the base is frozen and only these adapters train; None: full training."""
     notes: tuple[str, ...] = field(default=(), compare=False)
     """Observations made while validating (e.g. how kv heads replicate under tp, a defaulted
     seq_len). Derived messages, not part of what is trained: left out of equality."""
@@ -105,6 +108,8 @@ class Workload:
             if self.precision not in ("fp8", "fp4"):
                 raise SpecError("training.fp8_recipe", self.fp8_recipe,
                                 f"only with precision fp8 or fp4 (precision is {self.precision})")
+        if self.lora is not None:
+            self.lora.matrices(self.model)  # raises for targets this model does not have
         plan = self.plan.resolve(self.num_devices)
         object.__setattr__(self, "plan", plan)
         object.__setattr__(self, "notes", tuple(self.notes) + tuple(self._check_plan(plan)))
@@ -193,7 +198,8 @@ class Workload:
     def describe(self) -> str:
         return (f"{self.model.name} on {self.num_devices}x {self.hardware.id} "
                 f"({self.plan.describe()}), seq {self.seq_len}, global batch {self.global_batch}, "
-                f"micro batch {self.micro_batch}, {self.precision}, AC {self.activation_checkpointing}")
+                f"micro batch {self.micro_batch}, {self.precision}, AC {self.activation_checkpointing}"
+                + (f", {self.lora.describe()}" if self.lora is not None else ""))
 
 
 def _field(name: str) -> str:

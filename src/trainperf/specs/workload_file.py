@@ -8,6 +8,7 @@
 [parallel]    dp, fsdp, zero_stage, tp, sequence_parallel, pp, vpp, cp, ep, pp_schedule
 [training]    seq_len, global_batch, micro_batch, precision, activation_checkpointing,
               compile, async_tp, fp8_recipe (and stack)
+[lora]        rank, alpha, targets (optional: a LoRA fine-tune, see trainperf.specs.lora)
 ```
 
 Unknown sections and keys are errors (a typo must never be silently ignored). Command-line
@@ -25,6 +26,7 @@ from typing import Any
 
 from trainperf.errors import InputFileError, SpecError, TrainperfError, UnknownNameError, one_line
 from trainperf.specs.hardware import Hardware, get_hardware, hardware_from_dict
+from trainperf.specs.lora import LoraSpec
 from trainperf.specs.model import ModelSpec
 from trainperf.specs.parallel import ParallelPlan
 
@@ -35,6 +37,7 @@ SECTIONS: dict[str, frozenset[str]] = {
     "parallel": frozenset(f.name for f in dataclasses.fields(ParallelPlan)),
     "training": frozenset({"seq_len", "global_batch", "micro_batch", "precision", "activation_checkpointing",
                            "stack", "compile", "async_tp", "fp8_recipe"}),
+    "lora": frozenset({"rank", "alpha", "targets"}),
 }
 _HW_WORKLOAD_KEYS = frozenset({"device", "num_devices", "devices_per_node", "peak_tflops"})
 
@@ -185,6 +188,7 @@ def workload_from_dict(data: Mapping[str, Any], overrides: Mapping[str, Any] | N
         stack=str(training.get("stack", "generic")),
         compile=training.get("compile", False), async_tp=training.get("async_tp", False),
         fp8_recipe=training.get("fp8_recipe"),
+        lora=LoraSpec.from_dict(data["lora"]) if data.get("lora") else None,
     )
 
 
@@ -232,6 +236,7 @@ def workload_to_dict(w: Any) -> dict[str, Any]:
             **({"async_tp": True} if w.async_tp else {}),
             **({"fp8_recipe": w.fp8_recipe} if w.fp8_recipe else {}),
         },
+        **({"lora": w.lora.to_dict()} if getattr(w, "lora", None) is not None else {}),
     }
 
 
