@@ -7,6 +7,7 @@ own basis; excluded rows say why. ``--seeds``: the catalog built from the seed d
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from trainperf.cli.common import add_json_argument, print_json, table
 
@@ -81,13 +82,7 @@ def _run_table(args: argparse.Namespace) -> int:
         picked = [r for r in runs if r.row_id == args.id]
         if not picked:
             raise UnknownNameError("published row", args.id, [r.row_id for r in runs])
-        d = table_row_dict(picked[0], args.convention)
-        if args.json:
-            print_json(d)
-        else:
-            for k, v in d.items():
-                print(f"{k}: {v}")
-        return 0
+        return _print_record(table_row_dict(picked[0], args.convention), args.json)
     rows = [r for r in runs if _matches(r, args)]
     if args.json:
         print_json({"runs": [table_row_dict(r, args.convention) for r in rows], "convention": args.convention})
@@ -115,17 +110,21 @@ def _run_table(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_record(d: dict[str, Any], as_json: bool) -> int:
+    """One published row: JSON, or one ``key: value`` line per field."""
+    if as_json:
+        print_json(d)
+    else:
+        for k, v in d.items():
+            print(f"{k}: {v}")
+    return 0
+
+
 def _run_seeds(args: argparse.Namespace) -> int:
     from trainperf.predict.published import get_published, published_claims, published_runs
 
     if args.id:
-        d = _row_dict(get_published(args.id))
-        if args.json:
-            print_json(d)
-        else:
-            for k, v in d.items():
-                print(f"{k}: {v}")
-        return 0
+        return _print_record(_row_dict(get_published(args.id)), args.json)
     runs = published_runs()
     if args.json:
         print_json({"runs": [_row_dict(r) for r in runs], "claims": list(published_claims())})

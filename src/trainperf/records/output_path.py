@@ -104,6 +104,18 @@ def _check_parent(p: Path, what: str, parents: bool) -> None:
         raise OutputPathError(f"{what} {str(p)!r}: directory {str(ancestor)!r} is not writable")
 
 
+def _stat(p: Path, what: str, *, follow_links: bool) -> os.stat_result | None:
+    """``os.stat``/``os.lstat`` of ``p``, None if it does not exist; any other failure is one line."""
+    try:
+        return os.stat(p) if follow_links else os.lstat(p)
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        raise OutputPathError(f"{what} {str(p)!r}: a parent of it is a file, not a directory") from None
+    except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
+        raise OutputPathError(f"{what} {str(p)!r}: {one_line(getattr(e, 'strerror', None) or str(e))}") from None
+
+
 def check_output_file(path: str | os.PathLike[str], *, what: str = "output",
                       inputs: Iterable[str | os.PathLike[str] | None] = (), force: bool = False,
                       parents: bool = False) -> Path:
@@ -118,14 +130,7 @@ def check_output_file(path: str | os.PathLike[str], *, what: str = "output",
     inputs = list(inputs)
     if not str(path):
         raise OutputPathError(f"{what}: an empty path")
-    try:
-        st = os.lstat(p)
-    except FileNotFoundError:
-        st = None
-    except NotADirectoryError:
-        raise OutputPathError(f"{what} {str(p)!r}: a parent of it is a file, not a directory") from None
-    except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
-        raise OutputPathError(f"{what} {str(p)!r}: {one_line(getattr(e, 'strerror', None) or str(e))}") from None
+    st = _stat(p, what, follow_links=False)
     ident = _identity(p) if st is not None else None
     sources = _input_identities(inputs)
     if ident is not None and ident in sources:
@@ -157,14 +162,7 @@ def check_output_dir(path: str | os.PathLike[str], *, what: str = "output direct
     p = Path(path)
     if not str(path):
         raise OutputPathError(f"{what}: an empty path")
-    try:
-        st = os.stat(p)
-    except FileNotFoundError:
-        st = None
-    except NotADirectoryError:
-        raise OutputPathError(f"{what} {str(p)!r}: a parent of it is a file, not a directory") from None
-    except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
-        raise OutputPathError(f"{what} {str(p)!r}: {one_line(getattr(e, 'strerror', None) or str(e))}") from None
+    st = _stat(p, what, follow_links=True)
     if st is not None:
         if not stat.S_ISDIR(st.st_mode):
             raise OutputPathError(f"{what} {str(p)!r} exists and is {_kind(st.st_mode)}, not a directory")
