@@ -183,3 +183,25 @@ def test_order_statistics_equal_sorting(base, n, seed):
     xs = sorted(times)
     assert _time_stats(times) == (statistics.median(xs), percentile(xs, 10), percentile(xs, 90))
     assert _median_or_none([*times, None]) == statistics.median(xs)
+
+
+@pytest.mark.parametrize("kind", ["maxtext", "megatron"])
+@pytest.mark.parametrize("fast_step", [False, True])
+def test_columns_with_workload_equal_per_line(tmp_path, monkeypatch, kind, fast_step):
+    """With the model and device known, the rate check recomputes each step's TFLOP/s: a step far
+    too short for its tokens is flagged on both paths."""
+    bench = _bench()
+    path = tmp_path / f"{kind}.log"
+    bench.generate(path, kind, 6_000, 0.9)
+    if fast_step:
+        lines = path.read_text().split("\n")
+        i = next(i for i in range(4000, len(lines)) if "TFLOP/s" in lines[i])
+        line = lines[i]
+        if kind == "maxtext":
+            lines[i] = line[:line.index("seconds: ") + 9] + "0.001" + line[line.index(", TFLOP/s"):]
+        else:
+            lines[i] = line[:line.index("(ms): ") + 6] + "1.0" + line[line.index(" | throughput"):]
+        path.write_text("\n".join(lines))
+    overrides = {"model.preset": "llama3-8b", "hardware.device": "h100-sxm", "hardware.num_devices": 16}
+    _check(path, monkeypatch, overrides=overrides)
+    assert parse_log(path, overrides=overrides).run.meta["flagged_steps"] == (1 if fast_step else 0)
