@@ -2,15 +2,17 @@
 
 Generates a 1,000,000-line log per format in a temporary directory (step lines with launcher
 rank prefixes, plus the other lines real logs carry: warnings, memory reports, config dumps),
-then times the whole ingest pipeline (:func:`trainperf.ingest.pipeline.parse_log`: read,
-detect, parse, keep one rank, restarts) and, as a same-run baseline, a bare ``for line in f``
-over the same file, timed in the same repeat. Prints lines/s (median of ``--repeat`` runs) and
+then times what ``trainperf parse`` computes end to end
+(:func:`trainperf.cli.parse.parse_and_summarize`: read, detect, parse, keep one rank, restarts,
+flags, then the summary: medians, percentiles, warm-up, claims) and, as a same-run baseline, a
+bare ``for line in f`` over the same file, timed in the same repeat. Prints lines/s (median of ``--repeat`` runs) and
 the ratio to the baseline, so a number taken on a loaded machine can still be compared; both in
 wall time and in CPU time of the process (on a shared machine the short baseline tends to run in
 one uncontended time slice while the long parse shares the core, which wall time penalises).
 Every step line is parsed: there is no sampling, and by default the MaxText log has one host
 (with ``--maxtext-hosts 2`` half its lines belong to a second host and are skipped unparsed, as
-``trainperf parse`` keeps the lowest rank). The run asserts that every step became a record.
+``trainperf parse`` keeps the lowest rank). The run asserts that every step line
+became a step.
 
     python benchmarks/parse_speed.py [--lines 1000000] [--repeat 5] [--step-fraction 0.9]
 """
@@ -24,7 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from trainperf.ingest.pipeline import parse_log
+from trainperf.accounting.conventions import DEFAULT_CONVENTION
+from trainperf.cli.parse import parse_and_summarize
 
 OTHER = [
     "0: 2024-12-10 08:02:11.000121: W external/xla/xla/service/gpu/gpu_hlo_schedule.cc:738] No profile found",
@@ -87,13 +90,17 @@ def time_baseline(path: Path) -> tuple[float, float]:
 
 
 def time_parse(path: Path, kind: str, n_steps: int) -> tuple[float, float, int, int]:
+    """Wall and CPU seconds of what ``trainperf parse LOG --json`` computes (parse and summary,
+    :func:`trainperf.cli.parse.parse_and_summarize`), lines read, steps kept."""
     t, c = time.perf_counter(), time.process_time()
-    parsed = parse_log(path, fmt=None)
+    out = parse_and_summarize(str(path), fmt_name=None, workload_path=None, overrides={},
+                              convention=DEFAULT_CONVENTION, warmup=None)
     dt, dc = time.perf_counter() - t, time.process_time() - c
-    meta = parsed.run.meta
+    meta = out["meta"]
     assert meta["format"] == kind, meta["format"]
     assert meta["step_lines_sampled_out"] == 0 and meta["steps_parsed"] == n_steps, (meta["steps_parsed"], n_steps)
-    return dt, dc, meta["lines_total"], len(parsed.run.steps)
+    assert out["step_time_median_s"] is not None
+    return dt, dc, meta["lines_total"], out["steps_total"]
 
 
 def main() -> int:

@@ -11,6 +11,7 @@ from trainperf.accounting.conventions import DEFAULT_CONVENTION
 from trainperf.accounting.throughput import DEFAULT_TRAIN_TOKENS, throughput
 from trainperf.errors import SpecError, TrainperfError
 from trainperf.records.run_record import RunRecord, StepRecord
+from trainperf.records.step_columns import StepColumns
 from trainperf.records.summary import Summary
 
 WARMUP_RULE = "first 10% of steps (at least 1 when there are 2 or more, at most 10)"
@@ -37,18 +38,96 @@ def steady_steps(run: RunRecord, warmup: int | None = None) -> tuple[list[StepRe
     """Steps that count, the number excluded as warm-up, and the rule used. Flagged steps
     (:attr:`StepRecord.flag`: physically impossible) never count."""
     steps = run.steps
-    if warmup is None:
-        k, rule = default_warmup_steps(len(steps)), WARMUP_RULE
-    else:
-        if warmup < 0:
-            raise SpecError("warmup", warmup, "an integer >= 0")
-        k, rule = min(warmup, max(0, len(steps) - 1)), f"first {warmup} steps (given)"
+    k, rule = _warmup(len(steps), warmup)
     return [s for s in steps[k:] if s.flag is None], k, rule
 
 
+def _warmup(n_steps: int, warmup: int | None) -> tuple[int, str]:
+    if warmup is None:
+        return default_warmup_steps(n_steps), WARMUP_RULE
+    if warmup < 0:
+        raise SpecError("warmup", warmup, "an integer >= 0")
+    return min(warmup, max(0, n_steps - 1)), f"first {warmup} steps (given)"
+
+
+def steady_columns(run: RunRecord, warmup: int | None = None) -> tuple[dict[str, list[Any]], int, str] | None:
+    """What :func:`steady_steps` gives, as columns (field name -> values of the steps that count),
+    read without making a StepRecord; ``None`` unless ``run.steps`` is a lazy
+    :class:`~trainperf.records.step_columns.StepColumns` (which holds no flagged step)."""
+    steps = run.steps
+    if not isinstance(steps, StepColumns) or not steps.lazy:
+        return None
+    k, rule = _warmup(len(steps), warmup)
+    return _SteadyColumns(steps, k), k, rule
+
+
+class _SteadyColumns(dict):  # type: ignore[type-arg]
+    """Columns of the steps after the warm-up, each sliced when first asked for."""
+
+    def __init__(self, steps: StepColumns, k: int) -> None:
+        super().__init__()
+        self.steps, self.k = steps, k
+
+    def __missing__(self, name: str) -> list[Any]:
+        if name.startswith("claimed_") and not self.steps.has_values(name):
+            col: list[Any] = []  # None in every step: no median (what a list of None gives)
+        else:
+            col = self.steps.column(name)[self.k:]
+        self[name] = col
+        return col
+
+
 def _median_or_none(values: list[Any]) -> float | None:
-    vals = [float(v) for v in values if v is not None]
+    vals = [v for v in values if v is not None]
+    if len(vals) >= _BIG:
+        return _float_median(vals)
+    vals = [float(v) for v in vals]
     return statistics.median(vals) if vals else None
+
+
+_BIG = 4096
+"""From this many values, medians and percentiles come from a partial sort (numpy's partition,
+linear time) instead of a full sort: the same order statistics, so the same figures."""
+
+
+def _order_stats(values: list[Any], ks: list[int]) -> dict[int, float]:
+    """The ``k``-th smallest of ``values`` (as floats) for each ``k`` in ``ks``: what
+    ``sorted(map(float, values))[k]`` gives, without the full sort."""
+    import numpy as np
+
+    ks = sorted(set(ks))
+    part = np.partition(np.array(values, dtype=float), ks)
+    return {k: float(part[k]) for k in ks}
+
+
+def _float_median(values: list[Any]) -> float:
+    """``statistics.median`` of ``values`` as floats (non-empty, no NaN), by order statistics."""
+    n = len(values)
+    i = n // 2
+    if n % 2:
+        return _order_stats(values, [i])[i]
+    o = _order_stats(values, [i - 1, i])
+    return (o[i - 1] + o[i]) / 2
+
+
+def _time_stats(times: list[float]) -> tuple[float, float, float]:
+    """Median, p10 and p90 of ``times`` (non-empty, finite): ``statistics.median`` and
+    :func:`percentile`, by order statistics when there are many."""
+    n = len(times)
+    if n < _BIG:
+        xs = sorted(times)
+        return statistics.median(xs), percentile(xs, 10), percentile(xs, 90)
+    i = n // 2
+    ks = [i - 1, i] if n % 2 == 0 else [i]
+    bounds = {}
+    for q in (10, 90):
+        pos = (n - 1) * q / 100.0
+        bounds[q] = (pos, math.floor(pos), math.ceil(pos))
+        ks += [bounds[q][1], bounds[q][2]]
+    o = _order_stats(times, ks)
+    med = o[i] if n % 2 else (o[i - 1] + o[i]) / 2
+    pct = {q: o[lo] + (o[hi] - o[lo]) * (pos - lo) for q, (pos, lo, hi) in bounds.items()}
+    return med, pct[10], pct[90]
 
 
 def summarize(
@@ -62,14 +141,22 @@ def summarize(
 ) -> Summary:
     """Steady-state summary of ``run``. Rates need the workload (tokens per step, devices, model);
     without it only step-time statistics and the run's own claims are given."""
-    steady, k, rule = steady_steps(run, warmup)
-    times = [s.step_time_s for s in steady]
-    med = statistics.median(times) if times else None
+    cols = steady_columns(run, warmup)
+    if cols is None:
+        steady, k, rule = steady_steps(run, warmup)
+        fields = ("step_time_s", "claimed_tokens_per_s", "claimed_tokens_per_s_per_device",
+                  "claimed_tflops_per_device", "claimed_mfu_pct", "tokens")
+        cols = {f: [getattr(s, f) for s in steady] for f in fields}
+    else:
+        cols, k, rule = cols
+    times = cols["step_time_s"]
+    n_steady = len(times)
+    med, p10, p90 = _time_stats(times) if times else (None, None, None)
     claimed = {
-        "tokens_per_s": _median_or_none([s.claimed_tokens_per_s for s in steady]),
-        "tokens_per_s_per_device": _median_or_none([s.claimed_tokens_per_s_per_device for s in steady]),
-        "tflops_per_device": _median_or_none([s.claimed_tflops_per_device for s in steady]),
-        "mfu_pct": _median_or_none([s.claimed_mfu_pct for s in steady]),
+        "tokens_per_s": _median_or_none(cols["claimed_tokens_per_s"]),
+        "tokens_per_s_per_device": _median_or_none(cols["claimed_tokens_per_s_per_device"]),
+        "tflops_per_device": _median_or_none(cols["claimed_tflops_per_device"]),
+        "mfu_pct": _median_or_none(cols["claimed_mfu_pct"]),
     }
     claimed = {k2: v for k2, v in claimed.items() if v is not None}
     w = run.workload
@@ -77,7 +164,9 @@ def summarize(
     tokens_step = None
     if w is not None and med is not None:
         tokens_step = w.tokens_per_step
-        step_tokens = [run.tokens_per_step(s) for s in steady]
+        step_tokens = cols["tokens"]
+        if None in step_tokens:  # what run.tokens_per_step gives: the step's own count, else the workload's
+            step_tokens = [w.tokens_per_step if t is None else t for t in step_tokens]
         tok = statistics.median([t for t in step_tokens if t]) if any(step_tokens) else tokens_step
         tokens_step = int(tok)
         try:
@@ -95,10 +184,9 @@ def summarize(
             rates = dict(tokens_per_s=tps, tokens_per_s_per_device=tps / w.num_devices,
                          peak_source=f"no peak: {e}", days_to_train=train_tokens / tps / 86400.0)
     return Summary(
-        name=run.name, source=run.source, steps_total=len(run.steps), steps_measured=len(steady),
+        name=run.name, source=run.source, steps_total=len(run.steps), steps_measured=n_steady,
         warmup_steps=k, warmup_rule=rule, step_time_median_s=med,
-        step_time_p10_s=percentile(times, 10) if times else None,
-        step_time_p90_s=percentile(times, 90) if times else None,
+        step_time_p10_s=p10, step_time_p90_s=p90,
         step_time_mean_s=statistics.fmean(times) if times else None,
         tokens_per_step=tokens_step,
         tokens_per_s=rates.get("tokens_per_s"), tokens_per_s_per_device=rates.get("tokens_per_s_per_device"),
@@ -108,7 +196,20 @@ def summarize(
         peak_source=rates.get("peak_source"), precision=w.precision if w is not None else None,
         num_devices=w.num_devices if w is not None else None, interrupted=run.interrupted,
         train_tokens=train_tokens, days_to_train=rates.get("days_to_train"),
-        loss_last=next((s.loss for s in reversed(run.steps) if s.loss is not None), None),
-        memory_max_GiB=max((s.memory_GiB for s in run.steps if s.memory_GiB is not None), default=None),
+        loss_last=_loss_last(run), memory_max_GiB=_memory_max(run),
         claimed=claimed,
     )
+
+
+def _loss_last(run: RunRecord) -> float | None:
+    steps = run.steps
+    if isinstance(steps, StepColumns) and steps.lazy:
+        return next((v for v in reversed(steps.column("loss")) if v is not None), None)
+    return next((s.loss for s in reversed(steps) if s.loss is not None), None)
+
+
+def _memory_max(run: RunRecord) -> float | None:
+    steps = run.steps
+    if isinstance(steps, StepColumns) and steps.lazy:
+        return max((v for v in steps.column("memory_GiB") if v is not None), default=None)
+    return max((s.memory_GiB for s in steps if s.memory_GiB is not None), default=None)

@@ -141,14 +141,18 @@ def device_free_rates(summary: Any, run: Any, facts: Any, workload_path: str | N
     import dataclasses
     import statistics
 
-    from trainperf.accounting.summarize import steady_steps
+    from trainperf.accounting.summarize import steady_columns, steady_steps
     from trainperf.ingest.workload_facts import resolve_workload
 
     med = summary.step_time_median_s
     if not med or summary.tokens_per_s is not None:
         return summary
-    steady, _, _ = steady_steps(run, warmup)
-    own = [s.tokens for s in steady if s.tokens]
+    cols = steady_columns(run, warmup)
+    if cols is not None:
+        own = [t for t in cols[0]["tokens"] if t]
+    else:
+        steady, _, _ = steady_steps(run, warmup)
+        own = [s.tokens for s in steady if s.tokens]
     res = resolve_workload(facts, workload_path, overrides, run.meta.get("tokens_per_step_in_log"))
     tokens = int(statistics.median(own)) if own else res.tokens_per_step
     if not tokens:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -166,6 +167,24 @@ class LogParser:
         range, which that flags)."""
         return None
 
+    has_block_columns: ClassVar[bool] = False
+    """Whether :meth:`block_columns` is implemented (the speed path without StepRecords)."""
+
+    def block_columns(self, rows: list[tuple[str, ...]], last_line: str, state: ParseState
+                      ) -> dict[str, list[Any] | None] | None:
+        """The records of consecutive :attr:`block_re` matches ``rows`` (one rank's; ``last_line``
+        is the last row's whole line, ``state.line_no`` its number) as columns: field name (see
+        :data:`trainperf.records.step_columns.COLUMNS`) -> one value per row, ``None`` for a field
+        ``None`` in every row. Exactly what :meth:`block_record` would give row by row, or
+        ``None`` (nothing changed) when some row needs :meth:`block_record` / :meth:`parse_line`."""
+        return None
+
+    def block_inert(self, line: str) -> bool:
+        """Whether :meth:`parse_line` on ``line`` (a line :attr:`block_re` did not match) can
+        neither give a step nor change what :meth:`block_columns` gives for later lines, so that
+        the pipeline may convert the step lines around it in one call."""
+        return False
+
     def finish(self, state: ParseState) -> list[StepRecord]:
         """Records still pending at the end of the stream (block formats)."""
         return []
@@ -266,6 +285,18 @@ def make_step(step: int | None, step_time_s: float | None, state: ParseState, **
     if flag is not None:
         clean["flag"] = flag
     return StepRecord(step=step, step_time_s=step_time_s, rank=state.rank, **clean)
+
+
+def convert_column(func: Callable[[str], Any], texts: list[str]) -> list[Any]:
+    """``list(map(func, texts))``, through a table of the distinct texts when they are few (a
+    batch size or token count repeated on every step line converts once)."""
+    n = len(texts)
+    if n >= 64:
+        distinct = set(texts)
+        if len(distinct) * 4 <= n:
+            table = {t: func(t) for t in distinct}
+            return list(map(table.__getitem__, texts))
+    return list(map(func, texts))
 
 
 RANK_PREFIX = r"^(?:(\d{1,5}): |[ \t]*\[(?:rank|default)?(\d+)\]:)?"

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainperf.records.run_record import StepRecord
+from trainperf.records.step_columns import StepColumns
 
 MAX_REASONS = 5
 
@@ -97,6 +98,28 @@ def _min_flops_per_token(workload: Any) -> float | None:
     return min(counts) if counts else None
 
 
+def _may_flag(steps: StepColumns, peak: float | None, fpt: float | None, n: Any, default_tokens: Any) -> bool:
+    """Whether any step of the lazy ``steps`` could fail the checks of :func:`flag_impossible`
+    (False: none does). The recomputed rate is bounded by the most tokens over the shortest
+    time, rounded the same way: each operation of the per-step formula is monotonic."""
+    if steps.has_values("claimed_mfu_pct"):
+        return True
+    if not peak or not len(steps):
+        return False
+    if steps.has_values("claimed_tflops_per_device"):
+        tf = [v for v in steps.column("claimed_tflops_per_device") if v is not None]
+        if tf and max(tf) > peak:
+            return True
+    if fpt and n:
+        toks = steps.column("tokens")
+        own = [t for t in toks if t]
+        if len(own) < len(toks) and default_tokens:
+            own.append(default_tokens)
+        if own:
+            return fpt * max(own) / min(steps.column("step_time_s")) / n / 1e12 > peak
+    return False
+
+
 def flag_impossible(steps: list[StepRecord], workload: Any, log_facts: dict[str, Any],
                     device: dict[str, Any] | None = None) -> FlagReport:
     """Set :attr:`StepRecord.flag` on impossible steps (in place) and report them (``device``:
@@ -113,6 +136,10 @@ def flag_impossible(steps: list[StepRecord], workload: Any, log_facts: dict[str,
         except Exception:  # no batch: recompute only steps that carry their own tokens
             default_tokens = None
     peak_txt = f"{peak:.6g} TFLOP/s ({source})" if peak else ""
+    if isinstance(steps, StepColumns):
+        if steps.lazy and not _may_flag(steps, peak, fpt, n, default_tokens):
+            return rep  # a lazy store holds no flag (see step_columns), and no step is above the peak
+        steps = steps.records()  # some step may be flagged: the per-step check below, on records
     for s in steps:
         if s.flag is not None:
             rep.add(s, s.flag)

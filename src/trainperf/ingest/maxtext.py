@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import re
 import statistics
+from operator import itemgetter
 from typing import Any
 
 from trainperf.ingest.base import (
     RANK_PREFIX,
     LogParser,
     ParseState,
+    convert_column,
     make_step,
     quick_step,
     to_float,
@@ -47,6 +49,7 @@ _FAST = re.compile(r"completed step: (\d+), seconds: (\d+\.?\d*), TFLOP/s/device
                    r"Tokens/s/device: (\d+\.?\d*), total_weights: (\d+), loss: (\d+\.?\d*)")
 _BLOCK = re.compile(RANK_PREFIX + r" ?completed step: (\d+), seconds: (\d+\.?\d*), TFLOP/s/device: (\d+\.?\d*), "
                     r"Tokens/s/device: (\d+\.?\d*), total_weights: (\d+), loss: (\d+\.?\d*)$", re.M)
+_G2, _G3, _G4, _G5, _G6, _G7 = (itemgetter(i) for i in range(2, 8))
 _SECONDS = re.compile(r"seconds:\s*([^\s,]*)(,)?")
 _DTYPES = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16", "fp8": "fp8", "float8": "fp8"}
 
@@ -74,6 +77,31 @@ class MaxTextParser(LogParser):
         if len(self._ratios) < 64 and tok_dev > 0:
             self._ratios.append(weights / (secs * tok_dev))
         return quick_step(int(step), secs, weights or None, float(loss), None, float(tflops), tok_dev, state.rank)
+
+    has_block_columns = True
+
+    def block_columns(self, rows: list[tuple[str, ...]], last_line: str, state: ParseState
+                      ) -> dict[str, list[Any] | None] | None:
+        secs = list(map(float, map(_G3, rows)))
+        if min(secs) < 1e-6 or max(secs) > 1e7:
+            return None
+        weights = convert_column(int, list(map(_G6, rows)))
+        tok_dev = list(map(float, map(_G5, rows)))
+        ratios = self._ratios
+        if len(ratios) < 64:
+            for w, s, k in zip(weights, secs, tok_dev, strict=True):
+                if len(ratios) >= 64:
+                    break
+                if k > 0:
+                    ratios.append(w / (s * k))
+        return {"step": list(map(int, map(_G2, rows))), "step_time_s": secs,
+                "tokens": weights if 0 not in weights else [w or None for w in weights],
+                "loss": list(map(float, map(_G7, rows))),
+                "claimed_tflops_per_device": convert_column(float, list(map(_G4, rows))),
+                "claimed_tokens_per_s_per_device": tok_dev}
+
+    def block_inert(self, line: str) -> bool:
+        return _STEP not in line
 
     def parse_line(self, line: str, state: ParseState) -> StepRecord | None:
         i = line.find(_STEP)

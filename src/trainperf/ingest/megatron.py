@@ -29,12 +29,16 @@ gives facts. The time must be followed by ``|``, ``,``, ``]`` or the end of a co
 
 from __future__ import annotations
 
+import math
 import re
+from operator import itemgetter
+from typing import Any
 
 from trainperf.ingest.base import (
     RANK_PREFIX,
     LogParser,
     ParseState,
+    convert_column,
     make_step,
     positive,
     quick_step,
@@ -63,6 +67,7 @@ _BLOCK = re.compile(RANK_PREFIX + r" *(?:\[[^\]\n]*\] +)?iteration +(\d+)/ *\d+ 
                     r"(\d+\.?\d*) \|)? learning rate: [-+\d.Ee]+ \| global batch size: +(\d+) \| lm loss: "
                     r"([-+\d.Ee]+|nan|inf) \| loss scale: [-+\d.Ee]+ \| grad norm: (\d+\.?\d*) \|"
                     r"(?: number of skipped iterations: +\d+ \| number of nan iterations: +\d+ \|)? *$", re.M)
+_G2, _G3, _G4, _G5, _G6, _G7, _G8 = (itemgetter(i) for i in range(2, 9))
 _CONSUMED = re.compile(r"consumed samples:\s*(\d+) \| consumed tokens:\s*(\d+) \|")
 _PADDED_VOCAB = re.compile(r"padded vocab \(size: \d+\) with \d+ dummy tokens \(new size: (\d+)\)")
 _ARG = re.compile(r"^\s*([a-z_0-9]+) \.{2,} (\S.*?)\s*$")
@@ -117,6 +122,39 @@ class MegatronParser(LogParser):
         self._last_gbs = (gbs, state.line_no, line)
         return quick_step(int(step), t, gbs * seq if seq else None, to_float(loss), float(gn),
                           float(tf) if tf else None, None, state.rank)  # findall gives "" for a missing group
+
+    has_block_columns = True
+
+    def block_columns(self, rows: list[tuple[str, ...]], last_line: str, state: ParseState
+                      ) -> dict[str, list[Any] | None] | None:
+        ts = list(map(float, map(_G4, rows)))
+        units = list(map(_G3, rows))
+        if "s" not in units:
+            ts = [x / 1000.0 for x in ts]
+        elif "ms" in units:
+            ts = [x / 1000.0 if u == "ms" else x for x, u in zip(ts, units, strict=True)]
+        if min(ts) < 1e-6 or max(ts) > 1e7:
+            return None
+        gbs = convert_column(int, list(map(_G6, rows)))
+        seq = self._seq or state.facts.values.get("seq_len") or state.hints.get("seq_len")
+        self._seq = seq
+        self._last_gbs = (gbs[-1], state.line_no, last_line)
+        loss_txt = list(map(_G7, rows))
+        try:
+            loss: list[float | None] = list(map(float, loss_txt))
+            if not all(map(math.isfinite, loss)):  # type: ignore[arg-type]
+                loss = list(map(to_float, loss_txt))
+        except ValueError:
+            loss = list(map(to_float, loss_txt))
+        tf = list(map(_G5, rows))
+        return {"step": list(map(int, map(_G2, rows))), "step_time_s": ts,
+                "tokens": [g * seq for g in gbs] if seq else None, "loss": loss,
+                "grad_norm": convert_column(float, list(map(_G8, rows))),
+                "claimed_tflops_per_device": convert_column(float, tf) if "" not in tf
+                else [float(x) if x else None for x in tf]}
+
+    def block_inert(self, line: str) -> bool:
+        return "elapsed time per iteration (" not in line and " .." not in line
 
     def parse_line(self, line: str, state: ParseState) -> StepRecord | None:
         i = line.find("elapsed time per iteration (")

@@ -13,12 +13,19 @@ Every step line is parsed (no sampling, however long the log). Lines of another 
 in a mixed file are collected and parsed by that format's parser: each such stream is reported
 (``meta["other_streams"]`` and a note); ``--format`` picks which stream is the run. Once the
 workload is known, physically impossible steps are flagged (:mod:`.flags`): kept, out of the medians.
+
+Speed: a format with a :attr:`~LogParser.block_re` has its canonical step lines matched in blocks
+of lines (one ``findall``) and, with :meth:`~LogParser.block_columns`, converted a column at a
+time; the kept steps then stay columns (:class:`~trainperf.records.step_columns.StepColumns`,
+StepRecords made only when asked for) unless the run restarts or mixes in steps of the per-line
+path, which become a plain list as before.
 """
 
 from __future__ import annotations
 
 import gc
 import itertools
+import operator
 import re
 import statistics
 from collections.abc import Iterable, Iterator
@@ -34,6 +41,7 @@ from trainperf.ingest.flags import flag_impossible
 from trainperf.ingest.reader import PARTIAL, LogLine, PartialLine, ReadStats, iter_log
 from trainperf.ingest.registry import detect_format, get_parser
 from trainperf.records.run_record import RunRecord, StepRecord
+from trainperf.records.step_columns import COLUMNS, StepColumns
 
 SAMPLE_LINES = 5_000
 MAX_SAMPLE_LINES = 100_000
@@ -41,6 +49,8 @@ _RANK_RE = re.compile(r"\s*(?:\[(?:rank|default)?(\d+)\]:|(\d{1,5}): |\[\d+,(\d+
 _INF = float("inf")
 _UNPREFIXED = 1 << 40  # sorts after every real rank
 _NO_STEPS_YET = 1 << 41
+_PREFIX = itemgetter(0, 1)
+_ONLY_STR = {str}
 
 
 def strip_rank(line: str) -> tuple[str, int | None]:
@@ -68,32 +78,92 @@ class Collected:
     parsed: int = 0
 
 
+_NONE_FIELDS = ("memory_GiB", "claimed_tokens_per_s", "claimed_mfu_pct", "breakdown", "flag")
+
+
+def _fits_columns(rec: StepRecord, rank: int | None) -> bool:
+    """Whether a StepColumns of rank ``rank`` holds ``rec`` exactly (no field outside COLUMNS set)."""
+    return rec.rank == rank and not rec.extra and all(getattr(rec, k) is None for k in _NONE_FIELDS)
+
+
 class _Collector:
-    """Keeps the lowest rank's steps, every one of them (no sampling)."""
+    """Keeps the lowest rank's steps, every one of them (no sampling): StepRecords from the
+    per-line path in ``items``, blocks of columns from the speed path in ``cols`` (made into
+    records only when both kinds are kept, or on a restart)."""
 
     def __init__(self) -> None:
         self.best: int | None = None
         self.items: list[tuple[float, StepRecord]] = []
         self.ranks: set[int] = set()
         self.other = 0
+        self.cols: dict[str, list[Any]] | None = None
+        self.col_lines: list[int] = []
+        self.col_rank: int | None = None
 
     def add(self, rec: StepRecord, line_no: float) -> None:
         r = _UNPREFIXED if rec.rank is None else rec.rank
         self.ranks.add(r)
         if self.best is None or r < self.best:
-            self.other += len(self.items)
+            self.other += len(self.items) + len(self.col_lines)
             self.items = []
+            self.cols = None
+            self.col_lines = []
             self.best = r
         elif r > self.best:
             self.other += 1
             return
         self.items.append((line_no, rec))
 
+    def add_columns(self, rank: int | None, cols: dict[str, list[Any] | None], lines: list[int]) -> None:
+        """Steps of one rank from the speed path, as columns (``COLUMNS`` of step_columns), at
+        log lines ``lines``; the same rank rule as :meth:`add`."""
+        r = _UNPREFIXED if rank is None else rank
+        self.ranks.add(r)
+        if self.best is None or r < self.best:
+            self.other += len(self.items) + len(self.col_lines)
+            self.items = []
+            self.cols = None
+            self.col_lines = []
+            self.best = r
+        elif r > self.best:
+            self.other += len(lines)
+            return
+        n = len(lines)
+        if self.cols is None:
+            self.cols = {k: [] for k in COLUMNS}
+            self.col_rank = rank
+        have = self.cols
+        if self.items and all(_fits_columns(rec, rank) and ln < lines[0] for ln, rec in self.items):
+            for ln, rec in self.items:  # records of the per-line path before this block: into the columns
+                for k in COLUMNS:
+                    have[k].append(getattr(rec, k))
+                self.col_lines.append(ln)  # type: ignore[arg-type]
+            self.items = []
+        for k in COLUMNS:
+            v = cols.get(k)
+            have[k].extend(v if v is not None else [None] * n)
+        self.col_lines.extend(lines)
+
+    def _column_records(self) -> list[tuple[float, StepRecord]]:
+        if self.cols is None:
+            return []
+        recs = StepColumns(self.cols, self.col_rank).records()
+        self.cols = None
+        lines, self.col_lines = self.col_lines, []
+        return list(zip(lines, recs, strict=True))
+
     def result(self) -> Collected:
-        self.items.sort(key=itemgetter(0))  # finish() records go back to their log line
         out = Collected(rank=None if self.best in (None, _UNPREFIXED) else self.best,
                         ranks_with_steps={r for r in self.ranks if r != _UNPREFIXED},
-                        other_rank_steps=self.other, parsed=len(self.items))
+                        other_rank_steps=self.other, parsed=len(self.items) + len(self.col_lines))
+        if self.cols is not None and not self.items:
+            st = self.cols["step"]
+            if all(map(operator.lt, st, itertools.islice(st, 1, None))):  # no restart: stay columns
+                out.steps = StepColumns(self.cols, self.col_rank)  # type: ignore[assignment]
+                return out
+        if self.cols is not None:
+            self.items += self._column_records()
+        self.items.sort(key=itemgetter(0))  # finish() records go back to their log line
         steps = out.steps
         for line_no, rec in self.items:
             if steps and rec.step <= steps[-1].step:
@@ -145,6 +215,7 @@ class _Feeder:
         self.best = _NO_STEPS_YET
         self.last_prefix, self.last_rank = "\x00", None  # a prefix no line starts with
         self.others = _other_markers(parser) if watch_other_formats else []
+        self._skips: set[int] = set()
         self.n_other = 0
 
     def marker(self, item: LogLine | PartialLine) -> None:
@@ -205,14 +276,117 @@ class _Feeder:
     def feed_block(self, batch: list[str], every_line_re: re.Pattern[str]) -> None:
         """A batch of lines through the format's :attr:`~LogParser.block_re`, extended with a
         catch-all alternative so that ``findall`` over the joined batch gives one group tuple per
-        line, all in C: a canonical step line becomes a record via ``block_record``, any other line
-        (its step group empty) goes through :meth:`feed`. Every line is still seen, in order, with
-        its own line number; counters live in locals here and are synced around :meth:`feed`."""
+        line, all in C: any other line (its step group empty) goes through :meth:`feed`. Every
+        line is still seen, in order, with its own line number.
+
+        When every canonical step line of the batch has the same rank prefix and the parser has
+        :meth:`~LogParser.block_columns`, the step lines between two lines that are not inert
+        (:meth:`~LogParser.block_inert`; usually the whole batch) become columns in one call
+        (:meth:`_feed_region`, no StepRecord made); else each line becomes a record via
+        ``block_record`` (:meth:`_feed_rows`)."""
         rows = every_line_re.findall("\n".join(batch))
         if len(rows) != len(batch):  # cannot happen for newline-free lines; stay exact if it does
             for line in batch:
                 self.feed(line)
             return
+        steps = [g for g in rows if g[2]]
+        if not steps:
+            self._feed_rows(rows, batch, 0, len(rows))
+            return
+        prefixes = set(map(_PREFIX, steps))
+        if not self.parser.has_block_columns:
+            self._feed_rows(rows, batch, 0, len(rows))
+            return
+        skips: set[int] = set()
+        if len(prefixes) == 1:
+            ((g0, g1),) = prefixes
+            rank = int(g0) if g0 else int(g1) if g1 else self.default_rank
+        else:  # several ranks: fine when all but one are above the kept rank (their lines are skipped)
+            ranks = {p: int(p[0]) if p[0] else int(p[1]) if p[1] else self.default_rank for p in prefixes}
+            low = [p for p, rk in ranks.items() if (_UNPREFIXED if rk is None else rk) <= self.best]
+            if len(low) != 1 or self.best == _NO_STEPS_YET:
+                self._feed_rows(rows, batch, 0, len(rows))
+                return
+            keep = low[0]
+            (g0, g1), rank = keep, ranks[keep]
+            skips = {i for i, g in enumerate(rows) if g[2] and g[:2] != keep}
+        self._skips = skips
+        n = len(rows)
+        if len(steps) == n and not skips:
+            self._feed_region(rows, batch, 0, n, [], rank, g0, self.total)
+            return
+        gaps = [i for i, g in enumerate(rows) if not g[2]]
+        inert = self.parser.block_inert
+        base = self.total
+        start = 0
+        inert_gaps: list[int] = []
+        for gap in gaps:
+            if inert(batch[gap]):
+                inert_gaps.append(gap)
+                continue
+            # this line may change what the step lines after it give: a region ends before it
+            if gap > start:
+                self._feed_region(rows, batch, start, gap, inert_gaps, rank, g0, base)
+            self.total = base + gap
+            self.feed(batch[gap])
+            start = gap + 1
+            inert_gaps = []
+        if start < n:
+            self._feed_region(rows, batch, start, n, inert_gaps, rank, g0, base)
+
+    def _feed_region(self, rows: list[tuple[str, ...]], batch: list[str], a: int, b: int, gaps: list[int],
+                     rank: int | None, g0: str, base: int) -> None:
+        """Rows ``a:b`` of a block (lines ``base + a + 1`` to ``base + b``): canonical step lines of
+        rank ``rank`` except rows ``gaps``, lines the parser calls inert (:meth:`LogParser.block_inert`:
+        they neither make a step nor change what a step line gives). The step lines become one
+        block of columns, the inert lines go through :meth:`feed`: the same outcome as
+        :meth:`_feed_rows`, which takes over when the parser declines the block."""
+        skips = self._skips
+        n_skip = 0
+        if len(gaps) == b - a:  # no step line
+            idx: list[int] | None = []
+        elif gaps or skips:
+            gap_set = set(gaps)
+            idx = [i for i in range(a, b) if i not in gap_set and i not in skips]
+            n_skip = (b - a) - len(gaps) - len(idx)
+            self.other += n_skip  # step lines of a rank above the kept one, as _feed_rows counts them
+            if not idx:
+                idx = []
+        else:
+            idx = None
+        r = _UNPREFIXED if rank is None else rank
+        if g0 and idx != []:
+            self.last_rank, self.last_prefix = rank, f"{g0}: "
+        if idx == []:
+            pass
+        elif r > self.best:
+            self.other += len(idx) if idx is not None else b - a
+        else:
+            state = self.state
+            last = idx[-1] if idx is not None else b - 1
+            state.line_no = base + last + 1
+            state.rank = rank
+            cols = self.parser.block_columns([rows[i] for i in idx] if idx is not None else rows[a:b],
+                                             batch[last], state)
+            if cols is None:  # a step outside the fast path's range: line by line, as block_record does
+                self.total = base + a
+                self.other -= n_skip
+                self._feed_rows(rows, batch, a, b)
+                return
+            lines = [base + i + 1 for i in idx] if idx is not None else list(range(base + a + 1, base + b + 1))
+            self.used += len(lines)
+            self.col.add_columns(rank, cols, lines)
+            self.best = r
+        feed = self.feed
+        for i in gaps:
+            self.total = base + i
+            feed(batch[i])
+        self.total = base + b
+
+    def _feed_rows(self, rows: list[tuple[str, ...]], batch: list[str], a: int, b: int) -> None:
+        """Rows ``a:b`` of a block one by one: a canonical step line becomes a record via
+        ``block_record``, any other line goes through :meth:`feed`; counters live in locals here
+        and are synced around :meth:`feed`."""
         record = self.parser.block_record
         state = self.state
         col = self.col
@@ -220,7 +394,8 @@ class _Feeder:
         total, best, used, other = self.total, self.best, self.used, self.other
         default_rank = self.default_rank
         items = col.items if col.best is not None else None
-        for i, g in enumerate(rows):
+        for i in range(a, b):
+            g = rows[i]
             if not g[2]:  # not a canonical step line
                 self.total, self.best, self.used, self.other = total, best, used, other
                 feed(batch[i])
@@ -297,7 +472,7 @@ def run_parser(lines: Iterable[str | LogLine | PartialLine], parser: LogParser, 
             batch = list(islice(it, BLOCK_LINES))
             if not batch:
                 break
-            if all(x.__class__ is str for x in batch):
+            if set(map(type, batch)) == _ONLY_STR:  # no file or partial-line marker in the batch
                 f.feed_block(batch, every_re)  # type: ignore[arg-type]
                 continue
             for item in batch:
@@ -453,7 +628,8 @@ def parse_log(source: str | Path, *, fmt: str | None = None, workload_path: str 
                 seg = seg[k:]
             keep += seg
         steps = keep
-    tokens = [s.tokens for s in steps if s.tokens]
+    tokens = [t for t in steps.column("tokens") if t] if isinstance(steps, StepColumns) \
+        else [s.tokens for s in steps if s.tokens]
     if tokens and min(tokens) == max(tokens):  # the common case: no sort of a million equal counts
         tokens_per_step = tokens[0]
     else:

@@ -80,6 +80,9 @@ class RunRecord:
     source: str
     """Where the data comes from: bench, ingest, published, predicted or meter."""
     steps: list[StepRecord] = field(default_factory=list)
+    """The steps in order: a list, or (a parsed log's, see :mod:`trainperf.records.step_columns`)
+    a :class:`~trainperf.records.step_columns.StepColumns` sequence that makes its StepRecords on
+    first access: read it as a sequence (``len``, index, slice, iterate), not as a list to append to."""
     workload: Any = None
     meta: dict[str, Any] = field(default_factory=dict)
 
