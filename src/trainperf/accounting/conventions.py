@@ -24,6 +24,7 @@ MaxText Llama-2-70B (seed 003); Kaplan et al. 2020 for 6N; seed 000 for the LoRA
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -163,9 +164,16 @@ def recompute_flops_per_token(model: ModelSpec, seq_len: int, policy: str,
     remat policies) as :mod:`trainperf.accounting.recompute` derives it from the per-matrix
     breakdown. ``pipeline_chunks`` (pp * vpp) matters only for ``full:K`` (K layers per chunk).
     """
+    mask = get_convention(convention).attention_mask
+    return _recompute_per_token(model, seq_len, policy, mask, pipeline_chunks)
+
+
+@functools.lru_cache(maxsize=4096)
+def _recompute_per_token(model: ModelSpec, seq_len: int, policy: str, mask: str, pipeline_chunks: int) -> float:
+    # Pure in its (hashable, frozen) arguments; cached because the predictor and the planner's
+    # re-rank call it once per prediction with the same model.
     from trainperf.accounting.recompute import recompute_flops
 
-    mask = get_convention(convention).attention_mask
     return recompute_flops(model, seq_len, policy, mask, pipeline_chunks) / seq_len
 
 

@@ -86,27 +86,38 @@ class FlopBreakdown:
 
 
 def attention_pairs(model: ModelSpec, seq_len: int, attention: str = "causal") -> float:
-    """(query, key) pairs computed per sequence, summed over layers, under the given mask."""
+    """(query, key) pairs computed per sequence, summed over layers, under the given mask.
+
+    Layers fall in three groups (sliding-window, chunked, full; see
+    :meth:`~trainperf.specs.model.ModelSpec.attention_context`), each with one closed form, so
+    the cost does not grow with the layer count (the predictor calls this per prediction)."""
     if attention not in ATTENTION_MASKS:
         raise SpecError("attention", attention, f"one of {', '.join(ATTENTION_MASKS)}")
     s = seq_len
+    n_sliding, n_chunked = model.sliding_window_layers, model.chunked_attention_layers
+    n_full = model.layers - n_sliding - n_chunked
     total = 0.0
-    first_chunked = model.sliding_window_layers
-    last_chunked = first_chunked + model.chunked_attention_layers
-    for index, ctx in enumerate(model.attention_context(seq_len)):
-        if first_chunked <= index < last_chunked and ctx < s:
-            total += _chunked_pairs(s, ctx, attention)
-        elif ctx < s:  # sliding window: query i sees min(i, W) keys (causal) or W (full)
-            w = ctx
-            causal_pairs = w * (w + 1) / 2 + (s - w) * w
-            total += causal_pairs if attention != "full" else s * w
-        elif attention == "causal":
-            total += s * (s + 1) / 2
-        elif attention == "causal-half":
-            total += s * s / 2
-        else:
-            total += s * s
-    return total
+    if n_sliding:
+        w = min(model.sliding_window, s) if model.sliding_window else s
+        total += n_sliding * (_window_pairs(s, w, attention) if w < s else _full_pairs(s, attention))
+    if n_chunked:
+        c = min(model.attention_chunk, s) if model.attention_chunk else s
+        total += n_chunked * (_chunked_pairs(s, c, attention) if c < s else _full_pairs(s, attention))
+    return total + n_full * _full_pairs(s, attention)
+
+
+def _full_pairs(s: int, attention: str) -> float:
+    """Pairs of one layer that attends over the whole sequence."""
+    if attention == "causal":
+        return s * (s + 1) / 2
+    if attention == "causal-half":
+        return s * s / 2
+    return float(s * s)
+
+
+def _window_pairs(s: int, w: int, attention: str) -> float:
+    """Pairs of one sliding-window layer (w < s): query i sees min(i, w) keys (causal) or w (full)."""
+    return w * (w + 1) / 2 + (s - w) * w if attention != "full" else float(s * w)
 
 
 def _chunked_pairs(s: int, c: int, attention: str) -> float:

@@ -36,6 +36,7 @@ one (its layers plus the LM head and the loss) or, with an uneven split
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -110,11 +111,17 @@ def model_features(model: Any, seq_len: int) -> dict[str, Any]:
     }
 
 
+@functools.lru_cache(maxsize=1024)
+def _model_features_cached(model: Any, seq_len: int) -> dict[str, Any]:
+    # model_features is pure in the frozen ModelSpec and seq_len; callers get a copy.
+    return model_features(model, seq_len)
+
+
 def workload_features(w: Any, trainable_fraction: float = 1.0) -> dict[str, Any]:
     """All numbers :func:`step_core` needs, for one workload."""
     p = w.plan
     hw = w.hardware
-    f = model_features(w.model, w.seq_len)
+    f = dict(_model_features_cached(w.model, w.seq_len))  # a copy: updated below
     precision = w.precision
     attn_prec = ATTENTION_PEAK_PRECISION.get(precision, precision)
     if not hw.supports(attn_prec):
