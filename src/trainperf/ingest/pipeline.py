@@ -100,23 +100,9 @@ class _Collector:
         self.col_lines: list[int] = []
         self.col_rank: int | None = None
 
-    def add(self, rec: StepRecord, line_no: float) -> None:
-        r = _UNPREFIXED if rec.rank is None else rec.rank
-        self.ranks.add(r)
-        if self.best is None or r < self.best:
-            self.other += len(self.items) + len(self.col_lines)
-            self.items = []
-            self.cols = None
-            self.col_lines = []
-            self.best = r
-        elif r > self.best:
-            self.other += 1
-            return
-        self.items.append((line_no, rec))
-
-    def add_columns(self, rank: int | None, cols: dict[str, list[Any] | None], lines: list[int]) -> None:
-        """Steps of one rank from the speed path, as columns (``COLUMNS`` of step_columns), at
-        log lines ``lines``; the same rank rule as :meth:`add`."""
+    def _keep(self, rank: int | None, n: int) -> bool:
+        """The rank rule: keep the lowest rank seen; a lower one drops what was kept so far and
+        counts it as other ranks' steps; ``n`` steps of a higher rank are counted, not kept."""
         r = _UNPREFIXED if rank is None else rank
         self.ranks.add(r)
         if self.best is None or r < self.best:
@@ -126,7 +112,18 @@ class _Collector:
             self.col_lines = []
             self.best = r
         elif r > self.best:
-            self.other += len(lines)
+            self.other += n
+            return False
+        return True
+
+    def add(self, rec: StepRecord, line_no: float) -> None:
+        if self._keep(rec.rank, 1):
+            self.items.append((line_no, rec))
+
+    def add_columns(self, rank: int | None, cols: dict[str, list[Any] | None], lines: list[int]) -> None:
+        """Steps of one rank from the speed path, as columns (``COLUMNS`` of step_columns), at
+        log lines ``lines``; the same rank rule as :meth:`add`."""
+        if not self._keep(rank, len(lines)):
             return
         n = len(lines)
         if self.cols is None:
@@ -355,6 +352,7 @@ class _Feeder:
         else:
             idx = None
         r = _UNPREFIXED if rank is None else rank
+        feed = self.feed
         if g0 and idx != []:
             self.last_rank, self.last_prefix = rank, f"{g0}: "
         if idx == []:
@@ -374,10 +372,16 @@ class _Feeder:
                 self._feed_rows(rows, batch, a, b)
                 return
             lines = [base + i + 1 for i in idx] if idx is not None else list(range(base + a + 1, base + b + 1))
+            if idx and gaps and gaps[0] < idx[0]:
+                # inert lines before the region's first step are judged (kept rank or not) against
+                # the rank kept so far, as the per-line path sees them: fed before the steps set it
+                for i in [g for g in gaps if g < idx[0]]:
+                    self.total = base + i
+                    feed(batch[i])
+                gaps = [g for g in gaps if g > idx[0]]
             self.used += len(lines)
             self.col.add_columns(rank, cols, lines)
             self.best = r
-        feed = self.feed
         for i in gaps:
             self.total = base + i
             feed(batch[i])
