@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from trainperf.errors import InputFileError, SpecError, TrainperfError
+from trainperf.specs.datafiles import read_user_text
 
 PACKAGED = "published_runs.csv"
 
@@ -417,14 +418,7 @@ def load_table_runs(path: str | Path | None = None) -> tuple[TableRun, ...]:
     """The packaged table, or a CSV file with the same columns."""
     if path is None:
         return packaged_runs()
-    p = Path(path)
-    if not p.is_file():
-        raise InputFileError(f"runs file {str(p)!r} does not exist")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputFileError(f"runs file {str(p)!r} cannot be read: {e}") from None
-    return parse_runs(text, str(p))
+    return parse_runs(read_user_text(path, "runs file"), str(path))
 
 
 def included(runs: Sequence[TableRun]) -> list[TableRun]:

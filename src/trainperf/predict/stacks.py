@@ -39,8 +39,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from trainperf.errors import InputFileError, SpecError, UnknownNameError
+from trainperf.errors import InputFileError, SpecError, UnknownNameError, one_line
 from trainperf.predict.efficiency import KNOB_NAMES, Knobs, knobs_for
+from trainperf.specs.datafiles import read_user_text
 
 DEFAULT_STACK = "generic"
 STACKS: tuple[str, ...] = ("generic", "megatron-core", "maxtext", "paxml", "torchtitan", "llm-foundry",
@@ -215,12 +216,11 @@ def packaged_profile(name: str) -> Profile:
 def read_profile_file(path: str | Path) -> Profile:
     """A user profile file (same format as the packaged ones)."""
     p = Path(path)
-    if not p.is_file():
-        raise InputFileError(f"stack profile {str(p)!r} does not exist")
+    text = read_user_text(p, "stack profile")
     try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise InputFileError(f"stack profile {str(p)!r} cannot be read: {' '.join(str(e).split())}") from None
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise InputFileError(f"stack profile {str(p)!r} cannot be read: {one_line(str(e))}") from None
     return profile_from_dict(data, str(p), path=str(p))
 
 

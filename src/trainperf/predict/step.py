@@ -23,6 +23,7 @@ from trainperf.errors import InputFileError, SpecError
 from trainperf.predict import core
 from trainperf.predict.efficiency import KNOB_NAMES, Knobs, knobs_from_mapping
 from trainperf.predict.memory import GiB
+from trainperf.specs.datafiles import read_user_text
 
 BREAKDOWN_KEYS: tuple[tuple[str, str], ...] = (
     ("forward", "forward_s"),
@@ -177,11 +178,9 @@ def check_plan(w: Any) -> None:
 def load_calibration(path: str | Path) -> dict[str, dict[str, float]]:
     """Read a calibration file written by ``trainperf calibrate-model``: device id -> knob values."""
     p = Path(path)
-    if not p.is_file():
-        raise InputFileError(f"calibration file {str(p)!r} does not exist")
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        data = json.loads(read_user_text(p, "calibration file"))
+    except json.JSONDecodeError as e:
         raise InputFileError(f"calibration file {str(p)!r} is not valid JSON: {e}") from None
     devices = data.get("devices") if isinstance(data, dict) else None
     if not isinstance(devices, dict):

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from trainperf.errors import InputFileError, SpecError, TrainperfError, UnknownNameError, one_line
+from trainperf.specs.datafiles import read_user_text
 from trainperf.specs.hardware import Hardware, get_hardware, hardware_from_dict
 from trainperf.specs.lora import LoraSpec
 from trainperf.specs.model import ModelSpec
@@ -45,12 +46,7 @@ _HW_WORKLOAD_KEYS = frozenset({"device", "num_devices", "devices_per_node", "pea
 def read_workload_file(path: str | Path) -> dict[str, Any]:
     """Parse a ``.toml`` or ``.json`` workload file into a dict (no validation beyond syntax)."""
     p = Path(path)
-    if not p.is_file():
-        raise InputFileError(f"workload file {str(p)!r} does not exist or is not a file")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputFileError(f"workload file {str(p)!r} cannot be read: {one_line(str(e))}") from None
+    text = read_user_text(p, "workload file")
     try:
         if p.suffix.lower() == ".json":
             data = json.loads(text)
