@@ -499,6 +499,17 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
+def _packaged_facts(name: str) -> dict[str, Any]:
+    """The hand-written fact tables (kernels, capabilities, defaults) of a packaged profile,
+    carried over when the fitted numbers are rewritten."""
+    from trainperf.predict.stacks import STACKS, packaged_profile
+
+    if name not in STACKS:
+        return {}
+    p = packaged_profile(name)
+    return {"kernels": dict(p.kernels), "capabilities": dict(p.capabilities), "defaults": dict(p.defaults)}
+
+
 def packaged_fit(rows: Sequence[FitRow]) -> tuple[dict[str, Profile], list[Prediction], list[Prediction]]:
     """Fit every packaged profile on ``rows`` and judge each stack on held-out tables.
 
@@ -522,8 +533,9 @@ def packaged_fit(rows: Sequence[FitRow]) -> tuple[dict[str, Profile], list[Predi
             text = ("fitted jointly with every stack's deviation on " + text.removeprefix("fitted on "))
         sources = {k: text for k in prof.sources}
         desc, fws = DESCRIPTIONS.get(name, ("", ()))
+        facts = _packaged_facts(name)
         out[name] = Profile(name=name, description=desc, frameworks=fws, knobs=prof.knobs,
-                            generations=prof.generations, sources=sources,
+                            generations=prof.generations, sources=sources, **facts,
                             fit={"tables": tables, "rows": len(mine),
                                  "leave_one_table_out_mape_pct": round(lo["mape_pct"], 2),
                                  "leave_one_table_out_mean_signed_pct": round(lo["mean_signed_pct"], 2),
@@ -533,7 +545,7 @@ def packaged_fit(rows: Sequence[FitRow]) -> tuple[dict[str, Profile], list[Predi
         if name not in out:
             desc, fws = DESCRIPTIONS[name]
             out[name] = Profile(name=name, description=desc + " No published table: generic's values.",
-                                frameworks=fws)
+                                frameworks=fws, **_packaged_facts(name))
     return out, preds, loto
 
 

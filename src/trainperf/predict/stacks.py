@@ -110,6 +110,16 @@ class Profile:
     """What the fit reported (tables, rows, errors); informational."""
     path: str = ""
     """File it was read from (empty for a packaged profile)."""
+    kernels: Mapping[str, Any] = field(default_factory=dict)
+    """``[kernels]``: which kernels and features the stack uses (attention kernel family per
+    silicon, fused elementwise ops, compile, fp8 recipe, overlap of each collective), stated as
+    facts with sources (``[kernels.sources]``); read by the step model."""
+    capabilities: Mapping[str, Any] = field(default_factory=dict)
+    """``[capabilities]``: what the stack can run (parallelisms, ZeRO stages, pipeline schedules,
+    checkpointing policies, vpp limits), with sources; read by the planner."""
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    """``[defaults]``: what the stack does when a run does not say (activation checkpointing,
+    micro batch...), with sources; read when a runs table marks a value "not stated"."""
 
     def values_for(self, generation: str) -> dict[str, float]:
         """This profile's knob values for ``generation`` (generation entries over stack-wide)."""
@@ -138,6 +148,10 @@ class Profile:
             out += [f"{k} = {v:.6g}" for k, v in vals.items()]
             out.append(f"[generations.{gen}.sources]")
             out += [f"{k} = {q(self.sources.get(f'{gen}.{k}', ''))}" for k in vals]
+        for table, body in (("kernels", self.kernels), ("capabilities", self.capabilities),
+                            ("defaults", self.defaults)):
+            if body:
+                out += ["", *_toml_table(table, body)]
         if self.fit:
             out += ["", "[fit]"]
             for k, v in self.fit.items():
@@ -150,6 +164,41 @@ class Profile:
                 elif isinstance(v, list | tuple):
                     out.append(f"{k} = [" + ", ".join(q(x) for x in v) + "]")
         return "\n".join(out) + "\n"
+
+
+def _toml_value(v: Any) -> str:
+    """One TOML value (string, bool, number, list or inline table) as text."""
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v) if isinstance(v, int) else repr(float(v))
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, Mapping):
+        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + "}"
+    raise SpecError("profile value", v, "a string, bool, number, list or table")
+
+
+def _toml_key(k: Any) -> str:
+    k = str(k)
+    return k if k and all(c.isalnum() or c in "-_" for c in k) else _toml_value(k)
+
+
+def _toml_table(name: str, body: Mapping[str, Any]) -> list[str]:
+    """``[name]`` with its scalar/list/inline entries, then one ``[name.sub]`` per sub-table
+    (``sources`` included), so :func:`tomllib.loads` gives ``body`` back."""
+    out = [f"[{name}]"]
+    subs = []
+    for k, v in body.items():
+        if isinstance(v, Mapping):
+            subs.append((k, v))
+        else:
+            out.append(f"{_toml_key(k)} = {_toml_value(v)}")
+    for k, v in subs:
+        out += ["", *_toml_table(f"{name}.{_toml_key(k)}", v)]
+    return out
 
 
 def _knob_table(body: Any, where: str) -> tuple[dict[str, float], dict[str, str]]:
@@ -170,7 +219,8 @@ def _knob_table(body: Any, where: str) -> tuple[dict[str, float], dict[str, str]
     return vals, {str(k): str(v) for k, v in srcs.items()}
 
 
-_TOP_KEYS = frozenset({"name", "description", "frameworks", "knobs", "generations", "fit"})
+_TOP_KEYS = frozenset({"name", "description", "frameworks", "knobs", "generations", "fit", "kernels",
+                       "capabilities", "defaults"})
 
 
 def profile_from_dict(data: Mapping[str, Any], where: str, path: str = "") -> Profile:
@@ -191,9 +241,15 @@ def profile_from_dict(data: Mapping[str, Any], where: str, path: str = "") -> Pr
     fws = data.get("frameworks", [])
     if not isinstance(fws, list):
         raise SpecError(f"{where} frameworks", fws, "a list of strings")
+    facts: dict[str, dict[str, Any]] = {}
+    for table in ("kernels", "capabilities", "defaults"):
+        body = data.get(table, {})
+        if not isinstance(body, Mapping):
+            raise SpecError(f"{where} [{table}]", body, "a table")
+        facts[table] = dict(body)
     return Profile(name=str(data.get("name", Path(where).stem)), description=str(data.get("description", "")),
                    frameworks=tuple(str(f) for f in fws), knobs=knobs, generations=gens,
-                   sources=sources, fit=dict(data.get("fit", {})), path=path)
+                   sources=sources, fit=dict(data.get("fit", {})), path=path, **facts)
 
 
 @lru_cache(maxsize=32)
