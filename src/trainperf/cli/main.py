@@ -26,7 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "predict": ("trainperf.cli.predict", "predict step time (with a breakdown), tokens/s, MFU and memory per device of a workload"),
     "calibrate-model": ("trainperf.cli.calibrate_model", "fit a software-stack profile (.toml, for --stack) or device knobs (.json) to measured runs"),
     "published": ("trainperf.cli.published", "list published runs (filter by model, device, framework, precision) with MFU on one convention"),
-    "validate": ("trainperf.cli.validate", "predict every published run: MAPE, mean signed error, worst row; in-sample and leave-one-table-out"),
+    "validate": ("trainperf.cli.validate", "predict every published run: MAPE, mean signed error, worst row; in-sample, leave-one-table-out and leave-one-(stack, silicon)-out"),
     "bench": ("trainperf.cli.bench", "train a Llama-family model here (CPU or GPU, 1..N processes) and measure every step"),
     "calibrate": ("trainperf.cli.calibrate", "measure this machine's matmul TFLOP/s per dtype and memory bandwidth (the CPU peak for MFU)"),
     "sweep": ("trainperf.cli.sweep", "run the bench at several process counts and print the scaling-efficiency table"),

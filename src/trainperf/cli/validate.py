@@ -1,8 +1,9 @@
 """``trainperf validate``: predicted vs published step time for every published run.
 
 Default: the packaged published-runs table (or ``--data FILE.csv``), in-sample with the packaged
-stack profiles and leave-one-table-out (every profile refitted without the table), overall, per
-table and per stack. ``--seeds``: the seed-document catalog (``trainperf published --seeds``)."""
+stack profiles, leave-one-table-out (every profile refitted without the table) and
+leave-one-(stack, silicon)-out (every table of a software stack on one silicon generation refitted
+out together), overall, per group, per table and per stack. ``--seeds``: the seed-document catalog (``trainperf published --seeds``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from typing import Any
 
 from trainperf.cli.common import add_json_argument, print_json, table
 
-HELP = "predict every published run: MAPE, mean signed error, worst row; in-sample and leave-one-table-out"
+HELP = ("predict every published run: MAPE, mean signed error, worst row; in-sample, leave-one-table-out and "
+        "leave-one-(stack, silicon)-out")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stack", metavar="NAME|FILE",
                         help="predict every row with this stack profile instead of each row's own")
     parser.add_argument("--no-loto", action="store_true",
-                        help="skip leave-one-table-out (it refits every profile once per table; cached)")
+                        help="skip the held-out checks (they refit every profile once per table and per group; cached)")
     parser.add_argument("--seeds", action="store_true",
                         help="validate the seed-document catalog instead (the pre-table behaviour)")
     parser.add_argument("--calibration", metavar="FILE",
@@ -57,20 +59,23 @@ def _run_table(args: argparse.Namespace) -> int:
         return 0
     rows = []
     for t, x in d["per_table"].items():
-        i, lo = x["in_sample"], x["leave_one_table_out"] or {}
+        i, lo, go = x["in_sample"], x["leave_one_table_out"] or {}, x["leave_one_group_out"] or {}
         stack = next(r.stack for r in v.rows if r.table_id == t)
         rows.append([t[:48], stack, i["rows"], _abs(i["mape_pct"]), _pct(i["mean_signed_pct"]),
                      _abs(lo.get("mape_pct")), _pct(lo.get("mean_signed_pct")),
-                     f"{lo.get('worst', i['worst'])} ({_pct(lo.get('worst_pct', i['worst_pct']))})"])
+                     _abs(go.get("mape_pct")), _pct(go.get("mean_signed_pct"))])
     print(table(rows, ["table", "stack", "rows", "MAPE %", "signed %", "LOTO MAPE %", "LOTO signed %",
-                       "worst row (LOTO %)"]))
+                       "group-out MAPE %", "group-out signed %"]))
     print()
     rows = []
-    for s_, x in d["per_stack"].items():
-        i, lo = x["in_sample"], x["leave_one_table_out"] or {}
-        rows.append([s_, i["rows"], _abs(i["mape_pct"]), _pct(i["mean_signed_pct"]), _abs(lo.get("mape_pct")),
-                     _pct(lo.get("mean_signed_pct")), f"{lo.get('worst', i['worst'])}"])
-    print(table(rows, ["stack", "rows", "MAPE %", "signed %", "LOTO MAPE %", "LOTO signed %", "worst row"]))
+    for g, x in d["per_group"].items():
+        i, lo, go = x["in_sample"], x["leave_one_table_out"] or {}, x["leave_one_group_out"] or {}
+        tables = len({r.table_id for r in v.rows if r.included and r.group == g})
+        rows.append([g, tables, i["rows"], _abs(i["mape_pct"]), _abs(lo.get("mape_pct")),
+                     _abs(go.get("mape_pct")), _pct(go.get("mean_signed_pct")),
+                     f"{go.get('worst', i['worst'])} ({_pct(go.get('worst_pct', i['worst_pct']))})"])
+    print(table(rows, ["group (stack@silicon)", "tables", "rows", "MAPE %", "LOTO MAPE %",
+                       "group-out MAPE %", "group-out signed %", "worst row (group-out %)"]))
     print()
     excluded = [r for r in v.rows if not r.included]
     if excluded:
@@ -85,6 +90,12 @@ def _run_table(args: argparse.Namespace) -> int:
         print(f"leave-one-table-out (profiles refitted without the table): MAPE "
               f"{d['leave_one_table_out_mape_pct']:.2f}%, mean signed {d['leave_one_table_out_mean_signed_pct']:+.2f}%; "
               f"worst row {d['leave_one_table_out_worst_row']} ({d['leave_one_table_out_worst_pct']:+.1f}%)")
+    if d["leave_one_group_out_mape_pct"] is not None:
+        print(f"leave-one-(stack, silicon)-out (every table of the row's stack on its silicon refitted out): "
+              f"MAPE {d['leave_one_group_out_mape_pct']:.2f}%, mean signed "
+              f"{d['leave_one_group_out_mean_signed_pct']:+.2f}%; worst group "
+              f"{d['leave_one_group_out_max_group_mape_pct']:.1f}% MAPE; worst row "
+              f"{d['leave_one_group_out_worst_row']} ({d['leave_one_group_out_worst_pct']:+.1f}%)")
     print("signed error: positive = predicted slower than published")
     return 0
 

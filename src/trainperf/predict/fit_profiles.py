@@ -22,11 +22,7 @@ without that table.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
-import os
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +32,15 @@ import numpy as np
 
 from trainperf.predict import batch, core
 from trainperf.predict.efficiency import KNOB_BOUNDS, KNOB_NAMES, knobs_for
+from trainperf.predict.holdout import (
+    PACKAGED_CACHE,
+    Prediction,
+    cache_key,
+    cache_payload,
+    leave_one_group_out,
+    leave_one_table_out,
+    summarize,
+)
 from trainperf.predict.stacks import DEFAULT_STACK, Profile, generation_of
 
 GENERATION_KNOBS: tuple[str, ...] = ("matmul_efficiency", "fp8_matmul_efficiency")
@@ -338,150 +343,19 @@ def profiles_from_fit(pb: Problem, theta: np.ndarray) -> dict[str, Profile]:
 
 
 # ---------------------------------------------------------------------------------- results
-@dataclass(frozen=True)
-class Prediction:
-    name: str
-    table: str
-    stack: str
-    measured_step_time_s: float
-    predicted_step_time_s: float
-
-    @property
-    def signed_pct(self) -> float:
-        return 100.0 * (self.predicted_step_time_s / self.measured_step_time_s - 1.0)
-
-
 def fit_rows(rows: Sequence[FitRow], **kw: Any) -> tuple[Problem, np.ndarray, list[Prediction]]:
     """Fit on ``rows``; returns the problem, parameters and in-sample predictions."""
     pb = build_problem(rows, **kw)
     theta, _ = solve(pb)
     pred = pb.predict(theta)
-    return pb, theta, [Prediction(r.name, r.table, r.stack, r.measured_step_time_s, float(p))
+    return pb, theta, [Prediction(r.name, r.table, r.stack, r.measured_step_time_s, float(p), r.generation)
                        for r, p in zip(pb.rows, pred, strict=True)]
-
-
-def leave_one_table_out(rows: Sequence[FitRow], **kw: Any) -> list[Prediction]:
-    """Each table predicted by a fit on every other table (its rows never in its own fit)."""
-    rows = list(rows)
-    tables = list(dict.fromkeys(r.table for r in rows))
-    full = build_problem(rows, **kw)
-    out: dict[str, Prediction] = {}
-    for t in tables:
-        train = [r for r in rows if r.table != t]
-        pb = build_problem(train, **kw)
-        theta, _ = solve(pb)  # from the vendor defaults: nothing of table t in the start either
-        # the same parameters applied to the held-out rows: map by (level, key, knob)
-        pos = {p: i for i, p in enumerate(pb.params)}
-        th_full = np.array([theta[pos[p]] if p in pos else 0.0 for p in full.params])
-        idx = [i for i, r in enumerate(rows) if r.table == t]
-        gi = sorted({g for g, grp in enumerate(full.groups) if set(grp.index.tolist()) & set(idx)})
-        pred = full.predict(th_full, gi)
-        for i in idx:
-            r = rows[i]
-            out[r.name] = Prediction(r.name, r.table, r.stack, r.measured_step_time_s, float(pred[i]))
-    return [out[r.name] for r in rows]
-
-
-# ------------------------------------------------------------------------------------ cache
-def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "trainperf"
-
-
-def _code_hash() -> str:
-    h = hashlib.sha256()
-    here = Path(__file__).parent
-    for name in ("core.py", "compute.py", "comms.py", "memory.py", "pipeline.py", "fit_profiles.py",
-                 "batch.py", "runs_table.py", "efficiency.py", "stacks.py"):
-        p = here / name
-        if p.is_file():
-            h.update(p.read_bytes())
-    for p in sorted((here / "data").rglob("*")):
-        if p.is_file() and p.name != PACKAGED_LOTO:
-            h.update(p.read_bytes())
-    for p in sorted((here.parent / "specs").rglob("*")):
-        if p.is_file() and p.suffix in (".py", ".toml"):
-            h.update(p.read_bytes())
-    for p in sorted((here.parent / "accounting").rglob("*.py")):
-        h.update(p.read_bytes())
-    return h.hexdigest()[:16]
-
-
-PACKAGED_LOTO = "loto_cache.json"
-"""Leave-one-table-out predictions of the packaged table, written with the profiles by
-``python -m trainperf.predict.fit_profiles`` and used only while the model's code and data hash
-to the key stored in it (any change to them recomputes)."""
-
-
-def loto_key(rows: Sequence[FitRow], key_extra: str = "") -> str:
-    h = hashlib.sha256()
-    h.update(_code_hash().encode())
-    h.update(key_extra.encode())
-    for r in rows:
-        h.update(f"{r.name}|{r.table}|{r.stack}|{r.measured_step_time_s!r}|{r.workload!r}".encode())
-    return h.hexdigest()[:20]
-
-
-def _read_preds(path: Path, key: str | None = None) -> list[Prediction] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if key is not None:
-            if data.get("key") != key:
-                return None
-            data = data["predictions"]
-        return [Prediction(**d) for d in data]
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
-        return None
-
-
-def cached_loto(rows: Sequence[FitRow], key_extra: str = "") -> list[Prediction]:
-    """:func:`leave_one_table_out`, cached by the rows and the model's code and data: the
-    packaged result when it matches, else a per-user cache file, else computed (and cached)."""
-    key = loto_key(rows, key_extra)
-    packaged = Path(__file__).parent / "data" / PACKAGED_LOTO
-    if packaged.is_file():
-        got = _read_preds(packaged, key)
-        if got is not None:
-            return got
-    path = _cache_dir() / f"loto-{key}.json"
-    if path.is_file():
-        got = _read_preds(path)
-        if got is not None:
-            return got
-    preds = leave_one_table_out(rows)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps([p.__dict__ for p in preds]), encoding="utf-8")
-    except OSError:
-        pass
-    return preds
-
-
-def summarize(preds: Sequence[Prediction]) -> dict[str, Any]:
-    """MAPE, mean signed error and worst row of a set of predictions."""
-    if not preds:
-        return {"rows": 0, "mape_pct": float("nan"), "mean_signed_pct": float("nan"), "worst": None}
-    errs = [p.signed_pct for p in preds]
-    worst = max(preds, key=lambda p: abs(p.signed_pct))
-    return {"rows": len(preds), "mape_pct": statistics.fmean(abs(e) for e in errs),
-            "mean_signed_pct": statistics.fmean(errs), "worst": worst.name,
-            "worst_pct": worst.signed_pct}
-
-
-def by(preds: Sequence[Prediction], key: str) -> dict[str, dict[str, Any]]:
-    """:func:`summarize` per ``table`` or per ``stack``."""
-    keys = list(dict.fromkeys(getattr(p, key) for p in preds))
-    return {k: summarize([p for p in preds if getattr(p, key) == k]) for k in keys}
 
 
 def rows_from_table(runs: Sequence[Any]) -> list[FitRow]:
     """:class:`FitRow` s of the mapped rows of a published-runs table."""
     return [FitRow(name=r.row_id, table=r.table_id, stack=r.stack, workload=r.workload,
                    measured_step_time_s=float(r.step_time_s)) for r in runs if r.included]
-
-
-def fit_report_json(preds: Mapping[str, Any]) -> str:
-    return json.dumps(preds, indent=2)
 
 
 # -------------------------------------------------------------------- packaged profile files
@@ -510,33 +384,34 @@ def _packaged_facts(name: str) -> dict[str, Any]:
     return {"kernels": dict(p.kernels), "capabilities": dict(p.capabilities), "defaults": dict(p.defaults)}
 
 
-def packaged_fit(rows: Sequence[FitRow]) -> tuple[dict[str, Profile], list[Prediction], list[Prediction]]:
-    """Fit every packaged profile on ``rows`` and judge each stack on held-out tables.
+def packaged_fit(rows: Sequence[FitRow]) -> tuple[dict[str, Profile], list[Prediction], dict[str, list[Prediction]]]:
+    """Fit every packaged profile on ``rows`` and judge each stack on held-out data.
 
-    Returns (profiles with sources, in-sample predictions, leave-one-table-out predictions)."""
+    Returns (profiles with sources, in-sample predictions, ``{"table": leave-one-table-out,
+    "group": leave-one-group-out}`` predictions). Each fitted value's source names the tables it
+    was fitted on and the stack's held-out errors."""
     pb, theta, preds = fit_rows(rows)
-    loto = leave_one_table_out(rows)
+    held = {"table": leave_one_table_out(rows), "group": leave_one_group_out(rows)}
     profs = profiles_from_fit(pb, theta)
     out: dict[str, Profile] = {}
-    overall = summarize(loto)
     for name, prof in profs.items():
-        if name == DEFAULT_STACK:
-            mine = rows
-            lo = overall
-        else:
-            mine = [r for r in rows if r.stack == name]
-            lo = summarize([p for p in loto if p.stack == name])
+        mine = rows if name == DEFAULT_STACK else [r for r in rows if r.stack == name]
+        lo = summarize([p for p in held["table"] if name == DEFAULT_STACK or p.stack == name])
+        go = summarize([p for p in held["group"] if name == DEFAULT_STACK or p.stack == name])
         tables = list(dict.fromkeys(r.table for r in mine))
-        text = (f"fitted on the {len(tables)} table(s) listed in [fit] ({len(mine)} rows), "
-                f"leave-one-table-out MAPE {lo['mape_pct']:.1f}%, mean signed {lo['mean_signed_pct']:+.1f}%")
+        text = (f"fitted on the {len(tables)} table(s) listed in [fit] ({len(mine)} rows); held out: "
+                f"leave-one-(stack, silicon)-out MAPE {go['mape_pct']:.1f}% (mean signed "
+                f"{go['mean_signed_pct']:+.1f}%), leave-one-table-out MAPE {lo['mape_pct']:.1f}%")
         if name == DEFAULT_STACK:
-            text = ("fitted jointly with every stack's deviation on " + text.removeprefix("fitted on "))
+            text = "fitted jointly with every stack's deviation on " + text.removeprefix("fitted on ")
         sources = {k: text for k in prof.sources}
         desc, fws = DESCRIPTIONS.get(name, ("", ()))
         facts = _packaged_facts(name)
         out[name] = Profile(name=name, description=desc, frameworks=fws, knobs=prof.knobs,
                             generations=prof.generations, sources=sources, **facts,
                             fit={"tables": tables, "rows": len(mine),
+                                 "leave_one_group_out_mape_pct": round(go["mape_pct"], 2),
+                                 "leave_one_group_out_mean_signed_pct": round(go["mean_signed_pct"], 2),
                                  "leave_one_table_out_mape_pct": round(lo["mape_pct"], 2),
                                  "leave_one_table_out_mean_signed_pct": round(lo["mean_signed_pct"], 2),
                                  "in_sample_mape_pct": round(summarize(
@@ -546,11 +421,12 @@ def packaged_fit(rows: Sequence[FitRow]) -> tuple[dict[str, Profile], list[Predi
             desc, fws = DESCRIPTIONS[name]
             out[name] = Profile(name=name, description=desc + " No published table: generic's values.",
                                 frameworks=fws, **_packaged_facts(name))
-    return out, preds, loto
+    return out, preds, held
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Refit the packaged profiles on the packaged table and write ``data/stacks/*.toml``."""
+    """Refit the packaged profiles on the packaged table, write ``data/stacks/*.toml`` and the
+    hold-out cache."""
     import argparse
 
     from trainperf.predict.runs_table import packaged_runs
@@ -559,24 +435,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", default=str(Path(__file__).parent / "data" / "stacks"))
     args = ap.parse_args(argv)
     rows = rows_from_table(packaged_runs())
-    profs, preds, loto = packaged_fit(rows)
+    profs, preds, held = packaged_fit(rows)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for name, prof in profs.items():
         header = (f"# trainperf software-stack profile '{name}' (see trainperf/predict/stacks.py).\n"
                   "# Written by `python -m trainperf.predict.fit_profiles` from data/published_runs.csv;\n"
-                  "# every value says which tables it was fitted on and its leave-one-table-out error.\n")
+                  "# every fitted value says which tables it was fitted on and its held-out errors.\n")
         (out / f"{name}.toml").write_text(header + prof.to_toml(), encoding="utf-8")
-    (out.parent / PACKAGED_LOTO).write_text(json.dumps(
-        {"key": loto_key(rows), "predictions": [p.__dict__ for p in loto]}), encoding="utf-8")
-    s, lo = summarize(preds), summarize(loto)
+    # the cache key hashes the profiles just written, so it is computed after writing them
+    packaged_cache = Path(__file__).parent / "data" / PACKAGED_CACHE
+    if out.resolve() == (Path(__file__).parent / "data" / "stacks").resolve():
+        packaged_cache.write_text(cache_payload(cache_key(rows), held["table"], held["group"]), encoding="utf-8")
+    s, lo, go = summarize(preds), summarize(held["table"]), summarize(held["group"])
     print(f"in-sample MAPE {s['mape_pct']:.2f}% (mean signed {s['mean_signed_pct']:+.2f}%); "
-          f"leave-one-table-out MAPE {lo['mape_pct']:.2f}% (mean signed {lo['mean_signed_pct']:+.2f}%)")
+          f"leave-one-table-out MAPE {lo['mape_pct']:.2f}% (mean signed {lo['mean_signed_pct']:+.2f}%); "
+          f"leave-one-(stack, silicon)-out MAPE {go['mape_pct']:.2f}% (mean signed {go['mean_signed_pct']:+.2f}%)")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
 
 
 # ------------------------------------------------------------------------- a user's profile
@@ -634,3 +509,7 @@ def fit_user_profile(rows: Sequence[FitRow], name: str, base: Sequence[Profile] 
                    fit={"runs": [r.name for r in rows], "in_sample_mape_pct": round(err["mape_pct"], 2),
                         "base": [p.name for p in base]})
     return prof, preds
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

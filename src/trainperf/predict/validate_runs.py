@@ -1,11 +1,13 @@
-"""Validate the predictor on the published-runs table: in-sample and leave-one-table-out.
+"""Validate the predictor on the published-runs table: in-sample and held out two ways.
 
 In-sample: every mapped row predicted with the packaged profiles (its own stack's, or the one
-``stack`` names). Leave-one-table-out: every profile refitted without the row's whole table,
-then the table predicted (:func:`trainperf.predict.fit_profiles.leave_one_table_out`; cached on
-disk, since it refits ~30 times). Reported overall, per table and per stack: MAPE, mean signed
-error (positive = predicted slower than measured) and the worst row. Excluded rows are listed
-with their reason and kept out of every mean.
+``stack`` names). Held out (:mod:`trainperf.predict.holdout`, cached on disk since each refits
+every profile once per table or group): leave-one-table-out (the row's whole table out of the
+fit) and leave-one-(stack, silicon)-out (every table of the row's software stack on the row's
+silicon generation out of the fit: the error to expect for a stack on a GPU no table covers).
+Reported overall, per group, per table and per stack: MAPE, mean signed error (positive =
+predicted slower than measured) and the worst row. Excluded rows are listed with their reason
+and kept out of every mean.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from trainperf.predict import core
-from trainperf.predict.fit_profiles import Prediction, by, cached_loto, rows_from_table, summarize
+from trainperf.predict.fit_profiles import rows_from_table
+from trainperf.predict.holdout import Prediction, by, cached_holdouts, group_key, summarize
 from trainperf.predict.runs_table import TableRun, load_table_runs
 from trainperf.predict.stacks import generation_of
 
@@ -42,10 +45,18 @@ class RowResult:
     loto_predicted_step_time_s: float | None
     loto_signed_pct: float | None
     assumptions: tuple[str, ...]
+    group_out_predicted_step_time_s: float | None = None
+    """Predicted with every profile refitted without the row's (stack, silicon) group."""
+    group_out_signed_pct: float | None = None
+
+    @property
+    def group(self) -> str:
+        return group_key(self.stack, self.generation)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["assumptions"] = list(self.assumptions)
+        d["group"] = self.group
         # the names the seed-catalog validation used, for scripts that read them
         d["published_step_time_s"] = self.measured_step_time_s
         d["abs_pct_error"] = abs(self.signed_pct) if self.signed_pct is not None else None
@@ -58,11 +69,15 @@ class RunsValidation:
     in_sample: tuple[Prediction, ...]
     loto: tuple[Prediction, ...]
     stack_override: str | None = None
+    group_out: tuple[Prediction, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        s, lo = summarize(self.in_sample), summarize(self.loto)
+        s, lo, go = summarize(self.in_sample), summarize(self.loto), summarize(self.group_out)
         tables_in, tables_lo = by(self.in_sample, "table"), by(self.loto, "table")
         stacks_in, stacks_lo = by(self.in_sample, "stack"), by(self.loto, "stack")
+        tables_go, stacks_go = by(self.group_out, "table"), by(self.group_out, "stack")
+        groups_in, groups_lo, groups_go = (by(self.in_sample, "group"), by(self.loto, "group"),
+                                           by(self.group_out, "group"))
         return {
             "rows_total": len(self.rows), "rows_predicted": s["rows"],
             "rows_excluded": sum(1 for r in self.rows if not r.included),
@@ -74,10 +89,18 @@ class RunsValidation:
             "leave_one_table_out_mean_signed_pct": lo["mean_signed_pct"] if self.loto else None,
             "leave_one_table_out_worst_row": lo["worst"] if self.loto else None,
             "leave_one_table_out_worst_pct": lo.get("worst_pct") if self.loto else None,
-            "per_table": {t: {"in_sample": v, "leave_one_table_out": tables_lo.get(t)}
-                          for t, v in tables_in.items()},
-            "per_stack": {t: {"in_sample": v, "leave_one_table_out": stacks_lo.get(t)}
-                          for t, v in stacks_in.items()},
+            "leave_one_group_out_mape_pct": go["mape_pct"] if self.group_out else None,
+            "leave_one_group_out_mean_signed_pct": go["mean_signed_pct"] if self.group_out else None,
+            "leave_one_group_out_worst_row": go["worst"] if self.group_out else None,
+            "leave_one_group_out_worst_pct": go.get("worst_pct") if self.group_out else None,
+            "leave_one_group_out_max_group_mape_pct": (max(v["mape_pct"] for v in groups_go.values())
+                                                       if self.group_out else None),
+            "per_group": {g: {"in_sample": v, "leave_one_table_out": groups_lo.get(g),
+                              "leave_one_group_out": groups_go.get(g)} for g, v in groups_in.items()},
+            "per_table": {t: {"in_sample": v, "leave_one_table_out": tables_lo.get(t),
+                              "leave_one_group_out": tables_go.get(t)} for t, v in tables_in.items()},
+            "per_stack": {t: {"in_sample": v, "leave_one_table_out": stacks_lo.get(t),
+                              "leave_one_group_out": stacks_go.get(t)} for t, v in stacks_in.items()},
             "rows": [r.to_dict() for r in self.rows],
         }
 
@@ -96,24 +119,30 @@ def validate_runs(data: str | Path | None = None, stack: str | None = None,
     """Predict every row of the packaged table (or ``data``), in-sample and held out."""
     runs = tuple(load_table_runs(data) if runs is None else runs)
     fit_rows = rows_from_table(runs)
-    loto_preds = {p.name: p for p in (cached_loto(fit_rows) if loto and fit_rows else [])}
+    held = cached_holdouts(fit_rows) if loto and fit_rows else {"table": [], "group": []}
+    loto_preds = {p.name: p for p in held["table"]}
+    go_preds = {p.name: p for p in held["group"]}
     out: list[RowResult] = []
     ins: list[Prediction] = []
     for r in runs:
-        pred = signed = lp = ls = None
+        pred = signed = lp = ls = gp = gs = None
         if r.included:
             pred = predict_row(r, stack)
             signed = 100.0 * (pred / r.step_time_s - 1.0)
-            ins.append(Prediction(r.row_id, r.table_id, r.stack, float(r.step_time_s), pred))
+            ins.append(Prediction(r.row_id, r.table_id, r.stack, float(r.step_time_s), pred, r.generation))
             if r.row_id in loto_preds:
                 lp = loto_preds[r.row_id].predicted_step_time_s
                 ls = loto_preds[r.row_id].signed_pct
+            if r.row_id in go_preds:
+                gp = go_preds[r.row_id].predicted_step_time_s
+                gs = go_preds[r.row_id].signed_pct
         out.append(RowResult(
             row_id=r.row_id, table_id=r.table_id, stack=r.stack,
             generation=generation_of(r.workload.hardware) if r.workload is not None else "",
             model=r.model, hardware=r.hardware, precision=r.precision, source=r.source,
             included=r.included, exclude_reason=r.exclude_reason, measured_step_time_s=r.step_time_s,
             step_time_from=r.step_time_from, predicted_step_time_s=pred, signed_pct=signed,
-            loto_predicted_step_time_s=lp, loto_signed_pct=ls, assumptions=r.assumptions))
-    return RunsValidation(rows=tuple(out), in_sample=tuple(ins), loto=tuple(loto_preds.values()),
-                          stack_override=stack)
+            loto_predicted_step_time_s=lp, loto_signed_pct=ls, assumptions=r.assumptions,
+            group_out_predicted_step_time_s=gp, group_out_signed_pct=gs))
+    return RunsValidation(rows=tuple(out), in_sample=tuple(ins), loto=tuple(held["table"]),
+                          stack_override=stack, group_out=tuple(held["group"]))

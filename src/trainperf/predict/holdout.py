@@ -1,0 +1,221 @@
+"""Judge fitted profiles on data they were not fitted on: leave out a table, or a whole group.
+
+Two hold-out schemes, each refitting every profile (``generic`` and every stack's deviation)
+from the vendor defaults without the held-out rows, then predicting them:
+
+* **leave-one-table-out**: one published table at a time. Its siblings (other tables of the same
+  software stack on the same silicon) stay in the fit, so this is the error a *new run of a
+  known stack on a known GPU* can expect.
+* **leave-one-group-out**: one ``(software stack, silicon generation)`` pair at a time, with every
+  table of that pair out together. What is left to predict the group is what the stack did on
+  other silicon, what other stacks did on this silicon, and the kernel physics; this is the
+  honest proxy for "a stack on a GPU nobody gave us", and the figure fitting choices are made on.
+
+Both are costly (one refit per table or group), so they are cached: a packaged result keyed by a
+hash of the model's code and data (``data/holdout_cache.json``, written with the profiles by
+``python -m trainperf.predict.fit_profiles``), else a per-user cache file, else computed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+PACKAGED_CACHE = "holdout_cache.json"
+"""Hold-out predictions of the packaged table, written with the profiles and used only while the
+model's code and data hash to the key stored in it (any change to them recomputes)."""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One measured row and a predicted step time for it."""
+
+    name: str
+    table: str
+    stack: str
+    measured_step_time_s: float
+    predicted_step_time_s: float
+    generation: str = ""
+    """Silicon generation of the row's device (``hopper``...); with ``stack`` it names the group."""
+
+    @property
+    def signed_pct(self) -> float:
+        """Positive when the prediction is slower than the measurement."""
+        return 100.0 * (self.predicted_step_time_s / self.measured_step_time_s - 1.0)
+
+    @property
+    def group(self) -> str:
+        """``stack@generation``: the unit leave-one-group-out holds out."""
+        return f"{self.stack}@{self.generation}"
+
+
+def group_key(stack: str, generation: str) -> str:
+    """The name of a (software stack, silicon generation) group."""
+    return f"{stack}@{generation}"
+
+
+def row_group(row: Any) -> str:
+    return group_key(row.stack, row.generation)
+
+
+# ------------------------------------------------------------------------------ hold-out fits
+def leave_out(rows: Sequence[Any], key: Callable[[Any], str], **kw: Any) -> list[Prediction]:
+    """Each set of rows sharing ``key(row)`` predicted by a fit on every other row.
+
+    The held-out rows are never in their own fit, nor in its start values (every fit starts from
+    the vendor defaults). Parameters the reduced fit has no data for (the held-out stack's own
+    deviation when the stack appears nowhere else) stay at zero: the rows are then predicted by
+    ``generic``."""
+    from trainperf.predict import fit_profiles as fp
+
+    rows = list(rows)
+    keys = [key(r) for r in rows]
+    full = fp.build_problem(rows, **kw)
+    out: dict[str, Prediction] = {}
+    for held in dict.fromkeys(keys):
+        train = [r for r, k in zip(rows, keys, strict=True) if k != held]
+        pb = fp.build_problem(train, **kw)
+        theta, _ = fp.solve(pb)
+        pos = {p: i for i, p in enumerate(pb.params)}
+        th_full = np.array([theta[pos[p]] if p in pos else 0.0 for p in full.params])
+        idx = [i for i, k in enumerate(keys) if k == held]
+        gi = sorted({g for g, grp in enumerate(full.groups) if set(grp.index.tolist()) & set(idx)})
+        pred = full.predict(th_full, gi)
+        for i in idx:
+            r = rows[i]
+            out[r.name] = Prediction(r.name, r.table, r.stack, r.measured_step_time_s, float(pred[i]),
+                                     r.generation)
+    return [out[r.name] for r in rows]
+
+
+def leave_one_table_out(rows: Sequence[Any], **kw: Any) -> list[Prediction]:
+    """Each published table predicted by a fit on every other table."""
+    return leave_out(rows, lambda r: r.table, **kw)
+
+
+def leave_one_group_out(rows: Sequence[Any], **kw: Any) -> list[Prediction]:
+    """Each (software stack, silicon generation) group predicted by a fit on every other group."""
+    return leave_out(rows, row_group, **kw)
+
+
+# ------------------------------------------------------------------------------------ cache
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "trainperf"
+
+
+_HASHED_MODULES = ("core.py", "compute.py", "comms.py", "memory.py", "pipeline.py", "fit_profiles.py",
+                   "holdout.py", "batch.py", "runs_table.py", "efficiency.py", "stacks.py")
+
+
+def _code_hash() -> str:
+    """Hash of everything a hold-out prediction depends on: the step model, the fit, the
+    packaged data (profiles, kernel tables), the specs and the accounting."""
+    h = hashlib.sha256()
+    here = Path(__file__).parent
+    for name in _HASHED_MODULES:
+        p = here / name
+        if p.is_file():
+            h.update(p.read_bytes())
+    for sub in ("data", "kernels"):
+        for p in sorted((here / sub).rglob("*")):
+            if p.is_file() and p.name != PACKAGED_CACHE and p.suffix in (".py", ".toml", ".json", ".csv"):
+                h.update(p.read_bytes())
+    for p in sorted((here.parent / "specs").rglob("*")):
+        if p.is_file() and p.suffix in (".py", ".toml"):
+            h.update(p.read_bytes())
+    for p in sorted((here.parent / "accounting").rglob("*.py")):
+        h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def cache_key(rows: Sequence[Any], key_extra: str = "") -> str:
+    """Key of a hold-out result: the code and data hash plus every row's identity and workload."""
+    h = hashlib.sha256()
+    h.update(_code_hash().encode())
+    h.update(key_extra.encode())
+    for r in rows:
+        h.update(f"{r.name}|{r.table}|{r.stack}|{r.measured_step_time_s!r}|{r.workload!r}".encode())
+    return h.hexdigest()[:20]
+
+
+def _preds(data: Any) -> list[Prediction] | None:
+    try:
+        return [Prediction(**d) for d in data]
+    except (TypeError, ValueError):
+        return None
+
+
+def _read_cache(path: Path, key: str) -> dict[str, list[Prediction]] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("key") != key:
+        return None
+    out = {}
+    for scheme in ("table", "group"):
+        got = _preds(data.get(scheme))
+        if got is None:
+            return None
+        out[scheme] = got
+    return out
+
+
+def cache_payload(key: str, table: Sequence[Prediction], group: Sequence[Prediction]) -> str:
+    """The JSON text of a cache file."""
+    return json.dumps({"key": key, "table": [p.__dict__ for p in table],
+                       "group": [p.__dict__ for p in group]})
+
+
+def cached_holdouts(rows: Sequence[Any], key_extra: str = "") -> dict[str, list[Prediction]]:
+    """``{"table": leave-one-table-out, "group": leave-one-group-out}`` predictions of ``rows``:
+    the packaged result when it matches, else the per-user cache file, else computed (and cached)."""
+    key = cache_key(rows, key_extra)
+    packaged = Path(__file__).parent / "data" / PACKAGED_CACHE
+    got = _read_cache(packaged, key) if packaged.is_file() else None
+    if got is not None:
+        return got
+    path = _cache_dir() / f"holdout-{key}.json"
+    got = _read_cache(path, key) if path.is_file() else None
+    if got is not None:
+        return got
+    out = {"table": leave_one_table_out(rows), "group": leave_one_group_out(rows)}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(cache_payload(key, out["table"], out["group"]), encoding="utf-8")
+        os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the whole new one
+    except OSError:
+        pass
+    return out
+
+
+# -------------------------------------------------------------------------------- summaries
+def summarize(preds: Sequence[Prediction]) -> dict[str, Any]:
+    """MAPE, mean signed error and worst row of a set of predictions."""
+    if not preds:
+        return {"rows": 0, "mape_pct": float("nan"), "mean_signed_pct": float("nan"), "worst": None}
+    errs = [p.signed_pct for p in preds]
+    worst = max(preds, key=lambda p: abs(p.signed_pct))
+    return {"rows": len(preds), "mape_pct": statistics.fmean(abs(e) for e in errs),
+            "mean_signed_pct": statistics.fmean(errs), "worst": worst.name,
+            "worst_pct": worst.signed_pct}
+
+
+def by(preds: Sequence[Prediction], key: str) -> dict[str, dict[str, Any]]:
+    """:func:`summarize` per ``table``, ``stack`` or ``group``."""
+    keys = list(dict.fromkeys(getattr(p, key) for p in preds))
+    return {k: summarize([p for p in preds if getattr(p, key) == k]) for k in keys}
+
+
+def per_key(preds: Sequence[Prediction]) -> Mapping[str, Prediction]:
+    return {p.name: p for p in preds}
