@@ -44,7 +44,7 @@ import numpy as np
 
 from trainperf.accounting import recompute
 from trainperf.accounting.flops import attention_pairs
-from trainperf.predict import comms, compute, memory, pipeline, vec
+from trainperf.predict import comms, compute, kernels, memory, pipeline, stack_kernels, vec
 
 ATTENTION_PEAK_PRECISION = {"fp8": "bf16", "fp4": "bf16"}
 """Attention runs in 16-bit even when the GEMMs run in fp8/fp4 (seed 002, footnote 2)."""
@@ -143,6 +143,7 @@ def workload_features(w: Any, trainable_fraction: float = 1.0) -> dict[str, Any]
         "peak_flops": hw.sustained_peak_flops(precision),
         "attn_peak_flops": hw.sustained_peak_flops(attn_prec),
         "fp8": precision in ("fp8", "fp4"),
+        **kernel_features(w),
         "state_kind": "fp32" if precision in ("fp32", "tf32") else "mixed",
         "act_bytes": 4.0 if precision in ("fp32", "tf32") else 2.0,
         "hbm_bytes_per_s": hw.hbm_bandwidth_GB_per_s * 1e9,
@@ -152,6 +153,52 @@ def workload_features(w: Any, trainable_fraction: float = 1.0) -> dict[str, Any]
         "trainable_fraction": float(trainable_fraction),
     })
     return f
+
+
+def kernel_features(w: Any) -> dict[str, Any]:
+    """What the workload's software stack runs on its silicon, and how fast the silicon runs it
+    (kernel physics, :mod:`trainperf.predict.kernels`): GEMM efficiency and shape constant for the
+    GEMM dtype, the attention kernel family, the memory-bound implementation and its achieved
+    bandwidth, the fp8 recipe's quantisation cost, the collective parameters per link level."""
+    hw = w.hardware
+    sil = _silicon(hw)
+    sk = stack_kernels.for_stack(getattr(w, "stack", None), sil)
+    precision = w.precision
+    fp8 = precision in ("fp8", "fp4")
+    gdt = precision if precision not in ("fp4",) else "fp8"
+    compiled = bool(w.compile) or sk.compiled
+    impl = sk.elementwise_impl(bool(w.compile))
+    recipe = (w.fp8_recipe or sk.fp8_recipe) if fp8 else ""
+    attn = getattr(w, "attention_kernel", None) or sk.attention
+    links = []
+    for kind in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "send-recv"):
+        up = kernels.collectives.link_params(sil, "scale-up", kind)
+        out = kernels.collectives.link_params(sil, "scale-out", kind)
+        links.append((kind, *map(float, up), *map(float, out)))
+    return {
+        "silicon": sil, "attn_family": attn, "elementwise_impl": impl, "compiled": compiled,
+        "gemm_peak_fraction": float(kernels.gemm.peak_fraction(sil, gdt)),
+        "gemm_half_dim": float(kernels.gemm.half_dim(sil, gdt)),
+        "fp8_recipe": recipe,
+        "fp8_recipe_factor": float(kernels.fp8.recipe_gemm_factor(sil, recipe)) if fp8 else 1.0,
+        "elementwise_fraction": float(kernels.memory_bound.elementwise_fraction(sil, impl)),
+        "hbm_fraction": float(kernels.memory_bound.hbm_fraction(sil)),
+        "tp_overlap_rule": sk.tp_overlap,
+        "link_params": tuple(links),
+    }
+
+
+def _silicon(hw: Any) -> str:
+    from trainperf.predict.stacks import generation_of
+
+    return generation_of(hw)
+
+
+def _link(f: dict[str, Any], kind: str) -> tuple[float, ...]:
+    for entry in f["link_params"]:
+        if entry[0] == kind:
+            return entry[1:]
+    raise KeyError(kind)
 
 
 def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
@@ -167,15 +214,18 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     dpn = f["devices_per_node"]
     act_b = f["act_bytes"]
     hbm = f["hbm_bytes_per_s"]
-    lat = k["link_latency_us"] * 1e-6
     ovh = k["op_overhead_us"] * 1e-6
     train_frac = f["trainable_fraction"]
-    recipe = f["fp8_recipe"]
-    recipe_factor = k.get(f"fp8_{recipe}_matmul_factor", 1.0) if recipe else 1.0
-    mm_eff = vec.where(f["fp8"], k["fp8_matmul_efficiency"] * recipe_factor, k["matmul_efficiency"])
-    half = k["matmul_half_dim"]
+    # GEMMs: the silicon's measured GEMM efficiency for the dtype (kernel physics), the share of
+    # it the stack keeps (fitted), the fp8 recipe's quantisation cost (kernel physics)
+    mm_eff = f["gemm_peak_fraction"] * vec.where(f["fp8"], k["fp8_matmul_fraction"],
+                                                 k["matmul_fraction"]) / f["fp8_recipe_factor"]
+    half = f["gemm_half_dim"]
     peak = f["peak_flops"]
     elem = vec.where(f["fp8"], 1.0, act_b)
+    # memory-bound ops at the silicon's achieved bandwidth for the stack's implementation
+    mb_eff = f["elementwise_fraction"] * k["memory_bound_fraction"]
+    opt_eff = f["hbm_fraction"] * k["memory_bound_fraction"]
 
     etp = f["etp"]
     m_tok = b * s / cp  # token rows of every GEMM on one device
@@ -236,19 +286,21 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     # --- attention core and memory-bound ops of one layer, forward
     attn_flops = compute.attention_forward_flops(b, s / cp, f["kv_avg"], f["heads"] / t,
                                                  f["qk_head_dim"], f["v_head_dim"])
-    # fused attention runs below its long-sequence efficiency on short contexts (tiles, launch):
-    # efficiency x kv / (kv + attention_half_kv), kv = mean keys per query (0 = no length effect)
-    attn_eff = k["attention_efficiency"] * f["kv_avg"] / (f["kv_avg"] + k.get("attention_half_kv", 0.0))
-    attn_fwd, attn_bwd = compute.attention_time_s(attn_flops, f["attn_peak_flops"], attn_eff)
+    # the fused-attention kernel's measured efficiency at the length it runs on: the whole causal
+    # sequence, or with context parallelism the s/cp blocks of the ring (load-balanced, so mostly
+    # full, non-causal blocks)
+    a_fwd, a_bwd = _attention_efficiency(f, s / cp, cp)
+    attn_fwd = attn_flops / (f["attn_peak_flops"] * a_fwd * k["attention_fraction"])
+    attn_bwd = compute.FLASH_BACKWARD_FACTOR * attn_flops / (f["attn_peak_flops"] * a_bwd
+                                                             * k["attention_fraction"])
     hn = vec.where(sp, f["hidden"] / t, f["hidden"])
     kv_local = f["head_dim"] * vec.maximum(f["kv_heads"] / t, 1.0)
     ffn_eff = dense_frac * f["ffn"] + moe_frac * f["moe_topk"] * f["expert_ffn"]
     el_bytes = m_tok * compute.elementwise_bytes_per_token(hn, f["q_dim"] / t, kv_local, ffn_eff / t,
                                                            f["gated"], act_b)
-    mem_fwd = compute.memory_time_s(el_bytes, hbm, k["memory_efficiency"])
+    mem_fwd = compute.memory_time_s(el_bytes, hbm, mb_eff)
     ovh_fwd = KERNELS_PER_LAYER_FWD * ovh
-    if f["compile"]:  # the profile says how much fusion saves of memory-bound ops and launches
-        mem_fwd = mem_fwd * k.get("compile_memory_bound_factor", 1.0)
+    if f["compiled"]:  # fewer, fused kernels: the profile says how much of the launch cost stays
         ovh_fwd = ovh_fwd * k.get("compile_overhead_factor", 1.0)
 
     layer_fwd = mm_fwd + attn_fwd + mem_fwd + ovh_fwd
@@ -257,8 +309,7 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
 
     # --- LM head + loss (last stage)
     head_mm = compute.matmul_time_s(m_tok, f["vocab"] / t, f["hidden"], peak, mm_eff, half, hbm, elem)
-    loss_t = compute.memory_time_s(m_tok * f["vocab"] / t * compute.LOSS_BYTES_PER_LOGIT, hbm,
-                                   k["memory_efficiency"])
+    loss_t = compute.memory_time_s(m_tok * f["vocab"] / t * compute.LOSS_BYTES_PER_LOGIT, hbm, mb_eff)
     head_fwd = head_mm + 0.5 * loss_t + 3 * ovh
     head_bwd = (1.0 + train_frac) * head_mm + 0.5 * loss_t + 3 * ovh
 
@@ -282,27 +333,31 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     dp_k, dp_N = comms.group_layout(f["dp"], t * cp * f["fsdp"], dpn)
     pp_k, pp_N = comms.group_layout(pp, t * cp * f["fsdp"] * f["dp"], dpn)
     ep_k, ep_N = comms.group_layout(ep, etp, dpn)
-    intra, inter, leff = f["intra_bytes_per_s"], f["inter_bytes_per_s"], k["link_efficiency"]
+    intra, inter, leff = f["intra_bytes_per_s"], f["inter_bytes_per_s"], k["link_fraction"]
+    p_ar, p_ag, p_rs, p_a2a, p_p2p = (_link(f, kind) for kind in ("all-reduce", "all-gather", "reduce-scatter",
+                                                                    "all-to-all", "send-recv"))
 
     # --- tensor parallel: per layer forward 2 all-reduces (or 2 AG + 2 RS with SP) of the
     # activations [b, s/cp, h]; the same backward and for full recomputation.
     tp_buf = b * s / cp * f["hidden"] * act_b
     gather_scale = vec.where(f["fp8"], 0.5, 1.0)  # fp8 recipes gather fp8 inputs (torchtitan, TE)
-    ar = comms.collective_time_s("all-reduce", tp_buf, t, tp_k, tp_N, intra, inter, leff, lat)
-    agrs = (comms.collective_time_s("all-gather", tp_buf * gather_scale, t, tp_k, tp_N, intra, inter, leff, lat)
-            + comms.collective_time_s("reduce-scatter", tp_buf, t, tp_k, tp_N, intra, inter, leff, lat))
+    ar = comms.collective_time_s("all-reduce", tp_buf, t, tp_k, tp_N, intra, inter, p_ar, leff)
+    agrs = (comms.collective_time_s("all-gather", tp_buf * gather_scale, t, tp_k, tp_N, intra, inter, p_ag, leff)
+            + comms.collective_time_s("reduce-scatter", tp_buf, t, tp_k, tp_N, intra, inter, p_rs, leff))
     # forward: 2 all-reduces, or 2 x (all-gather + reduce-scatter) with sequence parallelism
     tp_layer_fwd = vec.where(sp, 2.0 * agrs, 2.0 * ar)
     # recomputation redoes a region's collective when it re-runs the region's input projection
     tp_passes = 2.0 + rec_frac * 0.5 * (rc.attn_region + rc.mlp_region)
     tp_total_mb = n_crit * tp_layer_fwd * tp_passes
-    # async TP hides the profile's fraction of the TP collectives behind the GEMMs
-    tp_mb = tp_total_mb * (1.0 - (k.get("async_tp_overlap", 0.0) if f["async_tp"] else 0.0))
+    # async TP / TP comm overlap (when the stack does it for this run) hides the profile's
+    # fraction of the TP collectives behind the GEMMs
+    tp_ovl = _tp_overlapped(f["tp_overlap_rule"], f["async_tp"], sp)
+    tp_mb = tp_total_mb * (1.0 - vec.where(tp_ovl, k.get("async_tp_overlap", 0.0), 0.0))
     tp_bytes_mb = n_crit * tp_passes * 2.0 * comms.ring_bytes_per_device("all-reduce", tp_buf, t)
 
     # --- expert parallel all-to-all: dispatch + combine forward, again backward
     a2a_buf = m_tok * f["moe_topk"] * f["hidden"] * act_b * (etp / t)  # unique tokens per device
-    a2a = comms.collective_time_s("all-to-all", a2a_buf, ep, ep_k, ep_N, intra, inter, leff, lat)
+    a2a = comms.collective_time_s("all-to-all", a2a_buf, ep, ep_k, ep_N, intra, inter, p_a2a, leff)
     ep_mb = f["moe_layers"] / pp * 2.0 * 2.0 * a2a * (ep > 1)
 
     # critical-path time of one micro-batch on one stage
@@ -334,9 +389,9 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     fsN = vec.where(f["fsdp"] > 1, fs_N, dp_N)
     gather_bytes = PARAM_GATHER_BYTES * gather_scale
     ag_one = comms.collective_time_s("all-gather", p_stage * gather_bytes, fs_deg, fsk, fsN,
-                                     intra, inter, leff, lat * layers_stage)
+                                     intra, inter, p_ag, leff, layers_stage)
     rs_one = comms.collective_time_s("reduce-scatter", p_stage * train_frac * GRAD_REDUCE_BYTES, fs_deg,
-                                     fsk, fsN, intra, inter, leff, lat * layers_stage)
+                                     fsk, fsN, intra, inter, p_rs, leff, layers_stage)
     fsdp_ag = vec.where(zero3, 2.0 * M * ag_one, 0.0)
     fsdp_rs = vec.where(zero3, M * rs_one, 0.0)
     # the first layer's gather and the last layer's reduce-scatter of each micro-batch cannot hide
@@ -346,23 +401,33 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     dp = f["dp"]
     zs = f["zero_stage"]
     grad_shard = p_stage * train_frac * GRAD_REDUCE_BYTES / vec.where(f["fsdp"] > 1, f["fsdp"], 1.0)
-    dp_ar = comms.collective_time_s("all-reduce", grad_shard, dp, dp_k, dp_N, intra, inter, leff,
-                                    lat * vec.minimum(layers_stage, 8.0))
-    dp_rs = comms.collective_time_s("reduce-scatter", grad_shard, dp, dp_k, dp_N, intra, inter, leff, lat)
+    # gradients are reduced in buckets (DDP/Megatron: ~25-40 MB; a handful per stage)
+    dp_ar = comms.collective_time_s("all-reduce", grad_shard, dp, dp_k, dp_N, intra, inter, p_ar, leff,
+                                    vec.minimum(layers_stage, 8.0))
+    dp_rs = comms.collective_time_s("reduce-scatter", grad_shard, dp, dp_k, dp_N, intra, inter, p_rs, leff)
     dp_ag = comms.collective_time_s("all-gather", p_stage * train_frac * PARAM_GATHER_BYTES, dp, dp_k,
-                                    dp_N, intra, inter, leff, lat)
+                                    dp_N, intra, inter, p_ag, leff)
     # dp > 1 and not ZeRO-3 over dp (which the FSDP terms above already carry)
     plain_dp = vec.where(dp > 1, vec.where(f["fsdp"] <= 1, zs < 3, True), False)
     zero12 = vec.where(plain_dp, vec.where(f["fsdp"] <= 1, zs >= 1, False), False)
     dp_grad = vec.where(plain_dp, vec.where(zero12, dp_rs, dp_ar), 0.0)
     zero_ag = vec.where(zero12, dp_ag, 0.0)
 
-    # --- context parallel ring (K and V forward; K, V, dK, dV backward) and PP send/recv
+    # --- context parallel ring (Liu et al. 2023, ring attention; Megatron-Core / torchtitan CP):
+    # cp-1 steps per layer, each passing a K/V block (forward; K, V, dK, dV backward) to the next
+    # rank while the current block's attention runs; a step's transfer hides behind that step's
+    # attention, what is longer is exposed. Recomputation re-runs the forward ring.
     kv_chunk = b * s / cp * 2.0 * kv_local * act_b
-    cp_layer = comms.collective_time_s("all-gather", kv_chunk * cp, cp, cp_k, cp_N, intra, inter, leff, lat)
-    cp_mb = vec.where(cp > 1, n_crit * cp_layer * (1.0 + 2.0 + rec_frac * rc.attn_region), 0.0)
+    cp_step = comms.collective_time_s("send-recv", kv_chunk, cp, cp_k, cp_N, intra, inter, p_p2p, leff)
+    steps = vec.maximum(cp - 1.0, 0.0)
+    ovl = k["overlap"]
+    cp_fwd_exp = steps * vec.maximum(0.0, cp_step - ovl * attn_fwd / vec.maximum(cp, 1.0))
+    cp_bwd_exp = steps * vec.maximum(0.0, 2.0 * cp_step - ovl * attn_bwd / vec.maximum(cp, 1.0))
+    cp_passes_fwd = 1.0 + rec_frac * rc.attention_core
+    cp_mb = vec.where(cp > 1, n_crit * steps * cp_step * (cp_passes_fwd + 2.0), 0.0)
+    cp_exp_mb = vec.where(cp > 1, n_crit * (cp_passes_fwd * cp_fwd_exp + cp_bwd_exp), 0.0)
     pp_msg = b * s / cp * f["hidden"] * act_b / vec.where(sp, t, 1.0)
-    pp_one = comms.collective_time_s("send-recv", pp_msg, pp, pp_k, pp_N, intra, inter, leff, lat)
+    pp_one = comms.collective_time_s("send-recv", pp_msg, pp, pp_k, pp_N, intra, inter, p_p2p, leff)
     pp_mb = vec.where(pp > 1, 2.0 * vpp * pp_one, 0.0)
 
     # --- overlap: FSDP, CP and PP traffic hide behind the step's compute; DP behind the last
@@ -376,21 +441,18 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     edge_ag = edge * ag_one / vec.where(ag_one + rs_one > 0, ag_one + rs_one, 1.0)
     fsdp_ag_exp = ag_fwd_exp + 0.5 * fsdp_ag * bwd_share + edge_ag
     fsdp_rs_exp = fsdp_rs * bwd_share + (edge - edge_ag)
-    # CP and PP traffic hide in what the FSDP traffic left of the step's compute
+    # PP traffic hides in what the FSDP traffic left of the step's compute; the CP ring's exposed
+    # part was priced step by step above
     left = vec.maximum(0.0, fwd_all + bwd_all - ovl * (fsdp_ag + fsdp_rs))
-    other = M * (cp_mb + pp_mb)
-    other_exp = comms.exposed_s(other, left, ovl)
-    other_share = vec.where(other > 0, other_exp / vec.where(other > 0, other, 1.0), 0.0)
-    cp_exp = M * cp_mb * other_share
-    pp_exp = M * pp_mb * other_share
+    pp_exp = comms.exposed_s(M * pp_mb, left, ovl)
+    cp_exp = M * cp_exp_mb
     dp_exp = comms.exposed_s(dp_grad, bwd_mb, ovl)
     zero_ag_exp = comms.exposed_s(zero_ag, fwd_mb, ovl)
 
     # --- pipeline bubble and optimizer
     bubble = vec.where(pp > 1, pipeline.bubble_time_s(pp, vec.where(f["interleaved"], vpp, 1.0), t_mb), 0.0)
     p_opt_local = _sharded(p_stage, f["shards_optimizer"]) * train_frac
-    optimizer = compute.memory_time_s(p_opt_local * compute.OPTIMIZER_BYTES_PER_PARAM, hbm,
-                                      k["memory_efficiency"]) + 20 * ovh
+    optimizer = compute.memory_time_s(p_opt_local * compute.OPTIMIZER_BYTES_PER_PARAM, hbm, opt_eff) + 20 * ovh
 
     step = (M * t_mb + bubble + fsdp_ag_exp + fsdp_rs_exp + dp_exp + zero_ag_exp + cp_exp
             + pp_exp + optimizer)
@@ -450,6 +512,28 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
         "mem_capacity": f["hbm_capacity_bytes"],
         "microbatch_s": t_mb,
     }
+
+
+def _tp_overlapped(rule: str, async_tp: Any, sp: Any) -> Any:
+    """Whether the stack overlaps the tensor-parallel collectives of this plan with GEMMs
+    (:meth:`~trainperf.predict.stack_kernels.StackKernels.tp_overlapped`, vectorised over ``sp``)."""
+    if rule == "always":
+        return True
+    if rule == "sequence-parallel":
+        return vec.where(sp, True, async_tp)
+    return async_tp
+
+
+def _attention_efficiency(f: dict[str, Any], seq: Any, cp: Any) -> tuple[Any, Any]:
+    """(forward, backward) fraction of the 16-bit peak the stack's attention kernel sustains on
+    this silicon at ``seq`` tokens per block: causal for the whole sequence, non-causal blocks for
+    a context-parallel ring (cp > 1)."""
+    fam, sil, hd = f["attn_family"], f["silicon"], f["qk_head_dim"]
+    if isinstance(cp, int | float) and not isinstance(cp, bool):
+        return kernels.attention.efficiency(sil, fam, seq, hd, cp <= 1)
+    cf, cb = kernels.attention.efficiency(sil, fam, seq, hd, True)
+    nf, nb = kernels.attention.efficiency(sil, fam, seq, hd, False)
+    return vec.where(cp <= 1, cf, nf), vec.where(cp <= 1, cb, nb)
 
 
 def as_float(x: Any) -> float:
