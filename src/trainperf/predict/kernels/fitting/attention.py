@@ -29,9 +29,13 @@ class Curve:
     def at(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return np.interp(x, self.x, self.fwd), np.interp(x, self.x, self.bwd)
 
-    def scaled(self, factor: float | Callable[[np.ndarray], np.ndarray]) -> Curve:
-        f = factor(self.x) if callable(factor) else factor
-        return Curve(self.x, self.fwd * f, self.bwd * f)
+    def scaled(self, factor: float | Callable[[np.ndarray], np.ndarray], knots: np.ndarray | None = None) -> Curve:
+        """The curve times ``factor`` (a number, or a function of log2 seq evaluated on the union of
+        this curve's knots and ``knots``, the curve held flat beyond its own)."""
+        x = self.x if knots is None else np.unique(np.concatenate([self.x, knots]))
+        fwd, bwd = self.at(x)
+        f = factor(x) if callable(factor) else factor
+        return Curve(x, fwd * f, bwd * f)
 
 
 Curves = dict[Key, Curve]
@@ -69,7 +73,8 @@ class Measured:
         self.cites: dict[str, list[str]] = defaultdict(list)
         groups: dict[tuple[str, str, int, bool], list[Row]] = defaultdict(list)
         for r in rows:
-            if r["silicon"] == silicon and r["use"] == "curve":
+            if r["silicon"] == silicon and (r["use"] == "curve" or (r["use"] == "check" and r["direction"] == "fwdbwd"
+                                            and r["causal"] == "true" and r["sku"] == "h100-sxm")):
                 groups[(r["family"], r["direction"], int(r["head_dim"]), r["causal"] == "true")].append(r)
         for key, rs in sorted(groups.items()):
             rs.sort(key=lambda r: int(r["seq_len"]))
@@ -124,7 +129,13 @@ def measured_curves(m: Measured, fam: str, ratio_ref: Curves | None) -> tuple[Cu
             x = _knots(fwd, bwd)
             out[key] = Curve(x, _on(x, fwd), _on(x, bwd))
             continue
-        if both:
+        comb = m.get(fam, "fwdbwd", key)
+        if comb is not None:  # fwd and fwd+bwd measured: bwd = 2.5 / (3.5/E - 1/f)
+            x = _knots(fwd, comb)
+            f, e = _on(x, fwd), _on(x, comb)
+            out[key] = Curve(x, f, BWD_FLOPS / ((1.0 + BWD_FLOPS) / e - 1.0 / f))
+            _note(notes, f"bwd for hd{key[0]} {'causal' if key[1] else 'full'} from the measured fwd+bwd and fwd")
+        elif both:
             k2 = min(both, key=lambda k: (k[0] != key[0], abs(math.log2(k[0] / key[0])), k[1] != key[1]))
             b2, f2 = m.get(fam, "bwd", k2), m.get(fam, "fwd", k2)
             x = _knots(fwd, b2, f2)
@@ -145,8 +156,9 @@ def _note(notes: list[str], text: str) -> None:
         notes.append(text)
 
 
-def _scale(curves: Curves, factor: float | Callable[[np.ndarray], np.ndarray]) -> Curves:
-    return {k: c.scaled(factor) for k, c in curves.items()}
+def _scale(curves: Curves, factor: float | Callable[[np.ndarray], np.ndarray],
+           knots: np.ndarray | None = None) -> Curves:
+    return {k: c.scaled(factor, knots) for k, c in curves.items()}
 
 
 def fwdbwd_at(curves: Curves, key: Key, seq: float) -> float:
@@ -201,11 +213,11 @@ def params(rows: list[Row]) -> dict[str, dict[str, dict]]:
         return np.interp(x, sx, sv) * conv
 
     fams["blackwell"]["fa4"] = (
-        _scale(h_fa3, fa4_speedup), True,
+        _scale(h_fa3, fa4_speedup, sx), True,
         f"the Hopper FA3 curves x the measured B200 FA4 / H200 FA3 fwd+bwd speedup, {speed}, held flat outside, "
         f"x {conv:.4f} (H100 / B200 bf16 peaks)", [fams["hopper"]["fa3"][2]])
     fams["blackwell"]["cudnn"] = (
-        _scale(fams["hopper"]["cudnn"][0], fa4_speedup), False,
+        _scale(fams["hopper"]["cudnn"][0], fa4_speedup, sx), False,
         "no Blackwell cuDNN measurement: the Hopper cuDNN curves x the B200 FA4 / H200 FA3 speedup (Blackwell-"
         f"native kernels assumed to gain as FA4 did) x {conv:.4f} (peaks)", [fams["hopper"]["cudnn"][2]])
     gb, gb_row = _anchor(rows, "gb200", "fa2")
@@ -214,9 +226,9 @@ def params(rows: list[Row]) -> dict[str, dict[str, dict]]:
     for fam in ("fa2", "triton", "xformers"):
         fams["blackwell"][fam] = (
             _scale(fams["hopper"][fam][0], r_gb), fam == "fa2",
-            (f"the Hopper {fam} curves x {gb}/{h1} (Azure 'Flash Attention 2.0' on GB200 over H100, one benchmark: "
-             f"{cite(gb_row)}; {cite(h1_row)}) x H100/GB200 peaks = x {r_gb:.4f}")
-            + ("" if fam == "fa2" else f"; no Blackwell {fam} measurement: FA2's ratio (sm80 code like FA2)"),
+            ("" if fam == "fa2" else f"no Blackwell {fam} measurement: FA2's ratio (sm80 code like FA2); ")
+            + (f"the Hopper {fam} curves x {gb}/{h1} (Azure 'Flash Attention 2.0' on GB200 over H100, one benchmark: "
+               f"{cite(gb_row)}; {cite(h1_row)}) x H100/GB200 peaks = x {r_gb:.4f}"),
             [fams["hopper"][fam][2]])
     gbe, gbe_row = _anchor(rows, "gb200", "eager")
     h1e, _h1e_row = _anchor(rows, "h100-sxm", "eager")

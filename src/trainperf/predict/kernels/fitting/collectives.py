@@ -8,7 +8,7 @@ all-gather, reduce-scatter and all-to-all, x 1 for send/recv):
 with ``link`` the catalog's per-device scale-up bandwidth (intra_node_link_GB_per_s), or for
 scale-out the devices per node x the per-device NIC bandwidth of the measured cluster (a ring
 across nodes crosses every node's NICs, so nccl-tests' busbw approaches the node's NIC total).
-The fit is least squares on log busbw over messages >= 4 MiB; ``latency_us`` is the smallest
+The fit is least squares on log busbw over messages of 4 MiB to 4 GiB; ``latency_us`` is the smallest
 time per call of the sweep's small messages (<= 64 KiB; <= 1 MiB across nodes).
 """
 
@@ -36,6 +36,10 @@ from trainperf.predict.kernels.fitting.common import (
 
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "send-recv")
 MIN_FIT_BYTES = 4 * 2**20
+MAX_FIT_BYTES = 4 * 2**30
+"""Bandwidth fits use messages in [4 MiB, 4 GiB]: below, protocol switches (LL/LL128) and launch
+costs dominate (the latency floor covers them); above, B200's NCCL switches to NVLS at 8 GiB, a
+size no training collective reaches."""
 SMALL_BYTES = {"scale-up": 64 * 2**10, "scale-out": 2**20}
 REF_RANKS = {"scale-up": 8, "scale-out": 32}
 NVSWITCH = {"ampere": None, "hopper": 5, "blackwell": 6}
@@ -75,9 +79,9 @@ def points(rows: list[Row]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def fit(s: np.ndarray, e: np.ndarray, eff: float | None = None) -> tuple[float, float, float, int]:
-    """(eff_max, half_bytes, rms log error, points) of e = eff_max s / (s + h) over s >= 4 MiB; with
+    """(eff_max, half_bytes, rms log error, points) of e = eff_max s / (s + h) over 4 MiB..4 GiB; with
     ``eff`` given only h is fitted. h on a log grid from 1 kB to 100 GB (1601 points)."""
-    keep = s >= MIN_FIT_BYTES
+    keep = (s >= MIN_FIT_BYTES) & (s <= MAX_FIT_BYTES)
     s, e = s[keep], e[keep]
     hs = np.logspace(3, 11, 1601)
     shape = np.log(s[None, :] / (s[None, :] + hs[:, None]))
@@ -118,7 +122,7 @@ def _fit_param(rows_by_sweep: dict[str, list[Row]], names: list[str], level: str
     eff, h, rms, npts = fit(s, e)
     floors = [f for n in names if (f := floor_us(rows_by_sweep[n], level)) is not None]
     src = "; ".join(f"{n} ({cite(rows_by_sweep[n][0])})" for n in names)
-    text = f"{what}: fit of busbw = eff_max x link x S/(S+h) on {npts} messages >= 4 MiB (rms log error {rms:.3f}) of {src}"
+    text = f"{what}: fit of busbw = eff_max x link x S/(S+h) on {npts} messages of 4 MiB..4 GiB (rms log error {rms:.3f}) of {src}"
     lat = param(median(floors), True, f"{what}: median over sweeps of the smallest time per call (<= "
                 f"{SMALL_BYTES[level] >> 10} KiB): " + ", ".join(f"{f:.1f} us" for f in floors) + f" [{src}]") \
         if floors else None
@@ -163,7 +167,8 @@ def params(rows: list[Row]) -> dict[str, dict[str, Any]]:
             param(eff, True, f"{sil} ring all-reduce (NVLS off or below {NVSWITCH[sil]} ranks): large-message points "
                   f"{text} divided by S/(S+h) with h from the {h_ring_src[sil]} sweep"),
             {**h, "source": f"{sil} ring all-reduce half size from the {h_ring_src[sil]} sweep: {h['source']}"},
-            borrowed(up[sil]["all-reduce"]["latency_us"], f"{sil} ring all-reduce latency: the default's floor"))
+            borrowed(up[sil]["all-reduce"]["latency_us"], f"no {sil} ring small-message sweep: the default "
+                     "algorithm's floor"))
     # cdna3: the 8-GPU point of a second source joins the Azure sweep's eff (mean)
     mi8 = [r for r in sw["stas00-mi300x-ranks"] if r["ranks"] == "8"]
     e8, text8 = _point_eff(mi8, up["cdna3"]["all-reduce"]["half_bytes"]["value"])
@@ -189,13 +194,14 @@ def params(rows: list[Row]) -> dict[str, dict[str, Any]]:
         ring = ring_ar.get(sil, up[sil]["all-reduce"])
         for kind, r in h_ag.items():
             ratio = busbw(r) / busbw(ar16)
-            why = (f"{kind} = ring all-reduce eff_max x {ratio:.3f}, the H200 {kind}/ring all-reduce busbw ratio at "
-                   f"16 GiB ({cite(r)}; {cite(ar16)})")
+            why = (("" if sil == "hopper" else "derived: ") + f"{kind} = ring all-reduce eff_max x {ratio:.3f}, the "
+                   f"H200 {kind}/ring all-reduce busbw ratio at 16 GiB ({cite(r)}; {cite(ar16)})")
             up[sil][kind] = _triple(
                 {**param(ring["eff_max"]["value"] * ratio, sil == "hopper", why), "from": [ring["eff_max"]["source"]]},
-                borrowed(ring["half_bytes"], f"{kind} half size = ring all-reduce's (same ring steps and chunks)"),
-                {**param(ring["latency_us"]["value"] / 2, False, f"{kind} latency = half the all-reduce floor (half "
-                         "the ring steps)"), "from": [ring["latency_us"]["source"]]})
+                borrowed(ring["half_bytes"], f"derived: {kind} half size = ring all-reduce's (same ring steps and "
+                         "chunks)"),
+                {**param(ring["latency_us"]["value"] / 2, False, f"derived: {kind} latency = half the all-reduce "
+                         "floor (half the ring steps)"), "from": [ring["latency_us"]["source"]]})
         if sil in a2a:
             eff, half, lat = _fit_param(sw, [a2a[sil]], "scale-up", f"{sil} all-to-all (XLA GPU runtime over "
                                         "NCCL/RCCL, SKU not stated; its all-reduce runs 5-20% under nccl-tests')")
@@ -217,7 +223,7 @@ def params(rows: list[Row]) -> dict[str, dict[str, Any]]:
             up[sil]["send-recv"] = _triple(
                 param(eff_v, True, f"{sil} send/recv: {eff_src}"),
                 param(h, True, f"{sil} send/recv half size: fit of the XLA collective-permute sweep (8 pairs) at "
-                      f"eff_max {eff_v:.3f} on {n} messages >= 4 MiB, rms log error {rms:.3f} [{src}]"),
+                      f"eff_max {eff_v:.3f} on {n} messages of 4 MiB..4 GiB, rms log error {rms:.3f} [{src}]"),
                 param(lat, True, f"{sil} send/recv latency: smallest time per call of {src}"))
     # ampere: all-to-all from hopper (both NVSwitch nodes), send/recv half size and latency from hopper
     up["ampere"]["all-to-all"] = {k: borrowed(v, "no ampere all-to-all sweep: hopper's (NVSwitch node, ratio 1)")
@@ -282,14 +288,16 @@ def params(rows: list[Row]) -> dict[str, dict[str, Any]]:
     for d in out_p.values():
         ar = d["all-reduce"]
         for kind in ("all-gather", "reduce-scatter", "all-to-all"):
-            d[kind] = {k: borrowed(v, f"{kind} across nodes: the all-reduce values (NIC-bound rings; no {kind} "
-                                   "measurement across nodes)") for k, v in ar.items()}
+            d[kind] = {k: borrowed(v, f"no {kind} measurement across nodes: the all-reduce values (NIC-bound "
+                                   "rings)") for k, v in ar.items()}
         d["send-recv"] = {
-            "eff_max": borrowed(ar["eff_max"], "send/recv across nodes: the all-reduce NIC efficiency"),
-            "half_bytes": {**param(ar["half_bytes"]["value"] / 32, False, "send/recv across nodes: the all-reduce "
-                                   "half size / 32 (one step of a 32-rank ring)"), "from": [ar["half_bytes"]["source"]]},
-            "latency_us": {**param(ar["latency_us"]["value"] / 62, False, "send/recv across nodes: the all-reduce "
-                                   "floor / 62 (one of a 32-rank ring's 2 x 31 steps)"),
+            "eff_max": borrowed(ar["eff_max"], "no send/recv measurement across nodes: the all-reduce NIC "
+                                "efficiency"),
+            "half_bytes": {**param(ar["half_bytes"]["value"] / 32, False, "derived: send/recv across nodes = the "
+                                   "all-reduce half size / 32 (one step of a 32-rank ring)"),
+                           "from": [ar["half_bytes"]["source"]]},
+            "latency_us": {**param(ar["latency_us"]["value"] / 62, False, "derived: send/recv across nodes = the "
+                                   "all-reduce floor / 62 (one of a 32-rank ring's 2 x 31 steps)"),
                            "from": [ar["latency_us"]["source"]]}}
 
     return _assemble(up, ring_ar, out_p, up_exp, out_exp, mesh_check)
@@ -300,7 +308,8 @@ def _assemble(up: dict, ring_ar: dict, out_p: dict, up_exp: Param, out_exp: Para
     result: dict[str, dict[str, Any]] = {}
     for sil, vendor in silicons().items():
         entry: dict[str, Any] = {}
-        for level, table, exp in (("scale-up", up, up_exp), ("scale-out", out_p, out_exp)):
+        for level, table, level_exp in (("scale-up", up, up_exp), ("scale-out", out_p, out_exp)):
+            exp = level_exp
             if sil in table:
                 kinds = table[sil]
             elif NEIGHBOUR.get(sil) in table:
@@ -314,6 +323,9 @@ def _assemble(up: dict, ring_ar: dict, out_p: dict, up_exp: Param, out_exp: Para
                                            for n, v in base.items()}
             else:
                 kinds = _vendor_default(sil, vendor, level, table)
+            owner = "blackwell" if level == "scale-up" else "hopper"
+            if sil != owner:
+                exp = borrowed(exp, f"no {sil} group-size sweep: the {level} exponent measured on {owner}")
             lvl: dict[str, Any] = {"ref_ranks": REF_RANKS[level], "half_bytes_exponent": exp, "kinds": kinds}
             if level == "scale-up":
                 lvl["nvls_min_ranks"] = NVSWITCH.get(sil)

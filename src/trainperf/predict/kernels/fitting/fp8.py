@@ -53,7 +53,7 @@ def params(rows: list[Row], peak_fraction: dict[str, dict[str, Param]]) -> dict[
         if ("blockwise", "autocast") in t:
             a = t[("blockwise", "autocast")]
             v = float(a["value_num"]) / float(pre["value_num"])
-            measured[sil]["blockwise"] = param(v, False, f"TE Float8BlockScaling autocast {a['value_num']} ms over the "
+            measured[sil]["blockwise"] = param(v, False, f"derived: TE Float8BlockScaling autocast {a['value_num']} ms over the "
                                                f"pre-quantised per-tensor kernels {pre['value_num']} ms (no pre-quantised "
                                                "block row; block-scaled kernels run as fast as per-tensor ones: DeepGEMM "
                                                "1550 vs TileLang 1541 TFLOP/s on H800) "
