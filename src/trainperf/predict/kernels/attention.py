@@ -154,8 +154,10 @@ def efficiency(silicon: str, family: str, seq_len: Any, head_dim: int, causal: b
     if not isinstance(head_dim, int | float) or isinstance(head_dim, bool) or head_dim <= 0:
         raise SpecError("head_dim", head_dim, "a positive number such as 128")
     causal = bool(causal)
-    # head dims: nearest two measured ones, linear in log2(head_dim), flat outside
-    if head_dim <= hds[0]:
+    # head dims: the measured one, else the nearest two, linear in log2(head_dim), flat outside
+    if head_dim in hds:
+        pairs = [(curves[hds.index(head_dim)][causal], 1.0)]
+    elif head_dim <= hds[0]:
         pairs = [(curves[0][causal], 1.0)]
     elif head_dim >= hds[-1]:
         pairs = [(curves[-1][causal], 1.0)]
