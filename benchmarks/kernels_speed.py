@@ -13,8 +13,8 @@ against the goal.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+
+from predict_speed import _per_call_s  # same directory: one timing rule for both benchmarks
 
 
 def _baseline() -> float:
@@ -23,16 +23,6 @@ def _baseline() -> float:
     for i in range(1000):
         acc += i * 0.5
     return acc
-
-
-def _per_call_s(fn, repeats: int, chunk: int = 200) -> float:
-    samples = []
-    for _ in range(max(1, repeats // chunk)):
-        t0 = time.process_time()
-        for _ in range(chunk):
-            fn()
-        samples.append((time.process_time() - t0) / chunk)
-    return statistics.median(samples)
 
 
 def main() -> int:

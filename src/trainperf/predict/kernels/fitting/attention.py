@@ -230,13 +230,7 @@ def params(rows: list[Row]) -> dict[str, dict[str, dict]]:
             + (f"the Hopper {fam} curves x {gb}/{h1} (Azure 'Flash Attention 2.0' on GB200 over H100, one benchmark: "
                f"{cite(gb_row)}; {cite(h1_row)}) x H100/GB200 peaks = x {r_gb:.4f}"),
             [fams["hopper"][fam][2]])
-    gbe, gbe_row = _anchor(rows, "gb200", "eager")
-    h1e, _h1e_row = _anchor(rows, "h100-sxm", "eager")
-    r_gbe = gbe / h1e * peak("h100-sxm", "bf16") / peak("gb200", "bf16")
-    fams["blackwell"]["eager"] = (
-        _scale(h_eager, r_gbe), True,
-        f"the Hopper eager curves x {gbe}/{h1e} (Azure standard attention on GB200 over H100: {cite(gbe_row)}) "
-        f"x peaks = x {r_gbe:.4f}", [fams["hopper"]["eager"][2]])
+    fams["blackwell"]["eager"] = _eager_from_hopper(rows, fams["hopper"]["eager"], "gb200")
 
     # cdna3: CK FA2 anchored on the one MI300X point, Hopper FA2 shape
     mi, mi_row = _anchor(rows, "mi300x", "ck")
@@ -248,12 +242,7 @@ def params(rows: list[Row]) -> dict[str, dict[str, dict]]:
         f"MI300X, read as fwd+bwd, non-causal, 8k, hd64 like the same benchmark's H100 and A100 rows: "
         f"{cite(mi_row)}), with the sequence-length, head-dim and mask shape of Hopper FA2 (x {anchor / ref:.4f})",
         [fams["hopper"]["fa2"][2]])
-    mie, mie_row = _anchor(rows, "mi300x", "eager")
-    r_mie = mie / h1e * peak("h100-sxm", "bf16") / peak("mi300x", "bf16")
-    fams["cdna3"]["eager"] = (
-        _scale(h_eager, r_mie), True,
-        f"the Hopper eager curves x {mie}/{h1e} (Azure standard attention on MI300X over H100: {cite(mie_row)}) "
-        f"x peaks = x {r_mie:.4f}", [fams["hopper"]["eager"][2]])
+    fams["cdna3"]["eager"] = _eager_from_hopper(rows, fams["hopper"]["eager"], "mi300x")
 
     # cdna4: AITER measured (MI355X)
     c, notes = measured_curves(c4, "aiter", None)
@@ -291,6 +280,16 @@ def params(rows: list[Row]) -> dict[str, dict[str, dict]]:
                                  "source": f"no {sil} attention measurement: {src}, flat in sequence length, "
                                            "head dim and mask"}
     return out
+
+
+def _eager_from_hopper(rows: list[Row], hopper: Entry, sku: str) -> Entry:
+    """Eager (standard) attention on ``sku``: the Hopper curves x the ratio of Azure's standard-attention
+    points on ``sku`` and on H100 (one benchmark), converted between the two peaks."""
+    v, row = _anchor(rows, sku, "eager")
+    h1, _ = _anchor(rows, "h100-sxm", "eager")
+    r = v / h1 * peak("h100-sxm", "bf16") / peak(sku, "bf16")
+    return (_scale(hopper[0], r), True, f"the Hopper eager curves x {v}/{h1} (Azure standard attention on {sku} over "
+            f"H100: {cite(row)}) x H100/{sku} peaks = x {r:.4f}", [hopper[2]])
 
 
 def _borrow(fams: dict[str, dict[str, Entry]], sil: str, fam: str, from_sil: str, from_fam: str, why: str) -> None:
