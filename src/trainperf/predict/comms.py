@@ -48,33 +48,68 @@ def group_layout(degree, stride, devices_per_node):
     return per_node, nodes
 
 
-def collective_time_s(kind: str, size_bytes, n, per_node, nodes, intra_bw, inter_bw, params,
+def level_model(silicon: str, level: str) -> tuple:
+    """The silicon's measured collective behaviour at one link level, as a hashable tuple the
+    vectorised model can carry: ``(ref_ranks, half_exponent, mesh, nvls_min_ranks, ring_all_reduce,
+    kinds)`` with ``ring_all_reduce`` and each of ``kinds`` ``(kind, eff_max, half_bytes,
+    latency_us)`` at the reference group (:mod:`trainperf.predict.kernels.collectives`)."""
+    from trainperf.predict.kernels import collectives
+
+    return collectives.level_model(silicon, level)
+
+
+def _params_at(model: tuple, kind: str, ranks, scale_out: bool):
+    """(eff, half_bytes, latency_s) of ``kind`` at a group of ``ranks`` (float or array) on one level,
+    scaled from the reference group as :func:`trainperf.predict.kernels.collectives.link_params`
+    does: half size grows as ((ranks-1)/(ref-1))^p, latency across nodes with the ring steps, an
+    xGMI mesh keeps (ranks-1)/(ref-1) of its links, NVSwitch all-reduce is NVLS from
+    ``nvls_min_ranks`` GPUs of a node and a ring below."""
+    ref, p, mesh, nvls_min, ring_ar, kinds = model
+    _, eff, half, lat = next(k for k in kinds if k[0] == kind)
+    if kind == "all-reduce" and ring_ar is not None and nvls_min:
+        below = ranks < nvls_min
+        eff = vec.where(below, ring_ar[1], eff)
+        half = vec.where(below, ring_ar[2], half)
+        lat = vec.where(below, ring_ar[3], lat)
+    if kind == "send-recv":
+        return eff, half, lat * 1e-6
+    steps = vec.maximum(ranks - 1.0, 1.0) / (ref - 1.0)
+    half = half * steps ** p
+    if scale_out:
+        lat = lat * steps
+    elif mesh:
+        eff = eff * vec.minimum(steps, 1.0)
+    return eff, half, lat * 1e-6
+
+
+def collective_time_s(kind: str, size_bytes, n, per_node, nodes, intra_bw, inter_bw, up: tuple, out: tuple,
                       link_fraction=1.0, calls=1.0):
     """Seconds of ``calls`` collectives moving ``size_bytes`` in all (see the module docstring).
 
     ``size_bytes``: the full buffer (all-gather output, reduce-scatter input, all-reduce buffer),
     summed over the calls. ``intra_bw``/``inter_bw``: per-device, per-direction link bandwidth in
-    bytes/s (the catalog's scale-up and scale-out figures). ``params``: the silicon's measured
-    collective behaviour per level, ``(up_eff, up_half_bytes, up_latency_us, out_eff,
-    out_half_bytes, out_latency_us)`` (:func:`trainperf.predict.kernels.collectives.link_params`):
-    a stage moving ``S`` bytes per call runs at ``eff * bw * S / (S + half)``, and every call pays
-    the level's latency once. ``link_fraction``: the share of that the software stack gets.
-    Returns 0 for a group of one.
+    bytes/s (the catalog's scale-up and scale-out figures). ``up``/``out``: the silicon's measured
+    collective behaviour per level (:func:`level_model`): a stage moving ``S`` bytes per call runs
+    its bus volume at ``eff * bw * S / (S + half)`` and no call is faster than the level's latency
+    floor. ``link_fraction``: the share of that the software stack gets. 0 for a group of one.
     """
-    up_eff, up_half, up_lat, out_eff, out_half, out_lat = params
     vol = VOLUME[kind]
+    per_call = size_bytes / calls
     if kind == "send-recv":
         inter = nodes > 1
-        bw = vec.where(inter, inter_bw * out_eff, intra_bw * up_eff) * link_fraction
-        half = vec.where(inter, out_half, up_half)
-        lat = vec.where(inter, out_lat, up_lat) * 1e-6
-        return vec.where(n > 1, (size_bytes + calls * half) / bw + calls * lat, 0.0)
+        e_u, h_u, l_u = _params_at(up, kind, n, False)
+        e_o, h_o, l_o = _params_at(out, kind, n, True)
+        bw = vec.where(inter, inter_bw * e_o, intra_bw * e_u) * link_fraction
+        t = (per_call + vec.where(inter, h_o, h_u)) / bw
+        return vec.where(n > 1, calls * vec.maximum(t, vec.where(inter, l_o, l_u)), 0.0)
     k = vec.maximum(per_node, 1.0)
-    t_intra = vol * (k - 1.0) / k * (size_bytes + calls * up_half) / (intra_bw * up_eff * link_fraction)
-    t_inter = vol * (nodes - 1.0) / nodes * (size_bytes + calls * out_half) / (k * inter_bw * out_eff
-                                                                               * link_fraction)
-    lat = calls * vec.where(nodes > 1, out_lat, up_lat) * 1e-6
-    return vec.where(n > 1, vec.maximum(t_intra, t_inter) + lat, 0.0)
+    e_u, h_u, l_u = _params_at(up, kind, k, False)
+    e_o, h_o, l_o = _params_at(out, kind, n, True)
+    t_intra = vol * (k - 1.0) / k * (per_call + h_u) / (intra_bw * e_u * link_fraction)
+    t_inter = vol * (nodes - 1.0) / nodes * (per_call + h_o) / (k * inter_bw * e_o * link_fraction)
+    t_intra = vec.where(k > 1, vec.maximum(t_intra, l_u), 0.0)
+    t_inter = vec.where(nodes > 1, vec.maximum(t_inter, l_o), 0.0)
+    return vec.where(n > 1, calls * vec.maximum(t_intra, t_inter), 0.0)
 
 
 def link_name(nodes) -> str:

@@ -44,7 +44,11 @@ import numpy as np
 
 from trainperf.accounting import recompute
 from trainperf.accounting.flops import attention_pairs
-from trainperf.predict import comms, compute, kernels, memory, pipeline, stack_kernels, vec
+from trainperf.predict import comms, compute, memory, pipeline, stack_kernels, vec
+from trainperf.predict.kernels import attention as k_attention
+from trainperf.predict.kernels import fp8 as k_fp8
+from trainperf.predict.kernels import gemm as k_gemm
+from trainperf.predict.kernels import memory_bound as k_memory
 
 ATTENTION_PEAK_PRECISION = {"fp8": "bf16", "fp4": "bf16"}
 """Attention runs in 16-bit even when the GEMMs run in fp8/fp4 (seed 002, footnote 2)."""
@@ -170,21 +174,17 @@ def kernel_features(w: Any) -> dict[str, Any]:
     impl = sk.elementwise_impl(bool(w.compile))
     recipe = (w.fp8_recipe or sk.fp8_recipe) if fp8 else ""
     attn = getattr(w, "attention_kernel", None) or sk.attention
-    links = []
-    for kind in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "send-recv"):
-        up = kernels.collectives.link_params(sil, "scale-up", kind)
-        out = kernels.collectives.link_params(sil, "scale-out", kind)
-        links.append((kind, *map(float, up), *map(float, out)))
+    links = (comms.level_model(sil, "scale-up"), comms.level_model(sil, "scale-out"))
     return {
         "silicon": sil, "attn_family": attn, "elementwise_impl": impl, "compiled": compiled,
-        "gemm_peak_fraction": float(kernels.gemm.peak_fraction(sil, gdt)),
-        "gemm_half_dim": float(kernels.gemm.half_dim(sil, gdt)),
+        "gemm_peak_fraction": float(k_gemm.peak_fraction(sil, gdt)),
+        "gemm_half_dim": float(k_gemm.half_dim(sil, gdt)),
         "fp8_recipe": recipe,
-        "fp8_recipe_factor": float(kernels.fp8.recipe_gemm_factor(sil, recipe)) if fp8 else 1.0,
-        "elementwise_fraction": float(kernels.memory_bound.elementwise_fraction(sil, impl)),
-        "hbm_fraction": float(kernels.memory_bound.hbm_fraction(sil)),
+        "fp8_recipe_factor": float(k_fp8.recipe_gemm_factor(sil, recipe)) if fp8 else 1.0,
+        "elementwise_fraction": float(k_memory.elementwise_fraction(sil, impl)),
+        "hbm_fraction": float(k_memory.hbm_fraction(sil)),
         "tp_overlap_rule": sk.tp_overlap,
-        "link_params": tuple(links),
+        "link_up": links[0], "link_out": links[1],
     }
 
 
@@ -192,13 +192,6 @@ def _silicon(hw: Any) -> str:
     from trainperf.predict.stacks import generation_of
 
     return generation_of(hw)
-
-
-def _link(f: dict[str, Any], kind: str) -> tuple[float, ...]:
-    for entry in f["link_params"]:
-        if entry[0] == kind:
-            return entry[1:]
-    raise KeyError(kind)
 
 
 def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
@@ -334,16 +327,15 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     pp_k, pp_N = comms.group_layout(pp, t * cp * f["fsdp"] * f["dp"], dpn)
     ep_k, ep_N = comms.group_layout(ep, etp, dpn)
     intra, inter, leff = f["intra_bytes_per_s"], f["inter_bytes_per_s"], k["link_fraction"]
-    p_ar, p_ag, p_rs, p_a2a, p_p2p = (_link(f, kind) for kind in ("all-reduce", "all-gather", "reduce-scatter",
-                                                                    "all-to-all", "send-recv"))
+    lv = (f["link_up"], f["link_out"])
 
     # --- tensor parallel: per layer forward 2 all-reduces (or 2 AG + 2 RS with SP) of the
     # activations [b, s/cp, h]; the same backward and for full recomputation.
     tp_buf = b * s / cp * f["hidden"] * act_b
     gather_scale = vec.where(f["fp8"], 0.5, 1.0)  # fp8 recipes gather fp8 inputs (torchtitan, TE)
-    ar = comms.collective_time_s("all-reduce", tp_buf, t, tp_k, tp_N, intra, inter, p_ar, leff)
-    agrs = (comms.collective_time_s("all-gather", tp_buf * gather_scale, t, tp_k, tp_N, intra, inter, p_ag, leff)
-            + comms.collective_time_s("reduce-scatter", tp_buf, t, tp_k, tp_N, intra, inter, p_rs, leff))
+    ar = comms.collective_time_s("all-reduce", tp_buf, t, tp_k, tp_N, intra, inter, *lv, leff)
+    agrs = (comms.collective_time_s("all-gather", tp_buf * gather_scale, t, tp_k, tp_N, intra, inter, *lv, leff)
+            + comms.collective_time_s("reduce-scatter", tp_buf, t, tp_k, tp_N, intra, inter, *lv, leff))
     # forward: 2 all-reduces, or 2 x (all-gather + reduce-scatter) with sequence parallelism
     tp_layer_fwd = vec.where(sp, 2.0 * agrs, 2.0 * ar)
     # recomputation redoes a region's collective when it re-runs the region's input projection
@@ -357,7 +349,7 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
 
     # --- expert parallel all-to-all: dispatch + combine forward, again backward
     a2a_buf = m_tok * f["moe_topk"] * f["hidden"] * act_b * (etp / t)  # unique tokens per device
-    a2a = comms.collective_time_s("all-to-all", a2a_buf, ep, ep_k, ep_N, intra, inter, p_a2a, leff)
+    a2a = comms.collective_time_s("all-to-all", a2a_buf, ep, ep_k, ep_N, intra, inter, *lv, leff)
     ep_mb = f["moe_layers"] / pp * 2.0 * 2.0 * a2a * (ep > 1)
 
     # critical-path time of one micro-batch on one stage
@@ -389,9 +381,9 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     fsN = vec.where(f["fsdp"] > 1, fs_N, dp_N)
     gather_bytes = PARAM_GATHER_BYTES * gather_scale
     ag_one = comms.collective_time_s("all-gather", p_stage * gather_bytes, fs_deg, fsk, fsN,
-                                     intra, inter, p_ag, leff, layers_stage)
+                                     intra, inter, *lv, leff, layers_stage)
     rs_one = comms.collective_time_s("reduce-scatter", p_stage * train_frac * GRAD_REDUCE_BYTES, fs_deg,
-                                     fsk, fsN, intra, inter, p_rs, leff, layers_stage)
+                                     fsk, fsN, intra, inter, *lv, leff, layers_stage)
     fsdp_ag = vec.where(zero3, 2.0 * M * ag_one, 0.0)
     fsdp_rs = vec.where(zero3, M * rs_one, 0.0)
     # the first layer's gather and the last layer's reduce-scatter of each micro-batch cannot hide
@@ -402,11 +394,11 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     zs = f["zero_stage"]
     grad_shard = p_stage * train_frac * GRAD_REDUCE_BYTES / vec.where(f["fsdp"] > 1, f["fsdp"], 1.0)
     # gradients are reduced in buckets (DDP/Megatron: ~25-40 MB; a handful per stage)
-    dp_ar = comms.collective_time_s("all-reduce", grad_shard, dp, dp_k, dp_N, intra, inter, p_ar, leff,
+    dp_ar = comms.collective_time_s("all-reduce", grad_shard, dp, dp_k, dp_N, intra, inter, *lv, leff,
                                     vec.minimum(layers_stage, 8.0))
-    dp_rs = comms.collective_time_s("reduce-scatter", grad_shard, dp, dp_k, dp_N, intra, inter, p_rs, leff)
+    dp_rs = comms.collective_time_s("reduce-scatter", grad_shard, dp, dp_k, dp_N, intra, inter, *lv, leff)
     dp_ag = comms.collective_time_s("all-gather", p_stage * train_frac * PARAM_GATHER_BYTES, dp, dp_k,
-                                    dp_N, intra, inter, p_ag, leff)
+                                    dp_N, intra, inter, *lv, leff)
     # dp > 1 and not ZeRO-3 over dp (which the FSDP terms above already carry)
     plain_dp = vec.where(dp > 1, vec.where(f["fsdp"] <= 1, zs < 3, True), False)
     zero12 = vec.where(plain_dp, vec.where(f["fsdp"] <= 1, zs >= 1, False), False)
@@ -418,7 +410,7 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     # rank while the current block's attention runs; a step's transfer hides behind that step's
     # attention, what is longer is exposed. Recomputation re-runs the forward ring.
     kv_chunk = b * s / cp * 2.0 * kv_local * act_b
-    cp_step = comms.collective_time_s("send-recv", kv_chunk, cp, cp_k, cp_N, intra, inter, p_p2p, leff)
+    cp_step = comms.collective_time_s("send-recv", kv_chunk, cp, cp_k, cp_N, intra, inter, *lv, leff)
     steps = vec.maximum(cp - 1.0, 0.0)
     ovl = k["overlap"]
     cp_fwd_exp = steps * vec.maximum(0.0, cp_step - ovl * attn_fwd / vec.maximum(cp, 1.0))
@@ -427,7 +419,7 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     cp_mb = vec.where(cp > 1, n_crit * steps * cp_step * (cp_passes_fwd + 2.0), 0.0)
     cp_exp_mb = vec.where(cp > 1, n_crit * (cp_passes_fwd * cp_fwd_exp + cp_bwd_exp), 0.0)
     pp_msg = b * s / cp * f["hidden"] * act_b / vec.where(sp, t, 1.0)
-    pp_one = comms.collective_time_s("send-recv", pp_msg, pp, pp_k, pp_N, intra, inter, p_p2p, leff)
+    pp_one = comms.collective_time_s("send-recv", pp_msg, pp, pp_k, pp_N, intra, inter, *lv, leff)
     pp_mb = vec.where(pp > 1, 2.0 * vpp * pp_one, 0.0)
 
     # --- overlap: FSDP, CP and PP traffic hide behind the step's compute; DP behind the last
@@ -529,10 +521,21 @@ def _attention_efficiency(f: dict[str, Any], seq: Any, cp: Any) -> tuple[Any, An
     this silicon at ``seq`` tokens per block: causal for the whole sequence, non-causal blocks for
     a context-parallel ring (cp > 1)."""
     fam, sil, hd = f["attn_family"], f["silicon"], f["qk_head_dim"]
+    if not isinstance(hd, int | float):  # stacked rows: the kernel curves take one head dim a call
+        hds = np.unique(hd)
+        if len(hds) > 1:
+            seq_a = np.broadcast_to(seq, np.shape(hd)).astype(float)
+            cp_a = np.broadcast_to(cp, np.shape(hd)).astype(float)
+            fw, bw = np.empty(np.shape(hd)), np.empty(np.shape(hd))
+            for h in hds:
+                m = hd == h
+                fw[m], bw[m] = _attention_efficiency({**f, "qk_head_dim": float(h)}, seq_a[m], cp_a[m])
+            return fw, bw
+        hd = float(hds[0])
     if isinstance(cp, int | float) and not isinstance(cp, bool):
-        return kernels.attention.efficiency(sil, fam, seq, hd, cp <= 1)
-    cf, cb = kernels.attention.efficiency(sil, fam, seq, hd, True)
-    nf, nb = kernels.attention.efficiency(sil, fam, seq, hd, False)
+        return k_attention.efficiency(sil, fam, seq, hd, cp <= 1)
+    cf, cb = k_attention.efficiency(sil, fam, seq, hd, True)
+    nf, nb = k_attention.efficiency(sil, fam, seq, hd, False)
     return vec.where(cp <= 1, cf, nf), vec.where(cp <= 1, cb, nb)
 
 

@@ -47,12 +47,11 @@ from trainperf.predict.stacks import DEFAULT_STACK, Profile, generation_of
 GENERATION_KNOBS: tuple[str, ...] = ("matmul_fraction", "fp8_matmul_fraction")
 """Fitted per GPU generation (generic) and per stack and generation (deviations): the share of
 the silicon's measured GEMM speed a stack keeps."""
-GLOBAL_KNOBS: tuple[str, ...] = ("op_overhead_us", "overlap")
+GLOBAL_KNOBS: tuple[str, ...] = ("op_overhead_us", "overlap", "memory_bound_fraction")
 """Fitted once for generic and once per stack (deviation), for every generation."""
 GENERIC_ONLY_KNOBS: tuple[str, ...] = ()
 """Fitted per generation for generic only."""
-GENERIC_GLOBAL_KNOBS: tuple[str, ...] = ("attention_fraction", "memory_bound_fraction", "compile_overhead_factor",
-                                         "async_tp_overlap")
+GENERIC_GLOBAL_KNOBS: tuple[str, ...] = ("attention_fraction", "compile_overhead_factor", "async_tp_overlap")
 """Fitted once for generic (every generation and stack), on the rows that use the feature: the
 share of the measured attention and memory-bound kernel speed kept in a step (the kernel family
 and implementation come from each stack's facts), what compilation saves of the launch cost,
