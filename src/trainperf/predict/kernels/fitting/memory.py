@@ -1,0 +1,178 @@
+"""Memory-bound kernels: STREAM-like HBM bandwidth, and elementwise kernels eager / fused / compiled.
+
+An elementwise kernel's fraction counts only its IDEAL bytes (each input read once, each output
+written once, derived from the benchmark's stated shapes and dtype) over the catalog HBM
+bandwidth, at the largest configuration of each sweep (where launch costs are a few percent), so
+an eager RMSNorm that makes four passes shows up as a low fraction.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from statistics import median
+
+from trainperf.predict.kernels.fitting.common import (
+    NEIGHBOUR,
+    Param,
+    Row,
+    borrowed,
+    catalog,
+    cite,
+    param,
+    scf,
+    silicons,
+    vendor_knob,
+)
+
+IMPLEMENTATIONS = ("eager", "fused", "compiled")
+ELEMENTWISE_NEIGHBOUR = {"blackwell": "hopper", "cdna3": "cdna4", "cdna2": "cdna4", "volta": "ampere", "ada": "ampere"}
+"""Elementwise kernels without a measurement on a silicon -> the measured silicon of the vendor whose
+fraction is used (ratio 1): Blackwell from Hopper, CDNA2/3 from CDNA4 (the only AMD sweeps)."""
+
+
+def ideal_bytes(r: Row) -> tuple[float, str]:
+    """Ideal bytes of one benchmark row and the formula used (M rows x N columns, s bytes/element)."""
+    k, d, shape = r["kernel"], r["direction"], r["shape"]
+    if r["silicon"] == "cdna4":  # HipKittens analysis benchmarks, bf16
+        g = {a: int(b) for a, b in re.findall(r"(\w)=(\d+)", shape)}
+        if k == "rope":  # one (B, H, N, D) tensor in and out, cos/sin (N, D)
+            return 2 * 2 * g["B"] * g["H"] * g["N"] * g["D"] + 2 * 2 * g["N"] * g["D"], "2 s BHND + 2 s ND (cos, sin)"
+        return 4 * 2 * g["B"] * g["N"] * g["D"], "4 s BND (read x, residual; write out, residual out)"
+    x = int(re.match(r"x=(\d+)", shape).group(1))
+    cfg = json.loads(shape.split(";", 1)[1])
+    s = 4 if cfg.get("dtype") == "torch.float32" else 2
+    if k == "rms_norm":
+        m, n = cfg["M"], x
+        return ((2 * m * n + n) * s, "s (2MN + N): read x, w; write y") if d == "fwd" else \
+            ((3 * m * n + 2 * n) * s, "s (3MN + 2N): read dy, x, w; write dx, dw")
+    if k == "layer_norm":
+        m, n = cfg["M"], x
+        return ((2 * m * n + 2 * n) * s, "s (2MN + 2N)") if d == "fwd" else ((3 * m * n + 4 * n) * s, "s (3MN + 4N)")
+    if k == "fused_add_rms_norm":
+        m, n = cfg["M"], x
+        return (4 * m * n * s, "4 s MN: read x, residual; write y, residual out") if d == "fwd" else \
+            (4 * m * n * s, "4 s MN: read dy, d(residual out), saved sum; write dx")
+    if k == "rope":  # Liger benchmark: batch 1, q (seq, nq, hd), k (seq, nkv, hd), cos/sin (seq, hd)
+        seq = cfg.get("seq_len", x)
+        hidden = x if "seq_len" in cfg else cfg["hidden_size"]
+        nq, nkv = cfg["num_q_heads"], cfg["num_kv_heads"]
+        hd = hidden // nq
+        return 2 * s * seq * hd * (nq + nkv) + 2 * s * seq * hd, "2 s seq hd (nq + nkv) + 2 s seq hd (cos, sin)"
+    if k == "megatron_swiglu":  # T = S B tokens, input (T, 2F), output (T, F); bf16 (fp32 would beat HBM)
+        t, f = cfg["S"] * cfg["B"], x
+        return (3 * t * f * 2, "3 s TF: read (T, 2F), write (T, F)") if d == "fwd" else \
+            (5 * t * f * 2, "5 s TF: read dy (T, F), x (T, 2F); write dx (T, 2F)")
+    raise KeyError(k)
+
+
+def _provider(r: Row) -> str:
+    m = re.search(r"provider=([\w-]+)", r["software"])
+    return m.group(1) if m else r["software"].split(";")[0]
+
+
+def kernel_fractions(rows: list[Row]) -> dict[tuple[str, str], dict[str, tuple[float, str]]]:
+    """(silicon, implementation) -> {kernel label: (fraction, source)}; fwd and bwd of one kernel are
+    combined by their ideal bytes (time-weighted harmonic mean)."""
+    sweeps: dict[tuple[str, str, str, str, str, str], list[Row]] = defaultdict(list)
+    direct: dict[tuple[str, str], dict[str, tuple[float, str]]] = defaultdict(dict)
+    for r in rows:
+        if r["use"] != "elementwise":
+            continue
+        hbm = catalog()[r["sku"]].hbm_bandwidth_GB_per_s
+        if r["GBps"]:  # bandwidth stated by the source (B200 mxfp8 quantize kernels)
+            direct[(r["silicon"], r["implementation"])][r["kernel"]] = (
+                float(r["GBps"]) / hbm, f"{r['kernel']}: {r['GBps']} GB/s / {hbm:g} ({cite(r)})")
+            continue
+        cfg = r["shape"].split(";", 1)[1] if ";" in r["shape"] else ""
+        sweeps[(r["silicon"], r["implementation"], r["kernel"], _provider(r), r["direction"], cfg)].append(r)
+    parts: dict[tuple[str, str, str, str], dict[str, tuple[float, float, str]]] = defaultdict(dict)
+    for (sil, impl, kernel, prov, direction, _), rs in sweeps.items():
+        sized = [(ideal_bytes(r), r) for r in rs]
+        (b, formula), r = max(sized, key=lambda t: t[0][0])
+        hbm = catalog()[r["sku"]].hbm_bandwidth_GB_per_s
+        frac = b / (float(r["time_ms"]) * 1e-3) / 1e9 / hbm / scf(r["sku"])
+        key = (sil, impl, kernel, prov)
+        if direction not in parts[key] or b > parts[key][direction][1]:
+            parts[key][direction] = (frac, b, f"{direction} {frac:.3f} = {formula} = {b / 1e6:.1f} MB in "
+                                     f"{r['time_ms']} ms / {hbm:g} GB/s ({cite(r)})")
+    out: dict[tuple[str, str], dict[str, tuple[float, str]]] = defaultdict(dict, {k: dict(v) for k, v in direct.items()})
+    for (sil, impl, kernel, prov), dirs in sorted(parts.items()):
+        if len(dirs) < 2 and any(len(d) == 2 for (s2, i2, _, _), d in parts.items() if (s2, i2) == (sil, impl)):
+            continue  # training runs both passes: forward-only kernels only where no kernel has both
+        total = sum(b for _, b, _ in dirs.values())
+        frac = total / sum(b / f for f, b, _ in dirs.values())
+        out[(sil, impl)][f"{kernel} ({prov})"] = (frac, "; ".join(src for _, _, src in sorted(dirs.values(),
+                                                                                               key=lambda t: t[2])))
+    return out
+
+
+def hbm_params(rows: list[Row], kernels: dict[tuple[str, str], dict[str, tuple[float, str]]]) -> dict[str, Param]:
+    by: dict[str, dict[str, list[Row]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        if r["use"] == "stream":
+            by[r["silicon"]][r["sku"]].append(r)
+    measured: dict[str, Param] = {}
+    for sil, skus in sorted(by.items()):
+        fracs, parts = [], []
+        for sku, rs in sorted(skus.items()):
+            hbm = catalog()[sku].hbm_bandwidth_GB_per_s
+            f = [float(r["GBps"]) / hbm / scf(sku) for r in rs]
+            fracs.append(sum(f) / len(f))
+            parts.append(f"{sku} " + ", ".join(f"{r['kernel']} {float(r['GBps']):g} GB/s ({cite(r)})" for r in rs)
+                         + f" / {hbm:g} = {sum(f) / len(f):.3f}")
+        measured[sil] = param(sum(fracs) / len(fracs), True,
+                              "mean over SKUs of STREAM-like copy/triad (and torch.clone) / catalog HBM bandwidth: "
+                              + "; ".join(parts))
+    out: dict[str, Param] = {}
+    for sil, vendor in silicons().items():
+        nb = NEIGHBOUR.get(sil)
+        best = max((v for (s, _), d in kernels.items() if s == sil for v in d.values()), default=None)
+        if sil in measured:
+            out[sil] = measured[sil]
+        elif best is not None and sil not in ("cdna4",):
+            out[sil] = param(best[0], True, f"no STREAM measurement: the fastest measured memory-bound kernel, a "
+                             f"lower bound ({best[1]})")
+        elif nb in measured:
+            out[sil] = borrowed(measured[nb], f"no {sil} STREAM measurement: {nb}'s fraction (nearest measured "
+                                "silicon of the vendor; ratio 1)")
+        else:
+            v, src = vendor_knob(vendor, "memory_efficiency")
+            out[sil] = param(v, False, f"no {sil} HBM measurement: {src}")
+    return out
+
+
+def elementwise_params(kernels: dict[tuple[str, str], dict[str, tuple[float, str]]]) -> dict[str, dict[str, Param]]:
+    measured: dict[tuple[str, str], Param] = {}
+    for (sil, impl), d in sorted(kernels.items()):
+        vals = sorted(d.items())
+        measured[(sil, impl)] = param(
+            median(f for _, (f, _) in vals), True,
+            f"median over {len(vals)} kernels of ideal bytes / time / catalog HBM bandwidth: "
+            + " | ".join(f"{name} {f:.3f}: {src}" for name, (f, src) in vals), kernels={n: round(f, 4) for n, (f, _) in vals})
+    out: dict[str, dict[str, Param]] = {}
+    for sil, vendor in silicons().items():
+        out[sil] = {}
+        for impl in IMPLEMENTATIONS:
+            nb = ELEMENTWISE_NEIGHBOUR.get(sil)
+            if (sil, impl) in measured:
+                p = measured[(sil, impl)]
+            elif impl == "compiled" and (sil, "fused") in measured:
+                p = borrowed(measured[(sil, "fused")], f"no {sil} torch.compile measurement: the fused fraction of "
+                             "the same silicon (Inductor emits Triton kernels fusing the same op chains; measured "
+                             "compiled/fused: 0.88 on blackwell, 1.06 on cdna4; ratio 1)")
+            elif nb and (nb, impl) in measured:
+                p = borrowed(measured[(nb, impl)], f"no {sil} {impl} measurement: {nb}'s (ratio 1)")
+            elif nb and impl == "compiled" and (nb, "fused") in measured:
+                p = borrowed(measured[(nb, "fused")], f"no {sil} {impl} measurement: {nb}'s fused fraction (ratio 1)")
+            else:
+                v, src = vendor_knob(vendor, "memory_efficiency")
+                p = param(v, False, f"no {sil} elementwise measurement: {src}")
+            out[sil][impl] = p
+    return out
+
+
+def params(rows: list[Row]) -> dict[str, dict]:
+    kernels = kernel_fractions(rows)
+    return {"hbm": hbm_params(rows, kernels), "elementwise": elementwise_params(kernels)}

@@ -1,0 +1,699 @@
+"""Curate the kernel measurements trainperf ships (a developer tool; needs the shared data folder).
+
+Reads the collected measurements in ``../shared/kernels/*.csv`` (columns ``quantity, value, unit,
+device, dtype, params, software, source, where, stated_or_read``; see that folder's SOURCES.md)
+and writes the subset the predictor uses to ``src/trainperf/predict/kernels/data/<class>.csv``:
+the ten original columns, the source file and line the row came from, the silicon and catalog
+SKU it was measured on, and the parameters parsed into typed columns. Every other row is
+rejected with a reason; ``--rejected`` prints the rejections grouped by reason (docs/KERNELS.md
+carries that table). Each selection rule below says why it keeps what it keeps.
+
+    python tools/curate_kernels.py [--shared /work/shared/kernels] [--rejected]
+
+After curating, regenerate the derived parameters:
+``PYTHONPATH=src python -m trainperf.predict.kernels.build``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ORIGINAL = ["quantity", "value", "unit", "device", "dtype", "params", "software", "source", "where",
+            "stated_or_read"]
+OUT_DIR = Path(__file__).resolve().parents[1] / "src" / "trainperf" / "predict" / "kernels" / "data"
+
+Row = dict[str, str]
+
+
+def _read(shared: Path, name: str) -> list[Row]:
+    with open(shared / name, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    for i, r in enumerate(rows):
+        r["file"] = name
+        r["line"] = str(i + 2)  # header is line 1
+    return rows
+
+
+def _num(text: str) -> float:
+    return float(re.match(r"\s*([0-9.eE+-]+)", text).group(1))
+
+
+def _size(text: str) -> int:
+    """'32KiB' / '8GiB' / '65KB' / '1GB' / '268435456 B' -> bytes (KiB=1024, KB=1000)."""
+    m = re.match(r"\s*([0-9.]+)\s*([KMG]i?B|B)\b", text)
+    if not m:
+        raise ValueError(text)
+    mult = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}[m.group(2)]
+    return round(float(m.group(1)) * mult)
+
+
+class Curation:
+    """Kept rows per output file and rejected rows with a reason; every input row ends in one."""
+
+    def __init__(self) -> None:
+        self.kept: dict[str, list[Row]] = defaultdict(list)
+        self.rejected: list[tuple[Row, str]] = []
+        self.seen: set[tuple[str, str]] = set()
+
+    def keep(self, out: str, row: Row, **fields: object) -> None:
+        self._mark(row)
+        self.kept[out].append({**{k: row[k] for k in ORIGINAL}, "file": row["file"], "line": row["line"],
+                               **{k: _fmt(v) for k, v in fields.items()}})
+
+    def reject(self, row: Row, reason: str) -> None:
+        self._mark(row)
+        self.rejected.append((row, reason))
+
+    def _mark(self, row: Row) -> None:
+        key = (row["file"], row["line"])
+        if key in self.seen:
+            raise AssertionError(f"row {key} curated twice")
+        self.seen.add(key)
+
+    def rest(self, rows: list[Row], reason: str) -> None:
+        for r in rows:
+            if (r["file"], r["line"]) not in self.seen:
+                self.reject(r, reason)
+
+
+def _fmt(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return repr(v)
+    return "" if v is None else str(v)
+
+
+# ------------------------------------------------------------------------------------- GEMM
+# Catalog SKU of each measured part (None: not a catalog SKU -> rejected).
+GEMM_SKU: list[tuple[str, str | None, str]] = [
+    # (device substring, catalog id, silicon)
+    ("Intel Gaudi 2", "gaudi2", "gaudi2"),
+    ("Intel Gaudi 3", "gaudi3", "gaudi3"),
+    ("A100 SXM4", "a100-sxm-80gb", "ampere"),
+    ("A100 PCIe", "a100-pcie-80gb", "ampere"),
+    ("GH200", None, "hopper"),
+    ("H100 SXM5", "h100-sxm", "hopper"),
+    ("H200 SXM", "h200-sxm", "hopper"),
+    ("H200 141GB", "h200-sxm", "hopper"),
+    ("H800", "h800", "hopper"),
+    ("B300 SXM", "b300", "blackwell"),
+    ("B200 SXM", "b200", "blackwell"),
+    ("GB200", "gb200", "blackwell"),
+    ("MI355X", "mi355x", "cdna4"),
+    ("MI325X", "mi325x", "cdna3"),
+    ("MI300X", "mi300x", "cdna3"),
+]
+
+
+def _sku(device: str, table: list[tuple[str, str | None, str]]) -> tuple[str | None, str]:
+    """The catalog SKU and silicon named by ``device``; the text before the first parenthesis wins
+    (Azure rows add notes such as "(8 GPUs; GB200 v6 VM = 4 GPUs)" to other parts)."""
+    for text in (device.split("(")[0], device):
+        for needle, sku, silicon in table:
+            if needle in text:
+                return sku, silicon
+    raise KeyError(device)
+
+
+def _dtype_key(dtype: str) -> str:
+    d = dtype.lower()
+    if "fp8" in d or "e4m3" in d:
+        return "fp8"
+    for k in ("bf16", "fp16", "tf32", "fp32"):
+        if d.startswith(k):
+            return k
+    raise KeyError(dtype)
+
+
+def curate_gemm(c: Curation, rows: list[Row]) -> None:
+    for r in rows:
+        q, dev, src, sw, p = r["quantity"], r["device"], r["source"], r["software"], r["params"]
+        if "XLA perf table" in q:
+            c.reject(r, "XLA matmul table: the generator computes M*N*K*b/ns (FMA/s) while bf16/tf32 "
+                        "magnitudes read as FLOP/s, the sm_90 fp8 entries exceed the 1979 TFLOP/s spec, "
+                        "and the SKU behind sm_90/gfx942/gfx950 is not stated")
+        elif q.startswith("max achievable matmul TFLOPS (MAMF, mean)"):
+            sku, silicon = _sku(dev, GEMM_SKU)
+            if sku is None:
+                c.reject(r, "GH200 is not a catalog SKU (a 900 W Hopper module whose clocks no catalog "
+                            "Hopper part sustains)")
+                continue
+            c.keep("gemm", r, silicon=silicon, sku=sku, dtype_key=_dtype_key(r["dtype"]), use="peak",
+                   sweep="", m="", n="", k="", tflops=_num(r["value"]))
+        elif q.startswith("max achievable matmul TFLOPS (MAMF)"):
+            c.reject(r, "superseded software: MI300X MAMF under ROCm 6.1 (450), the same source "
+                        "measures 668 with ROCm 6.2+")
+        elif q.startswith("max-achievable GEMM TFLOPS (AMD MAF)"):
+            sku, silicon = _sku(dev, GEMM_SKU)
+            c.keep("gemm", r, silicon=silicon, sku=sku, dtype_key=_dtype_key(r["dtype"]), use="peak",
+                   sweep="", m="", n="", k="", tflops=_num(r["value"]))
+        elif q.startswith("MAF alternate footnote value"):
+            c.reject(r, "duplicate: footnote restatement of an AMD MAF table value (the table value is used)")
+        elif q == "GEMM achieved TFLOPS" and "AI-benchmarking-guide" in src:
+            if "ROCm 6.8.1" in sw:
+                c.reject(r, "superseded software: the same Azure MI300X sweep under ROCm 6.8.1 "
+                            "(the ROCm 6.8.5 sweep is used)")
+                continue
+            sku, silicon = _sku(dev, GEMM_SKU)
+            m, n, k = (int(x) for x in re.search(r"m=(\d+),n=(\d+),k=(\d+)", p).groups())
+            lib = "hipBLASLt" if "hipBLASLt" in sw else "cuBLASLt"
+            c.keep("gemm", r, silicon=silicon, sku=sku, dtype_key=_dtype_key(r["dtype"]), use="sweep",
+                   sweep=f"azure-{sku}-{_dtype_key(r['dtype'])}-{lib}", m=m, n=n, k=k,
+                   tflops=_num(r["value"]))
+        elif q == "GEMM achieved TFLOPS" and "HipKittens" in src:
+            lib = r["where"]
+            vendor_lib = ("tflops_pytorch" in lib or "tflops_hipblaslt" in lib)
+            if not vendor_lib:
+                c.reject(r, "research kernel (HipKittens / ThunderKittens / AITER tgemm / earlier "
+                            "comparison csv): not the hipBLASLt path PyTorch training stacks call")
+                continue
+            sku, silicon = _sku(dev, GEMM_SKU)
+            d = int(re.search(r"M=N=K=(\d+)", p).group(1))
+            c.keep("gemm", r, silicon=silicon, sku=sku, dtype_key=_dtype_key(r["dtype"]), use="sweep",
+                   sweep=f"hipkittens-{sku}-{_dtype_key(r['dtype'])}-hipBLASLt", m=d, n=d, k=d,
+                   tflops=_num(r["value"]))
+        elif q == "GEMM achieved TFLOPS" and "rocm-blogs" in src and "hipBLASLt" in sw:
+            sku, silicon = _sku(dev, GEMM_SKU)
+            d = int(re.search(r"M=N=K=(\d+)", p).group(1))
+            c.keep("gemm", r, silicon=silicon, sku=sku, dtype_key="fp8", use="sweep",
+                   sweep="rocmblog-mi355x-fp8-hipBLASLt", m=d, n=d, k=d, tflops=_num(r["value"]))
+        elif q == "GEMM achieved TFLOPS" and "rocm-blogs" in src:
+            c.reject(r, "research kernel (hand-written HIP ping-pong kernel), not a library path")
+        elif q == "GEMM achieved TFLOPS" and "tilelang" in src:
+            c.reject(r, "research kernel compiler (TileLang K-sweep on H800), not the cuBLAS path stacks call; "
+                        "its small-K points are bound by writing the 8192x8192 output, not by shape")
+        elif "DeepGEMM" in sw or "deepseek-ai/DeepGEMM" in src:
+            c.reject(r, "custom block-scaled kernels of one stack (DeepGEMM), M=64/128 decode shapes and "
+                        "grouped MoE layouts: no dense-GEMM class uses them (cited in docs for blockwise)")
+        elif q.startswith(("Fprop GEMM time", "per-layer GEMM time")):
+            continue  # fp8 recipe rows, curated by curate_fp8
+        elif "grouped" in q.lower() or "MoE layer" in q or "mxfp8 GEMM speedup" in q:
+            c.reject(r, "grouped MoE GEMMs / claims: no grouped-GEMM class in the API yet")
+        elif q.startswith("SwiGLU MLP matmul TFLOPS"):
+            c.reject(r, "shape incomplete: the token count (M) of the SwiGLU MLP benchmark is not stated")
+        elif "GB300" in dev:
+            c.reject(r, "dtype not stated and SM clock locked; informs sustained_clock_fraction, not GEMM "
+                        "efficiency (GB300 at 500 W: ~617 vs ~1600-2174 TFLOP/s at 1400 W)")
+        elif q.startswith("CUTLASS"):
+            c.reject(r, "approximate (~) values from an issue thread; the doc example's SKU is not stated")
+        elif q.startswith("DGEMM"):
+            c.reject(r, "fp64 (no fp64 GEMM class) and the MI250X GCD/card is not stated")
+        elif "engine clock" in q or "software efficiency" in q:
+            c.reject(r, "clock observation (cited in docs: MI300X MAF runs at ~1.2 GHz of 2.1 GHz boost)")
+        else:
+            raise AssertionError(f"gemm row not classified: {r['line']} {q}")
+
+
+# -------------------------------------------------------------------------------- attention
+ATTN_FAMILY = [
+    ("FlashAttention-3", "fa3"), ("FlashAttention-2", "fa2"), ("cuDNN", "cudnn"),
+    ("Triton (FA tutorial", "triton"), ("FlashAttention Triton", "triton"), ("xformers", "xformers"),
+    ("PyTorch standard attention", "eager"), ("AITER", "aiter"),
+]
+
+
+def _family(software: str) -> str | None:
+    for needle, fam in ATTN_FAMILY:
+        if needle in software:
+            return fam
+    return None
+
+
+def _seq(text: str) -> int:
+    m = re.search(r"seqlen=(\d+)(k?)", text) or re.search(r"seqlen (\d+)(K?)", text)
+    return int(m.group(1)) * (1024 if m.group(2) else 1)
+
+
+def curate_attention(c: Curation, rows: list[Row]) -> None:
+    for r in rows:
+        q, dev, src, sw, p = r["quantity"], r["device"], r["source"], r["software"], r["params"]
+        fam = _family(sw)
+        if q in ("attention fwd+bwd TFLOPS", "attention fwd TFLOPS", "attention bwd TFLOPS") and \
+                ("H100 SXM5" in dev or "A100 SXM4" in dev or dev == "MI355X"):
+            if "fp8" in r["dtype"]:
+                c.reject(r, "fp8 attention (third-party transcription): the API models 16-bit attention")
+                continue
+            if "HipKittens;" in sw:
+                c.reject(r, "research kernel (HipKittens), not a family training stacks ship")
+                continue
+            if fam is None:
+                c.reject(r, "FlashAttention v1: superseded, not a modelled family")
+                continue
+            if dev == "MI355X":
+                if "GQA" in p:
+                    c.reject(r, "GQA variant: the MHA sweep of the same kernel is used (GQA fwd is within "
+                                "~10% of MHA; the GQA bwd 'ref' runs 3x slower, a fallback path)")
+                    continue
+                if "bwd" in q and "causal=False" in p:
+                    c.reject(r, "suspect: AITER non-causal backward (300-389 TFLOP/s) is below its causal "
+                                "backward (389-1109) although causal does half the work; the JSON 'ref' "
+                                "of this file is likely another kernel")
+                    continue
+                seq = int(re.search(r"seqlen=(\d+)", p).group(1))
+                hd = int(re.search(r"D=(\d+)", p).group(1))
+                causal = "causal=True" in p
+                direction = "bwd" if "bwd" in q else "fwd"
+                c.keep("attention", r, silicon="cdna4", sku="mi355x", family=fam, direction=direction,
+                       seq_len=seq, head_dim=hd, causal=causal, tflops=_num(r["value"]), use="curve")
+                continue
+            sku, silicon = ("h100-sxm", "hopper") if "H100" in dev else ("a100-sxm-80gb", "ampere")
+            hd = int(re.search(r"head_dim=(\d+)", p).group(1))
+            if "causal=True" in p:
+                causal = True
+            elif "causal=False" in p:
+                causal = False
+            elif "bwd" in q:
+                causal = False  # FA3 paper bwd figure; non-causal per the cross-check in docs/KERNELS.md
+            else:
+                raise AssertionError(r["line"])
+            direction = {"attention fwd+bwd TFLOPS": "fwdbwd", "attention fwd TFLOPS": "fwd",
+                         "attention bwd TFLOPS": "bwd"}[q]
+            # the H100 fwd+bwd figure is an older FA2 release; the FA3 paper's fwd/bwd figures make the curves
+            use = "check" if direction == "fwdbwd" and silicon == "hopper" else "curve"
+            c.keep("attention", r, silicon=silicon, sku=sku, family=fam, direction=direction,
+                   seq_len=_seq(p), head_dim=hd, causal=causal, tflops=_num(r["value"]), use=use)
+        elif q.startswith("attention TFLOPS (") and "AI-benchmarking-guide" in src:
+            sku, silicon = _sku(dev, GEMM_SKU)
+            hd = int(re.search(r"head_dim=(\d+)", p).group(1))
+            family = "eager" if "Standard" in q else ("ck" if silicon.startswith("cdna") else "fa2")
+            c.keep("attention", r, silicon=silicon, sku=sku, family=family, direction="fwdbwd",
+                   seq_len=8192, head_dim=hd, causal=False, tflops=_num(r["value"]), use="anchor")
+        elif q.startswith("FA speedup B200(FA4) vs H200(FA3)"):
+            seq = int(re.search(r"seqlen (\d+)K", p).group(1)) * 1024
+            c.keep("attention", r, silicon="blackwell", sku="b200", family="fa4", direction="fwdbwd",
+                   seq_len=seq, head_dim=128, causal=True, tflops="", use="speedup")
+        elif q.startswith("in-step attention (FlashAttention kernels)"):
+            sku, silicon = ("h200-sxm", "hopper") if "H200" in dev else ("b200", "blackwell")
+            c.keep("attention", r, silicon=silicon, sku=sku, family="fa3" if silicon == "hopper" else "fa4",
+                   direction="fwdbwd", seq_len=8192, head_dim=128, causal=True, tflops=_num(r["value"]),
+                   use="check")
+        elif "tritonbench" in sw:
+            c.reject(r, "GPU not named (presumably H100); the FA3 paper figure covers the same kernels")
+        elif "TPU v5e" in dev:
+            c.reject(r, "a user's Pallas kernel vs XLA timing without a FLOP count; not splash attention")
+        elif "model not stated" in dev:
+            c.reject(r, "GPU not stated in this TE JAX output (context-parallel ring/all-gather speedups "
+                        "2.22x/2.36x at CP=4 are cited in docs for the step model)")
+        else:
+            raise AssertionError(f"attention row not classified: {r['line']} {q}")
+
+
+# ------------------------------------------------------------------------------ collectives
+COLL_KIND = {"all_reduce": "all-reduce", "all-reduce": "all-reduce", "all_gather": "all-gather",
+             "all-gather": "all-gather", "reduce_scatter": "reduce-scatter",
+             "reduce-scatter": "reduce-scatter", "all-to-all": "all-to-all"}
+
+
+def _kind(q: str) -> str:
+    for needle, kind in COLL_KIND.items():
+        if q.lower().startswith(needle):
+            return kind
+    raise KeyError(q)
+
+
+def curate_collectives(c: Curation, rows: list[Row]) -> None:
+    for r in rows:
+        q, dev, src, p, _sw = r["quantity"], r["device"], r["source"], r["params"], r["software"]
+        if "xla" in src.lower():
+            c.reject(r, "XLA collective table subset: the bulk table (collectives_xla_perf_table.csv) is "
+                        "curated instead")
+        elif "ml-engineering" in src and q == "all_reduce busbw" and "A100 SXM (8x" in dev:
+            c.keep("collectives", r, silicon="ampere", sku="a100-sxm-80gb", level="scale-up",
+                   kind="all-reduce", algo="ring", ranks=8, nodes=1, size_bytes=_size(p[5:]),
+                   busbw_GBps=_num(r["value"]), time_us=_num(re.search(r"time=([0-9.]+)", p).group(1)),
+                   nic_GBps_per_device="", sweep="stas00-a100-8gpu")
+        elif "ml-engineering" in src and q.startswith("all_reduce latency"):
+            c.reject(r, "duplicate: the time column of the A100 sweep rows (kept there)")
+        elif "ml-engineering" in src and q == "all_reduce busbw" and "H200 SXM (8x" in dev:
+            size = _size(p[8:])
+            c.keep("collectives", r, silicon="hopper", sku="h200-sxm", level="scale-up", kind="all-reduce",
+                   algo="default", ranks=8, nodes=1, size_bytes=size, busbw_GBps=_num(r["value"]),
+                   time_us="", nic_GBps_per_device="", sweep="stas00-h200-8gpu")
+        elif "ml-engineering" in src and "H200 SXM" in dev and "SHARP section" in r["where"]:
+            kind = _kind(q)
+            algo = "ring" if ("NVLS off" in q or "Ring" in p) else "nvls"
+            ranks = int(re.search(r"(\d+) GPUs", p).group(1))
+            size = _size(re.search(r"payload ([0-9.]+\s*[KMG]iB)", p).group(1))
+            c.keep("collectives", r, silicon="hopper", sku="h200-sxm", level="scale-up", kind=kind,
+                   algo=algo, ranks=ranks, nodes=1, size_bytes=size, busbw_GBps=_num(r["value"]),
+                   time_us="", nic_GBps_per_device="", sweep="stas00-h200-algo")
+        elif "ml-engineering" in src and q.startswith("all_reduce busbw (NVLS disabled"):
+            c.keep("collectives", r, silicon="hopper", sku="h200-sxm", level="scale-up", kind="all-reduce",
+                   algo="ring", ranks=8, nodes=1, size_bytes=16 * 2**30, busbw_GBps=_num(r["value"]),
+                   time_us="", nic_GBps_per_device="", sweep="stas00-h200-algo")
+        elif "ml-engineering" in src and "p6-b200.48xlarge" in dev:
+            algo = "ring" if ("NVLS off" in q or "Ring" in p) else "nvls"
+            ranks = int(re.search(r"(\d+) GPUs", p).group(1))
+            c.keep("collectives", r, silicon="blackwell", sku="b200", level="scale-up", kind="all-reduce",
+                   algo=algo, ranks=ranks, nodes=1, size_bytes=8 * 2**30, busbw_GBps=_num(r["value"]),
+                   time_us="", nic_GBps_per_device="", sweep="stas00-b200-algo")
+        elif "ml-engineering" in src and "p6-b200, 1 node" in dev:
+            c.keep("collectives", r, silicon="blackwell", sku="b200", level="scale-up", kind="all-reduce",
+                   algo="default", ranks=8, nodes=1, size_bytes=_size(p[8:]), busbw_GBps=_num(r["value"]),
+                   time_us="", nic_GBps_per_device="", sweep="stas00-b200-8gpu")
+        elif "ml-engineering" in src and "p6-b200, 4 nodes" in dev:
+            # EFA v4: 8 x 400 Gb/s per node = 50 GB/s per GPU
+            c.keep("collectives", r, silicon="blackwell", sku="b200", level="scale-out", kind="all-reduce",
+                   algo="default", ranks=32, nodes=4, size_bytes=_size(p[8:]), busbw_GBps=_num(r["value"]),
+                   time_us="", nic_GBps_per_device=50.0, sweep="stas00-b200-4node")
+        elif "ml-engineering" in src and "p5en.48xlarge, 4 nodes" in dev:
+            # p5en: 16 x 200 Gb/s EFA per node = 50 GB/s per GPU
+            algo = "nvlstree" if "NVLSTree" in q else "ring"
+            c.keep("collectives", r, silicon="hopper", sku="h200-sxm", level="scale-out", kind="all-reduce",
+                   algo=algo, ranks=32, nodes=4, size_bytes=4 * 2**30, busbw_GBps=_num(r["value"]),
+                   time_us="", nic_GBps_per_device=50.0, sweep="stas00-h200-4node")
+        elif "ml-engineering" in src and "MI300X" in dev:
+            ranks = int(re.search(r"(\d+) GPUs", p).group(1))
+            c.keep("collectives", r, silicon="cdna3", sku="mi300x", level="scale-up", kind="all-reduce",
+                   algo="ring", ranks=ranks, nodes=1, size_bytes=4 * 2**30, busbw_GBps=_num(r["value"]),
+                   time_us="", nic_GBps_per_device="", sweep="stas00-mi300x-ranks")
+        elif "ml-engineering" in src and q.startswith("P2P unidirectional"):
+            sku, silicon = {"A100": ("a100-sxm-80gb", "ampere"), "H100": ("h100-sxm", "hopper"),
+                            "GB200": ("gb200", "blackwell")}[dev.split()[0]]
+            c.keep("collectives", r, silicon=silicon, sku=sku, level="scale-up", kind="send-recv",
+                   algo="p2p", ranks=2, nodes=1, size_bytes="", busbw_GBps=_num(r["value"]), time_us="",
+                   nic_GBps_per_device="", sweep="p2p")
+        elif "ml-engineering" in src and q == "device-to-device copy, unidirectional":
+            c.keep("collectives", r, silicon="hopper", sku="h200-sxm", level="scale-up", kind="send-recv",
+                   algo="p2p", ranks=2, nodes=1, size_bytes="", busbw_GBps=_num(r["value"]), time_us="",
+                   nic_GBps_per_device="", sweep="p2p")
+        elif "AI-benchmarking-guide" in src and q.startswith("all_reduce busbw"):
+            sku, silicon = _sku(dev, GEMM_SKU)
+            ranks = 4 if sku == "gb200" else 8  # ND GB200 v6 VMs hold 4 GPUs
+            algo = "ring" if silicon in ("ampere", "cdna3") or "Ring" in p else "default"
+            c.keep("collectives", r, silicon=silicon, sku=sku, level="scale-up", kind="all-reduce",
+                   algo=algo, ranks=ranks, nodes=1, size_bytes=_size(p[8:]), busbw_GBps=_num(r["value"]),
+                   time_us="", nic_GBps_per_device="", sweep=f"azure-{sku}")
+        elif "nanotron-ultrascale" in src:
+            kind = _kind(q)
+            nodes = int(re.search(r"(\d+) node", p).group(1))
+            if kind != "all-reduce":
+                c.reject(r, "definition unclear: the playbook's all-gather/reduce-scatter 'bandwidth' at one "
+                            "node (250 GB/s) is neither the nccl-tests busbw (361) nor its algbw")
+                continue
+            if nodes == 1:
+                c.reject(r, "single node (NVLS): the hopper scale-up sweeps cover it")
+                continue
+            # HF cluster: AWS p5, 32 x 100 Gb/s EFA per node = 50 GB/s per GPU
+            c.keep("collectives", r, silicon="hopper", sku="h100-sxm", level="scale-out", kind="all-reduce",
+                   algo="default", ranks=8 * nodes, nodes=nodes, size_bytes=256 * 2**20,
+                   busbw_GBps=_num(r["value"]), time_us="", nic_GBps_per_device=50.0, sweep="hf-playbook-nodes")
+        elif "create-a3mega" in src:
+            c.reject(r, "A3 Mega GPUDirect-TCPXO at 2 nodes: busbw exceeds the NICs' line rate (a tree, not "
+                        "a ring) and TCPXO is not an RDMA fabric the catalog describes")
+        elif "nccl/issues/812" in src and "192GB/s" in r["where"]:
+            c.keep("collectives", r, silicon="ampere", sku="a100-sxm-80gb", level="scale-out",
+                   kind="all-reduce", algo="ring", ranks="", nodes="", size_bytes="",
+                   busbw_GBps=_num(r["value"]), time_us="", nic_GBps_per_device=25.0, sweep="dgx-a100-multinode")
+        elif "nccl-tests/issues/2" in src and "NDR" in dev:
+            c.keep("collectives", r, silicon="hopper", sku="h100-sxm", level="scale-out", kind="all-reduce",
+                   algo="ring", ranks="", nodes="", size_bytes="", busbw_GBps=_num(r["value"]) * 8,
+                   time_us="", nic_GBps_per_device=50.0, sweep="ndr-expected")
+        elif "nccl-tests/issues/2" in src and "NVLS" in q:
+            c.keep("collectives", r, silicon="hopper", sku="h100-sxm", level="scale-up", kind="all-reduce",
+                   algo="nvls", ranks=8, nodes=1, size_bytes="", busbw_GBps=_num(r["value"]), time_us="",
+                   nic_GBps_per_device="", sweep="h100-nvls-issue")
+        elif "nccl-tests/issues/2" in src:
+            c.reject(r, "misconfigured setup in a bug report (2 ranks over RoCE, user expected 200 GB/s)")
+        elif "nccl/issues/837" in src:
+            c.reject(r, "2 NICs for 8 GPUs (not a catalog node) and a config regression from NCCL 2.11 on")
+        elif "nccl/issues/812" in src:
+            c.reject(r, "user report the maintainer calls low (8x100 Gb/s NICs)")
+        elif "rccl/issues/1210" in src:
+            c.reject(r, "link-level protocol ceiling (48 of 64 GB/s per xGMI link); cited in docs")
+        elif "habana" in src.lower():
+            c.reject(r, "Gaudi generation not stated and 'NW bandwidth' (513 GB/s) exceeds the Gaudi 2 "
+                        "scale-up rate: not comparable with nccl-tests busbw")
+        elif ("copy bandwidth" in q or "copy (PCIe" in q or "bidirectional" in q or "ib_write_bw" in q
+              or "effective busbw" in q):
+            c.reject(r, "host/PCIe copy, RDMA write or a latency demo: no collective class uses it")
+        else:
+            raise AssertionError(f"collectives row not classified: {r['line']} {q} {dev}")
+
+
+XLA_COLL_SKU = [("sm_100_B200", "b200", "blackwell"), ("sm_90", "h100-sxm", "hopper"),
+                ("GB200", "gb200", "blackwell"), ("gfx942", "mi300x", "cdna3"), ("sm_103", None, "blackwell")]
+
+
+def curate_xla_collectives(c: Curation, rows: list[Row]) -> None:
+    for r in rows:
+        q, dev, p = r["quantity"], r["device"], r["params"]
+        sku, silicon = _sku(dev, XLA_COLL_SKU)
+        size = int(re.search(r"= (\d+) bytes", p).group(1))
+        if 64 * 2**10 < size < 4 * 2**20:
+            c.reject(r, "XLA table: messages between 64 KiB and 4 MiB are neither in the bandwidth fit (>= 4 MiB) "
+                        "nor the latency floor (<= 64 KiB)")
+            continue
+        if q.startswith("collective-permute"):
+            pairs = int(re.search(r"with (\d+) source-target pairs", p).group(1))
+            if sku is None:
+                c.reject(r, "XLA key sm_103 mixes B300 and GB300 (different NVLink domains)")
+            elif pairs != 8:
+                c.reject(r, "XLA collective-permute: the 8-pair (one per GPU of a node) rows are used")
+            else:
+                size = int(re.search(r"= (\d+) bytes", p).group(1))
+                c.keep("collectives", r, silicon=silicon, sku=sku, level="scale-up", kind="send-recv",
+                       algo="xla", ranks=pairs, nodes=1, size_bytes=size, busbw_GBps="", time_us="",
+                       nic_GBps_per_device="", sweep=f"xla-{sku}-send-recv-{pairs}",
+                       algbw_GBps=_num(r["value"]))
+            continue
+        groups, devs = (int(x) for x in re.search(r"(\d+) groups x (\d+) devices", p).groups())
+        kind = _kind(q)
+        if sku is None:
+            c.reject(r, "XLA key sm_103 mixes B300 and GB300 (different NVLink domains)")
+        elif kind in ("all-gather", "reduce-scatter"):
+            c.reject(r, "XLA all-gather/reduce-scatter: tensor_size is the output for one and the per-device "
+                        "shard for the other, so algbw is not comparable with nccl-tests")
+        elif groups != 1:
+            c.reject(r, "XLA table: several concurrent groups share the node's links; single-group rows used")
+        elif kind == "all-reduce" and devs != 8 and sku != "gb200":
+            c.reject(r, "XLA all-reduce: only 8-device groups are used")
+        else:
+            size = int(re.search(r"= (\d+) bytes", p).group(1))
+            c.keep("collectives", r, silicon=silicon, sku=sku, level="scale-up", kind=kind, algo="xla",
+                   ranks=devs, nodes=1, size_bytes=size, busbw_GBps="", time_us="", nic_GBps_per_device="",
+                   sweep=f"xla-{sku}-{kind}-{devs}", algbw_GBps=_num(r["value"]))
+
+
+# ------------------------------------------------------------------------------------ memory
+def curate_memory(c: Curation, rows: list[Row]) -> None:
+    for r in rows:
+        q, dev, src, p, sw = r["quantity"], r["device"], r["source"], r["params"], r["software"]
+        if q.startswith("elementwise op cost"):
+            c.reject(r, "XLA op-profile clock cycles per element (compute cost of transcendental ops), "
+                        "not bandwidth")
+        elif q.startswith("HBM bandwidth, BabelStream-style"):
+            if "@3de0" in src:
+                c.reject(r, "superseded software: the same Azure MI300X BabelStream under ROCm 6.8.1")
+                continue
+            op = q.rsplit(" ", 1)[1].lower()
+            if op not in ("copy", "triad"):
+                c.reject(r, "BabelStream Mul/Add/Dot: hbm_fraction uses Copy and Triad (STREAM convention)")
+                continue
+            sku, silicon = _sku(dev, GEMM_SKU)
+            c.keep("memory", r, silicon=silicon, sku=sku, use="stream", kernel=f"babelstream-{op}",
+                   implementation="", direction="", shape="", ideal_bytes="",
+                   GBps=_num(r["value"]) * 1000.0)
+        elif q.startswith("torch.clone achieved bandwidth"):
+            c.keep("memory", r, silicon="hopper", sku="h100-sxm", use="stream", kernel=f"clone-{r['dtype']}",
+                   implementation="", direction="", shape="", ideal_bytes="", GBps=_num(r["value"]))
+        elif q.startswith("achieved memory bandwidth, mxfp8 quantize"):
+            impl = "compiled" if "torch.compile" in p else "fused"
+            c.keep("memory", r, silicon="blackwell", sku="b200", use="elementwise",
+                   kernel="mxfp8-quantize-" + re.search(r"\((\w+)\)", q).group(1), implementation=impl,
+                   direction="fwd", shape="16384x16384", ideal_bytes="", GBps=_num(r["value"]))
+        elif q.startswith("mxfp8 quantize kernel time"):
+            c.reject(r, "duplicate: the same quantize kernels as the 16384x16384 bandwidth rows, stated as "
+                        "'% of peak achievable BW' against an unstated ceiling")
+        elif "quack" in src:
+            c.reject(r, "microbenchmark of access patterns / Hadamard kernel; torch.clone rows are used")
+        elif "HipKittens" in src:
+            impl = ("eager" if "PyTorch eager" in sw else "compiled" if "torch.compile" in sw
+                    else "fused" if "AITER" in sw else None)
+            if impl is None:
+                c.reject(r, "research kernel (HipKittens); AITER is the fused library used")
+                continue
+            if q.startswith("fused dropout+residual+LayerNorm"):
+                n = int(re.search(r"N=(\d+)", p).group(1))
+                kernel, shape = "dropout-residual-layernorm", f"B=16,N={n},D=2048"
+            else:
+                n = int(re.search(r"N=(\d+)", p).group(1))
+                kernel, shape = "rope", f"B=16,H=16,N={n},D=128"
+            c.keep("memory", r, silicon="cdna4", sku="mi355x", use="elementwise", kernel=kernel,
+                   implementation=impl, direction="fwd", shape=shape, ideal_bytes="",
+                   GBps="", time_ms=_num(r["value"]))
+        elif "Liger-Kernel" in src:
+            _curate_liger(c, r)
+        else:
+            raise AssertionError(f"memory row not classified: {r['line']} {q}")
+
+
+LIGER_EAGER = {"huggingface", "torch", "megatron-unfused"}
+LIGER_FUSED = {"liger", "megatron", "megatron-fused", "liger_fused_add_rms_norm"}
+
+
+def _curate_liger(c: Curation, r: Row) -> None:
+    q, p, sw = r["quantity"], r["params"], r["software"]
+    name, mode = re.match(r"(\w+) (forward|backward|full) time", q).groups()
+    provider = re.search(r"provider=([\w-]+)", sw).group(1)
+    device = "a100-sxm-80gb" if "A100" in r["device"] else "h100-sxm"
+    silicon = "ampere" if device.startswith("a100") else "hopper"
+    if name in ("geglu", "swiglu", "fused_linear_cross_entropy", "fused_moe"):
+        c.reject(r, "includes the MLP / LM-head / expert matmuls: not a memory-bound kernel")
+        return
+    if name == "embedding":
+        c.reject(r, "embedding lookup (gather) in fp32: no elementwise class uses it")
+        return
+    if name in ("cross_entropy", "megatron_rms_norm", "megatron_cross_entropy"):
+        c.reject(r, "dtype not stated in the benchmark config, so the ideal bytes are unknown")
+        return
+    if name == "llama4_rope":
+        c.reject(r, "Llama-4 complex-valued RoPE (different layout); the Llama RoPE rows are used")
+        return
+    if name == "layer_norm" and provider == "huggingface":
+        c.reject(r, "torch.nn.LayerNorm is one native fused kernel, not the unfused eager ops 'eager' stands for")
+        return
+    if mode == "full":
+        c.reject(r, "'full' mode double-counts launch overheads on small sizes; forward and backward rows "
+                    "are used separately")
+        return
+    if provider in LIGER_EAGER:
+        impl = "eager"
+    elif provider in LIGER_FUSED:
+        impl = "fused"
+    else:
+        c.reject(r, f"provider {provider}: a variant of the fused kernel (liger_rms_norm inside the "
+                    "add+norm benchmark, in-place SwiGLU)")
+        return
+    cfg = re.search(r"config (\{.*\})", p).group(1)
+    x = int(re.search(r"=(\d+);", p).group(1))
+    shape = f"x={x};{cfg}"
+    c.keep("memory", r, silicon=silicon, sku=device, use="elementwise", kernel=name, implementation=impl,
+           direction="fwd" if mode == "forward" else "bwd", shape=shape, ideal_bytes="", GBps="",
+           time_ms=_num(r["value"]))
+
+
+# ---------------------------------------------------------------------------- fp8 and e2e
+def curate_fp8(c: Curation, gemm_rows: list[Row], e2e_rows: list[Row]) -> None:
+    for r in gemm_rows:
+        q = r["quantity"]
+        if not q.startswith(("Fprop GEMM time", "per-layer GEMM time")):
+            continue
+        dev = r["device"]
+        sku, silicon = ("b300", "blackwell") if "B300" in dev else ("h200-nvl", "hopper")
+        d = r["dtype"].lower()
+        recipe = ("bf16" if d == "bf16" else "tensorwise" if "current" in d else "delayed" if "delayed" in d
+                  else "mxfp8" if "mxfp8" in d else "blockwise" if "block scaling" in d
+                  else "nvfp4" if "nvfp4" in d else None)
+        mode = "autocast" if "autocast" in q else "prequantized"
+        if q.startswith("Fprop"):
+            c.reject(r, "per-shape Fprop times: the per-layer totals of the same tables (12 GEMMs) are used")
+            continue
+        c.keep("fp8", r, silicon=silicon, sku=sku, use="recipe", recipe=recipe, mode=mode,
+               value_num=_num(r["value"]))
+    for r in e2e_rows:
+        q, dev, src = r["quantity"], r["device"], r["source"]
+        if q.startswith("training throughput, median tokens/s") and "pytorch/ao" in src:
+            sku, silicon = (("h100-sxm", "hopper") if "H100" in dev else ("mi300x", "cdna3") if "MI300X" in dev
+                            else ("b200", "blackwell"))
+            label = re.search(r"\((.*)\)", q).group(1)
+            recipe = ("bf16" if "bf16 baseline" in label else "tensorwise" if "tensorwise" in label
+                      else "rowwise_gw_hp" if "gw_hp" in label else "rowwise" if "rowwise" in label
+                      else "mxfp8" if label == "mxfp8_cublas" else "mxfp8_rceil")
+            c.keep("fp8", r, silicon=silicon, sku=sku, use="e2e", recipe=recipe, mode="torchtitan-llama3-8b",
+                   value_num=_num(r["value"]))
+        else:
+            c.reject(r, "end-to-end / layer-level result outside the torchao Llama3-8B float8 table "
+                        "(different model, scale or stack; cited in docs as context)")
+
+
+# -------------------------------------------------------------------------------------- main
+WRITE_ORDER = {
+    "gemm": ["silicon", "sku", "dtype_key", "use", "sweep", "m", "n", "k", "tflops"],
+    "attention": ["silicon", "sku", "family", "direction", "seq_len", "head_dim", "causal", "tflops", "use"],
+    "collectives": ["silicon", "sku", "level", "kind", "algo", "ranks", "nodes", "size_bytes", "busbw_GBps",
+                    "algbw_GBps", "time_us", "nic_GBps_per_device", "sweep"],
+    "memory": ["silicon", "sku", "use", "kernel", "implementation", "direction", "shape", "ideal_bytes",
+               "GBps", "time_ms"],
+    "fp8": ["silicon", "sku", "use", "recipe", "mode", "value_num"],
+}
+
+
+def curate(shared: Path) -> Curation:
+    c = Curation()
+    gemm = _read(shared, "gemm.csv")
+    curate_gemm(c, gemm)
+    curate_attention(c, _read(shared, "attention.csv"))
+    curate_collectives(c, _read(shared, "collectives.csv"))
+    curate_xla_collectives(c, _read(shared, "collectives_xla_perf_table.csv"))
+    curate_memory(c, _read(shared, "memory.csv"))
+    e2e = _read(shared, "e2e_fp8_compile.csv")
+    curate_fp8(c, gemm, e2e)
+    xla_gemm = _read(shared, "gemm_xla_perf_table.csv")
+    c.rest(xla_gemm, "XLA matmul table: the generator computes M*N*K*b/ns (FMA/s) while bf16/tf32 "
+                     "magnitudes read as FLOP/s, the sm_90 fp8 entries exceed the 1979 TFLOP/s spec, "
+                     "and the SKU behind sm_90/gfx942/gfx950 is not stated")
+    for rows in (gemm, e2e):
+        missing = [r["line"] for r in rows if (r["file"], r["line"]) not in c.seen]
+        if missing:
+            raise AssertionError(f"{rows[0]['file']}: rows not curated: {missing[:10]}")
+    return c
+
+
+def write(c: Curation, out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, extra in WRITE_ORDER.items():
+        cols = ["file", "line", *extra, *ORIGINAL]
+        with open(out_dir / f"{name}.csv", "w", newline="", encoding="utf-8") as f:
+            w = csv.DictWriter(f, fieldnames=cols, lineterminator="\n")
+            w.writeheader()
+            for row in c.kept[name]:
+                w.writerow({k: row.get(k, "") for k in cols})
+
+
+def rejected_table(c: Curation) -> str:
+    groups: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for row, reason in c.rejected:
+        groups[(row["file"], reason)].append(int(row["line"]))
+    lines = ["| file | rows | lines | reason |", "|---|---:|---|---|"]
+    for (file, reason), nums in sorted(groups.items()):
+        lines.append(f"| {file} | {len(nums)} | {_ranges(nums)} | {reason} |")
+    return "\n".join(lines)
+
+
+def _ranges(nums: list[int]) -> str:
+    nums = sorted(nums)
+    out, start, prev = [], nums[0], nums[0]
+    for n in [*nums[1:], None]:
+        if n is not None and n == prev + 1:
+            prev = n
+            continue
+        out.append(f"{start}" if start == prev else f"{start}-{prev}")
+        if n is not None:
+            start = prev = n
+    text = ", ".join(out)
+    return text if len(text) < 80 else text[:77] + "..."
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shared", default="/work/shared/kernels", help="folder of the collected CSVs")
+    ap.add_argument("--rejected", action="store_true", help="print the rejections as a Markdown table")
+    args = ap.parse_args(argv)
+    c = curate(Path(args.shared))
+    write(c, OUT_DIR)
+    kept = {k: len(v) for k, v in c.kept.items()}
+    print(f"kept {sum(kept.values())} rows {kept}; rejected {len(c.rejected)}", file=sys.stderr)
+    if args.rejected:
+        print(rejected_table(c))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
