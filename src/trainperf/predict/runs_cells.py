@@ -181,8 +181,8 @@ def read_rate(cell: str | None) -> tuple[float | None, bool]:
     return v, bool(_PER_DEVICE.search(_clean(str(cell))))
 
 
-_YES = re.compile(r"^(?:yes|y|true|on|enabled?|1|✓|✔|x|sp|sequence[ -]parallel(?:ism)?)\b")
-_NO = re.compile(r"^(?:no|n|false|off|disabled?|0|✗|✘|none)\b")
+_YES = re.compile(r"^(?:yes|y|true|on|enabled?|1|✓|✔|x|sp|sequence[ -]parallel(?:ism)?)(?![a-z0-9])")
+_NO = re.compile(r"^(?:no|n|false|off|disabled?|0|✗|✘|none)(?![a-z0-9])")
 
 
 def read_flag(cell: str | None) -> bool | None:

@@ -224,6 +224,9 @@ def _policy(cell: str, stack: str, d: Any, precision: str, params_B: float, note
             notes.append(f"activation checkpointing {cell[:40]!r}: {got.value}, what a bare 'selective' means in "
                          f"{got.stack} ({got.source})")
         return got.value
+    m = re.match(r"(?:fsdp_config\.)?activation[_ ]checkpointing\W*(true|yes|on|false|no|off|none|null)\b", low)
+    if m:  # LLM Foundry / Composer yaml: fsdp_config.activation_checkpointing: true (whole blocks)
+        return "full" if m.group(1) in ("true", "yes", "on") else "none"
     if (low.startswith(("full", "yes", "true", "on", "enabled", "recompute", "remat", "activation checkpointing",
                         "checkpoint")) or "remat_policy=full" in low):
         return "full"
@@ -557,8 +560,9 @@ def _row(r: Mapping[str, str]) -> TableRun:
         if not n:
             raise _Skip("devices", "device count not stated for this figure")
         if tps is not None and tps < 0:
-            notes.append(f"tokens/s given per device: x {n} devices")
             tps = -tps * n
+            if step is None:
+                notes.append(f"tokens/s given per device: x {n} devices")
         seq = _count(r, "seq_len")
         try:
             gbs, gbs_note = read_global_batch(_cell(r, "global_batch_seqs"), seq)
@@ -697,3 +701,33 @@ def select_runs(runs: Sequence[TableRun], spec: str, where: str = "published-run
 def get_table_run(row_id: str) -> TableRun:
     """One row of the packaged table by ``row_id`` (``row:`` prefix allowed)."""
     return select_runs(packaged_runs(), "row:" + row_id.removeprefix("row:"), "published row")[0]
+
+
+# ------------------------------------------------------------------------------ reading report
+def row_reading(run: TableRun) -> dict[str, Any]:
+    """How one row was read: its hardware resolution, stack, whether it states the essentials,
+    the defaults it took and, for an unread row, why."""
+    return {"row_id": run.row_id, "hardware": run.hardware, "device": run.device_id or None,
+            "hardware_read": run.hardware_read, "stack": run.stack, "states_essentials": run.states_essentials,
+            "read": run.included, "unread_kind": run.exclude_kind or None, "unread_reason": run.exclude_reason or None,
+            "defaults_taken": sum(1 for a in run.assumptions if " not stated: " in a)}
+
+
+def reading_summary(runs: Sequence[TableRun]) -> dict[str, Any]:
+    """What a reader got out of a runs table: rows read and unread (each unread row with its
+    reason, counted by kind), and coverage of the rows that state model shape, batch, devices
+    and a time."""
+    unread = [r for r in runs if not r.included]
+    kinds: dict[str, int] = {}
+    for r in unread:
+        kinds[r.exclude_kind or "other"] = kinds.get(r.exclude_kind or "other", 0) + 1
+    stating = [r for r in runs if r.states_essentials]
+    read_stating = sum(1 for r in stating if r.included)
+    return {
+        "rows_total": len(runs), "rows_read": len(runs) - len(unread), "rows_unread": len(unread),
+        "rows_stating_essentials": len(stating), "rows_stating_essentials_read": read_stating,
+        "coverage_of_stating_rows_pct": 100.0 * read_stating / len(stating) if stating else None,
+        "unread_by_kind": dict(sorted(kinds.items(), key=lambda kv: -kv[1])),
+        "unread": [{"row_id": r.row_id, "table_id": r.table_id, "kind": r.exclude_kind, "reason": r.exclude_reason,
+                    "states_essentials": r.states_essentials} for r in unread],
+    }
