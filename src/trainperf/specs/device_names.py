@@ -35,8 +35,9 @@ The rule, in order:
    must be named). A stated memory keeps the parts whose memory is nearest to it, within 7%
    (a B200 "192GB", its launch figure, is the catalog's 180 GB part; the reading says so). If
    nothing is left the text is unresolved, and the reason lists the family's parts.
-4. **Distinguishing words.** A word of the text found in the catalog name of some remaining
-   candidates but not all ("HBM2e", "Ultra", "NVL") keeps those.
+4. **Distinguishing words.** A word of the text (three letters or more, not a common word such
+   as "per" or "GPU") found in the catalog name of some remaining candidates but not all
+   ("HBM2e", "Ultra") keeps those.
 5. **Base part.** Several parts of one family still left, all with the same peak TFLOP/s
    (they differ in memory only): the family's base part, the shortest id, then the largest
    memory (a bare "H100" is ``h100-sxm``, a bare "A100" ``a100-sxm-80gb``), with the
@@ -68,6 +69,10 @@ _RACK = re.compile(r"^nvl\d+$")  # NVL72, NVL36: a GB200/GB300 rack, not the NVL
 _FORM_TEXT = {"board": "board (SXM/OAM)", "pcie": "PCIe", "nvl": "NVL", "gcd": "GCD"}
 _SILICON_SYNONYMS = {"trillium": "tpu-v6e", "lovelace": "ada"}
 _WORD_SYNONYMS = {"v5litepod": "v5e", "v5lite": "v5e"}
+_COMMON = frozenset({"per", "the", "and", "with", "for", "from", "one", "gpu", "gpus", "node", "nodes", "chip",
+                     "chips", "card", "cards", "cluster", "system", "cap", "nvidia", "amd", "google", "intel",
+                     "habana", "tesla", "instinct", "cloud", "accelerator"})
+"""Words of catalog names that say nothing about which part is meant (rule step 4 skips them)."""
 _MEMORY = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s*(?:gb|gib)(?![a-z/]|\s*/\s*s)")
 _FUSED = re.compile(r"^([a-z]+\d+[a-z]*?)(sxm\d?|pcie|nvl\d*|oam|gcds?|\d+gb)$")
 _PART_LIKE = re.compile(r"^[a-z]{1,9}\d{1,4}[a-z]{0,2}$")
@@ -152,6 +157,7 @@ def _index() -> tuple[dict[str, list[_Part]], dict[str, str], dict[str, str]]:
 
 def _words(low: str) -> list[str]:
     out: list[str] = []
+    low = re.sub(r"\bnvl[ _-]?(\d{2,3})\b", r"nvl\1", low)  # "NVL 72" is the rack NVL72
     for w in re.findall(r"[a-z0-9]+", low):
         m = _FUSED.match(w)
         out += [m.group(1), m.group(2)] if m else [w]
@@ -186,9 +192,8 @@ def _parts_named(words: list[str], fam_norm: dict[str, str]) -> list[str]:
 
 def _forms_stated(words: list[str]) -> set[str]:
     forms: set[str] = set()
-    for k, w in enumerate(words):
-        nxt = words[k + 1] if k + 1 < len(words) else ""
-        if w in _BOARD or _RACK.match(w) or (w == "nvl" and nxt.isdigit() and int(nxt) >= 8):
+    for w in words:
+        if w in _BOARD or _RACK.match(w):
             forms.add("board")
         elif w in _PCIE:
             forms.add("pcie")
@@ -262,10 +267,10 @@ def read_device(text: str) -> DeviceReading:
         parts = kept
         steps.append(f"{mem:g} GB" + ("" if near == 0 else f" (catalog {kept[0].hbm_GB:g} GB, within 7%)"))
     if len(parts) > 1:
-        used = {_norm(p.family) for p in parts} | {p.silicon for p in parts} | set(_SILICON_SYNONYMS)
+        used = {_norm(p.family) for p in parts} | {p.silicon for p in parts} | set(_SILICON_SYNONYMS) | _COMMON
         for w in sorted(set(words) - used):
             having = [p for p in parts if w in p.name_words]
-            if having and len(having) < len(parts) and len(w) > 1 and not w.isdigit():
+            if having and len(having) < len(parts) and len(w) > 2 and not w.isdigit():
                 parts = having
                 steps.append(f"{w!r} in the catalog name")
     if len(parts) > 1:
