@@ -32,7 +32,7 @@ from trainperf.predict.stack_defaults import DEFAULT_KEYS, read_defaults_table, 
 from trainperf.predict.stacks import STACKS, packaged_profile
 from trainperf.predict.validate_runs import predict_row
 
-FIXTURE = Path(__file__).parent / "fixtures" / "runs" / "messy_runs.csv"
+FIXTURE = Path(__file__).parent / "fixtures" / "runs_tables" / "messy_runs.csv"
 
 
 # ------------------------------------------------------------------------------- cell readers
