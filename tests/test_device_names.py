@@ -110,9 +110,10 @@ def test_exact_ids_aliases_and_names_resolve_to_themselves():
 
 
 def test_hardware_by_name_keeps_exact_ids_and_reads_free_text():
-    assert hardware_by_name("h100-sxm").id == "h100-sxm"
-    assert hardware_by_name("h100-sxm-94gb").id == "h100-sxm-hbm2e"
-    assert hardware_by_name("NVIDIA H100 SXM5 80GB").id == "h100-sxm"
+    assert hardware_by_name("h100-sxm") == (get_hardware("h100-sxm"), "")
+    assert hardware_by_name("h100-sxm-94gb")[0].id == "h100-sxm-hbm2e"
+    hw, how = hardware_by_name("NVIDIA H100-SXM5-80GB (Selene)")
+    assert hw.id == "h100-sxm" and "-> h100-sxm" in how
     with pytest.raises(SpecError) as e:
         hardware_by_name("Hopper")
     assert "hardware.device" in str(e.value) and "h200-sxm" in str(e.value)

@@ -112,6 +112,23 @@ def test_precisions_and_fp8_recipes(cell, precision, recipe):
     assert (p.precision, p.fp8_recipe) == (precision, recipe)
 
 
+@pytest.mark.parametrize(("cell", "stack", "policy"), [
+    ("none (yaml null)", "megatron-core", "none"), ("AC: full", "megatron-core", "full"), ("Full AC", "generic", "full"),
+    ("no AC", "generic", "none"), ("selective", "megatron-core", "selective"), ("selective", "torchtitan", "selective-op"),
+    ("SAC (op)", "torchtitan", "selective-op"), ("Selective (op)", "generic", "selective-op"),
+    ("selective layer", "torchtitan", "full-every:2"), ("every 4th layer", "generic", "full-every:4"),
+    ("recompute: block 4", "megatron-core", "full:4"), ("uniform, 1 layer", "megatron-core", "full"),
+    ("activation_checkpointing: true", "llm-foundry", "full"), ("activation_checkpointing: false", "llm-foundry", "none"),
+    ("remat_policy=full", "maxtext", "full"), ("remat_policy=save_qkv_proj", "maxtext", "save_qkv_proj"),
+    ("selective/custom remat (MaxText remat_policy=custom)", "maxtext", "save_dot_except_mlpwi"),
+    ("yes (HFU>MFU implies rematerialization)", "generic", "full"), ("true", "generic", "full"),
+])
+def test_checkpointing_spellings(cell, stack, policy):
+    from trainperf.predict.runs_table import _policy
+
+    assert _policy(cell, stack, stack_defaults(stack), "bf16", 8.0, []) == policy
+
+
 def test_an_unreadable_precision_is_refused_and_mixed_alone_is_unstated():
     with pytest.raises(CellError):
         read_precision("int4 weight-only")

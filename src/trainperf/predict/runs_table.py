@@ -200,6 +200,19 @@ def _policy(cell: str, stack: str, d: Any, precision: str, params_B: float, note
 
     if unstated(cell):
         return _default(d, "activation_checkpointing", "activation checkpointing", notes, params_B)
+    # "AC: full", "activation checkpointing = selective", "recompute: block 4": the value after the name
+    low = re.sub(r"^sac(?![a-z])", "selective", low)  # SAC: selective activation checkpointing
+    rest = re.sub(r"^(?:ac|activation[ _-]?checkpoint(?:ing)?|act[ _-]?ckpt|recompute|checkpointing)(?![a-z])"
+                  r"\s*[:=(]?\s*", "", low)
+    if rest and rest != low and not re.match(r"(?:true|yes|on|false|no|off|none|null)\b", rest):
+        low = rest
+    if unstated(low):
+        return _default(d, "activation_checkpointing", "activation checkpointing", notes, params_B)
+    m = re.search(r"\bblock\W{0,3}(?:recompute_num_layers\W{0,3})?(\d+)", low)
+    if m:  # Megatron recompute_method=block: the first K layers of each model chunk fully recomputed
+        return f"full:{m.group(1)}"
+    if re.search(r"\buniform\b", low):  # Megatron recompute_method=uniform: every layer fully recomputed
+        return "full"
     if "remat_policy=custom" in low or "custom remat" in low:
         if precision == "fp8":
             return first("save_dot_except_mlp", "selective")
@@ -212,13 +225,13 @@ def _policy(cell: str, stack: str, d: Any, precision: str, params_B: float, note
     word = re.match(r"[a-z_:0-9-]+", low)
     if word and word.group(0) in POLICIES and word.group(0) not in ("none", "full", "selective"):
         return word.group(0)
-    if re.search(r"selective[ _-]*(?:op|ops|per[- ]op)\b|\bop[- ]level|per[- ]op\b|selective_ac_option\W*op", low):
+    if re.search(r"selective\W*(?:op|ops|per[- ]op)\b|\bop[- ]level|per[- ]op\b|selective_ac_option\W*op", low):
         return first("selective-op", "selective")
-    m = re.search(r"selective[ _-]*layer|every\s*(\d+)(?:nd|rd|th|st)?\s*layers?|ac[_ ]freq\D{0,3}(\d+)", low)
+    m = re.search(r"selective\W*layer|every\s*(\d+)(?:nd|rd|th|st)?\s*layers?|ac[_ ]freq\D{0,3}(\d+)", low)
     if m:  # torchtitan: every n-th layer fully checkpointed (selective_ac_option = "2")
         n = next((int(g) for g in m.groups() if g), 2)
         return f"full-every:{n}" if n > 1 else "full"
-    if low.startswith(("selective", "sac")):
+    if low.startswith("selective"):
         got = d.get("selective")
         if got.value != "selective":
             notes.append(f"activation checkpointing {cell[:40]!r}: {got.value}, what a bare 'selective' means in "
@@ -449,13 +462,15 @@ def _batches(r: Mapping[str, str], gbs: int | None, gbs_cell: str, plan: dict[st
             notes.append(f"global batch not stated: {value} per device x {n} devices = {gbs}")
         else:
             raise _Skip("batch", "sequence length or global batch not stated")
+    if gbs % data:
+        raise _Skip("plan", f"global batch {gbs} does not split over the {data} data-parallel ranks")
+    local = gbs // data
     if value is None:
         mb = _default(d, "micro_batch", "micro batch", notes)
-        if mb == "local":
-            if gbs % data:
-                raise _Skip("plan", f"global batch {gbs} does not split over the {data} data-parallel ranks")
-            mb = gbs // data
-        return gbs, mb, False
+        value = local if mb == "local" else mb
+    if local % value:
+        notes.append(f"micro batch {value} does not divide the local batch {local}: {math.gcd(local, value)} taken")
+        value = math.gcd(local, value)
     return gbs, value, False
 
 
@@ -477,13 +492,29 @@ def _flops_per_step(r: Mapping[str, str], w: Any, d: Any, notes: list[str]) -> t
 
 
 def _devices_per_node(r: Mapping[str, str], n: int, hw: Any, notes: list[str]) -> int:
+    """Devices per node: the cell, else the catalog's typical node. Several nodes must hold the
+    same count, so a node size that does not divide the devices (72 of an NVL72 rack for 128
+    GPUs) becomes their greatest common divisor, noted."""
     dpn = _count(r, "gpus_per_node")
     if dpn is None:
         dpn = hw.devices_per_node
-        if n > dpn and n % dpn:
-            dpn = math.gcd(n, dpn)
-        notes.append(f"devices per node not stated: {dpn} taken ({hw.id}'s typical node in the device catalog)")
+        notes.append(f"devices per node not stated: {math.gcd(n, dpn) if n > dpn else dpn} taken "
+                     f"({hw.id}'s typical node in the device catalog)")
+    if n > dpn and n % dpn:
+        notes.append(f"{dpn} devices per node do not divide the {n} devices: nodes of {math.gcd(n, dpn)} taken")
+        dpn = math.gcd(n, dpn)
     return min(dpn, n)
+
+
+def _num_devices(r: Mapping[str, str], notes: list[str]) -> int | None:
+    """The device count; "16 nodes" alone is nodes times the stated devices per node."""
+    cell = _cell(r, "num_gpus")
+    m = re.match(r"^\s*(\d+)\s*(?:nodes?|hosts?|servers?)\b(?!.*\d)", cell.lower())
+    per = _count(r, "gpus_per_node")
+    if m and per:
+        notes.append(f"num_gpus {cell[:30]!r}: {m.group(1)} nodes x {per} devices per node")
+        return int(m.group(1)) * per
+    return _count(r, "num_gpus")
 
 
 def _times(r: Mapping[str, str], notes: list[str]) -> tuple[float | None, float | None, float | None]:
@@ -556,7 +587,7 @@ def _row(r: Mapping[str, str]) -> TableRun:
             raise _Skip("time", "only a best-case 'up to' TFLOP/s figure published; no step time or tokens/s")
         if step is None and tps is None and tflops is None:
             raise _Skip("time", "no step time, tokens/s or TFLOP/s published")
-        n = _count(r, "num_gpus")
+        n = _num_devices(r, notes)
         if not n:
             raise _Skip("devices", "device count not stated for this figure")
         if tps is not None and tps < 0:

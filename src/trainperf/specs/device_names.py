@@ -17,8 +17,9 @@ The rule, in order:
 
    * a *part*: a catalog family, i.e. the first segment of a catalog id (``h100``, ``a100``,
      ``gb200``, ``mi250x``, ``gaudi3``; for TPUs ``tpu-v5p``), as one word or two adjacent
-     words ("TPU v5p", "Gaudi 3"); a TPU version with a letter alone ("v5p"); an AMD part
-     without its X suffix ("MI300", "MI355") when only the X part is in the catalog;
+     words ("TPU v5p", "Gaudi 3"), in the plural ("H100s") or after a count ("8xH100"); a TPU
+     version with a letter alone ("v5p"); an AMD part without its X suffix ("MI300", "MI355")
+     when only the X part is in the catalog;
    * a *generation*: a silicon name (``blackwell``, ``hopper``, ``ampere``, ``volta``,
      ``cdna3``..., ``trillium`` for TPU v6e): the parts of that silicon, read only when no
      part is named;
@@ -159,6 +160,7 @@ def _words(low: str) -> list[str]:
     out: list[str] = []
     low = re.sub(r"\bnvl[ _-]?(\d{2,3})\b", r"nvl\1", low)  # "NVL 72" is the rack NVL72
     for w in re.findall(r"[a-z0-9]+", low):
+        w = re.sub(r"^\d+x(?=[a-z]+\d)", "", w)  # "8xH100": a count, then the part
         m = _FUSED.match(w)
         out += [m.group(1), m.group(2)] if m else [w]
     for k in range(len(out) - 1, 0, -1):  # "v5 lite(pod)": Google's name of TPU v5e
@@ -182,6 +184,8 @@ def _parts_named(words: list[str], fam_norm: dict[str, str]) -> list[str]:
             add(fam_norm[w + nxt])
         elif w in fam_norm:
             add(fam_norm[w])
+        elif w.endswith("s") and w[:-1] in fam_norm and any(c.isdigit() for c in w):  # "H100s"
+            add(fam_norm[w[:-1]])
         elif re.fullmatch(r"v\d+[a-z]*", w) and "tpu" + w in fam_norm and (has_tpu or w[-1].isalpha()):
             add(fam_norm["tpu" + w])
         elif re.fullmatch(r"mi\d{3}", w) and w not in fam_norm and w + "x" in fam_norm:
@@ -306,15 +310,23 @@ def _unknown_reason(low: str) -> str:
     return f"names no catalog part ({hint})"
 
 
-def hardware_by_name(text: str, field: str = "hardware.device") -> Any:
-    """The catalog :class:`~trainperf.specs.hardware.Hardware` for an id, alias or free-text name.
+def hardware_by_name(text: str, field: str = "hardware.device") -> tuple[Any, str]:
+    """The catalog :class:`~trainperf.specs.hardware.Hardware` for an id, alias or free-text
+    name, and how the name was read (``""`` for an exact id or alias).
 
-    An exact id or alias is looked up as :func:`~trainperf.specs.hardware.get_hardware` does;
-    anything else is read by :func:`read_device`. A text that does not resolve is a one-line
-    :class:`~trainperf.errors.SpecError` naming the field, the text and the reason."""
+    An exact id or alias is looked up by :func:`~trainperf.specs.hardware.get_hardware`, so
+    exact ids behave as they always did; anything else is read by :func:`read_device`, and a
+    caller should show the returned reading (e.g. in a workload's notes). A text that does not
+    resolve is a one-line :class:`~trainperf.errors.SpecError` naming the field, the text and the
+    reason (the candidates, or the nearest parts)."""
+    from trainperf.errors import UnknownNameError
     from trainperf.specs.hardware import get_hardware
 
+    try:
+        return get_hardware(text), ""
+    except UnknownNameError:
+        pass
     r = read_device(text)
     if not r.resolved:
         raise SpecError(field, text, f"not a catalog device: {r.how}")
-    return get_hardware(r.device_id)
+    return get_hardware(r.device_id), r.describe()
