@@ -389,3 +389,57 @@ def test_calibrate_model_reads_rows_of_a_runs_file(tmp_path, capsys):
     assert len(err.splitlines()) == 1 and "Hopper" in err
     assert main(["calibrate-model", "--data", str(FIXTURE), "row:a23", "row:a45", "--holdout", "table:UNREAD",
                  "-o", str(tmp_path / "y.json")]) == 2
+
+
+# ------------------------------------------ any re-spelling of a packaged row reads the same
+_HW = {
+    "h100-sxm": ["NVIDIA H100-SXM5-80GB", "H100 80GB (SXM per composer h100-sxm mapping)", "H100 SXM5", "8xH100 80GB HBM3",
+                 "DGX H100", "nvidia h100 sxm5 80gb"],
+    "a100-sxm-80gb": ["A100-SXM4-80GB", "NVIDIA A100 80GB", "A100 SXM 80GB", "A100s (80GB)"],
+    "a100-sxm-40gb": ["A100-SXM4-40GB", "A100 40GB SXM", "NVIDIA A100 40 GB"],
+    "h100-sxm-hbm2e": ["H100 SXM 95GB HBM2e", "H100 94GB (HBM2e, 500 W)", "h100-sxm-96gb"],
+    "tpu-v5e": ["TPU v5e", "Cloud TPU v5 lite", "v5litepod-256"],
+    "tpu-v4": ["TPU v4", "Google TPU v4"], "mi250": ["AMD Instinct MI250", "MI250 (OAM)"],
+}
+_FW = {"megatron-core": ["NeMo", "Megatron-Bridge", "NeMo 2.0 (Megatron-Core)"], "maxtext": ["MaxText", "JAX MaxText"],
+       "paxml": ["Pax", "PaxML"], "torchtitan": ["TorchTitan", "torchtitan (PyTorch)"],
+       "llm-foundry": ["Composer", "MosaicML LLM Foundry"], "deepspeed": ["Megatron-DeepSpeed"]}
+_PREC = {"bf16": ["BF16 mixed", "bfloat16", "amp_bf16"], "fp16": ["FP16 mixed", "float16"], "fp8": ["FP8", "float8"]}
+_READ = [r for r in packaged_runs() if r.included]
+
+
+@settings(max_examples=150, deadline=None)
+@given(i=st.integers(0, len(_READ) - 1), data=st.data())
+def test_any_respelling_of_a_packaged_row_reads_the_same(i, data):
+    run = _READ[i]
+    cells = dict(run.cells)
+    pick = lambda options: data.draw(st.sampled_from(options))  # noqa: E731
+    w = run.workload
+    cells["hardware"] = pick(_HW[run.device_id])
+    fw = cells["framework"].lower()
+    if not re.search(r"async|compile|megatron-lm \(20", fw) and pick([True, False]):
+        cells["framework"] = pick(_FW[run.stack])
+    if pick([True, False]) and "(te" not in cells["precision"].lower() and "float8" not in cells["precision"]:
+        cells["precision"] = pick(_PREC[w.precision])
+    seq = w.seq_len
+    if pick([True, False]) and seq % 1024 == 0:
+        cells["seq_len"] = pick([f"{seq // 1024}k", f"{seq // 1024}K", f"{seq:,}"])
+    gb = read_count(cells["global_batch_seqs"])
+    if gb is not None and pick([True, False]):
+        cells["global_batch_seqs"] = pick([f"{gb:,}", f"{gb * seq:,} tokens"])
+    step, _ = read_seconds(cells["step_time_s"])
+    if step is not None and pick([True, False]):
+        cells["step_time_s"] = f"{step * 1000:.6g} ms"
+    for col in ("cp", "ep", "vpp"):
+        if not cells[col].strip() and pick([True, False]):
+            cells[col] = pick(["n/a", "-", "N/A"])
+    if cells["sp"].strip().lower() in ("yes", "no") and pick([True, False]):
+        cells["sp"] = pick(["✓", "TRUE", "Yes"] if cells["sp"].strip().lower() == "yes" else ["false", "No", "✗"])
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(cells))
+    writer.writeheader()
+    writer.writerow(cells)
+    (again,) = parse_runs(buf.getvalue(), "respelled.csv")
+    assert again.included, (cells, again.exclude_reason)
+    assert again.workload == w, cells
+    assert again.step_time_s == pytest.approx(run.step_time_s, rel=1e-4)
