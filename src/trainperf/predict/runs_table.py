@@ -265,12 +265,20 @@ def _mlp(arch: str) -> str:
 
 
 # -------------------------------------------------------------------------------- the mapping
+@lru_cache(maxsize=1)
+def _preset_keys() -> dict[str, str]:
+    from trainperf.specs.presets import model_ids
+
+    return {re.sub(r"[^a-z0-9]", "", i): i for i in model_ids()}
+
+
 def _preset_named(name: str) -> Any:
-    """The model preset a model cell names ("Llama 3.1 405B" -> llama3.1-405b), or ``None``."""
-    from trainperf.specs.presets import get_model, model_ids
+    """The model preset a model cell names ("Llama 3.1 405B" -> llama3.1-405b), or ``None``:
+    the cell without parentheses, letters and digits only, equal to a preset id so written."""
+    from trainperf.specs.presets import get_model
 
     key = re.sub(r"[^a-z0-9]", "", re.sub(r"\(.*?\)", "", name.lower()))
-    by_key = {re.sub(r"[^a-z0-9]", "", i): i for i in model_ids()}
+    by_key = _preset_keys()
     return get_model(by_key[key]) if key and key in by_key else None
 
 
