@@ -175,6 +175,20 @@ def test_nvls_and_ring_and_the_xgmi_mesh():
     assert two[0] * 448 == pytest.approx(47.671, rel=0.15)  # measured 2-GPU MI300X all-reduce
 
 
+def test_link_params_take_arrays_of_group_sizes():
+    ranks = np.array([2, 4, 5, 8, 16, 64])
+    for sil, level, kind in (("hopper", "scale-up", "all-reduce"), ("cdna3", "scale-up", "all-gather"),
+                             ("blackwell", "scale-out", "reduce-scatter"), ("tpu-v5p", "scale-up", "send-recv")):
+        arrays = collectives.link_params(sil, level, kind, ranks)
+        for i, n in enumerate(ranks):
+            scalar = collectives.link_params(sil, level, kind, int(n))
+            assert [a[i] for a in arrays] == pytest.approx(list(scalar), rel=1e-12), (sil, level, kind, n)
+    fr = collectives.busbw_fraction("hopper", "scale-out", "all-reduce", np.array([1e8, 1e9]), np.array([16, 256]))
+    assert fr[1] == pytest.approx(collectives.busbw_fraction("hopper", "scale-out", "all-reduce", 1e9, 256))
+    with pytest.raises(SpecError, match="ranks"):
+        collectives.link_params("hopper", "scale-up", "all-reduce", np.array([1, 2]))
+
+
 def test_group_size_grows_the_half_size_and_the_cross_node_latency():
     e32, h32, l32 = collectives.link_params("blackwell", "scale-out", "all-reduce")
     e256, h256, l256 = collectives.link_params("blackwell", "scale-out", "all-reduce", 256)

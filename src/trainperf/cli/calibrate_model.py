@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from trainperf.cli.common import add_json_argument, add_output_arguments, print_json, table
@@ -15,6 +16,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("runs", nargs="+", metavar="RUN",
                         help="bench run directories, JSONL run files, row:<row_id> / table:<table_id> of the "
                              "published-runs table, or published:<id|vendor|device|all> (seed catalog)")
+    parser.add_argument("--data", metavar="FILE.csv",
+                        help="a runs file with the packaged table's columns: row:<row_id> and table:<table_id> "
+                             "name its rows (read as `trainperf validate --data` reads them; a table's unread "
+                             "rows are listed and left out)")
     parser.add_argument("--holdout", nargs="*", default=[], metavar="RUN",
                         help="runs to predict after fitting (not used to fit); their error is reported")
     parser.add_argument("--knobs", metavar="A,B",
@@ -45,8 +50,15 @@ def run(args: argparse.Namespace) -> int:
     inputs = [*args.runs, *args.holdout, args.calibration]
     safe = {"what": "--output", "inputs": inputs, "force": args.force, "parents": args.parents}
     check_output_file(args.output, **safe)  # refuse before fitting (one line, exit 2)
-    obs = [observation_from_run(r, statistic=args.statistic) for spec in args.runs for r in load_runs(spec)]
-    held = [observation_from_run(r, statistic=args.statistic) for spec in args.holdout for r in load_runs(spec)]
+    unread: list[dict] = []
+    load = _table_loader(args.data, unread, load_runs)
+    obs = [observation_from_run(r, statistic=args.statistic) for spec in args.runs for r in load(spec)]
+    held = [observation_from_run(r, statistic=args.statistic) for spec in args.holdout for r in load(spec)]
+    args.unread = unread
+    if unread and not args.json:
+        print(f"not used ({len(unread)} rows of the selected tables could not be read):")
+        for u in unread:
+            print(f"  row {u['row_id']} ({u['table_id']}): {u['reason']}")
     if str(args.output).endswith(".toml"):
         return _write_profile(args, obs, held, safe)
     devices = {o.workload.hardware.id for o in obs}
@@ -65,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
         "fit_rows": list(res.rows), "holdout_rows": list(held_rows),
         "fit_mape_pct": res.mape_pct,
         "holdout_mape_pct": (sum(r["abs_pct_error"] for r in held_rows) / len(held_rows)) if held_rows else None,
+        "unread_rows": args.unread,
     }
     write_text_atomic(args.output, json.dumps(out, indent=2) + "\n", **safe)
     if args.json:
@@ -113,7 +126,8 @@ def _write_profile(args: argparse.Namespace, obs: list, held: list, safe: dict) 
            "generations": {g: dict(v) for g, v in prof.generations.items()},
            "fit_rows": [p.__dict__ | {"signed_pct": p.signed_pct} for p in fit_preds],
            "holdout_rows": [p.__dict__ | {"signed_pct": p.signed_pct} for p in held_preds],
-           "fit_mape_pct": fit_s["mape_pct"], "holdout_mape_pct": held_s["mape_pct"] if held_preds else None}
+           "fit_mape_pct": fit_s["mape_pct"], "holdout_mape_pct": held_s["mape_pct"] if held_preds else None,
+           "unread_rows": args.unread}
     if args.json:
         print_json(out)
         return 0
@@ -129,3 +143,30 @@ def _write_profile(args: argparse.Namespace, obs: list, held: list, safe: dict) 
     print(f"fit MAPE {fit_s['mape_pct']:.2f}%" + (f"; held-out MAPE {held_s['mape_pct']:.2f}%" if held_preds else ""))
     print(f"wrote {args.output} (use: trainperf predict ... --stack {args.output})")
     return 0
+
+
+def _table_loader(data: str | None, unread: list, load_runs: Callable[[str], list]) -> Callable[[str], list]:
+    """``row:``/``table:`` specs read from the runs file ``data`` (others as ``load_runs`` reads
+    them). A named row that cannot be read is a one-line error with its reason; a table's
+    unread rows are left out and appended to ``unread`` (row, table, reason)."""
+    if not data:
+        return load_runs
+    from trainperf.errors import SpecError
+    from trainperf.predict.runs_table import load_table_runs, select_runs
+
+    runs = load_table_runs(data)
+
+    def load(spec: str) -> list:
+        if not spec.startswith(("row:", "table:")):
+            return load_runs(spec)
+        picked = select_runs(runs, spec, where=f"runs file {data!r}")
+        bad = [r for r in picked if not r.included]
+        if spec.startswith("row:") and bad:
+            raise SpecError("run", spec, f"a row trainperf can read (row {bad[0].row_id}: {bad[0].exclude_reason})")
+        unread.extend({"row_id": r.row_id, "table_id": r.table_id, "reason": r.exclude_reason} for r in bad)
+        good = [r.to_run_record() for r in picked if r.included]
+        if not good:
+            raise SpecError("run", spec, f"a table with at least one readable row ({len(bad)} unread)")
+        return good
+
+    return load

@@ -47,16 +47,26 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_table(args: argparse.Namespace) -> int:
+    from trainperf.predict.runs_table import load_table_runs, reading_summary, row_reading
     from trainperf.predict.stacks import load_profile
     from trainperf.predict.validate_runs import validate_runs
 
     if args.stack:
         load_profile(args.stack)  # a bad name or file is a one-line error before any work
-    v = validate_runs(args.data, stack=args.stack, loto=not args.no_loto)
+    runs = load_table_runs(args.data)
+    v = validate_runs(args.data, stack=args.stack, loto=not args.no_loto, runs=runs)
     d = v.to_dict()
+    readings = {r.row_id: row_reading(r) for r in runs}
+    for row in d["rows"]:  # how each row's cells were read: hardware resolution, defaults taken
+        rd = readings.get(row["row_id"], {})
+        row.update(device=rd.get("device"), hardware_read=rd.get("hardware_read"),
+                   states_essentials=rd.get("states_essentials"), unread_kind=rd.get("unread_kind"))
+    d["reading"] = reading_summary(runs)
     if args.json:
         print_json(d)
         return 0
+    if args.data:
+        _print_rows_read(v, readings)
     rows = []
     for t, x in d["per_table"].items():
         i, lo, go = x["in_sample"], x["leave_one_table_out"] or {}, x["leave_one_group_out"] or {}
@@ -77,12 +87,7 @@ def _run_table(args: argparse.Namespace) -> int:
     print(table(rows, ["group (stack@silicon)", "tables", "rows", "MAPE %", "LOTO MAPE %",
                        "group-out MAPE %", "group-out signed %", "worst row (group-out %)"]))
     print()
-    excluded = [r for r in v.rows if not r.included]
-    if excluded:
-        print(f"not predicted ({len(excluded)} rows):")
-        for r in excluded:
-            print(f"  row {r.row_id} ({r.table_id.strip()}): {r.exclude_reason}")
-        print()
+    _print_unread(d["reading"])
     how = f"stack {args.stack} for every row" if args.stack else "each row's stack profile"
     print(f"in-sample ({how}): MAPE {d['mape_pct']:.2f}%, mean signed {d['mean_signed_pct']:+.2f}% over "
           f"{d['rows_predicted']} of {d['rows_total']} rows; worst row {d['worst_row']} ({d['worst_pct']:+.1f}%)")
@@ -102,6 +107,48 @@ def _run_table(args: argparse.Namespace) -> int:
               "without it)")
     print("signed error: positive = predicted slower than published")
     return 0
+
+
+def _print_rows_read(v: Any, readings: dict[str, dict[str, Any]]) -> None:
+    """One line per row of a user's runs file: its hardware as resolved, stack, measured and
+    predicted step time, and how many stack defaults it took."""
+    rows = []
+    for r in v.rows:
+        rd = readings.get(r.row_id, {})
+        hw = f"{r.hardware[:34]} -> {rd.get('device') or '?'}"
+        rows.append([r.row_id, r.table_id[:24], hw, r.stack,
+                     "-" if r.measured_step_time_s is None else f"{r.measured_step_time_s:.4g}",
+                     "-" if r.predicted_step_time_s is None else f"{r.predicted_step_time_s:.4g}",
+                     _pct(r.signed_pct), rd.get("defaults_taken", 0) if r.included else "unread"])
+    print(table(rows, ["row", "table", "hardware -> device", "stack", "measured s", "predicted s", "signed %",
+                       "defaults"]))
+    print()
+    seen: dict[str, tuple[str, list[str]]] = {}
+    for r in v.rows:
+        rd = readings.get(r.row_id, {})
+        seen.setdefault(r.hardware, (rd.get("hardware_read", ""), []))[1].append(r.row_id)
+    print("hardware read as (rule: trainperf.specs.device_names):")
+    for text, (how, ids) in seen.items():
+        dev = readings[ids[0]].get("device")
+        where = ", ".join(ids[:6]) + (f" +{len(ids) - 6}" if len(ids) > 6 else "")
+        print(f"  {text[:60]!r} -> {dev or 'not resolved'} ({how}) [rows {where}]")
+    print()
+
+
+def _print_unread(reading: dict[str, Any]) -> None:
+    """Every row not predicted, with its reason, counted by kind; and the coverage of the rows
+    that state model shape, batch, devices and a time."""
+    unread = reading["unread"]
+    if unread:
+        kinds = ", ".join(f"{k} {n}" for k, n in reading["unread_by_kind"].items())
+        print(f"not predicted ({len(unread)} of {reading['rows_total']} rows: {kinds}):")
+        for u in unread:
+            print(f"  row {u['row_id']} ({u['table_id']}): {u['reason']}")
+        print()
+    if reading["rows_stating_essentials"]:
+        print(f"rows stating model shape, batch, devices and a time: {reading['rows_stating_essentials']}; "
+              f"predicted {reading['rows_stating_essentials_read']} "
+              f"({reading['coverage_of_stating_rows_pct']:.1f}%)")
 
 
 def _run_seeds(args: argparse.Namespace) -> int:

@@ -1,18 +1,32 @@
-"""The published-runs table (``data/published_runs.csv``) as workloads the predictor can run.
+"""A runs table (the packaged ``data/published_runs.csv`` or any CSV with its columns) as
+workloads the predictor can run.
 
-The CSV (169 rows from 30 public tables, see ``../shared/published/README.md``) keeps each
-measurement as published: free-text cells such as ``"64 (FSDP degree)"`` or ``"fp8 (TE hybrid,
-fp8_params)"``. :func:`load_table_runs` maps every row either to a :class:`TableRun` with a
-:class:`~trainperf.specs.workload.Workload` (model from the shape columns, device from
-``hardware``, plan from the parallel columns, activation-checkpointing policy by name,
-precision, software stack from ``framework``) and a step time, or to an exclusion whose
-one-line reason says what is missing. Every assumption the mapping makes for a row is written
-into the row's ``assumptions``.
+The packaged CSV (169 rows from 30 public tables, see ``../shared/published/README.md``) keeps
+each measurement as published; tables other people write with the same columns spell things as
+they please. :func:`load_table_runs` maps every row either to a :class:`TableRun` with a
+:class:`~trainperf.specs.workload.Workload` and a step time, or to an exclusion whose one-line
+reason says what is missing. Nothing is dropped silently: every row comes back, read or not.
 
-Step times: the published ``step_time_s``; else ``global_batch * seq_len / tokens_per_s``;
-else from the published TFLOP/s per device under the FLOP count the source used (Megatron-LM
-SC21: the paper's formula with recomputation, Narayanan et al. 2021 eq. 3; MaxText: 6N plus
-non-causal attention, i.e. the ``palm`` convention).
+How a row is read:
+
+* cells through :mod:`trainperf.predict.runs_cells` ("1,024", "8k", "2x8", "tp=8", "850 ms",
+  "4M tokens", "n/a", "not stated", "BF16 mixed", "FP8 (Float8 rowwise)"...);
+* the framework cell names the software stack (:func:`~trainperf.predict.runs_cells.read_framework`);
+* the hardware cell is resolved to a catalog id by one documented rule
+  (:func:`trainperf.specs.device_names.read_device`); how, is kept per row (``hardware_read``);
+* a value the row does not state is the stack's documented default (the ``[defaults]`` table of
+  its profile, :mod:`trainperf.predict.stack_defaults`), and the row's ``assumptions`` say so,
+  with the default's source. Blank parallel degrees (pp, vpp, cp, ep) mean "not used" (1);
+* torchtitan's "local batch size" (its ``micro_batch_column`` default ``local_batch``) is the
+  batch per data-parallel rank: global = local x dp_replicate x dp_shard; without pipeline
+  parallelism it runs in one forward/backward, under pipeline parallelism it is split into
+  micro-batches of ``pipeline_parallel_microbatch_size`` (default 1).
+
+Step times: the published ``step_time_s`` (seconds, or with a unit: "850 ms"); else
+``global_batch * seq_len / tokens_per_s`` (global, or per device times the devices); else from
+the published TFLOP/s per device under the FLOP count the source used (Megatron-LM SC21: the
+paper's formula with recomputation, Narayanan et al. 2021 eq. 3; MaxText: 6N plus non-causal
+attention, i.e. the ``palm`` convention; otherwise the stack's default convention).
 """
 
 from __future__ import annotations
@@ -20,6 +34,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +44,18 @@ from pathlib import Path
 from typing import Any
 
 from trainperf.errors import InputFileError, SpecError, TrainperfError
+from trainperf.predict.runs_cells import (
+    CellError,
+    read_count,
+    read_flag,
+    read_framework,
+    read_global_batch,
+    read_number,
+    read_precision,
+    read_rate,
+    read_seconds,
+    unstated,
+)
 from trainperf.specs.datafiles import read_user_text
 
 PACKAGED = "published_runs.csv"
@@ -40,12 +67,26 @@ REQUIRED_COLUMNS: tuple[str, ...] = (
     "sp", "ep", "act_ckpt", "precision", "framework", "step_time_s", "tokens_per_s_global",
     "tflops_per_gpu", "mfu_pct", "mfu_basis",
 )
-"""Columns a runs file must have (``--data FILE.csv``); others are kept as they are."""
+"""Columns a runs file must have (``--data FILE.csv``); others are kept as they are (an optional
+``tokens_per_s_per_gpu`` is read when the global figure is missing)."""
+
+EXCLUDE_KINDS: dict[str, str] = {
+    "time": "no step time, tokens/s or TFLOP/s that trainperf can read",
+    "devices": "device count not stated",
+    "batch": "sequence length or global batch not stated",
+    "hardware": "hardware not resolved to a catalog device",
+    "precision": "precision not readable",
+    "model": "model shape not given or invalid",
+    "plan": "parallel plan not readable or invalid",
+    "checkpointing": "activation checkpointing not readable",
+    "cell": "a cell states a range or an unreadable value",
+}
+"""Short categories of exclusion reasons (``TableRun.exclude_kind``), for counting."""
 
 
 @dataclass(frozen=True)
 class TableRun:
-    """One row of the published-runs table, mapped (or not) to a workload."""
+    """One row of a runs table, mapped (or not) to a workload."""
 
     row_id: str
     """The row's ``row_id``."""
@@ -62,7 +103,7 @@ class TableRun:
     hardware: str
     """The ``hardware`` cell."""
     precision: str
-    """Normalised precision (bf16, fp16, fp8), or the cell when it cannot be read."""
+    """Normalised precision (bf16, fp16, fp8...), or the cell when it cannot be read."""
     workload: Any = None
     """The mapped workload; ``None`` for an excluded row."""
     step_time_s: float | None = None
@@ -75,9 +116,18 @@ class TableRun:
     exclude_reason: str = ""
     """Why the row cannot be predicted (empty for a predicted row)."""
     assumptions: tuple[str, ...] = ()
-    """What the mapping assumed that the row does not state."""
+    """What the mapping assumed that the row does not state (defaults taken, with their source)."""
     cells: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     """The raw CSV row."""
+    device_id: str = ""
+    """The catalog id the hardware cell resolved to (``""`` when it did not)."""
+    hardware_read: str = ""
+    """How the hardware cell was read: the rule steps that picked ``device_id``, or why none was."""
+    exclude_kind: str = ""
+    """Category of ``exclude_reason`` (a key of :data:`EXCLUDE_KINDS`); empty for a predicted row."""
+    states_essentials: bool = False
+    """The row states a model shape (layers, hidden), a batch, a device count and a time (step
+    time, tokens/s or TFLOP/s): the rows a reader should be able to predict."""
 
     @property
     def included(self) -> bool:
@@ -105,52 +155,37 @@ class TableRun:
         return generation_of(self.workload.hardware) if self.workload is not None else ""
 
 
-# ------------------------------------------------------------------------------ cell parsing
-_NUM = re.compile(r"^\s*~?\s*(-?\d+(?:\.\d+)?)")
-
-
-def num(cell: str | None) -> float | None:
-    """The leading number of a cell (``"64 (FSDP degree)"`` -> 64), or ``None``."""
-    if cell is None:
-        return None
-    m = _NUM.match(cell.replace(",", ""))
-    return float(m.group(1)) if m else None
-
-
-def _int(cell: str | None) -> int | None:
-    v = num(cell)
-    return round(v) if v is not None else None
-
-
 class _Skip(Exception):
-    """A row that cannot be mapped; the message is its one-line reason."""
+    """A row that cannot be mapped; the message is its one-line reason, ``kind`` its category."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
-# ----------------------------------------------------------------------------------- devices
-_DEVICES: tuple[tuple[str, str, dict[str, Any]], ...] = (
-    ("h100 sxm 95gb", "h100-sxm-hbm2e", {}),
-    ("h100 sxm", "h100-sxm", {}),
-    ("a100 40gb", "a100-sxm-40gb", {}),
-    ("a100", "a100-sxm-80gb", {}),
-    ("tpu v5e", "tpu-v5e", {}),
-    ("tpu v4", "tpu-v4", {}),
-    ("mi250x", "mi250x-gcd", {}),
-    ("mi250", "mi250", {}),
-)
+def _cell(r: Mapping[str, str], col: str) -> str:
+    return (r.get(col) or "").strip()
 
 
-def _device(cell: str) -> tuple[str, dict[str, Any]]:
-    low = cell.lower()
-    for key, dev, extra in _DEVICES:
-        if key in low:
-            return dev, extra
-    raise _Skip(f"hardware {cell!r} is not in the device catalog")
+def _count(r: Mapping[str, str], col: str, key: str = "") -> int | None:
+    try:
+        return read_count(_cell(r, col), key)
+    except CellError as e:
+        raise _Skip("cell", f"{col}: {e}") from None
+
+
+def _default(d: Any, key: str, what: str, notes: list[str], params_B: float | None = None) -> Any:
+    """The stack default for ``key``, noted in the row's assumptions."""
+    got = d.get(key, params_B)
+    notes.append(got.note(what))
+    return got.value
 
 
 # ------------------------------------------------------------------------------------ policies
-def _policy(cell: str, framework: str, precision: str, notes: list[str]) -> str:
-    """The activation-checkpointing policy name of a cell (policies from the workload schema)."""
-    from trainperf.specs.checkpointing import get_policy
+def _policy(cell: str, stack: str, d: Any, precision: str, params_B: float, notes: list[str]) -> str:
+    """The activation-checkpointing policy of a cell (policy names of the workload schema); a
+    cell that states nothing takes the stack's default for the model's size."""
+    from trainperf.specs.checkpointing import POLICIES, get_policy
 
     low = cell.lower()
 
@@ -163,41 +198,55 @@ def _policy(cell: str, framework: str, precision: str, notes: list[str]) -> str:
                 continue
         return names[-1]
 
+    if unstated(cell):
+        return _default(d, "activation_checkpointing", "activation checkpointing", notes, params_B)
+    # "AC: full", "activation checkpointing = selective", "recompute: block 4": the value after the name
+    low = re.sub(r"^sac(?![a-z])", "selective", low)  # SAC: selective activation checkpointing
+    rest = re.sub(r"^(?:ac|activation[ _-]?checkpoint(?:ing)?|act[ _-]?ckpt|recompute|checkpointing)(?![a-z])"
+                  r"\s*[:=(]?\s*", "", low)
+    if rest and rest != low and not re.match(r"(?:true|yes|on|false|no|off|none|null)\b", rest):
+        low = rest
+    if unstated(low):
+        return _default(d, "activation_checkpointing", "activation checkpointing", notes, params_B)
+    m = re.search(r"\bblock\W{0,3}(?:recompute_num_layers\W{0,3})?(\d+)", low)
+    if m:  # Megatron recompute_method=block: the first K layers of each model chunk fully recomputed
+        return f"full:{m.group(1)}"
+    if re.search(r"\buniform\b", low):  # Megatron recompute_method=uniform: every layer fully recomputed
+        return "full"
     if "remat_policy=custom" in low or "custom remat" in low:
         if precision == "fp8":
             return first("save_dot_except_mlp", "selective")
         return first("save_dot_except_mlpwi", "selective")
+    m = re.search(r"remat_policy\s*[=:]\s*([a-z_]+)", low)
+    if m and m.group(1) in POLICIES:
+        return m.group(1)
     if "qkv_proj_offloaded" in low:
         return first("qkv_proj_offloaded", "full")
-    if "selective op" in low:
+    word = re.match(r"[a-z_:0-9-]+", low)
+    if word and word.group(0) in POLICIES and word.group(0) not in ("none", "full", "selective"):
+        return word.group(0)
+    if re.search(r"selective\W*(?:op|ops|per[- ]op)\b|\bop[- ]level|per[- ]op\b|selective_ac_option\W*op", low):
         return first("selective-op", "selective")
-    if "selective layer" in low:  # torchtitan: every 2nd layer fully checkpointed (ac_freq 2)
-        return first("full-every:2", "full")
+    m = re.search(r"selective\W*layer|every\s*(\d+)(?:nd|rd|th|st)?\s*layers?|ac[_ ]freq\D{0,3}(\d+)", low)
+    if m:  # torchtitan: every n-th layer fully checkpointed (selective_ac_option = "2")
+        n = next((int(g) for g in m.groups() if g), 2)
+        return f"full-every:{n}" if n > 1 else "full"
     if low.startswith("selective"):
-        return "selective"
-    if low.startswith("full") or "remat_policy=full" in low or low.startswith("yes"):
+        got = d.get("selective")
+        if got.value != "selective":
+            notes.append(f"activation checkpointing {cell[:40]!r}: {got.value}, what a bare 'selective' means in "
+                         f"{got.stack} ({got.source})")
+        return got.value
+    m = re.match(r"(?:fsdp_config\.)?activation[_ ]checkpointing\W*(true|yes|on|false|no|off|none|null)\b", low)
+    if m:  # LLM Foundry / Composer yaml: fsdp_config.activation_checkpointing: true (whole blocks)
+        return "full" if m.group(1) in ("true", "yes", "on") else "none"
+    if (low.startswith(("full", "yes", "true", "on", "enabled", "recompute", "remat", "activation checkpointing",
+                        "checkpoint")) or "remat_policy=full" in low):
         return "full"
-    if low.startswith("none"):
+    if low.startswith(("none", "no", "false", "off", "disabled", "null")):
         return "none"
-    # not stated: the framework's default for recipes this size
-    fw = framework.lower()
-    if "paxml" in fw:
-        notes.append("activation checkpointing not stated: full rematerialisation assumed (PaxML default)")
-        return "full"
-    raise _Skip(f"activation checkpointing {cell or 'blank'!r} not stated and no framework default")
-
-
-def _precision(cell: str) -> str:
-    low = cell.lower()
-    if "fp8" in low or "float8" in low:
-        return "fp8"
-    if low.startswith("fp16") and "bf16" in low:
-        return "bf16"
-    if "bf16" in low:
-        return "bf16"
-    if "fp16" in low:
-        return "fp16"
-    return cell
+    raise _Skip("checkpointing", f"activation checkpointing {cell[:60]!r} not readable "
+                                 "(none, selective, selective op/layer, full, or a policy name)")
 
 
 def _mlp(arch: str) -> str:
@@ -216,26 +265,54 @@ def _mlp(arch: str) -> str:
 
 
 # -------------------------------------------------------------------------------- the mapping
+@lru_cache(maxsize=1)
+def _preset_keys() -> dict[str, str]:
+    from trainperf.specs.presets import model_ids
+
+    return {re.sub(r"[^a-z0-9]", "", i): i for i in model_ids()}
+
+
+def _preset_named(name: str) -> Any:
+    """The model preset a model cell names ("Llama 3.1 405B" -> llama3.1-405b), or ``None``:
+    the cell without parentheses, letters and digits only, equal to a preset id so written."""
+    from trainperf.specs.presets import get_model
+
+    key = re.sub(r"[^a-z0-9]", "", re.sub(r"\(.*?\)", "", name.lower()))
+    by_key = _preset_keys()
+    return get_model(by_key[key]) if key and key in by_key else None
+
+
 def _model(r: Mapping[str, str], notes: list[str]) -> dict[str, Any]:
     from trainperf.specs.model import ModelSpec
 
-    layers, hidden, ffn, vocab = (_int(r[c]) for c in ("layers", "hidden", "ffn_hidden", "vocab"))
+    layers, hidden, ffn, vocab = (_count(r, c) for c in ("layers", "hidden", "ffn_hidden", "vocab"))
+    preset = _preset_named(_cell(r, "model"))
+    if preset is not None and (not layers or layers == preset.layers) and (not hidden or hidden == preset.hidden):
+        missing = [c for c, v in (("layers", layers), ("hidden", hidden), ("ffn_hidden", ffn), ("vocab", vocab))
+                   if not v]
+        if missing:
+            notes.append(f"{', '.join(missing)} not stated: from the model preset {preset.name} "
+                         f"(the model cell {_cell(r, 'model')!r})")
+            fields = {f.name: getattr(preset, f.name) for f in dataclasses.fields(ModelSpec) if f.name != "extra"}
+            fields["max_seq_len"] = max(_count(r, "seq_len") or 2048, 2048, fields.get("max_seq_len") or 0)
+            ModelSpec(**fields)
+            return fields
     if not layers or not hidden:
-        raise _Skip("model shape (layers, hidden) not given")
+        raise _Skip("model", "model shape (layers, hidden) not given")
     if not ffn or not vocab:
-        raise _Skip("model shape (ffn_hidden, vocab) not given")
-    heads = _int(r["heads"])
+        raise _Skip("model", "model shape (ffn_hidden, vocab) not given")
+    heads = _count(r, "heads")
     if not heads:
         heads = hidden // 128
         notes.append(f"heads not stated: {heads} assumed (head_dim 128; MHA FLOPs and params do not "
                      "depend on the head count)")
-    kv = _int(r["kv_heads"]) or heads
-    arch = r["arch_type"]
+    kv = _count(r, "kv_heads") or heads
+    arch = _cell(r, "arch_type")
     low = arch.lower()
     fields: dict[str, Any] = {
-        "name": r["model"].strip() or "custom", "layers": layers, "hidden": hidden, "heads": heads,
+        "name": _cell(r, "model") or "custom", "layers": layers, "hidden": hidden, "heads": heads,
         "kv_heads": kv, "ffn_hidden": ffn, "vocab": vocab, "mlp": _mlp(arch),
-        "max_seq_len": max(_int(r["seq_len"]) or 2048, 2048),
+        "max_seq_len": max(_count(r, "seq_len") or 2048, 2048),
     }
     if "alibi" in low:
         fields.update(position="alibi", norm="layernorm")
@@ -243,152 +320,363 @@ def _model(r: Mapping[str, str], notes: list[str]) -> dict[str, Any]:
         fields.update(position="learned", norm="layernorm", bias=True)
     if "head_dim 128" in low:
         fields["head_dim"] = 128
-    experts = _int(r["moe_experts"])
+    experts = _count(r, "moe_experts")
     if experts:
-        fields.update(moe_experts=experts, moe_topk=_int(r["moe_topk"]) or 1,
-                      moe_expert_ffn=_int(r["moe_expert_ffn"]) or ffn)
-    ModelSpec(**fields)  # validates here, so a bad shape reads as this row's reason
+        fields.update(moe_experts=experts, moe_topk=_count(r, "moe_topk") or 1,
+                      moe_expert_ffn=_count(r, "moe_expert_ffn") or ffn)
+    try:
+        ModelSpec(**fields)  # validates here, so a bad shape reads as this row's reason
+    except TrainperfError as e:
+        raise _Skip("model", f"model shape does not validate: {e}") from None
     return fields
 
 
-def _plan(r: Mapping[str, str], n: int, notes: list[str]) -> dict[str, Any]:
-    tp = _int(r["tp"])
-    if tp is None:
-        raise _Skip(f"tensor-parallel degree not stated ({r['tp'][:40]!r})")
-    pp = _int(r["pp"]) or 1
-    cp = _int(r["cp"]) or 1
-    vpp = _int(r["vpp"])
-    if vpp is None:
-        vpp = 1
-        if r["vpp"].strip():
-            notes.append(f"vpp {r['vpp'][:40]!r}: non-interleaved 1F1B assumed")
-    ep = _int(r["ep"]) or 1
-    sp = r["sp"].strip().lower().startswith("yes")
-    shard = r["fsdp_zero"]
+def _degree(r: Mapping[str, str], col: str, d: Any, notes: list[str]) -> int:
+    """A parallel degree: the cell's value; blank is "not used" (1); a cell that says it is not
+    stated takes the stack default (noted)."""
+    v = _count(r, col, col)
+    if v is not None:
+        return v
+    cell = _cell(r, col)
+    if not cell or col in ("ep",) or d.get(col) is None:
+        return 1
+    return _default(d, col, f"{col} ({cell[:40]!r})", notes)
+
+
+_SHARD_DEGREE = re.compile(r"(?:fsdp|dp_shard|shard(?:ing)?)(?:[ _](?:degree|group|size))?\s*(?:[=:]\s*|\s+)(\d+)")
+
+
+def _sharding(r: Mapping[str, str], data: int, dpn: int, d: Any, notes: list[str]) -> dict[str, Any]:
+    """How the ``data`` data-parallel ranks shard (fsdp, dp, zero_stage)."""
+    shard = _cell(r, "fsdp_zero")
     low = shard.lower()
-    dp_cell = r["dp"]
-    model_par = tp * pp * cp
-    if n % model_par:
-        raise _Skip(f"{n} devices are not a multiple of tp*pp*cp={model_par}")
-    data = n // model_par
-    plan: dict[str, Any] = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "sequence_parallel": sp}
-    if vpp > 1:
-        plan.update(vpp=vpp, pp_schedule="interleaved")
-    m = re.search(r"fsdp=(\d+)", low) or re.search(r"ici_fsdp (\d+)", low)
-    if m:
+    dp_cell = _cell(r, "dp").lower()
+    m = _SHARD_DEGREE.search(low)
+    if m and not re.search(r"fsdp\s*=\s*-1", low):
         fsdp = int(m.group(1))
-    elif "fsdp=-1" in low:  # all chips of a slice; slices are data parallel
-        fsdp = data // max(_int(dp_cell) or 1, 1)
-    elif "fsdp degree" in dp_cell.lower():
-        fsdp = _int(dp_cell) or data
-    elif "full_shard" in low or "fsdp" in low:
+    elif re.search(r"fsdp\s*=\s*-1", low):  # all chips of a slice; slices are data parallel
+        fsdp = data // max(read_count(dp_cell) or 1, 1)
+    elif "fsdp degree" in dp_cell:
+        fsdp = read_count(dp_cell) or data
+    elif re.search(r"hsdp|hybrid[_ ]shard", low):
+        fsdp = math.gcd(data, dpn)
+        notes.append(f"{shard[:40]!r}: sharded within a node of {fsdp}, replicated across nodes")
+    elif re.search(r"full_shard|fully[_ ]shard|fsdp|zero[- _]?(?:stage[- _]?)?3|stage[- _]?3", low):
         fsdp = data
+    elif re.search(r"shard_grad_op|zero[- _]?(?:stage[- _]?)?2|stage[- _]?2", low):
+        return {"dp": data, "zero_stage": 2}
+    elif re.search(r"zero[- _]?(?:stage[- _]?)?1|stage[- _]?1|distributed optimi[sz]er|dist[_ ]?opt", low):
+        return {"dp": data, "zero_stage": 1}
+    elif unstated(shard) and "(as stated" not in dp_cell:
+        how = _default(d, "data_parallel_sharding", "data-parallel sharding", notes)
+        if how == "fsdp":
+            fsdp = data
+        elif how == "zero-1":
+            return {"dp": data, "zero_stage": 1}
+        else:
+            fsdp = 1
     else:
         fsdp = 1
     if fsdp > 1:
         if data % fsdp:
-            raise _Skip(f"FSDP degree {fsdp} does not divide the {data} data-parallel ranks")
-        plan.update(fsdp=fsdp, dp=data // fsdp)
-    elif "zero-1" in low or "distributed optimizer" in low:
-        plan.update(dp=data, zero_stage=1)
-    else:
-        plan["dp"] = data
+            raise _Skip("plan", f"FSDP degree {fsdp} does not divide the {data} data-parallel ranks")
+        return {"fsdp": fsdp, "dp": data // fsdp}
+    return {"dp": data}
+
+
+def _plan(r: Mapping[str, str], n: int, dpn: int, d: Any, notes: list[str]) -> dict[str, Any]:
+    tp = _count(r, "tp", "tp")
+    if tp is None:
+        tp = _default(d, "tp", f"tensor-parallel degree ({_cell(r, 'tp')[:40]!r})", notes)
+    pp = _degree(r, "pp", d, notes)
+    cp = _degree(r, "cp", d, notes)
+    ep = _degree(r, "ep", d, notes)
+    vpp = _count(r, "vpp", "vpp")
+    if vpp is None:
+        vpp = 1
+        if _cell(r, "vpp"):
+            notes.append(f"vpp {_cell(r, 'vpp')[:40]!r}: non-interleaved 1F1B assumed")
+    try:
+        sp = read_flag(_cell(r, "sp"))
+    except CellError:
+        sp = None
+        notes.append(f"sp {_cell(r, 'sp')[:40]!r} not read as yes or no")
+    if sp is None:
+        sp = bool(_default(d, "sequence_parallel", "sequence parallelism", notes)) if tp > 1 else False
+    sp = sp and tp > 1
+    model_par = tp * pp * cp
+    if n % model_par:
+        raise _Skip("plan", f"{n} devices are not a multiple of tp*pp*cp={model_par}")
+    data = n // model_par
+    plan: dict[str, Any] = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "sequence_parallel": sp}
+    if vpp > 1:
+        plan.update(vpp=vpp, pp_schedule="interleaved")
+    elif pp > 1:
+        sched = "gpipe" if "gpipe" in (_cell(r, "pp") + _cell(r, "vpp")).lower() else None
+        if sched is None and d.get("pp_schedule").value != "1f1b":
+            sched = _default(d, "pp_schedule", "pipeline schedule", notes)
+        if sched:
+            plan["pp_schedule"] = sched
+    plan.update(_sharding(r, data, dpn, d, notes))
     return plan
 
 
-def _flops_per_step(r: Mapping[str, str], w: Any) -> tuple[float, str]:
-    """FLOPs per step under the convention the row's TFLOP/s figure used."""
-    basis = r["mfu_basis"].lower() + " " + r["framework"].lower()
+_LOCAL = re.compile(r"\blocal\b|per[ -]dp[ -]rank|per data[- ]parallel")
+_MICRO = re.compile(r"micro[- _]?batch(?:[ _]size)?|\bmbs\b|pp[ _]microbatch")
+
+
+def _batches(r: Mapping[str, str], gbs: int | None, gbs_cell: str, plan: dict[str, Any], n: int, d: Any,
+             notes: list[str]) -> tuple[int, int, bool]:
+    """(global batch, micro batch, whether the global batch was corrected) of a row.
+
+    The micro_batch column holds the micro batch, or -- when the cell says "local" or the
+    stack's ``micro_batch_column`` is ``local_batch`` (torchtitan) -- the batch per
+    data-parallel rank: global = local x dp x fsdp; under pipeline parallelism the local batch
+    is split into micro-batches of ``pipeline_microbatch_size`` (stated in the cell as
+    "microbatch N", else the stack default), else it runs whole."""
+    cell = _cell(r, "micro_batch")
+    low = cell.lower()
+    data = plan["dp"] * plan.get("fsdp", 1)
+    value = _count(r, "micro_batch")
+    column = d.get("micro_batch_column").value
+    says_micro = bool(_MICRO.search(low)) and not _LOCAL.search(low)
+    local_semantics = bool(_LOCAL.search(low)) or (column == "local_batch" and not says_micro)
+    if value is not None and local_semantics:
+        local = value
+        corrected = False
+        if gbs is None:
+            gbs = local * data
+            notes.append(f"global batch not stated: local batch {local} x {data} data-parallel ranks = {gbs}")
+        elif gbs != local * data and gbs == local * n and n != data:
+            notes.append(f"global batch {gbs_cell[:30]!r} is local x all {n} devices; the local batch is per "
+                         f"data-parallel rank, so global = {local} x {data} = {local * data}")
+            gbs, corrected = local * data, True
+        if plan["pp"] > 1:
+            m = re.search(r"micro[- _]?batch(?:[ _]size)?\D{0,3}(\d+)", low)
+            if m:
+                micro = int(m.group(1))
+            else:
+                got = d.get("pipeline_microbatch_size")
+                micro = got.value if got is not None else 1
+                src = got.note("pipeline micro-batch size") if got is not None else \
+                    "pipeline micro-batch size not stated: 1 taken"
+                notes.append(f"{src}; the local batch of {local} runs as {max(local // micro, 1)} pipeline micro-batches")
+        else:
+            micro = local
+        return gbs, micro, corrected
+    if gbs is None:
+        if value is not None and re.search(r"per[ -](?:chip|device|gpu|core)", low):
+            gbs = value * n  # MaxText's per_device_batch_size: global = per device x devices
+            notes.append(f"global batch not stated: {value} per device x {n} devices = {gbs}")
+        else:
+            raise _Skip("batch", "sequence length or global batch not stated")
+    if gbs % data:
+        raise _Skip("plan", f"global batch {gbs} does not split over the {data} data-parallel ranks")
+    local = gbs // data
+    if value is None:
+        mb = _default(d, "micro_batch", "micro batch", notes)
+        value = local if mb == "local" else mb
+    if local % value:
+        notes.append(f"micro batch {value} does not divide the local batch {local}: {math.gcd(local, value)} taken")
+        value = math.gcd(local, value)
+    return gbs, value, False
+
+
+def _flops_per_step(r: Mapping[str, str], w: Any, d: Any, notes: list[str]) -> tuple[float, str]:
+    """FLOPs per step under the convention the row's TFLOP/s figure used (else the stack's)."""
+    from trainperf.accounting.conventions import model_flops_per_token
+
+    basis = _cell(r, "mfu_basis").lower() + " " + _cell(r, "framework").lower()
     m = w.model
     B, s, L, h, V = w.global_batch, w.seq_len, m.layers, m.hidden, m.vocab
-    if "recomputation" in basis or "megatron-lm" in basis:
+    if "recomputation" in basis or "megatron-lm (20" in basis:
         # Narayanan et al. 2021 (SC21), eq. 3: 96 B s l h^2 (1 + s/6h + V/16lh), with recompute
         f = 96.0 * B * s * L * h * h * (1 + s / (6.0 * h) + V / (16.0 * L * h))
         return f, "Megatron-LM SC21 eq. 3 (includes recomputation)"
     if "maxtext" in basis:
-        from trainperf.accounting.conventions import model_flops_per_token
-
         return B * s * model_flops_per_token(m, s, "palm"), "palm convention (MaxText: 6N + non-causal attention)"
-    raise _Skip("no step time or tokens/s, and the TFLOP/s basis is not one trainperf can invert")
+    conv = _default(d, "tflops_convention", "TFLOP/s FLOP count", notes)
+    return B * s * model_flops_per_token(m, s, conv), f"{conv} convention (stack default)"
+
+
+def _devices_per_node(r: Mapping[str, str], n: int, hw: Any, notes: list[str]) -> int:
+    """Devices per node: the cell, else the catalog's typical node. Several nodes must hold the
+    same count, so a node size that does not divide the devices (72 of an NVL72 rack for 128
+    GPUs) becomes their greatest common divisor, noted."""
+    dpn = _count(r, "gpus_per_node")
+    if dpn is None:
+        dpn = hw.devices_per_node
+        notes.append(f"devices per node not stated: {math.gcd(n, dpn) if n > dpn else dpn} taken "
+                     f"({hw.id}'s typical node in the device catalog)")
+    if n > dpn and n % dpn:
+        notes.append(f"{dpn} devices per node do not divide the {n} devices: nodes of {math.gcd(n, dpn)} taken")
+        dpn = math.gcd(n, dpn)
+    return min(dpn, n)
+
+
+def _num_devices(r: Mapping[str, str], notes: list[str]) -> int | None:
+    """The device count; "16 nodes" alone is nodes times the stated devices per node."""
+    cell = _cell(r, "num_gpus")
+    m = re.match(r"^\s*(\d+)\s*(?:nodes?|hosts?|servers?)\b(?!.*\d)", cell.lower())
+    per = _count(r, "gpus_per_node")
+    if m and per:
+        notes.append(f"num_gpus {cell[:30]!r}: {m.group(1)} nodes x {per} devices per node")
+        return int(m.group(1)) * per
+    return _count(r, "num_gpus")
+
+
+def _times(r: Mapping[str, str], notes: list[str]) -> tuple[float | None, float | None, float | None]:
+    """(step seconds, global tokens/s, TFLOP/s per device) as published; rates per device are
+    multiplied by the device count later."""
+    try:
+        step, note = read_seconds(_cell(r, "step_time_s"))
+        if note:
+            notes.append(note)
+        tps, per_device = read_rate(_cell(r, "tokens_per_s_global"))
+        tps_dev = None
+        if per_device:
+            tps, tps_dev = None, tps
+        elif tps is None and "tokens_per_s_per_gpu" in r:
+            tps_dev, _ = read_rate(_cell(r, "tokens_per_s_per_gpu"))
+        tflops = read_number(_cell(r, "tflops_per_gpu"))
+    except CellError as e:
+        raise _Skip("cell", f"time: {e}") from None
+    if tps is None and tps_dev is not None:
+        return step, -tps_dev, tflops  # negative: per device, scaled once the device count is known
+    return step, tps, tflops
+
+
+def _essentials(r: Mapping[str, str]) -> bool:
+    """Whether the row states model shape (layers, hidden), a batch, devices and a time."""
+    def has(col: str, reader: Any = read_number) -> bool:
+        try:
+            v = reader(_cell(r, col))
+        except CellError:
+            return True  # a range still states the value
+        return (v[0] if isinstance(v, tuple) else v) is not None
+
+    shape = has("layers") and has("hidden")
+    batch = has("global_batch_seqs") or has("micro_batch")
+    best_case = _cell(r, "tflops_per_gpu").lower().startswith("up to")  # a bound, not this run's figure
+    time = (has("step_time_s", read_seconds) or has("tokens_per_s_global", read_rate)
+            or has("tokens_per_s_per_gpu", read_rate) or (has("tflops_per_gpu") and not best_case))
+    return shape and batch and has("num_gpus") and time
 
 
 def _row(r: Mapping[str, str]) -> TableRun:
-    from trainperf.predict.stacks import stack_of_framework
+    from trainperf.predict.stack_defaults import stack_defaults
+    from trainperf.predict.step import check_plan
+    from trainperf.specs.device_names import read_device
+    from trainperf.specs.hardware import get_hardware
     from trainperf.specs.workload_file import workload_from_dict
 
-    rid = r["row_id"].strip()
-    precision = _precision(r["precision"])
+    rid = _cell(r, "row_id")
+    stack = read_framework(r.get("framework"))
+    d = stack_defaults(stack)
+    reading = read_device(_cell(r, "hardware"))
+    try:
+        prec = read_precision(_cell(r, "precision"))
+        prec_error = ""
+    except CellError as e:
+        prec, prec_error = None, str(e)
     base = {
-        "row_id": rid, "table_id": r["table_id"].strip(),
-        "source": f"{r['source'].strip()} ({r.get('source_table', '').strip()})",
-        "framework": r["framework"].strip(), "stack": stack_of_framework(r["framework"]),
-        "model": r["model"].strip(), "hardware": r["hardware"].strip(), "precision": precision,
-        "claimed_mfu_pct": num(r["mfu_pct"]), "mfu_basis": r["mfu_basis"].strip(), "cells": dict(r),
+        "row_id": rid, "table_id": _cell(r, "table_id"),
+        "source": f"{_cell(r, 'source')} ({_cell(r, 'source_table')})",
+        "framework": _cell(r, "framework"), "stack": stack,
+        "model": _cell(r, "model"), "hardware": _cell(r, "hardware"),
+        "precision": prec.precision if prec else _cell(r, "precision"),
+        "claimed_mfu_pct": _claimed_mfu(r), "mfu_basis": _cell(r, "mfu_basis"), "cells": dict(r),
+        "device_id": reading.device_id, "hardware_read": reading.how, "states_essentials": _essentials(r),
     }
     notes: list[str] = []
     try:
-        step = num(r["step_time_s"])
-        tps = num(r["tokens_per_s_global"])
-        tflops = num(r["tflops_per_gpu"])
-        if r["tflops_per_gpu"].strip().lower().startswith("up to") and step is None and tps is None:
-            raise _Skip("only a best-case 'up to' TFLOP/s figure published; no step time or tokens/s")
+        step, tps, tflops = _times(r, notes)
+        if (_cell(r, "tflops_per_gpu").lower().startswith("up to") and step is None and tps is None):
+            raise _Skip("time", "only a best-case 'up to' TFLOP/s figure published; no step time or tokens/s")
         if step is None and tps is None and tflops is None:
-            raise _Skip("no step time, tokens/s or TFLOP/s published")
-        n = _int(r["num_gpus"])
+            raise _Skip("time", "no step time, tokens/s or TFLOP/s published")
+        n = _num_devices(r, notes)
         if not n:
-            raise _Skip("device count not stated for this figure")
-        seq, gbs = _int(r["seq_len"]), _int(r["global_batch_seqs"])
-        if not seq or not gbs:
-            raise _Skip("sequence length or global batch not stated")
-        device, hw_extra = _device(r["hardware"])
-        if precision not in ("bf16", "fp16", "fp8"):
-            raise _Skip(f"precision {r['precision']!r} not readable")
-        model = _model(r, notes)
-        plan = _plan(r, n, notes)
-        mb = _int(r["micro_batch"])
-        if mb is None:
-            mb = 1
-            notes.append("micro batch not stated: 1 assumed")
-        dpn = _int(r["gpus_per_node"]) or 8
-        policy = _policy(r["act_ckpt"], r["framework"], precision, notes)
-        hw = {"device": device, **hw_extra, "num_devices": n, "devices_per_node": min(dpn, n)}
-        training = {"seq_len": seq, "global_batch": gbs, "micro_batch": mb, "precision": precision,
-                    "activation_checkpointing": policy}
-        fw = r["framework"].lower()
-        if base["stack"] in ("maxtext", "paxml"):
-            # a JAX program is compiled by XLA (fused elementwise ops), whose async collective
-            # fusion overlaps tensor-parallel collectives with the matmuls
-            training["compile"] = True
-            if plan["tp"] > 1:
-                training["async_tp"] = True
-        if "asynctp" in fw.replace(" ", "").replace("-", ""):
-            training["async_tp"] = True
-        if precision == "fp8" and "torchtitan" in fw:
-            training["fp8_recipe"] = "tensorwise"  # torchtitan's float8 of 2024: dynamic tensorwise scaling
+            raise _Skip("devices", "device count not stated for this figure")
+        if tps is not None and tps < 0:
+            tps = -tps * n
+            if step is None:
+                notes.append(f"tokens/s given per device: x {n} devices")
+        seq = _count(r, "seq_len")
         try:
-            w = workload_from_dict({"model": model, "hardware": hw, "parallel": plan, "training": training})
-        except TrainperfError as e:
-            raise _Skip(f"workload does not validate: {e}") from None
-        w = _with_stack(w, base["stack"])
-        from trainperf.predict.step import check_plan
+            gbs, gbs_note = read_global_batch(_cell(r, "global_batch_seqs"), seq)
+        except CellError as e:
+            raise _Skip("batch", f"global_batch_seqs: {e}") from None
+        if gbs_note:
+            notes.append(gbs_note)
+        if not seq:
+            raise _Skip("batch", "sequence length or global batch not stated")
+        if not reading.resolved:
+            raise _Skip("hardware", f"hardware {_cell(r, 'hardware')[:80]!r}: {reading.how}")
+        hw = get_hardware(reading.device_id)
+        if prec_error:
+            raise _Skip("precision", prec_error)
+        if prec is None:
+            from trainperf.predict.runs_cells import Precision
 
+            prec = Precision(_default(d, "precision", f"precision ({_cell(r, 'precision')[:30]!r})", notes))
+        precision = prec.precision
+        if prec.note:
+            notes.append(prec.note)
+        model = _model(r, notes)
+        from trainperf.specs.model import ModelSpec
+
+        params_B = ModelSpec(**model).total_params / 1e9
+        dpn = _devices_per_node(r, n, hw, notes)
+        plan = _plan(r, n, dpn, d, notes)
+        gbs, mb, corrected = _batches(r, gbs, _cell(r, "global_batch_seqs"), plan, n, d, notes)
+        policy = _policy(_cell(r, "act_ckpt"), stack, d, precision, params_B, notes)
+        training: dict[str, Any] = {"seq_len": seq, "global_batch": gbs, "micro_batch": mb,
+                                    "precision": precision, "activation_checkpointing": policy}
+        fw = _cell(r, "framework").lower()
+        if re.search(r"compile|inductor", fw):
+            training["compile"] = True
+        elif d.get("compile").value:
+            training["compile"] = _default(d, "compile", "compilation", notes)
+        if "asynctp" in re.sub(r"[\s_-]", "", fw):
+            training["async_tp"] = True
+        elif plan["tp"] > 1 and d.get("async_tp").value:
+            training["async_tp"] = _default(d, "async_tp", "async tensor parallelism", notes)
+        if prec.fp8_recipe:
+            training["fp8_recipe"] = prec.fp8_recipe
+        elif precision == "fp8" and not prec.note and d.get("fp8_recipe") is not None:
+            training["fp8_recipe"] = _default(d, "fp8_recipe", "fp8 recipe", notes)
+        hw_cfg = {"device": reading.device_id, "num_devices": n, "devices_per_node": dpn}
+        try:
+            w = workload_from_dict({"model": model, "hardware": hw_cfg, "parallel": plan, "training": training})
+        except TrainperfError as e:
+            raise _Skip("plan", f"workload does not validate: {e}") from None
+        w = _with_stack(w, stack)
         try:
             check_plan(w)
         except TrainperfError as e:
-            raise _Skip(f"plan does not validate: {e}") from None
-        if step is not None:
-            src = "step_time_s" + (" (derived)" if "derived" in r["step_time_s"] else "")
+            raise _Skip("plan", f"plan does not validate: {e}") from None
+        step_cell = _cell(r, "step_time_s")
+        if step is not None and not (corrected and tps is not None and "derived" in step_cell):
+            src = "step_time_s" + (" (derived)" if "derived" in step_cell else "")
         elif tps is not None:
             step = w.tokens_per_step / tps
             src = f"tokens_per_s_global={tps:g}"
         else:
-            flops, how = _flops_per_step(r, w)
+            flops, how = _flops_per_step(r, w, d, notes)
             step = flops / (float(tflops) * 1e12 * n)
             src = f"tflops_per_gpu={tflops:g} under {how}"
         return TableRun(**base, workload=w, step_time_s=float(step), step_time_from=src,
                         assumptions=tuple(notes))
     except _Skip as e:
-        return TableRun(**base, exclude_reason=str(e), assumptions=tuple(notes))
+        return TableRun(**base, exclude_reason=str(e), exclude_kind=e.kind, assumptions=tuple(notes))
+
+
+def _claimed_mfu(r: Mapping[str, str]) -> float | None:
+    try:
+        return read_number(_cell(r, "mfu_pct"))
+    except CellError:
+        return None
 
 
 def _with_stack(w: Any, stack: str) -> Any:
@@ -398,12 +686,16 @@ def _with_stack(w: Any, stack: str) -> Any:
 
 
 def parse_runs(text: str, where: str = PACKAGED) -> tuple[TableRun, ...]:
-    """Map every row of a runs CSV (the packaged table's columns)."""
-    reader = csv.DictReader(io.StringIO(text))
-    missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
+    """Map every row of a runs CSV (the packaged table's columns); header names are matched
+    case-insensitively and with surrounding spaces ignored."""
+    reader = csv.DictReader(io.StringIO(text.lstrip("\ufeff")))
+    fields = reader.fieldnames or []
+    rename = {f: f.strip().lower() for f in fields if f is not None}
+    missing = [c for c in REQUIRED_COLUMNS if c not in rename.values()]
     if missing:
         raise InputFileError(f"runs file {where!r}: missing column(s) {', '.join(missing)}")
-    rows = [{k: (v or "") for k, v in r.items() if k is not None} for r in reader]
+    rows = [{rename[k]: (v or "") for k, v in r.items() if k is not None} for r in reader]
+    rows = [r for r in rows if any(v.strip() for v in r.values())]  # blank lines are not rows
     return tuple(_row(r) for r in rows)
 
 
@@ -430,12 +722,51 @@ def table_run_records() -> list[Any]:
     return [r.to_run_record() for r in packaged_runs() if r.included]
 
 
-def get_table_run(row_id: str) -> TableRun:
-    """One row of the packaged table by ``row_id`` (``row:`` prefix allowed)."""
+def select_runs(runs: Sequence[TableRun], spec: str, where: str = "published-runs") -> list[TableRun]:
+    """The rows ``row:<row_id>`` or ``table:<table_id>`` names (an unknown id is a one-line
+    error listing the nearest ones)."""
     from trainperf.errors import UnknownNameError
 
-    key = row_id.removeprefix("row:")
-    runs = {r.row_id: r for r in packaged_runs()}
-    if key not in runs:
-        raise UnknownNameError("published row", key, runs)
-    return runs[key]
+    kind, _, key = spec.partition(":")
+    if kind not in ("row", "table"):
+        raise SpecError("run", spec, "row:<row_id> or table:<table_id>")
+    field_ = "row_id" if kind == "row" else "table_id"
+    picked = [r for r in runs if getattr(r, field_).strip() == key.strip()]
+    if not picked:
+        raise UnknownNameError(f"{where} {kind}", key, sorted({getattr(r, field_) for r in runs}))
+    return picked
+
+
+def get_table_run(row_id: str) -> TableRun:
+    """One row of the packaged table by ``row_id`` (``row:`` prefix allowed)."""
+    return select_runs(packaged_runs(), "row:" + row_id.removeprefix("row:"), "published row")[0]
+
+
+# ------------------------------------------------------------------------------ reading report
+def row_reading(run: TableRun) -> dict[str, Any]:
+    """How one row was read: its hardware resolution, stack, whether it states the essentials,
+    the defaults it took and, for an unread row, why."""
+    return {"row_id": run.row_id, "hardware": run.hardware, "device": run.device_id or None,
+            "hardware_read": run.hardware_read, "stack": run.stack, "states_essentials": run.states_essentials,
+            "read": run.included, "unread_kind": run.exclude_kind or None, "unread_reason": run.exclude_reason or None,
+            "defaults_taken": sum(1 for a in run.assumptions if " not stated: " in a)}
+
+
+def reading_summary(runs: Sequence[TableRun]) -> dict[str, Any]:
+    """What a reader got out of a runs table: rows read and unread (each unread row with its
+    reason, counted by kind), and coverage of the rows that state model shape, batch, devices
+    and a time."""
+    unread = [r for r in runs if not r.included]
+    kinds: dict[str, int] = {}
+    for r in unread:
+        kinds[r.exclude_kind or "other"] = kinds.get(r.exclude_kind or "other", 0) + 1
+    stating = [r for r in runs if r.states_essentials]
+    read_stating = sum(1 for r in stating if r.included)
+    return {
+        "rows_total": len(runs), "rows_read": len(runs) - len(unread), "rows_unread": len(unread),
+        "rows_stating_essentials": len(stating), "rows_stating_essentials_read": read_stating,
+        "coverage_of_stating_rows_pct": 100.0 * read_stating / len(stating) if stating else None,
+        "unread_by_kind": dict(sorted(kinds.items(), key=lambda kv: -kv[1])),
+        "unread": [{"row_id": r.row_id, "table_id": r.table_id, "kind": r.exclude_kind, "reason": r.exclude_reason,
+                    "states_essentials": r.states_essentials} for r in unread],
+    }

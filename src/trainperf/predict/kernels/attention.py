@@ -151,7 +151,7 @@ def efficiency(silicon: str, family: str, seq_len: Any, head_dim: int, causal: b
     any of :data:`REQUESTS`; it is first resolved by :func:`resolve_family`.
     """
     hds, curves = _table(silicon, family)
-    if not isinstance(head_dim, int | float) or isinstance(head_dim, bool) or head_dim <= 0:
+    if not isinstance(head_dim, int | float | np.integer | np.floating) or isinstance(head_dim, bool) or head_dim <= 0:
         raise SpecError("head_dim", head_dim, "a positive number such as 128")
     causal = bool(causal)
     # head dims: the measured one, else the nearest two, linear in log2(head_dim), flat outside
@@ -165,7 +165,7 @@ def efficiency(silicon: str, family: str, seq_len: Any, head_dim: int, causal: b
         j = bisect_right(hds, head_dim)
         t = math.log2(head_dim / hds[j - 1]) / math.log2(hds[j] / hds[j - 1])
         pairs = [(curves[j - 1][causal], 1.0 - t), (curves[j][causal], t)]
-    if isinstance(seq_len, int | float) and not isinstance(seq_len, bool):
+    if isinstance(seq_len, int | float | np.integer | np.floating) and not isinstance(seq_len, bool):
         if seq_len <= 0:
             raise SpecError("seq_len", seq_len, "a positive number of tokens")
         x = math.log2(seq_len)

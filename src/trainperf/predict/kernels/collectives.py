@@ -55,20 +55,46 @@ def _triple(d: dict[str, Any]) -> tuple[float, float, float]:
     return d["eff_max"]["value"], d["half_bytes"]["value"], d["latency_us"]["value"]
 
 
-@lru_cache(maxsize=4096)
-def link_params(silicon: str, level: str, kind: str, ranks: int | None = None) -> tuple[float, float, float]:
+_SCALARS = (int, float, np.integer, np.floating)
+
+
+def link_params(silicon: str, level: str, kind: str, ranks: Any = None) -> tuple[Any, Any, Any]:
     """(eff_max, half_bytes, latency_us) of a ``kind`` collective at ``level`` on ``silicon``.
 
     level: 'scale-up' or 'scale-out'; kind: all-reduce | all-gather | reduce-scatter | all-to-all |
     send-recv. ``ranks``: the group size (default: the reference group the values were fitted on,
-    8 GPUs within a node, 32 = 4 nodes x 8 across nodes); see the module docstring for what it
-    changes. Bus bandwidth of S bytes = eff_max * link * S / (S + half_bytes).
+    8 GPUs within a node, 32 = 4 nodes x 8 across nodes), an integer or a numpy array of them (the
+    three results are then arrays); see the module docstring for what it changes. Bus bandwidth of
+    S bytes = eff_max * link * S / (S + half_bytes).
     """
+    if ranks is None or (isinstance(ranks, _SCALARS) and not isinstance(ranks, bool)):
+        return _link_params(silicon, level, kind, None if ranks is None else int(ranks))
+    n = np.asarray(ranks)
+    if n.dtype.kind not in "iuf" or (n < 2).any() or (n != np.round(n)).any():
+        raise SpecError("ranks", "array", "integer group sizes of at least 2")
+    lvl = _level(silicon, level)
+    ref = lvl["ref_ranks"]
+    base = np.array(_link_params(silicon, level, kind, None))
+    out = np.broadcast_to(base, (*n.shape, 3)).copy()
+    if kind == "all-reduce" and lvl.get("ring_all_reduce") and lvl.get("nvls_min_ranks"):
+        ring = np.array(_triple(lvl["ring_all_reduce"]))
+        out = np.where((n < lvl["nvls_min_ranks"])[..., None], ring, out)
+    if kind != "send-recv":
+        out[..., 1] *= ((n - 1) / (ref - 1)) ** lvl["half_bytes_exponent"]["value"]
+        if level == "scale-out":
+            out[..., 2] *= (n - 1) / (ref - 1)
+        elif lvl.get("mesh"):
+            out[..., 0] *= np.where(n < ref, (n - 1) / (ref - 1), 1.0)
+    return out[..., 0], out[..., 1], out[..., 2]
+
+
+@lru_cache(maxsize=4096)
+def _link_params(silicon: str, level: str, kind: str, ranks: int | None) -> tuple[float, float, float]:
     lvl = _level(silicon, level)
     if kind not in KINDS:
         raise UnknownNameError("collective kind", kind, KINDS)
     ref = lvl["ref_ranks"]
-    if ranks is not None and (isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 2):
+    if ranks is not None and ranks < 2:
         raise SpecError("ranks", ranks, "an integer group size of at least 2 (or None for the reference group)")
     n = ref if ranks is None else ranks
     if kind == "all-reduce" and lvl.get("ring_all_reduce") and n < (lvl.get("nvls_min_ranks") or 0):
@@ -85,15 +111,17 @@ def link_params(silicon: str, level: str, kind: str, ranks: int | None = None) -
     return eff, half, lat
 
 
-def busbw_fraction(silicon: str, level: str, kind: str, size_bytes: Any, ranks: int | None = None) -> Any:
+def busbw_fraction(silicon: str, level: str, kind: str, size_bytes: Any, ranks: Any = None) -> Any:
     """eff_max * S / (S + half_bytes): bus bandwidth as a fraction of the level's catalog link
-    bandwidth (see the module docstring); ``size_bytes`` may be a numpy array."""
+    bandwidth (see the module docstring); ``size_bytes`` and ``ranks`` may be numpy arrays."""
     eff, half, _ = link_params(silicon, level, kind, ranks)
-    if isinstance(size_bytes, int | float):
+    if isinstance(size_bytes, _SCALARS) and isinstance(eff, float):
         if size_bytes <= 0:
             raise SpecError("size_bytes", size_bytes, "a positive number of bytes")
         return eff * size_bytes / (size_bytes + half)
     s = np.asarray(size_bytes, float)
+    if (s <= 0).any():
+        raise SpecError("size_bytes", "array", "positive numbers of bytes")
     return eff * s / (s + half)
 
 

@@ -25,6 +25,7 @@ from trainperf.errors import SpecError, UnknownNameError
 from trainperf.predict.kernels._params import check_silicon, params
 
 DTYPES = ("bf16", "fp16", "fp8", "tf32", "fp32")
+_SCALARS = (int, float, np.integer, np.floating)
 
 
 @lru_cache(maxsize=1)
@@ -74,7 +75,7 @@ def efficiency(silicon: str, dtype: str, m: Any, n: Any, k: Any) -> Any:
         _fail(silicon, dtype)
         raise
     h = _tables()[1][silicon]
-    if isinstance(m, int | float) and isinstance(n, int | float) and isinstance(k, int | float):
+    if isinstance(m, _SCALARS) and isinstance(n, _SCALARS) and isinstance(k, _SCALARS):
         if m <= 0 or n <= 0 or k <= 0:
             raise SpecError("gemm shape", (m, n, k), "positive dimensions m, n, k")
         return pf * (m / (m + h)) * (n / (n + h)) * (k / (k + h))

@@ -108,8 +108,10 @@ def measured_curves(m: Measured, fam: str, ratio_ref: Curves | None) -> tuple[Cu
 
     * only fwd+bwd measured (the A100 figure): split with the bwd/fwd ratio of ``ratio_ref`` (the
       same head dim and mask measured on Hopper);
-    * no bwd for a (head dim, mask): fwd x the bwd/fwd ratio of the nearest series with both
-      (same head dim other mask first, then the nearest head dim), else of ``ratio_ref``.
+    * no bwd but fwd and fwd+bwd for a (head dim, mask) (FA2 and eager causal on H100, the fwd+bwd
+      bars of the FA2 README): bwd = 2.5 / (3.5/E - 1/f);
+    * otherwise no bwd: fwd x the bwd/fwd ratio of the nearest series with both (same head dim
+      other mask first, then the nearest head dim), else of ``ratio_ref``.
     """
     notes: list[str] = []
     out: Curves = {}

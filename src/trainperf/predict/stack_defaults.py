@@ -1,0 +1,207 @@
+"""What a software stack does when a run does not say: the ``[defaults]`` table of its profile.
+
+A runs table often leaves a cell "not stated" (activation checkpointing, micro batch, the fp8
+recipe...). Such a value is taken as the stack's documented default, and the row says so in its
+assumptions (:mod:`trainperf.predict.runs_table`). The defaults live in the ``[defaults]`` table
+of each profile file (``data/stacks/<stack>.toml``; :class:`~trainperf.predict.stacks.Profile`
+keeps the table raw), every value with its source in ``[defaults.sources]``::
+
+    [defaults]
+    micro_batch = "local"
+    precision = "bf16"
+    [defaults.activation_checkpointing]   # by model size: upper bound in billions of params
+    20 = "selective-op"
+    above = "full"
+    [defaults.sources]
+    activation_checkpointing = "torchtitan's llama3 train configs ..."
+
+A stack's table may leave keys out: those come from ``generic`` (whose table has every key),
+and the note names ``generic`` as where the value came from. :data:`DEFAULT_KEYS` lists the keys
+and what each value may be; :func:`stack_defaults` reads and checks a profile's table (a wrong
+key or value is a one-line error naming it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from trainperf.errors import SpecError, UnknownNameError
+
+DEFAULT_KEYS: dict[str, str] = {
+    "activation_checkpointing": "checkpointing policy name (trainperf.specs.checkpointing), or a table "
+                                "'<max params in billions>' = policy with 'above' for larger models",
+    "selective": "the policy a bare 'selective' means in this stack",
+    "micro_batch": "sequences per device per forward/backward: a positive integer, or 'local' for the whole "
+                   "per-data-parallel-rank batch (global / data-parallel degree: no gradient accumulation)",
+    "micro_batch_column": "what a runs table's micro_batch column holds for this stack: 'micro' (the micro "
+                          "batch) or 'local_batch' (the per-data-parallel-rank batch, split into pipeline "
+                          "micro-batches under pipeline parallelism)",
+    "pipeline_microbatch_size": "sequences per pipeline micro-batch when the local batch is split (positive integer)",
+    "precision": "matmul dtype (fp32, tf32, fp16, bf16, fp8, fp4)",
+    "fp8_recipe": "fp8 scaling recipe when a row says fp8 without one (tensorwise, rowwise, delayed)",
+    "sequence_parallel": "sequence parallelism with tensor parallelism (true/false)",
+    "data_parallel_sharding": "how data-parallel ranks shard when the row does not say: 'fsdp' (over every "
+                              "data-parallel rank), 'zero-1' (optimizer states) or 'none'",
+    "tp": "tensor-parallel degree (positive integer)",
+    "pp": "pipeline-parallel degree (positive integer)",
+    "cp": "context-parallel degree (positive integer)",
+    "pp_schedule": "pipeline schedule (1f1b, interleaved, gpipe)",
+    "compile": "the model is compiled or fused (true/false)",
+    "async_tp": "tensor-parallel collectives overlapped with GEMMs when tp > 1 (true/false)",
+    "tflops_convention": "FLOP convention of a published TFLOP/s figure whose basis is not stated "
+                         "(trainperf.accounting.conventions)",
+}
+"""Every key a ``[defaults]`` table may hold, and what its value may be."""
+
+_SHARDING = ("fsdp", "zero-1", "none")
+_COLUMN = ("micro", "local_batch")
+
+
+@dataclass(frozen=True)
+class Default:
+    """One default value and where it comes from."""
+
+    value: Any
+    source: str
+    stack: str
+    """The profile whose table held it (``generic`` when the stack's own table leaves it out)."""
+
+    def note(self, what: str) -> str:
+        """``"<what> not stated: <value> taken (<stack> default: <source>)"``."""
+        v = str(self.value).lower() if isinstance(self.value, bool) else self.value
+        return f"{what} not stated: {v} taken ({self.stack} default: {self.source})"
+
+
+@dataclass(frozen=True)
+class StackDefaults:
+    """A stack's ``[defaults]`` over generic's, checked."""
+
+    stack: str
+    values: Mapping[str, Any] = field(default_factory=dict)
+    """Key -> value (size tables kept as ``((max_params_B, value), ...)``, ``inf`` for 'above')."""
+    sources: Mapping[str, str] = field(default_factory=dict)
+    owners: Mapping[str, str] = field(default_factory=dict)
+    """Key -> the profile that gave it."""
+
+    def get(self, key: str, params_B: float | None = None) -> Default | None:
+        """The default for ``key`` (for a model of ``params_B`` billion parameters where the value
+        depends on size; ``None`` for the largest band); ``None`` when no table has it."""
+        if key not in DEFAULT_KEYS:
+            raise UnknownNameError("stack default", key, DEFAULT_KEYS)
+        if key not in self.values:
+            return None
+        v = self.values[key]
+        if isinstance(v, tuple):
+            size = math.inf if params_B is None else params_B
+            v = next(val for bound, val in v if size <= bound)
+        return Default(v, self.sources.get(key, ""), self.owners.get(key, self.stack))
+
+
+def _check_value(key: str, v: Any, where: str) -> Any:
+    from trainperf.accounting.conventions import CONVENTIONS
+    from trainperf.specs.checkpointing import get_policy
+    from trainperf.specs.hardware import PRECISIONS
+    from trainperf.specs.parallel import PIPELINE_SCHEDULES
+    from trainperf.specs.workload import FP8_RECIPES
+
+    def pos_int(x: Any) -> int:
+        if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+            raise SpecError(where, x, "a positive integer")
+        return x
+
+    def one_of(x: Any, allowed: tuple[str, ...] | Mapping[str, Any]) -> str:
+        if x not in allowed:
+            raise SpecError(where, x, f"one of {', '.join(allowed)}")
+        return str(x)
+
+    if key in ("activation_checkpointing", "selective"):
+        if key == "activation_checkpointing" and isinstance(v, Mapping):
+            return _size_table(v, where)
+        if not isinstance(v, str):
+            raise SpecError(where, v, "a checkpointing policy name")
+        get_policy(v, where)
+        return v
+    if key == "micro_batch":
+        return "local" if v == "local" else pos_int(v)
+    if key in ("pipeline_microbatch_size", "tp", "pp", "cp"):
+        return pos_int(v)
+    if key in ("sequence_parallel", "compile", "async_tp"):
+        if not isinstance(v, bool):
+            raise SpecError(where, v, "true or false")
+        return v
+    table = {"micro_batch_column": _COLUMN, "precision": PRECISIONS, "fp8_recipe": FP8_RECIPES,
+             "data_parallel_sharding": _SHARDING, "pp_schedule": PIPELINE_SCHEDULES,
+             "tflops_convention": CONVENTIONS}[key]
+    return one_of(v, table)
+
+
+def _size_table(body: Mapping[str, Any], where: str) -> tuple[tuple[float, str], ...]:
+    from trainperf.specs.checkpointing import get_policy
+
+    out: list[tuple[float, str]] = []
+    for k, v in body.items():
+        try:
+            bound = math.inf if str(k) == "above" else float(k)
+        except ValueError:
+            raise SpecError(f"{where}.{k}", k, "an upper bound in billions of parameters, or 'above'") from None
+        if not isinstance(v, str):
+            raise SpecError(f"{where}.{k}", v, "a checkpointing policy name")
+        get_policy(v, f"{where}.{k}")
+        out.append((bound, v))
+    out.sort(key=lambda t: t[0])
+    if not out or out[-1][0] != math.inf:
+        raise SpecError(where, dict(body), "a table of size bounds ending with 'above'")
+    return tuple(out)
+
+
+def read_defaults_table(body: Mapping[str, Any], where: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """Check a ``[defaults]`` table: known keys, valid values, a source for every value."""
+    if not isinstance(body, Mapping):
+        raise SpecError(where, body, "a table")
+    sources = body.get("sources", {})
+    if not isinstance(sources, Mapping):
+        raise SpecError(f"{where}.sources", sources, "a table of key = source")
+    values: dict[str, Any] = {}
+    for k, v in body.items():
+        if k == "sources":
+            continue
+        if k not in DEFAULT_KEYS:
+            raise UnknownNameError(f"{where}.{k}", k, DEFAULT_KEYS)
+        values[k] = _check_value(k, v, f"{where}.{k}")
+        src = sources.get(k)
+        if not isinstance(src, str) or not src.strip():
+            raise SpecError(f"{where}.sources.{k}", src, "a source saying where the default comes from")
+    for k in sources:
+        if k not in values:
+            raise UnknownNameError(f"{where}.sources.{k}", k, values)
+    return values, {str(k): str(v) for k, v in sources.items()}
+
+
+def defaults_of(profile: Any) -> StackDefaults:
+    """The checked defaults of a :class:`~trainperf.predict.stacks.Profile` over generic's."""
+    from trainperf.predict.stacks import DEFAULT_STACK, packaged_profile
+
+    generic = packaged_profile(DEFAULT_STACK)
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    owners: dict[str, str] = {}
+    chain = [generic] if profile.name == DEFAULT_STACK and not profile.path else [generic, profile]
+    for prof in chain:
+        where = f"stack profile {prof.path or prof.name} [defaults]"
+        vals, srcs = read_defaults_table(prof.defaults, where)
+        values.update(vals)
+        sources.update(srcs)
+        owners.update({k: prof.name for k in vals})
+    return StackDefaults(stack=profile.name, values=values, sources=sources, owners=owners)
+
+
+@lru_cache(maxsize=32)
+def stack_defaults(stack: str) -> StackDefaults:
+    """The defaults of a packaged stack (or a profile file) by name, over generic's."""
+    from trainperf.predict.stacks import load_profile
+
+    return defaults_of(load_profile(stack))

@@ -1,0 +1,332 @@
+"""Hardware written in free text -> one catalog id, by one documented rule.
+
+Runs tables and workload files written by people name devices as they please: "NVIDIA
+H100-SXM5-80GB", "H100 80GB (SXM per composer h100-sxm mapping)", "GB200 (NVL72)", "H200 141GB",
+"TPU v5p", "AMD Instinct MI355X", "MI250X (GCD)", "NVIDIA Blackwell GPU (B200-SXM-180GB)".
+:func:`read_device` maps such a text to an id of the device catalog
+(:mod:`trainperf.specs.hardware`), or says in one line why it cannot: the candidates it
+hesitates between, or the nearest catalog parts. Nothing is guessed beyond the rule below; every
+choice the rule makes for a text is written into the reading's ``how``.
+
+The rule, in order:
+
+1. **Exact.** The whole text is a catalog id or alias (case, spaces and underscores aside), or a
+   catalog ``name`` (case and punctuation aside): that id.
+2. **Words.** The text is lowercased and split into words on anything but letters and digits
+   (a word fusing a part and a qualifier, "h100sxm5", is split). The words read are:
+
+   * a *part*: a catalog family, i.e. the first segment of a catalog id (``h100``, ``a100``,
+     ``gb200``, ``mi250x``, ``gaudi3``; for TPUs ``tpu-v5p``), as one word or two adjacent
+     words ("TPU v5p", "Gaudi 3"), in the plural ("H100s") or after a count ("8xH100"); a TPU
+     version with a letter alone ("v5p"); an AMD part without its X suffix ("MI300", "MI355")
+     when only the X part is in the catalog;
+   * a *generation*: a silicon name (``blackwell``, ``hopper``, ``ampere``, ``volta``,
+     ``cdna3``..., ``trillium`` for TPU v6e): the parts of that silicon, read only when no
+     part is named;
+   * a *form*: SXM/SXM2-SXM6, OAM, HGX, DGX, mezzanine (the *board* part); PCIe; NVL (the
+     PCIe-card pair such as H100 NVL -- but NVL72/NVL36 name a GB200 rack, a board); GCD (one
+     die of an MI250/MI250X, which wins over "OAM" in the same text: it says what was counted);
+   * a *memory*: a number followed by GB or GiB (never Gb/s).
+
+   Two different parts named make the text ambiguous, except a superchip with its GPU ("GB200
+   ... B200 GPU": the superchip).
+3. **Filter.** The candidates are the catalog parts of the named family (or generation). A
+   stated form keeps the parts of that form. An unstated form keeps the board parts when the
+   family has any (training clusters are built from SXM/OAM boards; a PCIe, NVL or GCD part
+   must be named). A stated memory keeps the parts whose memory is nearest to it, within 7%
+   (a B200 "192GB", its launch figure, is the catalog's 180 GB part; the reading says so). If
+   nothing is left the text is unresolved, and the reason lists the family's parts.
+4. **Distinguishing words.** A word of the text (three letters or more, not a common word such
+   as "per" or "GPU") found in the catalog name of some remaining candidates but not all
+   ("HBM2e", "Ultra") keeps those.
+5. **Base part.** Several parts of one family still left, all with the same peak TFLOP/s
+   (they differ in memory only): the family's base part, the shortest id, then the largest
+   memory (a bare "H100" is ``h100-sxm``, a bare "A100" ``a100-sxm-80gb``), with the
+   alternatives named in ``how``. Otherwise the text is ambiguous and the reason lists them.
+
+The rule reads the catalog, so a part added to ``devices.toml`` is recognised without a code
+change (its family is the first segment of its id).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from trainperf.errors import SpecError
+
+__all__ = ["DeviceReading", "hardware_by_name", "read_device"]
+
+MEMORY_TOLERANCE = 0.07
+"""Largest relative gap between a stated memory size and a catalog part's ``hbm_GB``."""
+
+_BOARD = frozenset({"sxm", "sxm2", "sxm3", "sxm4", "sxm5", "sxm6", "oam", "hgx", "dgx", "mezzanine"})
+_PCIE = frozenset({"pcie", "pci"})
+_GCD = frozenset({"gcd", "gcds"})
+_RACK = re.compile(r"^nvl\d+$")  # NVL72, NVL36: a GB200/GB300 rack, not the NVL card pair
+_FORM_TEXT = {"board": "board (SXM/OAM)", "pcie": "PCIe", "nvl": "NVL", "gcd": "GCD"}
+_SILICON_SYNONYMS = {"trillium": "tpu-v6e", "lovelace": "ada"}
+_WORD_SYNONYMS = {"v5litepod": "v5e", "v5lite": "v5e"}
+_COMMON = frozenset({"per", "the", "and", "with", "for", "from", "one", "gpu", "gpus", "node", "nodes", "chip",
+                     "chips", "card", "cards", "cluster", "system", "cap", "nvidia", "amd", "google", "intel",
+                     "habana", "tesla", "instinct", "cloud", "accelerator"})
+"""Words of catalog names that say nothing about which part is meant (rule step 4 skips them)."""
+_MEMORY = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s*(?:gb|gib)(?![a-z/]|\s*/\s*s)")
+_FUSED = re.compile(r"^([a-z]+\d+[a-z]*?)(sxm\d?|pcie|nvl\d*|oam|gcds?|\d+gb)$")
+_PART_LIKE = re.compile(r"^[a-z]{1,9}\d{1,4}[a-z]{0,2}$")
+_NOT_PARTS = re.compile(r"^(sxm\d?|nvl\d*|hbm\d?[a-z]?|pcie\d?|gen\d|x\d+|fp\d+|bf\d+|tf\d+|int\d+|ddr\d|"
+                        r"nvlink\d?|cx\d|connectx\d+|ib\d*|v\d+|\d+gb|\d+x)$")
+
+
+@dataclass(frozen=True)
+class DeviceReading:
+    """How one hardware text was read."""
+
+    text: str
+    """The text as written."""
+    device_id: str
+    """The catalog id it resolves to; ``""`` when it does not resolve."""
+    how: str
+    """One line: the rule steps that picked the id, or why no id was picked."""
+    candidates: tuple[str, ...] = ()
+    """Catalog ids the text could name when it is ambiguous (empty otherwise)."""
+
+    @property
+    def resolved(self) -> bool:
+        return bool(self.device_id)
+
+    def describe(self) -> str:
+        """``'<text>' -> <id> (<how>)``, or ``'<text>': <reason>``."""
+        if self.resolved:
+            return f"{self.text!r} -> {self.device_id} ({self.how})"
+        return f"{self.text!r}: {self.how}"
+
+
+@dataclass(frozen=True)
+class _Part:
+    id: str
+    family: str
+    form: str
+    hbm_GB: float
+    peaks: tuple[tuple[str, float], ...]
+    silicon: str
+    name_words: frozenset[str]
+
+
+def _norm(s: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "", s.lower())
+
+
+def _family_of(device_id: str) -> str:
+    segs = device_id.split("-")
+    return "-".join(segs[:2]) if segs[0] == "tpu" and len(segs) > 1 else segs[0]
+
+
+def _form_of(device_id: str) -> str:
+    segs = set(device_id.split("-")[1:])
+    for form in ("pcie", "nvl", "gcd"):
+        if form in segs:
+            return form
+    return "board"
+
+
+@lru_cache(maxsize=1)
+def _index() -> tuple[dict[str, list[_Part]], dict[str, str], dict[str, str]]:
+    """(family -> parts, normalised id/alias/name -> id, normalised family -> family)."""
+    from trainperf.specs.hardware import device_aliases, get_hardware, hardware_ids
+
+    families: dict[str, list[_Part]] = {}
+    exact: dict[str, str] = {}
+    for i in hardware_ids():
+        exact[i] = i
+        if i == "cpu":  # filled from this machine; only its exact id names it
+            continue
+        hw: Any = get_hardware(i)
+        exact[_norm(hw.name)] = i
+        fam = _family_of(i)
+        families.setdefault(fam, []).append(_Part(
+            id=i, family=fam, form=_form_of(i), hbm_GB=float(hw.hbm_GB),
+            peaks=tuple(sorted(hw.peak_tflops.items())), silicon=hw.silicon,
+            name_words=frozenset(re.findall(r"[a-z0-9]+", hw.name.lower())) | frozenset(i.split("-"))))
+    for alias, target in device_aliases().items():
+        exact[alias] = target
+    return families, exact, {_norm(f): f for f in families}
+
+
+def _words(low: str) -> list[str]:
+    out: list[str] = []
+    low = re.sub(r"\bnvl[ _-]?(\d{2,3})\b", r"nvl\1", low)  # "NVL 72" is the rack NVL72
+    for w in re.findall(r"[a-z0-9]+", low):
+        w = re.sub(r"^\d+x(?=[a-z]+\d)", "", w)  # "8xH100": a count, then the part
+        m = _FUSED.match(w)
+        out += [m.group(1), m.group(2)] if m else [w]
+    for k in range(len(out) - 1, 0, -1):  # "v5 lite(pod)": Google's name of TPU v5e
+        if out[k] in ("lite", "litepod") and out[k - 1] == "v5":
+            out[k - 1:k + 1] = ["v5e"]
+    return [_WORD_SYNONYMS.get(w, w) for w in out]
+
+
+def _parts_named(words: list[str], fam_norm: dict[str, str]) -> list[str]:
+    """Catalog families named by the words (rule step 2), in order of appearance."""
+    found: list[str] = []
+    has_tpu = "tpu" in words
+
+    def add(f: str) -> None:
+        if f not in found:
+            found.append(f)
+
+    for k, w in enumerate(words):
+        nxt = words[k + 1] if k + 1 < len(words) else ""
+        if nxt and w + nxt in fam_norm and not w.isdigit():
+            add(fam_norm[w + nxt])
+        elif w in fam_norm:
+            add(fam_norm[w])
+        elif w.endswith("s") and w[:-1] in fam_norm and any(c.isdigit() for c in w):  # "H100s"
+            add(fam_norm[w[:-1]])
+        elif re.fullmatch(r"v\d+[a-z]*", w) and "tpu" + w in fam_norm and (has_tpu or w[-1].isalpha()):
+            add(fam_norm["tpu" + w])
+        elif re.fullmatch(r"mi\d{3}", w) and w not in fam_norm and w + "x" in fam_norm:
+            add(fam_norm[w + "x"])
+    # a superchip and its GPU (gb200 + b200): the superchip names the system
+    return [f for f in found if "g" + f not in found]
+
+
+def _forms_stated(words: list[str]) -> set[str]:
+    forms: set[str] = set()
+    for w in words:
+        if w in _BOARD or _RACK.match(w):
+            forms.add("board")
+        elif w in _PCIE:
+            forms.add("pcie")
+        elif w == "nvl":
+            forms.add("nvl")
+        elif w in _GCD:
+            forms.add("gcd")
+    if "gcd" in forms:
+        forms.discard("board")  # "MI250X GCD (4 OAM per node)": the die is what was counted
+    return forms
+
+
+def _ids(parts: list[_Part]) -> str:
+    return ", ".join(f"{p.id} ({p.hbm_GB:g} GB)" for p in parts)
+
+
+@lru_cache(maxsize=4096)
+def read_device(text: str) -> DeviceReading:
+    """Read a hardware text as a catalog id by the module's rule (never raises for text)."""
+    text = str(text)
+    low = text.strip().lower()
+    families, exact, fam_norm = _index()
+    if not low:
+        return DeviceReading(text, "", "hardware not stated")
+    key = re.sub(r"[\s_]+", "-", low)
+    if key in exact:
+        how = "catalog id" if exact[key] == key else f"catalog alias of {exact[key]}"
+        return DeviceReading(text, exact[key], how)
+    if _norm(low) in exact:
+        return DeviceReading(text, exact[_norm(low)], "catalog name")
+    words = _words(low)
+    named = _parts_named(words, fam_norm)
+    steps: list[str] = []
+    if len(named) > 1:
+        cands = tuple(p.id for f in named for p in families[f])
+        return DeviceReading(text, "", f"names several parts ({', '.join(named)}); state one", cands)
+    if named:
+        fam = named[0]
+        parts = list(families[fam])
+        steps.append(f"part {fam}")
+    else:
+        unknown = _unknown_part(words, fam_norm)
+        silicon = {_SILICON_SYNONYMS.get(w, w) for w in words}
+        parts = [p for ps in families.values() for p in ps if p.silicon and p.silicon in silicon]
+        if unknown or not parts:  # a part the catalog lacks is not read as its generation
+            return DeviceReading(text, "", unknown or _unknown_reason(low))
+        steps.append(f"generation {parts[0].silicon}")
+    forms = _forms_stated(words)
+    if len(forms) > 1:
+        return DeviceReading(text, "", f"states several forms ({', '.join(sorted(forms))}); state one",
+                             tuple(p.id for p in parts))
+    if forms:
+        form = forms.pop()
+        kept = [p for p in parts if p.form == form]
+        if not kept:
+            return DeviceReading(text, "", f"no catalog {steps[0].split()[-1]} part has form {_FORM_TEXT[form]} "
+                                 f"(catalog: {', '.join(p.id for p in parts)})", tuple(p.id for p in parts))
+        parts = kept
+        steps.append(f"form {_FORM_TEXT[form]}")
+    elif any(p.form == "board" for p in parts) and any(p.form != "board" for p in parts):
+        parts = [p for p in parts if p.form == "board"]
+        steps.append("form not stated: board (SXM/OAM) part")
+    mems = [float(m) for m in _MEMORY.findall(low)]
+    if mems:
+        mem = mems[0]
+        near = min(abs(p.hbm_GB - mem) for p in parts)
+        kept = [p for p in parts if abs(p.hbm_GB - mem) == near and near <= MEMORY_TOLERANCE * p.hbm_GB]
+        if not kept:
+            return DeviceReading(text, "", f"no catalog part of this kind has {mem:g} GB (catalog: {_ids(parts)})",
+                                 tuple(p.id for p in parts))
+        parts = kept
+        steps.append(f"{mem:g} GB" + ("" if near == 0 else f" (catalog {kept[0].hbm_GB:g} GB, within 7%)"))
+    if len(parts) > 1:
+        used = {_norm(p.family) for p in parts} | {p.silicon for p in parts} | set(_SILICON_SYNONYMS) | _COMMON
+        for w in sorted(set(words) - used):
+            having = [p for p in parts if w in p.name_words]
+            if having and len(having) < len(parts) and len(w) > 2 and not w.isdigit():
+                parts = having
+                steps.append(f"{w!r} in the catalog name")
+    if len(parts) > 1:
+        same_family = len({p.family for p in parts}) == 1
+        if same_family and len({p.peaks for p in parts}) == 1:
+            base = min(parts, key=lambda p: (len(p.id.split("-")), -p.hbm_GB, p.id))
+            others = [p.id for p in parts if p is not base]
+            steps.append(f"memory not stated: the family's base part (also {', '.join(others)})")
+            parts = [base]
+        else:
+            return DeviceReading(text, "", f"could name {', '.join(p.id for p in parts)}; state the part",
+                                 tuple(p.id for p in parts))
+    return DeviceReading(text, parts[0].id, "; ".join(steps))
+
+
+def _unknown_part(words: list[str], fam_norm: dict[str, str]) -> str:
+    """The reason naming a part-like word that is no catalog part ("GB300", "MI300A"), or ""."""
+    for w in words:
+        if _PART_LIKE.match(w) and not _NOT_PARTS.match(w):
+            near = difflib.get_close_matches(w, list(fam_norm), n=3, cutoff=0.6)
+            near_txt = f" (nearest: {', '.join(fam_norm[n] for n in near)})" if near else ""
+            return f"part {w!r} is not in the device catalog{near_txt}; `trainperf hw` lists the parts"
+    return ""
+
+
+def _unknown_reason(low: str) -> str:
+    """Why no catalog part is named, with the catalog ids nearest to the whole text."""
+    from trainperf.specs.hardware import hardware_ids
+
+    ids = [i for i in hardware_ids() if i != "cpu"]
+    near = difflib.get_close_matches(re.sub(r"[\s_]+", "-", low), ids, n=3, cutoff=0.4)
+    hint = f"nearest: {', '.join(near)}" if near else "`trainperf hw` lists the parts"
+    return f"names no catalog part ({hint})"
+
+
+def hardware_by_name(text: str, field: str = "hardware.device") -> tuple[Any, str]:
+    """The catalog :class:`~trainperf.specs.hardware.Hardware` for an id, alias or free-text
+    name, and how the name was read (``""`` for an exact id or alias).
+
+    An exact id or alias is looked up by :func:`~trainperf.specs.hardware.get_hardware`, so
+    exact ids behave as they always did; anything else is read by :func:`read_device`, and a
+    caller should show the returned reading (e.g. in a workload's notes). A text that does not
+    resolve is a one-line :class:`~trainperf.errors.SpecError` naming the field, the text and the
+    reason (the candidates, or the nearest parts)."""
+    from trainperf.errors import UnknownNameError
+    from trainperf.specs.hardware import get_hardware
+
+    try:
+        return get_hardware(text), ""
+    except UnknownNameError:
+        pass
+    r = read_device(text)
+    if not r.resolved:
+        raise SpecError(field, text, f"not a catalog device: {r.how}")
+    return get_hardware(r.device_id), r.describe()

@@ -1,0 +1,158 @@
+"""Free-text hardware names resolved to catalog ids by one rule (trainperf.specs.device_names)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trainperf.errors import SpecError
+from trainperf.specs.device_names import hardware_by_name, read_device
+from trainperf.specs.hardware import device_aliases, get_hardware, hardware_ids
+
+# Spellings seen in published tables and in runs tables people wrote (issue 15), and what they are.
+REAL_WORLD = [
+    ("H100 80GB (SXM per composer h100-sxm mapping)", "h100-sxm"),
+    ("GB200 (NVL72)", "gb200"),
+    ("GB200 NVL72", "gb200"),
+    ("NVIDIA GB200 NVL72 (per B200 GPU)", "gb200"),
+    ("GB200 NVL 72 (4 GPUs per compute tray)", "gb200"),
+    ("H200 141GB", "h200-sxm"),
+    ("H200 NVL 141GB", "h200-nvl"),
+    ("TPU v5p", "tpu-v5p"),
+    ("v5p-512", "tpu-v5p"),
+    ("Cloud TPU v5 lite (v5litepod-256)", "tpu-v5e"),
+    ("TPU v5e", "tpu-v5e"),
+    ("TPU v4", "tpu-v4"),
+    ("Trillium", "tpu-v6e"),
+    ("AMD Instinct MI355X", "mi355x"),
+    ("MI300X 192GB", "mi300x"),
+    ("MI300", "mi300x"),
+    ("AMD Instinct MI325X", "mi325x"),
+    ("NVIDIA Blackwell GPU (B200-SXM-180GB)", "b200"),
+    ("B200 192GB", "b200"),
+    ("DGX B200", "b200"),
+    ("Blackwell Ultra", "b300"),
+    ("NVIDIA H100-SXM5-80GB", "h100-sxm"),
+    ("NVIDIA H100 SXM5 80GB", "h100-sxm"),
+    ("H100 SXM5 80GB", "h100-sxm"),
+    ("H100-SXM5-80GB", "h100-sxm"),
+    ("h100sxm5", "h100-sxm"),
+    ("8x H100 80GB HBM3", "h100-sxm"),
+    ("H100 SXM (8x400 Gb/s IB)", "h100-sxm"),
+    ("DGX H100", "h100-sxm"),
+    ("H100", "h100-sxm"),
+    ("H100 PCIe 80GB", "h100-pcie"),
+    ("H100 NVL", "h100-nvl"),
+    ("H100 SXM 95GB HBM2e lower-TDP (per footnote)", "h100-sxm-hbm2e"),
+    ("H100 HBM2e", "h100-sxm-hbm2e"),
+    ("H800", "h800"),
+    ("A100-SXM4-40GB", "a100-sxm-40gb"),
+    ("A100 40GB", "a100-sxm-40gb"),
+    ("A100 80GB", "a100-sxm-80gb"),
+    ("A100 SXM 80GB (DGX A100, Selene)", "a100-sxm-80gb"),
+    ("A100", "a100-sxm-80gb"),
+    ("A100 PCIe 40GB", "a100-pcie-40gb"),
+    ("Tesla V100-SXM2-16GB", "v100-sxm2-16gb"),
+    ("V100 32GB", "v100-sxm2-32gb"),
+    ("MI250X (GCD)", "mi250x-gcd"),
+    ("AMD Instinct MI250X (each GCD counted as a GPU; Frontier 4 MI250X = 8 GCDs per node)", "mi250x-gcd"),
+    ("AMD Instinct MI250 (counted as 1 GPU per OAM; 4 per node)", "mi250"),
+    ("AMD Instinct MI250", "mi250"),
+    ("MI250 GCD", "mi250-gcd"),
+    ("Intel Gaudi 3", "gaudi3"),
+    ("Gaudi2", "gaudi2"),
+    ("Habana Gaudi 2", "gaudi2"),
+    ("L40S", "l40s"),
+    ("NVIDIA L4", "l4"),
+]
+
+
+@pytest.mark.parametrize(("text", "device"), REAL_WORLD)
+def test_real_world_spellings_resolve_to_the_part_they_name(text, device):
+    r = read_device(text)
+    assert r.device_id == device, r.describe()
+    assert r.how and "\n" not in r.how
+
+
+@pytest.mark.parametrize(("text", "names"), [
+    ("Hopper", ["h100-sxm", "h200-sxm", "h800"]),
+    ("Blackwell", ["b200", "gb200", "b300"]),
+    ("H100 or A100", ["h100", "a100"]),
+    ("GB300 NVL72", ["gb300", "gb200", "b300"]),
+    ("MI300A", ["mi300a", "mi300x"]),
+    ("AWS Trainium2", ["trainium2"]),
+    ("Grace Hopper GH200", ["gh200"]),
+    ("H100 40GB", ["h100-sxm (80 GB)"]),
+    ("H100 SXM PCIe", ["board", "pcie"]),
+    ("", ["not stated"]),
+])
+def test_ambiguous_or_unknown_text_names_the_candidates_in_one_line(text, names):
+    r = read_device(text)
+    assert not r.resolved
+    assert "\n" not in r.how and len(r.how) < 240
+    for n in names:
+        assert n in r.how, r.how
+
+
+def test_blackwell_alone_lists_its_parts_as_candidates():
+    assert set(read_device("Blackwell").candidates) == {"b200", "gb200", "b300"}
+
+
+def test_exact_ids_aliases_and_names_resolve_to_themselves():
+    for i in hardware_ids():
+        assert read_device(i).device_id == i
+        assert read_device(i.upper()).device_id == i
+        if i != "cpu":
+            assert read_device(get_hardware(i).name).device_id == i
+    for alias, target in device_aliases().items():
+        assert read_device(alias).device_id == target
+
+
+def test_hardware_by_name_keeps_exact_ids_and_reads_free_text():
+    assert hardware_by_name("h100-sxm") == (get_hardware("h100-sxm"), "")
+    assert hardware_by_name("h100-sxm-94gb")[0].id == "h100-sxm-hbm2e"
+    hw, how = hardware_by_name("NVIDIA H100-SXM5-80GB (Selene)")
+    assert hw.id == "h100-sxm" and "-> h100-sxm" in how
+    with pytest.raises(SpecError) as e:
+        hardware_by_name("Hopper")
+    assert "hardware.device" in str(e.value) and "h200-sxm" in str(e.value)
+
+
+_DECOR = st.sampled_from(["", "NVIDIA ", "AMD ", "Instinct ", "Google Cloud ", "Intel Habana "])
+_NOISE = st.sampled_from(["", " (per node: 8)", " [cluster A]", " - measured", " (Selene)", " ; 400 Gb/s IB"])
+_SEP = st.sampled_from([" ", "-", "_", "  "])
+_PLAIN = [(t, d) for t, d in REAL_WORLD if "(" not in t and ";" not in t]
+
+
+@settings(max_examples=300, deadline=None)
+@given(pick=st.sampled_from(_PLAIN), pre=_DECOR, post=_NOISE, sep=_SEP, upper=st.booleans())
+def test_vendor_words_case_separators_and_noise_do_not_change_the_reading(pick, pre, post, sep, upper):
+    text, device = pick
+    variant = pre + text.replace(" ", sep) + post
+    variant = variant.upper() if upper else variant.lower()
+    assert read_device(variant).device_id == device, (variant, read_device(variant).describe())
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(max_size=60))
+def test_any_text_is_read_or_refused_in_one_line_never_raises(text):
+    r = read_device(text)
+    if r.resolved:
+        assert r.device_id in hardware_ids()
+    else:
+        assert r.how and "\n" not in r.how
+
+
+@settings(max_examples=100, deadline=None)
+@given(device=st.sampled_from([i for i in hardware_ids() if i != "cpu"]), gb=st.integers(1, 2000))
+def test_a_stated_memory_far_from_every_part_of_the_family_is_refused(device, gb):
+    from trainperf.specs.device_names import MEMORY_TOLERANCE
+
+    family = [get_hardware(i) for i in hardware_ids() if i.split("-")[0] == device.split("-")[0]]
+    text = f"{device.split('-')[0]} {gb}GB"  # e.g. "h100 12GB"
+    r = read_device(text)
+    if all(abs(p.hbm_GB - gb) > MEMORY_TOLERANCE * p.hbm_GB for p in family):
+        assert not r.resolved, (text, r.describe())
+    elif r.resolved:
+        assert abs(get_hardware(r.device_id).hbm_GB - gb) <= MEMORY_TOLERANCE * get_hardware(r.device_id).hbm_GB

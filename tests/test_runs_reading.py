@@ -1,0 +1,445 @@
+"""Runs tables as other people write them: cell readers, stack defaults, torchtitan's local batch
+under pipeline parallelism, the packaged table unchanged, a messy fixture, validate/calibrate-model
+--data (trainperf.predict.runs_cells, stack_defaults, runs_table)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trainperf.cli.main import main
+from trainperf.errors import TrainperfError
+from trainperf.predict.runs_cells import (
+    CellError,
+    read_count,
+    read_flag,
+    read_framework,
+    read_global_batch,
+    read_precision,
+    read_rate,
+    read_seconds,
+    unstated,
+)
+from trainperf.predict.runs_table import load_table_runs, packaged_runs, parse_runs, reading_summary
+from trainperf.predict.stack_defaults import DEFAULT_KEYS, read_defaults_table, stack_defaults
+from trainperf.predict.stacks import STACKS, packaged_profile
+from trainperf.predict.validate_runs import predict_row
+
+FIXTURE = Path(__file__).parent / "fixtures" / "runs_tables" / "messy_runs.csv"
+
+
+# ------------------------------------------------------------------------------- cell readers
+@pytest.mark.parametrize("cell", ["", "  ", "-", "--", "—", "?", "n/a", "N/A", "na", "null", "unknown",
+                                  "not stated", "Not stated in reachable text", "not read", "not given"])
+def test_unstated_cells(cell):
+    assert unstated(cell)
+    assert read_count(cell) is None and read_seconds(cell) == (None, "") and read_precision(cell) is None
+
+
+@pytest.mark.parametrize(("cell", "key", "value"), [
+    ("1,024", "", 1024), ("8k", "", 8192), ("32K", "", 32768), ("2x8", "", 16), ("2 x 8", "", 16),
+    ("16 nodes x 8 GPUs", "", 128), ("4 x 8 = 32", "", 32), ("64 (FSDP degree)", "", 64), ("tp=8", "tp", 8),
+    ("TP8", "tp", 8), ("PP = 4", "pp", 4), ("~64", "", 64), ("1 (inferred from model-parallel size 1)", "", 1),
+    ("8x H100", "", 8), ("1_024", "", 1024), ("ici_tensor 16", "", 16),
+])
+def test_counts(cell, key, value):
+    assert read_count(cell, key) == value
+
+
+@pytest.mark.parametrize("cell", ["4-8", "64 to 128", "1.5"])
+def test_counts_that_are_not_one_whole_value_are_refused(cell):
+    with pytest.raises(CellError):
+        read_count(cell)
+
+
+@pytest.mark.parametrize(("cell", "seconds"), [
+    ("7.0", 7.0), ("7.0 (derived)", 7.0), ("850 ms", 0.85), ("1,234.5ms", 1.2345), ("1.2 s", 1.2),
+    ("8.85 sec", 8.85), ("2 min", 120.0), ("10,400 ms", 10.4),
+])
+def test_step_times_with_units(cell, seconds):
+    assert read_seconds(cell)[0] == pytest.approx(seconds)
+
+
+def test_a_step_time_range_takes_its_midpoint_and_says_so():
+    v, note = read_seconds("10.9-11.1 s")
+    assert v == pytest.approx(11.0) and "range" in note
+
+
+@pytest.mark.parametrize(("cell", "seq", "seqs", "tokens"), [
+    ("1024", 4096, 1024, False), ("1,024", 4096, 1024, False), ("4M tokens", 4096, 1024, True),
+    ("2,097,152 tokens", 2048, 1024, True), ("524288", 4096, 128, True), ("16M", 4096, 4096, True),
+    ("1024 (inferred from 2M-token batch / 2048)", 2048, 1024, False), ("1024 seqs (4M tokens)", 4096, 1024, False),
+    ("2M tokens", 2000, 1000, True),
+])
+def test_global_batch_in_sequences_or_tokens(cell, seq, seqs, tokens):
+    got, note = read_global_batch(cell, seq)
+    assert got == seqs
+    assert bool(note) == tokens
+
+
+@pytest.mark.parametrize(("cell", "value", "per_device"), [
+    ("74,908.99", 74908.99, False), ("1.2M", 1.2e6, False), ("3k per GPU", 3000.0, True),
+    ("2,904 tok/s/gpu", 2904.0, True), ("25.655k", 25655.0, False), ("185 / chip", 185.0, True),
+])
+def test_rates(cell, value, per_device):
+    v, dev = read_rate(cell)
+    assert v == pytest.approx(value) and dev is per_device
+
+
+@pytest.mark.parametrize(("cell", "flag"), [("yes", True), ("✓", True), ("TRUE", True), ("on", True),
+                                            ("no", False), ("off", False), ("✗", False), ("", None)])
+def test_flags(cell, flag):
+    assert read_flag(cell) is flag
+
+
+@pytest.mark.parametrize(("cell", "precision", "recipe"), [
+    ("bf16", "bf16", None), ("BF16 mixed", "bf16", None), ("amp_bf16", "bf16", None), ("bf16-mixed", "bf16", None),
+    ("fp16 mixed (inferred)", "fp16", None), ("fp16/bf16 mixed (not read)", "bf16", None),
+    ("FP8 (Float8 rowwise)", "fp8", "rowwise"), ("FP8 (Float8 tensorwise)", "fp8", "tensorwise"),
+    ("float8 + bf16", "fp8", None), ("FP8 hybrid (TE)", "fp8", "delayed"), ("fp8 (TE hybrid, fp8_params)", "fp8", "delayed"),
+    ("FP8 (current scaling)", "fp8", "tensorwise"), ("FP8 (delayed scaling)", "fp8", "delayed"),
+    ("MXFP8", "fp8", None), ("NVFP4", "fp4", None), ("amp_fp8", "fp8", None), ("TF32", "tf32", None),
+])
+def test_precisions_and_fp8_recipes(cell, precision, recipe):
+    p = read_precision(cell)
+    assert (p.precision, p.fp8_recipe) == (precision, recipe)
+
+
+@pytest.mark.parametrize(("cell", "stack", "policy"), [
+    ("none (yaml null)", "megatron-core", "none"), ("AC: full", "megatron-core", "full"), ("Full AC", "generic", "full"),
+    ("no AC", "generic", "none"), ("selective", "megatron-core", "selective"), ("selective", "torchtitan", "selective-op"),
+    ("SAC (op)", "torchtitan", "selective-op"), ("Selective (op)", "generic", "selective-op"),
+    ("selective layer", "torchtitan", "full-every:2"), ("every 4th layer", "generic", "full-every:4"),
+    ("recompute: block 4", "megatron-core", "full:4"), ("uniform, 1 layer", "megatron-core", "full"),
+    ("activation_checkpointing: true", "llm-foundry", "full"), ("activation_checkpointing: false", "llm-foundry", "none"),
+    ("remat_policy=full", "maxtext", "full"), ("remat_policy=save_qkv_proj", "maxtext", "save_qkv_proj"),
+    ("selective/custom remat (MaxText remat_policy=custom)", "maxtext", "save_dot_except_mlpwi"),
+    ("yes (HFU>MFU implies rematerialization)", "generic", "full"), ("true", "generic", "full"),
+])
+def test_checkpointing_spellings(cell, stack, policy):
+    from trainperf.predict.runs_table import _policy
+
+    assert _policy(cell, stack, stack_defaults(stack), "bf16", 8.0, []) == policy
+
+
+def test_an_unreadable_precision_is_refused_and_mixed_alone_is_unstated():
+    with pytest.raises(CellError):
+        read_precision("int4 weight-only")
+    assert read_precision("mixed") is None
+
+
+@pytest.mark.parametrize(("cell", "stack"), [
+    ("Megatron-Bridge", "megatron-core"), ("NeMo 2.0", "megatron-core"), ("Megatron-LM", "megatron-core"),
+    ("NeMo 24.09 (Megatron-Core, TE)", "megatron-core"), ("ROCm Megatron-LM", "megatron-core"),
+    ("torchtitan", "torchtitan"), ("TorchTitan + AsyncTP", "torchtitan"), ("Composer", "llm-foundry"),
+    ("LLM Foundry", "llm-foundry"), ("llmfoundry", "llm-foundry"), ("MosaicML", "llm-foundry"),
+    ("MaxText", "maxtext"), ("Pax", "paxml"), ("PaxML (JAX) 24.03.04 container", "paxml"),
+    ("DeepSpeed", "deepspeed"), ("Megatron-DeepSpeed", "deepspeed"), ("JAX", "generic"), ("HF Trainer", "generic"),
+])
+def test_frameworks_in_free_text(cell, stack):
+    assert read_framework(cell) == stack
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 10**7))
+def test_thousands_separators_and_keys_read_back(n):
+    assert read_count(f"{n:,}") == n
+    assert read_count(f"tp={n}", "tp") == n
+    assert read_count(f"{n} (stated)") == n
+
+
+@settings(max_examples=200, deadline=None)
+@given(a=st.integers(1, 512), b=st.integers(1, 16), ms=st.integers(1, 10**6))
+def test_products_and_milliseconds(a, b, ms):
+    assert read_count(f"{a}x{b}") == a * b
+    assert read_seconds(f"{ms:,} ms")[0] == pytest.approx(ms / 1000)
+
+
+@settings(max_examples=200, deadline=None)
+@given(seqs=st.integers(1, 8192), seq=st.sampled_from([1024, 2048, 4096, 8192, 32768]))
+def test_a_batch_in_tokens_reads_back_as_sequences(seqs, seq):
+    assert read_global_batch(f"{seqs * seq:,} tokens", seq)[0] == seqs
+    assert read_global_batch(str(seqs), seq)[0] == seqs
+
+
+# ------------------------------------------------------------------------------ stack defaults
+def test_every_profile_states_its_defaults_with_sources():
+    generic = packaged_profile("generic")
+    values, _ = read_defaults_table(generic.defaults, "generic")
+    assert set(DEFAULT_KEYS) - {"fp8_recipe", "pipeline_microbatch_size"} <= set(values)
+    for name in STACKS:
+        d = stack_defaults(name)
+        for key in d.values:
+            got = d.get(key, 8.0)
+            assert got.source and len(got.source) > 20, (name, key)
+    # the size table splits torchtitan's 8B (selective op) and 70B/405B (full) configs
+    assert stack_defaults("torchtitan").get("activation_checkpointing", 8.0).value == "selective-op"
+    assert stack_defaults("torchtitan").get("activation_checkpointing", 405.0).value == "full"
+    assert stack_defaults("llm-foundry").get("activation_checkpointing", 1.3).value == "none"
+    assert stack_defaults("paxml").get("activation_checkpointing").value == "full"
+    # a stack's table leaves keys to generic, and says so
+    assert stack_defaults("paxml").get("tp").stack == "generic"
+
+
+@pytest.mark.parametrize(("body", "fragment"), [
+    ({"activation_checkpointing": "sometimes", "sources": {"activation_checkpointing": "x"}}, "sometimes"),
+    ({"micro_batch": 0, "sources": {"micro_batch": "x"}}, "micro_batch"),
+    ({"micro_batchh": 1, "sources": {"micro_batchh": "x"}}, "micro_batch"),
+    ({"micro_batch": 1}, "source"),
+    ({"activation_checkpointing": {"13": "none"}, "sources": {"activation_checkpointing": "x"}}, "above"),
+    ({"precision": "bf17", "sources": {"precision": "x"}}, "bf17"),
+])
+def test_a_bad_defaults_table_is_a_one_line_error_naming_it(body, fragment):
+    with pytest.raises(TrainperfError) as e:
+        read_defaults_table(body, "mine.toml [defaults]")
+    assert fragment in str(e.value) and "\n" not in str(e.value)
+
+
+def test_defaults_round_trip_through_to_toml():
+    import tomllib
+
+    for name in STACKS:
+        p = packaged_profile(name)
+        assert tomllib.loads(p.to_toml())["defaults"] == dict(p.defaults)
+
+
+# --------------------------------------------------------------------------- the packaged table
+EXCLUDED = {"401": "time", "405": "time", "415": "batch", "416": "batch", "417": "time", "418": "time",
+            "419": "time"}
+
+
+def test_packaged_table_reads_as_before():
+    runs = packaged_runs()
+    assert len(runs) == 169 and sum(r.included for r in runs) == 162
+    assert {r.row_id: r.exclude_kind for r in runs if not r.included} == EXCLUDED
+    by_id = {r.row_id: r for r in runs}
+    assert by_id["401"].exclude_reason.startswith("only a best-case 'up to' TFLOP/s")
+    assert by_id["415"].exclude_reason == "sequence length or global batch not stated"
+    s = reading_summary(runs)
+    assert s["rows_stating_essentials"] == 162 and s["coverage_of_stating_rows_pct"] == 100.0
+    # hardware as resolved by the rule, per row
+    assert {r.device_id for r in runs if r.included} == {
+        "h100-sxm", "a100-sxm-80gb", "a100-sxm-40gb", "h100-sxm-hbm2e", "tpu-v5e"}
+    assert by_id["405"].device_id == "tpu-v4" and by_id["415"].device_id == "mi250"
+    assert by_id["417"].device_id == "mi250x-gcd" and by_id["340"].device_id == "h100-sxm-hbm2e"
+    # PaxML's unstated checkpointing is the paxml default, noted with its source
+    assert by_id["101"].workload.activation_checkpointing == "full"
+    assert any("paxml default" in a and "rematerialise" in a for a in by_id["101"].assumptions)
+
+
+def test_packaged_torchtitan_rows_run_the_local_batch_whole():
+    for r in packaged_runs():
+        if r.stack != "torchtitan":
+            continue
+        w = r.workload
+        local = read_count(r.cells["micro_batch"])
+        assert w.micro_batch == local and w.grad_accum_steps == 1
+        assert w.global_batch == local * w.plan.data_parallel
+
+
+# ------------------------------------------------------------------------------- the fixture
+def _fixture():
+    return {r.row_id: r for r in load_table_runs(FIXTURE)}
+
+
+def test_respelled_packaged_rows_read_as_the_packaged_rows():
+    packaged = {r.row_id: r for r in packaged_runs()}
+    checked = 0
+    for r in _fixture().values():
+        m = re.search(r"respells packaged row (\d+)", r.cells.get("notes", ""))
+        if not m:
+            continue
+        p = packaged[m.group(1)]
+        assert r.included, (r.row_id, r.exclude_reason)
+        assert r.workload == p.workload, r.row_id
+        assert r.step_time_s == pytest.approx(p.step_time_s, rel=2e-3), r.row_id
+        assert r.device_id == p.device_id and r.stack == p.stack
+        checked += 1
+    assert checked == 24
+
+
+def test_fixture_rows_are_read_or_refused_with_their_reason():
+    rows = _fixture()
+    refused = {i: r.exclude_kind for i, r in rows.items() if not r.included}
+    assert refused == {"c1": "hardware", "c2": "hardware", "c3": "cell", "c4": "time", "c5": "model",
+                       "c6": "hardware", "c7": "precision"}
+    assert "gb300" in rows["c1"].exclude_reason and "gb200" in rows["c1"].exclude_reason
+    assert "h200-sxm" in rows["c2"].exclude_reason
+    s = reading_summary(list(rows.values()))
+    assert s["rows_total"] == 48 and s["rows_unread"] == 7
+    assert s["rows_stating_essentials"] == 45 and s["rows_stating_essentials_read"] == 40
+    assert sum(s["unread_by_kind"].values()) == 7
+
+
+@pytest.mark.parametrize(("row", "device", "stack", "policy"), [
+    ("b4", "gb200", "megatron-core", "none"), ("b5", "gb200", "megatron-core", "none"),
+    ("b6", "b200", "megatron-core", "none"), ("b7", "h200-sxm", "torchtitan", "selective-op"),
+    ("b8", "tpu-v5p", "maxtext", "full"), ("b9", "mi355x", "megatron-core", "full"),
+    ("b10", "mi250x-gcd", "deepspeed", "full"), ("b11", "gaudi3", "deepspeed", "none"),
+    ("b12", "h100-sxm", "llm-foundry", "full"), ("b13", "h100-sxm", "llm-foundry", "none"),
+])
+def test_fixture_rows_take_the_stack_default_for_what_they_leave_unstated(row, device, stack, policy):
+    r = _fixture()[row]
+    assert r.included, r.exclude_reason
+    assert (r.device_id, r.stack, r.workload.activation_checkpointing) == (device, stack, policy)
+    if r.cells["act_ckpt"].strip().lower() in ("not stated", "-", ""):
+        assert any(a.startswith("activation checkpointing not stated") and f"{stack} default" in a
+                   for a in r.assumptions)
+
+
+def test_fixture_units_and_token_batches():
+    rows = _fixture()
+    assert rows["b5"].step_time_s == pytest.approx(7.5)  # "7,500 ms"
+    assert rows["b5"].workload.fp8_recipe is None and any("MXFP8" in a for a in rows["b5"].assumptions)
+    assert rows["b4"].workload.fp8_recipe == "tensorwise"  # "FP8 (current scaling)"
+    assert rows["b13"].workload.global_batch == 2048  # "4M tokens" of 2048-token sequences
+    assert rows["b12"].workload.num_devices == 16  # "2x8"
+    assert rows["b12"].step_time_s == pytest.approx(1024 * 8192 / (2500 * 16))  # tokens/s per GPU only
+    assert rows["b14"].step_time_s == pytest.approx(11.0)  # a range: its midpoint
+    assert rows["b15"].workload.plan.fsdp == 8 and rows["b15"].workload.plan.dp == 4  # HSDP within a node
+    assert rows["b16"].workload.model.layers == 32  # shape from the preset the model cell names
+
+
+# ------------------------------------------------------------- torchtitan local batch under PP
+def test_torchtitan_local_batch_is_split_into_pipeline_microbatches():
+    rows = _fixture()
+    w = rows["b1"].workload  # 512 H100, tp 8, pp 8, FSDP 8; local batch 16, global not stated
+    assert (w.plan.tp, w.plan.pp, w.plan.data_parallel) == (8, 8, 8)
+    assert w.global_batch == 16 * 8 and w.micro_batch == 1 and w.grad_accum_steps == 16
+    assert any("pipeline micro-batch size not stated: 1" in a for a in rows["b1"].assumptions)
+    # a global batch written as local x all devices is corrected to local x data-parallel ranks
+    w2 = rows["b2"].workload
+    assert w2.global_batch == 128 and any("local x all 512 devices" in a for a in rows["b2"].assumptions)
+    # a stated pipeline micro-batch size
+    w3 = rows["b3"].workload
+    assert (w3.micro_batch, w3.grad_accum_steps, w3.global_batch) == (2, 4, 128)
+
+
+def test_reading_the_local_batch_as_a_micro_batch_would_be_a_bubble():
+    """The +134% to +299% of issue 15: 16 sequences in one micro-batch leave pp-1 of pp stages idle."""
+    import dataclasses
+
+    r = _fixture()["b1"]
+    right = predict_row(r)
+    misread = dataclasses.replace(r, workload=dataclasses.replace(r.workload, micro_batch=16))
+    assert misread.workload.grad_accum_steps == 1
+    assert predict_row(misread) / right > 2.0
+
+
+def test_a_hand_built_pp_row(tmp_path):
+    header = list(csv.DictReader(FIXTURE.open()).fieldnames)
+    row = dict.fromkeys(header, "")
+    row.update(row_id="pp1", table_id="hand", source="hand-built", model="Llama 3 70B", layers="80", hidden="8192",
+               heads="64", kv_heads="8", ffn_hidden="28672", vocab="128256", arch_type="dense (SwiGLU, GQA)",
+               seq_len="8192", micro_batch="4 (local batch size)", hardware="H100 SXM5 80GB", num_gpus="128",
+               tp="8", pp="4", act_ckpt="full", precision="bf16", framework="torchtitan", step_time_s="12.5")
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=header)
+    w.writeheader()
+    w.writerow(row)
+    (r,) = parse_runs(buf.getvalue(), "hand.csv")
+    assert r.included, r.exclude_reason
+    assert (r.workload.global_batch, r.workload.micro_batch, r.workload.grad_accum_steps) == (16, 1, 4)
+
+
+def test_headers_are_matched_loosely_and_blank_lines_skipped():
+    text = FIXTURE.read_text()
+    head, rest = text.split("\n", 1)
+    head = ",".join(f" {c.upper()} " for c in head.split(","))
+    runs = parse_runs("\ufeff" + head + "\n\n" + rest + "\n,,,\n", "loose.csv")
+    assert len(runs) == 48 and sum(r.included for r in runs) == 41
+
+
+# ------------------------------------------------------------------------------------ the CLI
+def test_validate_data_shows_each_rows_hardware_and_every_unread_row(capsys):
+    assert main(["validate", "--data", str(FIXTURE), "--no-loto"]) == 0
+    out = capsys.readouterr().out
+    assert "'GB200 (NVL72)' -> gb200" in out and "'Hopper' -> not resolved" in out
+    assert "not predicted (7 of 48 rows" in out
+    for rid in ("c1", "c2", "c3", "c4", "c5", "c6", "c7"):
+        assert f"row {rid} (UNREAD): " in out
+    assert "rows stating model shape, batch, devices and a time: 45; predicted 40 (88.9%)" in out
+    assert main(["validate", "--data", str(FIXTURE), "--no-loto", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    rows = {r["row_id"]: r for r in d["rows"]}
+    assert rows["b9"]["device"] == "mi355x" and "part mi355x" in rows["b9"]["hardware_read"]
+    assert rows["c2"]["device"] is None and rows["c2"]["unread_kind"] == "hardware"
+    assert d["reading"]["rows_unread"] == 7 == len(d["reading"]["unread"])
+    assert d["rows_total"] == 48 and d["rows_predicted"] == 41
+
+
+def test_calibrate_model_reads_rows_of_a_runs_file(tmp_path, capsys):
+    out = tmp_path / "tt.toml"
+    assert main(["calibrate-model", "--data", str(FIXTURE), "row:a340", "row:a341", "--holdout",
+                 "table:RESPELLED-TORCHTITAN-2408-405B-H100", "-o", str(out), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert [p["name"] for p in res["fit_rows"]] == ["row:a340", "row:a341"]
+    assert len(res["holdout_rows"]) == 3 and res["unread_rows"] == []
+    assert out.is_file()
+    # an unread row is a one-line error with its reason; a table's unread rows are listed
+    assert main(["calibrate-model", "--data", str(FIXTURE), "row:c2", "-o", str(tmp_path / "x.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Hopper" in err
+    assert main(["calibrate-model", "--data", str(FIXTURE), "row:a23", "row:a45", "--holdout", "table:UNREAD",
+                 "-o", str(tmp_path / "y.json")]) == 2
+
+
+# ------------------------------------------ any re-spelling of a packaged row reads the same
+_HW = {
+    "h100-sxm": ["NVIDIA H100-SXM5-80GB", "H100 80GB (SXM per composer h100-sxm mapping)", "H100 SXM5", "8xH100 80GB HBM3",
+                 "DGX H100", "nvidia h100 sxm5 80gb"],
+    "a100-sxm-80gb": ["A100-SXM4-80GB", "NVIDIA A100 80GB", "A100 SXM 80GB", "A100s (80GB)"],
+    "a100-sxm-40gb": ["A100-SXM4-40GB", "A100 40GB SXM", "NVIDIA A100 40 GB"],
+    "h100-sxm-hbm2e": ["H100 SXM 95GB HBM2e", "H100 94GB (HBM2e, 500 W)", "h100-sxm-96gb"],
+    "tpu-v5e": ["TPU v5e", "Cloud TPU v5 lite", "v5litepod-256"],
+    "tpu-v4": ["TPU v4", "Google TPU v4"], "mi250": ["AMD Instinct MI250", "MI250 (OAM)"],
+}
+_FW = {"megatron-core": ["NeMo", "Megatron-Bridge", "NeMo 2.0 (Megatron-Core)"], "maxtext": ["MaxText", "JAX MaxText"],
+       "paxml": ["Pax", "PaxML"], "torchtitan": ["TorchTitan", "torchtitan (PyTorch)"],
+       "llm-foundry": ["Composer", "MosaicML LLM Foundry"], "deepspeed": ["Megatron-DeepSpeed"]}
+_PREC = {"bf16": ["BF16 mixed", "bfloat16", "amp_bf16"], "fp16": ["FP16 mixed", "float16"], "fp8": ["FP8", "float8"]}
+_READ = [r for r in packaged_runs() if r.included]
+
+
+@settings(max_examples=150, deadline=None)
+@given(i=st.integers(0, len(_READ) - 1), data=st.data())
+def test_any_respelling_of_a_packaged_row_reads_the_same(i, data):
+    run = _READ[i]
+    cells = dict(run.cells)
+    pick = lambda options: data.draw(st.sampled_from(options))  # noqa: E731
+    w = run.workload
+    cells["hardware"] = pick(_HW[run.device_id])
+    fw = cells["framework"].lower()
+    if not re.search(r"async|compile|megatron-lm \(20", fw) and pick([True, False]):
+        cells["framework"] = pick(_FW[run.stack])
+    if pick([True, False]) and "(te" not in cells["precision"].lower() and "float8" not in cells["precision"]:
+        cells["precision"] = pick(_PREC[w.precision])
+    seq = w.seq_len
+    if pick([True, False]) and seq % 1024 == 0:
+        cells["seq_len"] = pick([f"{seq // 1024}k", f"{seq // 1024}K", f"{seq:,}"])
+    gb = read_count(cells["global_batch_seqs"])
+    if gb is not None and pick([True, False]):
+        cells["global_batch_seqs"] = pick([f"{gb:,}", f"{gb * seq:,} tokens"])
+    step, _ = read_seconds(cells["step_time_s"])
+    if step is not None and pick([True, False]):
+        cells["step_time_s"] = f"{step * 1000:.6g} ms"
+    for col in ("cp", "ep", "vpp"):
+        if not cells[col].strip() and pick([True, False]):
+            cells[col] = pick(["n/a", "-", "N/A"])
+    if cells["sp"].strip().lower() in ("yes", "no") and pick([True, False]):
+        cells["sp"] = pick(["✓", "TRUE", "Yes"] if cells["sp"].strip().lower() == "yes" else ["false", "No", "✗"])
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(cells))
+    writer.writeheader()
+    writer.writerow(cells)
+    (again,) = parse_runs(buf.getvalue(), "respelled.csv")
+    assert again.included, (cells, again.exclude_reason)
+    assert again.workload == w, cells
+    assert again.step_time_s == pytest.approx(run.step_time_s, rel=1e-4)
