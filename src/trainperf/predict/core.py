@@ -181,11 +181,27 @@ def kernel_features(w: Any) -> dict[str, Any]:
         "gemm_half_dim": float(k_gemm.half_dim(sil, gdt)),
         "fp8_recipe": recipe,
         "fp8_recipe_factor": float(k_fp8.recipe_gemm_factor(sil, recipe)) if fp8 else 1.0,
-        "elementwise_fraction": float(k_memory.elementwise_fraction(sil, impl)),
+        # memory-bound ops run at the fused bandwidth of the silicon; unfused code moves an op's
+        # bytes several times (per-op penalties measured fused vs eager), native single kernels once
+        "elementwise_fraction": float(k_memory.elementwise_fraction(sil, "compiled" if impl == "compiled" else "fused")),
+        **_eager_passes(w.model, impl),
         "hbm_fraction": float(k_memory.hbm_fraction(sil)),
         "tp_overlap_rule": sk.tp_overlap,
         "link_up": links[0], "link_out": links[1],
     }
+
+
+def _eager_passes(model: Any, impl: str) -> dict[str, Any]:
+    """Per-op pass counts of the memory-bound ops (1 unless the stack runs them unfused)."""
+    eager = impl == "eager"
+
+    def passes(op: str) -> float:
+        return float(k_memory.eager_penalty(op)) if eager else 1.0
+
+    gated = model.mlp in ("swiglu", "geglu")
+    return {"rope": model.position == "rope",
+            "norm_passes": passes("rmsnorm" if model.norm == "rmsnorm" else "layernorm"),
+            "rope_passes": passes("rope"), "act_passes": passes("swiglu" if gated else "gelu")}
 
 
 def _silicon(hw: Any) -> str:
@@ -290,7 +306,8 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     kv_local = f["head_dim"] * vec.maximum(f["kv_heads"] / t, 1.0)
     ffn_eff = dense_frac * f["ffn"] + moe_frac * f["moe_topk"] * f["expert_ffn"]
     el_bytes = m_tok * compute.elementwise_bytes_per_token(hn, f["q_dim"] / t, kv_local, ffn_eff / t,
-                                                           f["gated"], act_b)
+                                                           f["gated"], act_b, f["rope"], f["norm_passes"],
+                                                           f["rope_passes"], f["act_passes"])
     mem_fwd = compute.memory_time_s(el_bytes, hbm, mb_eff)
     ovh_fwd = KERNELS_PER_LAYER_FWD * ovh
     if f["compiled"]:  # fewer, fused kernels: the profile says how much of the launch cost stays
@@ -302,6 +319,7 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
 
     # --- LM head + loss (last stage)
     head_mm = compute.matmul_time_s(m_tok, f["vocab"] / t, f["hidden"], peak, mm_eff, half, hbm, elem)
+    # the loss is PyTorch's native log-softmax/NLL kernels (or a fused one): no eager penalty
     loss_t = compute.memory_time_s(m_tok * f["vocab"] / t * compute.LOSS_BYTES_PER_LOGIT, hbm, mb_eff)
     head_fwd = head_mm + 0.5 * loss_t + 3 * ovh
     head_bwd = (1.0 + train_frac) * head_mm + 0.5 * loss_t + 3 * ovh

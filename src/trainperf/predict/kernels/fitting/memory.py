@@ -200,7 +200,46 @@ def elementwise_params(kernels: dict[tuple[str, str], dict[str, tuple[float, str
     return out
 
 
+EAGER_OPS: dict[str, tuple[str, ...]] = {
+    "rmsnorm": ("rms_norm", "fused_add_rms_norm"),
+    "rope": ("rope",),
+    "swiglu": ("megatron_swiglu",),
+}
+"""Ops that unfused PyTorch code runs as several kernels (Python RMSNorm: cast, pow, mean, rsqrt,
+two multiplies; rotate-half RoPE; silu then multiply) -> the benchmarked kernels that measure them."""
+NATIVE_SOURCE = ("one native PyTorch kernel (torch.nn.functional.layer_norm, gelu, relu, add): a single pass "
+                 "over its ideal bytes, as a fused kernel -- no eager penalty")
+
+
+def eager_penalty_params(kernels: dict[tuple[str, str], dict[str, tuple[float, str]]]) -> dict[str, Param]:
+    """Per op: fused / eager time of the same kernel on one silicon (geometric mean over silicons):
+    how many times its ideal bytes unfused PyTorch code moves. Ops PyTorch runs as one native kernel
+    (LayerNorm, GELU, ReLU, residual adds) have none."""
+    out: dict[str, Param] = {}
+    for op, names in EAGER_OPS.items():
+        found = []
+        for (sil, impl), d in kernels.items():
+            if impl != "eager":
+                continue
+            best = {**kernels.get((sil, "compiled"), {}), **kernels.get((sil, "fused"), {})}
+            for name, (f, _) in d.items():
+                base = name.split(" (")[0]
+                if base not in names:
+                    continue
+                peers = [g for n2, (g, _) in best.items() if n2.split(" (")[0] == base and "megatron)" not in n2]
+                if peers:
+                    found.append((max(peers) / f, f"{sil} {base}: {max(peers):.3f} fused / {f:.3f} eager"))
+        import math
+        g = math.exp(sum(math.log(v) for v, _ in found) / len(found))
+        out[op] = param(g, True, f"geometric mean over {len(found)} measurement(s) of fused / eager bandwidth of the "
+                        "same kernel: " + "; ".join(src for _, src in found))
+    for op in ("layernorm", "gelu", "add"):
+        out[op] = param(1.0, False, NATIVE_SOURCE)
+    return out
+
+
 def params(rows: list[Row]) -> dict[str, dict]:
     kernels = kernel_fractions(rows)
     hbm = hbm_params(rows, kernels)
-    return {"hbm": hbm, "elementwise": elementwise_params(kernels, hbm)}
+    return {"hbm": hbm, "elementwise": elementwise_params(kernels, hbm),
+            "eager_penalty": eager_penalty_params(kernels)}
