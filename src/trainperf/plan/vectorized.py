@@ -56,7 +56,8 @@ class Evaluation:
     """Every array ``step_core`` returned (only when asked for with ``keep_parts``)."""
 
 
-def plan_features(c: Candidates, idx: np.ndarray, devices_per_node: int, layers: int = 0) -> dict[str, Any]:
+def plan_features(c: Candidates, idx: np.ndarray, devices_per_node: int, layers: int = 0,
+                  scale_up_domain: int = 0) -> dict[str, Any]:
     """The plan-dependent entries of ``workload_features`` for candidate rows ``idx``, as arrays.
 
     Mirrors :func:`trainperf.predict.core.workload_features` and ParallelPlan's shard counts and
@@ -71,19 +72,22 @@ def plan_features(c: Candidates, idx: np.ndarray, devices_per_node: int, layers:
     tp = c["tp"][idx].astype(f64)
     pp = c["pp"][idx].astype(f64)
     vpp = c["vpp"][idx].astype(f64)
+    cp = c["cp"][idx].astype(f64)
     mbs = c["micro_batch"][idx].astype(f64)
     gbs = c["global_batch"][idx]
     ga = gbs // (c["micro_batch"][idx] * c["dp"][idx] * c["fsdp"][idx])
     return {
         "num_devices": n,
         "devices_per_node": np.minimum(float(devices_per_node), n),
+        "scale_up_domain": np.minimum(float(scale_up_domain or devices_per_node), n),
         "micro_batch": mbs, "grad_accum": ga.astype(f64),
         "dp": dp, "fsdp": fsdp, "zero_stage": zero, "tp": tp, "sp": c["sp"][idx].astype(bool),
-        "pp": pp, "vpp": vpp, "interleaved": vpp > 1, "cp": c["cp"][idx].astype(f64),
+        "pp": pp, "vpp": vpp, "interleaved": vpp > 1, "cp": cp,
         "ep": c["ep"][idx].astype(f64),
-        "shards_params": np.where(fsdp > 1, fsdp, np.where(zero >= 3, dp, 1.0)),
-        "shards_grads": np.where(fsdp > 1, fsdp, 1.0) * np.where(zero >= 2, dp, 1.0),
-        "shards_optimizer": np.where(fsdp > 1, fsdp, 1.0) * np.where(zero >= 1, dp, 1.0),
+        # ParallelPlan.shards_*: the sharded group spans cp as well
+        "shards_params": np.where(fsdp > 1, fsdp * cp, np.where(zero >= 3, dp * cp, 1.0)),
+        "shards_grads": np.where(fsdp > 1, fsdp * cp, 1.0) * np.where(zero >= 2, dp * np.where(fsdp > 1, 1.0, cp), 1.0),
+        "shards_optimizer": np.where(fsdp > 1, fsdp * cp, 1.0) * np.where(zero >= 1, dp * np.where(fsdp > 1, 1.0, cp), 1.0),
         "etp": tp,
         "layers_first": np.ceil(layers / pp), "layers_mid": np.ceil(layers / pp), "layers_last": np.ceil(layers / pp),
     }
