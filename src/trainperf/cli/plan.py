@@ -42,7 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     h.add_argument("--device", metavar="ID", help="catalog id, e.g. h100-sxm (see `trainperf hw`)")
     h.add_argument("--num-devices", metavar="N|A,B,C|LO-HI",
                    help="device count, a list, or a range LO-HI (LO, 2LO, 4LO, ... and HI)")
-    h.add_argument("--devices-per-node", type=int, metavar="N", help="default: the device's typical node")
+    h.add_argument("--devices-per-node", type=int, metavar="N", help="default: the device's typical node (host)")
+    h.add_argument("--scale-up-domain", type=int, metavar="N",
+                   help="devices per NVLink/xGMI domain (default: the device's, e.g. 72 for gb200)")
     t = parser.add_argument_group("training")
     t.add_argument("--seq-len", type=int, metavar="N")
     t.add_argument("--global-batch", metavar="N|A,B|LO-HI",
@@ -53,8 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "selective-op, save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj, qkv_proj_offloaded)")
     s = parser.add_argument_group("search")
     s.add_argument("--max-micro-batch", type=int, default=8, metavar="N", help="largest micro batch tried (8)")
-    s.add_argument("--max-vpp", type=int, default=8, metavar="N",
-                   help="most virtual pipeline stages per rank tried (8)")
+    s.add_argument("--max-vpp", type=int, default=0, metavar="N",
+                   help="most virtual pipeline stages per rank tried (default: up to layers/pp, or the stack's limit)")
     s.add_argument("--allow-cross-node-tp", action="store_true", help="let tp span nodes")
     s.add_argument("--fix", metavar="K=V[,K=V]",
                    help="pin degrees, e.g. tp=8,pp=1 (keys: dp fsdp zero tp sp pp vpp cp ep micro_batch)")
@@ -65,8 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--target-days", type=float, metavar="D",
                    help="inverse question: smallest device count that trains --train-tokens in D days")
     s.add_argument("--top", type=int, default=5, metavar="K", help="plans to show (5)")
-    s.add_argument("--rerank", type=int, default=200, metavar="R",
-                   help="best plans re-predicted with the scalar predictor for the final ranking (200)")
+    s.add_argument("--rerank", type=int, default=20, metavar="R",
+                   help="best plans re-predicted with the scalar predictor for the final ranking (20)")
     s.add_argument("--explain", action="store_true",
                    help="also print how many plans were considered and why the rest were rejected")
     s.add_argument("--calibration", metavar="FILE", help="calibration file from `trainperf calibrate-model`")

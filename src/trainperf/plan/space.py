@@ -41,13 +41,19 @@ DEFAULT_CHECKPOINTING: tuple[str, ...] = ("none", "selective", "full")
 
 # Column names of a candidate table, in a fixed order.
 COLUMNS: tuple[str, ...] = (
-    "num_devices", "dp", "fsdp", "tp", "pp", "cp", "global_batch", "micro_batch", "vpp", "ep",
-    "sp", "zero", "ac", "precision",
+    "num_devices", "dp", "fsdp", "tp", "pp", "cp", "global_batch", "micro_batch", "vpp", "slots", "ep",
+    "sp", "zero", "ac", "precision", "layout",
 )
+"""``layout`` numbers the plans that differ only in ZeRO stage, checkpointing and precision (one
+id per row before those columns are expanded), so collapsing ZeRO variants is a 1-D unique."""
+SLOT_EMBEDDING, SLOT_LOSS = 1, 2
+"""Bits of the ``slots`` column: Megatron's embedding / loss take a layer slot of the first / last
+pipeline chunk (``account_for_embedding/loss_in_pipeline_split``)."""
 
 # Rejection reasons (stable keys; the text is what --explain prints).
 REASONS: dict[str, str] = {
-    "tp_cross_node": "tp larger than devices per node (tp would cross nodes; --allow-cross-node-tp)",
+    "stack": "not in the stack's plan space (its [capabilities]: parallelisms, ZeRO stages, schedules)",
+    "tp_cross_node": "tp larger than the scale-up (NVLink/xGMI) domain (--allow-cross-node-tp)",
     "tp_heads": "tp does not divide the attention heads",
     "tp_kv_heads": "tp neither divides nor is a multiple of the kv heads",
     "tp_ffn": "tp does not divide ffn_hidden",
@@ -55,13 +61,13 @@ REASONS: dict[str, str] = {
     "cp_seq": "cp does not divide seq_len",
     "batch_dp": "global batch not a multiple of the data-parallel degree dp*fsdp",
     "mbs_local": "micro batch does not divide the local batch (global batch / dp*fsdp)",
-    "vpp_layers": "pp*vpp does not divide the layers evenly (interleaved schedule)",
+    "vpp_layers": "pp*vpp does not divide the layers (plus any embedding/loss slots) evenly",
     "vpp_microbatches": "interleaved schedule needs the micro-batches per step to be a multiple of pp",
     "ep_ranks": "ep does not divide the data-parallel ranks dp*fsdp*cp",
     "fixed": "excluded by --fix (a degree the user fixed)",
     "oom": "does not fit device memory",
 }
-FIXABLE: tuple[str, ...] = ("dp", "fsdp", "zero", "tp", "sp", "pp", "vpp", "cp", "ep", "micro_batch")
+FIXABLE: tuple[str, ...] = ("dp", "fsdp", "zero", "tp", "sp", "pp", "vpp", "cp", "ep", "micro_batch", "slots")
 """Columns a user may pin to one value (``--fix tp=8,pp=1``)."""
 
 
@@ -72,7 +78,7 @@ class SearchSpace:
     num_devices: tuple[int, ...]
     """Device counts to search (each a separate mesh)."""
     devices_per_node: int
-    """Devices per node: tp stays within one unless ``allow_cross_node_tp``."""
+    """Devices per node (host): device counts fill whole nodes."""
     seq_len: int
     """Tokens per sequence."""
     global_batches: tuple[int, ...]
@@ -83,8 +89,9 @@ class SearchSpace:
     """Activation-checkpointing policies to try (names of :data:`AC_POLICIES`)."""
     max_micro_batch: int = 8
     """Largest micro batch tried (every integer from 1 up to it that divides the local batch)."""
-    max_vpp: int = 8
-    """Largest number of virtual pipeline stages per rank tried (interleaved 1F1B)."""
+    max_vpp: int = 0
+    """Largest number of virtual pipeline stages per rank tried (interleaved 1F1B); 0: up to
+    (layers + embedding/loss slots) / pp, or the stack's limit."""
     allow_cross_node_tp: bool = False
     """Let tp span nodes (its traffic then crosses the inter-node network)."""
     zero_stages: tuple[int, ...] = (0, 1, 2)
@@ -100,7 +107,10 @@ class SearchSpace:
     fp8_recipe: str | None = None
     """FP8 scaling recipe of the fp8/fp4 plans (``training.fp8_recipe``)."""
     stack: str = "generic"
-    """Software-stack profile every plan is predicted with (``training.stack``: a name or file)."""
+    """Software-stack profile every plan is predicted with (``training.stack``: a name or file);
+    its ``[capabilities]`` bound the space (:mod:`trainperf.predict.stack_capabilities`)."""
+    pipeline_slots: bool = True
+    """Also try Megatron's embedding/loss pipeline slots where the stack has them."""
 
     def software(self, precision: str, tp: int) -> dict[str, object]:
         """The ``[training]`` software fields of a plan of this ``precision`` and ``tp``."""
@@ -129,8 +139,8 @@ class SearchSpace:
                 raise SpecError("training.activation_checkpointing", p, f"one of {', '.join(AC_POLICIES)}")
         if self.max_micro_batch < 1:
             raise SpecError("max_micro_batch", self.max_micro_batch, "a positive integer")
-        if self.max_vpp < 1:
-            raise SpecError("max_vpp", self.max_vpp, "a positive integer")
+        if isinstance(self.max_vpp, bool) or not isinstance(self.max_vpp, int) or self.max_vpp < 0:
+            raise SpecError("max_vpp", self.max_vpp, "a positive integer, or 0 for up to layers / pp")
         if self.fp8_recipe is not None:
             from trainperf.specs.workload import FP8_RECIPES
 
@@ -244,28 +254,102 @@ class _Counter:
         return _filter(cols, alive)
 
 
+def vpp_slot_pairs(layers: int, pp: int, max_vpp: int, slot_options: tuple[int, ...]) -> np.ndarray:
+    """Every ``(vpp, slots)`` a ``pp``-stage pipeline of ``layers`` layers can run, as rows.
+
+    ``vpp = 1`` without slots always runs (an uneven split puts ``ceil(layers / pp)`` on the
+    busiest rank); otherwise the ``layers`` plus the slots taken (embedding, loss) must split
+    evenly over ``pp * vpp`` chunks, leaving every rank's first and last chunk at least one layer.
+    """
+    out = [(1, 0)]
+    if pp <= 1:
+        return np.asarray(out, dtype=np.int64)
+    for v in range(1, max_vpp + 1):
+        for slots in slot_options:
+            if v == 1 and slots == 0:
+                continue
+            e, lo = slots & SLOT_EMBEDDING, (slots & SLOT_LOSS) >> 1
+            total = layers + e + lo
+            if total % (pp * v):
+                continue
+            per_rank = total // pp
+            if slots and (per_rank - e < 1 or per_rank - lo < 1):
+                continue
+            out.append((v, slots))
+    return np.asarray(out, dtype=np.int64)
+
+
+def stage_layer_arrays(layers: int, pp: np.ndarray, vpp: np.ndarray, slots: np.ndarray):
+    """Layers on the first, busiest middle and last pipeline rank, as arrays: the planner's
+    mirror of :meth:`~trainperf.specs.parallel.ParallelPlan.stage_layers`."""
+    e = (slots & SLOT_EMBEDDING).astype(np.float64)
+    lo = ((slots & SLOT_LOSS) >> 1).astype(np.float64)
+    ppf = pp.astype(np.float64)
+    even = np.ceil(layers / ppf)
+    per_rank = (layers + e + lo) / ppf
+    has = slots > 0
+    first = np.where(has, per_rank - e, even)
+    mid = np.where(has, per_rank, even)
+    last = np.where(has, per_rank - lo, even)
+    one = pp <= 1
+    return (np.where(one, float(layers), first), np.where(one, float(layers), mid),
+            np.where(one, float(layers), last))
+
+
 def enumerate_candidates(model: ModelSpec, hardware: Hardware, space: SearchSpace) -> Candidates:
-    """All plans of ``space`` for ``model`` that can be executed, with rejection counts.
+    """All plans of ``space`` for ``model`` that the stack can execute, with rejection counts.
 
     Checks here are the ones :class:`~trainperf.specs.workload.Workload` makes (tp divides
-    heads / kv heads or is a multiple of them / ffn_hidden, pp*vpp <= layers, cp divides the
+    heads / kv heads or is a multiple of them / ffn_hidden, pp <= layers, cp divides the
     sequence, ep divides the experts and the data-parallel ranks, the micro batch divides the
-    local batch), plus the planner's own: tp within a node unless allowed, and an interleaved
-    schedule only when pp*vpp divides the layers and the micro-batches per step are a multiple
-    of pp (Megatron-LM's requirement for its interleaved 1F1B schedule). Memory is checked later, by the evaluator.
-    Uneven plain-1F1B stages (layers not divisible by pp) are allowed, as in Workload.
+    local batch), the stack's (:mod:`trainperf.predict.stack_capabilities`: which degrees it has,
+    its ZeRO stages, sequence parallelism, schedules, vpp limit, pipeline slots, checkpointing),
+    and the planner's own: tp within a scale-up domain unless allowed, and an interleaved
+    schedule only when the layers (plus Megatron's embedding/loss slots) split evenly into
+    pp*vpp chunks and the micro-batches per step are a multiple of pp (Megatron-LM's requirement
+    for its interleaved 1F1B schedule). Plain 1F1B may split the layers unevenly, as Workload
+    allows. Memory is checked later, by the evaluator.
+
+    ``--fix`` values are applied first at each stage, so every other rejection is counted among
+    plans that have the fixed values (what :func:`trainperf.plan.feasibility.fixed_refusal` reads).
     """
-    n_ac = len(space.checkpointing)
+    from trainperf.predict.stack_capabilities import capabilities_of
+
+    caps = capabilities_of(space.stack)
+    fixed = dict(space.fixed)
     n_prec = len(space.precisions)
-    ac_codes = np.asarray([AC_POLICIES.index(p) for p in space.checkpointing], dtype=np.int64)
+    policies = [p for p in space.checkpointing if caps.allows_policy(p)]
+    ac_codes = np.asarray([AC_POLICIES.index(p) for p in policies], dtype=np.int64)
+    n_ac_all = len(space.checkpointing)
     ep_opts = np.asarray(divisors(model.moe_experts) if model.is_moe else [1], dtype=np.int64)
     gbs_opts = np.asarray(sorted(set(space.global_batches)), dtype=np.int64)
     mbs_opts = np.arange(1, space.max_micro_batch + 1, dtype=np.int64)
-    vpp_opts = np.arange(1, space.max_vpp + 1, dtype=np.int64)
-    sp_opts = np.asarray(sorted({int(s) for s in space.sequence_parallel}) or [0], dtype=np.int64)
+    sp_space = sorted({int(x) for x in space.sequence_parallel}) or [0]
+    sp_opts = np.asarray(sp_space, dtype=np.int64)
     zero_opts = np.asarray(sorted(set(space.zero_stages)) or [0], dtype=np.int64)
+    interleave = "vpp" in caps.parallelisms and "interleaved" in caps.pipeline_schedules
+    slot_opts = (0, 1, 2, 3) if (caps.pipeline_slots and space.pipeline_slots) else (0,)
+    L = model.layers
 
-    # Stage order: 0 mesh, 1 gbs, 2 mbs, 3 vpp, 4 ep, 5 sp, 6 zero, 7 ac+precision.
+    pair_cache: dict[int, np.ndarray] = {}
+
+    def pairs(pp: int) -> np.ndarray:
+        if pp not in pair_cache:
+            vmax = caps.vpp_limit(L, pp) if interleave else 1
+            if space.max_vpp:
+                vmax = min(vmax, space.max_vpp)
+            pair_cache[pp] = vpp_slot_pairs(L, pp, vmax, slot_opts)
+        return pair_cache[pp]
+
+    def n_vpp_options(pp: int) -> int:
+        if pp <= 1:
+            return 1
+        vmax = caps.vpp_limit(L, pp) if interleave else 1
+        if space.max_vpp:
+            vmax = min(vmax, space.max_vpp)
+        return vmax * len(slot_opts)
+
+    # Stage order: 0 mesh, 1 gbs, 2 mbs, 3 vpp+slots, 4 ep, 5 sp, 6 zero, 7 ac+precision.
     def n_options(cols: dict[str, np.ndarray], stage: int) -> np.ndarray:
         tp, pp, dp = cols["tp"], cols["pp"], cols["dp"]
         one = np.ones_like(tp)
@@ -274,33 +358,52 @@ def enumerate_candidates(model: ModelSpec, hardware: Hardware, space: SearchSpac
         if stage == 2:
             return one * len(mbs_opts)
         if stage == 3:
-            return np.where(pp > 1, len(vpp_opts), 1)
+            uniq, inv = np.unique(pp, return_inverse=True)
+            return np.asarray([n_vpp_options(int(u)) for u in uniq], dtype=np.int64)[inv]
         if stage == 4:
             return one * len(ep_opts)
         if stage == 5:
             return np.where(tp > 1, len(sp_opts), 1)
         if stage == 6:
             return np.where(dp > 1, len(zero_opts), 1)
-        return one * (n_ac * n_prec)
+        return one * (n_ac_all * n_prec)
 
     def weight(cols: dict[str, np.ndarray], stage: int) -> np.ndarray:
         w = np.ones(cols["dp"].shape[0], dtype=np.int64)
-        for s in range(stage + 1, 8):
-            w = w * n_options(cols, s)
+        for st in range(stage + 1, 8):
+            w = w * n_options(cols, st)
         return w
+
+    def fix(cols: dict[str, np.ndarray], *names: str) -> tuple[str, np.ndarray]:
+        ok = np.ones(cols["dp"].shape[0], dtype=bool)
+        for name in names:
+            if name in fixed:
+                ok &= cols[name] == fixed[name]
+        return ("fixed", ok)
+
+    def stack_ok(cols: dict[str, np.ndarray], *names: str) -> np.ndarray:
+        ok = np.ones(cols["dp"].shape[0], dtype=bool)
+        for name in names:
+            if name not in caps.parallelisms:
+                ok &= cols[name] == 1
+        return ok
 
     counter = _Counter(weight)
     parts = []
+    kv = model.kv_heads or model.heads
+    domain = hardware.scale_up_domain or space.devices_per_node  # as workload_features prices it
+    layout_base = 0
     for n in sorted(set(space.num_devices)):
         c = _mesh(n)
         tp, pp, cp = c["tp"], c["pp"], c["cp"]
-        kv = model.kv_heads or model.heads
         c = counter.reject(c, 0, [
-            ("tp_cross_node", (tp <= space.devices_per_node) | space.allow_cross_node_tp),
+            fix(c, "dp", "fsdp", "tp", "pp", "cp"),
+            ("stack", stack_ok(c, "dp", "fsdp", "tp", "pp", "cp")),
+            ("tp_cross_node", (tp <= domain) | space.allow_cross_node_tp),
             ("tp_heads", model.heads % tp == 0),
             ("tp_kv_heads", (kv % tp == 0) | (tp % kv == 0)),
             ("tp_ffn", model.ffn_hidden % tp == 0),
-            ("pp_layers", pp <= model.layers),
+            ("pp_layers", pp <= L),
             ("cp_seq", space.seq_len % cp == 0),
         ])
         c = _expand(c, "global_batch", gbs_opts)
@@ -308,31 +411,36 @@ def enumerate_candidates(model: ModelSpec, hardware: Hardware, space: SearchSpac
         c = counter.reject(c, 1, [("batch_dp", c["global_batch"] % dpr == 0)])
         c = _expand(c, "micro_batch", mbs_opts)
         local = c["global_batch"] // (c["dp"] * c["fsdp"])
-        c = counter.reject(c, 2, [("mbs_local", local % c["micro_batch"] == 0)])
-        # vpp: only 1 when pp == 1 (not a plan otherwise, so not counted)
-        c = _expand(c, "vpp", vpp_opts)
-        c = _filter(c, (c["pp"] > 1) | (c["vpp"] == 1))
-        chunks = c["pp"] * c["vpp"]
+        c = counter.reject(c, 2, [fix(c, "micro_batch"), ("mbs_local", local % c["micro_batch"] == 0)])
+        c = _expand_vpp(c, pairs, counter, n_vpp_options)
         accum = c["global_batch"] // (c["dp"] * c["fsdp"] * c["micro_batch"])
         c = counter.reject(c, 3, [
-            ("vpp_layers", (c["vpp"] == 1) | (model.layers % chunks == 0)),
+            fix(c, "vpp", "slots"),
             ("vpp_microbatches", (c["vpp"] == 1) | (accum % c["pp"] == 0)),
         ])
         c = _expand(c, "ep", ep_opts)
         c = counter.reject(c, 4, [
+            fix(c, "ep"), ("stack", stack_ok(c, "ep")),
             ("ep_ranks", (c["dp"] * c["fsdp"] * c["cp"]) % c["ep"] == 0),
         ])
         c = _expand(c, "sp", sp_opts)
         c = _filter(c, (c["tp"] > 1) | (c["sp"] == sp_opts[0]))
         c["sp"] = np.where(c["tp"] > 1, c["sp"], 0)
+        sp_ok = np.ones(c["dp"].shape[0], dtype=bool)
+        if caps.sequence_parallel == "always":
+            sp_ok = (c["tp"] == 1) | (c["sp"] == 1)
+        elif caps.sequence_parallel == "never":
+            sp_ok = c["sp"] == 0
+        c = counter.reject(c, 5, [fix(c, "sp"), ("stack", sp_ok)])
+        c["layout"] = layout_base + np.arange(c["dp"].shape[0], dtype=np.int64)
+        layout_base += c["dp"].shape[0]
         c = _expand(c, "zero", zero_opts)
         c = _filter(c, (c["dp"] > 1) | (c["zero"] == zero_opts[0]))
         c["zero"] = np.where(c["dp"] > 1, c["zero"], 0)
-        if space.fixed:
-            ok = np.ones(c["dp"].shape[0], dtype=bool)
-            for key, value in space.fixed:
-                ok &= c[key] == value
-            c = counter.reject(c, 6, [("fixed", ok)])
+        c = counter.reject(c, 6, [fix(c, "zero"),
+                                  ("stack", (c["dp"] == 1) | np.isin(c["zero"], caps.zero_stages))])
+        if len(ac_codes) < n_ac_all:  # policies the stack does not have
+            counter.rejected["stack"] += int(c["dp"].shape[0]) * (n_ac_all - len(ac_codes)) * n_prec
         c = _expand(c, "ac", ac_codes)
         c = _expand(c, "precision", np.arange(n_prec, dtype=np.int64))
         parts.append(c)
@@ -340,3 +448,28 @@ def enumerate_candidates(model: ModelSpec, hardware: Hardware, space: SearchSpac
     valid = int(cols["dp"].shape[0])
     return Candidates(cols, tuple(space.precisions), valid + sum(counter.rejected.values()),
                       counter.rejected)
+
+
+def _expand_vpp(c: dict[str, np.ndarray], pairs, counter: _Counter, n_vpp_options) -> dict[str, np.ndarray]:
+    """Expand every row by the ``(vpp, slots)`` pairs its pp can run; the pairs it cannot are
+    counted as ``vpp_layers`` (weighted by the plans each would have expanded into)."""
+    pp = c["pp"]
+    uniq, inv = np.unique(pp, return_inverse=True)
+    tables = [pairs(int(u)) for u in uniq]
+    cnt_u = np.asarray([t.shape[0] for t in tables], dtype=np.int64)
+    opts_u = np.asarray([n_vpp_options(int(u)) for u in uniq], dtype=np.int64)
+    cnt = cnt_u[inv]
+    if cnt.size:
+        later = counter.weight_fn(c, 3)  # plans one (vpp, slots) option expands into
+        bad = (opts_u[inv] - cnt) * later
+        if bad.sum():
+            counter.rejected["vpp_layers"] += int(bad.sum())
+    flat = np.concatenate(tables) if tables else np.zeros((0, 2), dtype=np.int64)
+    start_u = np.concatenate([[0], np.cumsum(cnt_u)[:-1]]).astype(np.int64)
+    rows = np.repeat(np.arange(pp.shape[0]), cnt)
+    offset = np.arange(rows.shape[0]) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    sel = start_u[inv][rows] + offset
+    out = {k: v[rows] for k, v in c.items()}
+    out["vpp"] = flat[sel, 0]
+    out["slots"] = flat[sel, 1]
+    return out
