@@ -53,6 +53,7 @@ pipeline chunk (``account_for_embedding/loss_in_pipeline_split``)."""
 # Rejection reasons (stable keys; the text is what --explain prints).
 REASONS: dict[str, str] = {
     "stack": "not in the stack's plan space (its [capabilities]: parallelisms, ZeRO stages, schedules)",
+    "no_stack": "no packaged stack runs it (a mix of features no one stack has; name one with --stack)",
     "tp_cross_node": "tp larger than the scale-up (NVLink/xGMI) domain (--allow-cross-node-tp)",
     "tp_heads": "tp does not divide the attention heads",
     "tp_kv_heads": "tp neither divides nor is a multiple of the kv heads",
@@ -296,6 +297,35 @@ def stage_layer_arrays(layers: int, pp: np.ndarray, vpp: np.ndarray, slots: np.n
             np.where(one, float(layers), last))
 
 
+def runnable(caps, cols: dict[str, np.ndarray], layers: int) -> np.ndarray:
+    """Rows of a candidate table that the stack of ``caps``
+    (:class:`~trainperf.predict.stack_capabilities.Capabilities`) can run: the array form of
+    :func:`~trainperf.predict.stack_capabilities.plan_refusal`."""
+    ok = np.ones(cols["dp"].shape[0], dtype=bool)
+    for name in ("dp", "fsdp", "tp", "pp", "cp", "ep", "vpp"):
+        if name not in caps.parallelisms:
+            ok &= cols[name] == 1
+    ok &= (cols["dp"] == 1) | np.isin(cols["zero"], caps.zero_stages)
+    if not caps.hybrid_shard:
+        ok &= (cols["dp"] == 1) | (cols["fsdp"] == 1)
+    if caps.sequence_parallel == "always":
+        ok &= (cols["tp"] == 1) | (cols["sp"] == 1)
+    elif caps.sequence_parallel == "never":
+        ok &= cols["sp"] == 0
+    pp = cols["pp"]
+    if "interleaved" not in caps.pipeline_schedules:
+        ok &= cols["vpp"] == 1
+    limit = np.maximum(1, (layers + 2) // np.maximum(pp, 1))
+    if caps.max_vpp:
+        limit = np.minimum(limit, caps.max_vpp)
+    ok &= cols["vpp"] <= limit
+    if not caps.pipeline_slots:
+        ok &= cols["slots"] == 0
+    allowed = [i for i, p in enumerate(AC_POLICIES) if caps.allows_policy(p)]
+    ok &= np.isin(cols["ac"], allowed)
+    return ok
+
+
 def enumerate_candidates(model: ModelSpec, hardware: Hardware, space: SearchSpace) -> Candidates:
     """All plans of ``space`` for ``model`` that the stack can execute, with rejection counts.
 
@@ -398,7 +428,8 @@ def enumerate_candidates(model: ModelSpec, hardware: Hardware, space: SearchSpac
         tp, pp, cp = c["tp"], c["pp"], c["cp"]
         c = counter.reject(c, 0, [
             fix(c, "dp", "fsdp", "tp", "pp", "cp"),
-            ("stack", stack_ok(c, "dp", "fsdp", "tp", "pp", "cp")),
+            ("stack", stack_ok(c, "dp", "fsdp", "tp", "pp", "cp")
+             & (caps.hybrid_shard | (c["dp"] == 1) | (c["fsdp"] == 1))),
             ("tp_cross_node", (tp <= domain) | space.allow_cross_node_tp),
             ("tp_heads", model.heads % tp == 0),
             ("tp_kv_heads", (kv % tp == 0) | (tp % kv == 0)),
@@ -445,6 +476,15 @@ def enumerate_candidates(model: ModelSpec, hardware: Hardware, space: SearchSpac
         c = _expand(c, "precision", np.arange(n_prec, dtype=np.int64))
         parts.append(c)
     cols = {k: np.concatenate([p[k] for p in parts]) for k in COLUMNS}
+    if caps.stack == "generic" and space.stack == "generic":
+        # without a named stack: the plans at least one packaged stack can run
+        from trainperf.predict.stack_capabilities import packaged_capabilities
+
+        keep = np.zeros(cols["dp"].shape[0], dtype=bool)
+        for other in packaged_capabilities():
+            keep |= runnable(other, cols, L)
+        counter.rejected["no_stack"] += int((~keep).sum())
+        cols = _filter(cols, keep)
     valid = int(cols["dp"].shape[0])
     return Candidates(cols, tuple(space.precisions), valid + sum(counter.rejected.values()),
                       counter.rejected)

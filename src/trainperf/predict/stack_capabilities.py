@@ -5,6 +5,7 @@ stack can execute and how it lays out memory::
 
     [capabilities]
     parallelisms = ["dp", "tp", "pp", "vpp", "cp", "ep"]   # degrees that may exceed 1
+    hybrid_shard = false                                   # dp > 1 beside fsdp > 1 (HSDP)
     zero_stages = [0, 1]                                   # ZeRO stages over the dp group
     sequence_parallel = "optional"                         # with tp > 1: optional | always | never
     pipeline_schedules = ["1f1b", "interleaved"]
@@ -39,7 +40,7 @@ from trainperf.errors import SpecError, TrainperfError, UnknownNameError
 PARALLELISMS: tuple[str, ...] = ("dp", "fsdp", "tp", "pp", "vpp", "cp", "ep")
 SP_MODES: tuple[str, ...] = ("optional", "always", "never")
 SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "gpipe")
-KEYS: tuple[str, ...] = ("parallelisms", "zero_stages", "sequence_parallel", "pipeline_schedules", "max_vpp",
+KEYS: tuple[str, ...] = ("parallelisms", "hybrid_shard", "zero_stages", "sequence_parallel", "pipeline_schedules", "max_vpp",
                          "pipeline_slots", "uneven_stages", "checkpointing", "loss_bytes_per_logit")
 DEFAULT_LOSS_BYTES_PER_LOGIT = 6.0
 """bf16 logits plus the fp32 copy the loss upcasts to (PyTorch autocast runs cross-entropy in fp32)."""
@@ -51,6 +52,8 @@ class Capabilities:
 
     stack: str
     parallelisms: tuple[str, ...] = PARALLELISMS
+    hybrid_shard: bool = True
+    """Replicas of a sharded group (dp > 1 with fsdp > 1: HSDP / HYBRID_SHARD)."""
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     sequence_parallel: str = "optional"
     pipeline_schedules: tuple[str, ...] = SCHEDULES
@@ -122,7 +125,7 @@ def capabilities_from_table(stack: str, table: Mapping[str, Any]) -> Capabilitie
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise SpecError(_where(stack, key), v, "an integer >= 0 (0: up to layers / pp)")
             kw[key] = v
-        elif key in ("pipeline_slots", "uneven_stages"):
+        elif key in ("pipeline_slots", "uneven_stages", "hybrid_shard"):
             if not isinstance(v, bool):
                 raise SpecError(_where(stack, key), v, "true or false")
             kw[key] = v
@@ -175,8 +178,10 @@ def plan_refusal(caps: Capabilities, w: Any) -> str | None:
             if name == "dp" and p.zero_stage >= 3 and "fsdp" in caps.parallelisms:
                 continue  # ZeRO-3 over dp is FSDP
             return f"{caps.stack} has no {name} (runs {', '.join(caps.parallelisms)})"
-    if (p.dp or 1) > 1 and p.fsdp == 1 and p.zero_stage not in caps.zero_stages:
-        if not (p.zero_stage == 3 and "fsdp" in caps.parallelisms):
+    if (p.dp or 1) > 1 and p.fsdp > 1 and not caps.hybrid_shard:
+        return f"{caps.stack} shards over every data-parallel rank (no replicas of an fsdp group)"
+    if (p.dp or 1) > 1 and p.zero_stage not in caps.zero_stages:
+        if not (p.zero_stage == 3 and p.fsdp == 1 and "fsdp" in caps.parallelisms):
             return f"{caps.stack} runs ZeRO stage {'/'.join(map(str, caps.zero_stages))} over dp, not {p.zero_stage}"
     if p.tp > 1 and caps.sequence_parallel == "always" and not p.sequence_parallel:
         return f"{caps.stack}'s tensor parallelism always shards the sequence (sp)"
@@ -196,6 +201,13 @@ def plan_refusal(caps: Capabilities, w: Any) -> str | None:
     if not caps.allows_policy(w.activation_checkpointing):
         return f"{caps.stack} has no checkpointing policy {w.activation_checkpointing}"
     return None
+
+
+def packaged_capabilities() -> tuple[Capabilities, ...]:
+    """The capabilities of every packaged stack but ``generic``."""
+    from trainperf.predict.stacks import STACKS
+
+    return tuple(_packaged(s) for s in STACKS if s != "generic")
 
 
 def stacks_for(w: Any) -> tuple[str, ...]:
