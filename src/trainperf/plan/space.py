@@ -112,6 +112,8 @@ class SearchSpace:
     its ``[capabilities]`` bound the space (:mod:`trainperf.predict.stack_capabilities`)."""
     pipeline_slots: bool = True
     """Also try Megatron's embedding/loss pipeline slots where the stack has them."""
+    require_stack: bool = True
+    """With the ``generic`` stack: keep only plans that at least one packaged stack can run."""
 
     def software(self, precision: str, tp: int) -> dict[str, object]:
         """The ``[training]`` software fields of a plan of this ``precision`` and ``tp``."""
@@ -476,7 +478,7 @@ def enumerate_candidates(model: ModelSpec, hardware: Hardware, space: SearchSpac
         c = _expand(c, "precision", np.arange(n_prec, dtype=np.int64))
         parts.append(c)
     cols = {k: np.concatenate([p[k] for p in parts]) for k in COLUMNS}
-    if caps.stack == "generic" and space.stack == "generic":
+    if caps.stack == "generic" and space.stack == "generic" and space.require_stack:
         # without a named stack: the plans at least one packaged stack can run
         from trainperf.predict.stack_capabilities import packaged_capabilities
 

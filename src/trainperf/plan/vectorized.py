@@ -112,6 +112,7 @@ def evaluate(c: Candidates, model: ModelSpec, hardware: Hardware, seq_len: int, 
     from trainperf.predict import core
 
     n = len(c)
+    scale_up_domain = scale_up_domain or hardware.scale_up_domain  # as workload_features reads it
     step = np.empty(n)
     mem = np.empty(n)
     parts: dict[str, np.ndarray] = {}

@@ -129,7 +129,7 @@ class Workload:
                 raise SpecError("parallel.tp", plan.tp, f"must divide ffn_hidden={m.ffn_hidden}")
             domain = self.hardware.scale_up_domain or self.devices_per_node
             if plan.tp > domain:  # type: ignore[operator]
-                notes.append(f"tp={plan.tp} spans scale-up domains ({domain} devices per NVLink/xGMI domain): "
+                notes.append(f"tp={plan.tp} spans nodes beyond its NVLink/xGMI domain ({domain} devices): "
                              "tp traffic crosses the inter-node network")
         if plan.pp > 1:
             # Megatron's embedding and loss may each take a layer slot of a model chunk
