@@ -110,6 +110,7 @@ def evaluate(c: Candidates, model: ModelSpec, hardware: Hardware, seq_len: int, 
     """
     from trainperf.plan import scalar
     from trainperf.predict import core
+    from trainperf.predict.stack_capabilities import loss_bytes_per_logit
 
     n = len(c)
     scale_up_domain = scale_up_domain or hardware.scale_up_domain  # as workload_features reads it
@@ -135,6 +136,7 @@ def evaluate(c: Candidates, model: ModelSpec, hardware: Hardware, seq_len: int, 
                         soft = software(c.precisions[int(p)], 2)
                         f["compile"], f["async_tp"] = bool(soft["compile"]), bool(soft["async_tp"])
                         f["fp8_recipe"] = soft["fp8_recipe"] or ""
+                        f["loss_bytes_per_logit"] = loss_bytes_per_logit(stack, bool(soft["compile"]))
                     out = core.step_core(f, knobs)
                     step[idx] = _full(out["step_time_s"], idx.size)
                     mem[idx] = _full(out["mem_total"], idx.size)

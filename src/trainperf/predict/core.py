@@ -153,7 +153,7 @@ def workload_features(w: Any, trainable_fraction: float = 1.0) -> dict[str, Any]
         # devices per NVLink/xGMI/ICI domain: the catalog's when it states one (GB200 NVL72: 72),
         # else the workload's node
         "scale_up_domain": float(min(hw.scale_up_domain or w.devices_per_node, w.num_devices)),
-        "loss_bytes_per_logit": stack_capabilities.loss_bytes_per_logit(getattr(w, "stack", None)),
+        "loss_bytes_per_logit": stack_capabilities.loss_bytes_per_logit(getattr(w, "stack", None), bool(w.compile)),
         "trainable_fraction": float(trainable_fraction),
     })
     return f

@@ -14,6 +14,7 @@ stack can execute and how it lays out memory::
     uneven_stages = true                                   # first / last stage layer counts
     checkpointing = ["none", "selective", "full", "full:K"]
     loss_bytes_per_logit = 6.0                             # live bytes per logit at the loss
+    compiled_loss_bytes_per_logit = 2.0                    # the same when the model is compiled
     [capabilities.sources]
     parallelisms = "Megatron-LM arguments.py ..."
 
@@ -41,7 +42,8 @@ PARALLELISMS: tuple[str, ...] = ("dp", "fsdp", "tp", "pp", "vpp", "cp", "ep")
 SP_MODES: tuple[str, ...] = ("optional", "always", "never")
 SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "gpipe")
 KEYS: tuple[str, ...] = ("parallelisms", "hybrid_shard", "zero_stages", "sequence_parallel", "pipeline_schedules", "max_vpp",
-                         "pipeline_slots", "uneven_stages", "checkpointing", "loss_bytes_per_logit")
+                         "pipeline_slots", "uneven_stages", "checkpointing", "loss_bytes_per_logit",
+                         "compiled_loss_bytes_per_logit")
 DEFAULT_LOSS_BYTES_PER_LOGIT = 6.0
 """bf16 logits plus the fp32 copy the loss upcasts to (PyTorch autocast runs cross-entropy in fp32)."""
 
@@ -64,6 +66,8 @@ class Capabilities:
     checkpointing: tuple[str, ...] = ()
     """Policy names; empty: every policy."""
     loss_bytes_per_logit: float = DEFAULT_LOSS_BYTES_PER_LOGIT
+    compiled_loss_bytes_per_logit: float = 0.0
+    """Bytes per logit when the run is compiled (``training.compile``); 0: as uncompiled."""
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)
 
     def allows_policy(self, policy: str) -> bool:
@@ -129,7 +133,7 @@ def capabilities_from_table(stack: str, table: Mapping[str, Any]) -> Capabilitie
             if not isinstance(v, bool):
                 raise SpecError(_where(stack, key), v, "true or false")
             kw[key] = v
-        elif key == "loss_bytes_per_logit":
+        elif key in ("loss_bytes_per_logit", "compiled_loss_bytes_per_logit"):
             if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= 64:
                 raise SpecError(_where(stack, key), v, "a positive number of bytes (<= 64)")
             kw[key] = float(v)
@@ -160,13 +164,17 @@ def _packaged(name: str) -> Capabilities:
     return capabilities_from_table(name, packaged_profile(name).capabilities)
 
 
-def loss_bytes_per_logit(stack: Any) -> float:
-    """Live bytes per logit at the loss for ``stack`` (for the memory model); a stack that cannot
-    be read falls back to :data:`DEFAULT_LOSS_BYTES_PER_LOGIT` (predict reports its own error)."""
+def loss_bytes_per_logit(stack: Any, compiled: bool = False) -> float:
+    """Live bytes per logit at the loss for ``stack`` (for the memory model), compiled or not; a
+    stack that cannot be read falls back to :data:`DEFAULT_LOSS_BYTES_PER_LOGIT` (predict reports
+    its own error)."""
     try:
-        return capabilities_of(stack).loss_bytes_per_logit
+        caps = capabilities_of(stack)
     except TrainperfError:
         return DEFAULT_LOSS_BYTES_PER_LOGIT
+    if compiled and caps.compiled_loss_bytes_per_logit:
+        return caps.compiled_loss_bytes_per_logit
+    return caps.loss_bytes_per_logit
 
 
 def plan_refusal(caps: Capabilities, w: Any) -> str | None:
