@@ -63,7 +63,7 @@ def judge(run: Any) -> dict[str, Any]:
                         max_micro_batch=max(8, w.micro_batch), compile=w.compile, async_tp=w.async_tp,
                         fp8_recipe=w.fp8_recipe, stack=w.stack)
     t0 = time.perf_counter()
-    res = search(w.model, w.hardware, space, top_k=1, rerank=1)
+    res = search(w.model, w.hardware, space)  # as `trainperf plan` runs it (default rerank)
     elapsed = time.perf_counter() - t0
     row: dict[str, Any] = {
         "row": run.row_id, "table": run.table_id, "stack": w.stack, "model": w.model.name,

@@ -207,16 +207,31 @@ def workload_of(model: ModelSpec, hardware: Hardware, space: SearchSpace, cands:
 
 
 def _rank_order(score: np.ndarray, memory: np.ndarray) -> np.ndarray:
-    # lexsort: last key is primary
-    return np.lexsort((memory, score))
+    """Indices by score, ties broken by less memory (a lexsort, done only on the tied runs)."""
+    order = np.argsort(score, kind="stable")
+    s = score[order]
+    eq = s[1:] == s[:-1]
+    if eq.any():
+        tied = np.zeros(s.shape[0], dtype=bool)
+        tied[1:] |= eq
+        tied[:-1] |= eq
+        pos = np.flatnonzero(tied)
+        sub = order[pos]
+        order[pos] = sub[np.lexsort((memory[sub], score[sub]))]
+    return order
 
 
 def _first_of_each_layout(c: Candidates, rows: np.ndarray, order: np.ndarray) -> np.ndarray:
     """``order`` (positions in ``rows`` of ``c``) without the plans that differ from a
     better-ranked one only in ZeRO stage."""
-    n_prec = max(len(c.precisions), 1)
     r = rows[order]
-    keys = (c["layout"][r] * len(AC_POLICIES) + c["ac"][r]) * n_prec + c["precision"][r]
+    if c.groups is not None:  # product table: layout row and (checkpointing, precision) group
+        prod = r if c.sel is None else c.sel[r]
+        g, b = np.divmod(prod, c.n_layouts)
+        keys = c.cols["layout"][b] * c.groups.shape[0] + g
+    else:
+        n_prec = max(len(c.precisions), 1)
+        keys = (c["layout"][r] * len(AC_POLICIES) + c["ac"][r]) * n_prec + c["precision"][r]
     _, first = np.unique(keys, return_index=True)
     return order[np.sort(first)]
 

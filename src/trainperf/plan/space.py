@@ -156,11 +156,20 @@ class SearchSpace:
                 raise SpecError(f"fix.{key}", value, "a non-negative integer")
 
 
+_GROUPED = ("ac", "precision")
+
+
 @dataclass
 class Candidates:
     """A table of candidate plans: one numpy int64 array per column of :data:`COLUMNS`.
 
     ``ac`` indexes :data:`AC_POLICIES`; ``precision`` indexes ``precisions``; ``sp`` is 0/1.
+
+    Stored as a product, since every layout is tried with every (checkpointing, precision)
+    pair: ``cols`` holds the layout columns (``B`` rows) and ``groups`` the ``G`` pairs; row
+    ``g * B + b`` is layout ``b`` with pair ``g``. ``sel`` picks rows of that product (a ranked
+    or filtered table); columns are materialised on first access. With ``groups=None`` the table
+    is flat: ``cols`` holds every column, ``ac`` and ``precision`` included.
     """
 
     cols: dict[str, np.ndarray]
@@ -169,21 +178,51 @@ class Candidates:
     """Plans enumerated in all (valid + rejected)."""
     rejected: Counter = field(default_factory=Counter)
     """Reason key (see :data:`REASONS`) -> number of plans rejected for it."""
+    groups: np.ndarray | None = None
+    """``(G, 2)`` int64: the (ac code, precision index) pairs of a product table; None: flat."""
+    sel: np.ndarray | None = None
+    """Row ids of the product (or flat table) this table holds, in order; None: all of them."""
+    _cache: dict[str, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
-    def __len__(self) -> int:
+    @property
+    def n_layouts(self) -> int:
+        """``B``: rows of ``cols``."""
         return int(self.cols["dp"].shape[0])
 
+    def _total(self) -> int:
+        return self.n_layouts * (1 if self.groups is None else int(self.groups.shape[0]))
+
+    def __len__(self) -> int:
+        return self._total() if self.sel is None else int(self.sel.shape[0])
+
     def __getitem__(self, name: str) -> np.ndarray:
-        return self.cols[name]
+        hit = self._cache.get(name)
+        if hit is not None:
+            return hit
+        if self.groups is None:
+            v = self.cols[name] if self.sel is None else self.cols[name][self.sel]
+        else:
+            B = self.n_layouts
+            rows = np.arange(self._total()) if self.sel is None else self.sel
+            if name in _GROUPED:
+                v = self.groups[rows // B, _GROUPED.index(name)]
+            else:
+                v = self.cols[name] if self.sel is None and self.groups.shape[0] == 1 else self.cols[name][rows % B]
+        self._cache[name] = v
+        return v
+
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(self.cols) + (_GROUPED if self.groups is not None else ())
 
     def take(self, idx: np.ndarray) -> Candidates:
         """The rows ``idx`` (a boolean mask or index array); counts are carried over."""
-        return Candidates({k: v[idx] for k, v in self.cols.items()}, self.precisions,
-                          self.considered, Counter(self.rejected))
+        rows = np.arange(self._total()) if self.sel is None else self.sel
+        return Candidates(self.cols, self.precisions, self.considered, Counter(self.rejected), self.groups,
+                          rows[idx])
 
     def row(self, i: int) -> dict[str, int | str | bool]:
         """Row ``i`` as plain Python values (ac and precision as names)."""
-        r: dict[str, int | str | bool] = {k: int(v[i]) for k, v in self.cols.items()}
+        r: dict[str, int | str | bool] = {k: int(self[k][i]) for k in self.column_names()}
         r["ac"] = AC_POLICIES[int(r["ac"])]
         r["precision"] = self.precisions[int(r["precision"])]
         r["sp"] = bool(r["sp"])
@@ -302,29 +341,29 @@ def stage_layer_arrays(layers: int, pp: np.ndarray, vpp: np.ndarray, slots: np.n
 def runnable(caps, cols: dict[str, np.ndarray], layers: int) -> np.ndarray:
     """Rows of a candidate table that the stack of ``caps``
     (:class:`~trainperf.predict.stack_capabilities.Capabilities`) can run: the array form of
-    :func:`~trainperf.predict.stack_capabilities.plan_refusal`."""
+    :func:`~trainperf.predict.stack_capabilities.plan_refusal`. Without an ``ac`` column only
+    the layout is judged (checkpointing: :meth:`Capabilities.allows_policy`)."""
     ok = np.ones(cols["dp"].shape[0], dtype=bool)
     for name in ("dp", "fsdp", "tp", "pp", "cp", "ep", "vpp"):
         if name not in caps.parallelisms:
             ok &= cols[name] == 1
-    ok &= (cols["dp"] == 1) | np.isin(cols["zero"], caps.zero_stages)
+    if not set(caps.zero_stages) >= {0, 1, 2}:
+        ok &= (cols["dp"] == 1) | np.isin(cols["zero"], caps.zero_stages)
     if not caps.hybrid_shard:
         ok &= (cols["dp"] == 1) | (cols["fsdp"] == 1)
     if caps.sequence_parallel == "always":
         ok &= (cols["tp"] == 1) | (cols["sp"] == 1)
     elif caps.sequence_parallel == "never":
         ok &= cols["sp"] == 0
-    pp = cols["pp"]
     if "interleaved" not in caps.pipeline_schedules:
         ok &= cols["vpp"] == 1
-    limit = np.maximum(1, (layers + 2) // np.maximum(pp, 1))
-    if caps.max_vpp:
-        limit = np.minimum(limit, caps.max_vpp)
-    ok &= cols["vpp"] <= limit
+    elif caps.max_vpp:
+        ok &= cols["vpp"] <= caps.max_vpp  # (layers + 2) / pp is the enumeration's own bound
     if not caps.pipeline_slots:
         ok &= cols["slots"] == 0
-    allowed = [i for i, p in enumerate(AC_POLICIES) if caps.allows_policy(p)]
-    ok &= np.isin(cols["ac"], allowed)
+    if "ac" in cols:
+        allowed = [i for i, p in enumerate(AC_POLICIES) if caps.allows_policy(p)]
+        ok &= np.isin(cols["ac"], allowed)
     return ok
 
 
@@ -474,22 +513,30 @@ def enumerate_candidates(model: ModelSpec, hardware: Hardware, space: SearchSpac
                                   ("stack", (c["dp"] == 1) | np.isin(c["zero"], caps.zero_stages))])
         if len(ac_codes) < n_ac_all:  # policies the stack does not have
             counter.rejected["stack"] += int(c["dp"].shape[0]) * (n_ac_all - len(ac_codes)) * n_prec
-        c = _expand(c, "ac", ac_codes)
-        c = _expand(c, "precision", np.arange(n_prec, dtype=np.int64))
         parts.append(c)
-    cols = {k: np.concatenate([p[k] for p in parts]) for k in COLUMNS}
+    layout_cols = tuple(k for k in COLUMNS if k not in _GROUPED)
+    cols = {k: np.concatenate([p[k] for p in parts]) for k in layout_cols}
+    groups = np.asarray([(a, p) for a in ac_codes for p in range(n_prec)], dtype=np.int64).reshape(-1, 2)
     if caps.stack == "generic" and space.stack == "generic" and space.require_stack:
         # without a named stack: the plans at least one packaged stack can run
         from trainperf.predict.stack_capabilities import packaged_capabilities
 
-        keep = np.zeros(cols["dp"].shape[0], dtype=bool)
-        for other in packaged_capabilities():
-            keep |= runnable(other, cols, L)
-        counter.rejected["no_stack"] += int((~keep).sum())
-        cols = _filter(cols, keep)
-    valid = int(cols["dp"].shape[0])
+        others = packaged_capabilities()
+        layout_ok = [runnable(other, cols, L) for other in others]
+        keep_by_group = []
+        for a, _p in groups:
+            keep = np.zeros(cols["dp"].shape[0], dtype=bool)
+            for other, ok in zip(others, layout_ok, strict=True):
+                if other.allows_policy(AC_POLICIES[int(a)]):
+                    keep |= ok
+            keep_by_group.append(keep)
+        keep_all = np.concatenate(keep_by_group) if keep_by_group else np.zeros(0, dtype=bool)
+        counter.rejected["no_stack"] += int((~keep_all).sum())
+        return Candidates(cols, tuple(space.precisions), int(keep_all.sum()) + sum(counter.rejected.values()),
+                          counter.rejected, groups, None if keep_all.all() else np.flatnonzero(keep_all))
+    valid = int(cols["dp"].shape[0]) * int(groups.shape[0])
     return Candidates(cols, tuple(space.precisions), valid + sum(counter.rejected.values()),
-                      counter.rejected)
+                      counter.rejected, groups)
 
 
 def _expand_vpp(c: dict[str, np.ndarray], pairs, counter: _Counter, n_vpp_options) -> dict[str, np.ndarray]:

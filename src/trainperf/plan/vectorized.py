@@ -120,33 +120,54 @@ def evaluate(c: Candidates, model: ModelSpec, hardware: Hardware, seq_len: int, 
     stack = software("bf16", 1).get("stack") if software is not None else None
     knobs = scalar.knob_values(hardware, calibration, stack=stack)
     capacity = hardware.usable_memory_bytes
-    if n:
-        ac, prec = c["ac"], c["precision"]
-        for a in np.unique(ac):
-            for p in np.unique(prec[ac == a]):
-                group = np.flatnonzero((ac == a) & (prec == p))
-                base = scalar.representative(model, hardware, seq_len, c.precisions[int(p)], stack)
-                # chunks bound the memory of step_core's ~100 intermediate arrays
-                for start in range(0, group.size, CHUNK_ROWS):
-                    idx = group[start:start + CHUNK_ROWS]
-                    f = dict(base)
-                    f.update(plan_features(c, idx, devices_per_node, model.layers, scale_up_domain))
-                    f["policy"] = AC_POLICIES[int(a)]
-                    if software is not None:
-                        soft = software(c.precisions[int(p)], 2)
-                        f["compile"], f["async_tp"] = bool(soft["compile"]), bool(soft["async_tp"])
-                        f["fp8_recipe"] = soft["fp8_recipe"] or ""
-                        f["loss_bytes_per_logit"] = loss_bytes_per_logit(stack, bool(soft["compile"]))
-                    out = core.step_core(f, knobs)
-                    step[idx] = _full(out["step_time_s"], idx.size)
-                    mem[idx] = _full(out["mem_total"], idx.size)
-                    capacity = float(np.asarray(out["mem_capacity"]).max())
-                    if keep_parts:
-                        for key, v in out.items():
-                            arr = parts.setdefault(key, np.full(n, np.nan))
-                            arr[idx] = _full(v, idx.size)
+    for a, p, pos, lay_idx, lay in _groups(c):
+        base = scalar.representative(model, hardware, seq_len, c.precisions[p], stack)
+        # chunks bound the memory of step_core's ~100 intermediate arrays
+        for start in range(0, pos.size, CHUNK_ROWS):
+            idx, lid = pos[start:start + CHUNK_ROWS], lay_idx[start:start + CHUNK_ROWS]
+            f = dict(base)
+            f.update(plan_features(lay, lid, devices_per_node, model.layers, scale_up_domain))
+            f["policy"] = AC_POLICIES[a]
+            if software is not None:
+                soft = software(c.precisions[p], 2)
+                f["compile"], f["async_tp"] = bool(soft["compile"]), bool(soft["async_tp"])
+                f["fp8_recipe"] = soft["fp8_recipe"] or ""
+                f["loss_bytes_per_logit"] = loss_bytes_per_logit(stack, bool(soft["compile"]))
+            out = core.step_core(f, knobs)
+            step[idx] = _full(out["step_time_s"], idx.size)
+            mem[idx] = _full(out["mem_total"], idx.size)
+            capacity = float(np.asarray(out["mem_capacity"]).max())
+            if keep_parts:
+                for key, v in out.items():
+                    arr = parts.setdefault(key, np.full(n, np.nan))
+                    arr[idx] = _full(v, idx.size)
     mem_gib, cap_gib = mem / GiB, capacity / GiB
     return Evaluation(step, mem_gib, cap_gib, mem_gib <= cap_gib, parts if keep_parts else None)
+
+
+def _groups(c: Candidates):
+    """``(ac code, precision index, table positions, layout rows, layout table)`` per group of
+    rows sharing a checkpointing policy and a precision (what step_core branches on)."""
+    if not len(c):
+        return
+    if c.groups is None:  # a flat table
+        ac, prec = c["ac"], c["precision"]
+        lay = c if c.sel is None else Candidates({k: c[k] for k in c.cols}, c.precisions)
+        for a in np.unique(ac):
+            for p in np.unique(prec[ac == a]):
+                pos = np.flatnonzero((ac == a) & (prec == p))
+                yield int(a), int(p), pos, pos, lay
+        return
+    B = c.n_layouts
+    lay = Candidates(c.cols, c.precisions)
+    if c.sel is None:
+        for g, (a, p) in enumerate(c.groups):
+            yield int(a), int(p), np.arange(g * B, (g + 1) * B), np.arange(B), lay
+        return
+    g_of, b_of = np.divmod(c.sel, B)
+    for g, (a, p) in enumerate(c.groups):
+        pos = np.flatnonzero(g_of == g)
+        yield int(a), int(p), pos, b_of[pos], lay
 
 
 def _full(v: Any, size: int) -> np.ndarray:
