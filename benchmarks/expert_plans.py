@@ -77,7 +77,7 @@ def judge(run: Any) -> dict[str, Any]:
     best_t = float(res.step_time_s[0])
     expert_tps = w.tokens_per_step / expert.step_time_s
     rank = 1 + int((res.tokens_per_s > expert_tps * (1 + 1e-9)).sum())
-    from trainperf.plan.search import workload_of, describe_plan
+    from trainperf.plan.search import describe_plan, workload_of
 
     row.update(best=describe_plan(workload_of(w.model, w.hardware, space, res.ranked, 0)), best_step_s=best_t,
                ratio=best_t / expert.step_time_s, rank=rank)

@@ -155,7 +155,7 @@ def test_collectives_are_priced_by_the_domain_they_span():
     w = Workload(model=model, hardware=gb, num_devices=64, seq_len=4096, global_batch=64,
                  plan=ParallelPlan(fsdp=64))
     p = predict(w)
-    fsdp = [c for c in p.collectives if c.name.endswith("all-gather") and c.group_size == 64][0]
+    fsdp = next(c for c in p.collectives if c.name.endswith("all-gather") and c.group_size == 64)
     assert "intra" in fsdp.link  # 64 GPUs of one NVL72 rack: NVLink, though they span 16 trays
     small = dataclasses.replace(gb, scale_up_domain=4, sources={**gb.sources, "scale_up_domain": "test"})
     q = predict(dataclasses.replace(w, hardware=small, notes=()))

@@ -22,7 +22,6 @@ import numpy as np
 
 from trainperf.errors import SpecError
 from trainperf.plan import scalar, vectorized
-from trainperf.predict.stack_capabilities import stacks_for
 from trainperf.plan.space import (
     AC_POLICIES,
     REASONS,
@@ -32,6 +31,7 @@ from trainperf.plan.space import (
     SearchSpace,
     enumerate_candidates,
 )
+from trainperf.predict.stack_capabilities import stacks_for
 from trainperf.specs.hardware import PRECISIONS, Hardware
 from trainperf.specs.model import ModelSpec
 from trainperf.specs.parallel import ParallelPlan

@@ -76,7 +76,7 @@ class Capabilities:
             return True
         if policy in self.checkpointing:
             return True
-        head, sep, tail = policy.partition(":")
+        head, sep, _tail = policy.partition(":")
         return bool(sep) and f"{head}:{'K' if head == 'full' else 'N'}" in self.checkpointing
 
     def vpp_limit(self, layers: int, pp: int) -> int:
@@ -188,9 +188,9 @@ def plan_refusal(caps: Capabilities, w: Any) -> str | None:
             return f"{caps.stack} has no {name} (runs {', '.join(caps.parallelisms)})"
     if (p.dp or 1) > 1 and p.fsdp > 1 and not caps.hybrid_shard:
         return f"{caps.stack} shards over every data-parallel rank (no replicas of an fsdp group)"
-    if (p.dp or 1) > 1 and p.zero_stage not in caps.zero_stages:
-        if not (p.zero_stage == 3 and p.fsdp == 1 and "fsdp" in caps.parallelisms):
-            return f"{caps.stack} runs ZeRO stage {'/'.join(map(str, caps.zero_stages))} over dp, not {p.zero_stage}"
+    zero3_is_fsdp = p.zero_stage == 3 and p.fsdp == 1 and "fsdp" in caps.parallelisms
+    if (p.dp or 1) > 1 and p.zero_stage not in caps.zero_stages and not zero3_is_fsdp:
+        return f"{caps.stack} runs ZeRO stage {'/'.join(map(str, caps.zero_stages))} over dp, not {p.zero_stage}"
     if p.tp > 1 and caps.sequence_parallel == "always" and not p.sequence_parallel:
         return f"{caps.stack}'s tensor parallelism always shards the sequence (sp)"
     if p.sequence_parallel and caps.sequence_parallel == "never":
