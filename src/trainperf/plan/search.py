@@ -228,10 +228,10 @@ def _first_of_each_layout(c: Candidates, rows: np.ndarray, order: np.ndarray) ->
     if c.groups is not None:  # product table: layout row and (checkpointing, precision) group
         prod = r if c.sel is None else c.sel[r]
         g, b = np.divmod(prod, c.n_layouts)
-        keys = c.cols["layout"][b] * c.groups.shape[0] + g
+        keys = c.cols["layout"][b].astype(np.int64) * c.groups.shape[0] + g
     else:
         n_prec = max(len(c.precisions), 1)
-        keys = (c["layout"][r] * len(AC_POLICIES) + c["ac"][r]) * n_prec + c["precision"][r]
+        keys = (c["layout"][r].astype(np.int64) * len(AC_POLICIES) + c["ac"][r]) * n_prec + c["precision"][r]
     _, first = np.unique(keys, return_index=True)
     return order[np.sort(first)]
 
@@ -271,7 +271,7 @@ def search(model: ModelSpec, hardware: Hardware, space: SearchSpace, objective: 
                    "memory_GiB": float(ev.memory_GiB[j]), "capacity_GiB": float(ev.capacity_GiB)}
     fit_idx = np.flatnonzero(fits)
     st, mem = ev.step_time_s[fit_idx], ev.memory_GiB[fit_idx]
-    tps = cands["global_batch"][fit_idx] * space.seq_len / st
+    tps = cands["global_batch"][fit_idx] * float(space.seq_len) / st
     order = _rank_order(objective.score(tps, cands["num_devices"][fit_idx]), mem)
     n_fit = order.size
     if collapse_zero:

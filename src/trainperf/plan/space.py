@@ -124,15 +124,15 @@ class SearchSpace:
         from trainperf.errors import SpecError
 
         for n in self.num_devices:
-            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-                raise SpecError("hardware.num_devices", n, "a positive integer")
+            if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n < 2**31:
+                raise SpecError("hardware.num_devices", n, "a positive integer below 2**31")
         if not self.num_devices:
             raise SpecError("hardware.num_devices", "", "at least one device count")
         if not self.global_batches:
             raise SpecError("training.global_batch", "", "at least one global batch")
         for b in self.global_batches:
-            if isinstance(b, bool) or not isinstance(b, int) or b < 1:
-                raise SpecError("training.global_batch", b, "a positive integer")
+            if isinstance(b, bool) or not isinstance(b, int) or not 1 <= b < 2**31:
+                raise SpecError("training.global_batch", b, "a positive integer below 2**31")
         if self.seq_len < 1:
             raise SpecError("training.seq_len", self.seq_len, "a positive integer")
         if self.devices_per_node < 1:
@@ -157,11 +157,15 @@ class SearchSpace:
 
 
 _GROUPED = ("ac", "precision")
+COLUMN_DTYPE = np.int32
+"""Column dtype: every value is a small count (devices, batch, degrees); 32 bits halve the
+copies the enumeration makes. Products that can exceed 2**31 (tokens) are taken in floats."""
 
 
 @dataclass
 class Candidates:
-    """A table of candidate plans: one numpy int64 array per column of :data:`COLUMNS`.
+    """A table of candidate plans: one numpy integer array (:data:`COLUMN_DTYPE`) per column of
+    :data:`COLUMNS`.
 
     ``ac`` indexes :data:`AC_POLICIES`; ``precision`` indexes ``precisions``; ``sp`` is 0/1.
 
@@ -248,7 +252,7 @@ def _mesh(n: int) -> dict[str, np.ndarray]:
     Built one degree at a time, keeping only partial products that divide ``n``, so the work
     is proportional to the number of valid meshes, not to ``divisors(n) ** 4``.
     """
-    d = np.asarray(divisors(n), dtype=np.int64)
+    d = np.asarray(divisors(n), dtype=np.int64)  # partial products reach n**2 before the check
     cols: dict[str, np.ndarray] = {"tp": d.copy()}
     prod = d.copy()
     for name in ("pp", "cp", "fsdp"):
@@ -259,8 +263,9 @@ def _mesh(n: int) -> dict[str, np.ndarray]:
         cols[name] = np.tile(d, rows)[keep]
         prod = nxt[keep]
     dp = n // prod
-    return {"num_devices": np.full(dp.shape, n, dtype=np.int64), "dp": dp, "fsdp": cols["fsdp"],
-            "tp": cols["tp"], "pp": cols["pp"], "cp": cols["cp"]}
+    out = {"num_devices": np.full(dp.shape, n), "dp": dp, "fsdp": cols["fsdp"], "tp": cols["tp"],
+           "pp": cols["pp"], "cp": cols["cp"]}
+    return {k: v.astype(COLUMN_DTYPE) for k, v in out.items()}
 
 
 def _expand(cols: dict[str, np.ndarray], name: str, values: np.ndarray) -> dict[str, np.ndarray]:
@@ -268,7 +273,7 @@ def _expand(cols: dict[str, np.ndarray], name: str, values: np.ndarray) -> dict[
     rows = cols["dp"].shape[0]
     k = values.shape[0]
     out = {c: np.repeat(v, k) for c, v in cols.items()}
-    out[name] = np.tile(values.astype(np.int64), rows)
+    out[name] = np.tile(values.astype(COLUMN_DTYPE), rows)
     return out
 
 
@@ -392,12 +397,12 @@ def enumerate_candidates(model: ModelSpec, hardware: Hardware, space: SearchSpac
     policies = [p for p in space.checkpointing if caps.allows_policy(p)]
     ac_codes = np.asarray([AC_POLICIES.index(p) for p in policies], dtype=np.int64)
     n_ac_all = len(space.checkpointing)
-    ep_opts = np.asarray(divisors(model.moe_experts) if model.is_moe else [1], dtype=np.int64)
-    gbs_opts = np.asarray(sorted(set(space.global_batches)), dtype=np.int64)
-    mbs_opts = np.arange(1, space.max_micro_batch + 1, dtype=np.int64)
+    ep_opts = np.asarray(divisors(model.moe_experts) if model.is_moe else [1], dtype=COLUMN_DTYPE)
+    gbs_opts = np.asarray(sorted(set(space.global_batches)), dtype=COLUMN_DTYPE)
+    mbs_opts = np.arange(1, space.max_micro_batch + 1, dtype=COLUMN_DTYPE)
     sp_space = sorted({int(x) for x in space.sequence_parallel}) or [0]
-    sp_opts = np.asarray(sp_space, dtype=np.int64)
-    zero_opts = np.asarray(sorted(set(space.zero_stages)) or [0], dtype=np.int64)
+    sp_opts = np.asarray(sp_space, dtype=COLUMN_DTYPE)
+    zero_opts = np.asarray(sorted(set(space.zero_stages)) or [0], dtype=COLUMN_DTYPE)
     interleave = "vpp" in caps.parallelisms and "interleaved" in caps.pipeline_schedules
     slot_opts = (0, 1, 2, 3) if (caps.pipeline_slots and space.pipeline_slots) else (0,)
     L = model.layers
@@ -504,7 +509,7 @@ def enumerate_candidates(model: ModelSpec, hardware: Hardware, space: SearchSpac
         elif caps.sequence_parallel == "never":
             sp_ok = c["sp"] == 0
         c = counter.reject(c, 5, [fix(c, "sp"), ("stack", sp_ok)])
-        c["layout"] = layout_base + np.arange(c["dp"].shape[0], dtype=np.int64)
+        c["layout"] = layout_base + np.arange(c["dp"].shape[0], dtype=COLUMN_DTYPE)
         layout_base += c["dp"].shape[0]
         c = _expand(c, "zero", zero_opts)
         c = _filter(c, (c["dp"] > 1) | (c["zero"] == zero_opts[0]))
@@ -559,6 +564,6 @@ def _expand_vpp(c: dict[str, np.ndarray], pairs, counter: _Counter, n_vpp_option
     offset = np.arange(rows.shape[0]) - np.repeat(np.cumsum(cnt) - cnt, cnt)
     sel = start_u[inv][rows] + offset
     out = {k: v[rows] for k, v in c.items()}
-    out["vpp"] = flat[sel, 0]
-    out["slots"] = flat[sel, 1]
+    out["vpp"] = flat[sel, 0].astype(COLUMN_DTYPE)
+    out["slots"] = flat[sel, 1].astype(COLUMN_DTYPE)
     return out
