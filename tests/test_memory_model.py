@@ -110,3 +110,33 @@ def test_cpu_bench_peak_memory():
         base["training"]["activation_checkpointing"] = policy
         w = workload_from_dict(base)
         assert predict(w).memory_per_device_GiB == pytest.approx(measured, rel=0.03)
+
+
+@pytest.mark.parametrize(("fields", "needle"), [
+    ({"memory_usable_GiB": 90.0}, "memory_usable_GiB=90"),  # more than the 80 GB part has
+    ({"memory_usable_GiB": -1}, "memory_usable_GiB"),
+    ({"scale_up_domain": 12}, "scale_up_domain=12"),  # neither a multiple nor a divisor of 8
+    ({"scale_up_domain": 2.5}, "scale_up_domain"),
+])
+def test_bad_memory_and_domain_fields_are_one_line_errors(fields, needle):
+    from trainperf.errors import SpecError
+    from trainperf.specs.hardware import hardware_from_dict
+
+    with pytest.raises(SpecError) as e:
+        hardware_from_dict({"base": "h100-sxm", **fields})
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_workload_overrides_the_domain(tmp_path):
+    from trainperf.specs.workload_file import load_workload
+
+    text = ('[model]\npreset = "llama3-70b"\n[hardware]\ndevice = "gb200"\nnum_devices = 128\n'
+            'scale_up_domain = {dom}\n[parallel]\nfsdp = 128\n[training]\nseq_len = 8192\nglobal_batch = 128\n')
+    times = {}
+    for dom in (72, 4):
+        p = tmp_path / f"w{dom}.toml"
+        p.write_text(text.format(dom=dom))
+        w = load_workload(p)
+        assert w.hardware.scale_up_devices == dom and w.hardware.silicon == "blackwell"
+        times[dom] = predict(w).step_time_s
+    assert times[4] > times[72]  # the fsdp collectives leave NVLink at every tray
