@@ -8,10 +8,13 @@ absolute numbers):
 * the vectorised evaluator's rate on the full candidate table of Llama-3.1-405B on 16,384 H100
   at seq 8192 (global batch 2,048 sequences = 16M tokens, Llama 3's final batch), and its
   ratio to the baseline;
-* the wall time of the full search (enumeration, vectorised evaluation, ranking and the scalar
-  re-prediction of the best 200), median of several runs.
+* the wall time of the full search as ``trainperf plan`` runs it (enumeration over the generic
+  space -- vpp up to layers/pp, Megatron's embedding/loss slots, the plans some packaged stack
+  runs --, vectorised evaluation, ranking and the scalar re-prediction of the best 20), median
+  of several runs.
 
-Targets (issue 5): >= 100,000 candidate plans/s; the full 405B search in < 2 s.
+Targets (issue 5, issue 16): >= 100,000 candidate plans/s; the full 405B search in < 0.3 s.
+Every published workload in < 1 s: ``benchmarks/expert_plans.py`` prints the slowest.
 
 Usage: ``python benchmarks/plan_speed.py [--repeats 5] [--global-batch 2048]``
 """
@@ -65,7 +68,7 @@ def main() -> int:
         enum_t.append(t1 - t0)
         eval_t.append(t2 - t1)
     for _ in range(args.repeats):
-        r = search(model, hw, space, rerank=200)
+        r = search(model, hw, space)
         search_t.append(r.elapsed_s)
     n_valid, n_considered = len(cands), cands.considered
     ev_med, en_med, s_med = (statistics.median(x) for x in (eval_t, enum_t, search_t))
@@ -79,10 +82,10 @@ def main() -> int:
     print(f"vectorised evaluation:            {vec_rate:12,.0f} plans/s  ({vec_rate / scalar_rate:,.0f}x baseline)")
     print(f"enumeration + evaluation:         {pipeline_rate:12,.0f} plans/s  "
           f"(enumeration {en_med * 1e3:.0f} ms, evaluation {ev_med * 1e3:.0f} ms, median of {args.repeats})")
-    print(f"full search incl. rerank of 200:  {s_med:12.3f} s median of {args.repeats} "
+    print(f"full search (default rerank):     {s_med:12.3f} s median of {args.repeats} "
           f"(min {min(search_t):.3f}, max {max(search_t):.3f})")
-    ok_rate, ok_wall = pipeline_rate >= 100_000, s_med < 2.0
-    print(f"targets: >= 100,000 plans/s {'PASS' if ok_rate else 'FAIL'}; 405B search < 2 s "
+    ok_rate, ok_wall = pipeline_rate >= 100_000, s_med < 0.3
+    print(f"targets: >= 100,000 plans/s {'PASS' if ok_rate else 'FAIL'}; 405B search < 0.3 s "
           f"{'PASS' if ok_wall else 'FAIL'}")
     return 0 if ok_rate and ok_wall else 1
 

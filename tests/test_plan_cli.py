@@ -48,7 +48,7 @@ def test_human_output_and_explain(capsys):
     assert rc == 0 and err == ""
     assert "why #1: best (" in out and "runner-up" in out
     assert "considered" in out and "does not fit device memory" in out
-    assert "tp larger than devices per node" in out
+    assert "tp larger than the scale-up (NVLink/xGMI) domain" in out
     assert out.count("AC=") >= 3
 
 
@@ -86,7 +86,7 @@ def test_nothing_fits_json(capsys):
 
 
 def test_nothing_fits_without_full_checkpointing_suggests_it(capsys):
-    rc, _, err = run(capsys, "plan", "--model", "llama2-70b", "--device", "h100-sxm", "--seq-len", "4096",
+    rc, _, err = run(capsys, "plan", "--model", "llama2-70b", "--device", "h100-sxm", "--seq-len", "8192",
                      "--num-devices", "16", "--global-batch", "16", "--activation-checkpointing", "none")
     assert rc == 1
     assert "full checkpointing" in err

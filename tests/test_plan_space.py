@@ -3,6 +3,8 @@ appear only where they apply, and rejection reasons are the right ones."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -31,8 +33,10 @@ def test_mesh_multiplies_to_devices_and_respects_the_model():
     assert (c["pp"] <= m.layers).all()
     local = c["global_batch"] // (c["dp"] * c["fsdp"])
     assert (c["global_batch"] % (c["dp"] * c["fsdp"]) == 0).all() and (local % c["micro_batch"] == 0).all()
-    inter = c["vpp"] > 1
-    assert (m.layers % (c["pp"][inter] * c["vpp"][inter]) == 0).all()
+    inter = (c["vpp"] > 1) | (c["slots"] > 0)
+    slots = (c["slots"] & 1) + (c["slots"] >> 1)  # Megatron's embedding and loss slots
+    assert ((m.layers + slots[inter]) % (c["pp"][inter] * c["vpp"][inter]) == 0).all()
+    assert (c["slots"][inter] > 0).any()  # 126 + 2 = 128 chunks: the NVIDIA 405B layouts
     # options only where they apply
     assert (c["sp"][c["tp"] == 1] == 0).all() and (c["sp"][c["tp"] > 1] == 1).any()
     assert (c["zero"][c["dp"] == 1] == 0).all() and (c["zero"][c["dp"] > 1] == 2).any()
@@ -49,22 +53,28 @@ def test_counts_add_up_and_reasons_are_named():
 
 
 def test_counts_match_a_brute_force_enumeration():
-    """considered / valid / per-reason counts equal plain nested loops over every option."""
+    """considered / valid / per-reason counts equal plain nested loops over every option
+    (the generic stack's whole space, Megatron's embedding/loss slots included)."""
     import itertools
     from collections import Counter
 
     m = get_model("debug")  # 4 layers, 8 heads, 4 kv heads
     n, dpn, seq, gbs_opts, max_mbs, max_vpp = 16, 4, 256, (8, 32), 4, 4
     c = enumerate_candidates(m, H100, SearchSpace((n,), dpn, seq, gbs_opts, max_micro_batch=max_mbs,
-                                                  max_vpp=max_vpp))
+                                                  max_vpp=max_vpp, require_stack=False))
     considered, valid, reasons = 0, 0, Counter()
     ds = divisors(n)
     for tp, pp, cp, fsdp in itertools.product(ds, ds, ds, ds):
         if n % (tp * pp * cp * fsdp):
             continue
         dp = n // (tp * pp * cp * fsdp)
+        vmax = min(max_vpp, max(1, (m.layers + 2) // pp)) if pp > 1 else 1
         for gbs, mbs in itertools.product(gbs_opts, range(1, max_mbs + 1)):
-            for vpp in range(1, (max_vpp if pp > 1 else 1) + 1):
+            for vpp, slots in itertools.product(range(1, vmax + 1), range(4) if pp > 1 else (0,)):
+                e, lo = slots & 1, slots >> 1
+                per_rank = (m.layers + e + lo) // pp
+                pair_ok = (vpp == 1 and slots == 0) or (
+                    (m.layers + e + lo) % (pp * vpp) == 0 and per_rank - e >= 1 and per_rank - lo >= 1)
                 k = (2 if tp > 1 else 1) * (3 if dp > 1 else 1) * 3  # sp x zero x checkpointing
                 considered += k
                 accum = gbs // (dp * fsdp * mbs) if gbs % (dp * fsdp * mbs) == 0 else 0
@@ -73,7 +83,7 @@ def test_counts_match_a_brute_force_enumeration():
                        "tp_ffn" if m.ffn_hidden % tp else "pp_layers" if pp > m.layers else
                        "cp_seq" if seq % cp else "batch_dp" if gbs % (dp * fsdp) else
                        "mbs_local" if (gbs // (dp * fsdp)) % mbs else
-                       "vpp_layers" if vpp > 1 and m.layers % (pp * vpp) else
+                       "vpp_layers" if not pair_ok else
                        "vpp_microbatches" if vpp > 1 and accum % pp else None)
                 if why:
                     reasons[why] += k
@@ -84,13 +94,59 @@ def test_counts_match_a_brute_force_enumeration():
     assert dict(c.rejected) == dict(reasons)
 
 
+def test_without_a_stack_every_plan_is_one_some_stack_runs():
+    from trainperf.plan.search import workload_of
+    from trainperf.predict.stack_capabilities import stacks_for
+
+    m = get_model("llama2-70b")
+    space = SearchSpace((64,), 8, 4096, (128,), max_micro_batch=2)
+    c = enumerate_candidates(m, H100, space)
+    wide = enumerate_candidates(m, H100, dataclasses.replace(space, require_stack=False))
+    assert 0 < len(c) < len(wide) and c.rejected["no_stack"] == len(wide) - len(c)
+    for i in np.random.default_rng(0).choice(len(c), 40, replace=False):
+        assert stacks_for(workload_of(m, H100, space, c, int(i)))
+
+
+@pytest.mark.parametrize("stack", ["megatron-core", "llm-foundry", "torchtitan", "maxtext", "deepspeed"])
+def test_a_named_stack_bounds_the_space(stack):
+    from trainperf.plan.search import workload_of
+    from trainperf.predict.stack_capabilities import capabilities_of, plan_refusal
+
+    m = get_model("mixtral-8x7b")
+    space = SearchSpace((64,), 8, 4096, (256,), max_micro_batch=2, stack=stack,
+                        checkpointing=("none", "selective", "full"))
+    c = enumerate_candidates(m, H100, space)
+    caps = capabilities_of(stack)
+    assert len(c)
+    for i in np.random.default_rng(1).choice(len(c), min(60, len(c)), replace=False):
+        w = workload_of(m, H100, space, c, int(i))
+        assert plan_refusal(caps, w) is None, w.describe()
+    if stack == "llm-foundry":  # FSDP (and its replicas) only
+        assert (c["tp"] == 1).all() and (c["pp"] == 1).all() and (c["cp"] == 1).all() and (c["ep"] == 1).all()
+        assert (c["fsdp"] > 1).any() and (c["zero"] == 0).all()
+    if stack == "megatron-core":  # no FSDP; the distributed optimizer is ZeRO-1
+        assert (c["fsdp"] == 1).all() and set(np.unique(c["zero"]).tolist()) <= {0, 1}
+
+
+def test_megatron_slots_hold_nvidias_405b_layouts():
+    """126 layers + embedding + loss = 128 slots: pp 8 x vpp 8 (2 per chunk) and pp 16 x vpp 8."""
+    m = get_model("llama3.1-405b")
+    for n, pp in ((512, 8), (2048, 16)):
+        c = enumerate_candidates(m, H100, SearchSpace((n,), 8, 8192, (n // 2,), stack="megatron-core",
+                                                      fixed=(("tp", 8), ("pp", pp), ("vpp", 8), ("slots", 3))))
+        assert len(c) and (c["slots"] == 3).all()
+
+
 def test_fixed_degrees():
     m = get_model("llama2-70b")
     free = enumerate_candidates(m, H100, SearchSpace((64,), 8, 4096, (128,)))
     c = enumerate_candidates(m, H100, SearchSpace((64,), 8, 4096, (128,), fixed=(("tp", 8), ("micro_batch", 1))))
     assert len(c) and (c["tp"] == 8).all() and (c["micro_batch"] == 1).all()
     assert c.considered == free.considered
-    assert c.rejected["fixed"] == len(free) - len(c)
+    assert len(c) == int(((free["tp"] == 8) & (free["micro_batch"] == 1)).sum())
+    # the fix is applied first: every other reason counts plans that have the fixed values
+    assert "tp_cross_node" not in c.rejected and "mbs_local" not in c.rejected
+    assert c.rejected["fixed"] > c.considered // 2
 
 
 def test_cross_node_tp_flag():

@@ -16,6 +16,7 @@ nearest change that fits); 2 bad input.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from typing import Any
 
@@ -42,7 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     h.add_argument("--device", metavar="ID", help="catalog id, e.g. h100-sxm (see `trainperf hw`)")
     h.add_argument("--num-devices", metavar="N|A,B,C|LO-HI",
                    help="device count, a list, or a range LO-HI (LO, 2LO, 4LO, ... and HI)")
-    h.add_argument("--devices-per-node", type=int, metavar="N", help="default: the device's typical node")
+    h.add_argument("--devices-per-node", type=int, metavar="N", help="default: the device's typical node (host)")
+    h.add_argument("--scale-up-domain", type=int, metavar="N",
+                   help="devices per NVLink/xGMI domain (default: the device's, e.g. 72 for gb200)")
     t = parser.add_argument_group("training")
     t.add_argument("--seq-len", type=int, metavar="N")
     t.add_argument("--global-batch", metavar="N|A,B|LO-HI",
@@ -53,8 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "selective-op, save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj, qkv_proj_offloaded)")
     s = parser.add_argument_group("search")
     s.add_argument("--max-micro-batch", type=int, default=8, metavar="N", help="largest micro batch tried (8)")
-    s.add_argument("--max-vpp", type=int, default=8, metavar="N",
-                   help="most virtual pipeline stages per rank tried (8)")
+    s.add_argument("--max-vpp", type=int, default=0, metavar="N",
+                   help="most virtual pipeline stages per rank tried (default: up to layers/pp, or the stack's limit)")
     s.add_argument("--allow-cross-node-tp", action="store_true", help="let tp span nodes")
     s.add_argument("--fix", metavar="K=V[,K=V]",
                    help="pin degrees, e.g. tp=8,pp=1 (keys: dp fsdp zero tp sp pp vpp cp ep micro_batch)")
@@ -65,8 +68,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--target-days", type=float, metavar="D",
                    help="inverse question: smallest device count that trains --train-tokens in D days")
     s.add_argument("--top", type=int, default=5, metavar="K", help="plans to show (5)")
-    s.add_argument("--rerank", type=int, default=200, metavar="R",
-                   help="best plans re-predicted with the scalar predictor for the final ranking (200)")
+    s.add_argument("--rerank", type=int, default=20, metavar="R",
+                   help="best plans re-predicted with the scalar predictor for the final ranking (20)")
     s.add_argument("--explain", action="store_true",
                    help="also print how many plans were considered and why the rest were rejected")
     s.add_argument("--calibration", metavar="FILE", help="calibration file from `trainperf calibrate-model`")
@@ -153,14 +156,38 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
     if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
         raise SpecError("training.seq_len", seq, "a positive integer")
     gb_text = args.global_batch if args.global_batch is not None else tr.get("global_batch")
-    ac = (tuple(p.strip() for p in args.activation_checkpointing.split(",") if p.strip())
-          if args.activation_checkpointing else DEFAULT_CHECKPOINTING)
     software = {"compile": args.training_compile if args.training_compile is not None else tr.get("compile", False),
                 "async_tp": args.async_tp if args.async_tp is not None else tr.get("async_tp", False),
                 "fp8_recipe": args.fp8_recipe or tr.get("fp8_recipe"),
                 "stack": str(args.stack or tr.get("stack", "generic"))}
+    ac = _policies(args.activation_checkpointing, software["stack"], DEFAULT_CHECKPOINTING)
+    if getattr(args, "scale_up_domain", None) is not None:
+        dom = args.scale_up_domain
+        if isinstance(dom, bool) or dom < 1:
+            raise SpecError("hardware.scale_up_domain", dom, "a positive integer (devices per NVLink/xGMI domain)")
+        hardware = dataclasses.replace(hardware, scale_up_domain=dom, sources={
+            **hardware.sources, "scale_up_domain": "given by the user (--scale-up-domain)"})
     return {"model": model, "hardware": hardware, "num_text": num_text, "dpn": dpn, "seq": seq,
             "gb_text": gb_text, "precisions": precisions, "ac": ac, "software": software}
+
+
+def _policies(text: str | None, stack: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    """Checkpointing policies to try: the ones named, each checked against the stack's
+    ``[capabilities]``; by default the generic three, or every searchable policy of a named stack."""
+    from trainperf.plan.space import AC_POLICIES
+    from trainperf.predict.stack_capabilities import capabilities_of
+
+    caps = capabilities_of(stack)
+    if text:
+        named = tuple(p.strip() for p in text.split(",") if p.strip())
+        for p in named:
+            if not caps.allows_policy(p):
+                have = ", ".join(caps.checkpointing)
+                raise SpecError("training.activation_checkpointing", p, f"one the {caps.stack} stack runs: {have}")
+        return named
+    if stack == "generic" or not caps.checkpointing:
+        return default
+    return tuple(p for p in AC_POLICIES if caps.allows_policy(p))
 
 
 def _space(args: argparse.Namespace, inp: dict[str, Any], counts: tuple[int, ...]):
@@ -248,6 +275,10 @@ def _report(args: argparse.Namespace, result: Any, cal: Any, extra: dict[str, An
             if result.objective.name == "cost":
                 headers.append("USD")
             headers.append("bottleneck")
+            if result.space.stack == "generic":
+                headers.append("stacks that run it")
+                for row, p in zip(rows, top, strict=True):
+                    row.append(", ".join(p.stacks) or "none packaged")
             print(table(rows, headers))
             print(f"capacity {top[0].capacity_GiB:.1f} GiB per device; {explain.memory_breakdown_line(top[0])} (#1)")
             print("why #1: " + why)

@@ -67,31 +67,31 @@ def nearest_changes(result: Any, *, calibration: Any = None, max_tries: int = 6)
     if "full" not in sp.checkpointing:
         r = _fits(m, hw, dataclasses.replace(sp, checkpointing=(*sp.checkpointing, "full")), calibration)
         if r is not None:
-            found.append(f"or with full checkpointing (e.g. {_short(r.ranked.row(0))})")
+            found.append(f"with full checkpointing (e.g. {_short(r.ranked.row(0))})")
     # 3. tp across nodes
     if not sp.allow_cross_node_tp:
         r = _fits(m, hw, dataclasses.replace(sp, allow_cross_node_tp=True), calibration)
         if r is not None:
-            found.append(f"or with tp across nodes (--allow-cross-node-tp; e.g. {_short(r.ranked.row(0))})")
+            found.append(f"with tp across nodes (--allow-cross-node-tp; e.g. {_short(r.ranked.row(0))})")
     # 4. drop the user's pinned degrees
     if sp.fixed:
         r = _fits(m, hw, dataclasses.replace(sp, fixed=()), calibration)
         if r is not None:
-            found.append(f"or without --fix (e.g. {_short(r.ranked.row(0))})")
+            found.append(f"without --fix (e.g. {_short(r.ranked.row(0))})")
     # 5. a larger global batch (more data-parallel freedom) when batch divisibility bit
     if result.rejected.get("batch_dp") and not result.closest:
         for mult in (2, 4, 8):
             gb = tuple(b * mult for b in sp.global_batches)
             r = _fits(m, hw, dataclasses.replace(sp, global_batches=gb), calibration)
             if r is not None:
-                found.append(f"or with global batch {', '.join(map(str, gb))}")
+                found.append(f"with global batch {', '.join(map(str, gb))}")
                 break
     # 6. shorter sequences
     seq = sp.seq_len // 2
     while seq >= 128 and len(found) < max_tries:
         r = _fits(m, hw, dataclasses.replace(sp, seq_len=seq), calibration)
         if r is not None:
-            found.append(f"or at seq_len {seq}")
+            found.append(f"at seq_len {seq}")
             break
         seq //= 2
     return found
@@ -104,13 +104,103 @@ def _short(row: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
+_REASON_FIELD: dict[str, tuple[str, ...]] = {
+    "tp_cross_node": ("tp",), "tp_heads": ("tp",), "tp_kv_heads": ("tp",), "tp_ffn": ("tp",),
+    "pp_layers": ("pp",), "cp_seq": ("cp",), "batch_dp": ("dp", "fsdp"), "mbs_local": ("micro_batch",),
+    "vpp_layers": ("vpp", "pp"), "vpp_microbatches": ("vpp", "micro_batch", "pp"), "ep_ranks": ("ep",),
+    "stack": ("dp", "fsdp", "tp", "sp", "pp", "vpp", "cp", "ep", "zero"), "no_stack": (),
+}
+"""Which fixable columns a rejection reason is about (the first fixed one is blamed)."""
+
+
+def _fixed_text(fixed: dict[str, int], keys: tuple[str, ...] | None = None) -> str:
+    return ",".join(f"{k}={v}" for k, v in fixed.items() if keys is None or k in keys)
+
+
+def _direct_check(model: Any, hardware: Any, space: SearchSpace, fixed: dict[str, int]) -> str | None:
+    """A fixed value that no plan can have, judged from the value alone (one phrase), or None."""
+    from trainperf.plan.space import divisors, vpp_slot_pairs
+    from trainperf.predict.stack_capabilities import capabilities_of
+
+    caps = capabilities_of(space.stack)
+    ns = space.num_devices
+    mesh = 1
+    for k in ("dp", "fsdp", "tp", "pp", "cp"):
+        mesh *= fixed.get(k, 1)
+    if all(n % mesh for n in ns):
+        return (f"{_fixed_text(fixed, ('dp', 'fsdp', 'tp', 'pp', 'cp'))}: the fixed degrees multiply to {mesh}, "
+                f"which does not divide {'/'.join(map(str, ns))} devices")
+    for k in ("dp", "fsdp", "tp", "pp", "cp", "ep", "vpp"):
+        if fixed.get(k, 1) > 1 and k not in caps.parallelisms:
+            return f"{k}={fixed[k]}: the {caps.stack} stack has no {k} (it runs {', '.join(caps.parallelisms)})"
+    if "micro_batch" in fixed and fixed["micro_batch"] > space.max_micro_batch:
+        return f"micro_batch={fixed['micro_batch']}: above --max-micro-batch {space.max_micro_batch}"
+    if fixed.get("micro_batch", 1) < 1:
+        return f"micro_batch={fixed['micro_batch']}: must be at least 1"
+    if fixed.get("sp") and fixed.get("tp", 2) == 1:
+        return "sp=1: sequence parallelism needs tp > 1"
+    if "zero" in fixed and fixed["zero"] not in space.zero_stages:
+        return f"zero={fixed['zero']}: the stages searched are {', '.join(map(str, space.zero_stages))} (ZeRO-3 is fsdp)"
+    if "zero" in fixed and fixed["zero"] not in caps.zero_stages:
+        return f"zero={fixed['zero']}: the {caps.stack} stack runs ZeRO stage {'/'.join(map(str, caps.zero_stages))}"
+    if fixed.get("ep", 1) > 1 and (not model.is_moe or fixed["ep"] not in divisors(model.moe_experts)):
+        return (f"ep={fixed['ep']}: " + ("the model has no experts" if not model.is_moe
+                                         else f"must divide the {model.moe_experts} experts"))
+    vpp = fixed.get("vpp", 1)
+    if vpp > 1 or fixed.get("slots"):
+        pps = [fixed["pp"]] if "pp" in fixed else [p for p in divisors(max(ns)) if 1 < p <= model.layers]
+        slot_opts = (0, 1, 2, 3) if caps.pipeline_slots and space.pipeline_slots else (0,)
+        ok = False
+        for p in pps:
+            limit = caps.vpp_limit(model.layers, p)
+            if space.max_vpp:
+                limit = min(limit, space.max_vpp)
+            pairs = vpp_slot_pairs(model.layers, p, limit, slot_opts)
+            ok |= bool(((pairs[:, 0] == vpp) & ((pairs[:, 1] == fixed["slots"]) if "slots" in fixed else True)).any())
+        if not ok:
+            where = f"pp={fixed['pp']}" if "pp" in fixed else "any pp"
+            slots = " (+1 or +2 with Megatron's embedding/loss slots)" if len(slot_opts) > 1 else ""
+            return (f"vpp={vpp}: with {where}, pp*vpp must divide the {model.layers} layers{slots} "
+                    f"and stay within the stack's vpp limit")
+    return None
+
+
+def fixed_refusal(result: Any) -> str | None:
+    """When ``--fix`` leaves no plan that fits: which fixed value is infeasible and why, in one
+    phrase (``None`` when nothing was fixed or some plan fits)."""
+    sp = result.space
+    if not sp.fixed or result.feasible:
+        return None
+    fixed = dict(sp.fixed)
+    direct = _direct_check(result.model, result.hardware, sp, fixed)
+    if direct:
+        return direct
+    if result.closest is not None:  # executable plans exist; every one is over memory
+        from trainperf.plan.search import describe_plan
+
+        c = result.closest
+        return (f"{_fixed_text(fixed)}: every plan with these values runs out of memory; the leanest "
+                f"({describe_plan(c['workload'])}) needs {c['memory_GiB']:.1f} of {c['capacity_GiB']:.1f} GiB")
+    reasons = [(k, n) for k, n in result.rejected.most_common() if k not in ("fixed", "oom")]
+    if not reasons:
+        return f"{_fixed_text(fixed)}: no plan has all of these values"
+    key, _ = reasons[0]
+    blamed = [k for k in _REASON_FIELD.get(key, ()) if k in fixed]
+    what = _fixed_text(fixed, tuple(blamed)) if blamed else _fixed_text(fixed)
+    extra = ""
+    if key == "mbs_local":
+        extra = f" (global batch {'/'.join(map(str, sp.global_batches))} split over the data-parallel ranks)"
+    return f"{what}: {REASONS.get(key, key)}{extra}"
+
+
 def infeasible_message(result: Any, *, calibration: Any = None) -> str:
     """The full one-paragraph message for a request where nothing fits."""
-    tight = tightest_constraint(result)
+    refusal = fixed_refusal(result)
+    tight = f"--fix {refusal}" if refusal else tightest_constraint(result)
     changes = nearest_changes(result, calibration=calibration)
     msg = f"no plan fits: {tight}."
     if changes:
-        msg += " Nearest feasible change: " + "; ".join(changes) + "."
+        msg += " Nearest feasible change: " + "; or ".join(changes) + "."
     else:
         msg += " No single change tried (up to 64x the devices, full checkpointing, tp across nodes, shorter sequences) makes it fit."
     return msg

@@ -35,9 +35,11 @@ class ScalarFigures:
     """The predictor's own result object."""
 
 
-def _single(model: ModelSpec, hardware: Hardware, seq_len: int, precision: str) -> Workload:
+def _single(model: ModelSpec, hardware: Hardware, seq_len: int, precision: str,
+            stack: str | None = None) -> Workload:
     return Workload(model=model, hardware=hardware, num_devices=1, seq_len=seq_len, global_batch=1,
-                    micro_batch=1, plan=ParallelPlan(), devices_per_node=1, precision=precision)
+                    micro_batch=1, plan=ParallelPlan(), devices_per_node=1, precision=precision,
+                    stack=str(stack or "generic"))
 
 
 def knob_values(hardware: Hardware, calibration: Mapping[str, Mapping[str, float]] | None = None,
@@ -53,16 +55,18 @@ def knob_values(hardware: Hardware, calibration: Mapping[str, Mapping[str, float
 
 
 @lru_cache(maxsize=64)
-def _representative(model: ModelSpec, hardware: Hardware, seq_len: int, precision: str) -> dict[str, Any]:
+def _representative(model: ModelSpec, hardware: Hardware, seq_len: int, precision: str,
+                    stack: str | None) -> dict[str, Any]:
     from trainperf.predict import core
 
-    return core.workload_features(_single(model, hardware, seq_len, precision))
+    return core.workload_features(_single(model, hardware, seq_len, precision, stack))
 
 
-def representative(model: ModelSpec, hardware: Hardware, seq_len: int, precision: str) -> dict[str, Any]:
-    """``workload_features`` of a single-device workload: every model, precision and hardware
-    feature; the planner overwrites the plan-dependent ones with arrays."""
-    return dict(_representative(model, hardware, seq_len, precision))
+def representative(model: ModelSpec, hardware: Hardware, seq_len: int, precision: str,
+                   stack: str | None = None) -> dict[str, Any]:
+    """``workload_features`` of a single-device workload under ``stack``: every model, precision,
+    hardware and stack feature; the planner overwrites the plan-dependent ones with arrays."""
+    return dict(_representative(model, hardware, seq_len, precision, stack))
 
 
 def predict(w: Workload, calibration: Mapping[str, Mapping[str, float]] | None = None,

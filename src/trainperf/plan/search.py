@@ -22,7 +22,16 @@ import numpy as np
 
 from trainperf.errors import SpecError
 from trainperf.plan import scalar, vectorized
-from trainperf.plan.space import AC_POLICIES, REASONS, Candidates, SearchSpace, enumerate_candidates
+from trainperf.plan.space import (
+    AC_POLICIES,
+    REASONS,
+    SLOT_EMBEDDING,
+    SLOT_LOSS,
+    Candidates,
+    SearchSpace,
+    enumerate_candidates,
+)
+from trainperf.predict.stack_capabilities import stacks_for
 from trainperf.specs.hardware import PRECISIONS, Hardware
 from trainperf.specs.model import ModelSpec
 from trainperf.specs.parallel import ParallelPlan
@@ -83,6 +92,8 @@ class RankedPlan:
     cost_usd: float | None = None
     vector_step_time_s: float = float("nan")
     """The vectorised evaluator's step time for the same plan (equal to ``step_time_s``)."""
+    stacks: tuple[str, ...] = ()
+    """Packaged stacks whose ``[capabilities]`` can run this plan."""
 
     @property
     def label(self) -> str:
@@ -103,6 +114,8 @@ class RankedPlan:
             "bottleneck": self.bottleneck, "breakdown": dict(self.breakdown_s),
             "memory_breakdown_GiB": dict(self.memory_breakdown_GiB),
             "days_to_train": self.days_to_train, "cost_usd": self.cost_usd,
+            "embedding_slot": p.account_for_embedding_in_pipeline_split,
+            "loss_slot": p.account_for_loss_in_pipeline_split, "stacks": list(self.stacks),
         }
 
 
@@ -179,9 +192,12 @@ def workload_of(model: ModelSpec, hardware: Hardware, space: SearchSpace, cands:
                 i: int) -> Workload:
     """The validated :class:`Workload` of candidate row ``i``."""
     r = cands.row(i)
+    slots = int(r["slots"])
     plan = ParallelPlan(dp=int(r["dp"]), fsdp=int(r["fsdp"]), zero_stage=int(r["zero"]), tp=int(r["tp"]),
                         sequence_parallel=bool(r["sp"]), pp=int(r["pp"]), vpp=int(r["vpp"]),
-                        cp=int(r["cp"]), ep=int(r["ep"]))
+                        cp=int(r["cp"]), ep=int(r["ep"]),
+                        account_for_embedding_in_pipeline_split=bool(slots & SLOT_EMBEDDING),
+                        account_for_loss_in_pipeline_split=bool(slots & SLOT_LOSS))
     return Workload(model=model, hardware=hardware, num_devices=int(r["num_devices"]),
                     seq_len=space.seq_len, global_batch=int(r["global_batch"]),
                     micro_batch=int(r["micro_batch"]), plan=plan,
@@ -191,19 +207,37 @@ def workload_of(model: ModelSpec, hardware: Hardware, space: SearchSpace, cands:
 
 
 def _rank_order(score: np.ndarray, memory: np.ndarray) -> np.ndarray:
-    # lexsort: last key is primary
-    return np.lexsort((memory, score))
+    """Indices by score, ties broken by less memory (a lexsort, done only on the tied runs)."""
+    order = np.argsort(score, kind="stable")
+    s = score[order]
+    eq = s[1:] == s[:-1]
+    if eq.any():
+        tied = np.zeros(s.shape[0], dtype=bool)
+        tied[1:] |= eq
+        tied[:-1] |= eq
+        pos = np.flatnonzero(tied)
+        sub = order[pos]
+        order[pos] = sub[np.lexsort((memory[sub], score[sub]))]
+    return order
 
 
-def _first_of_each_layout(c: Candidates, order: np.ndarray) -> np.ndarray:
-    """``order`` without the plans that differ from a better-ranked one only in ZeRO stage."""
-    keys = np.stack([c[k][order] for k in c.cols if k != "zero"], axis=1)
-    _, first = np.unique(keys, axis=0, return_index=True)
+def _first_of_each_layout(c: Candidates, rows: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """``order`` (positions in ``rows`` of ``c``) without the plans that differ from a
+    better-ranked one only in ZeRO stage."""
+    r = rows[order]
+    if c.groups is not None:  # product table: layout row and (checkpointing, precision) group
+        prod = r if c.sel is None else c.sel[r]
+        g, b = np.divmod(prod, c.n_layouts)
+        keys = c.cols["layout"][b].astype(np.int64) * c.groups.shape[0] + g
+    else:
+        n_prec = max(len(c.precisions), 1)
+        keys = (c["layout"][r].astype(np.int64) * len(AC_POLICIES) + c["ac"][r]) * n_prec + c["precision"][r]
+    _, first = np.unique(keys, return_index=True)
     return order[np.sort(first)]
 
 
 def search(model: ModelSpec, hardware: Hardware, space: SearchSpace, objective: Objective | None = None,
-           *, top_k: int = 5, rerank: int = 200, calibration: Any = None,
+           *, top_k: int = 5, rerank: int = 20, calibration: Any = None,
            collapse_zero: bool = True, convention: str | None = None) -> SearchResult:
     """Search ``space`` for ``model`` on ``hardware``; see the module docstring for the steps.
 
@@ -224,7 +258,8 @@ def search(model: ModelSpec, hardware: Hardware, space: SearchSpace, objective: 
     cands = enumerate_candidates(model, hardware, space)
     rejected = Counter(cands.rejected)
     ev = vectorized.evaluate(cands, model, hardware, space.seq_len, space.devices_per_node,
-                             calibration=calibration, software=space.software)
+                             calibration=calibration, software=space.software,
+                             scale_up_domain=hardware.scale_up_domain)
     fits = ev.fits
     n_oom = int((~fits).sum())
     if n_oom:
@@ -234,14 +269,14 @@ def search(model: ModelSpec, hardware: Hardware, space: SearchSpace, objective: 
         j = int(np.argmin(ev.memory_GiB))
         closest = {"index": j, "workload": workload_of(model, hardware, space, cands, j),
                    "memory_GiB": float(ev.memory_GiB[j]), "capacity_GiB": float(ev.capacity_GiB)}
-    good = cands.take(fits)
-    st, mem = ev.step_time_s[fits], ev.memory_GiB[fits]
-    tps = good["global_batch"] * space.seq_len / st
-    order = _rank_order(objective.score(tps, good["num_devices"]), mem)
+    fit_idx = np.flatnonzero(fits)
+    st, mem = ev.step_time_s[fit_idx], ev.memory_GiB[fit_idx]
+    tps = cands["global_batch"][fit_idx] * float(space.seq_len) / st
+    order = _rank_order(objective.score(tps, cands["num_devices"][fit_idx]), mem)
     n_fit = order.size
     if collapse_zero:
-        order = _first_of_each_layout(good, order)
-    ranked = good.take(order)
+        order = _first_of_each_layout(cands, fit_idx, order)
+    ranked = cands.take(fit_idx[order])
     result = SearchResult(model, hardware, space, objective, cands.considered, rejected, ranked,
                           st[order], mem[order], tps[order], closest=closest, all_cands=cands, all_eval=ev,
                           collapsed=n_fit - order.size)
@@ -267,7 +302,7 @@ def rescore(result: SearchResult, *, rerank: int, calibration: Any = None,
                 if days is not None and obj.usd_per_device_hour else None)
         out.append(RankedPlan(0, w, s.step_time_s, tps, s.mfu_pct, s.memory_GiB, s.capacity_GiB, s.fits,
                               s.bottleneck, s.breakdown_s, s.memory_breakdown_GiB, days, cost,
-                              float(result.step_time_s[i])))
+                              float(result.step_time_s[i]), stacks_for(w)))
     out = [p for p in out if p.fits]
     out.sort(key=lambda p: (float(obj.score(p.tokens_per_s, p.workload.num_devices)), p.memory_GiB))
     for r, p in enumerate(out, 1):

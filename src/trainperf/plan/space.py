@@ -41,13 +41,20 @@ DEFAULT_CHECKPOINTING: tuple[str, ...] = ("none", "selective", "full")
 
 # Column names of a candidate table, in a fixed order.
 COLUMNS: tuple[str, ...] = (
-    "num_devices", "dp", "fsdp", "tp", "pp", "cp", "global_batch", "micro_batch", "vpp", "ep",
-    "sp", "zero", "ac", "precision",
+    "num_devices", "dp", "fsdp", "tp", "pp", "cp", "global_batch", "micro_batch", "vpp", "slots", "ep",
+    "sp", "zero", "ac", "precision", "layout",
 )
+"""``layout`` numbers the plans that differ only in ZeRO stage, checkpointing and precision (one
+id per row before those columns are expanded), so collapsing ZeRO variants is a 1-D unique."""
+SLOT_EMBEDDING, SLOT_LOSS = 1, 2
+"""Bits of the ``slots`` column: Megatron's embedding / loss take a layer slot of the first / last
+pipeline chunk (``account_for_embedding/loss_in_pipeline_split``)."""
 
 # Rejection reasons (stable keys; the text is what --explain prints).
 REASONS: dict[str, str] = {
-    "tp_cross_node": "tp larger than devices per node (tp would cross nodes; --allow-cross-node-tp)",
+    "stack": "not in the stack's plan space (its [capabilities]: parallelisms, ZeRO stages, schedules)",
+    "no_stack": "no packaged stack runs it (a mix of features no one stack has; name one with --stack)",
+    "tp_cross_node": "tp larger than the scale-up (NVLink/xGMI) domain (--allow-cross-node-tp)",
     "tp_heads": "tp does not divide the attention heads",
     "tp_kv_heads": "tp neither divides nor is a multiple of the kv heads",
     "tp_ffn": "tp does not divide ffn_hidden",
@@ -55,13 +62,13 @@ REASONS: dict[str, str] = {
     "cp_seq": "cp does not divide seq_len",
     "batch_dp": "global batch not a multiple of the data-parallel degree dp*fsdp",
     "mbs_local": "micro batch does not divide the local batch (global batch / dp*fsdp)",
-    "vpp_layers": "pp*vpp does not divide the layers evenly (interleaved schedule)",
+    "vpp_layers": "pp*vpp does not divide the layers (plus any embedding/loss slots) evenly",
     "vpp_microbatches": "interleaved schedule needs the micro-batches per step to be a multiple of pp",
     "ep_ranks": "ep does not divide the data-parallel ranks dp*fsdp*cp",
     "fixed": "excluded by --fix (a degree the user fixed)",
     "oom": "does not fit device memory",
 }
-FIXABLE: tuple[str, ...] = ("dp", "fsdp", "zero", "tp", "sp", "pp", "vpp", "cp", "ep", "micro_batch")
+FIXABLE: tuple[str, ...] = ("dp", "fsdp", "zero", "tp", "sp", "pp", "vpp", "cp", "ep", "micro_batch", "slots")
 """Columns a user may pin to one value (``--fix tp=8,pp=1``)."""
 
 
@@ -72,7 +79,7 @@ class SearchSpace:
     num_devices: tuple[int, ...]
     """Device counts to search (each a separate mesh)."""
     devices_per_node: int
-    """Devices per node: tp stays within one unless ``allow_cross_node_tp``."""
+    """Devices per node (host): device counts fill whole nodes."""
     seq_len: int
     """Tokens per sequence."""
     global_batches: tuple[int, ...]
@@ -83,8 +90,9 @@ class SearchSpace:
     """Activation-checkpointing policies to try (names of :data:`AC_POLICIES`)."""
     max_micro_batch: int = 8
     """Largest micro batch tried (every integer from 1 up to it that divides the local batch)."""
-    max_vpp: int = 8
-    """Largest number of virtual pipeline stages per rank tried (interleaved 1F1B)."""
+    max_vpp: int = 0
+    """Largest number of virtual pipeline stages per rank tried (interleaved 1F1B); 0: up to
+    (layers + embedding/loss slots) / pp, or the stack's limit."""
     allow_cross_node_tp: bool = False
     """Let tp span nodes (its traffic then crosses the inter-node network)."""
     zero_stages: tuple[int, ...] = (0, 1, 2)
@@ -100,7 +108,12 @@ class SearchSpace:
     fp8_recipe: str | None = None
     """FP8 scaling recipe of the fp8/fp4 plans (``training.fp8_recipe``)."""
     stack: str = "generic"
-    """Software-stack profile every plan is predicted with (``training.stack``: a name or file)."""
+    """Software-stack profile every plan is predicted with (``training.stack``: a name or file);
+    its ``[capabilities]`` bound the space (:mod:`trainperf.predict.stack_capabilities`)."""
+    pipeline_slots: bool = True
+    """Also try Megatron's embedding/loss pipeline slots where the stack has them."""
+    require_stack: bool = True
+    """With the ``generic`` stack: keep only plans that at least one packaged stack can run."""
 
     def software(self, precision: str, tp: int) -> dict[str, object]:
         """The ``[training]`` software fields of a plan of this ``precision`` and ``tp``."""
@@ -111,15 +124,15 @@ class SearchSpace:
         from trainperf.errors import SpecError
 
         for n in self.num_devices:
-            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-                raise SpecError("hardware.num_devices", n, "a positive integer")
+            if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n < 2**31:
+                raise SpecError("hardware.num_devices", n, "a positive integer below 2**31")
         if not self.num_devices:
             raise SpecError("hardware.num_devices", "", "at least one device count")
         if not self.global_batches:
             raise SpecError("training.global_batch", "", "at least one global batch")
         for b in self.global_batches:
-            if isinstance(b, bool) or not isinstance(b, int) or b < 1:
-                raise SpecError("training.global_batch", b, "a positive integer")
+            if isinstance(b, bool) or not isinstance(b, int) or not 1 <= b < 2**31:
+                raise SpecError("training.global_batch", b, "a positive integer below 2**31")
         if self.seq_len < 1:
             raise SpecError("training.seq_len", self.seq_len, "a positive integer")
         if self.devices_per_node < 1:
@@ -129,8 +142,8 @@ class SearchSpace:
                 raise SpecError("training.activation_checkpointing", p, f"one of {', '.join(AC_POLICIES)}")
         if self.max_micro_batch < 1:
             raise SpecError("max_micro_batch", self.max_micro_batch, "a positive integer")
-        if self.max_vpp < 1:
-            raise SpecError("max_vpp", self.max_vpp, "a positive integer")
+        if isinstance(self.max_vpp, bool) or not isinstance(self.max_vpp, int) or self.max_vpp < 0:
+            raise SpecError("max_vpp", self.max_vpp, "a positive integer, or 0 for up to layers / pp")
         if self.fp8_recipe is not None:
             from trainperf.specs.workload import FP8_RECIPES
 
@@ -143,11 +156,24 @@ class SearchSpace:
                 raise SpecError(f"fix.{key}", value, "a non-negative integer")
 
 
+_GROUPED = ("ac", "precision")
+COLUMN_DTYPE = np.int32
+"""Column dtype: every value is a small count (devices, batch, degrees); 32 bits halve the
+copies the enumeration makes. Products that can exceed 2**31 (tokens) are taken in floats."""
+
+
 @dataclass
 class Candidates:
-    """A table of candidate plans: one numpy int64 array per column of :data:`COLUMNS`.
+    """A table of candidate plans: one numpy integer array (:data:`COLUMN_DTYPE`) per column of
+    :data:`COLUMNS`.
 
     ``ac`` indexes :data:`AC_POLICIES`; ``precision`` indexes ``precisions``; ``sp`` is 0/1.
+
+    Stored as a product, since every layout is tried with every (checkpointing, precision)
+    pair: ``cols`` holds the layout columns (``B`` rows) and ``groups`` the ``G`` pairs; row
+    ``g * B + b`` is layout ``b`` with pair ``g``. ``sel`` picks rows of that product (a ranked
+    or filtered table); columns are materialised on first access. With ``groups=None`` the table
+    is flat: ``cols`` holds every column, ``ac`` and ``precision`` included.
     """
 
     cols: dict[str, np.ndarray]
@@ -156,21 +182,51 @@ class Candidates:
     """Plans enumerated in all (valid + rejected)."""
     rejected: Counter = field(default_factory=Counter)
     """Reason key (see :data:`REASONS`) -> number of plans rejected for it."""
+    groups: np.ndarray | None = None
+    """``(G, 2)`` int64: the (ac code, precision index) pairs of a product table; None: flat."""
+    sel: np.ndarray | None = None
+    """Row ids of the product (or flat table) this table holds, in order; None: all of them."""
+    _cache: dict[str, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
-    def __len__(self) -> int:
+    @property
+    def n_layouts(self) -> int:
+        """``B``: rows of ``cols``."""
         return int(self.cols["dp"].shape[0])
 
+    def _total(self) -> int:
+        return self.n_layouts * (1 if self.groups is None else int(self.groups.shape[0]))
+
+    def __len__(self) -> int:
+        return self._total() if self.sel is None else int(self.sel.shape[0])
+
     def __getitem__(self, name: str) -> np.ndarray:
-        return self.cols[name]
+        hit = self._cache.get(name)
+        if hit is not None:
+            return hit
+        if self.groups is None:
+            v = self.cols[name] if self.sel is None else self.cols[name][self.sel]
+        else:
+            B = self.n_layouts
+            rows = np.arange(self._total()) if self.sel is None else self.sel
+            if name in _GROUPED:
+                v = self.groups[rows // B, _GROUPED.index(name)]
+            else:
+                v = self.cols[name] if self.sel is None and self.groups.shape[0] == 1 else self.cols[name][rows % B]
+        self._cache[name] = v
+        return v
+
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(self.cols) + (_GROUPED if self.groups is not None else ())
 
     def take(self, idx: np.ndarray) -> Candidates:
         """The rows ``idx`` (a boolean mask or index array); counts are carried over."""
-        return Candidates({k: v[idx] for k, v in self.cols.items()}, self.precisions,
-                          self.considered, Counter(self.rejected))
+        rows = np.arange(self._total()) if self.sel is None else self.sel
+        return Candidates(self.cols, self.precisions, self.considered, Counter(self.rejected), self.groups,
+                          rows[idx])
 
     def row(self, i: int) -> dict[str, int | str | bool]:
         """Row ``i`` as plain Python values (ac and precision as names)."""
-        r: dict[str, int | str | bool] = {k: int(v[i]) for k, v in self.cols.items()}
+        r: dict[str, int | str | bool] = {k: int(self[k][i]) for k in self.column_names()}
         r["ac"] = AC_POLICIES[int(r["ac"])]
         r["precision"] = self.precisions[int(r["precision"])]
         r["sp"] = bool(r["sp"])
@@ -196,7 +252,7 @@ def _mesh(n: int) -> dict[str, np.ndarray]:
     Built one degree at a time, keeping only partial products that divide ``n``, so the work
     is proportional to the number of valid meshes, not to ``divisors(n) ** 4``.
     """
-    d = np.asarray(divisors(n), dtype=np.int64)
+    d = np.asarray(divisors(n), dtype=np.int64)  # partial products reach n**2 before the check
     cols: dict[str, np.ndarray] = {"tp": d.copy()}
     prod = d.copy()
     for name in ("pp", "cp", "fsdp"):
@@ -207,8 +263,9 @@ def _mesh(n: int) -> dict[str, np.ndarray]:
         cols[name] = np.tile(d, rows)[keep]
         prod = nxt[keep]
     dp = n // prod
-    return {"num_devices": np.full(dp.shape, n, dtype=np.int64), "dp": dp, "fsdp": cols["fsdp"],
-            "tp": cols["tp"], "pp": cols["pp"], "cp": cols["cp"]}
+    out = {"num_devices": np.full(dp.shape, n), "dp": dp, "fsdp": cols["fsdp"], "tp": cols["tp"],
+           "pp": cols["pp"], "cp": cols["cp"]}
+    return {k: v.astype(COLUMN_DTYPE) for k, v in out.items()}
 
 
 def _expand(cols: dict[str, np.ndarray], name: str, values: np.ndarray) -> dict[str, np.ndarray]:
@@ -216,7 +273,7 @@ def _expand(cols: dict[str, np.ndarray], name: str, values: np.ndarray) -> dict[
     rows = cols["dp"].shape[0]
     k = values.shape[0]
     out = {c: np.repeat(v, k) for c, v in cols.items()}
-    out[name] = np.tile(values.astype(np.int64), rows)
+    out[name] = np.tile(values.astype(COLUMN_DTYPE), rows)
     return out
 
 
@@ -244,28 +301,131 @@ class _Counter:
         return _filter(cols, alive)
 
 
+def vpp_slot_pairs(layers: int, pp: int, max_vpp: int, slot_options: tuple[int, ...]) -> np.ndarray:
+    """Every ``(vpp, slots)`` a ``pp``-stage pipeline of ``layers`` layers can run, as rows.
+
+    ``vpp = 1`` without slots always runs (an uneven split puts ``ceil(layers / pp)`` on the
+    busiest rank); otherwise the ``layers`` plus the slots taken (embedding, loss) must split
+    evenly over ``pp * vpp`` chunks, leaving every rank's first and last chunk at least one layer.
+    """
+    out = [(1, 0)]
+    if pp <= 1:
+        return np.asarray(out, dtype=np.int64)
+    for v in range(1, max_vpp + 1):
+        for slots in slot_options:
+            if v == 1 and slots == 0:
+                continue
+            e, lo = slots & SLOT_EMBEDDING, (slots & SLOT_LOSS) >> 1
+            total = layers + e + lo
+            if total % (pp * v):
+                continue
+            per_rank = total // pp
+            if slots and (per_rank - e < 1 or per_rank - lo < 1):
+                continue
+            out.append((v, slots))
+    return np.asarray(out, dtype=np.int64)
+
+
+def stage_layer_arrays(layers: int, pp: np.ndarray, vpp: np.ndarray, slots: np.ndarray):
+    """Layers on the first, busiest middle and last pipeline rank, as arrays: the planner's
+    mirror of :meth:`~trainperf.specs.parallel.ParallelPlan.stage_layers`."""
+    e = (slots & SLOT_EMBEDDING).astype(np.float64)
+    lo = ((slots & SLOT_LOSS) >> 1).astype(np.float64)
+    ppf = pp.astype(np.float64)
+    even = np.ceil(layers / ppf)
+    per_rank = (layers + e + lo) / ppf
+    has = slots > 0
+    first = np.where(has, per_rank - e, even)
+    mid = np.where(has, per_rank, even)
+    last = np.where(has, per_rank - lo, even)
+    one = pp <= 1
+    return (np.where(one, float(layers), first), np.where(one, float(layers), mid),
+            np.where(one, float(layers), last))
+
+
+def runnable(caps, cols: dict[str, np.ndarray], layers: int) -> np.ndarray:
+    """Rows of a candidate table that the stack of ``caps``
+    (:class:`~trainperf.predict.stack_capabilities.Capabilities`) can run: the array form of
+    :func:`~trainperf.predict.stack_capabilities.plan_refusal`. Without an ``ac`` column only
+    the layout is judged (checkpointing: :meth:`Capabilities.allows_policy`)."""
+    ok = np.ones(cols["dp"].shape[0], dtype=bool)
+    for name in ("dp", "fsdp", "tp", "pp", "cp", "ep", "vpp"):
+        if name not in caps.parallelisms:
+            ok &= cols[name] == 1
+    if not set(caps.zero_stages) >= {0, 1, 2}:
+        ok &= (cols["dp"] == 1) | np.isin(cols["zero"], caps.zero_stages)
+    if not caps.hybrid_shard:
+        ok &= (cols["dp"] == 1) | (cols["fsdp"] == 1)
+    if caps.sequence_parallel == "always":
+        ok &= (cols["tp"] == 1) | (cols["sp"] == 1)
+    elif caps.sequence_parallel == "never":
+        ok &= cols["sp"] == 0
+    if "interleaved" not in caps.pipeline_schedules:
+        ok &= cols["vpp"] == 1
+    elif caps.max_vpp:
+        ok &= cols["vpp"] <= caps.max_vpp  # (layers + 2) / pp is the enumeration's own bound
+    if not caps.pipeline_slots:
+        ok &= cols["slots"] == 0
+    if "ac" in cols:
+        allowed = [i for i, p in enumerate(AC_POLICIES) if caps.allows_policy(p)]
+        ok &= np.isin(cols["ac"], allowed)
+    return ok
+
+
 def enumerate_candidates(model: ModelSpec, hardware: Hardware, space: SearchSpace) -> Candidates:
-    """All plans of ``space`` for ``model`` that can be executed, with rejection counts.
+    """All plans of ``space`` for ``model`` that the stack can execute, with rejection counts.
 
     Checks here are the ones :class:`~trainperf.specs.workload.Workload` makes (tp divides
-    heads / kv heads or is a multiple of them / ffn_hidden, pp*vpp <= layers, cp divides the
+    heads / kv heads or is a multiple of them / ffn_hidden, pp <= layers, cp divides the
     sequence, ep divides the experts and the data-parallel ranks, the micro batch divides the
-    local batch), plus the planner's own: tp within a node unless allowed, and an interleaved
-    schedule only when pp*vpp divides the layers and the micro-batches per step are a multiple
-    of pp (Megatron-LM's requirement for its interleaved 1F1B schedule). Memory is checked later, by the evaluator.
-    Uneven plain-1F1B stages (layers not divisible by pp) are allowed, as in Workload.
-    """
-    n_ac = len(space.checkpointing)
-    n_prec = len(space.precisions)
-    ac_codes = np.asarray([AC_POLICIES.index(p) for p in space.checkpointing], dtype=np.int64)
-    ep_opts = np.asarray(divisors(model.moe_experts) if model.is_moe else [1], dtype=np.int64)
-    gbs_opts = np.asarray(sorted(set(space.global_batches)), dtype=np.int64)
-    mbs_opts = np.arange(1, space.max_micro_batch + 1, dtype=np.int64)
-    vpp_opts = np.arange(1, space.max_vpp + 1, dtype=np.int64)
-    sp_opts = np.asarray(sorted({int(s) for s in space.sequence_parallel}) or [0], dtype=np.int64)
-    zero_opts = np.asarray(sorted(set(space.zero_stages)) or [0], dtype=np.int64)
+    local batch), the stack's (:mod:`trainperf.predict.stack_capabilities`: which degrees it has,
+    its ZeRO stages, sequence parallelism, schedules, vpp limit, pipeline slots, checkpointing),
+    and the planner's own: tp within a scale-up domain unless allowed, and an interleaved
+    schedule only when the layers (plus Megatron's embedding/loss slots) split evenly into
+    pp*vpp chunks and the micro-batches per step are a multiple of pp (Megatron-LM's requirement
+    for its interleaved 1F1B schedule). Plain 1F1B may split the layers unevenly, as Workload
+    allows. Memory is checked later, by the evaluator.
 
-    # Stage order: 0 mesh, 1 gbs, 2 mbs, 3 vpp, 4 ep, 5 sp, 6 zero, 7 ac+precision.
+    ``--fix`` values are applied first at each stage, so every other rejection is counted among
+    plans that have the fixed values (what :func:`trainperf.plan.feasibility.fixed_refusal` reads).
+    """
+    from trainperf.predict.stack_capabilities import capabilities_of
+
+    caps = capabilities_of(space.stack)
+    fixed = dict(space.fixed)
+    n_prec = len(space.precisions)
+    policies = [p for p in space.checkpointing if caps.allows_policy(p)]
+    ac_codes = np.asarray([AC_POLICIES.index(p) for p in policies], dtype=np.int64)
+    n_ac_all = len(space.checkpointing)
+    ep_opts = np.asarray(divisors(model.moe_experts) if model.is_moe else [1], dtype=COLUMN_DTYPE)
+    gbs_opts = np.asarray(sorted(set(space.global_batches)), dtype=COLUMN_DTYPE)
+    mbs_opts = np.arange(1, space.max_micro_batch + 1, dtype=COLUMN_DTYPE)
+    sp_space = sorted({int(x) for x in space.sequence_parallel}) or [0]
+    sp_opts = np.asarray(sp_space, dtype=COLUMN_DTYPE)
+    zero_opts = np.asarray(sorted(set(space.zero_stages)) or [0], dtype=COLUMN_DTYPE)
+    interleave = "vpp" in caps.parallelisms and "interleaved" in caps.pipeline_schedules
+    slot_opts = (0, 1, 2, 3) if (caps.pipeline_slots and space.pipeline_slots) else (0,)
+    L = model.layers
+
+    pair_cache: dict[int, np.ndarray] = {}
+
+    def pairs(pp: int) -> np.ndarray:
+        if pp not in pair_cache:
+            vmax = caps.vpp_limit(L, pp) if interleave else 1
+            if space.max_vpp:
+                vmax = min(vmax, space.max_vpp)
+            pair_cache[pp] = vpp_slot_pairs(L, pp, vmax, slot_opts)
+        return pair_cache[pp]
+
+    def n_vpp_options(pp: int) -> int:
+        if pp <= 1:
+            return 1
+        vmax = caps.vpp_limit(L, pp) if interleave else 1
+        if space.max_vpp:
+            vmax = min(vmax, space.max_vpp)
+        return vmax * len(slot_opts)
+
+    # Stage order: 0 mesh, 1 gbs, 2 mbs, 3 vpp+slots, 4 ep, 5 sp, 6 zero, 7 ac+precision.
     def n_options(cols: dict[str, np.ndarray], stage: int) -> np.ndarray:
         tp, pp, dp = cols["tp"], cols["pp"], cols["dp"]
         one = np.ones_like(tp)
@@ -274,33 +434,53 @@ def enumerate_candidates(model: ModelSpec, hardware: Hardware, space: SearchSpac
         if stage == 2:
             return one * len(mbs_opts)
         if stage == 3:
-            return np.where(pp > 1, len(vpp_opts), 1)
+            uniq, inv = np.unique(pp, return_inverse=True)
+            return np.asarray([n_vpp_options(int(u)) for u in uniq], dtype=np.int64)[inv]
         if stage == 4:
             return one * len(ep_opts)
         if stage == 5:
             return np.where(tp > 1, len(sp_opts), 1)
         if stage == 6:
             return np.where(dp > 1, len(zero_opts), 1)
-        return one * (n_ac * n_prec)
+        return one * (n_ac_all * n_prec)
 
     def weight(cols: dict[str, np.ndarray], stage: int) -> np.ndarray:
         w = np.ones(cols["dp"].shape[0], dtype=np.int64)
-        for s in range(stage + 1, 8):
-            w = w * n_options(cols, s)
+        for st in range(stage + 1, 8):
+            w = w * n_options(cols, st)
         return w
+
+    def fix(cols: dict[str, np.ndarray], *names: str) -> tuple[str, np.ndarray]:
+        ok = np.ones(cols["dp"].shape[0], dtype=bool)
+        for name in names:
+            if name in fixed:
+                ok &= cols[name] == fixed[name]
+        return ("fixed", ok)
+
+    def stack_ok(cols: dict[str, np.ndarray], *names: str) -> np.ndarray:
+        ok = np.ones(cols["dp"].shape[0], dtype=bool)
+        for name in names:
+            if name not in caps.parallelisms:
+                ok &= cols[name] == 1
+        return ok
 
     counter = _Counter(weight)
     parts = []
+    kv = model.kv_heads or model.heads
+    domain = hardware.scale_up_domain or space.devices_per_node  # as workload_features prices it
+    layout_base = 0
     for n in sorted(set(space.num_devices)):
         c = _mesh(n)
         tp, pp, cp = c["tp"], c["pp"], c["cp"]
-        kv = model.kv_heads or model.heads
         c = counter.reject(c, 0, [
-            ("tp_cross_node", (tp <= space.devices_per_node) | space.allow_cross_node_tp),
+            fix(c, "dp", "fsdp", "tp", "pp", "cp"),
+            ("stack", stack_ok(c, "dp", "fsdp", "tp", "pp", "cp")
+             & (caps.hybrid_shard | (c["dp"] == 1) | (c["fsdp"] == 1))),
+            ("tp_cross_node", (tp <= domain) | space.allow_cross_node_tp),
             ("tp_heads", model.heads % tp == 0),
             ("tp_kv_heads", (kv % tp == 0) | (tp % kv == 0)),
             ("tp_ffn", model.ffn_hidden % tp == 0),
-            ("pp_layers", pp <= model.layers),
+            ("pp_layers", pp <= L),
             ("cp_seq", space.seq_len % cp == 0),
         ])
         c = _expand(c, "global_batch", gbs_opts)
@@ -308,35 +488,82 @@ def enumerate_candidates(model: ModelSpec, hardware: Hardware, space: SearchSpac
         c = counter.reject(c, 1, [("batch_dp", c["global_batch"] % dpr == 0)])
         c = _expand(c, "micro_batch", mbs_opts)
         local = c["global_batch"] // (c["dp"] * c["fsdp"])
-        c = counter.reject(c, 2, [("mbs_local", local % c["micro_batch"] == 0)])
-        # vpp: only 1 when pp == 1 (not a plan otherwise, so not counted)
-        c = _expand(c, "vpp", vpp_opts)
-        c = _filter(c, (c["pp"] > 1) | (c["vpp"] == 1))
-        chunks = c["pp"] * c["vpp"]
+        c = counter.reject(c, 2, [fix(c, "micro_batch"), ("mbs_local", local % c["micro_batch"] == 0)])
+        c = _expand_vpp(c, pairs, counter, n_vpp_options)
         accum = c["global_batch"] // (c["dp"] * c["fsdp"] * c["micro_batch"])
         c = counter.reject(c, 3, [
-            ("vpp_layers", (c["vpp"] == 1) | (model.layers % chunks == 0)),
+            fix(c, "vpp", "slots"),
             ("vpp_microbatches", (c["vpp"] == 1) | (accum % c["pp"] == 0)),
         ])
         c = _expand(c, "ep", ep_opts)
         c = counter.reject(c, 4, [
+            fix(c, "ep"), ("stack", stack_ok(c, "ep")),
             ("ep_ranks", (c["dp"] * c["fsdp"] * c["cp"]) % c["ep"] == 0),
         ])
         c = _expand(c, "sp", sp_opts)
         c = _filter(c, (c["tp"] > 1) | (c["sp"] == sp_opts[0]))
         c["sp"] = np.where(c["tp"] > 1, c["sp"], 0)
+        sp_ok = np.ones(c["dp"].shape[0], dtype=bool)
+        if caps.sequence_parallel == "always":
+            sp_ok = (c["tp"] == 1) | (c["sp"] == 1)
+        elif caps.sequence_parallel == "never":
+            sp_ok = c["sp"] == 0
+        c = counter.reject(c, 5, [fix(c, "sp"), ("stack", sp_ok)])
+        c["layout"] = layout_base + np.arange(c["dp"].shape[0], dtype=COLUMN_DTYPE)
+        layout_base += c["dp"].shape[0]
         c = _expand(c, "zero", zero_opts)
         c = _filter(c, (c["dp"] > 1) | (c["zero"] == zero_opts[0]))
         c["zero"] = np.where(c["dp"] > 1, c["zero"], 0)
-        if space.fixed:
-            ok = np.ones(c["dp"].shape[0], dtype=bool)
-            for key, value in space.fixed:
-                ok &= c[key] == value
-            c = counter.reject(c, 6, [("fixed", ok)])
-        c = _expand(c, "ac", ac_codes)
-        c = _expand(c, "precision", np.arange(n_prec, dtype=np.int64))
+        c = counter.reject(c, 6, [fix(c, "zero"),
+                                  ("stack", (c["dp"] == 1) | np.isin(c["zero"], caps.zero_stages))])
+        if len(ac_codes) < n_ac_all:  # policies the stack does not have
+            counter.rejected["stack"] += int(c["dp"].shape[0]) * (n_ac_all - len(ac_codes)) * n_prec
         parts.append(c)
-    cols = {k: np.concatenate([p[k] for p in parts]) for k in COLUMNS}
-    valid = int(cols["dp"].shape[0])
+    layout_cols = tuple(k for k in COLUMNS if k not in _GROUPED)
+    cols = {k: np.concatenate([p[k] for p in parts]) for k in layout_cols}
+    groups = np.asarray([(a, p) for a in ac_codes for p in range(n_prec)], dtype=np.int64).reshape(-1, 2)
+    if caps.stack == "generic" and space.stack == "generic" and space.require_stack:
+        # without a named stack: the plans at least one packaged stack can run
+        from trainperf.predict.stack_capabilities import packaged_capabilities
+
+        others = packaged_capabilities()
+        layout_ok = [runnable(other, cols, L) for other in others]
+        keep_by_group = []
+        for a, _p in groups:
+            keep = np.zeros(cols["dp"].shape[0], dtype=bool)
+            for other, ok in zip(others, layout_ok, strict=True):
+                if other.allows_policy(AC_POLICIES[int(a)]):
+                    keep |= ok
+            keep_by_group.append(keep)
+        keep_all = np.concatenate(keep_by_group) if keep_by_group else np.zeros(0, dtype=bool)
+        counter.rejected["no_stack"] += int((~keep_all).sum())
+        return Candidates(cols, tuple(space.precisions), int(keep_all.sum()) + sum(counter.rejected.values()),
+                          counter.rejected, groups, None if keep_all.all() else np.flatnonzero(keep_all))
+    valid = int(cols["dp"].shape[0]) * int(groups.shape[0])
     return Candidates(cols, tuple(space.precisions), valid + sum(counter.rejected.values()),
-                      counter.rejected)
+                      counter.rejected, groups)
+
+
+def _expand_vpp(c: dict[str, np.ndarray], pairs, counter: _Counter, n_vpp_options) -> dict[str, np.ndarray]:
+    """Expand every row by the ``(vpp, slots)`` pairs its pp can run; the pairs it cannot are
+    counted as ``vpp_layers`` (weighted by the plans each would have expanded into)."""
+    pp = c["pp"]
+    uniq, inv = np.unique(pp, return_inverse=True)
+    tables = [pairs(int(u)) for u in uniq]
+    cnt_u = np.asarray([t.shape[0] for t in tables], dtype=np.int64)
+    opts_u = np.asarray([n_vpp_options(int(u)) for u in uniq], dtype=np.int64)
+    cnt = cnt_u[inv]
+    if cnt.size:
+        later = counter.weight_fn(c, 3)  # plans one (vpp, slots) option expands into
+        bad = (opts_u[inv] - cnt) * later
+        if bad.sum():
+            counter.rejected["vpp_layers"] += int(bad.sum())
+    flat = np.concatenate(tables) if tables else np.zeros((0, 2), dtype=np.int64)
+    start_u = np.concatenate([[0], np.cumsum(cnt_u)[:-1]]).astype(np.int64)
+    rows = np.repeat(np.arange(pp.shape[0]), cnt)
+    offset = np.arange(rows.shape[0]) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    sel = start_u[inv][rows] + offset
+    out = {k: v[rows] for k, v in c.items()}
+    out["vpp"] = flat[sel, 0].astype(COLUMN_DTYPE)
+    out["slots"] = flat[sel, 1].astype(COLUMN_DTYPE)
+    return out

@@ -44,7 +44,7 @@ import numpy as np
 
 from trainperf.accounting import recompute
 from trainperf.accounting.flops import attention_pairs
-from trainperf.predict import comms, compute, memory, pipeline, stack_kernels, vec
+from trainperf.predict import comms, compute, memory, pipeline, stack_capabilities, stack_kernels, vec
 from trainperf.predict.kernels import attention as k_attention
 from trainperf.predict.kernels import fp8 as k_fp8
 from trainperf.predict.kernels import gemm as k_gemm
@@ -153,7 +153,12 @@ def workload_features(w: Any, trainable_fraction: float = 1.0) -> dict[str, Any]
         "hbm_bytes_per_s": hw.hbm_bandwidth_GB_per_s * 1e9,
         "intra_bytes_per_s": hw.intra_node_link_GB_per_s * 1e9,
         "inter_bytes_per_s": hw.inter_node_link_GB_per_s * 1e9,
-        "hbm_capacity_bytes": hw.hbm_GB * 1e9,
+        # what the device exposes to a process (memory_usable_GiB, else hbm_GB decimal GB)
+        "hbm_capacity_bytes": hw.usable_memory_bytes,
+        # devices per NVLink/xGMI/ICI domain: the catalog's when it states one (GB200 NVL72: 72),
+        # else the workload's node
+        "scale_up_domain": float(min(hw.scale_up_domain or w.devices_per_node, w.num_devices)),
+        "loss_bytes_per_logit": stack_capabilities.loss_bytes_per_logit(getattr(w, "stack", None), bool(w.compile)),
         "trainable_fraction": float(trainable_fraction),
     })
     return f
@@ -220,7 +225,7 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     sp = f["sp"]
     b, s, M = f["micro_batch"], f["seq_len"], f["grad_accum"]
     L = f["layers"]
-    dpn = f["devices_per_node"]
+    dom = f["scale_up_domain"]  # collectives are priced by the scale-up domains a group spans
     act_b = f["act_bytes"]
     hbm = f["hbm_bytes_per_s"]
     ovh = k["op_overhead_us"] * 1e-6
@@ -338,12 +343,12 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     # --- mesh layout: pp x dp x fsdp x cp x tp (tp innermost, pp outermost: Megatron-Core's
     # default order tp-cp-ep-dp-pp, torchtitan's pp/dp_replicate/dp_shard/cp/tp mesh); experts
     # fold over the cp x dp ranks next to their etp group.
-    tp_k, tp_N = comms.group_layout(t, 1.0, dpn)
-    cp_k, cp_N = comms.group_layout(cp, t, dpn)
-    fs_k, fs_N = comms.group_layout(f["fsdp"], t * cp, dpn)
-    dp_k, dp_N = comms.group_layout(f["dp"], t * cp * f["fsdp"], dpn)
-    pp_k, pp_N = comms.group_layout(pp, t * cp * f["fsdp"] * f["dp"], dpn)
-    ep_k, ep_N = comms.group_layout(ep, etp, dpn)
+    tp_k, tp_N = comms.group_layout(t, 1.0, dom)
+    cp_k, cp_N = comms.group_layout(cp, t, dom)
+    fs_k, fs_N = comms.group_layout(f["fsdp"], t * cp, dom)
+    dp_k, dp_N = comms.group_layout(f["dp"], t * cp * f["fsdp"], dom)
+    pp_k, pp_N = comms.group_layout(pp, t * cp * f["fsdp"] * f["dp"], dom)
+    ep_k, ep_N = comms.group_layout(ep, etp, dom)
     intra, inter, leff = f["intra_bytes_per_s"], f["inter_bytes_per_s"], k["link_fraction"]
     lv = (f["link_up"], f["link_out"])
 
@@ -467,27 +472,11 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     step = (M * t_mb + bubble + fsdp_ag_exp + fsdp_rs_exp + dp_exp + zero_ag_exp + cp_exp
             + pp_exp + optimizer)
 
-    # --- memory per device (bytes)
-    w_b, g_b, o_b = memory.STATE_BYTES[f["state_kind"]]
-    weights = _sharded(p_stage, n_shard) * w_b
-    grads = _sharded(p_stage, f["shards_grads"]) * train_frac * g_b
-    optim = _sharded(p_stage, f["shards_optimizer"]) * train_frac * o_b
-    gathered = vec.where(zero3, 2.0 * p_layer_local * PARAM_GATHER_BYTES
-                        + p_layer_local * train_frac * GRAD_REDUCE_BYTES, 0.0)
-    act_layer_none = memory.saved_activation_bytes_per_layer(s / cp, b, f["hidden"], f["q_dim"], kv_local * t,
-                                                             ffn_eff, t, sp, rc.widths_none, act_b)
-    act_layer = memory.saved_activation_bytes_per_layer(s / cp, b, f["hidden"], f["q_dim"], kv_local * t,
-                                                        ffn_eff, t, sp, rc.widths, act_b)
-    act_layer = rec_frac * act_layer + (1.0 - rec_frac) * act_layer_none
-    inflight = memory.inflight_microbatches(pp, vpp, M, f["interleaved"])
-    # the first ranks hold the most micro-batches in flight
-    activations = vec.maximum(l_first, l_mid) * act_layer * inflight
-    # a recomputed layer's tensors are live again during its backward
-    working = act_layer_none if rc.stores_less else 0.0
-    logits = vec.where(pp > 1, 0.0, 1.0) * m_tok * f["vocab"] / t * LOGIT_BYTES
-    buffers = vec.where(t > 1, 2.0 * tp_buf, 0.0) + vec.where(plain_dp, 2.0 * 25e6 * GRAD_REDUCE_BYTES, 0.0)
-    reserve = k["reserve_GiB"] * memory.GiB
-    mem_total = weights + grads + optim + gathered + activations + working + logits + buffers + reserve
+    # --- memory per device (bytes): predict/memory.py
+    mem = memory.device_memory_bytes(f, k, p_stage=p_stage, p_layer_local=p_layer_local, sharded=_sharded,
+                                     zero3=zero3, rc=rc, rec_frac=rec_frac, kv_local=kv_local, ffn_eff=ffn_eff,
+                                     m_tok=m_tok, tp_buf=tp_buf, plain_dp=plain_dp,
+                                     gather_bytes=PARAM_GATHER_BYTES, grad_bytes=GRAD_REDUCE_BYTES)
 
     return {
         "step_time_s": step,
@@ -516,10 +505,7 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
         "pp_bytes": M * 2.0 * vpp * pp_msg * (pp > 1),
         "tp_nodes": tp_N, "fsdp_nodes": fsN, "dp_nodes": dp_N, "cp_nodes": cp_N, "pp_nodes": pp_N,
         "ep_nodes": ep_N, "fsdp_degree": fs_deg,
-        "mem_weights": weights, "mem_grads": grads, "mem_optimizer": optim, "mem_gathered": gathered,
-        "mem_activations": activations + working, "mem_logits": logits, "mem_buffers": buffers,
-        "mem_reserve": reserve + 0.0 * weights, "mem_total": mem_total,
-        "mem_capacity": f["hbm_capacity_bytes"],
+        **mem,
         "microbatch_s": t_mb,
     }
 

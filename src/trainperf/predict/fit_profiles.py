@@ -191,7 +191,7 @@ def build_problem(rows: Sequence[FitRow], *, base: Sequence[Profile] = (), gener
     stack_arr = np.array([r.stack for r in rows])
     fp8_arr = np.array([r.fp8 for r in rows])
     for knob in generation_knobs:
-        sel = fp8_arr if knob == "fp8_matmul_efficiency" else (~fp8_arr if knob == "matmul_efficiency"
+        sel = fp8_arr if knob == "fp8_matmul_fraction" else (~fp8_arr if knob == "matmul_fraction"
                                                                else np.ones(len(rows), bool))
         if generic:
             for g in gens:

@@ -103,3 +103,86 @@ def inflight_microbatches(pp, vpp, grad_accum, schedule_interleaved):
     base = vec.minimum(pp, grad_accum)
     factor = vec.where(schedule_interleaved, 1.0 + (pp - 1.0) / (pp * vpp), 1.0)
     return base * factor
+
+
+def last_rank_inflight_layers(pp, vpp, grad_accum, layers_last, schedule_interleaved):
+    """Layer-micro-batches of activations the LAST pipeline rank holds at its peak.
+
+    1F1B: the last stage runs each micro-batch's backward right after its forward: one in
+    flight. Interleaved 1F1B: its warm-up is ``(vpp - 1) * pp`` model chunks (Megatron-Core
+    ``schedules.py``: ``(pp - rank - 1) * 2 + (vpp - 1) * pp`` at rank ``pp - 1``) plus the one
+    running, each ``layers_last / vpp`` layers. Capped at every chunk of every micro-batch.
+    """
+    chunks = vec.where(schedule_interleaved, (vpp - 1.0) * pp + 1.0, 1.0)
+    chunks = vec.minimum(chunks, grad_accum * vpp)
+    return chunks * layers_last / vpp
+
+
+def fsdp_unsharded_bytes(p_layer_local, p_edge_local, train_frac, gather_bytes, grad_bytes):
+    """Bytes of parameters FSDP / ZeRO-3 holds unsharded at once, per device.
+
+    A transformer block: its gathered 16-bit weights, the next block's prefetched ones (FSDP2 and
+    XLA both prefetch one unit ahead) and its unsharded gradient in the reduce dtype before the
+    reduce-scatter. The embedding or the output layer + final norm is its own unit (torchtitan,
+    Composer wrap them apart from the blocks); with a large vocabulary it is the biggest one:
+    its weights and gradient, nothing prefetched beside it. The larger of the two sets the peak.
+    """
+    block = 2.0 * p_layer_local * gather_bytes + p_layer_local * train_frac * grad_bytes
+    edge = p_edge_local * (gather_bytes + train_frac * grad_bytes)
+    return vec.maximum(block, edge)
+
+
+def device_memory_bytes(f, k, *, p_stage, p_layer_local, sharded, zero3, rc, rec_frac, kv_local, ffn_eff,
+                        m_tok, tp_buf, plain_dp, gather_bytes, grad_bytes):
+    """Memory per device (bytes) by category, the total and the capacity it must fit in.
+
+    ``f``: :func:`~trainperf.predict.core.workload_features`; ``k``: knob values; the rest are
+    the step model's per-stage parameter counts and layout terms. Counted:
+
+    * model states of the busiest stage (:data:`STATE_BYTES`) under the plan's shard counts
+      (which span dp x cp: :attr:`~trainperf.specs.parallel.ParallelPlan.shards_optimizer`);
+    * FSDP / ZeRO-3 unsharded units (:func:`fsdp_unsharded_bytes`);
+    * activations: the first rank's in-flight micro-batches (:func:`inflight_microbatches`) x its
+      layers x the policy's kept bytes, plus one layer's full set while a recomputed layer runs
+      its backward; the last rank's (:func:`last_rank_inflight_layers`) plus the logits at the
+      loss (``loss_bytes_per_logit`` of the stack); the larger of the two ranks;
+    * communication buffers: the tp all-gather/reduce-scatter input and output, DDP's buckets;
+    * the framework reserve (``reserve_GiB``: driver carve-out, CUDA/ROCm context, library
+      workspaces, collective buffers).
+
+    Left out: allocator fragmentation beyond the reserve, optimizer-step temporaries (they live
+    when activations are freed), and CPU offload.
+    """
+    t, pp, vpp, s, b, cp = f["tp"], f["pp"], f["vpp"], f["seq_len"], f["micro_batch"], f["cp"]
+    sp, act_b, train_frac = f["sp"], f["act_bytes"], f["trainable_fraction"]
+    w_b, g_b, o_b = STATE_BYTES[f["state_kind"]]
+    weights = sharded(p_stage, f["shards_params"]) * w_b
+    grads = sharded(p_stage, f["shards_grads"]) * train_frac * g_b
+    optim = sharded(p_stage, f["shards_optimizer"]) * train_frac * o_b
+    p_edge_local = vec.maximum(f["params_embedding"], f["params_head"]) / t
+    gathered = vec.where(zero3, fsdp_unsharded_bytes(p_layer_local, p_edge_local, train_frac, gather_bytes,
+                                                     grad_bytes), 0.0)
+    act_layer_none = saved_activation_bytes_per_layer(s / cp, b, f["hidden"], f["q_dim"], kv_local * t,
+                                                      ffn_eff, t, sp, rc.widths_none, act_b)
+    act_layer = saved_activation_bytes_per_layer(s / cp, b, f["hidden"], f["q_dim"], kv_local * t,
+                                                 ffn_eff, t, sp, rc.widths, act_b)
+    act_layer = rec_frac * act_layer + (1.0 - rec_frac) * act_layer_none
+    M = f["grad_accum"]
+    first = vec.maximum(f["layers_first"], f["layers_mid"]) * act_layer * inflight_microbatches(
+        pp, vpp, M, f["interleaved"])
+    logits = m_tok * f["vocab"] / t * f["loss_bytes_per_logit"]
+    last = last_rank_inflight_layers(pp, vpp, M, f["layers_last"], f["interleaved"]) * act_layer
+    # one stage is both the first and the last rank; with pp > 1 the busier of the two sets the peak
+    last_peaks = vec.where(pp > 1, last + logits > first, False)
+    activations = vec.where(last_peaks, last, first)
+    logits_on_peak = vec.where(pp > 1, vec.where(last_peaks, logits, 0.0), logits)
+    # a recomputed layer's tensors are live again during its backward
+    working = act_layer_none if rc.stores_less else 0.0
+    buffers = vec.where(t > 1, 2.0 * tp_buf, 0.0) + vec.where(plain_dp, 2.0 * 25e6 * grad_bytes, 0.0)
+    reserve = k["reserve_GiB"] * GiB
+    total = weights + grads + optim + gathered + activations + working + logits_on_peak + buffers + reserve
+    return {
+        "mem_weights": weights, "mem_grads": grads, "mem_optimizer": optim, "mem_gathered": gathered,
+        "mem_activations": activations + working, "mem_logits": logits_on_peak, "mem_buffers": buffers,
+        "mem_reserve": reserve + 0.0 * weights, "mem_total": total, "mem_capacity": f["hbm_capacity_bytes"],
+    }

@@ -227,6 +227,9 @@ def predict(w: Any, *, knobs: Knobs | None = None,
     ``trainable_fraction`` < 1 models LoRA-style fine-tuning: frozen weights need no weight
     gradients, gradient buffers or optimizer states (compute of the activation gradients stays).
     """
+    from trainperf.predict.stack_capabilities import apply_stack
+
+    w = apply_stack(w)
     check_plan(w)
     if not 0.0 < trainable_fraction <= 1.0:
         raise SpecError("trainable_fraction", trainable_fraction, "a fraction in (0, 1]")

@@ -29,8 +29,18 @@ Conventions (the catalog follows them; custom devices should too):
     its bandwidth is divided among the devices it serves. TPU chips on different hosts of one
     slice talk over ICI, so TPU entries repeat the ICI figure (DCN matters only for multislice).
 ``devices_per_node``
-    The typical node: 8 for HGX/DGX, 4 MI250(X) cards or 8 of their GCDs, 4 TPU chips per host,
-    72 for GB200 NVL72 (the NVLink domain; a compute tray holds 4).
+    The typical node (one OS host): 8 for HGX/DGX, 4 MI250(X) cards or 8 of their GCDs, 4 TPU
+    chips per host, 4 GPUs per GB200 NVL72 compute tray. A job fills whole nodes.
+``scale_up_domain``
+    Devices joined by the scale-up fabric at ``intra_node_link_GB_per_s`` (NVLink/NVSwitch,
+    xGMI, ICI): a node for HGX/DGX and MI300X platforms, the 72 GPUs of a GB200 NVL72 rack, the
+    chips of a TPU slice. Omitted: ``devices_per_node``. Collectives are priced by the domains
+    a group spans, not by the nodes.
+``memory_usable_GiB``
+    Device memory the runtime exposes to a process (``cudaMemGetInfo`` total / nvidia-smi's
+    "Total", ROCm's VRAM total, XLA's bytes_limit), in GiB: an H100 80GB shows 81,559 MiB =
+    79.65 GiB, more than the 74.5 GiB that "80 GB" read as 80e9 bytes would give. Omitted:
+    ``hbm_GB`` read as decimal GB (never more than the part has).
 ``sources``
     Field name -> citation (document title, URL, date, and a note on how the number was
     derived). Peaks have one entry per dtype, keyed ``"peak_tflops.<dtype>"``. Every numeric
@@ -186,6 +196,23 @@ class Hardware:
     under its power cap during dense matmuls; 1.0 for parts that hold their boost clock. The
     predictor scales compute peaks by it; MFU keeps the nominal peak. Needs a source when < 1."""
 
+    scale_up_domain: int = 0
+    """Devices in one scale-up (NVLink/xGMI/ICI) domain; 0: ``devices_per_node``. See the module
+    docstring."""
+    memory_usable_GiB: float = 0.0
+    """Device memory the runtime exposes, GiB; 0: ``hbm_GB * 1e9`` bytes. Needs a source when set."""
+
+    @property
+    def scale_up_devices(self) -> int:
+        """Devices in one scale-up domain (``scale_up_domain``, else ``devices_per_node``)."""
+        return self.scale_up_domain or self.devices_per_node
+
+    @property
+    def usable_memory_bytes(self) -> float:
+        """Bytes of device memory a process can allocate before the framework's own reserve:
+        ``memory_usable_GiB`` when the catalog states it, else ``hbm_GB`` decimal GB."""
+        return self.memory_usable_GiB * 2.0 ** 30 if self.memory_usable_GiB else self.hbm_GB * 1e9
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "peak_tflops", _FrozenDict(self._checked_peaks()))
         object.__setattr__(
@@ -235,6 +262,21 @@ class Hardware:
         if isinstance(f, bool) or not isinstance(f, int | float) or not 0.0 < f <= 1.0:
             raise SpecError(f"hardware[{self.id}].sustained_clock_fraction", f, "a fraction in (0, 1]")
         object.__setattr__(self, "sustained_clock_fraction", float(f))
+        d = self.scale_up_domain
+        if isinstance(d, bool) or not isinstance(d, int | float) or d < 0 or not float(d).is_integer():
+            raise SpecError(f"hardware[{self.id}].scale_up_domain", d,
+                            "a positive integer (devices per NVLink/xGMI/ICI domain), or 0 for devices_per_node")
+        object.__setattr__(self, "scale_up_domain", int(d))
+        if d and (d % self.devices_per_node and self.devices_per_node % d):
+            raise SpecError(f"hardware[{self.id}].scale_up_domain", d,
+                            f"a multiple or a divisor of devices_per_node={self.devices_per_node}")
+        m = self.memory_usable_GiB
+        if isinstance(m, bool) or not isinstance(m, int | float) or not math.isfinite(m) or m < 0:
+            raise SpecError(f"hardware[{self.id}].memory_usable_GiB", m, "a positive number of GiB, or 0 for hbm_GB")
+        if m > self.hbm_GB:  # GiB exposed never exceed the GB stated: 80 GB parts carry 80 GiB raw
+            raise SpecError(f"hardware[{self.id}].memory_usable_GiB", m,
+                            f"at most hbm_GB={self.hbm_GB:g} (GiB exposed <= the part's raw memory)")
+        object.__setattr__(self, "memory_usable_GiB", float(m))
         self._check_sources()
 
     def _checked_peaks(self) -> dict[str, float]:
@@ -261,7 +303,9 @@ class Hardware:
         required = [*NUMERIC_FIELDS, *(f"peak_tflops.{p}" for p in self.peak_tflops)]
         if self.sustained_clock_fraction != 1.0:
             required.append("sustained_clock_fraction")
-        allowed = {*NUMERIC_FIELDS, "sustained_clock_fraction", *(f"peak_tflops.{p}" for p in PRECISIONS)}
+        required += [k for k in ("scale_up_domain", "memory_usable_GiB") if getattr(self, k)]
+        allowed = {*NUMERIC_FIELDS, "sustained_clock_fraction", "scale_up_domain", "memory_usable_GiB",
+                   *(f"peak_tflops.{p}" for p in PRECISIONS)}
         for key in self.sources:
             if key not in allowed:
                 raise SpecError(
@@ -342,6 +386,8 @@ class Hardware:
             "calibrated": self.calibrated,
             "silicon": self.silicon,
             "sustained_clock_fraction": self.sustained_clock_fraction,
+            "scale_up_domain": self.scale_up_domain,
+            "memory_usable_GiB": self.memory_usable_GiB,
         }
 
 
@@ -349,7 +395,7 @@ class Hardware:
 
 _ENTRY_KEYS = frozenset(
     {"name", "vendor", "kind", "peak_tflops", *NUMERIC_FIELDS, "sources", "notes", "calibrated",
-     "silicon", "sustained_clock_fraction"}
+     "silicon", "sustained_clock_fraction", "scale_up_domain", "memory_usable_GiB"}
 )
 
 
@@ -563,11 +609,21 @@ def hardware_from_dict(d: Mapping[str, Any]) -> Hardware:
             fields[key] = value
             if key in NUMERIC_FIELDS:
                 sources[key] = _USER_SOURCE
-            elif key == "sustained_clock_fraction":
-                if value == 1.0:  # the default needs no citation
-                    sources.pop(key, None)
+            elif key in ("sustained_clock_fraction", "scale_up_domain", "memory_usable_GiB"):
+                if value in (1.0, 0) and (key == "sustained_clock_fraction") == (value == 1.0):
+                    sources.pop(key, None)  # the default needs no citation
                 else:
                     sources[key] = _USER_SOURCE
+    if base_id is not None:
+        # a base's exposed memory belongs to its hbm_GB, its domain to its node size
+        if "hbm_GB" in d and "memory_usable_GiB" not in d:
+            fields["memory_usable_GiB"] = 0.0
+            sources.pop("memory_usable_GiB", None)
+        dom, dpn = fields.get("scale_up_domain", 0), fields.get("devices_per_node")
+        if ("devices_per_node" in d and "scale_up_domain" not in d and dom and isinstance(dpn, int)
+                and dpn > 0 and dom % dpn and dpn % dom):
+            fields["scale_up_domain"] = 0
+            sources.pop("scale_up_domain", None)
     if isinstance(d.get("sources"), Mapping):
         sources.update({str(k): str(v) for k, v in d["sources"].items()})
     fields.setdefault("id", "custom")
@@ -687,6 +743,12 @@ def format_hardware_detail(hw: Hardware) -> str:
     if hw.sustained_clock_fraction != 1.0:
         lines.append(f"  sustained clock (fraction of boost): {hw.sustained_clock_fraction:g}")
         lines.append(f"      source: {hw.sources.get('sustained_clock_fraction', 'no source')}")
+    if hw.scale_up_domain:
+        lines.append(f"  scale-up (NVLink/xGMI/ICI) domain: {hw.scale_up_domain} devices")
+        lines.append(f"      source: {hw.sources.get('scale_up_domain', 'no source')}")
+    if hw.memory_usable_GiB:
+        lines.append(f"  memory exposed to a process (GiB): {hw.memory_usable_GiB:g}")
+        lines.append(f"      source: {hw.sources.get('memory_usable_GiB', 'no source')}")
     if hw.notes:
         lines.append(f"  notes: {hw.notes}")
     return "\n".join(lines)

@@ -154,24 +154,32 @@ class ParallelPlan:
         """Product of the mesh degrees (dp must be set)."""
         return (self.dp or 1) * self.fsdp * self.tp * self.pp * self.cp
 
+    # Sharded states span the context-parallel ranks too: cp ranks hold the same parameters, and
+    # every stack that runs cp shards over them (Megatron-Core's distributed optimizer uses the
+    # data-parallel group *with* context parallelism, ``get_data_parallel_group(
+    # with_context_parallel=True)``; torchtitan's FSDP2 mesh is ``dp_shard_cp`` = dp_shard x cp;
+    # MaxText shards parameters over its ``context`` axis as over ``fsdp``).
     @property
     def shards_params(self) -> int:
-        """How many ways parameters are sharded beyond tp/pp (fsdp group, or dp at ZeRO-3)."""
+        """How many ways parameters are sharded beyond tp/pp: the fsdp group (or dp at ZeRO-3),
+        times cp; 1 when parameters are replicated."""
         if self.fsdp > 1:
-            return self.fsdp
-        return (self.dp or 1) if self.zero_stage >= 3 else 1
+            return self.fsdp * self.cp
+        return (self.dp or 1) * self.cp if self.zero_stage >= 3 else 1
 
     @property
     def shards_grads(self) -> int:
+        """Ways gradients are sharded: fsdp (x dp at ZeRO >= 2) x cp; 1 when replicated."""
         if self.fsdp > 1:
-            return self.fsdp * ((self.dp or 1) if self.zero_stage >= 2 else 1)
-        return (self.dp or 1) if self.zero_stage >= 2 else 1
+            return self.fsdp * self.cp * ((self.dp or 1) if self.zero_stage >= 2 else 1)
+        return (self.dp or 1) * self.cp if self.zero_stage >= 2 else 1
 
     @property
     def shards_optimizer(self) -> int:
+        """Ways optimizer states are sharded: fsdp (x dp at ZeRO >= 1) x cp; 1 when replicated."""
         if self.fsdp > 1:
-            return self.fsdp * ((self.dp or 1) if self.zero_stage >= 1 else 1)
-        return (self.dp or 1) if self.zero_stage >= 1 else 1
+            return self.fsdp * self.cp * ((self.dp or 1) if self.zero_stage >= 1 else 1)
+        return (self.dp or 1) * self.cp if self.zero_stage >= 1 else 1
 
     def resolve(self, num_devices: int) -> ParallelPlan:
         """Fill in ``dp`` for ``num_devices`` and check that the degrees multiply to it."""

@@ -127,13 +127,16 @@ class Workload:
                              f"{plan.tp // m.kv_heads} tp ranks")
             if m.ffn_hidden % plan.tp:
                 raise SpecError("parallel.tp", plan.tp, f"must divide ffn_hidden={m.ffn_hidden}")
-            if plan.tp > self.devices_per_node:  # type: ignore[operator]
-                notes.append(f"tp={plan.tp} spans nodes (devices_per_node={self.devices_per_node}): "
+            domain = self.hardware.scale_up_domain or self.devices_per_node
+            if plan.tp > domain:  # type: ignore[operator]
+                notes.append(f"tp={plan.tp} spans nodes beyond its NVLink/xGMI domain ({domain} devices): "
                              "tp traffic crosses the inter-node network")
         if plan.pp > 1:
-            if plan.pp * plan.vpp > m.layers:
-                raise SpecError("parallel.pp", plan.pp,
-                                f"pp*vpp={plan.pp * plan.vpp} must be at most layers={m.layers}")
+            # Megatron's embedding and loss may each take a layer slot of a model chunk
+            slots = int(plan.account_for_embedding_in_pipeline_split) + int(plan.account_for_loss_in_pipeline_split)
+            if plan.pp * plan.vpp > m.layers + slots:
+                what = f"layers={m.layers}" + (f" + {slots} embedding/loss slot(s)" if slots else "")
+                raise SpecError("parallel.pp", plan.pp, f"pp*vpp={plan.pp * plan.vpp} must be at most {what}")
             uneven = (plan.first_stage_layers is not None or plan.last_stage_layers is not None
                       or plan.account_for_embedding_in_pipeline_split or plan.account_for_loss_in_pipeline_split)
             if m.layers % (plan.pp * plan.vpp) and not uneven:

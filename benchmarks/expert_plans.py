@@ -1,0 +1,123 @@
+"""Would the planner have found what the experts ran? Judged on the published runs, by the model's own numbers.
+
+For every workload of the packaged published-runs table (``predict/data/published_runs.csv``,
+the shared table): one model on N devices of one kind, with its sequence length, global batch,
+precision and software stack, the expert plan being the published run (the fastest published
+row when several share the workload), this script
+
+* predicts the expert plan (``trainperf.predict.predict``) and says whether it fits;
+* runs ``trainperf plan`` over the stack's own plan space (``SearchSpace(stack=...)``, the
+  stack's checkpointing policies, micro batches up to max(8, the expert's));
+* reports the expert plan's rank in the planner's list (1 + the plans predicted faster; the list
+  shows each layout once, with its best ZeRO stage) and the planner's best / expert predicted
+  step-time ratio (< 1: the planner found something it predicts faster).
+
+Both figures are by the predictor's own model: they say whether the search space and the ranking
+hold the experts' layouts, not whether the model is right (``trainperf validate`` says that).
+Goal (issue 16): the expert plan is in the top 10 or within 5% of the best for >= 80% of the
+workloads. Re-run after any change to the step model: ``python benchmarks/expert_plans.py``
+(``--json`` for the rows, ``--stack NAME`` for one stack).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from typing import Any
+
+
+def workloads(stack_filter: str | None = None) -> list[tuple[Any, list[Any]]]:
+    """(representative run, all runs) per workload of the packaged table, in table order."""
+    from trainperf.predict.runs_table import packaged_runs
+
+    groups: dict[tuple, list[Any]] = {}
+    for r in packaged_runs():
+        if not r.included:
+            continue
+        w = r.workload
+        if stack_filter and w.stack != stack_filter:
+            continue
+        key = (w.model.name, w.model.layers, w.model.hidden, w.hardware.id, w.num_devices, w.seq_len,
+               w.global_batch, w.precision, w.stack, w.compile, w.fp8_recipe)
+        groups.setdefault(key, []).append(r)
+    # the experts' best: the fastest published step of the workload
+    return [(min(rs, key=lambda r: r.step_time_s), rs) for rs in groups.values()]
+
+
+def judge(run: Any) -> dict[str, Any]:
+    """Rank and ratio of one workload's expert plan in the planner's list (stack's space)."""
+    from trainperf.plan.search import search
+    from trainperf.plan.space import AC_POLICIES, SearchSpace
+    from trainperf.predict import predict
+    from trainperf.predict.stack_capabilities import apply_stack, capabilities_of, plan_refusal
+
+    w = apply_stack(run.workload)
+    expert = predict(w)
+    caps = capabilities_of(w.stack)
+    policies = tuple(p for p in AC_POLICIES if caps.allows_policy(p))
+    space = SearchSpace(num_devices=(w.num_devices,), devices_per_node=w.devices_per_node, seq_len=w.seq_len,
+                        global_batches=(w.global_batch,), precisions=(w.precision,), checkpointing=policies,
+                        max_micro_batch=max(8, w.micro_batch), compile=w.compile, async_tp=w.async_tp,
+                        fp8_recipe=w.fp8_recipe, stack=w.stack)
+    t0 = time.perf_counter()
+    res = search(w.model, w.hardware, space)  # as `trainperf plan` runs it (default rerank)
+    elapsed = time.perf_counter() - t0
+    row: dict[str, Any] = {
+        "row": run.row_id, "table": run.table_id, "stack": w.stack, "model": w.model.name,
+        "device": w.hardware.id, "devices": w.num_devices, "expert": f"{w.plan.describe()} mbs={w.micro_batch} "
+        f"AC={w.activation_checkpointing}", "expert_step_s": expert.step_time_s, "expert_fits": expert.fits,
+        "in_space": plan_refusal(caps, w) or "yes", "plans_fit": res.feasible, "search_s": elapsed,
+    }
+    if not len(res.ranked):
+        row.update(best="nothing fits", best_step_s=float("nan"), ratio=float("nan"), rank=None)
+        return row
+    best_t = float(res.step_time_s[0])
+    expert_tps = w.tokens_per_step / expert.step_time_s
+    rank = 1 + int((res.tokens_per_s > expert_tps * (1 + 1e-9)).sum())
+    from trainperf.plan.search import describe_plan, workload_of
+
+    row.update(best=describe_plan(workload_of(w.model, w.hardware, space, res.ranked, 0)), best_step_s=best_t,
+               ratio=best_t / expert.step_time_s, rank=rank)
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--stack", help="only this stack's workloads")
+    ap.add_argument("--json", action="store_true", help="print the rows as JSON")
+    args = ap.parse_args(argv)
+
+    rows = [judge(run) for run, _ in workloads(args.stack)]
+    if args.json:
+        json.dump(rows, sys.stdout, indent=1, default=str)
+        print()
+    else:
+        from tabulate import tabulate
+
+        table = [[r["row"], r["stack"], r["model"][:24], f"{r['devices']}x {r['device']}", r["expert"][:58],
+                  "yes" if r["expert_fits"] else "NO", r["in_space"] if r["in_space"] == "yes" else "no",
+                  r["rank"] if r["rank"] is not None else "-", f"{r['ratio']:.3f}", r["best"][:58],
+                  f"{r['search_s']:.2f}"] for r in rows]
+        print(tabulate(table, headers=["row", "stack", "model", "devices", "expert plan", "fits", "in space",
+                                       "rank", "best/expert", "planner's best", "plan s"]))
+    good = [r for r in rows if r["rank"] is not None and (r["rank"] <= 10 or r["ratio"] >= 0.95)]
+    ratios = [r["ratio"] for r in rows if r["rank"] is not None]
+    print(f"\n{len(good)} of {len(rows)} workloads ({100.0 * len(good) / max(len(rows), 1):.0f}%): expert plan in the "
+          f"top 10 or within 5% of the planner's best (goal >= 80%); best/expert median "
+          f"{statistics.median(ratios) if ratios else float('nan'):.3f}, min {min(ratios, default=float('nan')):.3f}; "
+          f"expert plans that fit: {sum(r['expert_fits'] for r in rows)} of {len(rows)}; slowest plan "
+          f"{max((r['search_s'] for r in rows), default=0.0):.2f} s")
+    per_stack: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        per_stack.setdefault(r["stack"], []).append(r)
+    for name, rs in sorted(per_stack.items()):
+        ok = sum(1 for r in rs if r in good)
+        print(f"  {name:14s} {ok:3d} of {len(rs):3d} workloads in the top 10 or within 5%")
+    return 0 if len(good) >= 0.8 * len(rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,243 @@
+"""What a software stack can run: the ``[capabilities]`` table of a stack profile, validated.
+
+A stack profile (:mod:`trainperf.predict.stacks`) states, as facts with sources, which plans the
+stack can execute and how it lays out memory::
+
+    [capabilities]
+    parallelisms = ["dp", "tp", "pp", "vpp", "cp", "ep"]   # degrees that may exceed 1
+    hybrid_shard = false                                   # dp > 1 beside fsdp > 1 (HSDP)
+    zero_stages = [0, 1]                                   # ZeRO stages over the dp group
+    sequence_parallel = "optional"                         # with tp > 1: optional | always | never
+    pipeline_schedules = ["1f1b", "interleaved"]
+    max_vpp = 0                                            # 0: up to layers / pp
+    pipeline_slots = true                                  # Megatron's embedding / loss layer slots
+    uneven_stages = true                                   # first / last stage layer counts
+    checkpointing = ["none", "selective", "full", "full:K"]
+    loss_bytes_per_logit = 6.0                             # live bytes per logit at the loss
+    compiled_loss_bytes_per_logit = 2.0                    # the same when the model is compiled
+    [capabilities.sources]
+    parallelisms = "Megatron-LM arguments.py ..."
+
+``parallelisms`` names from :data:`PARALLELISMS` (``fsdp`` is ZeRO-3 / FSDP over its own group,
+``dp`` plain replication, alone or beside fsdp as HSDP). ``checkpointing`` holds policy names of
+:mod:`trainperf.specs.checkpointing`, ``full:K`` / ``full-every:N`` standing for every K / N.
+A missing key means "anything" (the ``generic`` profile states everything explicitly).
+
+:func:`plan_refusal` says in one line why a stack cannot run a workload's plan (``None`` when it
+can); :func:`stacks_for` lists the packaged stacks that can; :func:`apply_stack` rewrites what the
+stack always does but a plan left unsaid (sequence parallelism under torchtitan's TP).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from trainperf.errors import SpecError, TrainperfError, UnknownNameError
+
+PARALLELISMS: tuple[str, ...] = ("dp", "fsdp", "tp", "pp", "vpp", "cp", "ep")
+SP_MODES: tuple[str, ...] = ("optional", "always", "never")
+SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "gpipe")
+KEYS: tuple[str, ...] = ("parallelisms", "hybrid_shard", "zero_stages", "sequence_parallel", "pipeline_schedules", "max_vpp",
+                         "pipeline_slots", "uneven_stages", "checkpointing", "loss_bytes_per_logit",
+                         "compiled_loss_bytes_per_logit")
+DEFAULT_LOSS_BYTES_PER_LOGIT = 6.0
+"""bf16 logits plus the fp32 copy the loss upcasts to (PyTorch autocast runs cross-entropy in fp32)."""
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """A stack's runnable plan space and memory facts (see the module docstring)."""
+
+    stack: str
+    parallelisms: tuple[str, ...] = PARALLELISMS
+    hybrid_shard: bool = True
+    """Replicas of a sharded group (dp > 1 with fsdp > 1: HSDP / HYBRID_SHARD)."""
+    zero_stages: tuple[int, ...] = (0, 1, 2, 3)
+    sequence_parallel: str = "optional"
+    pipeline_schedules: tuple[str, ...] = SCHEDULES
+    max_vpp: int = 0
+    """Largest vpp; 0: layers / pp."""
+    pipeline_slots: bool = True
+    uneven_stages: bool = True
+    checkpointing: tuple[str, ...] = ()
+    """Policy names; empty: every policy."""
+    loss_bytes_per_logit: float = DEFAULT_LOSS_BYTES_PER_LOGIT
+    compiled_loss_bytes_per_logit: float = 0.0
+    """Bytes per logit when the run is compiled (``training.compile``); 0: as uncompiled."""
+    sources: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)
+
+    def allows_policy(self, policy: str) -> bool:
+        """Whether the stack has checkpointing policy ``policy`` (``full:4`` matches ``full:K``)."""
+        if not self.checkpointing:
+            return True
+        if policy in self.checkpointing:
+            return True
+        head, sep, _tail = policy.partition(":")
+        return bool(sep) and f"{head}:{'K' if head == 'full' else 'N'}" in self.checkpointing
+
+    def vpp_limit(self, layers: int, pp: int) -> int:
+        """Largest vpp this stack runs with ``pp`` stages of a ``layers``-layer model."""
+        top = max(1, (layers + 2) // max(pp, 1))  # + the embedding and loss slots
+        return min(top, self.max_vpp) if self.max_vpp else top
+
+
+def _where(stack: str, key: str) -> str:
+    return f"stacks/{stack}.toml [capabilities].{key}"
+
+
+def _str_list(v: Any, stack: str, key: str, allowed: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        raise SpecError(_where(stack, key), v, "a list of strings")
+    if allowed is not None:
+        for x in v:
+            if x not in allowed:
+                raise UnknownNameError(_where(stack, key), x, allowed)
+    return tuple(v)
+
+
+def capabilities_from_table(stack: str, table: Mapping[str, Any]) -> Capabilities:
+    """Validate a ``[capabilities]`` table (one-line errors naming the key and value)."""
+    from trainperf.specs.checkpointing import POLICY_NAMES
+
+    kw: dict[str, Any] = {}
+    for key, v in table.items():
+        if key == "sources":
+            if not isinstance(v, Mapping):
+                raise SpecError(_where(stack, "sources"), v, "a table of key = source")
+            continue
+        if key not in KEYS:
+            raise UnknownNameError(_where(stack, key), key, KEYS)
+        if key == "parallelisms":
+            kw[key] = _str_list(v, stack, key, PARALLELISMS)
+        elif key == "pipeline_schedules":
+            kw[key] = _str_list(v, stack, key, SCHEDULES)
+        elif key == "checkpointing":
+            kw[key] = _str_list(v, stack, key, POLICY_NAMES)
+        elif key == "zero_stages":
+            if not isinstance(v, list) or not v or any(isinstance(x, bool) or x not in (0, 1, 2, 3) for x in v):
+                raise SpecError(_where(stack, key), v, "a non-empty list of 0, 1, 2, 3")
+            kw[key] = tuple(sorted(set(v)))
+        elif key == "sequence_parallel":
+            if v not in SP_MODES:
+                raise SpecError(_where(stack, key), v, f"one of {', '.join(SP_MODES)}")
+            kw[key] = v
+        elif key == "max_vpp":
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise SpecError(_where(stack, key), v, "an integer >= 0 (0: up to layers / pp)")
+            kw[key] = v
+        elif key in ("pipeline_slots", "uneven_stages", "hybrid_shard"):
+            if not isinstance(v, bool):
+                raise SpecError(_where(stack, key), v, "true or false")
+            kw[key] = v
+        elif key in ("loss_bytes_per_logit", "compiled_loss_bytes_per_logit"):
+            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= 64:
+                raise SpecError(_where(stack, key), v, "a positive number of bytes (<= 64)")
+            kw[key] = float(v)
+    sources = {str(k): str(s) for k, s in dict(table.get("sources", {})).items()}
+    missing = [k for k in kw if not sources.get(k, "").strip()]
+    if missing:
+        raise SpecError(_where(stack, "sources"), sorted(sources), f"a source for every value; missing {', '.join(missing)}")
+    return Capabilities(stack=stack, sources=sources, **kw)
+
+
+def capabilities_of(stack: Any) -> Capabilities:
+    """The capabilities of ``stack``: a profile name or file, a Profile, or None (``generic``)."""
+    from trainperf.predict.stacks import STACKS, Profile, load_profile
+
+    if isinstance(stack, Profile):
+        return capabilities_from_table(stack.name, stack.capabilities)
+    key = str(stack or "generic")
+    if key in STACKS:
+        return _packaged(key)
+    prof = load_profile(key)
+    return capabilities_from_table(prof.name, prof.capabilities)
+
+
+@lru_cache(maxsize=16)
+def _packaged(name: str) -> Capabilities:
+    from trainperf.predict.stacks import packaged_profile
+
+    return capabilities_from_table(name, packaged_profile(name).capabilities)
+
+
+def loss_bytes_per_logit(stack: Any, compiled: bool = False) -> float:
+    """Live bytes per logit at the loss for ``stack`` (for the memory model), compiled or not; a
+    stack that cannot be read falls back to :data:`DEFAULT_LOSS_BYTES_PER_LOGIT` (predict reports
+    its own error)."""
+    try:
+        caps = capabilities_of(stack)
+    except TrainperfError:
+        return DEFAULT_LOSS_BYTES_PER_LOGIT
+    if compiled and caps.compiled_loss_bytes_per_logit:
+        return caps.compiled_loss_bytes_per_logit
+    return caps.loss_bytes_per_logit
+
+
+def plan_refusal(caps: Capabilities, w: Any) -> str | None:
+    """Why ``caps.stack`` cannot run workload ``w``'s plan (one phrase), or ``None``."""
+    p = w.plan
+    degrees = {"dp": p.dp or 1, "fsdp": p.fsdp, "tp": p.tp, "pp": p.pp, "vpp": p.vpp, "cp": p.cp, "ep": p.ep}
+    for name, v in degrees.items():
+        if v > 1 and name not in caps.parallelisms:
+            if name == "dp" and p.zero_stage >= 3 and "fsdp" in caps.parallelisms:
+                continue  # ZeRO-3 over dp is FSDP
+            return f"{caps.stack} has no {name} (runs {', '.join(caps.parallelisms)})"
+    if (p.dp or 1) > 1 and p.fsdp > 1 and not caps.hybrid_shard:
+        return f"{caps.stack} shards over every data-parallel rank (no replicas of an fsdp group)"
+    zero3_is_fsdp = p.zero_stage == 3 and p.fsdp == 1 and "fsdp" in caps.parallelisms
+    if (p.dp or 1) > 1 and p.zero_stage not in caps.zero_stages and not zero3_is_fsdp:
+        return f"{caps.stack} runs ZeRO stage {'/'.join(map(str, caps.zero_stages))} over dp, not {p.zero_stage}"
+    if p.tp > 1 and caps.sequence_parallel == "always" and not p.sequence_parallel:
+        return f"{caps.stack}'s tensor parallelism always shards the sequence (sp)"
+    if p.sequence_parallel and caps.sequence_parallel == "never":
+        return f"{caps.stack} has no Megatron-style sequence parallelism"
+    if p.pp > 1:
+        sched = "interleaved" if p.vpp > 1 else p.pp_schedule
+        if sched not in caps.pipeline_schedules:
+            return f"{caps.stack} has no {sched} pipeline schedule"
+        if p.vpp > caps.vpp_limit(w.model.layers, p.pp):
+            return f"{caps.stack} runs vpp up to {caps.vpp_limit(w.model.layers, p.pp)} here"
+        slots = p.account_for_embedding_in_pipeline_split or p.account_for_loss_in_pipeline_split
+        if slots and not caps.pipeline_slots:
+            return f"{caps.stack} has no embedding/loss pipeline slots"
+        if (p.first_stage_layers is not None or p.last_stage_layers is not None) and not caps.uneven_stages:
+            return f"{caps.stack} cannot set first/last stage layers"
+    if not caps.allows_policy(w.activation_checkpointing):
+        return f"{caps.stack} has no checkpointing policy {w.activation_checkpointing}"
+    return None
+
+
+def packaged_capabilities() -> tuple[Capabilities, ...]:
+    """The capabilities of every packaged stack but ``generic``."""
+    from trainperf.predict.stacks import STACKS
+
+    return tuple(_packaged(s) for s in STACKS if s != "generic")
+
+
+def stacks_for(w: Any) -> tuple[str, ...]:
+    """The packaged stacks (besides ``generic``) that can run workload ``w``'s plan."""
+    from trainperf.predict.stacks import STACKS
+
+    return tuple(s for s in STACKS if s != "generic" and plan_refusal(_packaged(s), w) is None)
+
+
+def apply_stack(w: Any) -> Any:
+    """``w`` with what its stack always does made explicit: sequence parallelism under tensor
+    parallelism when the stack always shards the sequence (torchtitan, MaxText), with a note.
+    Everything else is left as written (a plan the stack cannot run is predicted as given)."""
+    if w.plan.tp <= 1 or w.plan.sequence_parallel:
+        return w
+    try:
+        caps = capabilities_of(getattr(w, "stack", None))
+    except TrainperfError:  # the stack's own loader reports a bad profile
+        return w
+    if caps.sequence_parallel != "always":
+        return w
+    plan = dataclasses.replace(w.plan, sequence_parallel=True)
+    note = (f"{caps.stack}'s tensor parallelism always shards the sequence between its regions: "
+            "sequence parallel assumed")
+    return dataclasses.replace(w, plan=plan, notes=(*w.notes, note))

@@ -1,0 +1,199 @@
+"""Stack capabilities: every packaged profile states what it runs, with sources; the planner
+searches only that space; the plans experts ran are in it."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from trainperf.cli.main import main
+from trainperf.errors import SpecError, UnknownNameError
+from trainperf.predict.stack_capabilities import (
+    PARALLELISMS,
+    apply_stack,
+    capabilities_from_table,
+    capabilities_of,
+    plan_refusal,
+    stacks_for,
+)
+from trainperf.predict.stacks import STACKS, packaged_profile
+from trainperf.specs.hardware import get_hardware
+from trainperf.specs.parallel import ParallelPlan
+from trainperf.specs.presets import get_model
+from trainperf.specs.workload import Workload
+
+H100 = get_hardware("h100-sxm")
+
+
+def _w(plan: ParallelPlan, n: int = 64, model: str = "llama2-70b", **kw) -> Workload:
+    return Workload(model=get_model(model), hardware=H100, num_devices=n, seq_len=4096, global_batch=256,
+                    plan=plan, **kw)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_packaged_stack_states_its_space_with_sources(stack):
+    prof = packaged_profile(stack)
+    table = dict(prof.capabilities)
+    assert table, f"{stack} has no [capabilities]"
+    caps = capabilities_from_table(stack, table)
+    for key in table:
+        if key != "sources":
+            assert caps.sources.get(key, "").strip(), f"{stack}: {key} has no source"
+    assert set(caps.parallelisms) <= set(PARALLELISMS)
+
+
+def test_generic_is_everything_and_the_stacks_differ():
+    g = capabilities_of("generic")
+    assert set(g.parallelisms) == set(PARALLELISMS) and g.zero_stages == (0, 1, 2, 3)
+    assert capabilities_of("llm-foundry").parallelisms == ("dp", "fsdp")
+    mc = capabilities_of("megatron-core")
+    assert "fsdp" not in mc.parallelisms and mc.zero_stages == (0, 1) and mc.pipeline_slots
+    assert capabilities_of("torchtitan").sequence_parallel == "always"
+
+
+@pytest.mark.parametrize(("table", "needle"), [
+    ({"parallelisms": ["dp", "zz"], "sources": {"parallelisms": "x"}}, "zz"),
+    ({"zero_stages": [4], "sources": {"zero_stages": "x"}}, "zero_stages"),
+    ({"sequence_parallel": "sometimes", "sources": {"sequence_parallel": "x"}}, "sequence_parallel"),
+    ({"checkpointing": ["fulll"], "sources": {"checkpointing": "x"}}, "fulll"),
+    ({"max_vpp": -1, "sources": {"max_vpp": "x"}}, "max_vpp"),
+    ({"loss_bytes_per_logit": 0, "sources": {"loss_bytes_per_logit": "x"}}, "loss_bytes_per_logit"),
+    ({"max_vpp": 4}, "a source for every value"),
+    ({"frobnicate": 1}, "frobnicate"),
+])
+def test_bad_tables_are_one_line_errors(table, needle):
+    with pytest.raises((SpecError, UnknownNameError)) as e:
+        capabilities_from_table("mine", table)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_refusals_name_what_the_stack_lacks():
+    assert "no fsdp" in plan_refusal(capabilities_of("megatron-core"), _w(ParallelPlan(fsdp=64)))
+    assert "no tp" in plan_refusal(capabilities_of("llm-foundry"), _w(ParallelPlan(tp=8)))
+    assert "ZeRO stage" in plan_refusal(capabilities_of("torchtitan"), _w(ParallelPlan(zero_stage=2)))
+    assert "checkpointing" in plan_refusal(capabilities_of("llm-foundry"),
+                                           _w(ParallelPlan(fsdp=64), activation_checkpointing="selective"))
+    assert plan_refusal(capabilities_of("megatron-core"),
+                        _w(ParallelPlan(tp=8, pp=4, vpp=5, sequence_parallel=True, zero_stage=1))) is None
+    assert "megatron-core" in stacks_for(_w(ParallelPlan(tp=8, pp=4, vpp=5, zero_stage=1)))
+    assert stacks_for(_w(ParallelPlan(fsdp=64))) == ("maxtext", "paxml", "torchtitan", "llm-foundry", "deepspeed")
+
+
+def test_torchtitan_tp_is_sequence_parallel():
+    w = dataclasses.replace(_w(ParallelPlan(fsdp=8, tp=8)), stack="torchtitan")
+    a = apply_stack(w)
+    assert a.plan.sequence_parallel and any("sequence parallel assumed" in n for n in a.notes)
+    assert apply_stack(dataclasses.replace(w, stack="megatron-core")) is not None
+    assert not apply_stack(dataclasses.replace(w, stack="megatron-core")).plan.sequence_parallel
+
+
+def test_loss_bytes_follow_the_stack():
+    from trainperf.predict import predict
+
+    base = _w(ParallelPlan(fsdp=64), activation_checkpointing="full")
+    logits = {s: predict(dataclasses.replace(base, stack=s)).memory_breakdown_GiB["logits"]
+              for s in ("llm-foundry", "generic", "torchtitan")}
+    tokens_vocab = 4 * 4096 * 32000 / 2**30  # local batch 4 x seq x vocab, GiB per byte
+    assert logits["llm-foundry"] == pytest.approx(2 * tokens_vocab / 4, rel=1e-9)  # micro batch 1
+    assert logits["generic"] == pytest.approx(6 * tokens_vocab / 4, rel=1e-9)
+    assert logits["torchtitan"] == pytest.approx(10 * tokens_vocab / 4, rel=1e-9)
+    compiled = predict(dataclasses.replace(base, stack="torchtitan", compile=True))
+    assert compiled.memory_breakdown_GiB["logits"] == pytest.approx(2 * tokens_vocab / 4, rel=1e-9)
+
+
+def _plan(capsys, *argv):
+    rc = main(["plan", *argv, "--json"])
+    out = capsys.readouterr()
+    return rc, (json.loads(out.out) if out.out.strip() else {}), out.err
+
+
+def test_llm_foundry_plans_are_fsdp_only(capsys):
+    rc, d, _ = _plan(capsys, "--model", "mpt-70b", "--device", "h100-sxm", "--num-devices", "64", "--seq-len", "2048",
+                     "--global-batch", "2048", "--stack", "llm-foundry", "--top", "5")
+    assert rc == 0 and d["plans"]
+    for p in d["plans"]:
+        assert p["fsdp"] > 1 and p["tp"] == p["pp"] == p["cp"] == 1 and p["zero_stage"] == 0
+        assert p["activation_checkpointing"] in ("none", "full")
+
+
+def test_without_a_stack_every_plan_names_its_stacks(capsys):
+    rc, d, _ = _plan(capsys, "--model", "mpt-70b", "--device", "h100-sxm", "--num-devices", "64", "--seq-len", "2048",
+                     "--global-batch", "2048", "--top", "5")
+    assert rc == 0 and all(p["stacks"] for p in d["plans"])
+
+
+def test_nvidias_405b_layout_is_planned_and_fits(capsys):
+    rc, d, _ = _plan(capsys, "--model", "llama3.1-405b", "--device", "h100-sxm", "--num-devices", "512",
+                     "--seq-len", "8192", "--global-batch", "256", "--stack", "megatron-core",
+                     "--fix", "tp=8,pp=8,vpp=8,cp=2")
+    assert rc == 0
+    best = d["plans"][0]
+    assert (best["tp"], best["pp"], best["vpp"], best["cp"]) == (8, 8, 8, 2) and best["fits"]
+    assert best["embedding_slot"] and best["loss_slot"]  # 126 layers + 2 slots = 64 chunks of 2
+
+
+def test_gb200_trays_and_nvlink_domain(capsys):
+    gb = get_hardware("gb200")
+    assert gb.devices_per_node == 4 and gb.scale_up_devices == 72
+    for n in (128, 256, 512):
+        rc, d, err = _plan(capsys, "--model", "nemotron4-340b", "--device", "gb200", "--num-devices", str(n),
+                           "--seq-len", "4096", "--global-batch", "512", "--top", "1")
+        assert rc == 0 and d["plans"], err
+    rc, _, err = _plan(capsys, "--model", "llama3-8b", "--device", "gb200", "--num-devices", "6",
+                       "--seq-len", "4096", "--global-batch", "12")
+    assert rc == 2 and "devices_per_node=4" in err  # 6 GPUs do not fill whole trays
+
+
+def test_collectives_are_priced_by_the_domain_they_span():
+    from trainperf.predict import predict
+
+    model = get_model("llama3-70b")
+    gb = get_hardware("gb200")
+    w = Workload(model=model, hardware=gb, num_devices=64, seq_len=4096, global_batch=64,
+                 plan=ParallelPlan(fsdp=64))
+    p = predict(w)
+    fsdp = next(c for c in p.collectives if c.name.endswith("all-gather") and c.group_size == 64)
+    assert "intra" in fsdp.link  # 64 GPUs of one NVL72 rack: NVLink, though they span 16 trays
+    small = dataclasses.replace(gb, scale_up_domain=4, sources={**gb.sources, "scale_up_domain": "test"})
+    q = predict(dataclasses.replace(w, hardware=small, notes=()))
+    assert q.step_time_s > p.step_time_s  # the same group over the network is slower
+
+
+def test_fix_names_the_infeasible_value(capsys):
+    base = ["--model", "gpt3-175b", "--device", "h100-sxm", "--num-devices", "128", "--seq-len", "2048",
+            "--global-batch", "256"]
+    rc, _, err = _plan(capsys, *base, "--fix", "tp=4,pp=8,vpp=12,micro_batch=1", "--stack", "megatron-core")
+    assert rc == 0
+    for fix, needle in (("micro_batch=3", "micro_batch=3: micro batch does not divide the local batch"),
+                        ("tp=16", "tp=16: tp larger than the scale-up"),
+                        ("vpp=7,pp=8", "vpp=7: with pp=8, pp*vpp must divide the 96 layers"),
+                        ("pp=7", "multiply to 7, which does not divide 128 devices"),
+                        ("tp=1,pp=1,cp=1,fsdp=1", "every plan with these values runs out of memory")):
+        rc, _, err = _plan(capsys, *base, "--fix", fix)
+        assert rc == 1 and needle in err, err
+        assert "change: or" not in err and err.count("\n") == 1
+
+
+def test_expert_layouts_are_in_their_stacks_space():
+    """Every published run with a stated plan is a plan its stack can run."""
+    from trainperf.predict.runs_table import packaged_runs
+
+    refused = []
+    for r in packaged_runs():
+        if r.included:
+            w = apply_stack(r.workload)
+            why = plan_refusal(capabilities_of(w.stack), w)
+            if why:
+                refused.append((r.row_id, why))
+    assert refused == []
+
+
+def test_planner_space_holds_vpp_beyond_eight():
+    from trainperf.plan.space import SearchSpace, enumerate_candidates
+
+    c = enumerate_candidates(get_model("gpt3-175b"), H100, SearchSpace((128,), 8, 2048, (256,), stack="megatron-core"))
+    assert {12, 24}.issubset(set(np.unique(c["vpp"][c["pp"] == 4]).tolist()))
+    assert 20 in np.unique(c["vpp"]).tolist() or 12 in np.unique(c["vpp"][c["pp"] == 8]).tolist()
