@@ -70,6 +70,9 @@ def _uses(f: Mapping[str, Any], feature: str) -> bool:
 have for the knob to move it."""
 PRIOR_GENERIC = 1e-3
 """Pull of generic's parameters towards the vendor defaults (per unit logit, squared)."""
+GENERATION_PRIOR = 1e-2
+"""Pull of generic's per-generation GEMM-share residual towards its all-silicon share: kernel
+physics should carry the difference between silicons, so a residual must earn its place."""
 PRIOR_STACK = 4e-3
 """Pull of a stack's deviations towards generic."""
 STACK_GENERATION_PRIOR_FACTOR = 2.0
@@ -194,8 +197,11 @@ def build_problem(rows: Sequence[FitRow], *, base: Sequence[Profile] = (), gener
         sel = fp8_arr if knob == "fp8_matmul_fraction" else (~fp8_arr if knob == "matmul_fraction"
                                                                else np.ones(len(rows), bool))
         if generic:
+            # one share for every silicon (what a stack on new silicon starts from), plus each
+            # generation's residual over its kernel physics, pulled towards zero
+            add("generic", "*", knob, sel, prior_generic)
             for g in gens:
-                add("generic", g, knob, (gen_arr == g) & sel, prior_generic)
+                add("generic", g, knob, (gen_arr == g) & sel, GENERATION_PRIOR)
         if stacks:
             for s in names:
                 if s == DEFAULT_STACK:
@@ -328,6 +334,9 @@ def profiles_from_fit(pb: Problem, theta: np.ndarray) -> dict[str, Profile]:
     vals_full = pb.knob_values(theta)
     vals_generic = pb.knob_values(theta_generic)
 
+    def theta_of(level: str) -> np.ndarray:
+        return theta if level == "stack" else theta_generic
+
     def profile(stack: str, level: str, vals: Mapping[str, np.ndarray]) -> Profile:
         gen_tbl: dict[str, dict[str, float]] = {}
         knobs: dict[str, float] = {}
@@ -345,6 +354,14 @@ def profiles_from_fit(pb: Problem, theta: np.ndarray) -> dict[str, Profile]:
                 if nv:
                     knobs[knob] = float(vals[knob][nv[0]])
                     sources[knob] = "fitted"
+            elif key.endswith("*") and knob in GENERATION_KNOBS:
+                # for silicon the fit has no row of: the all-silicon share (generic) and the stack's
+                # shared deviation, without any generation's residual
+                start = _to_x(knob, getattr(knobs_for("", "nvidia"), knob))
+                x = start + sum(t for (lv, k2, kn), t in zip(pb.params, theta_of(level), strict=True)
+                                if kn == knob and (k2 == "*" or (level == "stack" and k2 == f"{stack}/*")))
+                knobs[knob] = float(_from_x(knob, np.array(x)))
+                sources[knob] = "fitted"
         return Profile(name=stack, knobs=knobs, generations=gen_tbl, sources=sources)
 
     out = {DEFAULT_STACK: profile(DEFAULT_STACK, "generic", vals_generic)}
