@@ -611,7 +611,7 @@ def format_hardware_table(hardware_list: Iterable[Hardware]) -> str:
     Plain text for ``trainperf hw``; a dash means the dtype is unsupported (or, for an
     uncalibrated ``cpu``, not measured yet).
     """
-    from tabulate import tabulate
+    from trainperf.text_table import format_table
 
     headers = [
         "id",
@@ -651,7 +651,7 @@ def format_hardware_table(hardware_list: Iterable[Hardware]) -> str:
         "Dense peaks (no sparsity), at the boost clock. Links: GB/s per device, one direction. "
         "'trainperf hw <id>' shows every dtype and the source of each number."
     )
-    return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True) + "\n" + footer
+    return format_table(rows, headers, numparse=False) + "\n" + footer
 
 
 def format_hardware_detail(hw: Hardware) -> str:

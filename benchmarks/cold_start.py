@@ -1,0 +1,113 @@
+"""Cold start of the light commands, as whole processes (goal: median under 100 ms).
+
+Starts a fresh interpreter (``sys.executable``, not a shim on PATH) for ``trainperf --help``,
+``flops``, ``mfu`` and ``predict`` exactly as the ``trainperf`` console script does (import
+``trainperf.cli.main`` and call ``main()``), several times each, interleaved with
+``python -c pass`` so a loaded machine slows the baseline too. Prints the median and spread
+of each command's wall time, its ratio to the baseline's median, its time above the baseline,
+and PASS/FAIL against the goal. Every command's output is checked (exit 0, non-empty), so a
+fast failure cannot pass. The first (untimed) run of each command writes the bytecode caches
+(``__pycache__``, as ``pip install`` does), even where ``PYTHONDONTWRITEBYTECODE`` is set.
+
+    python benchmarks/cold_start.py [--runs 15] [--src src] [--goal-ms 100]
+
+``--src`` picks the source tree to time (default: this checkout's ``src``), so two trees can
+be compared in one sitting: ``--src /path/to/other/src``. ``--importtime CMD`` prints the 15
+slowest imports of one command (``python -X importtime``) instead of timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+COMMANDS: dict[str, list[str]] = {
+    "--help": ["--help"],
+    "flops": ["flops", "--model", "llama2-70b", "--seq-len", "4096"],
+    "mfu": ["mfu", "--model", "llama2-70b", "--device", "h100-sxm", "--num-devices", "64", "--fsdp", "64",
+            "--seq-len", "4096", "--global-batch", "128", "--micro-batch", "2", "--step-time", "7.908"],
+    "predict": ["predict", "--model", "llama3.1-405b", "--device", "h100-sxm", "--num-devices", "128",
+                "--fsdp", "16", "--tp", "8", "--sequence-parallel", "--seq-len", "8192", "--global-batch", "32",
+                "--micro-batch", "2", "--activation-checkpointing", "full"],
+}
+# What the `trainperf` console script runs.
+ENTRY = "import sys; from trainperf.cli.main import main; sys.exit(main())"
+
+
+def _env(src: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(src)
+    env.pop("PYTHONSTARTUP", None)
+    # An installed wheel has its bytecode compiled (pip does it); a checkout run with
+    # PYTHONDONTWRITEBYTECODE set would recompile every module on every start instead.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def _time_once(argv: list[str], env: dict[str, str], check: bool) -> float:
+    t0 = time.perf_counter()
+    p = subprocess.run(argv, env=env, capture_output=True, text=True)
+    dt = time.perf_counter() - t0
+    if check and (p.returncode != 0 or not p.stdout.strip()):
+        raise SystemExit(f"{' '.join(argv[3:])} failed (exit {p.returncode}): {p.stderr.strip()[-300:]}")
+    return dt
+
+
+def _importtime(name: str, env: dict[str, str]) -> int:
+    p = subprocess.run([sys.executable, "-X", "importtime", "-c", ENTRY, *COMMANDS[name]], env=env,
+                       capture_output=True, text=True)
+    rows = []
+    for line in p.stderr.splitlines():
+        parts = line.split("|")
+        if len(parts) == 3 and parts[1].strip().isdigit():
+            rows.append((int(parts[1]), int(parts[0].split(":")[1]), parts[2].rstrip()))
+    for cum, own, mod in sorted(rows, reverse=True)[:15]:
+        print(f"{cum / 1e3:8.1f} ms cumulative {own / 1e3:7.1f} ms own  {mod}")
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=15, help="runs per command (median reported)")
+    ap.add_argument("--src", type=Path, default=Path(__file__).resolve().parents[1] / "src",
+                    help="source tree to time (PYTHONPATH)")
+    ap.add_argument("--goal-ms", type=float, default=100.0)
+    ap.add_argument("--importtime", choices=sorted(COMMANDS), help="show where one command's imports go")
+    args = ap.parse_args()
+    env = _env(args.src.resolve())
+    if args.importtime:
+        return _importtime(args.importtime, env)
+
+    base_argv = [sys.executable, "-c", "pass"]
+    times: dict[str, list[float]] = {"python -c pass": [], **{k: [] for k in COMMANDS}}
+    for name in COMMANDS:  # warm the OS file cache and __pycache__ once
+        _time_once([sys.executable, "-c", ENTRY, *COMMANDS[name]], env, check=True)
+    for _ in range(args.runs):
+        times["python -c pass"].append(_time_once(base_argv, env, check=False))
+        for name, cmd in COMMANDS.items():
+            times[name].append(_time_once([sys.executable, "-c", ENTRY, *cmd], env, check=True))
+
+    base = statistics.median(times["python -c pass"])
+    print(f"{sys.executable} (Python {sys.version.split()[0]}), {args.runs} runs each, src={args.src}")
+    print(f"{'command':16s} {'median':>9s} {'p10-p90':>15s} {'x baseline':>10s} {'above baseline':>15s}")
+    failed = []
+    for name, ts in times.items():
+        ts.sort()
+        med = statistics.median(ts)
+        lo, hi = ts[len(ts) // 10], ts[(len(ts) * 9) // 10 - (1 if len(ts) >= 10 else 0)]
+        print(f"{name:16s} {med * 1e3:7.1f}ms {lo * 1e3:6.1f}-{hi * 1e3:6.1f}ms {med / base:9.2f}x "
+              f"{(med - base) * 1e3:+12.1f}ms")
+        if name in COMMANDS and med * 1e3 >= args.goal_ms:
+            failed.append(name)
+    verdict = "PASS" if not failed else f"FAIL ({', '.join(failed)})"
+    print(f"goal: every command's median under {args.goal_ms:.0f} ms: {verdict}")
+    return 0 if not failed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
