@@ -5,7 +5,8 @@ Starts a fresh interpreter (``sys.executable``, not a shim on PATH) for ``trainp
 ``trainperf.cli.main`` and call ``main()``), several times each, interleaved with
 ``python -c pass`` so a loaded machine slows the baseline too. Prints the median and spread
 of each command's wall time, its ratio to the baseline's median, its time above the baseline,
-and PASS/FAIL against the goal. Every command's output is checked (exit 0, non-empty), so a
+its CPU time (user + system; less sensitive than wall time to other processes on a shared
+machine) and PASS/FAIL against the goal (wall-time medians). Every command's output is checked (exit 0, non-empty), so a
 fast failure cannot pass. The first (untimed) run of each command writes the bytecode caches
 (``__pycache__``, as ``pip install`` does), even where ``PYTHONDONTWRITEBYTECODE`` is set.
 
@@ -13,13 +14,15 @@ fast failure cannot pass. The first (untimed) run of each command writes the byt
 
 ``--src`` picks the source tree to time (default: this checkout's ``src``), so two trees can
 be compared in one sitting: ``--src /path/to/other/src``. ``--importtime CMD`` prints the 15
-slowest imports of one command (``python -X importtime``) instead of timing.
+slowest imports of one command (``python -X importtime``; ``--importtime=--help`` for the
+help) instead of timing.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -49,13 +52,19 @@ def _env(src: Path) -> dict[str, str]:
     return env
 
 
-def _time_once(argv: list[str], env: dict[str, str], check: bool) -> float:
-    t0 = time.perf_counter()
+def _children_cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _time_once(argv: list[str], env: dict[str, str], check: bool) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one process."""
+    c0, t0 = _children_cpu_s(), time.perf_counter()
     p = subprocess.run(argv, env=env, capture_output=True, text=True)
-    dt = time.perf_counter() - t0
+    dt, dc = time.perf_counter() - t0, _children_cpu_s() - c0
     if check and (p.returncode != 0 or not p.stdout.strip()):
         raise SystemExit(f"{' '.join(argv[3:])} failed (exit {p.returncode}): {p.stderr.strip()[-300:]}")
-    return dt
+    return dt, dc
 
 
 def _importtime(name: str, env: dict[str, str]) -> int:
@@ -84,24 +93,29 @@ def main() -> int:
         return _importtime(args.importtime, env)
 
     base_argv = [sys.executable, "-c", "pass"]
-    times: dict[str, list[float]] = {"python -c pass": [], **{k: [] for k in COMMANDS}}
+    walls: dict[str, list[float]] = {"python -c pass": [], **{k: [] for k in COMMANDS}}
+    cpus: dict[str, list[float]] = {k: [] for k in walls}
     for name in COMMANDS:  # warm the OS file cache and __pycache__ once
         _time_once([sys.executable, "-c", ENTRY, *COMMANDS[name]], env, check=True)
     for _ in range(args.runs):
-        times["python -c pass"].append(_time_once(base_argv, env, check=False))
-        for name, cmd in COMMANDS.items():
-            times[name].append(_time_once([sys.executable, "-c", ENTRY, *cmd], env, check=True))
+        for name in walls:
+            argv = base_argv if name not in COMMANDS else [sys.executable, "-c", ENTRY, *COMMANDS[name]]
+            wall, cpu = _time_once(argv, env, check=name in COMMANDS)
+            walls[name].append(wall)
+            cpus[name].append(cpu)
 
-    base = statistics.median(times["python -c pass"])
+    base = statistics.median(walls["python -c pass"])
+    base_cpu = statistics.median(cpus["python -c pass"])
     print(f"{sys.executable} (Python {sys.version.split()[0]}), {args.runs} runs each, src={args.src}")
-    print(f"{'command':16s} {'median':>9s} {'p10-p90':>15s} {'x baseline':>10s} {'above baseline':>15s}")
+    print(f"{'command':16s} {'wall median':>11s} {'p10-p90':>15s} {'x baseline':>10s} {'above baseline':>14s} "
+          f"{'CPU median':>10s} {'CPU above':>9s}")
     failed = []
-    for name, ts in times.items():
+    for name, ts in walls.items():
         ts.sort()
-        med = statistics.median(ts)
+        med, cpu = statistics.median(ts), statistics.median(cpus[name])
         lo, hi = ts[len(ts) // 10], ts[(len(ts) * 9) // 10 - (1 if len(ts) >= 10 else 0)]
-        print(f"{name:16s} {med * 1e3:7.1f}ms {lo * 1e3:6.1f}-{hi * 1e3:6.1f}ms {med / base:9.2f}x "
-              f"{(med - base) * 1e3:+12.1f}ms")
+        print(f"{name:16s} {med * 1e3:9.1f}ms {lo * 1e3:6.1f}-{hi * 1e3:6.1f}ms {med / base:9.2f}x "
+              f"{(med - base) * 1e3:+12.1f}ms {cpu * 1e3:8.1f}ms {(cpu - base_cpu) * 1e3:+7.1f}ms")
         if name in COMMANDS and med * 1e3 >= args.goal_ms:
             failed.append(name)
     verdict = "PASS" if not failed else f"FAIL ({', '.join(failed)})"

@@ -12,7 +12,7 @@ from tabulate import tabulate
 
 from trainperf.text_table import format_table
 
-NARROW = st.text(alphabet=st.sampled_from(list("abcXYZ019 .,-+e_%()/:=") + ["≥", "×", "µ", "é", "·"]),
+NARROW = st.text(alphabet=st.sampled_from([*list("abcXYZ019 .,-+e_%()/:="), "≥", "×", "µ", "é", "·"]),
                  max_size=12)
 NUMERIC_TEXT = st.one_of(
     st.integers(-10**12, 10**12).map(str),

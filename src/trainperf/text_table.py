@@ -73,7 +73,7 @@ def format_table(rows: Iterable[Sequence[Any]], headers: Sequence[Any] = (), *,
         else:
             widths = [len(h) + _MIN_PADDING for h in header_cells]
             aligns = ["left"] * len(header_cells)
-        head = [h.ljust(w) if a == "left" else h.rjust(w) for h, w, a in zip(header_cells, widths, aligns)]
+        head = [h.ljust(w) if a == "left" else h.rjust(w) for h, w, a in zip(header_cells, widths, aligns, strict=False)]
         lines.append("  ".join(head).rstrip())
         lines.append(_rule(widths))
         lines.extend("  ".join(c[i] for c in columns).rstrip() for i in range(len(rows)))
@@ -201,7 +201,7 @@ def _align_column(cells: list[str], align: str, minwidth: int) -> list[str]:
     if align == "decimal":
         points = [_after_point(s) for s in cells]
         most = max(points)
-        cells = [s + (most - p) * " " for s, p in zip(cells, points)]
+        cells = [s + (most - p) * " " for s, p in zip(cells, points, strict=False)]
         width = max(max(map(len, cells)), minwidth)
         return [s.rjust(width) for s in cells]
     cells = [s.strip() for s in cells]

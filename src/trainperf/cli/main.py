@@ -94,17 +94,29 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
 
 
+class _TopParser(_Parser):
+    """The ``trainperf`` parser: its help lists the commands grouped by task (built only when
+    the help is printed)."""
+
+    def format_help(self) -> str:
+        if self.description is None:
+            self.description = f"{DESCRIPTION}\n\n{_commands_text()}"
+        return super().format_help()
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    parser = _Parser(prog="trainperf", usage="%(prog)s COMMAND [options]",
-                     description=f"{DESCRIPTION}\n\n{_commands_text()}", epilog=EXAMPLES,
-                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    """The argument parser; with ``command``, only that command's sub-parser is built (and its
+    module imported), which is all a run of it needs."""
+    parser = _TopParser(prog="trainperf", usage="%(prog)s COMMAND [options]", epilog=EXAMPLES,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"trainperf {__version__}",
                         help="print the version and exit")
     # The grouped list in the description replaces argparse's flat one.
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser, prog="trainperf",
                                 help=argparse.SUPPRESS)
     for name, (module, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, description=help_text)
+        if command is None or name == command:
+            p = sub.add_parser(name, description=help_text)
         if name == command:
             importlib.import_module(module).add_arguments(p)
     return parser

@@ -44,7 +44,6 @@ memory bandwidth from the calibration cache (:mod:`trainperf.specs.cpu_calibrati
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import math
 import os
@@ -54,7 +53,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainperf.errors import InputFileError, SpecError, UnknownNameError
-from trainperf.specs.datafiles import read_package_toml
+from trainperf.specs.catalog_cache import read_catalog
 
 __all__ = [
     "KINDS",
@@ -393,18 +392,19 @@ def _entry_to_hardware(device_id: str, entry: Mapping[str, Any], citations: Mapp
 
 @functools.lru_cache(maxsize=1)
 def _catalog_data() -> dict[str, Any]:
-    return read_package_toml("trainperf.specs", "devices.toml", "hardware catalog")
+    return read_catalog("trainperf.specs", "devices.toml", "hardware catalog")
 
 
-@functools.lru_cache(maxsize=1)
-def _catalog() -> dict[str, Hardware]:
-    """Parse devices.toml once (first use)."""
+@functools.cache
+def _device(device_id: str) -> Hardware:
+    """One catalog entry, built and validated on first use (a command needs one, not all)."""
     data = _catalog_data()
-    citations = data.get("citations", {})
-    catalog: dict[str, Hardware] = {}
-    for device_id, entry in data.get("devices", {}).items():
-        catalog[device_id] = _entry_to_hardware(device_id, entry, citations)
-    return catalog
+    return _entry_to_hardware(device_id, data["devices"][device_id], data.get("citations", {}))
+
+
+def _device_entries() -> dict[str, Any]:
+    """The raw ``[devices]`` tables by id, in catalog order."""
+    return _catalog_data().get("devices", {})
 
 
 def device_aliases() -> dict[str, str]:
@@ -414,7 +414,7 @@ def device_aliases() -> dict[str, str]:
     catalog reason for each is a comment beside it in devices.toml.
     """
     aliases = {str(k): str(v) for k, v in _catalog_data().get("aliases", {}).items()}
-    catalog = _catalog()
+    catalog = _device_entries()
     for alias, target in aliases.items():
         if target not in catalog or alias in catalog:
             raise InputFileError(f"devices.toml: alias {alias!r} -> {target!r} must name a catalog id "
@@ -424,7 +424,7 @@ def device_aliases() -> dict[str, str]:
 
 def hardware_ids() -> list[str]:
     """All catalog ids, in catalog order."""
-    return list(_catalog())
+    return list(_device_entries())
 
 
 def get_hardware(device_id: str) -> Hardware:
@@ -437,17 +437,17 @@ def get_hardware(device_id: str) -> Hardware:
     key = str(device_id).strip().lower()
     if not key:
         raise SpecError("device", device_id, "a catalog id such as h100-sxm (`trainperf hw` lists them)")
-    catalog = _catalog()
+    catalog = _device_entries()
     key = device_aliases().get(key, key)
     if key not in catalog:
         raise UnknownNameError("device", str(device_id), _suggestion_pool(key, catalog))
-    hw = catalog[key]
+    hw = _device(key)
     if hw.kind == "cpu":
         return _local_cpu(hw)
     return hw
 
 
-def _suggestion_pool(key: str, catalog: Mapping[str, Hardware]) -> list[str]:
+def _suggestion_pool(key: str, catalog: Mapping[str, Any]) -> list[str]:
     """Known ids, ordered so that ids starting with the typed text come up as suggestions.
 
     UnknownNameError suggests difflib's close matches; for a prefix such as "h100" it would miss
@@ -521,6 +521,8 @@ def hardware_from_dict(d: Mapping[str, Any]) -> Hardware:
         raise SpecError("hardware", d, "a table of device fields")
     unknown = sorted(set(d) - _CUSTOM_KEYS)
     if unknown:
+        import difflib  # only an error needs it
+
         close = difflib.get_close_matches(str(unknown[0]), sorted(_CUSTOM_KEYS), n=1, cutoff=0.6)
         hint = f"did you mean {close[0]}? " if close else ""
         raise SpecError(
