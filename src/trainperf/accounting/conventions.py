@@ -192,6 +192,7 @@ def nemo_legacy_terms(model: ModelSpec, seq_len: int) -> dict[str, float]:
     head). Exact integers for the Llama shapes the recipe targets; for other shapes they are
     the literal formula, which :func:`model_flops_per_token` generalises via the breakdown.
     """
+    assert model.kv_heads is not None  # ModelSpec.__post_init__ resolves it
     L, h, a, g, f, v = model.layers, model.hidden, model.heads, model.kv_heads, model.ffn_hidden, model.vocab
     # Integer arithmetic so the recipe's digits come out exactly: 12*L*h^2*(1+G/A+S/h)
     attention = (12 * L * h * h * a * h + 12 * L * h * h * g * h + 12 * L * h * h * seq_len * a) / (a * h)

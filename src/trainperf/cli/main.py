@@ -136,10 +136,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(module.run(args) or 0)
     except ImportError as e:  # ModuleNotFoundError included
-        extra = OPTIONAL_EXTRAS.get((e.name or "").split(".")[0])
+        missing = (e.name or "").split(".")[0]
+        extra = OPTIONAL_EXTRAS.get(missing)
         if extra is None:
             raise
-        print(f"trainperf {args.command}: error: this command needs {e.name.split('.')[0]}, which is not "
+        print(f"trainperf {args.command}: error: this command needs {missing}, which is not "
               f"installed: pip install 'trainperf[{extra}]'", file=sys.stderr)
         return 2
     except TrainperfError as e:
