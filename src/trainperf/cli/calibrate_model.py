@@ -14,7 +14,8 @@ HELP = "fit a software-stack profile (.toml, for --stack) or device knobs (.json
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("runs", nargs="+", metavar="RUN",
                         help="bench run directories, JSONL run files, row:<row_id> / table:<table_id> of the "
-                             "published-runs table, or published:<id|vendor|device|all> (seed catalog)")
+                             "published-runs table, or published:<id|vendor|device|all> (the runs of "
+                             "`trainperf published --documents`)")
     parser.add_argument("--holdout", nargs="*", default=[], metavar="RUN",
                         help="runs to predict after fitting (not used to fit); their error is reported")
     parser.add_argument("--knobs", metavar="A,B",

@@ -3,7 +3,7 @@
 Runs form a sweep when they share the model shape, device, precision and sequence length and
 differ in device count. The mode follows from the batches: global batch equal in every run is
 **strong** scaling, per-device batch (sequences per device per step) equal is **weak** scaling.
-Efficiencies use :mod:`trainperf.accounting.scaling` with the seeds' definitions, relative to
+Efficiencies use :mod:`trainperf.accounting.scaling` with the published definitions, relative to
 the run with the fewest devices:
 
 * strong: E = T_base*N_base / (T_N*N)  (step time T, devices N);
