@@ -48,11 +48,12 @@ def built(tmp_path_factory) -> dict:
         (tree / f).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / f, tree / f)
     code = ("import sys\nfrom setuptools import build_meta as b\n"
-            "print(b.build_sdist(sys.argv[1]))\nprint(b.build_wheel(sys.argv[1]))\n")
+            "out = sys.argv[1]  # build_meta rewrites sys.argv\n"
+            "s = b.build_sdist(out)\nw = b.build_wheel(out)\nprint('BUILT', s, w)\n")
     p = subprocess.run([sys.executable, "-c", code, str(out)], cwd=tree, capture_output=True, text=True,
                        timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
-    sdist_name, wheel_name = p.stdout.split()[-2:]
+    _, sdist_name, wheel_name = next(line for line in p.stdout.splitlines() if line.startswith("BUILT ")).split()
     return {"files": files, "sdist": out / sdist_name, "wheel": out / wheel_name}
 
 

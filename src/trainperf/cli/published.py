@@ -137,8 +137,8 @@ def _run_documents(args: argparse.Namespace) -> int:
         return _print_record(_row_dict(get_published(args.id)), args.json)
     runs = published_runs()
     if args.json:
-        claims = [{k: v for k, v in c.items() if k not in _PROVENANCE} for c in published_claims()]
-        print_json({"runs": [_row_dict(r) for r in runs], "claims": claims})
+        print_json({"runs": [_row_dict(r) for r in runs],
+                    "claims": [{k: v for k, v in c.items() if k not in _PROVENANCE} for c in published_claims()]})
         return 0
     print(table([(r.id, r.workload.hardware.id, r.workload.num_devices, f"{r.step_time_s:.4g}",
                   "derived" if r.derived_from else "published", r.document,
