@@ -193,8 +193,8 @@ def test_no_internal_seed_labels_in_user_facing_files(path):
 
 @pytest.mark.parametrize("argv", [
     ["hw", "h100-sxm"], ["hw", "h100-sxm-hbm2e"], ["hw", "mi250"], ["hw", "mi250x"], ["hw", "mi300x"],
-    ["hw", "mi250-gcd"], ["published", "--seeds"], ["published", "--seeds", "--json"],
-    ["published", "maxtext-70b-bf16-64"], ["flops", "--model", "llama2-70b", "--seq-len", "4096"],
+    ["hw", "mi250-gcd"], ["published", "--documents"], ["published", "--documents", "--json"], ["published", "--seeds"],
+    ["published", "340"], ["published", "--documents", "jax-eager-llama3.1-405b-lora-8xmi300x"], ["flops", "--model", "llama2-70b", "--seq-len", "4096"],
     ["published", "--help"], ["validate", "--help"],
 ])
 def test_no_internal_seed_labels_in_command_output(argv, capsys):
