@@ -6,8 +6,8 @@ pulls in ``wcwidth`` when present), more than every light command's own work. Th
 renders the tables those commands print (single-line cells of narrow characters: no
 newlines, ANSI escapes, control or East-Asian wide characters) and hands anything else to
 tabulate unchanged, so output never depends on which path ran. The rules below are
-tabulate 0.10's (0.9 read "1,234" as text), kept the same (``tests/test_text_table.py`` compares the two on
-generated tables):
+tabulate 0.10's (0.9 read "1,234" as text), kept the same (``tests/test_text_table.py``
+compares the two on generated tables):
 
 * a column is int, float, bool or str: the least general type of its cells, where ``None``
   and ``""`` are neutral and, with ``numparse``, numeric strings (``"12"``, ``"1,234.5"``,
