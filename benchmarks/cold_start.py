@@ -10,10 +10,10 @@ machine) and PASS/FAIL against the goal (wall-time medians). Every command's out
 fast failure cannot pass. The first (untimed) run of each command writes the bytecode caches
 (``__pycache__``, as ``pip install`` does), even where ``PYTHONDONTWRITEBYTECODE`` is set.
 
-    python benchmarks/cold_start.py [--runs 15] [--src src] [--goal-ms 100]
+    python benchmarks/cold_start.py [--runs 15] [--src OLD/src --src src] [--goal-ms 100]
 
-``--src`` picks the source tree to time (default: this checkout's ``src``), so two trees can
-be compared in one sitting: ``--src /path/to/other/src``. ``--importtime CMD`` prints the 15
+``--src`` picks the source tree to time (default: this checkout's ``src``); given twice, both
+trees are timed in one sitting, their runs interleaved, so load on the machine hits both alike. ``--importtime CMD`` prints the 15
 slowest imports of one command (``python -X importtime``; ``--importtime=--help`` for the
 help) instead of timing.
 """
@@ -83,43 +83,50 @@ def _importtime(name: str, env: dict[str, str]) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=15, help="runs per command (median reported)")
-    ap.add_argument("--src", type=Path, default=Path(__file__).resolve().parents[1] / "src",
-                    help="source tree to time (PYTHONPATH)")
+    ap.add_argument("--src", type=Path, action="append",
+                    help="source tree to time (PYTHONPATH); give it twice to compare two trees, "
+                         "measured interleaved (default: this checkout's src)")
     ap.add_argument("--goal-ms", type=float, default=100.0)
     ap.add_argument("--importtime", choices=sorted(COMMANDS), help="show where one command's imports go")
     args = ap.parse_args()
-    env = _env(args.src.resolve())
+    trees = [p.resolve() for p in (args.src or [Path(__file__).resolve().parents[1] / "src"])]
     if args.importtime:
-        return _importtime(args.importtime, env)
+        return _importtime(args.importtime, _env(trees[0]))
 
     base_argv = [sys.executable, "-c", "pass"]
-    walls: dict[str, list[float]] = {"python -c pass": [], **{k: [] for k in COMMANDS}}
-    cpus: dict[str, list[float]] = {k: [] for k in walls}
-    for name in COMMANDS:  # warm the OS file cache and __pycache__ once
-        _time_once([sys.executable, "-c", ENTRY, *COMMANDS[name]], env, check=True)
+    names = ["python -c pass", *COMMANDS]
+    walls = {(t, n): [] for t in trees for n in names}  # type: dict[tuple[Path, str], list[float]]
+    cpus = {k: [] for k in walls}  # type: dict[tuple[Path, str], list[float]]
+    for tree in trees:
+        for name in COMMANDS:  # warm the OS file cache and write __pycache__ once
+            _time_once([sys.executable, "-c", ENTRY, *COMMANDS[name]], _env(tree), check=True)
     for _ in range(args.runs):
-        for name in walls:
-            argv = base_argv if name not in COMMANDS else [sys.executable, "-c", ENTRY, *COMMANDS[name]]
-            wall, cpu = _time_once(argv, env, check=name in COMMANDS)
-            walls[name].append(wall)
-            cpus[name].append(cpu)
+        for tree in trees:
+            env = _env(tree)
+            for name in names:
+                argv = base_argv if name not in COMMANDS else [sys.executable, "-c", ENTRY, *COMMANDS[name]]
+                wall, cpu = _time_once(argv, env, check=name in COMMANDS)
+                walls[tree, name].append(wall)
+                cpus[tree, name].append(cpu)
 
-    base = statistics.median(walls["python -c pass"])
-    base_cpu = statistics.median(cpus["python -c pass"])
-    print(f"{sys.executable} (Python {sys.version.split()[0]}), {args.runs} runs each, src={args.src}")
-    print(f"{'command':16s} {'wall median':>11s} {'p10-p90':>15s} {'x baseline':>10s} {'above baseline':>14s} "
-          f"{'CPU median':>10s} {'CPU above':>9s}")
     failed = []
-    for name, ts in walls.items():
-        ts.sort()
-        med, cpu = statistics.median(ts), statistics.median(cpus[name])
-        lo, hi = ts[len(ts) // 10], ts[(len(ts) * 9) // 10 - (1 if len(ts) >= 10 else 0)]
-        print(f"{name:16s} {med * 1e3:9.1f}ms {lo * 1e3:6.1f}-{hi * 1e3:6.1f}ms {med / base:9.2f}x "
-              f"{(med - base) * 1e3:+12.1f}ms {cpu * 1e3:8.1f}ms {(cpu - base_cpu) * 1e3:+7.1f}ms")
-        if name in COMMANDS and med * 1e3 >= args.goal_ms:
-            failed.append(name)
+    print(f"{sys.executable} (Python {sys.version.split()[0]}), {args.runs} runs each, interleaved")
+    for tree in trees:
+        base = statistics.median(walls[tree, "python -c pass"])
+        base_cpu = statistics.median(cpus[tree, "python -c pass"])
+        print(f"\nsrc={tree}")
+        print(f"{'command':16s} {'wall median':>11s} {'p10-p90':>15s} {'x baseline':>10s} {'above baseline':>14s} "
+              f"{'CPU median':>10s} {'CPU above':>9s}")
+        for name in names:
+            ts = sorted(walls[tree, name])
+            med, cpu = statistics.median(ts), statistics.median(cpus[tree, name])
+            lo, hi = ts[len(ts) // 10], ts[(len(ts) * 9) // 10 - (1 if len(ts) >= 10 else 0)]
+            print(f"{name:16s} {med * 1e3:9.1f}ms {lo * 1e3:6.1f}-{hi * 1e3:6.1f}ms {med / base:9.2f}x "
+                  f"{(med - base) * 1e3:+12.1f}ms {cpu * 1e3:8.1f}ms {(cpu - base_cpu) * 1e3:+7.1f}ms")
+            if tree == trees[-1] and name in COMMANDS and med * 1e3 >= args.goal_ms:
+                failed.append(name)
     verdict = "PASS" if not failed else f"FAIL ({', '.join(failed)})"
-    print(f"goal: every command's median under {args.goal_ms:.0f} ms: {verdict}")
+    print(f"\ngoal (last tree): every command's median under {args.goal_ms:.0f} ms: {verdict}")
     return 0 if not failed else 1
 
 
