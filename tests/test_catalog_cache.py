@@ -36,7 +36,7 @@ def test_a_cache_file_that_is_not_the_catalog_is_never_served(tmp_path, monkeypa
     assert read_catalog("trainperf.specs", "models.toml", "catalog") == parsed
 
 
-def test_edited_catalog_is_parsed_afresh_and_old_copies_removed(tmp_path, monkeypatch):
+def test_edited_catalog_is_parsed_afresh_and_only_the_newest_copies_kept(tmp_path, monkeypatch):
     import sys
     import types
 
@@ -53,7 +53,11 @@ def test_edited_catalog_is_parsed_afresh_and_old_copies_removed(tmp_path, monkey
     (pkg_dir / "data" / "c.toml").write_text("a = 2.5\nb = 'x'\n")
     assert read_catalog("tp_cache_probe", "c.toml", "probe") == {"a": 2.5, "b": "x"}
     assert read_catalog("tp_cache_probe", "c.toml", "probe") == {"a": 2.5, "b": "x"}
-    assert len(list(cache_dir().glob("tp_cache_probe.c.toml.*.json"))) == 1
+    assert len(list(cache_dir().glob("tp_cache_probe.c.toml.*.json"))) == 2  # both contents kept
+    for i in range(6):
+        (pkg_dir / "data" / "c.toml").write_text(f"a = {i}\n")
+        assert read_catalog("tp_cache_probe", "c.toml", "probe") == {"a": i}
+    assert len(list(cache_dir().glob("tp_cache_probe.c.toml.*.json"))) == 4  # the newest four
 
 
 def test_cache_directory_that_is_a_file_only_costs_the_parse(tmp_path, monkeypatch):

@@ -8,7 +8,8 @@ the directory of the CPU calibration cache) as JSON, which the C ``json`` module
 well under a millisecond.
 
 The cache file is named after a CRC-32 and the length of the catalog's bytes, so an edited or
-upgraded catalog is parsed afresh and never served stale. A cache that cannot be read or
+upgraded catalog is parsed afresh and never served stale; the newest four contents of each
+catalog are kept. A cache that cannot be read or
 written (read-only home, corrupt file, a race with another process) only costs the parse: the
 file is replaced atomically, and any failure falls back to :func:`read_package_toml`, which
 also reports a missing or malformed catalog.
@@ -27,6 +28,8 @@ from typing import Any
 
 FORMAT = 1
 """Bumped when the cached layout changes (part of the file name)."""
+_KEEP = 4
+"""Cached contents kept per catalog (the newest)."""
 
 
 def cache_dir() -> Path:
@@ -75,10 +78,13 @@ def _write(path: Path, data: dict[str, Any]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)
-        stem = path.name.rsplit("-", 2)[0]  # "<package>.<name>.<FORMAT>": older contents of this catalog
-        for old in path.parent.glob(f"{stem}-*.json"):
-            if old != path:
-                old.unlink(missing_ok=True)
+        # Other contents of this catalog ("<package>.<name>.<FORMAT>-*"): keep the newest few, so
+        # that two installed versions (or checkouts) in use side by side do not evict each other.
+        stem = path.name.rsplit("-", 2)[0]
+        others = sorted((p for p in path.parent.glob(f"{stem}-*.json") if p != path),
+                        key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in others[_KEEP - 1:]:
+            old.unlink(missing_ok=True)
     except OSError:
         with contextlib.suppress(OSError):
             tmp.unlink()
