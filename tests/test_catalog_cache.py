@@ -47,7 +47,7 @@ def test_edited_catalog_is_parsed_afresh_and_only_the_newest_copies_kept(tmp_pat
     module = types.ModuleType("tp_cache_probe")
     module.__file__ = str(pkg_dir / "__init__.py")
     monkeypatch.setitem(sys.modules, "tp_cache_probe", module)
-    monkeypatch.setattr("trainperf.specs.datafiles.resources.files", lambda package: pkg_dir)
+    monkeypatch.setattr("importlib.resources.files", lambda package: pkg_dir)
     monkeypatch.setenv("TRAINPERF_CACHE_DIR", str(tmp_path / "cache"))
     assert read_catalog("tp_cache_probe", "c.toml", "probe") == {"a": 1}
     (pkg_dir / "data" / "c.toml").write_text("a = 2.5\nb = 'x'\n")
