@@ -18,11 +18,12 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "trainperf"
 LAYERS = {
-    "__init__": 0, "errors": 0, "numbers": 0, "specs": 1, "records": 2, "accounting": 3, "ingest": 4,
+    "__init__": 0, "errors": 0, "numbers": 0, "text_table": 0, "specs": 1, "records": 2, "accounting": 3, "ingest": 4,
     "measure": 5, "meter": 5, "integrations": 5, "predict": 6, "plan": 7, "report": 8, "cli": 9,
+    "__main__": 9,
 }
 # Packages that must import (and run) without torch.
-TORCH_FREE = {"errors", "numbers", "specs", "records", "accounting", "ingest", "predict", "plan", "report"}
+TORCH_FREE = {"errors", "numbers", "text_table", "specs", "records", "accounting", "ingest", "predict", "plan", "report"}
 TORCH_MODULES = {"torch", "transformers", "lightning", "pytorch_lightning"}
 
 

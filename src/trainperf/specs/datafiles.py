@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import tomllib
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +11,11 @@ from trainperf.errors import InputFileError, one_line
 def read_package_toml(package: str, name: str, what: str) -> dict[str, Any]:
     """Parse ``data/<name>`` of ``package``; a missing or malformed file (a packaging bug) is one
     ``InputFileError`` line naming ``what`` it holds."""
+    # Imported here, not at the top: the catalogs usually come from the JSON cache
+    # (trainperf.specs.catalog_cache), and a light command should not pay for these imports.
+    import tomllib
+    from importlib import resources
+
     ref = resources.files(package).joinpath("data", name)
     try:
         return tomllib.loads(ref.read_text(encoding="utf-8"))

@@ -77,9 +77,9 @@ def model_from_hf_config(path_or_dict: Any) -> ModelSpec:
     """
     data, path = _load(path_or_dict)
     model_type = data.get("model_type")
-    reader = READERS.get(model_type) if isinstance(model_type, str) else None
-    if reader is None:
+    if not isinstance(model_type, str) or model_type not in READERS:
         raise SpecError("model_type", model_type, f"one of {', '.join(SUPPORTED_MODEL_TYPES)}")
+    reader = READERS[model_type]
     where = path or "dict"
     fields = reader(HFConfig(data, model_type, where))
     given = data.get("_name_or_path")

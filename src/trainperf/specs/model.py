@@ -154,9 +154,9 @@ class ModelSpec:
     def __post_init__(self) -> None:
         for name in ("layers", "hidden", "heads", "ffn_hidden", "vocab", "max_seq_len"):
             _positive(name, getattr(self, name))
-        if self.kv_heads is None:
-            object.__setattr__(self, "kv_heads", self.heads)
-        _positive("kv_heads", self.kv_heads)
+        kv_heads = self.heads if self.kv_heads is None else self.kv_heads
+        object.__setattr__(self, "kv_heads", kv_heads)
+        _positive("kv_heads", kv_heads)
         if self.head_dim is None:
             if self.hidden % self.heads:
                 raise SpecError(
@@ -166,7 +166,7 @@ class ModelSpec:
                 )
             object.__setattr__(self, "head_dim", self.hidden // self.heads)
         _positive("head_dim", self.head_dim)
-        if self.heads % self.kv_heads:
+        if self.heads % kv_heads:
             raise SpecError("kv_heads", self.kv_heads, f"must divide heads={self.heads}")
         if self.mlp not in MLP_KINDS:
             raise SpecError("mlp", self.mlp, f"one of {', '.join(MLP_KINDS)}")

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -45,6 +44,8 @@ _HW_WORKLOAD_KEYS = frozenset({"device", "num_devices", "devices_per_node", "pea
 
 def read_workload_file(path: str | Path) -> dict[str, Any]:
     """Parse a ``.toml`` or ``.json`` workload file into a dict (no validation beyond syntax)."""
+    import tomllib  # here, not at the top: a command given only flags never parses TOML
+
     p = Path(path)
     text = read_user_text(p, "workload file")
     try:
