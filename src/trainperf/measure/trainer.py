@@ -569,5 +569,21 @@ def _exit(code: int | None) -> None:
     os._exit(code or 0)
 
 
+def _run_worker() -> None:
+    """``main`` as a torchrun worker: its exit code, or after an exception (recorded for torchrun
+    by ``@record``) the traceback in the rank's log and exit code 1 -- in both cases without the
+    interpreter's slow teardown (:func:`_exit`)."""
+    try:
+        code = main()
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    _exit(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    _exit(main())
+    _run_worker()
