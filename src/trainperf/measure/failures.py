@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import signal
+import socket
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -128,7 +128,7 @@ def failure_line(failures: list[WorkerFailure], out_dir: str | Path, *, steps_ke
                  last_step: int | None) -> str:
     """One line: which rank died and how, what the run record kept, where the full log is."""
     f = first_failure(failures)
-    where = f" on {f.host}" if f.host and f.host != os.uname().nodename else ""
+    where = f" on {f.host}" if f.host and f.host != socket.gethostname() else ""
     pid = f" (pid {f.pid}{where})" if f.pid else where
     kept = (f"{steps_kept} step(s) kept (last step {last_step}) in {Path(out_dir) / 'steps.jsonl'}"
             if steps_kept else "no step finished")

@@ -23,6 +23,7 @@ import contextlib
 import math
 import os
 import signal
+import stat
 import subprocess
 import threading
 import time
@@ -97,8 +98,6 @@ def _echo_lines(stream: BinaryIO, echo: Callable[[str], None]) -> None:
 def _open_log(path: Path) -> int:
     """torchrun's log file: created or appended, never through a link or into a FIFO/device."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
-    import stat
-
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         from trainperf.records.output_path import OutputPathError
