@@ -101,6 +101,7 @@ def _create_exclusive(path: Path) -> None:
     runs writing into one directory, exactly one gets the record)."""
     from trainperf.records.output_path import OutputPathError
 
+    path.parent.mkdir(parents=True, exist_ok=True)  # as the JSONL writer does
     try:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
     except FileExistsError:
