@@ -43,3 +43,23 @@ MODEL_FIELD_BOUNDS: dict[str, Bound] = {
         0, 16, "trainperf's bound on norms per block (16)"),
 }
 """ModelSpec fields and their bounds (checked after the type and sign checks)."""
+
+
+# --- the bench's own inputs (trainperf bench / sweep / slurm): the work grows with each ---------
+BENCH_STEPS = Bound(1, 1_000_000, "trainperf's bound on bench steps: a benchmark needs tens to thousands, and "
+                                  "the run keeps every step in memory")
+BENCH_MICRO_BATCHES = Bound(1, 1 << 16, "trainperf's bound on micro-batches per rank per step (65,536); "
+                                        "published runs accumulate at most a few thousand")
+BENCH_SEQ_LEN = Bound(1, 1 << 20, "trainperf's bound on the bench's sequence length (1,048,576 tokens); the "
+                                  "longest published training context is 1M")
+BENCH_NPROC = Bound(1, 1024, "trainperf's bound on processes per node (1,024); nodes have up to 16 "
+                             "accelerators or a few hundred cores, and each process loads torch")
+BENCH_NNODES = Bound(1, 100_000, "trainperf's bound on nodes (100,000); the largest published runs use "
+                                 "a few thousand")
+BENCH_THREADS = Bound(1, 4096, "trainperf's bound on CPU threads per process (4,096)")
+BENCH_REPEATS = Bound(1, 1000, "trainperf's bound on sweep repeats per configuration (1,000)")
+BENCH_STOP_GRACE_S = Bound(1, 3600, "trainperf's bound on the seconds a stopped run's step may take to "
+                                    "finish (1 hour; Slurm gives 30 s by default)")
+BENCH_MICRO_TOKENS = Bound(1, 1 << 24, "trainperf's bound on tokens per micro-batch (micro_batch x seq_len, "
+                                       "16,777,216); published runs use up to ~1M, and the activations grow "
+                                       "with it")
