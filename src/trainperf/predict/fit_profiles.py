@@ -449,10 +449,11 @@ def cached_loto(rows: Sequence[FitRow], key_extra: str = "") -> list[Prediction]
         if got is not None:
             return got
     preds = leave_one_table_out(rows)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps([p.__dict__ for p in preds]), encoding="utf-8")
-    except OSError:
+    try:  # under the cache's file lock, atomically: a concurrent reader never sees half a file
+        from trainperf.locked_update import update_file
+
+        update_file(path, lambda _old: json.dumps([p.__dict__ for p in preds]), what="leave-one-table-out cache")
+    except (OSError, ValueError):  # InputFileError (a ValueError): lock or write failed; the cache is optional
         pass
     return preds
 

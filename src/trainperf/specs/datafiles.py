@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -20,13 +22,48 @@ def read_package_toml(package: str, name: str, what: str) -> dict[str, Any]:
         raise InputFileError(f"{ref}: cannot read the {what}: {exc}") from exc
 
 
-def read_user_text(path: str | Path, what: str) -> str:
-    """The UTF-8 text of a file the user named; a missing, unreadable or undecodable file is one
-    ``InputFileError`` line naming ``what`` it should hold (``"workload file"``, ``"runs file"``)."""
+USER_FILE_MAX_BYTES = 16 << 20
+"""Largest text file a user may name (16 MiB), checked before it is read: workload files, stack
+profiles, calibration files and Hugging Face configs are a few KB (the largest config.json of a
+published model is under 100 KB) and a runs table of 10,000 rows is ~2 MB, so 16 MiB is an
+order of magnitude of headroom while the parse of a file at the limit stays well under 200 MB."""
+
+
+def _too_large(p: Path, what: str, size: int, max_bytes: int) -> InputFileError:
+    return InputFileError(f"{what} {str(p)!r} is {size:,} bytes, more than trainperf reads "
+                          f"({max_bytes:,} bytes); is it the right file?")
+
+
+def read_user_bytes(path: str | Path, what: str, *, max_bytes: int = USER_FILE_MAX_BYTES) -> bytes:
+    """The bytes of a file the user named, read only if it is a regular file of at most
+    ``max_bytes`` (checked with ``stat`` first, then by a read of at most ``max_bytes + 1``
+    bytes, for a file that grows meanwhile or whose size ``stat`` does not tell, as in /proc).
+    A missing file, a directory, FIFO or device, an oversized or unreadable file is one
+    ``InputFileError`` line naming ``what`` it should hold."""
     p = Path(path)
-    if not p.is_file():
-        raise InputFileError(f"{what} {str(p)!r} does not exist or is not a file")
     try:
-        return p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputFileError(f"{what} {str(p)!r} cannot be read: {one_line(str(e))}") from None
+        st = os.stat(p)
+    except (OSError, ValueError):  # ValueError: a NUL byte in the path
+        st = None
+    if st is None or not stat.S_ISREG(st.st_mode):
+        raise InputFileError(f"{what} {str(p)!r} does not exist or is not a file")
+    if st.st_size > max_bytes:
+        raise _too_large(p, what, st.st_size, max_bytes)
+    try:
+        with open(p, "rb") as f:
+            data = f.read(max_bytes + 1)
+    except OSError as e:
+        raise InputFileError(f"{what} {str(p)!r} cannot be read: {one_line(e.strerror or str(e))}") from None
+    if len(data) > max_bytes:
+        raise _too_large(p, what, len(data), max_bytes)
+    return data
+
+
+def read_user_text(path: str | Path, what: str, *, max_bytes: int = USER_FILE_MAX_BYTES) -> str:
+    """The UTF-8 text of a file the user named (:func:`read_user_bytes`, then decoded); an
+    undecodable file is one ``InputFileError`` line as well."""
+    data = read_user_bytes(path, what, max_bytes=max_bytes)
+    try:  # newlines as text-mode open() gives them (\r\n and \r become \n)
+        return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    except UnicodeDecodeError as e:
+        raise InputFileError(f"{what} {str(path)!r} cannot be read: {one_line(str(e))}") from None
