@@ -111,6 +111,8 @@ def parse_counts(text: str | int | None, field: str) -> tuple[int, ...]:
                 out.append(hi)
             else:
                 out.append(int(part))
+    except SpecError:
+        raise
     except ValueError:
         raise SpecError(field, text, "a positive integer, a list A,B,C or a range LO-HI") from None
     for v in out:
