@@ -21,7 +21,7 @@ from trainperf.cli.main import main
 from trainperf.errors import InputFileError, SpecError, TrainperfError
 from trainperf.specs import bounds
 from trainperf.specs.bounds import Bound, RealBound
-from trainperf.specs.datafiles import USER_FILE_MAX_BYTES, read_user_text
+from trainperf.specs.datafiles import max_bytes_for, read_user_text
 from trainperf.specs.workload_file import load_workload
 
 WORKLOAD = ["--model", "llama3-8b", "--device", "h100-sxm", "--num-devices", "8", "--seq-len", "4096",
@@ -213,7 +213,7 @@ def test_a_1_gb_input_file_is_refused_before_it_is_read(tmp_path, capsys, name, 
     code = main([a.replace("{}", str(path)) for a in argv])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
-    assert f"is {1 << 30:,} bytes, more than trainperf reads ({USER_FILE_MAX_BYTES:,} bytes)" in err
+    assert f"is {1 << 30:,} bytes, more than trainperf reads ({max_bytes_for(path):,} bytes)" in err
 
 
 def test_the_size_cap_holds_for_a_file_that_lies_about_its_size(tmp_path, monkeypatch):

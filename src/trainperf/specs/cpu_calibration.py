@@ -197,8 +197,8 @@ def _positive_number(value: Any) -> bool:
     )
 
 
-CACHE_MAX_BYTES = 16 << 20
-"""Largest calibration cache read (16 MiB): one entry is ~400 bytes, so this holds ~40,000 CPU
+CACHE_MAX_BYTES = 8 << 20
+"""Largest calibration cache read (8 MiB): one entry is ~400 bytes, so this holds ~20,000 CPU
 and thread-count entries; a larger file is not a cache trainperf wrote."""
 
 

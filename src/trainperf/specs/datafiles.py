@@ -22,11 +22,20 @@ def read_package_toml(package: str, name: str, what: str) -> dict[str, Any]:
         raise InputFileError(f"{ref}: cannot read the {what}: {exc}") from exc
 
 
-USER_FILE_MAX_BYTES = 16 << 20
-"""Largest text file a user may name (16 MiB), checked before it is read: workload files, stack
-profiles, calibration files and Hugging Face configs are a few KB (the largest config.json of a
-published model is under 100 KB) and a runs table of 10,000 rows is ~2 MB, so 16 MiB is an
-order of magnitude of headroom while the parse of a file at the limit stays well under 200 MB."""
+USER_FILE_MAX_BYTES = 8 << 20
+"""Largest JSON or CSV file a user may name (8 MiB), checked before it is read: a Hugging Face
+config.json of an LLM is under 100 KB, a calibration file a few KB, and the packaged runs table
+170 KB for 166 rows, so 8 MiB holds ~50x that table; a JSON file at the limit parses in ~2 s and
+~100 MB (measured on a shared 2-core machine)."""
+TOML_MAX_BYTES = 1 << 20
+"""Largest TOML file a user may name (1 MiB): TOML is parsed in pure Python (~0.5-1 MB/s), the
+packaged stack profiles are under 8 KB and a workload file ~1 KB, so 1 MiB is over 100x either
+and parses in ~1-2.5 s and ~30 MB."""
+
+
+def max_bytes_for(path: str | Path) -> int:
+    """The size cap of a user file: :data:`TOML_MAX_BYTES` for ``.toml``, else :data:`USER_FILE_MAX_BYTES`."""
+    return TOML_MAX_BYTES if Path(path).suffix.lower() == ".toml" else USER_FILE_MAX_BYTES
 
 
 def _too_large(p: Path, what: str, size: int, max_bytes: int) -> InputFileError:
@@ -34,13 +43,14 @@ def _too_large(p: Path, what: str, size: int, max_bytes: int) -> InputFileError:
                           f"({max_bytes:,} bytes); is it the right file?")
 
 
-def read_user_bytes(path: str | Path, what: str, *, max_bytes: int = USER_FILE_MAX_BYTES) -> bytes:
+def read_user_bytes(path: str | Path, what: str, *, max_bytes: int | None = None) -> bytes:
     """The bytes of a file the user named, read only if it is a regular file of at most
-    ``max_bytes`` (checked with ``stat`` first, then by a read of at most ``max_bytes + 1``
+    ``max_bytes`` (default :func:`max_bytes_for` the path; checked with ``stat`` first, then by a read of at most ``max_bytes + 1``
     bytes, for a file that grows meanwhile or whose size ``stat`` does not tell, as in /proc).
     A missing file, a directory, FIFO or device, an oversized or unreadable file is one
     ``InputFileError`` line naming ``what`` it should hold."""
     p = Path(path)
+    max_bytes = max_bytes_for(p) if max_bytes is None else max_bytes
     try:
         st = os.stat(p)
     except (OSError, ValueError):  # ValueError: a NUL byte in the path
@@ -59,7 +69,7 @@ def read_user_bytes(path: str | Path, what: str, *, max_bytes: int = USER_FILE_M
     return data
 
 
-def read_user_text(path: str | Path, what: str, *, max_bytes: int = USER_FILE_MAX_BYTES) -> str:
+def read_user_text(path: str | Path, what: str, *, max_bytes: int | None = None) -> str:
     """The UTF-8 text of a file the user named (:func:`read_user_bytes`, then decoded); an
     undecodable file is one ``InputFileError`` line as well."""
     data = read_user_bytes(path, what, max_bytes=max_bytes)
