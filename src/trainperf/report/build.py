@@ -196,6 +196,7 @@ def build_report(
         convention=convention, out_dir=out,
         created_utc=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"))
     for lr in loaded:
+        report.notes += lr.notes  # lines skipped in reading it, an interrupted run
         if not lr.run.steps:
             report.notes.append(f"{lr.run.name}: no steps recorded ({lr.origin}); left out")
             continue
