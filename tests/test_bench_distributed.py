@@ -1,5 +1,6 @@
 """Multi-process bench runs on CPU (gloo): FSDP2, TP+SP, two "nodes" through torchrun's c10d
-rendezvous on 127.0.0.1, a killed rank, and Ctrl-C. Each starts real processes."""
+rendezvous on 127.0.0.1, a killed rank, stop signals, a killed launcher, and two runs into one
+directory. Each starts real processes."""
 
 from __future__ import annotations
 
@@ -149,10 +150,21 @@ def test_two_nodes_via_c10d_rendezvous(tmp_path, env):
     assert read_run(records[0] / "steps.jsonl").meta["world_size"] == 2
 
 
-def _start_long_run(env, out: Path) -> subprocess.Popen:
+def _start_long_run(env, out: Path, stderr=subprocess.STDOUT) -> subprocess.Popen:
     return subprocess.Popen(_cmd(*TINY_FLAGS, "--steps", "100000", "--nproc", "2", "--fsdp", "2",
                                  "--out", str(out)),
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            env=env, stdout=subprocess.PIPE, stderr=stderr, text=True)
+
+
+def _wait_gone(pids: list[int], timeout: float, proc: subprocess.Popen | None = None) -> float | None:
+    """Seconds until none of ``pids`` exists (zombies count as existing) and ``proc`` (this
+    test's child, reaped here) has exited; None if not in time."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if (proc is None or proc.poll() is not None) and not [p for p in pids if _alive(p)]:
+            return time.monotonic() - t0
+        time.sleep(0.05)
+    return None
 
 
 def _workers(bench_pid: int) -> tuple[list[int], dict[int, int]]:
@@ -169,15 +181,18 @@ def _workers(bench_pid: int) -> tuple[list[int], dict[int, int]]:
     return tree, ranks
 
 
-def test_killed_rank_keeps_steps_and_leaves_no_process(tmp_path, env):
+def test_killed_rank_is_one_line_keeps_steps_and_leaves_no_process(tmp_path, env):
+    """SIGKILL to rank 1 (what the OOM killer sends): one line on the terminal naming the rank,
+    the signal, the steps kept and the rank's log; no traceback from torchrun or gloo there (they
+    are in torchrun.log and rank<k>.log); every finished step kept; no process left."""
     out = tmp_path / "run"
-    proc = _start_long_run(env, out)
+    proc = _start_long_run(env, out, stderr=subprocess.PIPE)
     try:
         _wait_steps(out, 3, proc)
         tree, ranks = _workers(proc.pid)
         assert set(ranks) == {0, 1}
         os.kill(ranks[1], signal.SIGKILL)
-        output, _ = proc.communicate(timeout=120)
+        stdout, stderr = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -186,22 +201,75 @@ def test_killed_rank_keeps_steps_and_leaves_no_process(tmp_path, env):
     steps = read_run(out / "steps.jsonl").steps
     assert s["interrupted"] is True and s["steps_completed"] == len(steps) >= 3
     assert s["interrupted_at_step"] == steps[-1].step + 1
-    assert "INTERRUPTED at step" in output
+    assert "INTERRUPTED at step" in stdout
+    err = stderr.strip().splitlines()
+    assert len(err) == 1, stderr
+    assert err[0].startswith(f"worker rank 1 (pid {ranks[1]}) was killed by SIGKILL"), err[0]
+    assert f"{len(steps)} step(s) kept (last step {steps[-1].step})" in err[0]
+    assert err[0].endswith(f"full worker log: {out / 'rank1.log'}")
+    assert "Traceback" not in stdout + stderr and "ChildFailedError" not in stdout + stderr
+    assert "Connection closed by peer" in (out / "rank0.log").read_text()  # the peer's error: in its log
     assert not [p for p in tree if _alive(p)]
 
 
-def test_ctrl_c_stops_every_process(tmp_path, env):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_stops_every_process_and_writes_the_summary(tmp_path, env, signum):
+    """SIGTERM (Slurm, Kubernetes, timeout) or SIGINT (Ctrl-C) to the launcher: forwarded to
+    torchrun and the workers, which finish their step; every process gone well within 15 s
+    (by design at most the 8 s grace + 3 s; ~1-4 s measured), the summary written with the
+    steps kept, exit code 128 + the signal."""
+    out = tmp_path / "run"
+    proc = _start_long_run(env, out)
+    try:
+        _wait_steps(out, 2, proc)
+        tree, ranks = _workers(proc.pid)
+        assert len(tree) >= 3 and set(ranks) == {0, 1}  # torchrun and two workers
+        proc.send_signal(signum)
+        took = _wait_gone(tree, timeout=120, proc=proc)
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert took is not None and took < 15.0, (took, output)
+    assert proc.returncode == 128 + signum, output
+    s = json.loads((out / "summary.json").read_text())
+    run = read_run(out / "steps.jsonl")
+    assert s["interrupted"] is True and s["steps_completed"] == len(run.steps) >= 2
+    assert s["stop_signal"] == run.meta["stop_signal"] == signal.Signals(signum).name
+    assert s["interrupted_at_step"] == run.steps[-1].step + 1  # the step in progress was finished
+    assert f"stopped by {signal.Signals(signum).name}" in output and "Traceback" not in output
+
+
+def test_a_killed_launcher_leaves_no_training_behind(tmp_path, env):
+    """SIGKILL to the launcher: torchrun gets SIGTERM from the kernel (PR_SET_PDEATHSIG) and
+    stops its workers after their step; the record gets its end line."""
     out = tmp_path / "run"
     proc = _start_long_run(env, out)
     try:
         _wait_steps(out, 2, proc)
         tree, _ = _workers(proc.pid)
-        proc.send_signal(signal.SIGINT)
-        output, _ = proc.communicate(timeout=120)
+        proc.kill()
+        proc.communicate(timeout=60)
+        assert _wait_gone(tree, timeout=60) is not None
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, output
-    s = json.loads((out / "summary.json").read_text())
-    assert s["interrupted"] is True and s["steps_completed"] >= 2
-    assert not [p for p in tree if _alive(p)]
+    run = read_run(out / "steps.jsonl")
+    assert run.meta["interrupted"] is True and run.meta.get("stop_signal") == "SIGTERM"
+
+
+def test_two_runs_into_one_directory_exactly_one_runs(tmp_path, env):
+    """Started at the same time into one --out: one runs and keeps a clean record, the other
+    exits 2 with one line and touches nothing."""
+    out = tmp_path / "run"
+    procs = [subprocess.Popen(_cmd(*TINY_FLAGS, "--steps", "4", "--out", str(out)), env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [(p.returncode, o, e) for p, (o, e) in ((p, p.communicate(timeout=300)) for p in procs)]
+    assert sorted(rc for rc, _, _ in results) == [0, 2], results
+    _, _, err = next(r for r in results if r[0] == 2)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("trainperf bench: error: --out") and "run" in lines[0], err
+    text = (out / "steps.jsonl").read_text()
+    assert text.count('"type":"run"') == 1 and text.count('"type":"end"') == 1
+    assert [st.step for st in read_run(out / "steps.jsonl").steps] == [1, 2, 3, 4]
+    assert json.loads((out / "summary.json").read_text())["steps_completed"] == 4

@@ -222,7 +222,7 @@ def test_sweep_compares_lora_with_full_fine_tune(tmp_path, calibrated, capsys, m
 
     calls = []
 
-    def fake_execute(workload, cfg, launch, say):
+    def fake_execute(workload, cfg, launch, say, **kwargs):
         calls.append((workload.lora, cfg.convention, launch.own_process))
         lora = workload.lora is not None
         return {"step_time_median_s": 2.0 if lora else 3.0, "tokens_per_s": 30.0 if lora else 20.0,

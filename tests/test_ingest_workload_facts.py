@@ -186,11 +186,15 @@ def test_bf16_on_a_v100_is_refused_in_one_line(capsys):
 
 
 def test_absurd_sequence_length_flags_mfu_impossible(capsys):
-    d = _parse(capsys, "--device", V100, "--seq-len", "999999999999")
+    # 1e8 tokens is within trainperf's bound on a sequence (specs/bounds.py SEQ_LEN) yet absurd here;
+    # beyond the bound (999999999999) the flag is refused in one line before any work
+    assert main(["parse", str(MEGATRON_4), "--device", V100, "--seq-len", "999999999999"]) == 2
+    assert "training.seq_len=999999999999 is invalid" in capsys.readouterr().err
+    d = _parse(capsys, "--device", V100, "--seq-len", "100000000")
     assert d["mfu_impossible"] and "impossible" in d["mfu_impossible"]
     assert any("impossible" in n for n in d["notes"])
     assert all(r["mfu_impossible"] for r in d["by_convention"] if r["mfu_pct"] and r["mfu_pct"] > 100)
-    assert main(["parse", str(MEGATRON_4), "--device", V100, "--seq-len", "999999999999"]) == 0
+    assert main(["parse", str(MEGATRON_4), "--device", V100, "--seq-len", "100000000"]) == 0
     out = capsys.readouterr().out
     mfu_row = next(line for line in out.splitlines() if line.startswith("MFU ("))
     assert "impossible" in mfu_row and "%" not in mfu_row.split("impossible")[0]

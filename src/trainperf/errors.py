@@ -7,7 +7,6 @@ stderr and exit code 2; nothing else should ever reach the user as a traceback.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 
 
@@ -32,6 +31,8 @@ class UnknownNameError(TrainperfError):
 
     def __init__(self, field: str, value: str, known: Iterable[str]) -> None:
         known = sorted(known)
+        import difflib  # only an error pays for it (a few ms of every start otherwise)
+
         close = difflib.get_close_matches(str(value).lower(), known, n=4, cutoff=0.5)
         if not close:
             close = [k for k in known if str(value).lower() in k or k in str(value).lower()][:4]

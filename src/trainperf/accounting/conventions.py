@@ -19,7 +19,8 @@ Sources: Megatron-LM ``num_floating_point_operations`` (training.py, causal halv
 2024/25; MaxText's ``calculate_tflops_training_per_device`` likewise); PaLM (Chowdhery et al.
 2022) appendix B; torchtitan ``get_num_flop_per_token`` (2024 versions counted the embedding,
 later ones exclude it, which is the ``palm`` row); NVIDIA DGX Cloud benchmarking recipe for
-MaxText Llama-2-70B (seed 003); Kaplan et al. 2020 for 6N; seed 000 for the LoRA correction.
+MaxText Llama-2-70B (2024); Kaplan et al. 2020 for 6N; the LoRA correction from a public forum
+thread on a JAX LoRA fine-tune of Llama 3.1 405B on 8x MI300X (the base runs no weight gradient).
 """
 
 from __future__ import annotations
@@ -54,9 +55,9 @@ CONVENTIONS: dict[str, Convention] = {
         Convention("nemo-legacy", "12*L*h^2*(1+G/A+S/h) + 18*L*F*h + 6*V*h per token",
                    "NVIDIA DGX benchmarking recipes, NeMo before Aug 2025", "full"),
         Convention("6n", "6*N, N = all (active) parameters; attention ignored",
-                   "quick estimates (Kaplan et al.), seed 000", "full"),
+                   "quick estimates (Kaplan et al. 2020)", "full"),
         Convention("lora", "frozen base forward + activation-gradient (4*N, N as palm) + 6 per adapter "
-                   "parameter, + attention term", "LoRA fine-tuning (seed 000's correction)", "full"),
+                   "parameter, + attention term", "LoRA fine-tuning (no weight gradient in the frozen base)", "full"),
         Convention("exact", "3 x forward matmuls, causal mask counted exactly", "trainperf", "causal"),
     )
 }
@@ -114,7 +115,8 @@ def _lora(model: ModelSpec, seq_len: int, lora_fraction: float) -> float:
     """PaLM's count with the frozen base's weight-gradient matmuls removed, plus the adapters.
 
     The frozen base runs its forward (2 FLOPs per matmul weight) and the activation gradient
-    (2 more); it skips the weight gradient (seed 000's correction). Its N is PaLM's: every
+    (2 more); it skips the weight gradient (the correction made in the forum thread on a 405B
+LoRA fine-tune on MI300X). Its N is PaLM's: every
     matmul weight incl. the LM head, not the input embedding (a gather, no matmul). The
     adapters (``lora_fraction`` x the active parameters, see
     :meth:`trainperf.specs.lora.LoraSpec.trainable_fraction`) do all three passes, 6 FLOPs per
@@ -192,6 +194,7 @@ def nemo_legacy_terms(model: ModelSpec, seq_len: int) -> dict[str, float]:
     head). Exact integers for the Llama shapes the recipe targets; for other shapes they are
     the literal formula, which :func:`model_flops_per_token` generalises via the breakdown.
     """
+    assert model.kv_heads is not None  # ModelSpec.__post_init__ resolves it
     L, h, a, g, f, v = model.layers, model.hidden, model.heads, model.kv_heads, model.ffn_hidden, model.vocab
     # Integer arithmetic so the recipe's digits come out exactly: 12*L*h^2*(1+G/A+S/h)
     attention = (12 * L * h * h * a * h + 12 * L * h * h * g * h + 12 * L * h * h * seq_len * a) / (a * h)

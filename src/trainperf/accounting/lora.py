@@ -2,7 +2,7 @@
 
 The ``lora`` convention's short form (:func:`trainperf.accounting.conventions.model_flops_per_token`
 with only an adapter fraction) is ``4 N + 6 N_adapters + 3 x attention core``: the frozen base
-runs its forward and activation gradients but no weight gradients (seed 000's correction), the
+runs its forward and activation gradients but no weight gradients (the correction made in a forum thread on a 405B LoRA fine-tune on MI300X), the
 adapters all three passes (Hu et al. 2021). Given the adapters themselves
 (:class:`~trainperf.specs.lora.LoraSpec`), :func:`lora_flops_per_token` counts the same
 terms per matmul and also leaves out what autograd skips: no gradient flows upstream of the

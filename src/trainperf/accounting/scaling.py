@@ -1,6 +1,7 @@
 """Weak and strong scaling efficiency between a base run and a larger one.
 
-Definitions (as used by seed 001, LLM Foundry on MI250, and seed 004, Frontier):
+Definitions (as used by Databricks' MI250 blog, 2023, for LLM Foundry, and by ORNL's Frontier
+study, Dash et al. 2023):
 
 * strong scaling (global batch fixed): E = (T_base * N_base) / (T_N * N), where T is the time
   per step and N the device count; equivalently speedup / (N / N_base), or, since the work per
@@ -35,5 +36,6 @@ def weak_scaling_efficiency(base_devices: int, base_tokens_per_s: float,
 
 
 def per_device_efficiency(base_per_device: float, per_device: float) -> float:
-    """Ratio of per-device throughput (e.g. TFLOP/s/GPU), the form seed 001 reports (166 -> 159)."""
+    """Ratio of per-device throughput (e.g. TFLOP/s/GPU), the form Databricks' MI250 blog
+    reports (166 -> 159)."""
     return _pos("per_device", per_device) / _pos("base_per_device", base_per_device)

@@ -61,7 +61,7 @@ def steady_columns(run: RunRecord, warmup: int | None = None) -> tuple[dict[str,
     return _SteadyColumns(steps, k), k, rule
 
 
-class _SteadyColumns(dict):  # type: ignore[type-arg]
+class _SteadyColumns(dict[str, list[Any]]):
     """Columns of the steps after the warm-up, each sliced when first asked for."""
 
     def __init__(self, steps: StepColumns, k: int) -> None:
@@ -141,14 +141,15 @@ def summarize(
 ) -> Summary:
     """Steady-state summary of ``run``. Rates need the workload (tokens per step, devices, model);
     without it only step-time statistics and the run's own claims are given."""
-    cols = steady_columns(run, warmup)
-    if cols is None:
+    cols: dict[str, list[Any]]
+    lazy = steady_columns(run, warmup)
+    if lazy is None:
         steady, k, rule = steady_steps(run, warmup)
         fields = ("step_time_s", "claimed_tokens_per_s", "claimed_tokens_per_s_per_device",
                   "claimed_tflops_per_device", "claimed_mfu_pct", "tokens")
         cols = {f: [getattr(s, f) for s in steady] for f in fields}
     else:
-        cols, k, rule = cols
+        cols, k, rule = lazy
     times = cols["step_time_s"]
     n_steady = len(times)
     med, p10, p90 = _time_stats(times) if times else (None, None, None)

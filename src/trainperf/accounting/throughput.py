@@ -105,7 +105,7 @@ def throughput(
     """Rates of ``workload`` given exactly one of step time, global or per-device tokens/s.
 
     ``model_flops_per_seq`` overrides the convention's count (to reproduce a publication's own
-    rounding, e.g. seed 003's 1.82e15); the convention is then reported as ``given``.
+    rounding, e.g. the 1.82e15 of NVIDIA's MaxText Llama2 70B recipe); the convention is then reported as ``given``.
     """
     given = [x is not None for x in (step_time_s, tokens_per_s, tokens_per_s_per_device)]
     if sum(given) != 1:
@@ -161,5 +161,6 @@ def mfu_pct(model_flops_per_token: float, tokens_per_s_per_device: float, peak_t
 
 
 def days_to_train(train_tokens: float, tokens_per_s: float) -> float:
-    """(total tokens) / (tokens per second) / 86400 (seed 003's time-to-train formula)."""
+    """(total tokens) / (tokens per second) / 86400 (the time-to-train formula of NVIDIA's
+    MaxText Llama2 70B recipe)."""
     return _positive("train_tokens", train_tokens) / _positive("tokens_per_s", tokens_per_s) / SECONDS_PER_DAY

@@ -4,7 +4,13 @@ With no arguments: the ``debug`` preset (tiny byte-vocabulary Llama) on the CPU,
 tokens, 20 steps (the first 2 are warm-up), ``--precision auto``: bf16 mixed precision where the
 device computes bf16 natively, fp32 elsewhere (:mod:`trainperf.measure.precision`; the summary
 says which ran and why). Output goes to ``--out``
-(default ``runs/<timestamp>``): ``steps.jsonl``, ``summary.json``, ``workload.toml``.
+(default ``runs/<timestamp>``): ``steps.jsonl``, ``summary.json``, ``workload.toml``; with
+``--nproc N``, also each rank's output (``rank<k>.log``) and torchrun's (``torchrun.log``).
+
+One run per output directory: a directory another run is using is refused, and one holding an
+earlier run's record too, unless ``--force``. SIGTERM, SIGINT or SIGHUP stop the run after its
+step in progress (``--stop-grace``), keep every finished step and write the summary; the exit
+code is then 128 + the signal's number. See docs/BENCH.md.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from trainperf.cli.common import (
     print_json,
 )
 from trainperf.errors import SpecError
+from trainperf.measure.stop import DEFAULT_GRACE_S
 
 HELP = "train a Llama-family model here (CPU or GPU, 1..N processes) and measure every step"
 
@@ -47,6 +54,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     r.add_argument("--rdzv-id", default="trainperf", metavar="ID", help="job id shared by all nodes")
     r.add_argument("--out", metavar="DIR", help="output directory (default runs/<timestamp>)")
     r.add_argument("--parents", action="store_true", help="create missing parent directories of --out")
+    r.add_argument("--force", action="store_true",
+                   help="replace the files of an earlier run in --out (never those of a run in progress)")
+    r.add_argument("--stop-grace", type=float, default=DEFAULT_GRACE_S, metavar="S",
+                   help=f"seconds a stopped run's step in progress may take to finish before the run is "
+                        f"killed (default {DEFAULT_GRACE_S:g}; the run's processes are all gone ~3 s later)")
     r.add_argument("--data", metavar="PATH", help="UTF-8 text file or directory (byte tokens); default synthetic")
     r.add_argument("--seed", type=int, default=0, help="model init and data order (default 0)")
     r.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (default 1e-3)")
@@ -91,11 +103,12 @@ def bench_precision(requested: str | None, device: str, local: bool = True):
     return PrecisionChoice(prec, AUTO, f"auto for another machine ({device}): {prec}")
 
 
-def bench_workload(args: argparse.Namespace, *, local: bool = True):
-    """(Workload, LaunchSpec, peak given?, PrecisionChoice) from the file, the flags and the defaults."""
+def _workload_inputs(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any], Any]:
+    """The workload file's data, the overrides (flags and the bench's defaults) and the
+    :class:`~trainperf.measure.launch.LaunchSpec`; the device and precision are not resolved
+    yet (that needs torch)."""
     from trainperf.measure.launch import LaunchSpec
-    from trainperf.measure.runner import default_device_id
-    from trainperf.specs.workload_file import read_workload_file, workload_from_dict
+    from trainperf.specs.workload_file import read_workload_file
 
     data = read_workload_file(args.workload) if args.workload else {}
     ov = overrides_from_args(args)
@@ -108,13 +121,11 @@ def bench_workload(args: argparse.Namespace, *, local: bool = True):
             if k.split(".", 1)[1] not in data.get("training", {}):
                 ov.setdefault(k, v)
     hw = data.get("hardware", {})
-    if "hardware.device" not in ov and "device" not in hw:
-        ov["hardware.device"] = default_device_id()
     nnodes = args.nnodes
     file_devices = ov.get("hardware.num_devices", hw.get("num_devices"))
     nproc = args.nproc
     if nproc is None:
-        nproc = max(1, int(file_devices) // nnodes) if file_devices else 1
+        nproc = max(1, int(file_devices) // nnodes) if isinstance(file_devices, int) and nnodes else 1
     launch = LaunchSpec(nproc_per_node=nproc, nnodes=nnodes, node_rank=args.node_rank,
                         rdzv_endpoint=args.rdzv_endpoint, rdzv_id=args.rdzv_id)
     if file_devices is not None and file_devices != launch.world_size:
@@ -122,6 +133,38 @@ def bench_workload(args: argparse.Namespace, *, local: bool = True):
                         f"--nproc x --nnodes = {launch.world_size} (one process per device)")
     ov["hardware.num_devices"] = launch.world_size
     ov["hardware.devices_per_node"] = nproc
+    return data, ov, launch
+
+
+def precheck(args: argparse.Namespace) -> None:
+    """The bounds on the bench's own numbers (:mod:`trainperf.measure.limits`), checked before
+    torch is imported, so that a refusal is one line in a fraction of a second: steps, threads,
+    stop grace, processes and nodes, and the workload's sequence length and micro-batches per
+    step (on the workload with the device as given, else ``cpu``, and fp32)."""
+    from trainperf.measure.limits import check_bound, check_stop_grace, check_work_bounds
+    from trainperf.specs.bounds import BENCH_STEPS, BENCH_THREADS
+    from trainperf.specs.workload_file import workload_from_dict
+
+    check_bound("--steps", args.steps, BENCH_STEPS)
+    if args.threads is not None:
+        check_bound("--threads", args.threads, BENCH_THREADS)
+    check_stop_grace(args.stop_grace)
+    data, ov, launch = _workload_inputs(args)
+    if "hardware.device" not in ov and "device" not in data.get("hardware", {}):
+        ov["hardware.device"] = "cpu"
+    ov["training.precision"] = "fp32"  # any device computes it; "auto" is resolved later
+    check_work_bounds(workload_from_dict(data, ov), launch, local=False)
+
+
+def bench_workload(args: argparse.Namespace, *, local: bool = True):
+    """(Workload, LaunchSpec, peak given?, PrecisionChoice) from the file, the flags and the defaults."""
+    from trainperf.measure.runner import default_device_id
+    from trainperf.specs.workload_file import workload_from_dict
+
+    data, ov, launch = _workload_inputs(args)
+    hw = data.get("hardware", {})
+    if "hardware.device" not in ov and "device" not in hw:
+        ov["hardware.device"] = default_device_id()
     peak_given = "hardware.peak_tflops" in ov or "peak_tflops" in hw
     requested = ov.get("training.precision", data.get("training", {}).get("precision"))
     choice = bench_precision(requested, ov.get("hardware.device", hw.get("device", "cpu")), local=local)
@@ -130,11 +173,27 @@ def bench_workload(args: argparse.Namespace, *, local: bool = True):
 
 
 def run(args: argparse.Namespace) -> int:
+    from trainperf.measure.stop import RunStopped, stop_signals_raise
+
+    try:
+        with stop_signals_raise():
+            return _run(args)
+    except RunStopped as e:
+        if args.json and e.summary is not None:
+            print_json(e.summary)
+        eprint(f"trainperf bench: {e}")
+        return e.exit_code
+
+
+def _run(args: argparse.Namespace) -> int:
+    from trainperf.records.output_path import check_run_dir
+
+    precheck(args)  # before torch: a refusal is instant
     from trainperf.measure.runner import BenchOptions, default_out_dir, execute, prepare
-    from trainperf.records.output_path import check_output_dir
 
     out_dir = args.out or default_out_dir()
-    check_output_dir(out_dir, what="--out", inputs=[args.data], parents=args.parents or args.out is None)
+    check_run_dir(out_dir, what="--out", inputs=[args.data], parents=args.parents or args.out is None,
+                  force=args.force, shared=args.nnodes > 1)
     workload, launch, peak_given, precision = bench_workload(args)
     say = eprint if args.json else (lambda m: print(m, flush=True))
     if precision.warning:
@@ -144,10 +203,11 @@ def run(args: argparse.Namespace) -> int:
         data=args.data, seed=args.seed, compile=args.compile, convention=args.convention,
         checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, resume=args.resume,
         tensorboard=args.tensorboard, lr=args.lr, quiet=args.json, threads=args.threads,
-        peak_tflops_given=peak_given, precision=precision.to_dict(),
+        peak_tflops_given=peak_given, precision=precision.to_dict(), stop_grace_s=args.stop_grace,
+        force=args.force,
     )
     workload, cfg = prepare(workload, opts, say)
-    summary, rc = execute(workload, cfg, launch, say)
+    summary, rc = execute(workload, cfg, launch, say, force=opts.force)
     if args.json and summary is not None:
         print_json(summary)
     if summary is not None and summary.get("interrupted"):

@@ -211,9 +211,10 @@ def print_json(obj: Any, *, lines: bool = False) -> None:
 
 
 def table(rows: Iterable[Sequence[Any]], headers: Sequence[str], floatfmt: str = ",.4g") -> str:
-    from tabulate import tabulate
+    """tabulate's "simple" table, numeric strings aligned as numbers (without importing tabulate)."""
+    from trainperf.text_table import format_table
 
-    return tabulate(list(rows), headers=list(headers), floatfmt=floatfmt, disable_numparse=False)
+    return format_table(rows, headers, floatfmt=floatfmt)
 
 
 def eprint(*a: Any) -> None:

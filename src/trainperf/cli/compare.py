@@ -19,6 +19,8 @@ from trainperf.accounting.plausibility import check_mfu
 from trainperf.cli.common import add_convention_argument, add_json_argument, print_json
 from trainperf.errors import InputFileError
 from trainperf.numbers import fmt
+from trainperf.records.jsonl import is_trainperf_jsonl
+from trainperf.report.load import read_record, reading_notes
 
 HELP = "several runs (logs, trainperf runs, published records) side by side"
 _WORKLOAD_SUFFIXES = (".toml", ".json")
@@ -38,17 +40,6 @@ def _split_workload(arg: str) -> tuple[str, str | None]:
         if wl.lower().endswith(_WORKLOAD_SUFFIXES) and path:
             return path, wl
     return arg, None
-
-
-def _is_trainperf_jsonl(p: Path) -> bool:
-    if p.is_dir():
-        return (p / "steps.jsonl").is_file()
-    try:
-        with p.open("r", encoding="utf-8", errors="replace") as f:
-            first = f.readline(4096)
-    except OSError:
-        return False
-    return first.lstrip().startswith("{") and '"type"' in first and '"run"' in first
 
 
 def _published(key: str) -> list[Any]:
@@ -91,7 +82,8 @@ def _mfu_warning(name: str, mfu_pct: float | None, peak: float | None, source: s
     return None if verdict.ok else f"{name}: {verdict.reason}"
 
 
-def _row_from_summary(run: Any, s: Any, kind: str, claimed: dict[str, Any]) -> dict[str, Any]:
+def _row_from_summary(run: Any, s: Any, kind: str, claimed: dict[str, Any],
+                      notes: list[str] | None = None) -> dict[str, Any]:
     from trainperf.cli.parse import mfu_problems
 
     w = run.workload
@@ -110,6 +102,13 @@ def _row_from_summary(run: Any, s: Any, kind: str, claimed: dict[str, Any]) -> d
         "claimed_tflops_per_device": claimed.get("tflops_per_device"),
         "claimed_mfu_pct": claimed.get("mfu_pct"),
         "warnings": warnings,
+        "interrupted": run.interrupted,
+        "skipped_lines": run.meta.get("skipped_lines", 0),
+        "skip_reasons": dict(run.meta.get("skip_reasons") or {}),
+        "notes": list(notes or ()),
+        "no_mfu_because": None if s.mfu_pct is not None else (
+            "workload unknown (append @WORKLOAD.toml to a log)" if w is None
+            else f"MFU not computed ({s.peak_source})" if s.peak_source else "no peak for this device"),
     }
 
 
@@ -128,25 +127,19 @@ def load_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
         p = Path(path)
         if not p.exists():
             raise InputFileError(f"run {path!r} does not exist")
-        if wl is None and _is_trainperf_jsonl(p):
-            from trainperf.records.jsonl import read_run
-
-            run = read_run(p)
-            if run.workload is None and p.is_dir():
-                for name in ("workload.toml", "workload.json"):
-                    if (p / name).is_file():
-                        from trainperf.specs.workload_file import load_workload
-
-                        run.workload = load_workload(p / name)
-                        break
-            if p.is_dir() or run.name == run.source:
-                run.meta["name"] = p.name if p.is_dir() else p.stem
+        if wl is None and is_trainperf_jsonl(p):
+            loaded = read_record(p)
+            run = loaded.run
+            if p.is_dir():
+                run.meta["name"] = p.name
             s = summarize(run, convention=args.convention, warmup=args.warmup)
-            rows.append(_row_from_summary(run, s, run.source, s.claimed))
+            rows.append(_row_from_summary(run, s, run.source, s.claimed, loaded.notes))
             continue
         out = parse_and_summarize(path, fmt_name=None, workload_path=wl, overrides={},
                                   convention=args.convention, warmup=args.warmup)
-        rows.append(_row_from_summary(out["_run"], out["_summary"], f"log:{out['format']}", out["claimed"]))
+        run = out["_run"]
+        rows.append(_row_from_summary(run, out["_summary"], f"log:{out['format']}", out["claimed"],
+                                      reading_notes(run, path)))
     return rows
 
 
@@ -163,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
         print_json({"convention": args.convention, "runs": rows})
         return 0
     print(f"convention: {args.convention} (MFU against each run's own device peak)")
-    print(table([(r["run"], r["source"], r["model"] or "-", f"{r['num_devices'] or '-'}x {r['device'] or '?'}",
+    print(table([(r["run"] + (" (interrupted)" if r["interrupted"] else ""), r["source"], r["model"] or "-", f"{r['num_devices'] or '-'}x {r['device'] or '?'}",
                   str(r["steps"]), fmt(r["step_time_median_s"]), fmt(r["tokens_per_s"], 6),
                   fmt(r["tokens_per_s_per_device"], 6), fmt(r["tflops_per_device"], 5),
                   "-" if r["mfu_pct"] is None else ("impossible (> 100%)" if r["mfu_impossible"]
@@ -178,7 +171,13 @@ def run(args: argparse.Namespace) -> int:
             print(f"note: {r['run']}: {r['mfu_impossible']}")
         for w in r.get("warnings") or ():
             print(f"warning: {w}")
-    missing = [r["run"] for r in rows if r["mfu_pct"] is None]
-    if missing:
-        print(f"note: no MFU for {', '.join(missing)}: workload unknown (append @WORKLOAD.toml to a log)")
+    for r in rows:
+        for n in r["notes"]:
+            print(f"note: {n}")
+    missing: dict[str, list[str]] = {}
+    for r in rows:
+        if r["mfu_pct"] is None:
+            missing.setdefault(r["no_mfu_because"], []).append(r["run"])
+    for why, names in missing.items():
+        print(f"note: no MFU for {', '.join(names)}: {why}")
     return 0

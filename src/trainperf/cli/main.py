@@ -1,9 +1,10 @@
 """``trainperf`` entry point: one module per subcommand, imported only when it runs.
 
 Each subcommand module defines ``HELP`` (one line), ``add_arguments(parser)`` and
-``run(args) -> int``. The table below is the only list of commands; a test keeps it and the
-modules in sync. User mistakes (:class:`TrainperfError`) become one line on stderr and exit
-code 2; a run interrupted with Ctrl-C exits 130.
+``run(args) -> int``. The table below is the only list of commands (``TASKS`` groups them for
+``--help``); a test keeps it and the modules in sync. User mistakes (:class:`TrainperfError`)
+become one line on stderr and exit code 2; a run interrupted with Ctrl-C exits 130.
+``trainperf --help`` imports no command module.
 """
 
 from __future__ import annotations
@@ -38,6 +39,50 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# The commands by what a user wants to do, in the order `trainperf --help` lists them.
+TASKS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("count and convert (no measurement needed)", ("flops", "mfu", "scaling")),
+    ("catalogs", ("hw", "models", "published")),
+    ("predict and plan", ("predict", "plan", "validate", "calibrate-model")),
+    ("measure on this machine (the bench extra: torch)", ("bench", "sweep", "slurm", "calibrate")),
+    ("read and compare other runs", ("parse", "compare", "report")),
+)
+
+DESCRIPTION = """\
+Measure, explain and predict the performance of LLM training: FLOPs, MFU, tokens/s,
+TFLOP/s per device, step time, memory per device and time to train, from one CPU to
+thousands of GPUs. Every MFU names its FLOP convention and its peak."""
+
+EXAMPLES = """\
+examples:
+  trainperf mfu --model llama2-70b --device h100-sxm --num-devices 64 --fsdp 64 \\
+      --seq-len 4096 --global-batch 128 --micro-batch 2 --step-time 7.908
+  trainperf predict --model llama3.1-405b --device h100-sxm --num-devices 128 --fsdp 16 --tp 8 \\
+      --sequence-parallel --seq-len 8192 --global-batch 32 --micro-batch 2 --activation-checkpointing full
+  trainperf bench      # train a small Llama on this CPU for 20 steps and measure every step
+
+Every command takes a workload file (TOML or JSON) and flags named after its fields, and
+--json for scripts. `trainperf COMMAND --help` lists a command's options; `python -m trainperf`
+is the same program."""
+
+
+def _commands_text() -> str:
+    """The commands grouped by task, each with its one-line help wrapped to the terminal (as
+    argparse wraps its own help)."""
+    import shutil
+    import textwrap
+
+    lines = ["commands:"]
+    indent = " " * (4 + max(len(c) for c in COMMANDS) + 2)
+    width = max(60, min(shutil.get_terminal_size().columns - 2, 110))
+    for title, names in TASKS:
+        lines.append(f"  {title}")
+        for name in names:
+            first = f"    {name:<{len(indent) - 4}}{COMMANDS[name][1]}"
+            lines.extend(textwrap.wrap(first, width, subsequent_indent=indent, break_on_hyphens=False))
+    return "\n".join(lines)
+
+
 # Optional dependencies -> the extra that installs them (a missing one is a one-line error, exit 2).
 OPTIONAL_EXTRAS: dict[str, str] = {"torch": "bench", "matplotlib": "plot"}
 
@@ -49,12 +94,29 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
 
 
+class _TopParser(_Parser):
+    """The ``trainperf`` parser: its help lists the commands grouped by task (built only when
+    the help is printed)."""
+
+    def format_help(self) -> str:
+        if self.description is None:
+            self.description = f"{DESCRIPTION}\n\n{_commands_text()}"
+        return super().format_help()
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    parser = _Parser(prog="trainperf", description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--version", action="version", version=f"trainperf {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    """The argument parser; with ``command``, only that command's sub-parser is built (and its
+    module imported), which is all a run of it needs."""
+    parser = _TopParser(prog="trainperf", usage="%(prog)s COMMAND [options]", epilog=EXAMPLES,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"trainperf {__version__}",
+                        help="print the version and exit")
+    # The grouped list in the description replaces argparse's flat one.
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser, prog="trainperf",
+                                help=argparse.SUPPRESS)
     for name, (module, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        if command is None or name == command:
+            p = sub.add_parser(name, description=help_text)
         if name == command:
             importlib.import_module(module).add_arguments(p)
     return parser
@@ -74,10 +136,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(module.run(args) or 0)
     except ImportError as e:  # ModuleNotFoundError included
-        extra = OPTIONAL_EXTRAS.get((e.name or "").split(".")[0])
+        missing = (e.name or "").split(".")[0]
+        extra = OPTIONAL_EXTRAS.get(missing)
         if extra is None:
             raise
-        print(f"trainperf {args.command}: error: this command needs {e.name.split('.')[0]}, which is not "
+        print(f"trainperf {args.command}: error: this command needs {missing}, which is not "
               f"installed: pip install 'trainperf[{extra}]'", file=sys.stderr)
         return 2
     except TrainperfError as e:

@@ -29,6 +29,18 @@ from trainperf.cli.common import (
 )
 from trainperf.errors import SpecError
 from trainperf.numbers import fmt
+from trainperf.specs.bounds import (
+    DAYS,
+    MICRO_BATCH,
+    NUM_DEVICES,
+    SEARCH_RESULTS,
+    SEARCH_VALUES,
+    SEQ_LEN,
+    TRAIN_TOKENS,
+    USD_PER_DEVICE_HOUR,
+    VPP,
+    WORKLOAD_FIELD_BOUNDS,
+)
 
 HELP = "search every parallel plan (dp/fsdp/zero, tp, sp, pp/vpp, cp, ep, micro batch, checkpointing) and rank them"
 
@@ -82,8 +94,9 @@ def parse_counts(text: str | int | None, field: str) -> tuple[int, ...]:
     """``"64"``, ``"64,128"`` or ``"64-1024"`` (64, 128, ..., 1024: doubling, HI included)."""
     if text is None:
         raise SpecError(field, None, "a count, a comma-separated list, or a range LO-HI")
+    bound = WORKLOAD_FIELD_BOUNDS.get(field, NUM_DEVICES)
     if isinstance(text, int):
-        return (text,)
+        return (bound.check(field, text),)
     out: list[int] = []
     try:
         for part in str(text).split(","):
@@ -93,6 +106,7 @@ def parse_counts(text: str | int | None, field: str) -> tuple[int, ...]:
                 lo, hi = int(lo_s), int(hi_s)
                 if lo < 1 or hi < lo:
                     raise ValueError
+                bound.check(field, hi)  # before the range is expanded
                 v = lo
                 while v <= hi:
                     out.append(v)
@@ -100,11 +114,15 @@ def parse_counts(text: str | int | None, field: str) -> tuple[int, ...]:
                 out.append(hi)
             else:
                 out.append(int(part))
+    except SpecError:
+        raise
     except ValueError:
         raise SpecError(field, text, "a positive integer, a list A,B,C or a range LO-HI") from None
-    if any(v < 1 for v in out):
-        raise SpecError(field, text, "positive integers")
-    return tuple(sorted(set(out)))
+    for v in out:
+        bound.check(field, v)
+    out = sorted(set(out))
+    SEARCH_VALUES.check(f"{field} (values)", len(out))
+    return tuple(out)
 
 
 def parse_fixed(text: str | None) -> tuple[tuple[str, int], ...]:
@@ -152,9 +170,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
     hw_body.pop("num_devices", None)
     dpn = hw_body.pop("devices_per_node", None)
     hardware = hardware_from_section(hw_body, precisions[0])
-    seq = tr.get("seq_len", model.max_seq_len)
-    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
-        raise SpecError("training.seq_len", seq, "a positive integer")
+    seq = SEQ_LEN.check("training.seq_len", tr.get("seq_len", model.max_seq_len))
     gb_text = args.global_batch if args.global_batch is not None else tr.get("global_batch")
     software = {"compile": args.training_compile if args.training_compile is not None else tr.get("compile", False),
                 "async_tp": args.async_tp if args.async_tp is not None else tr.get("async_tp", False),
@@ -199,16 +215,22 @@ def _space(args: argparse.Namespace, inp: dict[str, Any], counts: tuple[int, ...
         if n > dpn and n % dpn:
             raise SpecError("hardware.num_devices", n, f"a multiple of devices_per_node={dpn} when it spans nodes")
     gbs = parse_counts(inp["gb_text"], "training.global_batch")
-    if args.max_micro_batch < 1:
-        raise SpecError("max_micro_batch", args.max_micro_batch, "a positive integer")
-    if args.top < 1:
-        raise SpecError("top", args.top, "a positive integer")
-    if args.rerank < 1:
-        raise SpecError("rerank", args.rerank, "a positive integer")
     return SearchSpace(num_devices=counts, devices_per_node=dpn, fixed=parse_fixed(args.fix),
                        seq_len=inp["seq"], global_batches=gbs, precisions=inp["precisions"],
                        checkpointing=inp["ac"], max_micro_batch=args.max_micro_batch, max_vpp=args.max_vpp,
                        allow_cross_node_tp=args.allow_cross_node_tp, **inp["software"])
+
+
+def check_search_bounds(args: argparse.Namespace) -> None:
+    """The search's own numbers within their bounds (:mod:`trainperf.specs.bounds`), before any work."""
+    MICRO_BATCH.check("max_micro_batch", args.max_micro_batch)
+    VPP.check("max_vpp", args.max_vpp)
+    SEARCH_RESULTS.check("top", args.top)
+    SEARCH_RESULTS.check("rerank", args.rerank)
+    for name, bound in (("train_tokens", TRAIN_TOKENS), ("usd_per_device_hour", USD_PER_DEVICE_HOUR),
+                        ("target_days", DAYS)):
+        if getattr(args, name) is not None:
+            bound.check(name, getattr(args, name))
 
 
 def _calibration(args: argparse.Namespace):
@@ -222,6 +244,7 @@ def _calibration(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     from trainperf.plan.search import Objective, search
 
+    check_search_bounds(args)
     inp = _inputs(args)
     cal = _calibration(args)
     if args.target_days is not None:

@@ -44,11 +44,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_json_argument(parser)
 
 
+def refuse_file_as_out_dir(out: str) -> None:
+    """``--out`` names the report's directory: an existing regular file there is refused in one
+    line that says so (the report never replaces a file with a directory, even with --force;
+    --force replaces an earlier report's files inside a directory)."""
+    import os
+    import stat
+
+    from trainperf.records.output_path import OutputPathError
+
+    try:
+        st = os.stat(out)
+    except (OSError, ValueError):
+        return  # missing (or unreadable): check_output_dir says what is wrong with it
+    if stat.S_ISREG(st.st_mode):
+        raise OutputPathError(f"--out {out!r} already exists and is a file, not a directory (the report "
+                              "needs one): give another path (--force replaces an earlier report's files in a directory, "
+                              "never a file)")
+
+
 def run(args: argparse.Namespace) -> int:
     from trainperf.report import build_report
 
     if args.warmup is not None and args.warmup < 0:
         raise SpecError("--warmup", args.warmup, "an integer >= 0")
+    refuse_file_as_out_dir(args.out)
     workload = None
     if args.workload:
         from trainperf.specs.workload_file import load_workload
@@ -66,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(rep.to_dict())
         return 0
-    rows = [[s.summary.name, s.summary.steps_measured, fmt(s.summary.step_time_median_s),
+    rows = [[s.summary.name + (" (interrupted)" if s.summary.interrupted else ""), s.summary.steps_measured, fmt(s.summary.step_time_median_s),
              fmt(s.summary.tokens_per_s), fmt(s.summary.tflops_per_device), fmt(s.summary.mfu_pct)]
             for s in rep.runs]
     print(table(rows, ["run", "steps", "median step (s)", "tokens/s", f"TFLOP/s/device ({rep.convention})",

@@ -34,17 +34,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--job-name", default="trainperf-bench")
     s.add_argument("--port", type=int, default=29500, help="rendezvous port on the head node (default 29500)")
     s.add_argument("--submit", action="store_true", help="run sbatch on the script (default: only write it)")
-    s.add_argument("--force", action="store_true",
-                   help="replace the script and configuration files of an earlier `slurm` run in --out")
+    for action in parser._actions:  # the bench's --force, said for the script
+        if action.dest == "force":
+            action.help = ("replace the script and configuration files of an earlier `slurm` run in --out, and "
+                           "remove the record of a run that already ran there")
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainperf.cli.bench import bench_workload
+    from trainperf.cli.bench import bench_workload, precheck
     from trainperf.measure.launch import SlurmSpec, sbatch_script
+    from trainperf.measure.limits import check_bound
     from trainperf.measure.runner import BenchOptions, default_out_dir, prepare
+    from trainperf.specs.bounds import BENCH_NNODES, BENCH_NPROC
 
-    if args.nodes < 1:
-        raise SpecError("--nodes", args.nodes, "a positive integer")
+    check_bound("--nodes", args.nodes, BENCH_NNODES)
+    if args.gpus_per_node is not None:
+        check_bound("--gpus-per-node", args.gpus_per_node, BENCH_NPROC)
     if args.device is None and not args.workload:
         raise SpecError("--device", None, "the nodes' device id, e.g. h100-sxm (or cpu); see `trainperf hw`")
     per_node = args.gpus_per_node or args.nproc
@@ -59,13 +64,14 @@ def run(args: argparse.Namespace) -> int:
         per_node = 1 if get_hardware(dev).kind == "cpu" else get_hardware(dev).devices_per_node
     args.nproc, args.nnodes = per_node, args.nodes
     args.rdzv_endpoint = "head-node:0"  # placeholder for validation; the script finds the head node
+    precheck(args)
     workload, launch, peak_given, precision = bench_workload(args, local=False)
     out = os.path.abspath(args.out or default_out_dir())
     opts = BenchOptions(steps=args.steps, warmup=args.warmup, launch=launch, out_dir=out, data=args.data,
                         seed=args.seed, compile=args.compile, convention=args.convention,
                         checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
                         resume=args.resume, tensorboard=None, lr=args.lr, peak_tflops_given=peak_given,
-                        precision=precision.to_dict())
+                        precision=precision.to_dict(), stop_grace_s=args.stop_grace, force=args.force)
     workload, cfg = prepare(workload, opts, local=False)
     if workload.hardware.kind == "gpu":
         from trainperf.accounting.throughput import resolve_peak
@@ -76,7 +82,12 @@ def run(args: argparse.Namespace) -> int:
             cfg.meta["peaks"] = [{"kind": "datasheet", "tflops": p.tflops, "label": p.source}]
         except SpecError:
             pass
-    from trainperf.records.output_path import check_output_file, make_output_dir, write_text_atomic
+    from trainperf.records.output_path import (
+        check_output_file,
+        check_run_dir,
+        claim_run_dir,
+        write_text_atomic,
+    )
     from trainperf.specs.workload_file import dump_workload_toml
 
     config_path = os.path.join(out, "run_config.json")
@@ -84,15 +95,21 @@ def run(args: argparse.Namespace) -> int:
     files = {config_path: cfg.to_json(), os.path.join(out, "workload.toml"): dump_workload_toml(workload)}
     safe = {"what": "--out", "inputs": [args.workload, args.data], "force": args.force}
     parents = args.parents or args.out is None
-    make_output_dir(out, what="--out", parents=parents)
-    for path in [*files, script_path]:  # refuse before writing any of them
-        check_output_file(path, **safe)
-    for path, text in files.items():
-        write_text_atomic(path, text, **safe)
     spec = SlurmSpec(nodes=args.nodes, gpus_per_node=per_node, config_path=config_path, out_dir=out,
                      job_name=args.job_name, time_limit=args.time, partition=args.partition,
-                     account=args.account, port=args.port, cpu=workload.hardware.kind == "cpu")
-    write_text_atomic(script_path, sbatch_script(spec, python=sys.executable), **safe)
+                     account=args.account, port=args.port, cpu=workload.hardware.kind == "cpu",
+                     stop_grace_s=args.stop_grace)
+    # The job's trainer creates steps.jsonl exclusively: a directory holding a run that already
+    # ran is refused here, or (--force) its record removed, while the directory is held.
+    check_run_dir(out, what="--out", inputs=[args.workload, args.data], parents=parents, force=args.force)
+    for path in [*files, script_path]:  # refuse before writing (or locking) anything
+        check_output_file(path, **safe, parents=True)  # the directory itself: checked above
+    with claim_run_dir(out, what="--out", inputs=[args.workload, args.data], parents=parents, force=args.force):
+        for path in [*files, script_path]:  # refuse before writing any of them
+            check_output_file(path, **safe)
+        for path, text in files.items():
+            write_text_atomic(path, text, **safe)
+        write_text_atomic(script_path, sbatch_script(spec, python=sys.executable), **safe)
     result = {"script": script_path, "config": config_path, "nodes": args.nodes, "per_node": per_node,
               "workload": workload.describe(), "submitted": False}
     if args.submit:

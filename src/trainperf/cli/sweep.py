@@ -61,13 +61,30 @@ def _counts(text: str) -> list[int]:
         raise SpecError("--nproc", text, "comma-separated positive integers, e.g. 1,2,4") from None
     if not counts or min(counts) < 1 or len(set(counts)) != len(counts):
         raise SpecError("--nproc", text, "distinct positive integers, e.g. 1,2,4")
+    from trainperf.specs.bounds import BENCH_NPROC
+
+    if max(counts) > BENCH_NPROC.hi:
+        raise SpecError("--nproc", text, f"process counts each {BENCH_NPROC.valid()}")
     return sorted(counts)
 
 
 def run(args: argparse.Namespace) -> int:
+    from trainperf.measure.stop import RunStopped, stop_signals_raise
+
+    try:
+        with stop_signals_raise():
+            return _run(args)
+    except RunStopped as e:
+        eprint(f"trainperf sweep: {e}; the runs finished so far are kept")
+        return e.exit_code
+
+
+def _run(args: argparse.Namespace) -> int:
     from trainperf.accounting.scaling import strong_scaling_efficiency, weak_scaling_efficiency
-    from trainperf.cli.bench import bench_workload
-    from trainperf.measure.runner import BenchOptions, execute, prepare
+    from trainperf.cli.bench import bench_workload, precheck
+    from trainperf.measure.limits import check_bound
+    from trainperf.records.output_path import check_run_dir, claim_run_dir
+    from trainperf.specs.bounds import BENCH_REPEATS
 
     counts = _counts(args.nproc)
     if args.nnodes != 1:
@@ -78,12 +95,11 @@ def run(args: argparse.Namespace) -> int:
                         f"a multiple of micro_batch x lcm(nproc) = {micro * lcm_of(args.nproc)} for strong scaling")
     lcm = math.lcm(*counts)
     out_root = args.out or os.path.join("runs", "sweep-" + time.strftime("%Y%m%d-%H%M%S"))
-    from trainperf.records.output_path import check_output_dir
-
-    check_output_dir(out_root, what="--out", inputs=[args.data], parents=args.parents or args.out is None)
+    parents = args.parents or args.out is None
+    check_run_dir(out_root, what="--out", inputs=[args.data], parents=parents, force=args.force)
     say = eprint
-    if args.repeats < 1:
-        raise SpecError("--repeats", args.repeats, "a positive integer")
+    check_bound("--repeats", args.repeats, BENCH_REPEATS)
+    from trainperf.measure.runner import BenchOptions, execute, prepare  # torch
     if args.compare_lora is not None and args.compare_lora < 1:
         raise SpecError("--compare-lora", args.compare_lora, "a positive LoRA rank")
     variants: list[int | None] = [None, args.compare_lora] if args.compare_lora else [args.lora_rank]
@@ -101,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
                 a.global_batch = args.global_batch or micro * lcm
             if n > 1 and args.plan == "fsdp" and not (args.tp or args.fsdp or args.dp):
                 a.fsdp = n
+            precheck(a)
             workload, launch, peak_given, precision = bench_workload(a)
             if args.compare_lora:  # every run in its own process: peak memory (RSS high-water mark) is its own
                 launch = dataclasses.replace(launch, own_process=True)
@@ -113,20 +130,26 @@ def run(args: argparse.Namespace) -> int:
                                  out_dir=os.path.join(out_root, name + (f"-run{k + 1}" if args.repeats > 1 else "")),
                                  data=args.data, seed=args.seed, compile=args.compile, convention=args.convention,
                                  lr=args.lr, quiet=True, threads=args.threads,
-                                 peak_tflops_given=peak_given, precision=precision.to_dict())
+                                 peak_tflops_given=peak_given, precision=precision.to_dict(),
+                                 stop_grace_s=args.stop_grace, force=args.force)
                     for k in range(args.repeats)]
             planned.append((n, workload, launch, opts))
+    for _n, _w, _l, opts in planned:  # no run starts unless every run's directory is free
+        for o in opts:
+            check_run_dir(o.out_dir, what="--out", parents=True, force=args.force)
     summaries: dict[int, list[dict]] = {i: [] for i in range(len(planned))}
-    for k in range(args.repeats):  # interleaved: drift on a shared machine hits every configuration alike
-        for i, (n, workload, launch, opts) in enumerate(planned):
-            what = workload.lora.describe() if workload.lora else "full fine-tune"
-            say(f"--- sweep: {n} process(es), {args.mode} scaling, {what}"
-                + (f", run {k + 1} of {args.repeats}" if args.repeats > 1 else "") + " ---")
-            workload, cfg = prepare(workload, opts[k], say)
-            summary, rc = execute(workload, cfg, launch, say)
-            if summary is None or summary.get("step_time_median_s") is None or rc != 0:
-                raise SpecError("sweep", f"nproc={n}", f"a run that finishes (it exited {rc}; see {opts[k].out_dir})")
-            summaries[i].append(summary)
+    with claim_run_dir(out_root, what="--out", inputs=[args.data], parents=parents, force=args.force):
+        for k in range(args.repeats):  # interleaved: drift on a shared machine hits every configuration alike
+            for i, (n, workload, launch, opts) in enumerate(planned):
+                what = workload.lora.describe() if workload.lora else "full fine-tune"
+                say(f"--- sweep: {n} process(es), {args.mode} scaling, {what}"
+                    + (f", run {k + 1} of {args.repeats}" if args.repeats > 1 else "") + " ---")
+                workload, cfg = prepare(workload, opts[k], say)
+                summary, rc = execute(workload, cfg, launch, say, force=args.force)
+                if summary is None or summary.get("step_time_median_s") is None or rc != 0:
+                    raise SpecError("sweep", f"nproc={n}",
+                                    f"a run that finishes (it exited {rc}; see {opts[k].out_dir})")
+                summaries[i].append(summary)
     rows, results = [], []
     bases: dict[int | None, tuple] = {}
     for i, (n, workload, _launch, opts) in enumerate(planned):

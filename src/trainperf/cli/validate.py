@@ -3,7 +3,8 @@
 Default: the packaged published-runs table (or ``--data FILE.csv``), in-sample with the packaged
 stack profiles, leave-one-table-out (every profile refitted without the table) and
 leave-one-(stack, silicon)-out (every table of a software stack on one silicon generation refitted
-out together), overall, per group, per table and per stack. ``--seeds``: the seed-document catalog (``trainperf published --seeds``)."""
+out together), overall, per group, per table and per stack. ``--documents``: the runs read from
+five public documents (``trainperf published --documents``)."""
 
 from __future__ import annotations
 
@@ -23,10 +24,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="predict every row with this stack profile instead of each row's own")
     parser.add_argument("--no-loto", action="store_true",
                         help="skip the held-out checks (they refit every profile once per table and per group; cached)")
-    parser.add_argument("--seeds", action="store_true",
-                        help="validate the seed-document catalog instead (the pre-table behaviour)")
+    parser.add_argument("--documents", dest="seeds", action="store_true",
+                        help="validate the runs read from five public documents instead "
+                             "(`trainperf published --documents`)")
+    parser.add_argument("--seeds", dest="seeds", action="store_true", help=argparse.SUPPRESS)  # old name
     parser.add_argument("--calibration", metavar="FILE",
-                        help="with --seeds: knob values from a JSON `trainperf calibrate-model` file")
+                        help="with --documents: knob values from a JSON `trainperf calibrate-model` file")
     parser.add_argument("--holdout", action="store_true",
                         help="also leave-one-out: refit each device's knobs without the row, then predict it")
     add_json_argument(parser)

@@ -131,18 +131,18 @@ class _Mixin:
         self._tokens = 0
         if self.meter.flops_per_token is None and not self._flops_tried and self._model is not None \
                 and self._seq_len:
-            self._count_flops()  # inside meter.paused(): not part of the step's time
+            self._count_flops(self._seq_len)  # inside meter.paused(): not part of the step's time
         rec = self.meter.step(tokens=tokens)
         self.window.add(rec, self.meter.is_warmup(rec.step))
 
-    def _count_flops(self) -> None:
+    def _count_flops(self, seq_len: int) -> None:
         from trainperf.measure.flop_count import count_flops_per_token
 
         self._flops_tried = True
         try:
             self._counting = True
             with self.meter.paused():  # counting is not part of any training step
-                fc = count_flops_per_token(self._model, self._seq_len)
+                fc = count_flops_per_token(self._model, seq_len)
         except Exception as e:  # a model the meta device cannot run: rates without TFLOP/s
             warnings.warn(f"trainperf: FLOPs per token could not be counted on the meta device ({e}); "
                           "pass flops_per_token= to log TFLOP/s and MFU", stacklevel=2)

@@ -116,7 +116,7 @@ class _Mixin:
         tokens = int(self._tokens)  # synchronises once per optimizer step, like the meter's clock
         self._tokens = 0
         if self.meter.flops_per_token is None and not self._flops_tried and self._seq_len:
-            self._count_flops(pl_module)  # inside meter.paused(): not part of the step's time
+            self._count_flops(pl_module, self._seq_len)  # inside meter.paused(): not part of the step's time
         rec = self.meter.step(tokens=tokens, **({"optimizer_steps": steps_done} if steps_done > 1 else {}))
         self.window.add(rec, self.meter.is_warmup(rec.step))
         if trainer.global_step % self.log_every_n_steps == 0:
@@ -127,13 +127,13 @@ class _Mixin:
                 pl_module.log(key, value, on_step=True, on_epoch=False, prog_bar=self.prog_bar,
                               rank_zero_only=True)
 
-    def _count_flops(self, pl_module: Any) -> None:
+    def _count_flops(self, pl_module: Any, seq_len: int) -> None:
         from trainperf.measure.flop_count import count_flops_per_token
 
         self._flops_tried = True
         try:
             with self.meter.paused():  # counting is not part of any training step
-                fc = count_flops_per_token(pl_module, self._seq_len)
+                fc = count_flops_per_token(pl_module, seq_len)
         except Exception as e:  # a forward the meta device cannot run: rates without TFLOP/s
             warnings.warn(f"trainperf: FLOPs per token could not be counted on the meta device ({e}); "
                           "pass flops_per_token= to log TFLOP/s and MFU", stacklevel=2)

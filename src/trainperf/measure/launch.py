@@ -1,27 +1,28 @@
-"""Start the bench's processes: ``torchrun`` for one or several nodes, or an sbatch script.
+"""The bench's command lines: ``torchrun`` for one or several nodes, or an sbatch script.
 
-``torchrun`` runs as a child in its own session (process group), so Ctrl-C and failures are
-handled here deliberately: on Ctrl-C the launcher sends SIGINT to torchrun (which stops its
-workers), waits a grace period, then kills the whole process group; nothing is left running.
-When a worker dies, torchrun's agent stops the others and exits non-zero; the run record keeps
-every finished step and :mod:`trainperf.measure.results` marks the summary interrupted.
+The launcher runs torchrun through :mod:`trainperf.measure.agent` (torchrun plus a failure
+report) and supervises it with :mod:`trainperf.measure.supervise` (signals forwarded, output
+into the run directory, no process left behind). The sbatch script does the same under Slurm:
+stop signals reach every process of the job step, which finishes its step and stops
+(:func:`sbatch_script` explains the timings).
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
+import math
 import shlex
-import signal
-import subprocess
 import sys
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from trainperf.errors import SpecError
+from trainperf.measure.limits import check_bound
+from trainperf.measure.stop import DEFAULT_GRACE_S
+from trainperf.specs.bounds import BENCH_NNODES, BENCH_NPROC, Bound
 
-GRACE_S = 20.0
 DEFAULT_RDZV_PORT = 29500
+SLURM_SIGNAL_MARGIN_S = 30
+"""Seconds beyond the stop grace that the job's time-limit signal comes early: torchrun's and
+the script's own exit, and the summary (``#SBATCH --signal=TERM@<grace + margin>``)."""
 
 
 @dataclass(frozen=True)
@@ -41,10 +42,8 @@ class LaunchSpec:
     mark is then its own: ``trainperf sweep --compare-lora`` compares peak memory)."""
 
     def __post_init__(self) -> None:
-        for name in ("nproc_per_node", "nnodes"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise SpecError(f"--{name.replace('_', '-')}", v, "a positive integer")
+        check_bound("--nproc", self.nproc_per_node, BENCH_NPROC)
+        check_bound("--nnodes", self.nnodes, BENCH_NNODES)
         if self.nnodes > 1 and not self.rdzv_endpoint:
             raise SpecError("--rdzv-endpoint", None, "host:port of the head node when --nnodes > 1")
         if self.rdzv_endpoint and ":" not in self.rdzv_endpoint:
@@ -61,49 +60,28 @@ class LaunchSpec:
         return self.world_size > 1 or self.rdzv_endpoint is not None or self.own_process
 
 
-def torchrun_command(config_path: str, spec: LaunchSpec, python: str | None = None) -> list[str]:
-    """The ``torchrun`` command line that runs the trainer on this node."""
-    cmd = [python or sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={spec.nproc_per_node}"]
+def torchrun_args(config_path: str, spec: LaunchSpec) -> list[str]:
+    """torchrun's arguments (after ``python -m torch.distributed.run``) for the trainer on this node."""
+    args = [f"--nproc-per-node={spec.nproc_per_node}"]
     if spec.rdzv_endpoint is None:
-        cmd.append("--standalone")  # local c10d rendezvous on a free port
+        args.append("--standalone")  # local c10d rendezvous on a free port
     else:
-        cmd += [f"--nnodes={spec.nnodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={spec.rdzv_endpoint}",
-                f"--rdzv-id={spec.rdzv_id}"]
+        args += [f"--nnodes={spec.nnodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={spec.rdzv_endpoint}",
+                 f"--rdzv-id={spec.rdzv_id}"]
         if spec.node_rank is not None:
-            cmd.append(f"--node-rank={spec.node_rank}")
-    cmd += ["--max-restarts=0", "-m", "trainperf.measure.trainer", config_path]
-    return cmd
+            args.append(f"--node-rank={spec.node_rank}")
+    return [*args, "--max-restarts=0", "-m", "trainperf.measure.trainer", config_path]
 
 
-def run_torchrun(cmd: Sequence[str], env: dict[str, str] | None = None) -> int:
-    """Run ``cmd`` to completion; Ctrl-C stops it and every process it started.
-
-    Returns torchrun's exit code; re-raises KeyboardInterrupt after cleaning up.
-    """
-    proc = subprocess.Popen(list(cmd), env={**os.environ, **(env or {})}, start_new_session=True)
-    try:
-        return proc.wait()
-    except KeyboardInterrupt:
-        _stop(proc)
-        raise
-    finally:
-        if proc.poll() is None:  # pragma: no cover - only on an unexpected exception
-            _stop(proc)
+def torchrun_command(config_path: str, spec: LaunchSpec, python: str | None = None) -> list[str]:
+    """The plain ``torchrun`` command line that runs the trainer on this node."""
+    return [python or sys.executable, "-m", "torch.distributed.run", *torchrun_args(config_path, spec)]
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    """SIGINT to torchrun (it forwards SIGTERM to its workers), then SIGKILL the whole group."""
-    try:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=GRACE_S)
-    except subprocess.TimeoutExpired:
-        pass
-    except ProcessLookupError:  # pragma: no cover
-        return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=GRACE_S)
+def agent_command(config_path: str, spec: LaunchSpec, report: str, python: str | None = None) -> list[str]:
+    """The same through :mod:`trainperf.measure.agent`, failed workers reported to ``report``."""
+    return [python or sys.executable, "-m", "trainperf.measure.agent", "--report", report, "--",
+            *torchrun_args(config_path, spec)]
 
 
 # --------------------------------------------------------------------------- slurm
@@ -123,14 +101,32 @@ class SlurmSpec:
     account: str | None = None
     port: int = DEFAULT_RDZV_PORT
     cpu: bool = False
+    stop_grace_s: float = DEFAULT_GRACE_S
+    """Seconds a stopped worker's step in progress may take (``bench --stop-grace``)."""
 
     def __post_init__(self) -> None:
-        if isinstance(self.nodes, bool) or not isinstance(self.nodes, int) or self.nodes < 1:
-            raise SpecError("--nodes", self.nodes, "a positive integer")
+        check_bound("--nodes", self.nodes, BENCH_NNODES)
+        check_bound("--gpus-per-node", self.gpus_per_node, BENCH_NPROC)
+        check_bound("--port", self.port, Bound(1, 65535, "a TCP port"))
+
+    @property
+    def signal_lead_s(self) -> int:
+        """How long before the time limit the job's processes get SIGTERM."""
+        return max(60, math.ceil(self.stop_grace_s) + SLURM_SIGNAL_MARGIN_S)
 
 
 def sbatch_script(spec: SlurmSpec, python: str = "python") -> str:
-    """The sbatch script text: ``srun torchrun`` with c10d rendezvous on the job's first node."""
+    """The sbatch script text: ``srun`` one torchrun agent per node, c10d rendezvous on the first node.
+
+    Stopping (see docs/BENCH.md): ``#SBATCH --signal=TERM@<lead>`` sends SIGTERM to every process
+    of the job step that long before the time limit; ``scancel`` and the time limit itself send
+    SIGTERM to every process of the job, then SIGKILL after Slurm's KillWait (30 s by default).
+    Each worker finishes its step in progress, writes its ``end`` line and exits; torchrun
+    stops too; the batch shell traps SIGTERM (it would otherwise die before writing the summary),
+    waits for ``srun`` and writes ``summary.json``. ``srun --kill-on-bad-exit=1`` ends the step
+    when any node's torchrun fails, so no node trains alone. The run directory is locked for the
+    job's life (``flock``, where the util-linux tool exists).
+    """
     q = shlex.quote
     lines = [
         "#!/bin/bash",
@@ -139,6 +135,7 @@ def sbatch_script(spec: SlurmSpec, python: str = "python") -> str:
         "#SBATCH --ntasks-per-node=1",
         f"#SBATCH --time={spec.time_limit}",
         f"#SBATCH --output={spec.out_dir}/slurm-%j.out",
+        f"#SBATCH --signal=TERM@{spec.signal_lead_s}",
     ]
     if not spec.cpu:
         lines.append(f"#SBATCH --gpus-per-node={spec.gpus_per_node}")
@@ -146,19 +143,34 @@ def sbatch_script(spec: SlurmSpec, python: str = "python") -> str:
         lines.append(f"#SBATCH --partition={spec.partition}")
     if spec.account:
         lines.append(f"#SBATCH --account={spec.account}")
+    grace = math.ceil(spec.stop_grace_s)
     lines += [
         "# Written by `trainperf slurm`; submit with `sbatch` (or re-run with --submit).",
+        f"# Stopping: {spec.signal_lead_s} s before the time limit (--signal above), on scancel, or at the",
+        "# limit, every process of the step gets SIGTERM: each worker finishes its step in progress",
+        f"# (at most {grace} s), writes its end line and exits; this script then writes summary.json.",
         "set -euo pipefail",
+        f"OUT={q(spec.out_dir)}",
+        "# One run per directory: hold its lock for the job's life (skipped where flock is missing).",
+        "if command -v flock >/dev/null 2>&1; then",
+        '    exec 9>>"$OUT/.trainperf-run.lock"',
+        '    flock -n 9 || { echo "trainperf: $OUT is in use by another run; not starting" >&2; exit 2; }',
+        "fi",
+        "# SIGTERM to this shell (scancel, time limit) must not end it before the summary is written.",
+        "trap 'echo \"trainperf: SIGTERM; the run stops after its step in progress\" >&2' TERM",
         'HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
         f"RDZV_PORT={spec.port}",
-        f"srun --kill-on-bad-exit=1 {python} -m torch.distributed.run \\",
+        f"export TRAINPERF_RANK_LOGS=1 TORCH_ELASTIC_SHUTDOWN_TIMEOUT={grace + 1}",
+        "status=0",
+        f"srun --kill-on-bad-exit=1 {python} -m trainperf.measure.agent --report \"$OUT/failures-{{host}}.json\" -- \\",
         "    --nnodes=\"$SLURM_NNODES\" "
         f"--nproc-per-node={spec.gpus_per_node} --max-restarts=0 \\",
         "    --rdzv-backend=c10d --rdzv-endpoint=\"$HEAD_NODE:$RDZV_PORT\" --rdzv-id=\"$SLURM_JOB_ID\" \\",
         f"    -m trainperf.measure.trainer {q(spec.config_path)} || status=$?",
-        "# Summary from the run record (also after a failure: the finished steps are kept).",
-        f"{python} -m trainperf.measure.results {q(spec.out_dir)} --exit-code \"${{status:-0}}\"",
-        'exit "${status:-0}"',
+        "# Summary from the run record (also after a failure or a stop: the finished steps are kept),",
+        "# with one line naming a worker that died (rank, signal or exit code, its log rank<k>.log).",
+        f'{python} -m trainperf.measure.results "$OUT" --exit-code "$status"',
+        'exit "$status"',
         "",
     ]
     return "\n".join(lines)

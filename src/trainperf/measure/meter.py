@@ -96,6 +96,19 @@ def peak_memory_GiB(device: str) -> float:
     return rss / 2**30 if sys.platform == "darwin" else rss / 2**20
 
 
+def _create_exclusive(path: Path) -> None:
+    """Create ``path`` empty, failing with one line if anything exists there (O_EXCL: of two
+    runs writing into one directory, exactly one gets the record)."""
+    from trainperf.records.output_path import OutputPathError
+
+    path.parent.mkdir(parents=True, exist_ok=True)  # as the JSONL writer does
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
+    except FileExistsError:
+        raise OutputPathError(f"run record {str(path)!r} already exists: another run writes into this "
+                              "directory, or an earlier one did; give a new directory") from None
+
+
 class ThroughputMeter:
     """Times training steps and reports tokens/s, TFLOP/s per device and MFU (module docstring).
 
@@ -122,6 +135,8 @@ class ThroughputMeter:
             step's MFU exceeds 100%; returns ``(peak_tflops, peak_source)`` to use from then on,
             or None. Without it (or if it does not help) such MFU is marked invalid.
         warn: prints the one-line reason when MFU is marked invalid (default: stderr), once.
+        exclusive: create ``out`` and refuse (:class:`~trainperf.records.output_path.OutputPathError`)
+            if it already exists: one run per record (the bench's run records).
     """
 
     def __init__(
@@ -145,6 +160,7 @@ class ThroughputMeter:
         all_ranks: bool = False,
         recalibrate: Callable[[float], tuple[float, str] | None] | None = None,
         warn: Callable[[str], Any] | None = None,
+        exclusive: bool = False,
     ) -> None:
         self.rank, world = _dist_info()
         self.data_parallel_size = data_parallel_size or world
@@ -165,10 +181,12 @@ class ThroughputMeter:
         self._sinks = list(sinks) if self._reporting else []
         self._writer: JsonlWriter | None = None
         if out is not None and self._reporting:
+            if exclusive:
+                _create_exclusive(Path(out))
             self._writer = JsonlWriter(out)
             header_meta = dict(meta or {})
             header_meta.update(peak_tflops=peak_tflops, peak_source=peak_source, flops_per_token=flops_per_token,
-                               warmup_steps=self.warmup_steps, num_devices=self.num_devices,
+                               warmup_steps=self.warmup_steps, planned_steps=total_steps, num_devices=self.num_devices,
                                data_parallel_size=self.data_parallel_size, first_step=first_step)
             self._writer.header(RunRecord(source=source, workload=workload, meta=header_meta))
         self._paused_s = 0.0
@@ -271,10 +289,17 @@ class ThroughputMeter:
 
     # ---------------------------------------------------------------------------------------
     def summary(self) -> dict[str, Any]:
-        """Steady-state figures of the steps so far (warm-up left out): medians and percentiles."""
-        steady = [r for r in self.records if not self.is_warmup(r.step)] or self.records[-1:]
+        """Steady-state figures of the steps so far (warm-up left out): medians and percentiles.
+
+        A run stopped within its warm-up has no steady-state step: its figures are None, never
+        those of a warm-up step.
+        """
+        steady = [r for r in self.records if not self.is_warmup(r.step)]
         if not steady:
-            return {"steps": 0}
+            return {"steps": len(self.records), "steps_measured": 0, "warmup_steps": self.warmup_steps,
+                    "step_time_median_s": None, "step_time_p10_s": None, "step_time_p90_s": None,
+                    "tokens_per_s": None, "tokens_per_s_per_device": None, "tflops_per_device": None,
+                    "mfu_pct": None, "peak_tflops": self.peak_tflops, "peak_source": self.peak_source}
         times = [r.step_time_s for r in steady]
         med = statistics.median(times)
         tokens = statistics.median([r.tokens or 0 for r in steady])

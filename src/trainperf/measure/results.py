@@ -8,6 +8,7 @@ crash, or by the sbatch script (``python -m trainperf.measure.results OUT_DIR``)
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -15,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from trainperf.accounting.plausibility import check_mfu
-from trainperf.accounting.summarize import summarize
+from trainperf.accounting.summarize import WARMUP_RULE, default_warmup_steps, summarize
 from trainperf.errors import TrainperfError
+from trainperf.records import RunRecord
 from trainperf.records.jsonl import read_run
 
 
@@ -42,9 +44,12 @@ def build_summary(out_dir: str | Path, *, exit_code: int = 0) -> dict[str, Any]:
     convention = meta.get("convention", "megatron")
     peaks: list[dict[str, Any]] = list(meta.get("peaks") or [])
     primary = peaks[0] if peaks else None
-    s = summarize(run, convention=convention, peak_tflops=primary["tflops"] if primary else None,
-                  warmup=meta.get("warmup_given"))
+    warmup, rule = _warmup(run)
+    measured = run if warmup < len(run.steps) else dataclasses.replace(run, steps=[])
+    s = summarize(measured, convention=convention, peak_tflops=primary["tflops"] if primary else None,
+                  warmup=warmup if measured is run else 0)
     d = s.to_dict()
+    d.update(steps_total=len(run.steps), warmup_steps=min(warmup, len(run.steps)), warmup_rule=rule)
     interrupted = bool(run.interrupted or exit_code != 0 or meta.get("interrupted"))
     last = run.steps[-1].step if run.steps else None
     first = int(meta.get("first_step") or 1)
@@ -52,7 +57,7 @@ def build_summary(out_dir: str | Path, *, exit_code: int = 0) -> dict[str, Any]:
         steps_completed=len(run.steps), last_step=last, interrupted=interrupted,
         interrupted_at_step=(meta.get("interrupted_at_step") or ((last + 1) if last is not None else first))
         if interrupted else None,
-        exit_code=exit_code,
+        exit_code=exit_code, stop_signal=meta.get("stop_signal") if interrupted else None,
     )
     if primary is not None:
         d["peak_source"] = primary["label"]
@@ -73,6 +78,29 @@ def build_summary(out_dir: str | Path, *, exit_code: int = 0) -> dict[str, Any]:
     d["data"] = meta.get("data")
     d["workload"] = run.workload.describe() if run.workload is not None else None
     return _clean(d)
+
+
+def _warmup(run: RunRecord) -> tuple[int, str]:
+    """The warm-up steps the run's own meter flagged, and the rule that made them.
+
+    The meter decides from the planned run length (``--warmup``, else 10% of the planned steps,
+    at least 1, at most 10) and writes it in the header, so an interrupted run leaves out the
+    same steps it flagged while running, never one that was flagged warm-up. Records without it
+    (older ones) fall back to the rule on the steps present.
+    """
+    meta = run.meta
+    given = meta.get("warmup_given")
+    flagged = meta.get("warmup_steps")
+    if isinstance(flagged, int) and not isinstance(flagged, bool) and flagged >= 0:
+        if given is not None:
+            return flagged, f"first {flagged} steps (given)"
+        planned = meta.get("planned_steps")
+        of = f" of the {planned:,} planned" if isinstance(planned, int) and planned > 0 else " planned"
+        return flagged, f"first {flagged} steps, the run's own warm-up: {WARMUP_RULE.removeprefix('first ')}{of}"
+    if isinstance(given, int) and given >= 0:
+        return given, f"first {given} steps (given)"
+    k = default_warmup_steps(len(run.steps))
+    return k, WARMUP_RULE
 
 
 def _checked(p: dict[str, Any], peak: float, label: str) -> dict[str, Any]:
@@ -107,6 +135,9 @@ def summary_text(d: dict[str, Any], out_dir: str | Path | None = None) -> str:
         lines.append(f"precision: {d.get('precision')} ({d['precision_reason']})")
     if d["steps_completed"] == 0:
         lines.append("no step finished: nothing to summarise")
+    elif not d.get("steps_measured"):
+        lines.append(f"steps: {d['steps_completed']} completed, none measured: the run stopped within its "
+                     f"warm-up ({d['warmup_rule']}); no steady-state figure")
     else:
         lines.append(f"steps: {d['steps_completed']} completed, {d['steps_measured']} measured "
                      f"({d['warmup_steps']} warm-up excluded: {d['warmup_rule']})")
@@ -130,8 +161,9 @@ def summary_text(d: dict[str, Any], out_dir: str | Path | None = None) -> str:
         lines.append(f"loss (last): {_f(d.get('loss_last'), '.4f')}; peak memory per process: "
                      f"{_f(d.get('memory_max_GiB'), '.3f')} GiB")
     if d.get("interrupted"):
+        by = f"stopped by {d['stop_signal']}; " if d.get("stop_signal") else ""
         lines.append(f"INTERRUPTED at step {d.get('interrupted_at_step')} "
-                     f"(every finished step is in the run record; exit code {d.get('exit_code')})")
+                     f"({by}every finished step is in the run record; exit code {d.get('exit_code')})")
     if out_dir is not None:
         lines.append(f"files: {Path(out_dir) / 'steps.jsonl'}, summary.json, workload.toml")
     return "\n".join(lines)
@@ -143,11 +175,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("out_dir")
     p.add_argument("--exit-code", type=int, default=0, help="the training processes' exit code")
     a = p.parse_args(argv)
+    from trainperf.measure.failures import failure_line, read_failures
+
+    failures = read_failures(a.out_dir)
     try:
         d = write_summary(a.out_dir, exit_code=a.exit_code)
     except TrainperfError as e:
+        if failures:
+            print(failure_line(failures, a.out_dir, steps_kept=0, last_step=None), file=sys.stderr)
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if failures:
+        print(failure_line(failures, a.out_dir, steps_kept=d["steps_completed"], last_step=d["last_step"]),
+              file=sys.stderr)
     print(summary_text(d, a.out_dir))
     return 0
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -37,11 +38,20 @@ from trainperf.accounting.conventions import (
     model_flops_per_token,
 )
 from trainperf.errors import SpecError, TrainperfError
-from trainperf.measure.launch import LaunchSpec, run_torchrun, torchrun_command
+from trainperf.measure.launch import LaunchSpec, agent_command
+from trainperf.measure.limits import check_bound, check_stop_grace, check_work_bounds
 from trainperf.measure.parallelize import check_plan
 from trainperf.measure.results import summary_text, write_summary
+from trainperf.measure.stop import DEFAULT_GRACE_S, RunStopped, signal_name, stop_signals_raise
 from trainperf.measure.trainer import BenchConfig
+from trainperf.specs.bounds import BENCH_STEPS, BENCH_THREADS
 from trainperf.specs.workload import Workload
+
+
+class RunFailedError(TrainperfError):
+    """The run's processes failed before any step finished; one line naming the rank and its log."""
+
+    exit_code = 1
 
 # torch.cuda.get_device_name() substrings -> catalog id (first match wins; most specific first).
 CUDA_NAME_TO_ID: tuple[tuple[str, str], ...] = (
@@ -122,10 +132,13 @@ class BenchOptions:
     """True when the workload's peak came from ``--peak-tflops`` / the file."""
     precision: dict[str, Any] | None = None
     """How the precision was chosen (:class:`trainperf.measure.precision.PrecisionChoice` as a dict)."""
+    stop_grace_s: float = DEFAULT_GRACE_S
+    """Seconds the step in progress may take to finish after a stop signal (``--stop-grace``)."""
+    force: bool = False
+    """Replace the run record of an earlier run in ``out_dir`` (``--force``)."""
 
     def __post_init__(self) -> None:
-        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
-            raise SpecError("--steps", self.steps, "a positive integer")
+        check_bound("--steps", self.steps, BENCH_STEPS)
         if self.warmup is not None and (self.warmup < 0 or self.warmup >= self.steps):
             raise SpecError("--warmup", self.warmup, f"between 0 and steps-1={self.steps - 1}")
         if self.checkpoint_every < 0:
@@ -134,8 +147,9 @@ class BenchOptions:
             raise SpecError("--checkpoint-dir", None, "a directory when --checkpoint-every or --resume is given")
         if not self.lr > 0:
             raise SpecError("--lr", self.lr, "a positive learning rate")
-        if self.threads is not None and self.threads < 1:
-            raise SpecError("--threads", self.threads, "a positive integer")
+        if self.threads is not None:
+            check_bound("--threads", self.threads, BENCH_THREADS)
+        check_stop_grace(self.stop_grace_s)
         get_convention(self.convention)
 
 
@@ -240,6 +254,7 @@ def prepare(workload: Workload, opts: BenchOptions, say: Callable[[str], None] =
     from trainperf.specs.workload_file import workload_to_dict
 
     device_type = "cuda" if workload.hardware.kind == "gpu" else "cpu"
+    check_work_bounds(workload, opts.launch, local=local)
     if workload.hardware.kind not in ("gpu", "cpu"):
         raise SpecError("hardware.device", workload.hardware.id, "a GPU or cpu for the bench (it trains on this machine)")
     if local and device_type == "cuda" and local_device_type() != "cuda":
@@ -252,8 +267,6 @@ def prepare(workload: Workload, opts: BenchOptions, say: Callable[[str], None] =
     from trainperf.measure.model import check_supported
 
     check_supported(workload.model)
-    if workload.seq_len > 1 << 20:
-        raise SpecError("training.seq_len", workload.seq_len, "at most 1M tokens")
     if opts.data:
         from trainperf.measure.data import TextDataset
 
@@ -290,59 +303,99 @@ def prepare(workload: Workload, opts: BenchOptions, say: Callable[[str], None] =
         convention=convention,
         checkpoint_dir=os.path.abspath(opts.checkpoint_dir) if opts.checkpoint_dir else None,
         checkpoint_every=opts.checkpoint_every, resume=opts.resume, tensorboard=opts.tensorboard,
-        quiet=opts.quiet, meta={"peaks": peaks, "warmup_given": opts.warmup, "command": " ".join(sys.argv),
+        quiet=opts.quiet, stop_grace_s=float(opts.stop_grace_s), meta={"peaks": peaks, "warmup_given": opts.warmup, "command": " ".join(sys.argv),
                                 "precision": opts.precision},
     )
 
 
 def execute(workload: Workload, cfg: BenchConfig, launch: LaunchSpec,
-            say: Callable[[str], None] = print) -> tuple[dict[str, Any] | None, int]:
+            say: Callable[[str], None] = print, *, force: bool = False,
+            warn: Callable[[str], None] | None = None) -> tuple[dict[str, Any] | None, int]:
     """Run the bench; returns (summary or None if this node holds no record, exit code).
 
-    Writes ``workload.toml`` and ``run_config.json`` to the output directory first. Ctrl-C:
-    the summary is still written (interrupted), then KeyboardInterrupt propagates.
+    The output directory is held for the run's life
+    (:func:`~trainperf.records.output_path.claim_run_dir`: a second run into it is refused in
+    one line; one holding an earlier run's record is refused unless ``force``, which replaces
+    it). ``workload.toml`` and ``run_config.json`` are written first. Several processes run
+    under :func:`~trainperf.measure.supervise.run_workers` (logs in the directory; a dead
+    worker is one line on ``warn``, default stderr). A stop signal: the step in progress
+    finishes, the summary is written with the steps kept, then
+    :class:`~trainperf.measure.stop.RunStopped` propagates.
     """
-    from trainperf.records.output_path import write_text_atomic
+    from trainperf.measure.failures import failure_line
+    from trainperf.records.output_path import claim_run_dir, write_text_atomic
     from trainperf.specs.workload_file import dump_workload_toml
 
+    warn = warn or (lambda m: print(m, file=sys.stderr, flush=True))
     out = Path(cfg.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    if (out / "steps.jsonl").exists():
-        raise SpecError("--out", str(out), "a new or empty directory (it already holds a steps.jsonl)")
-    config_path = out / "run_config.json"
-    for path, text in ((out / "workload.toml", dump_workload_toml(workload)), (config_path, cfg.to_json())):
-        write_text_atomic(path, text, what="--out", force=True)  # never through a FIFO/device/link
-    say(f"bench: {workload.describe()}")
-    say(f"output: {out}")
-    rc = 0
-    interrupted = False
-    try:
+    stop: int | None = None
+    failures: list[Any] = []
+    with claim_run_dir(out, what="--out", force=force, shared=launch.nnodes > 1, parents=True) as claim:
+        if claim.fd is None:
+            say(f"note: {out} is on a filesystem without file locks; only the exclusive creation of "
+                "steps.jsonl keeps another run out")
+        config_path = out / "run_config.json"
+        for path, text in ((out / "workload.toml", dump_workload_toml(workload)), (config_path, cfg.to_json())):
+            write_text_atomic(path, text, what="--out", force=True)  # never through a FIFO/device/link
+        say(f"bench: {workload.describe()}")
+        say(f"output: {out}")
         if launch.distributed:
-            cmd = torchrun_command(str(config_path), launch)
-            env = {"OMP_NUM_THREADS": str(cfg.threads or 1), "PYTHONUNBUFFERED": "1"}
-            say(f"launching {launch.world_size} processes ({launch.nnodes} node(s)) with torchrun ...")
-            rc = run_torchrun(cmd, env)
+            stop, rc, failures = _run_distributed(cfg, launch, config_path, claim.fd, say, warn)
         else:
             from trainperf.measure.trainer import train
 
+            rc = 0
             try:
-                train(cfg, say=say)
+                with stop_signals_raise():
+                    train(cfg, say=say, interactive=True)
+            except RunStopped as e:
+                stop, rc = e.signum, e.exit_code
             except KeyboardInterrupt:
-                rc = 130
-                raise
-    except KeyboardInterrupt:
-        interrupted = True
-        rc = 130
-    if not (out / "steps.jsonl").exists():
-        if launch.nnodes > 1:
-            say("this node holds no run record: global rank 0 (on another node) writes steps.jsonl")
-            return None, rc
-        if interrupted:
-            raise KeyboardInterrupt
-        raise TrainperfError(f"the run failed before its first step (exit code {rc}); see the messages above")
-    summary = write_summary(out, exit_code=rc)
+                stop, rc = signal.SIGINT, 128 + signal.SIGINT
+        if not (out / "steps.jsonl").exists():
+            if failures:
+                raise RunFailedError(failure_line(failures, out, steps_kept=0, last_step=None))
+            if stop is not None:
+                raise RunStopped(stop, "before the first step")
+            if launch.nnodes > 1:
+                say("this node holds no run record: global rank 0 (on another node) writes steps.jsonl")
+                return None, rc
+            where = f"see {out / 'torchrun.log'} and the rank*.log beside it" if launch.distributed \
+                else "see the messages above"
+            raise RunFailedError(f"the run failed before its first step (exit code {rc}); {where}")
+        summary = write_summary(out, exit_code=rc)
+    if failures:
+        warn(failure_line(failures, out, steps_kept=summary["steps_completed"], last_step=summary["last_step"]))
     say("")
     say(summary_text(summary, out))
-    if interrupted:
-        raise KeyboardInterrupt
+    if stop is not None:
+        stopped = RunStopped(stop)
+        stopped.summary = summary
+        raise stopped
     return summary, rc
+
+
+def _run_distributed(cfg: BenchConfig, launch: LaunchSpec, config_path: Path, lock_fd: int | None,
+                     say: Callable[[str], None], warn: Callable[[str], None]) -> tuple[int | None, int, list[Any]]:
+    """torchrun (through :mod:`trainperf.measure.agent`) under the launcher's supervision;
+    returns (the stop signal forwarded or None, exit code, the failed workers)."""
+    import socket
+
+    from trainperf.measure.supervise import run_workers
+
+    out = Path(cfg.out_dir)
+    node = "" if launch.nnodes == 1 else f"-{socket.gethostname()}"
+    report = out / f"failures{node}.json"
+    cmd = agent_command(str(config_path), launch, str(report))
+    say(f"launching {launch.world_size} processes ({launch.nnodes} node(s)) with torchrun; "
+        f"their output: {out}/rank<k>.log, torchrun{node}.log")
+    outcome = run_workers(cmd, out_dir=out, echo=say, env={"OMP_NUM_THREADS": str(cfg.threads or 1)},
+                          grace_s=cfg.stop_grace_s, log_name=f"torchrun{node}.log", report_path=report,
+                          pass_fds=(lock_fd,) if lock_fd is not None else ())
+    rc = outcome.exit_code if outcome.exit_code >= 0 else 128 - outcome.exit_code
+    if outcome.killed:
+        warn(f"note: {len(outcome.killed)} process(es) of the run had not stopped "
+             f"{cfg.stop_grace_s:g} s after {signal_name(outcome.stop_signal)} and were killed")
+    # After a stop the launcher asked for, the workers' exit codes are its own doing.
+    failures = outcome.failures if outcome.stop_signal is None else []
+    return outcome.stop_signal, rc, failures

@@ -12,10 +12,18 @@ micro-batches through the stages); gradient-norm clipping at 1.0; AdamW (fused k
 available, betas 0.9/0.95, weight decay 0.1); the learning rate is a pure function of the step
 (linear warm-up, then constant), so a resumed run needs no scheduler state. The logged loss is
 the mean over the global batch (all-reduced).
+
+Stopping (:mod:`trainperf.measure.stop`): a stop signal during the loop lets the step in
+progress finish; the ranks agree on the step to stop after (the stop request rides on the
+loss's all-reduce, so no rank waits in a collective for one that left), rank 0 writes the
+``end`` line with the signal, and the process exits with 128 + its number. Started by the
+bench's launcher (``TRAINPERF_RANK_LOGS=1``), each rank writes its stdout and stderr to
+``rank<k>.log`` in the run directory; rank 0's progress lines also go to the launcher.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -31,14 +39,25 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.distributed.elastic.multiprocessing.errors import record
 
+from trainperf.errors import one_line
 from trainperf.measure import checkpoint as ckpt
+from trainperf.measure import procs
 from trainperf.measure.data import Batches, TextDataset
 from trainperf.measure.loss import linear_cross_entropy
 from trainperf.measure.meter import ThroughputMeter
 from trainperf.measure.model import build_model
 from trainperf.measure.parallelize import autocast_dtype, parallelize
 from trainperf.measure.sinks import ConsoleSink, TensorBoardSink
+from trainperf.measure.stop import (
+    DEFAULT_GRACE_S,
+    STOP_SIGNALS,
+    GracefulStop,
+    RunStopped,
+    signal_name,
+    stop_signals_raise,
+)
 
 GRAD_CLIP = 1.0
 
@@ -75,6 +94,8 @@ class BenchConfig:
     tensorboard: str | None = None
     quiet: bool = False
     """Console lines go to stderr (stdout is kept for ``--json``)."""
+    stop_grace_s: float = DEFAULT_GRACE_S
+    """Seconds the step in progress may take to finish after a stop signal."""
     meta: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
@@ -308,6 +329,10 @@ class BenchRun:
                                               self.setup.pp_group, plan.pp_schedule, workload.grad_accum_steps,
                                               self.loss_fn)
         self.accum = workload.grad_accum_steps
+        self.stop: GracefulStop | None = None
+        """The loop's stop request while :meth:`run` runs."""
+        self.stop_votes: torch.Tensor | None = None
+        """Ranks that asked to stop, summed over the ranks with the last step's loss."""
         self.tokens_local = workload.micro_batch * workload.seq_len * self.accum
         self.meter = ThroughputMeter(
             Path(cfg.out_dir) / "steps.jsonl", flops_per_token=cfg.flops_per_token,
@@ -315,7 +340,7 @@ class BenchRun:
             peak_source=cfg.peak_source, total_steps=max(1, cfg.steps - self.start + 1), warmup_steps=cfg.warmup,
             data_parallel_size=self.setup.dp_size, num_devices=workload.num_devices, device=cfg.device_type,
             sinks=sinks, workload=workload, meta=meta, source="bench", first_step=self.start,
-            recalibrate=self._recalibrate, warn=out,
+            recalibrate=self._recalibrate, warn=out, exclusive=True,
         )
 
     def _recalibrate(self, measured_tflops: float) -> tuple[float, str] | None:
@@ -364,14 +389,30 @@ class BenchRun:
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         if dist.is_initialized() and self.world > 1:
-            dist.all_reduce(loss_sum)
-            loss_sum /= self.world
+            loss_sum = self._all_reduce_with_stop(loss_sum) / self.world
         return loss_sum, gnorm
+
+    def _all_reduce_with_stop(self, loss: torch.Tensor) -> torch.Tensor:
+        """Sum ``loss`` over all ranks, and with it the ranks' stop requests: every rank then
+        sees the same count (:attr:`stop_votes`) and stops after the same step."""
+        import torch.distributed as dist
+
+        asked = 1.0 if self.stop is not None and self.stop.requested else 0.0
+        both = torch.stack([loss.float().reshape(()), loss.new_full((), asked, dtype=torch.float32)])
+        dist.all_reduce(both)
+        self.stop_votes = both[1]
+        return both[0]
+
+    def stop_agreed(self) -> bool:
+        """Whether the ranks stop after the step just finished (a rank asked, see
+        :meth:`_all_reduce_with_stop`); in one process, whether a stop was asked."""
+        if self.stop_votes is not None:
+            return float(self.stop_votes) > 0
+        return self.stop is not None and self.stop.requested
 
     def _pipeline_step(self, step: int, amp: torch.dtype | None) -> tuple[torch.Tensor, float]:
         """One step through the pipeline schedule: this rank's micro-batches, same sequences as
         without pipeline parallel; the loss lives on the last stage and is averaged to all."""
-        import torch.distributed as dist
 
         parts = [self.batches.get(step - 1, m, self.device) for m in range(self.accum)]
         x = torch.cat([p[0] for p in parts])
@@ -388,11 +429,13 @@ class BenchRun:
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         # Every rank of the last stage holds the loss: the sum over all ranks counts it world/pp times.
-        dist.all_reduce(loss)
-        return loss / (self.world // self.pp), gnorm
+        return self._all_reduce_with_stop(loss) / (self.world // self.pp), gnorm
 
-    def run(self) -> ThroughputMeter:
-        """The metered loop from the start (or resume) step to ``cfg.steps``; see :func:`train`."""
+    def run(self, *, escalate: bool = False) -> ThroughputMeter:
+        """The metered loop from the start (or resume) step to ``cfg.steps``; see :func:`train`.
+
+        ``escalate``: a second stop signal stops at once (an interactive run; module docstring).
+        """
         cfg, meter, out = self.cfg, self.meter, self.say
         measured_steps = cfg.steps - self.start + 1
         if measured_steps <= 0:
@@ -401,61 +444,146 @@ class BenchRun:
         out(f"training {measured_steps} steps (first {meter.warmup_steps} = warm-up); "
             f"{self.workload.global_batch} x {self.workload.seq_len} tokens per step, "
             f"{self.accum} micro-batch(es) per rank")
-        main_thread = threading.current_thread() is threading.main_thread()
-        prev = signal.getsignal(signal.SIGTERM)
-        if main_thread:
-            signal.signal(signal.SIGTERM, _raise_interrupt)
+        recal = {"peaks": cfg.meta["peaks"]} if meter.recalibrated else {}
+        self.stop = GracefulStop(cfg.stop_grace_s, escalate=escalate)
         try:
-            meter.start()
-            for step in range(self.start, cfg.steps + 1):
-                if step == self.start and self.rank == 0:
-                    with _Heartbeat(out, "compiling and warming up" if cfg.compile else "first step (warm-up)"):
+            with self.stop:
+                meter.start()
+                for step in range(self.start, cfg.steps + 1):
+                    if step == self.start and self.rank == 0:
+                        with _Heartbeat(out, "compiling and warming up" if cfg.compile else "first step (warm-up)"):
+                            loss, gnorm = self.train_step(step)
+                    else:
                         loss, gnorm = self.train_step(step)
-                else:
-                    loss, gnorm = self.train_step(step)
-                meter.step(tokens=self.tokens_local, loss=loss, grad_norm=gnorm)
-                if cfg.checkpoint_dir and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
-                    with meter.paused():
-                        ckpt.save(cfg.checkpoint_dir, step, self.trained, self.opt)
-        except KeyboardInterrupt:
-            meter.close(interrupted=True, interrupted_at_step=meter.next_step,
-                        **({"peaks": cfg.meta["peaks"]} if meter.recalibrated else {}))
+                    meter.step(tokens=self.tokens_local, loss=loss, grad_norm=gnorm)
+                    if cfg.checkpoint_dir and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+                        with meter.paused():
+                            ckpt.save(cfg.checkpoint_dir, step, self.trained, self.opt)
+                    if step < cfg.steps and self.stop_agreed():
+                        signum = self.stop.signum or signal.SIGTERM  # a peer's request: ours is on its way
+                        recal = {"peaks": cfg.meta["peaks"]} if meter.recalibrated else {}
+                        meter.close(interrupted=True, interrupted_at_step=meter.next_step,
+                                    stop_signal=signal_name(signum), **recal)
+                        out(f"stopped by {signal_name(signum)} after step {step}")
+                        raise RunStopped(signum)
+        except BaseException as e:
+            recal = {"peaks": cfg.meta["peaks"]} if meter.recalibrated else {}
+            why = (str(e) or "interrupted") if isinstance(e, KeyboardInterrupt) else f"{type(e).__name__}: {e}"
+            meter.close(interrupted=True, interrupted_at_step=meter.next_step, reason=one_line(why)[:500], **recal)
             raise
         finally:
-            if main_thread:
-                signal.signal(signal.SIGTERM, prev)
+            self.stop = None
         meter.close(**({"peaks": cfg.meta["peaks"]} if meter.recalibrated else {}))
         return meter
 
 
-def train(cfg: BenchConfig, *, say: Callable[[str], None] | None = None) -> ThroughputMeter:
+def train(cfg: BenchConfig, *, say: Callable[[str], None] | None = None,
+          interactive: bool = False) -> ThroughputMeter:
     """Run the bench loop described by ``cfg``; returns the closed meter (records in memory).
 
-    KeyboardInterrupt (Ctrl-C, or SIGTERM from torchrun when a peer rank died) closes the
-    JSONL with ``interrupted`` and the next unfinished step, then propagates.
+    A stop signal (SIGTERM, SIGINT, SIGHUP) ends the loop after the step in progress and raises
+    :class:`~trainperf.measure.stop.RunStopped` (a KeyboardInterrupt) once the JSONL has its
+    ``end`` line (interrupted, the next step, the signal); ``interactive``: a second signal
+    stops at once. Any other exception also closes the JSONL as interrupted, then propagates.
     """
-    return BenchRun(cfg, say).run()
+    return BenchRun(cfg, say).run(escalate=interactive)
 
 
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+class _RankLog:
+    """This rank's stdout and stderr (file descriptors 1 and 2) in ``OUT/rank<k>.log``; rank 0's
+    progress lines are also written to the original stdout (the launcher's console)."""
+
+    def __init__(self, out_dir: str, rank: int) -> None:
+        import stat
+
+        path = Path(out_dir) / f"rank{rank}.log"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError(f"{path} is not a regular file")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.console = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8", errors="replace") \
+            if rank == 0 else None
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+        self.path = path
+
+    def say(self, msg: str) -> None:
+        print(msg, flush=True)
+        if self.console is not None:
+            try:
+                print(msg, file=self.console, flush=True)
+            except OSError:  # the launcher is gone: the log keeps the line
+                self.console = None
 
 
+@record
 def main(argv: list[str] | None = None) -> int:
-    """torchrun entry point: ``python -m trainperf.measure.trainer CONFIG.json``."""
-    argv = sys.argv[1:] if argv is None else argv
-    cfg = BenchConfig.from_json(Path(argv[0]).read_text())
-    import torch.distributed as dist
+    """torchrun entry point: ``python -m trainperf.measure.trainer CONFIG.json``.
 
+    Exit codes: 0 done, 128 + N stopped by signal N after its step, 1 an error (recorded for
+    torchrun by ``@record``, whose report names the rank and the exception).
+    """
     try:
-        train(cfg)
+        with stop_signals_raise():  # until the loop: a stop signal has no step to finish
+            return _main(sys.argv[1:] if argv is None else argv)
+    finally:  # ending anyway: exit with this process's own status, not torchrun's closing signal
+        for s in STOP_SIGNALS:
+            signal.signal(s, signal.SIG_IGN)
+
+
+def _main(argv: list[str]) -> int:
+    try:
+        cfg = BenchConfig.from_json(Path(argv[0]).read_text())
+        log = None
+        if os.environ.get("TRAINPERF_RANK_LOGS") == "1":
+            log = _RankLog(cfg.out_dir, int(os.environ.get("RANK", "0")))
+            procs.die_with_parent(signal.SIGTERM)  # torchrun gone: stop after the step
+            launcher = os.environ.get(procs.LAUNCHER_PID_ENV)
+            if os.getppid() == 1 or (launcher and os.getppid() == int(launcher)):
+                return 128 + signal.SIGTERM  # torchrun died before we could ask to die with it
+        import torch.distributed as dist
+
+        try:
+            train(cfg, say=log.say if log else None)
+        finally:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+    except RunStopped as e:
+        return e.exit_code
     except KeyboardInterrupt:
         return 130
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
     return 0
 
 
+def _exit(code: int | None) -> None:
+    """Exit now, everything written: the run record is closed, the logs flushed. Skipping the
+    interpreter's teardown matters after a stop: finalising torch.distributed's objects (the
+    process groups FSDP's device mesh still references) takes seconds of CPU, which a stopped
+    job on a shared node, or Slurm's KillWait, should not have to wait for."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code or 0)
+
+
+def _run_worker() -> None:
+    """``main`` as a torchrun worker: its exit code, or after an exception (recorded for torchrun
+    by ``@record``) the traceback in the rank's log and exit code 1 -- in both cases without the
+    interpreter's slow teardown (:func:`_exit`)."""
+    try:
+        code = main()
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    _exit(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    _run_worker()

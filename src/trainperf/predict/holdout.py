@@ -191,11 +191,14 @@ def cached_holdouts(rows: Sequence[Any], key_extra: str = "") -> dict[str, list[
         return got
     out = {"table": leave_one_table_out(rows), "group": leave_one_group_out(rows)}
     try:
+        from trainperf.errors import TrainperfError
+        from trainperf.locked_update import update_file
+
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(cache_payload(key, out["table"], out["group"]), encoding="utf-8")
-        os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the whole new one
-    except OSError:
+        # under the cache's lock, written whole and renamed: a concurrent reader sees the old file
+        # or the new one, and two processes computing the same key write the same text
+        update_file(path, lambda _old: cache_payload(key, out["table"], out["group"]), what="hold-out cache")
+    except (OSError, TrainperfError):
         pass
     return out
 

@@ -1,9 +1,12 @@
 """The catalog of published results (``data/published.toml``), as run records.
 
-Every row of every table in the seed documents is one :class:`PublishedRun`: the workload
-(with the assumptions the seed leaves open written down), the measured figure it reports, the
-step time (published, or derived from tokens/s or TFLOP/s with the stated global batch, and
-marked ``derived``), and its source line. :func:`load_published_runs` returns them as
+Every row of every table in five public documents (NVIDIA's MaxText Llama2 70B recipe,
+torchtitan's performance page, Databricks' MI250 blog, a forum thread on a 405B LoRA fine-tune,
+The Next Platform on Frontier) is one :class:`PublishedRun`: the workload (with the assumptions
+the document leaves open written down), the measured figure it reports, the step time
+(published, or derived from tokens/s or TFLOP/s with the stated global batch, and marked
+``derived``), and its citation. ``seed``/``line`` locate the number in the developers' copy of
+the document (for the tests); users see ``citation`` and ``document``. :func:`load_published_runs` returns them as
 :class:`~trainperf.records.RunRecord` objects with ``source="published"``.
 """
 
@@ -38,8 +41,10 @@ class PublishedRun:
     derived_from: str | None
     """``None`` when the step time is published; else the figure it was derived from."""
     seed: str
+    """File name of the developers' copy of the document (provenance for tests, not for users)."""
     line: int
     citation: str
+    """The document, table and row, as users read it."""
     framework: str
     convention: str
     assumptions: str
@@ -47,6 +52,8 @@ class PublishedRun:
     exclude_reason: str = ""
     trainable_fraction: float = 1.0
     claimed: dict[str, float] = field(default_factory=dict)
+    document: str = ""
+    """Short name of the document (``[documents]`` of published.toml), for listings."""
 
     @property
     def vendor(self) -> str:
@@ -54,7 +61,7 @@ class PublishedRun:
 
     @property
     def source(self) -> str:
-        return f"seed {self.seed[:3]} line {self.line}: {self.citation}"
+        return self.citation
 
     def to_run_record(self) -> RunRecord:
         w = self.workload
@@ -66,7 +73,7 @@ class PublishedRun:
             claimed_mfu_pct=self.claimed.get("mfu_pct"),
         )
         meta = {
-            "name": self.id, "citation": self.citation, "seed": self.seed, "line": self.line,
+            "name": self.id, "citation": self.citation, "document": self.document,
             "framework": self.framework, "convention": self.convention,
             "derived_from": self.derived_from, "assumptions": self.assumptions,
             "validate": self.validate, "exclude_reason": self.exclude_reason,
@@ -118,12 +125,23 @@ def _build(row: dict[str, Any]) -> PublishedRun:
                    f"convention ({per_token:.4g} FLOPs/token)")
         claimed.setdefault("tflops_per_device", value / group)
     return PublishedRun(
-        id=rid, workload=w, step_time_s=step, derived_from=derived, seed=str(row["seed"]),
+        id=rid, document=_document(rid, row), workload=w, step_time_s=step, derived_from=derived,
+        seed=str(row["seed"]),
         line=int(row["line"]), citation=str(row["citation"]), framework=str(row.get("framework", "")),
         convention=convention, assumptions=str(row.get("assumptions", "")),
         validate=bool(row.get("validate", True)), exclude_reason=str(row.get("exclude_reason", "")),
         trainable_fraction=float(row.get("trainable_fraction", 1.0)), claimed=claimed,
     )
+
+
+def _document(rid: str, row: dict[str, Any]) -> str:
+    """The short name of the document a row comes from; a row whose document is not listed in
+    ``[documents]`` is a catalog error."""
+    documents = _data().get("documents", {})
+    seed = row.get("seed")
+    if seed not in documents:
+        raise SpecError(f"published[{rid}].seed", seed, f"one of the [documents] keys: {', '.join(documents)}")
+    return str(documents[seed])
 
 
 @lru_cache(maxsize=1)
@@ -133,12 +151,14 @@ def published_runs() -> tuple[PublishedRun, ...]:
 
 
 def published_claims() -> tuple[dict[str, Any], ...]:
-    """Published figures that are not step times (e.g. scaling efficiencies), as dicts."""
-    return tuple(dict(c) for c in _data().get("claims", []))
+    """Published figures that are not step times (e.g. scaling efficiencies), as dicts, each
+    with its ``document``'s short name."""
+    return tuple({**c, "document": _document(str(c.get("id", "?")), c)} for c in _data().get("claims", []))
 
 
 def get_published(run_id: str) -> Any:
-    """A seed-catalog run by id, or a row of the published-runs table as ``row:<row_id>``."""
+    """A run of the documents' catalog by id, or a row of the published-runs table as
+    ``row:<row_id>``."""
     if run_id.startswith("row:"):
         from trainperf.predict.runs_table import get_table_run
 
@@ -150,7 +170,7 @@ def get_published(run_id: str) -> Any:
 
 
 def load_published_runs(include_table: bool = True) -> list[RunRecord]:
-    """The seed catalog and (``include_table``) the mapped rows of the published-runs table
+    """The documents' catalog and (``include_table``) the mapped rows of the published-runs table
     (named ``row:<row_id>``) as run records (``source="published"``), so ``compare`` and
     ``report`` can put a user's run beside every comparable published one."""
     runs = [r.to_run_record() for r in published_runs()]

@@ -93,22 +93,111 @@ def write_run(run: RunRecord, path: str | Path, *, force: bool = True, parents: 
     return write_with(path, write, what=what, force=force, parents=parents, inputs=inputs)
 
 
-def iter_lines(path: Path) -> Iterator[dict[str, Any]]:
-    with path.open("r", encoding="utf-8", errors="replace") as f:
-        for line in f:
-            line = line.strip()
+MAX_LINE_BYTES = 1 << 20
+"""Longest line read (1 MiB): a step line is ~300 bytes and the run header with its workload a
+few KB; a longer "line" is damage (a NUL-filled block, a binary file) and is skipped unread."""
+
+SKIP_REASONS: dict[str, str] = {
+    "truncated": "cut short (a killed run's last line)",
+    "not_json": "not JSON",
+    "nul": "with NUL bytes",
+    "not_utf8": "not UTF-8",
+    "too_long": f"over {MAX_LINE_BYTES:,} bytes",
+    "not_object": "not a JSON object",
+    "bad_step": "steps with invalid fields",
+    "extra_header": "a second run header (another run's lines?)",
+    "unknown_type": "of an unknown type",
+}
+"""Why a line of a run record was skipped: key -> what the reader says about it."""
+
+
+def _raw_lines(f: IO[bytes], skipped: dict[str, int]) -> Iterator[tuple[bytes, bool]]:
+    """``(line, ends_with_newline)`` of a binary file, each at most :data:`MAX_LINE_BYTES`
+    (longer ones are counted as ``too_long`` and read past in bounded chunks)."""
+    while True:
+        raw = f.readline(MAX_LINE_BYTES + 1)
+        if not raw:
+            return
+        if len(raw) > MAX_LINE_BYTES:
+            while raw and not raw.endswith(b"\n"):
+                raw = f.readline(MAX_LINE_BYTES + 1)
+            skipped["too_long"] = skipped.get("too_long", 0) + 1
+            continue
+        yield raw, raw.endswith(b"\n")
+
+
+def iter_lines(path: Path, skipped: dict[str, int] | None = None) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a JSONL file, one per line, reading bytes so damage costs at most its line.
+
+    Each line is decoded on its own: a line with a NUL byte, bytes that are not UTF-8, or text
+    that is not a JSON object is skipped and counted in ``skipped`` under a key of
+    :data:`SKIP_REASONS` (a cut last line -- a run killed mid-write -- as ``truncated``). NUL
+    bytes at either end of a line (the zero-filled block a crash can leave before the next
+    write) are dropped first, so the line after them is kept. Blank lines are not counted.
+    """
+    skipped = {} if skipped is None else skipped
+
+    def skip(why: str) -> None:
+        skipped[why] = skipped.get(why, 0) + 1
+
+    with path.open("rb") as f:
+        for raw, complete in _raw_lines(f, skipped):
+            line = raw.strip(b" \t\r\n\0")
             if not line:
                 continue
+            if b"\0" in line:
+                skip("nul")
+                continue
             try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a truncated last line of a killed run, or a stray line
+                text = line.decode("utf-8")
+            except UnicodeDecodeError:
+                skip("not_utf8")
+                continue
+            try:
+                obj = json.loads(text)
+            except (ValueError, RecursionError):  # JSONDecodeError, a 4300-digit integer, deep nesting
+                skip("not_json" if complete else "truncated")
+                continue
             if isinstance(obj, dict):
                 yield obj
+            else:
+                skip("not_object")
+
+
+def describe_skipped(skipped: dict[str, int]) -> str:
+    """``"3 lines skipped: 2 not JSON, 1 with NUL bytes"``; empty when nothing was skipped."""
+    n = sum(skipped.values())
+    if not n:
+        return ""
+    why = ", ".join(f"{k:,} {SKIP_REASONS.get(r, r)}" for r, k in sorted(skipped.items(), key=lambda kv: -kv[1]))
+    return f"{n:,} line{'s' if n != 1 else ''} skipped: {why}"
+
+
+def is_trainperf_jsonl(path: str | Path) -> bool:
+    """True when the first non-blank line of ``path`` (at most :data:`MAX_LINE_BYTES` read) is a
+    trainperf ``run`` header; a directory counts when it holds ``steps.jsonl``."""
+    p = Path(path)
+    if p.is_dir():
+        return (p / "steps.jsonl").is_file()
+    try:
+        with p.open("rb") as f:
+            for raw, _ in _raw_lines(f, {}):
+                line = raw.strip(b" \t\r\n\0")
+                if line:
+                    obj = json.loads(line.decode("utf-8"))
+                    return isinstance(obj, dict) and obj.get("type") == "run"
+    except (OSError, ValueError, RecursionError):
+        return False
+    return False
 
 
 def read_run(path: str | Path) -> RunRecord:
-    """Read a trainperf JSONL run record. A run without an ``end`` line counts as interrupted."""
+    """Read a trainperf JSONL run record. A run without an ``end`` line counts as interrupted.
+
+    ``meta["skipped_lines"]`` counts the lines that were not used and ``meta["skip_reasons"]``
+    says why (keys of :data:`SKIP_REASONS`; see :func:`describe_skipped`), so every reader can
+    say what it left out.
+    """
     p = Path(path)
     if p.is_dir():
         p = p / "steps.jsonl"
@@ -117,17 +206,23 @@ def read_run(path: str | Path) -> RunRecord:
     header: dict[str, Any] | None = None
     steps: list[StepRecord] = []
     end: dict[str, Any] | None = None
-    for obj in iter_lines(p):
+    skipped: dict[str, int] = {}
+    for obj in iter_lines(p, skipped):
         kind = obj.get("type")
-        if kind == "run" and header is None:
-            header = obj
+        if kind == "run":
+            if header is None:
+                header = obj
+            else:
+                skipped["extra_header"] = skipped.get("extra_header", 0) + 1
         elif kind == "step":
             try:
                 steps.append(StepRecord.from_dict(obj))
             except (TypeError, ValueError):
-                continue
+                skipped["bad_step"] = skipped.get("bad_step", 0) + 1
         elif kind == "end":
             end = obj
+        else:
+            skipped["unknown_type"] = skipped.get("unknown_type", 0) + 1
     if header is None:
         raise InputFileError(f"{str(p)!r} is not a trainperf run record (no 'run' header line)")
     workload = None
@@ -141,4 +236,6 @@ def read_run(path: str | Path) -> RunRecord:
     else:
         meta.update({k: v for k, v in end.items() if k != "type"})
     meta.setdefault("path", str(p))
+    meta["skipped_lines"] = sum(skipped.values())
+    meta["skip_reasons"] = dict(skipped)
     return RunRecord(source=header.get("source", "bench"), steps=steps, workload=workload, meta=meta)

@@ -13,6 +13,9 @@ Rules, the same for ``parse --save``, ``report --out``, ``calibrate-model -o``, 
   write leaves the old file untouched.
 * No parent directory is created beyond the one named: a file's parent must exist; an output
   directory may be created, but its parent must exist -- unless ``parents`` (``--parents``).
+* A run directory (``bench``/``sweep --out``) has one writer: the run holds an exclusive lock
+  on it for its whole life (:func:`claim_run_dir`), and a directory that holds an earlier run's
+  record is not appended to; ``--force`` replaces that run's files.
 
 Every refusal is an :class:`OutputPathError`: one line, exit code 2.
 """
@@ -20,10 +23,15 @@ Every refusal is an :class:`OutputPathError`: one line, exit code 2.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import socket
 import stat
+import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -31,9 +39,12 @@ from trainperf.errors import TrainperfError, one_line
 
 __all__ = [
     "OutputPathError",
+    "RunDirClaim",
     "atomic_write",
     "check_output_dir",
     "check_output_file",
+    "check_run_dir",
+    "claim_run_dir",
     "make_output_dir",
     "write_text_atomic",
     "write_with",
@@ -252,3 +263,197 @@ def write_with(path: str | os.PathLike[str], writer: Callable[[IO], None], **kwa
     with atomic_write(path, **kwargs) as f:  # type: ignore[arg-type]
         writer(f)
     return Path(path)
+
+
+# --------------------------------------------------------------------------- run directories
+RUN_LOCK_NAME = ".trainperf-run.lock"
+"""The lock file of a run directory (kept after the run: removing it would let two runs lock
+two different files of the same name)."""
+RUN_RECORD_NAMES = ("steps.jsonl", "summary.json")
+"""Files whose presence means the directory holds a run (finished or interrupted)."""
+RUN_FILE_PATTERNS = ("steps.jsonl", "summary.json", "workload.toml", "run_config.json", "torchrun*.log",
+                     "rank*.log", "failures*.json")
+"""Every file a run writes into its directory: what ``--force`` removes before a new run."""
+_HOLDER_BYTES = 4096
+
+
+@dataclass
+class RunDirClaim:
+    """A run directory held by this process (:func:`claim_run_dir`); ``release()`` lets it go.
+
+    The lock is a kernel lock (``flock``) on :data:`RUN_LOCK_NAME`: it dies with the last
+    process holding its file descriptor, so a run killed by SIGKILL leaves no stale lock.
+    Pass ``fd`` to child processes (``pass_fds``) to keep the directory held while they live.
+    """
+
+    path: Path
+    fd: int | None
+    """The lock file's descriptor; None where the filesystem or platform has no locks."""
+    shared: bool = False
+    """Held shared (the nodes of one multi-node run share a directory) instead of exclusive."""
+
+    def release(self) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)  # closing the last descriptor releases the flock
+            self.fd = None
+
+    def __enter__(self) -> RunDirClaim:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _run_files(p: Path) -> list[Path]:
+    """The files of an earlier run in directory ``p`` (see :data:`RUN_FILE_PATTERNS`)."""
+    found: dict[str, Path] = {}
+    for pattern in RUN_FILE_PATTERNS:
+        for f in p.glob(pattern):
+            found[f.name] = f
+    return [found[k] for k in sorted(found)]
+
+
+def _holder(lock_path: Path) -> str:
+    """Who holds the lock, from the lock file's text (``pid ... on host ... since ...``)."""
+    try:
+        fd = os.open(lock_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return "another process"
+    try:
+        text = os.read(fd, _HOLDER_BYTES).decode("utf-8", "replace").strip()
+    except OSError:
+        text = ""
+    finally:
+        os.close(fd)
+    return one_line(text.splitlines()[0]) if text else "another process"
+
+
+def _open_lock(p: Path, what: str, *, create: bool) -> int | None:
+    """The lock file's descriptor (a regular file, never through a link, FIFO or device)."""
+    lock_path = p / RUN_LOCK_NAME
+    st = _stat(lock_path, what, follow_links=False)
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise OutputPathError(f"{what} {str(p)!r}: {str(lock_path)!r} is {_kind(st.st_mode)}; refusing to use it "
+                              "as the run's lock (remove it)")
+    if st is None and not create:
+        return None
+    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | (os.O_CREAT if create else 0)
+    try:
+        fd = os.open(lock_path, flags, 0o644)
+    except OSError as e:
+        raise OutputPathError(f"{what} {str(p)!r}: cannot open {str(lock_path)!r}: "
+                              f"{one_line(e.strerror or str(e))}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced between the lstat and the open
+        os.close(fd)
+        raise OutputPathError(f"{what} {str(p)!r}: {str(lock_path)!r} is not a regular file; refusing to use it")
+    return fd
+
+
+def _try_lock(fd: int, shared: bool) -> bool | None:
+    """flock ``fd`` without waiting: True if taken, False if another process holds it, None if
+    this filesystem or platform has no locks."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        return None
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError as e:
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return False
+        if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+            return None
+        raise
+    return True
+
+
+def _busy(p: Path, what: str) -> OutputPathError:
+    return OutputPathError(f"{what} {str(p)!r} is in use by another run ({_holder(p / RUN_LOCK_NAME)}); "
+                           "give another directory, or wait for that run to end")
+
+
+def _earlier_run(p: Path) -> str | None:
+    for name in RUN_RECORD_NAMES:
+        if os.path.lexists(p / name):
+            return name
+    return None
+
+
+def check_run_dir(path: str | os.PathLike[str], *, what: str = "--out",
+                  inputs: Iterable[str | os.PathLike[str] | None] = (), parents: bool = False,
+                  force: bool = False, shared: bool = False) -> Path:
+    """:func:`check_output_dir` for a run directory, plus: no run holds it now, and it holds no
+    earlier run's record unless ``force``. Nothing on disk is changed (a run directory is taken
+    for real by :func:`claim_run_dir`; this check lets a command refuse before any work)."""
+    p = check_output_dir(path, what=what, inputs=inputs, parents=parents)
+    if not p.is_dir():
+        return p
+    fd = _open_lock(p, what, create=False)
+    if fd is not None:
+        try:
+            if _try_lock(fd, shared) is False:
+                raise _busy(p, what)
+        finally:
+            os.close(fd)  # also releases the probe's lock
+    _check_earlier_run(p, what, force)
+    return p
+
+
+def _check_earlier_run(p: Path, what: str, force: bool) -> list[Path]:
+    """The earlier run's files to remove (``force``), after refusing without ``force`` or when
+    one of them is not a regular file."""
+    name = _earlier_run(p)
+    if name is not None and not force:
+        raise OutputPathError(f"{what} {str(p)!r} holds an earlier run ({name}); give a new or empty directory, "
+                              "or --force to replace that run")
+    if not force:
+        return []
+    files = _run_files(p)
+    for f in files:
+        st = _stat(f, what, follow_links=False)
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            raise OutputPathError(f"{what} {str(f)!r} is {_kind(st.st_mode)}; refusing to replace it "
+                                  "(remove it, or give another directory)")
+    return files
+
+
+def claim_run_dir(path: str | os.PathLike[str], *, what: str = "--out",
+                  inputs: Iterable[str | os.PathLike[str] | None] = (), parents: bool = False,
+                  force: bool = False, shared: bool = False) -> RunDirClaim:
+    """Create (if needed) and take the run directory ``path`` for this process; one line if not.
+
+    Refused (:class:`OutputPathError`, nothing changed): an unsafe path (:func:`check_output_dir`),
+    a directory another run holds now, or one holding an earlier run's record (``steps.jsonl``
+    or ``summary.json``) unless ``force``. With ``force`` the earlier run's files
+    (:data:`RUN_FILE_PATTERNS`, regular files only) are removed once the directory is held.
+    ``shared``: the nodes of one multi-node run each hold it shared; a single-node run, which
+    holds it exclusively, then cannot enter it (and the reverse).
+    """
+    check_output_dir(path, what=what, inputs=inputs, parents=parents)
+    if Path(path).is_dir():
+        _check_earlier_run(Path(path), what, force)  # refuse before creating the lock file
+    p = make_output_dir(path, what=what, parents=parents)
+    fd = _open_lock(p, what, create=True)
+    assert fd is not None
+    try:
+        taken = _try_lock(fd, shared)
+        if taken is False:
+            raise _busy(p, what)
+        for f in _check_earlier_run(p, what, force):  # again, now that no other run can enter
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f)
+        if taken and not shared:
+            holder = (f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}: "
+                      f"{' '.join(sys.argv)[:200]}\n")
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, holder.encode("utf-8", "replace"), 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    if not taken:  # a filesystem without locks: the meter's exclusive creation of the record remains
+        os.close(fd)
+        return RunDirClaim(path=p, fd=None, shared=shared)
+    return RunDirClaim(path=p, fd=fd, shared=shared)

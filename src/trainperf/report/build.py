@@ -198,6 +198,7 @@ def build_report(
         convention=convention, out_dir=out,
         created_utc=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"))
     for lr in loaded:
+        report.notes += lr.notes  # lines skipped in reading it, an interrupted run
         if not lr.run.steps:
             report.notes.append(f"{lr.run.name}: no steps recorded ({lr.origin}); left out")
             continue
@@ -279,12 +280,12 @@ def _draw_all(report: Report, out: Path) -> None:
         report.explain_figure = FigureFile("predicted vs measured step time", p,
                                            "Upper bar: predicted components stacked, then the unexplained "
                                            "remainder (measured − predicted) hatched. Lower bar: measured.")
-    sweeps = []
+    sweeps: list[tuple[Sweep, FigureFile | None]] = []
     for i, (sw, _) in enumerate(report.sweeps, 1):
         p = plots.plot_sweep(sw, out / f"sweep{i:02d}.png")
         sweeps.append((sw, FigureFile(sw.title, p, f"Dashed: ideal scaling from the {sw.base.num_devices}-device run.")))
     report.sweeps = sweeps
-    comps = []
+    comps: list[tuple[Comparison, FigureFile | None]] = []
     for i, (c, _) in enumerate(report.comparisons, 1):
         p = plots.plot_comparison(c, out / f"comparison{i:02d}.png")
         comps.append((c, FigureFile(c.title, p, f"All bars recomputed under the {c.convention} convention.")))

@@ -65,7 +65,7 @@ class Comparison:
 
 def _row(run: Any, s: Summary, mine: bool) -> ComparisonRow:
     w = run.workload
-    cite = run.meta.get("citation") or run.meta.get("source") or run.meta.get("seed")
+    cite = run.meta.get("citation") or run.meta.get("source")
     return ComparisonRow(
         name=s.name, source=run.source, device=w.hardware.id, num_devices=w.num_devices, seq_len=w.seq_len,
         tokens_per_s_per_device=s.tokens_per_s_per_device, tflops_per_device=s.tflops_per_device,

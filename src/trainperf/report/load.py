@@ -17,14 +17,13 @@ Published results come from :mod:`trainperf.predict.published` when it exists.
 from __future__ import annotations
 
 import fnmatch
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from trainperf.errors import InputFileError, TrainperfError, UnknownNameError
-from trainperf.records.jsonl import read_run
+from trainperf.records.jsonl import describe_skipped, is_trainperf_jsonl, read_run
 from trainperf.records.run_record import RunRecord
 
 WORKLOAD_FILES = ("workload.toml", "workload.json")
@@ -42,50 +41,54 @@ class LoadedRun:
     reader: str
     """How it was read: ``trainperf-jsonl``, ``bench-dir``, ``log:<format>`` or ``published``."""
 
+    @property
+    def notes(self) -> list[str]:
+        """What a reader of this run should know (:func:`reading_notes`)."""
+        return reading_notes(self.run, self.origin)
+
+
+def reading_notes(run: RunRecord, origin: str) -> list[str]:
+    """One line per thing left out or unusual in reading ``run`` from ``origin``: the lines
+    skipped (count and reason, for trainperf records and parsed logs alike) and an interrupted
+    run (no ``end`` line: the steps it recorded are kept, the rest never ran)."""
+    meta, notes = run.meta, []
+    skipped = describe_skipped(meta.get("skip_reasons") or {})
+    if skipped:
+        notes.append(f"{run.name}: {origin}: {skipped}")
+    bad = {k: meta.get(k) or 0 for k in ("malformed_lines", "cut_lines")}
+    if any(bad.values()):  # a parsed log: damaged step lines, as `trainperf parse` counts them
+        notes.append(f"{run.name}: {origin}: {bad['malformed_lines']:,} malformed and {bad['cut_lines']:,} "
+                     "cut step line(s) skipped")
+    if run.interrupted:
+        notes.append(f"{run.name}: interrupted (no end line); its {len(run.steps):,} recorded step(s) are kept")
+    return notes
+
 
 def _natural_key(p: Path) -> list[Any]:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p.name)]
 
 
-def is_trainperf_jsonl(path: Path) -> bool:
-    """True when the first non-empty line of ``path`` is a trainperf ``run`` header."""
-    try:
-        with path.open("r", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.strip():
-                    obj = json.loads(line)
-                    return isinstance(obj, dict) and obj.get("type") == "run"
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-        return False
-    return False
+def read_record(path: str | Path) -> LoadedRun:
+    """A trainperf run record: a bench output directory (its ``steps.jsonl``) or a JSONL file.
 
-
-def _read_bench_dir(path: Path) -> LoadedRun:
-    run = read_run(path / "steps.jsonl")
+    The workload file beside the record (``workload.toml`` / ``workload.json``) fills in the
+    workload when the record's header has none. The run is named after its directory (a bench
+    output directory, or the directory of a ``steps.jsonl``) or file, unless it names itself.
+    """
+    p = Path(path)
+    is_dir = p.is_dir()
+    run = read_run(p)
+    where = p if is_dir else p.parent
     if run.workload is None:
         for name in WORKLOAD_FILES:
-            if (path / name).is_file():
+            if (where / name).is_file():
                 from trainperf.specs.workload_file import load_workload
 
-                run.workload = load_workload(path / name)
+                run.workload = load_workload(where / name)
                 break
     if not run.meta.get("name"):
-        run.meta["name"] = path.name
-    return LoadedRun(run, str(path), "bench-dir")
-
-
-def _read_jsonl(path: Path) -> LoadedRun:
-    run = read_run(path)
-    if run.workload is None:
-        for name in WORKLOAD_FILES:
-            if (path.parent / name).is_file():
-                from trainperf.specs.workload_file import load_workload
-
-                run.workload = load_workload(path.parent / name)
-                break
-    if not run.meta.get("name"):
-        run.meta["name"] = path.stem if path.stem != "steps" else path.parent.name
-    return LoadedRun(run, str(path), "trainperf-jsonl")
+        run.meta["name"] = p.name if is_dir else (p.stem if p.stem != "steps" else p.parent.name)
+    return LoadedRun(run, str(p), "bench-dir" if is_dir else "trainperf-jsonl")
 
 
 def _read_log(path: Path, workload: Any = None) -> LoadedRun:
@@ -125,18 +128,16 @@ def load_path(path: str | Path, *, workload: Any = None) -> list[LoadedRun]:
         raise InputFileError(f"run {str(p)!r} does not exist")
     if p.is_file():
         if is_trainperf_jsonl(p):
-            return [_read_jsonl(p)]
+            return [read_record(p)]
         return [_read_log(p, workload)]
     if (p / "steps.jsonl").is_file():
-        return [_read_bench_dir(p)]
+        return [read_record(p)]
     found: list[LoadedRun] = []
     for child in sorted(p.iterdir(), key=_natural_key):
         if child.name.startswith("."):
             continue
-        if child.is_dir() and (child / "steps.jsonl").is_file():
-            found.append(_read_bench_dir(child))
-        elif child.is_file() and child.suffix == ".jsonl" and is_trainperf_jsonl(child):
-            found.append(_read_jsonl(child))
+        if is_trainperf_jsonl(child) and (child.is_dir() or child.suffix == ".jsonl"):
+            found.append(read_record(child))
     if found:
         return found
     return [_read_log(p, workload)]

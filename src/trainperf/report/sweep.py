@@ -3,7 +3,7 @@
 Runs form a sweep when they share the model shape, device, precision and sequence length and
 differ in device count. The mode follows from the batches: global batch equal in every run is
 **strong** scaling, per-device batch (sequences per device per step) equal is **weak** scaling.
-Efficiencies use :mod:`trainperf.accounting.scaling` with the seeds' definitions, relative to
+Efficiencies use :mod:`trainperf.accounting.scaling` with the published definitions, relative to
 the run with the fewest devices:
 
 * strong: E = T_base*N_base / (T_N*N)  (step time T, devices N);
@@ -105,6 +105,9 @@ def find_sweeps(items: list[tuple[Any, Summary]]) -> list[Sweep]:
         points = []
         for n in sorted(by_n):
             run, s = by_n[n]
+            # the grouping above kept only runs with these figures (a rate implies its per-device form)
+            assert s.step_time_median_s is not None and s.tokens_per_s is not None
+            assert s.tokens_per_s_per_device is not None
             points.append(SweepPoint(
                 name=s.name, num_devices=n, global_batch=run.workload.global_batch,
                 step_time_s=s.step_time_median_s, tokens_per_s=s.tokens_per_s,

@@ -89,6 +89,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Any
 
 from trainperf.errors import SpecError
 
@@ -155,7 +156,7 @@ class Policy:
         return 1.0
 
 
-_FULL = dict(recompute_attn_in=True, recompute_attn_out=True, recompute_mlp_in=True, recompute_mlp_out=True,
+_FULL: dict[str, Any] = dict(recompute_attn_in=True, recompute_attn_out=True, recompute_mlp_in=True, recompute_mlp_out=True,
              recompute_attention_core=True, recompute_elementwise=True, kept=("layer_input",))
 POLICIES: dict[str, Policy] = {p.name: p for p in (
     Policy("none"),

@@ -197,16 +197,24 @@ def _positive_number(value: Any) -> bool:
     )
 
 
+CACHE_MAX_BYTES = 8 << 20
+"""Largest calibration cache read (8 MiB): one entry is ~400 bytes, so this holds ~20,000 CPU
+and thread-count entries; a larger file is not a cache trainperf wrote."""
+
+
 def _read_entries(path: Path) -> dict[str, dict[str, Any]]:
     """The file's entries keyed by cpu_model; raises InputFileError if unreadable or malformed."""
+    from trainperf.specs.datafiles import read_user_bytes
+
+    return _parse_entries(read_user_bytes(path, "calibration cache", max_bytes=CACHE_MAX_BYTES), path)
+
+
+def _parse_entries(raw: bytes, path: Path) -> dict[str, dict[str, Any]]:
+    """The entries of a cache file's bytes; one InputFileError line if it is not a cache."""
     hint = f"delete it or re-run `trainperf calibrate` (cache {path})"
     try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise InputFileError(
-            one_line(f"cannot read calibration cache {path}: {exc.strerror or exc}")
-        ) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        data = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, 4300-digit ints
         raise InputFileError(
             one_line(f"calibration cache {path} is not valid JSON ({exc}); {hint}")
         ) from None
@@ -262,21 +270,24 @@ def load_calibration(path: Path | None = None, cpu_model: str | None = None,
 def save_calibration(cal: CpuCalibration, path: Path | None = None) -> Path:
     """Write (or replace) ``cal``'s entry (its CPU and thread count) in the cache; others are kept.
 
-    A corrupt existing file is replaced rather than preserved. The write is atomic (temporary
-    file + rename), so a killed calibration cannot leave a half-written cache. Returns the path.
+    The update holds the cache's file lock from the read to the rename
+    (:func:`trainperf.locked_update.update_file`), so concurrent calibrations (two processes,
+    two thread counts) each keep their entry. A corrupt existing file is replaced rather than
+    preserved. The write is atomic (temporary file, fsync, rename), so a killed calibration
+    cannot leave a half-written cache. Returns the path.
     """
+    from trainperf.locked_update import update_file
+
     path = Path(path) if path is not None else cache_path()
-    entries: dict[str, Any] = {}
-    if path.exists():
-        try:
-            entries = dict(_read_entries(path))
-        except InputFileError:
-            entries = {}
-    entries[entry_key(cal.cpu_model, cal.threads)] = cal.to_dict()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(
-        json.dumps({"version": FORMAT_VERSION, "entries": entries}, indent=2, sort_keys=True) + "\n"
-    )
-    os.replace(tmp, path)
-    return path
+
+    def merge(old: bytes | None) -> str:
+        entries: dict[str, Any] = {}
+        if old is not None:
+            try:
+                entries = dict(_parse_entries(old, path))
+            except InputFileError:
+                entries = {}
+        entries[entry_key(cal.cpu_model, cal.threads)] = cal.to_dict()
+        return json.dumps({"version": FORMAT_VERSION, "entries": entries}, indent=2, sort_keys=True) + "\n"
+
+    return update_file(path, merge, max_bytes=CACHE_MAX_BYTES, what="calibration cache")

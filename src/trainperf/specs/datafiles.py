@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import tomllib
-from importlib import resources
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,11 @@ from trainperf.errors import InputFileError, one_line
 def read_package_toml(package: str, name: str, what: str) -> dict[str, Any]:
     """Parse ``data/<name>`` of ``package``; a missing or malformed file (a packaging bug) is one
     ``InputFileError`` line naming ``what`` it holds."""
+    # Imported here, not at the top: the catalogs usually come from the JSON cache
+    # (trainperf.specs.catalog_cache), and a light command should not pay for these imports.
+    import tomllib
+    from importlib import resources
+
     ref = resources.files(package).joinpath("data", name)
     try:
         return tomllib.loads(ref.read_text(encoding="utf-8"))
@@ -20,13 +25,58 @@ def read_package_toml(package: str, name: str, what: str) -> dict[str, Any]:
         raise InputFileError(f"{ref}: cannot read the {what}: {exc}") from exc
 
 
-def read_user_text(path: str | Path, what: str) -> str:
-    """The UTF-8 text of a file the user named; a missing, unreadable or undecodable file is one
-    ``InputFileError`` line naming ``what`` it should hold (``"workload file"``, ``"runs file"``)."""
+USER_FILE_MAX_BYTES = 8 << 20
+"""Largest JSON or CSV file a user may name (8 MiB), checked before it is read: a Hugging Face
+config.json of an LLM is under 100 KB, a calibration file a few KB, and the packaged runs table
+170 KB for 166 rows, so 8 MiB holds ~50x that table; a JSON file at the limit parses in ~2 s and
+~100 MB (measured on a shared 2-core machine)."""
+TOML_MAX_BYTES = 1 << 20
+"""Largest TOML file a user may name (1 MiB): TOML is parsed in pure Python (~0.5-1 MB/s), the
+packaged stack profiles are under 8 KB and a workload file ~1 KB, so 1 MiB is over 100x either
+and parses in ~1-2.5 s and ~30 MB."""
+
+
+def max_bytes_for(path: str | Path) -> int:
+    """The size cap of a user file: :data:`TOML_MAX_BYTES` for ``.toml``, else :data:`USER_FILE_MAX_BYTES`."""
+    return TOML_MAX_BYTES if Path(path).suffix.lower() == ".toml" else USER_FILE_MAX_BYTES
+
+
+def _too_large(p: Path, what: str, size: int, max_bytes: int) -> InputFileError:
+    return InputFileError(f"{what} {str(p)!r} is {size:,} bytes, more than trainperf reads "
+                          f"({max_bytes:,} bytes); is it the right file?")
+
+
+def read_user_bytes(path: str | Path, what: str, *, max_bytes: int | None = None) -> bytes:
+    """The bytes of a file the user named, read only if it is a regular file of at most
+    ``max_bytes`` (default :func:`max_bytes_for` the path; checked with ``stat`` first, then by a read of at most ``max_bytes + 1``
+    bytes, for a file that grows meanwhile or whose size ``stat`` does not tell, as in /proc).
+    A missing file, a directory, FIFO or device, an oversized or unreadable file is one
+    ``InputFileError`` line naming ``what`` it should hold."""
     p = Path(path)
-    if not p.is_file():
-        raise InputFileError(f"{what} {str(p)!r} does not exist or is not a file")
+    max_bytes = max_bytes_for(p) if max_bytes is None else max_bytes
     try:
-        return p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputFileError(f"{what} {str(p)!r} cannot be read: {one_line(str(e))}") from None
+        st = os.stat(p)
+    except (OSError, ValueError):  # ValueError: a NUL byte in the path
+        st = None
+    if st is None or not stat.S_ISREG(st.st_mode):
+        raise InputFileError(f"{what} {str(p)!r} does not exist or is not a file")
+    if st.st_size > max_bytes:
+        raise _too_large(p, what, st.st_size, max_bytes)
+    try:
+        with open(p, "rb") as f:
+            data = f.read(max_bytes + 1)
+    except OSError as e:
+        raise InputFileError(f"{what} {str(p)!r} cannot be read: {one_line(e.strerror or str(e))}") from None
+    if len(data) > max_bytes:
+        raise _too_large(p, what, len(data), max_bytes)
+    return data
+
+
+def read_user_text(path: str | Path, what: str, *, max_bytes: int | None = None) -> str:
+    """The UTF-8 text of a file the user named (:func:`read_user_bytes`, then decoded); an
+    undecodable file is one ``InputFileError`` line as well."""
+    data = read_user_bytes(path, what, max_bytes=max_bytes)
+    try:  # newlines as text-mode open() gives them (\r\n and \r become \n)
+        return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    except UnicodeDecodeError as e:
+        raise InputFileError(f"{what} {str(path)!r} cannot be read: {one_line(str(e))}") from None

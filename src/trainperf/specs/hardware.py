@@ -54,7 +54,6 @@ memory bandwidth from the calibration cache (:mod:`trainperf.specs.cpu_calibrati
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import math
 import os
@@ -64,7 +63,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainperf.errors import InputFileError, SpecError, UnknownNameError
-from trainperf.specs.datafiles import read_package_toml
+from trainperf.specs.catalog_cache import read_catalog
 
 __all__ = [
     "KINDS",
@@ -439,18 +438,19 @@ def _entry_to_hardware(device_id: str, entry: Mapping[str, Any], citations: Mapp
 
 @functools.lru_cache(maxsize=1)
 def _catalog_data() -> dict[str, Any]:
-    return read_package_toml("trainperf.specs", "devices.toml", "hardware catalog")
+    return read_catalog("trainperf.specs", "devices.toml", "hardware catalog")
 
 
-@functools.lru_cache(maxsize=1)
-def _catalog() -> dict[str, Hardware]:
-    """Parse devices.toml once (first use)."""
+@functools.cache
+def _device(device_id: str) -> Hardware:
+    """One catalog entry, built and validated on first use (a command needs one, not all)."""
     data = _catalog_data()
-    citations = data.get("citations", {})
-    catalog: dict[str, Hardware] = {}
-    for device_id, entry in data.get("devices", {}).items():
-        catalog[device_id] = _entry_to_hardware(device_id, entry, citations)
-    return catalog
+    return _entry_to_hardware(device_id, data["devices"][device_id], data.get("citations", {}))
+
+
+def _device_entries() -> dict[str, Any]:
+    """The raw ``[devices]`` tables by id, in catalog order."""
+    return _catalog_data().get("devices", {})
 
 
 def device_aliases() -> dict[str, str]:
@@ -460,7 +460,7 @@ def device_aliases() -> dict[str, str]:
     catalog reason for each is a comment beside it in devices.toml.
     """
     aliases = {str(k): str(v) for k, v in _catalog_data().get("aliases", {}).items()}
-    catalog = _catalog()
+    catalog = _device_entries()
     for alias, target in aliases.items():
         if target not in catalog or alias in catalog:
             raise InputFileError(f"devices.toml: alias {alias!r} -> {target!r} must name a catalog id "
@@ -470,7 +470,7 @@ def device_aliases() -> dict[str, str]:
 
 def hardware_ids() -> list[str]:
     """All catalog ids, in catalog order."""
-    return list(_catalog())
+    return list(_device_entries())
 
 
 def get_hardware(device_id: str) -> Hardware:
@@ -483,17 +483,17 @@ def get_hardware(device_id: str) -> Hardware:
     key = str(device_id).strip().lower()
     if not key:
         raise SpecError("device", device_id, "a catalog id such as h100-sxm (`trainperf hw` lists them)")
-    catalog = _catalog()
+    catalog = _device_entries()
     key = device_aliases().get(key, key)
     if key not in catalog:
         raise UnknownNameError("device", str(device_id), _suggestion_pool(key, catalog))
-    hw = catalog[key]
+    hw = _device(key)
     if hw.kind == "cpu":
         return _local_cpu(hw)
     return hw
 
 
-def _suggestion_pool(key: str, catalog: Mapping[str, Hardware]) -> list[str]:
+def _suggestion_pool(key: str, catalog: Mapping[str, Any]) -> list[str]:
     """Known ids, ordered so that ids starting with the typed text come up as suggestions.
 
     UnknownNameError suggests difflib's close matches; for a prefix such as "h100" it would miss
@@ -567,6 +567,8 @@ def hardware_from_dict(d: Mapping[str, Any]) -> Hardware:
         raise SpecError("hardware", d, "a table of device fields")
     unknown = sorted(set(d) - _CUSTOM_KEYS)
     if unknown:
+        import difflib  # only an error needs it
+
         close = difflib.get_close_matches(str(unknown[0]), sorted(_CUSTOM_KEYS), n=1, cutoff=0.6)
         hint = f"did you mean {close[0]}? " if close else ""
         raise SpecError(
@@ -667,7 +669,7 @@ def format_hardware_table(hardware_list: Iterable[Hardware]) -> str:
     Plain text for ``trainperf hw``; a dash means the dtype is unsupported (or, for an
     uncalibrated ``cpu``, not measured yet).
     """
-    from tabulate import tabulate
+    from trainperf.text_table import format_table
 
     headers = [
         "id",
@@ -707,7 +709,7 @@ def format_hardware_table(hardware_list: Iterable[Hardware]) -> str:
         "Dense peaks (no sparsity), at the boost clock. Links: GB/s per device, one direction. "
         "'trainperf hw <id>' shows every dtype and the source of each number."
     )
-    return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True) + "\n" + footer
+    return format_table(rows, headers, numparse=False) + "\n" + footer
 
 
 def format_hardware_detail(hw: Hardware) -> str:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from trainperf.errors import InputFileError, SpecError
+from trainperf.specs.datafiles import read_user_text
 from trainperf.specs.hf_families import READERS
 from trainperf.specs.hf_families.base import HFConfig
 from trainperf.specs.model import ModelSpec
@@ -46,13 +47,9 @@ def _load(path_or_dict: Any) -> tuple[dict[str, Any], str | None]:
     path = Path(path_or_dict).expanduser()
     if path.is_dir():
         path = path / "config.json"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputFileError(f"{path}: no such Hugging Face config file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc.__class__.__name__
-        raise InputFileError(f"{path}: cannot read Hugging Face config: {reason}") from None
+    if not path.exists():
+        raise InputFileError(f"{path}: no such Hugging Face config file")
+    text = read_user_text(path, "Hugging Face config")  # size-capped before it is read
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -77,9 +74,9 @@ def model_from_hf_config(path_or_dict: Any) -> ModelSpec:
     """
     data, path = _load(path_or_dict)
     model_type = data.get("model_type")
-    reader = READERS.get(model_type) if isinstance(model_type, str) else None
-    if reader is None:
+    if not isinstance(model_type, str) or model_type not in READERS:
         raise SpecError("model_type", model_type, f"one of {', '.join(SUPPORTED_MODEL_TYPES)}")
+    reader = READERS[model_type]
     where = path or "dict"
     fields = reader(HFConfig(data, model_type, where))
     given = data.get("_name_or_path")

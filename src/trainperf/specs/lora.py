@@ -56,11 +56,10 @@ class LoraSpec:
     def __post_init__(self) -> None:
         if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank <= 0:
             raise SpecError("lora.rank", self.rank, "a positive integer")
-        if self.alpha is None:
-            object.__setattr__(self, "alpha", float(self.rank))
-        elif isinstance(self.alpha, bool) or not isinstance(self.alpha, int | float) or not self.alpha > 0:
-            raise SpecError("lora.alpha", self.alpha, "a positive number")
-        object.__setattr__(self, "alpha", float(self.alpha))
+        alpha = float(self.rank) if self.alpha is None else self.alpha
+        if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not alpha > 0:
+            raise SpecError("lora.alpha", alpha, "a positive number")
+        object.__setattr__(self, "alpha", float(alpha))
         object.__setattr__(self, "targets", parse_targets(self.targets))
 
     @property

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from trainperf.errors import SpecError
-from trainperf.specs.bounds import MODEL_FIELD_BOUNDS
+from trainperf.specs.bounds import MODEL_FIELD_BOUNDS, shown
 from trainperf.specs.towers import Tower
 
 MlpKind = Literal["swiglu", "geglu", "gelu", "relu", "relu2"]
@@ -154,6 +154,10 @@ class ModelSpec:
     def __post_init__(self) -> None:
         for name in ("layers", "hidden", "heads", "ffn_hidden", "vocab", "max_seq_len"):
             _positive(name, getattr(self, name))
+        for name, bound in MODEL_FIELD_BOUNDS.items():  # before any work that grows with them
+            value = getattr(self, name)
+            if isinstance(value, int) and value > bound.hi:
+                raise SpecError(name, shown(value), bound.valid())
         if self.kv_heads is None:
             object.__setattr__(self, "kv_heads", self.heads)
         _positive("kv_heads", self.kv_heads)
@@ -210,10 +214,6 @@ class ModelSpec:
         if self.sliding_window_layers > self.layers:
             raise SpecError("sliding_window_layers", self.sliding_window_layers,
                             f"at most layers={self.layers}")
-        for name, bound in MODEL_FIELD_BOUNDS.items():
-            value = getattr(self, name)
-            if isinstance(value, int) and value > bound.hi:
-                raise SpecError(name, value, bound.valid())
         if self.sliding_window_layers and not self.sliding_window:
             raise SpecError("sliding_window", 0, "a positive window when sliding_window_layers > 0")
         if self.chunked_attention_layers and not self.attention_chunk:

@@ -8,18 +8,18 @@ lazily, once, on first use.
 from __future__ import annotations
 
 import dataclasses
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 from trainperf.errors import SpecError, UnknownNameError
-from trainperf.specs.datafiles import read_package_toml
+from trainperf.specs.catalog_cache import read_catalog
 from trainperf.specs.model import ModelSpec
 
 _CATALOG = "models.toml"
 
 
 def _read_catalog() -> dict[str, Any]:
-    return read_package_toml("trainperf.specs", _CATALOG, "model catalog")
+    return read_catalog("trainperf.specs", _CATALOG, "model catalog")
 
 
 def _build(model_id: str, entry: Any) -> ModelSpec:
@@ -41,21 +41,28 @@ def _build(model_id: str, entry: Any) -> ModelSpec:
 
 
 @lru_cache(maxsize=1)
-def _catalog() -> dict[str, ModelSpec]:
-    return {model_id.lower(): _build(model_id.lower(), entry) for model_id, entry in _read_catalog().items()}
+def _entries() -> dict[str, Any]:
+    """The catalog's raw tables by lower-case id."""
+    return {model_id.lower(): entry for model_id, entry in _read_catalog().items()}
+
+
+@cache
+def _preset(model_id: str) -> ModelSpec:
+    """One preset, built and validated on first use (a command needs one, not all 30)."""
+    return _build(model_id, _entries()[model_id])
 
 
 def model_ids() -> list[str]:
     """Every preset id, sorted."""
-    return sorted(_catalog())
+    return sorted(_entries())
 
 
 def get_model(name: str) -> ModelSpec:
     """The preset with id ``name`` (case-insensitive, exact); unknown ids suggest close matches."""
     key = str(name).strip().lower()
-    spec = _catalog().get(key)
-    if spec is None:
-        raise UnknownNameError("model", str(name), _catalog())
+    if key not in _entries():
+        raise UnknownNameError("model", str(name), _entries())
+    spec = _preset(key)
     return dataclasses.replace(spec, extra=dict(spec.extra))
 
 

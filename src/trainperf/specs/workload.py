@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from trainperf.errors import SpecError
+from trainperf.specs.bounds import DEVICES_PER_NODE, WORKLOAD_FIELD_BOUNDS
 from trainperf.specs.checkpointing import get_policy
 from trainperf.specs.hardware import PRECISIONS, Hardware
 from trainperf.specs.lora import LoraSpec
@@ -75,16 +76,13 @@ class Workload:
     seq_len). Derived messages, not part of what is trained: left out of equality."""
 
     def __post_init__(self) -> None:
-        for name in ("num_devices", "seq_len", "global_batch", "micro_batch"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                raise SpecError(_field(name), v, "a positive integer")
+        for name in ("num_devices", "seq_len", "global_batch", "micro_batch"):  # before any work
+            WORKLOAD_FIELD_BOUNDS[_field(name)].check(_field(name), getattr(self, name))
         dpn = self.devices_per_node
         if dpn is None:
             dpn = min(self.hardware.devices_per_node, self.num_devices)
             object.__setattr__(self, "devices_per_node", dpn)
-        if isinstance(dpn, bool) or not isinstance(dpn, int) or dpn <= 0:
-            raise SpecError("hardware.devices_per_node", dpn, "a positive integer")
+        DEVICES_PER_NODE.check("hardware.devices_per_node", dpn)
         if self.num_devices > dpn and self.num_devices % dpn:
             raise SpecError("hardware.num_devices", self.num_devices,
                             f"a multiple of devices_per_node={dpn} when it spans several nodes")

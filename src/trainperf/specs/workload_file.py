@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from trainperf.errors import InputFileError, SpecError, TrainperfError, UnknownNameError, one_line
+from trainperf.specs.bounds import PEAK_TFLOPS, SEQ_LEN, WORKLOAD_FIELD_BOUNDS
 from trainperf.specs.datafiles import read_user_text
 from trainperf.specs.hardware import Hardware, get_hardware, hardware_from_dict
 from trainperf.specs.lora import LoraSpec
@@ -45,6 +45,8 @@ _HW_WORKLOAD_KEYS = frozenset({"device", "num_devices", "devices_per_node", "pea
 
 def read_workload_file(path: str | Path) -> dict[str, Any]:
     """Parse a ``.toml`` or ``.json`` workload file into a dict (no validation beyond syntax)."""
+    import tomllib  # here, not at the top: a command given only flags never parses TOML
+
     p = Path(path)
     text = read_user_text(p, "workload file")
     try:
@@ -54,8 +56,8 @@ def read_workload_file(path: str | Path) -> dict[str, Any]:
             data = tomllib.loads(text)
         else:
             raise InputFileError(f"workload file {str(p)!r}: the extension must be .toml or .json")
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as e:
-        raise InputFileError(f"workload file {str(p)!r} is malformed: {one_line(str(e))}") from None
+    except (ValueError, RecursionError) as e:  # TOML/JSON syntax, an integer of > 4300 digits, deep nesting
+        raise InputFileError(f"workload file {str(p)!r} is malformed: {one_line(str(e))[:200]}") from None
     if not isinstance(data, dict):
         raise InputFileError(f"workload file {str(p)!r}: the top level must be a table/object")
     check_schema(data, where=str(p))
@@ -75,6 +77,23 @@ def check_schema(data: Mapping[str, Any], where: str = "workload") -> None:
         for key in body:
             if key not in SECTIONS[section]:
                 raise UnknownNameError(f"{section}.{key}", key, SECTIONS[section])
+    check_bounds(data)
+
+
+def check_bounds(data: Mapping[str, Any]) -> None:
+    """Reject a number outside its :data:`~trainperf.specs.bounds.WORKLOAD_FIELD_BOUNDS` range
+    (a negative, zero or NaN batch, a trillion devices, an infinite peak), one line naming the
+    field, before any work is done with it. Absent and null fields, and text (a type error the
+    Workload reports, or a count list ``plan`` parses itself), are left to the constructors."""
+    for dotted, bound in WORKLOAD_FIELD_BOUNDS.items():
+        section, key = dotted.split(".", 1)
+        body = data.get(section)
+        value = body.get(key) if isinstance(body, Mapping) else None
+        if isinstance(value, Mapping) and dotted == "hardware.peak_tflops":
+            for dtype, peak in value.items():
+                bound.check(f"{dotted}.{dtype}", peak)
+        elif value is not None and not isinstance(value, str):
+            bound.check(dotted, value)
 
 
 def merge_overrides(data: Mapping[str, Any], overrides: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -144,10 +163,8 @@ def hardware_from_section(body: Mapping[str, Any], precision: str) -> Hardware:
 
 def with_peak_override(hw: Hardware, precision: str, peak_tflops: Any) -> Hardware:
     """A copy of ``hw`` whose ``precision`` peak is ``peak_tflops``, its source saying so."""
-    if isinstance(peak_tflops, bool) or not isinstance(peak_tflops, int | float) or not peak_tflops > 0:
-        raise SpecError("hardware.peak_tflops", peak_tflops, "a positive number of TFLOP/s")
     peaks = dict(hw.peak_tflops)
-    peaks[precision] = float(peak_tflops)
+    peaks[precision] = PEAK_TFLOPS.check("hardware.peak_tflops", peak_tflops)
     sources = dict(hw.sources)
     sources[f"peak_tflops.{precision}"] = "given by the user (--peak-tflops / hardware.peak_tflops)"
     return dataclasses.replace(hw, peak_tflops=peaks, sources=sources)
@@ -167,6 +184,9 @@ def workload_from_dict(data: Mapping[str, Any], overrides: Mapping[str, Any] | N
     plan = ParallelPlan.from_dict(dict(data.get("parallel", {})))
     num_devices = hw_body.get("num_devices", 1)
     seq_len = training.get("seq_len", model.max_seq_len)
+    if "seq_len" not in training and isinstance(seq_len, int) and seq_len > SEQ_LEN.hi:
+        raise SpecError("training.seq_len", None, f"given (--seq-len): its default, the model's max_seq_len "
+                        f"{seq_len:,}, is beyond {SEQ_LEN.valid()}")
     seq_notes = _seq_len_notes(model, seq_len, defaulted="seq_len" not in training)
     micro = training.get("micro_batch", 1)
     if "global_batch" not in training:

@@ -1,0 +1,68 @@
+"""The packaged catalogs' JSON cache returns exactly what parsing the TOML returns, and never
+a stale or broken copy."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from trainperf.specs.catalog_cache import cache_dir, read_catalog
+from trainperf.specs.datafiles import read_package_toml
+
+
+@pytest.mark.parametrize("name", ["devices.toml", "models.toml"])
+def test_cached_catalog_equals_the_parsed_toml(tmp_path, monkeypatch, name):
+    monkeypatch.setenv("TRAINPERF_CACHE_DIR", str(tmp_path))
+    parsed = read_package_toml("trainperf.specs", name, "catalog")
+    first = read_catalog("trainperf.specs", name, "catalog")  # parses and writes the cache
+    files = list(cache_dir().glob(f"trainperf.specs.{name}.*.json"))
+    assert len(files) == 1 and first == parsed
+    second = read_catalog("trainperf.specs", name, "catalog")  # from the cache
+    assert second == parsed
+    # same types as tomllib gives (ints stay ints, floats floats)
+    assert json.dumps(second, sort_keys=True) == json.dumps(parsed, sort_keys=True)
+
+
+def test_a_cache_file_that_is_not_the_catalog_is_never_served(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRAINPERF_CACHE_DIR", str(tmp_path))
+    parsed = read_package_toml("trainperf.specs", "models.toml", "catalog")
+    read_catalog("trainperf.specs", "models.toml", "catalog")
+    (path,) = cache_dir().glob("trainperf.specs.models.toml.*.json")
+    path.write_text("{ not json", encoding="utf-8")
+    assert read_catalog("trainperf.specs", "models.toml", "catalog") == parsed  # corrupt: parsed again
+    assert json.loads(path.read_text(encoding="utf-8")) == parsed  # and rewritten
+    path.write_text("[1, 2]", encoding="utf-8")
+    assert read_catalog("trainperf.specs", "models.toml", "catalog") == parsed
+
+
+def test_edited_catalog_is_parsed_afresh_and_only_the_newest_copies_kept(tmp_path, monkeypatch):
+    import sys
+    import types
+
+    pkg_dir = tmp_path / "pkg"
+    (pkg_dir / "data").mkdir(parents=True)
+    (pkg_dir / "__init__.py").write_text("")
+    (pkg_dir / "data" / "c.toml").write_text("a = 1\n")
+    module = types.ModuleType("tp_cache_probe")
+    module.__file__ = str(pkg_dir / "__init__.py")
+    monkeypatch.setitem(sys.modules, "tp_cache_probe", module)
+    monkeypatch.setattr("importlib.resources.files", lambda package: pkg_dir)
+    monkeypatch.setenv("TRAINPERF_CACHE_DIR", str(tmp_path / "cache"))
+    assert read_catalog("tp_cache_probe", "c.toml", "probe") == {"a": 1}
+    (pkg_dir / "data" / "c.toml").write_text("a = 2.5\nb = 'x'\n")
+    assert read_catalog("tp_cache_probe", "c.toml", "probe") == {"a": 2.5, "b": "x"}
+    assert read_catalog("tp_cache_probe", "c.toml", "probe") == {"a": 2.5, "b": "x"}
+    assert len(list(cache_dir().glob("tp_cache_probe.c.toml.*.json"))) == 2  # both contents kept
+    for i in range(6):
+        (pkg_dir / "data" / "c.toml").write_text(f"a = {i}\n")
+        assert read_catalog("tp_cache_probe", "c.toml", "probe") == {"a": i}
+    assert len(list(cache_dir().glob("tp_cache_probe.c.toml.*.json"))) == 4  # the newest four
+
+
+def test_cache_directory_that_is_a_file_only_costs_the_parse(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    monkeypatch.setenv("TRAINPERF_CACHE_DIR", str(blocker))
+    assert read_catalog("trainperf.specs", "models.toml", "catalog") == \
+        read_package_toml("trainperf.specs", "models.toml", "catalog")
