@@ -51,7 +51,8 @@ from trainperf.predict.kernels import gemm as k_gemm
 from trainperf.predict.kernels import memory_bound as k_memory
 
 ATTENTION_PEAK_PRECISION = {"fp8": "bf16", "fp4": "bf16"}
-"""Attention runs in 16-bit even when the GEMMs run in fp8/fp4 (seed 002, footnote 2)."""
+"""Attention runs in 16-bit even when the GEMMs run in fp8/fp4 (torchtitan's performance page, 2024,
+footnote 2: its fused attention is not done in fp8)."""
 
 KERNELS_PER_LAYER_FWD = 14.0
 """Kernels one layer launches forward in an eager framework: ~7 GEMMs, 2 norms, 2 adds, RoPE,
