@@ -60,7 +60,11 @@ def test_the_stacks_kernels_change_the_prediction_where_physics_says():
     f_eager = core.workload_features(_w("torchtitan"))
     f_comp = core.workload_features(_w("torchtitan", compile=True))
     assert f_comp["elementwise_impl"] == "compiled" and f_eager["elementwise_impl"] == "eager"
-    assert f_comp["elementwise_fraction"] > f_eager["elementwise_fraction"]
+    # unfused Python RMSNorm, RoPE and SwiGLU move their bytes several times (measured fused vs eager)
+    for op in ("norm_passes", "rope_passes", "act_passes"):
+        assert f_eager[op] > 1.5 and f_comp[op] == 1.0
+    assert predict(_w("torchtitan", compile=True)).compute_breakdown["memory-bound ops"] < \
+        0.7 * tt.compute_breakdown["memory-bound ops"]
 
 
 def test_a_stack_on_silicon_it_was_never_fitted_on_uses_that_silicons_kernels():

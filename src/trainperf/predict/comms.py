@@ -21,6 +21,8 @@ Functions accept floats or numpy arrays.
 
 from __future__ import annotations
 
+import functools
+
 from trainperf.predict import vec
 
 VOLUME: dict[str, float] = {
@@ -58,27 +60,37 @@ def level_model(silicon: str, level: str) -> tuple:
     return collectives.level_model(silicon, level)
 
 
+@functools.lru_cache(maxsize=256)
+def _kinds(model: tuple) -> dict[str, tuple[float, float, float]]:
+    return {k[0]: k[1:] for k in model[5]}
+
+
 def _params_at(model: tuple, kind: str, ranks, scale_out: bool):
     """(eff, half_bytes, latency_s) of ``kind`` at a group of ``ranks`` (float or array) on one level,
     scaled from the reference group as :func:`trainperf.predict.kernels.collectives.link_params`
     does: half size grows as ((ranks-1)/(ref-1))^p, latency across nodes with the ring steps, an
     xGMI mesh keeps (ranks-1)/(ref-1) of its links, NVSwitch all-reduce is NVLS from
     ``nvls_min_ranks`` GPUs of a node and a ring below."""
-    ref, p, mesh, nvls_min, ring_ar, kinds = model
-    _, eff, half, lat = next(k for k in kinds if k[0] == kind)
+    ref, p, mesh, nvls_min, ring_ar, _ = model
+    eff, half, lat = _kinds(model)[kind]
+    scalar = isinstance(ranks, float | int)
     if kind == "all-reduce" and ring_ar is not None and nvls_min:
-        below = ranks < nvls_min
-        eff = vec.where(below, ring_ar[1], eff)
-        half = vec.where(below, ring_ar[2], half)
-        lat = vec.where(below, ring_ar[3], lat)
+        if scalar:
+            if ranks < nvls_min:
+                eff, half, lat = ring_ar[1:]
+        else:
+            below = ranks < nvls_min
+            eff = vec.where(below, ring_ar[1], eff)
+            half = vec.where(below, ring_ar[2], half)
+            lat = vec.where(below, ring_ar[3], lat)
     if kind == "send-recv":
         return eff, half, lat * 1e-6
-    steps = vec.maximum(ranks - 1.0, 1.0) / (ref - 1.0)
+    steps = (max(ranks - 1.0, 1.0) if scalar else vec.maximum(ranks - 1.0, 1.0)) / (ref - 1.0)
     half = half * steps ** p
     if scale_out:
         lat = lat * steps
     elif mesh:
-        eff = eff * vec.minimum(steps, 1.0)
+        eff = eff * (min(steps, 1.0) if scalar else vec.minimum(steps, 1.0))
     return eff, half, lat * 1e-6
 
 

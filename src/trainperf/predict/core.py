@@ -174,26 +174,37 @@ def kernel_features(w: Any) -> dict[str, Any]:
     sil = _silicon(hw)
     sk = stack_kernels.for_stack(getattr(w, "stack", None), sil)
     precision = w.precision
-    fp8 = precision in ("fp8", "fp4")
     gdt = precision if precision not in ("fp4",) else "fp8"
-    compiled = bool(w.compile) or sk.compiled
-    impl = sk.elementwise_impl(bool(w.compile))
-    recipe = (w.fp8_recipe or sk.fp8_recipe) if fp8 else ""
     attn = getattr(w, "attention_kernel", None) or sk.attention
     links = (comms.level_model(sil, "scale-up"), comms.level_model(sil, "scale-out"))
     return {
-        "silicon": sil, "attn_family": attn, "elementwise_impl": impl, "compiled": compiled,
+        "silicon": sil, "attn_family": attn,
         "gemm_peak_fraction": float(k_gemm.peak_fraction(sil, gdt)),
         "gemm_half_dim": float(k_gemm.half_dim(sil, gdt)),
-        "fp8_recipe": recipe,
-        "fp8_recipe_factor": float(k_fp8.recipe_gemm_factor(sil, recipe)) if fp8 else 1.0,
-        # memory-bound ops run at the fused bandwidth of the silicon; unfused code moves an op's
-        # bytes several times (per-op penalties measured fused vs eager), native single kernels once
-        "elementwise_fraction": float(k_memory.elementwise_fraction(sil, "compiled" if impl == "compiled" else "fused")),
-        **_eager_passes(w.model, impl),
         "hbm_fraction": float(k_memory.hbm_fraction(sil)),
         "tp_overlap_rule": sk.tp_overlap,
         "link_up": links[0], "link_out": links[1],
+        **software_features(w.model, sil, sk, precision, bool(w.compile), w.fp8_recipe),
+    }
+
+
+def software_features(model: Any, silicon: str, sk: Any, precision: str, compile_flag: bool,
+                      fp8_recipe: str | None) -> dict[str, Any]:
+    """The features a run's software fields change (``compile``, ``fp8_recipe``): the memory-bound
+    implementation with its bandwidth and per-op passes, and the fp8 recipe with its GEMM cost.
+    The planner calls it when it sets those fields on a representative workload's features."""
+    fp8 = precision in ("fp8", "fp4")
+    impl = sk.elementwise_impl(compile_flag)
+    recipe = (fp8_recipe or sk.fp8_recipe) if fp8 else ""
+    return {
+        "compiled": bool(compile_flag) or sk.compiled, "elementwise_impl": impl,
+        "fp8_recipe": recipe,
+        "fp8_recipe_factor": float(k_fp8.recipe_gemm_factor(silicon, recipe)) if fp8 else 1.0,
+        # memory-bound ops run at the fused bandwidth of the silicon; unfused code moves an op's
+        # bytes several times (per-op penalties measured fused vs eager), native single kernels once
+        "elementwise_fraction": float(k_memory.elementwise_fraction(
+            silicon, "compiled" if impl == "compiled" else "fused")),
+        **_eager_passes(model, impl),
     }
 
 
@@ -546,5 +557,5 @@ def _attention_efficiency(f: dict[str, Any], seq: Any, cp: Any) -> tuple[Any, An
 
 def as_float(x: Any) -> float:
     """A scalar result as a Python float (0-d arrays and numpy scalars included)."""
-    v = float(np.asarray(x))
+    v = x if type(x) is float else float(np.asarray(x))
     return v if math.isfinite(v) else float("nan")

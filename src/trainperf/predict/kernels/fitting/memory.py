@@ -192,11 +192,14 @@ def elementwise_params(kernels: dict[tuple[str, str], dict[str, tuple[float, str
             continue
         fz = h(sil) * r_fused
         out[sil] = {
-            "fused": param(fz, bool(hp.get("measured")), f"{sil} STREAM fraction {h(sil):.3f} x {fused_src}"),
-            "compiled": param(fz, False, f"compiled = fused on {sil} (torch.compile/XLA fuse the same op chains; "
-                              f"measured compiled/fused 0.88 on blackwell, 1.07 on cdna4); {fused_src}"),
-            "eager": param(fz * r_eager, False, f"{sil} fused {fz:.3f} x {eager_src}"),
+            "fused": param(fz, False, f"derived: {sil} STREAM fraction {h(sil):.3f} x {fused_src}"),
+            "compiled": param(fz, False, f"derived: compiled = fused on {sil} (torch.compile/XLA fuse the same op "
+                              f"chains; measured compiled/fused 0.88 on blackwell, 1.07 on cdna4); {fused_src}"),
+            "eager": param(fz * r_eager, False, f"derived: {sil} fused {fz:.3f} x {eager_src}"),
         }
+        for impl in IMPLEMENTATIONS:  # the silicon's own kernels, for reference and tests
+            if (sil, impl) in kernels:
+                out[sil][impl]["kernels"] = {n: round(f, 4) for n, (f, _) in sorted(kernels[(sil, impl)].items())}
     return out
 
 
@@ -228,7 +231,10 @@ def eager_penalty_params(kernels: dict[tuple[str, str], dict[str, tuple[float, s
                     continue
                 peers = [g for n2, (g, _) in best.items() if n2.split(" (")[0] == base and "megatron)" not in n2]
                 if peers:
-                    found.append((max(peers) / f, f"{sil} {base}: {max(peers):.3f} fused / {f:.3f} eager"))
+                    best_src = max((g, src2) for n2, (g, src2) in best.items()
+                                   if n2.split(" (")[0] == base and "megatron)" not in n2)[1]
+                    found.append((max(peers) / f, f"{sil} {base}: {max(peers):.3f} fused / {f:.3f} eager "
+                                  f"[fused: {best_src}] [eager: {d[name][1]}]"))
         import math
         g = math.exp(sum(math.log(v) for v, _ in found) / len(found))
         out[op] = param(g, True, f"geometric mean over {len(found)} measurement(s) of fused / eager bandwidth of the "
