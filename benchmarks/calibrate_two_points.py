@@ -3,8 +3,10 @@
 For every table of the packaged published-runs table with at least 4 predictable rows: fit a
 user profile (``trainperf calibrate-model``'s fit) on the table's two smallest runs (fewest
 devices, then shortest step), over ``generic`` and the table's own stack profile *refitted
-without that table* (so nothing of the table but those two runs is known), then predict the
-table's other rows. Prints each table's MAPE on the predicted rows and the mean over tables.
+without every table of the same (software stack, silicon) group* (so the stack on that silicon
+is unknown but for those two runs: the case of a user calibrating a stack on a GPU no published
+table covers), then predict the table's other rows. Prints each table's MAPE on the predicted
+rows and the mean over tables.
 
     PYTHONPATH=src python benchmarks/calibrate_two_points.py [--fast] [--tables SUBSTR ...]
 
@@ -33,15 +35,29 @@ from trainperf.predict.runs_table import packaged_runs
 from trainperf.predict.stacks import DEFAULT_STACK, STACKS, knobs_with_profiles, packaged_profile
 
 MIN_ROWS = 4
+_fits: dict[tuple[str, str], dict[str, Any]] = {}
+"""Profiles refitted without one (stack, silicon) group, by group (a table's siblings share it)."""
+
+
+def _with_facts(profs: dict[str, Any]) -> dict[str, Any]:
+    """Fitted profiles with the packaged profiles' kernel facts (a fit writes numbers only)."""
+    import dataclasses
+
+    return {n: dataclasses.replace(p, kernels=packaged_profile(n).kernels) if n in STACKS else p
+            for n, p in profs.items()}
 
 
 def _base(rows: Sequence[FitRow], table: str, stack: str, fast: bool) -> list[Any]:
     if fast:
         profs = {name: packaged_profile(name) for name in STACKS}
     else:
-        pb = build_problem([r for r in rows if r.table != table])
-        theta, _ = solve(pb)
-        profs = profiles_from_fit(pb, theta)
+        held = next(r for r in rows if r.table == table)
+        key = _fits.get((held.stack, held.generation))
+        if key is None:
+            pb = build_problem([r for r in rows if (r.stack, r.generation) != (held.stack, held.generation)])
+            theta, _ = solve(pb)
+            key = _fits[(held.stack, held.generation)] = _with_facts(profiles_from_fit(pb, theta))
+        profs = key
     base = [profs[DEFAULT_STACK]]
     if stack != DEFAULT_STACK and stack in profs:
         base.append(profs[stack])

@@ -171,7 +171,7 @@ def test_library_checks(tmp_path):
 def test_calibrate_model_output_is_checked(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "calibration.json").write_text("{}\n")
-    _refused(capsys, ["calibrate-model", "published:mi250-gcd", "--knobs", "matmul_efficiency"],
+    _refused(capsys, ["calibrate-model", "published:mi250-gcd", "--knobs", "matmul_fraction"],
              tmp_path, "--force")
     os.mkfifo(tmp_path / "fifo.json")
     _refused(capsys, ["calibrate-model", "published:mi250-gcd", "-o", "fifo.json", "--force"], tmp_path, "FIFO")

@@ -87,7 +87,7 @@ def test_calibration_reaches_both_evaluators():
     model, hw = get_model("llama2-70b"), get_hardware("h100-sxm")
     space = SearchSpace((64,), 8, 4096, (128,), max_micro_batch=2, max_vpp=2)
     cands = enumerate_candidates(model, hw, space)
-    cal = {"h100-sxm": {"matmul_efficiency": 0.5, "overlap": 0.3, "reserve_GiB": 6.0}}
+    cal = {"h100-sxm": {"matmul_fraction": 0.5, "overlap": 0.3, "reserve_GiB": 6.0}}
     plain = vectorized.evaluate(cands, model, hw, 4096, 8)
     tuned = vectorized.evaluate(cands, model, hw, 4096, 8, calibration=cal)
     assert (tuned.step_time_s > plain.step_time_s).mean() > 0.9  # slower GEMMs dominate

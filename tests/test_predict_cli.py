@@ -78,12 +78,13 @@ def test_published_and_validate_json(capsys):
 
 def test_calibrate_model_then_predict_with_it(tmp_path, capsys):
     out = tmp_path / "cal.json"
-    assert main(["calibrate-model", "published:mi250-gcd", "--knobs", "matmul_efficiency",
+    assert main(["calibrate-model", "published:mi250-gcd", "--knobs", "matmul_fraction",
                  "-o", str(out), "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
-    assert res["devices"]["mi250-gcd"]["matmul_efficiency"] == pytest.approx(0.51, abs=0.03)
+    assert 0.3 < res["devices"]["mi250-gcd"]["matmul_fraction"] < 1.3  # a share of MI250's measured GEMM speed
+    assert res["fit_mape_pct"] < 10
     cal = json.loads(out.read_text())
-    cal["devices"]["mi250-gcd"]["matmul_efficiency"] = 0.25
+    cal["devices"]["mi250-gcd"]["matmul_fraction"] = 0.25
     out.write_text(json.dumps(cal))
     args = ["predict", "--model", "mpt-7b", "--device", "mi250-gcd", "--num-devices", "8",
             "--seq-len", "2048", "--global-batch", "64", "--json"]

@@ -144,16 +144,17 @@ def test_bad_policy_is_one_line_error():
 def test_compile_async_tp_and_fp8_recipe_apply_profile_keys():
     plain = _w(plan=ParallelPlan(tp=8), precision="fp8")
     tuned = _w(plan=ParallelPlan(tp=8), precision="fp8", compile=True, async_tp=True, fp8_recipe="rowwise")
-    neutral = _core(tuned)
     base = _core(plain)
-    for key in ("step_time_s", "memory_bound_s", "tp_s", "matmul_s"):  # neutral defaults: no effect
-        assert neutral[key] == pytest.approx(base[key])
-    r = _core(tuned, compile_memory_bound_factor=0.5, compile_overhead_factor=0.5, async_tp_overlap=0.75,
-              fp8_rowwise_matmul_factor=0.8)
+    r = _core(tuned, compile_overhead_factor=0.5, async_tp_overlap=0.75)
+    # async TP hides the profile's share of the TP collectives
     assert r["tp_s"] == pytest.approx(0.25 * r["tp_total_s"])
     assert r["tp_total_s"] == pytest.approx(base["tp_s"])
-    assert r["memory_bound_s"] < base["memory_bound_s"]
-    assert r["matmul_s"] > base["matmul_s"]  # rowwise scaling costs efficiency in this profile
+    # compile fuses the eager ops (the generic stack runs them unfused): fewer bytes, fewer launches
+    assert r["memory_bound_s"] < base["memory_bound_s"] and r["overhead_s"] < base["overhead_s"]
+    # rowwise scaling costs more than the stack's default tensorwise quantisation (measured factors)
+    assert r["matmul_s"] > base["matmul_s"]
+    neutral = _core(tuned, async_tp_overlap=0.0)
+    assert neutral["tp_s"] == pytest.approx(neutral["tp_total_s"])
 
 
 def test_software_fields_validate_and_round_trip():
@@ -162,7 +163,7 @@ def test_software_fields_validate_and_round_trip():
     with pytest.raises(SpecError, match="fp8_recipe"):
         _w(fp8_recipe="rowwise")  # bf16
     with pytest.raises(SpecError, match="fp8_recipe"):
-        _w(precision="fp8", fp8_recipe="blockwise")
+        _w(precision="fp8", fp8_recipe="per-channel")
     with pytest.raises(SpecError, match="compile"):
         _w(compile="yes")
     data = {"model": {"preset": "llama2-7b"}, "hardware": {"device": "h100-sxm", "num_devices": 8},
@@ -202,8 +203,7 @@ def test_planner_carries_software_features_like_the_scalar_predictor():
     space = SearchSpace((16,), 8, 4096, (64,), precisions=("bf16", "fp8"), max_micro_batch=2, max_vpp=2,
                         compile=True, async_tp=True, fp8_recipe="rowwise")
     cands = enumerate_candidates(model, H100, space)
-    cal = {"h100-sxm": {"compile_memory_bound_factor": 0.5, "async_tp_overlap": 0.6,
-                        "fp8_rowwise_matmul_factor": 0.9}}
+    cal = {"h100-sxm": {"compile_overhead_factor": 0.5, "async_tp_overlap": 0.6}}
     ev = vectorized.evaluate(cands, model, H100, 4096, 8, calibration=cal, software=space.software)
     plain = vectorized.evaluate(cands, model, H100, 4096, 8, calibration=cal)
     bf16 = cands["precision"] == 0  # fusion and hidden TP traffic only help; rowwise fp8 costs here

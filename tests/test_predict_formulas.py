@@ -109,21 +109,49 @@ def test_group_layout():
     assert tuple(map(float, comms.group_layout(16, 2, 8))) == (4.0, 4.0)
 
 
+def _level(eff: float, half: float, lat_us: float, ref: float = 8.0, p: float = 0.0, mesh: bool = False,
+           nvls_min: float = 0.0, ring: tuple | None = None) -> tuple:
+    """A level model (comms.level_model's shape) with the same parameters for every kind."""
+    kinds = tuple((k, eff, half, lat_us) for k in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all",
+                                                  "send-recv"))
+    return (ref, p, mesh, nvls_min, ring, kinds)
+
+
 def test_collective_time_intra_node_all_reduce_by_hand():
-    # 1 GB all-reduce over 8 GPUs on NVLink 450 GB/s at 80%: 2*7/8*1e9/(360e9) s, plus 14 steps
-    # of a quarter of 10 us latency
-    t = comms.collective_time_s("all-reduce", 1e9, 8, 8, 1, 450e9, 50e9, 0.8, 10e-6)
-    assert t == pytest.approx(2 * 7 / 8 * 1e9 / 360e9 + 14 * 2.5e-6)
+    # 1 GB all-reduce over 8 GPUs on NVLink 450 GB/s, 80% of it at large sizes, half speed at 10 MB:
+    # bus volume 2*7/8*(S + half) / (0.8 * 450e9)
+    up, out = _level(0.8, 10e6, 20.0), _level(0.9, 80e6, 300.0, ref=32.0)
+    t = comms.collective_time_s("all-reduce", 1e9, 8, 8, 1, 450e9, 50e9, up, out)
+    assert t == pytest.approx(2 * 7 / 8 * (1e9 + 10e6) / (0.8 * 450e9))
+    # a tiny message costs the half-size term, and never less than the latency floor
+    assert comms.collective_time_s("all-reduce", 1e3, 8, 8, 1, 450e9, 50e9, up, out) == pytest.approx(
+        2 * 7 / 8 * (1e3 + 10e6) / (0.8 * 450e9))
+    sharp = _level(0.8, 1e3, 20.0)
+    assert comms.collective_time_s("all-reduce", 1e3, 8, 8, 1, 450e9, 50e9, sharp, out) == pytest.approx(20e-6)
+    # ten calls of a tenth each: ten halves and ten floors
+    t10 = comms.collective_time_s("all-reduce", 1e9, 8, 8, 1, 450e9, 50e9, up, out, calls=10.0)
+    assert t10 == pytest.approx(10 * 2 * 7 / 8 * (1e8 + 10e6) / (0.8 * 450e9))
+    # NVSwitch all-reduce: NVLS from 5 GPUs, a ring below
+    nv = _level(1.0, 10e6, 20.0, nvls_min=5.0, ring=("all-reduce", 0.8, 10e6, 20.0))
+    t4 = comms.collective_time_s("all-reduce", 1e9, 4, 4, 1, 450e9, 50e9, nv, out)
+    t8 = comms.collective_time_s("all-reduce", 1e9, 8, 8, 1, 450e9, 50e9, nv, out)
+    assert t4 == pytest.approx(2 * 3 / 4 * (1e9 + 10e6 * (3 / 7) ** 0.0) / (0.8 * 450e9))
+    assert t8 == pytest.approx(2 * 7 / 8 * (1e9 + 10e6) / (1.0 * 450e9))
 
 
 def test_collective_time_inter_node_uses_the_nodes_nics():
-    # all-gather of 8 GB over 64 GPUs (8 nodes x 8): inter stage 7/8*8e9/(8*50e9*1.0)
-    t = comms.collective_time_s("all-gather", 8e9, 64, 8, 8, 450e9, 50e9, 1.0, 0.0)
+    # all-gather of 8 GB over 64 GPUs (8 nodes x 8): inter stage 7/8*(8e9 + half)/(8*50e9*eff)
+    up, out = _level(1.0, 0.0, 0.0), _level(1.0, 0.0, 0.0, ref=32.0)
+    t = comms.collective_time_s("all-gather", 8e9, 64, 8, 8, 450e9, 50e9, up, out)
     assert t == pytest.approx(max(7 / 8 * 8e9 / 450e9, 7 / 8 * 8e9 / (8 * 50e9)))
     # one member per node (stride >= node): the single NIC carries it all
-    t1 = comms.collective_time_s("all-gather", 8e9, 16, 1, 16, 450e9, 50e9, 1.0, 0.0)
+    t1 = comms.collective_time_s("all-gather", 8e9, 16, 1, 16, 450e9, 50e9, up, out)
     assert t1 == pytest.approx(15 / 16 * 8e9 / 50e9)
-    assert comms.collective_time_s("all-gather", 8e9, 1, 1, 1, 450e9, 50e9, 1.0, 1e-5) == 0.0
+    assert comms.collective_time_s("all-gather", 8e9, 1, 1, 1, 450e9, 50e9, up, out) == 0.0
+    # across nodes the half size grows as ((n-1)/(ref-1))^p, the latency with the ring steps
+    out_p = _level(1.0, 100e6, 300.0, ref=32.0, p=0.5)
+    t64 = comms.collective_time_s("all-gather", 8e9, 64, 8, 8, 450e9, 50e9, up, out_p)
+    assert t64 == pytest.approx(7 / 8 * (8e9 + 100e6 * (63 / 31) ** 0.5) / (8 * 50e9))
 
 
 def test_exposed_communication():
@@ -162,7 +190,8 @@ def test_elementwise_bytes():
 
 
 def test_vectorised_helpers_accept_arrays():
+    up, out = _level(1.0, 0.0, 0.0), _level(1.0, 0.0, 0.0, ref=32.0)
     t = comms.collective_time_s("all-gather", np.array([1e9, 2e9]), np.array([8.0, 1.0]),
-                                np.array([8.0, 1.0]), np.array([1.0, 1.0]), 450e9, 50e9, 1.0, 0.0)
+                                np.array([8.0, 1.0]), np.array([1.0, 1.0]), 450e9, 50e9, up, out)
     assert t[0] == pytest.approx(7 / 8 * 1e9 / 450e9) and t[1] == 0.0
     assert math.isclose(float(pipeline.bubble_fraction_of_step(np.array([4.0]), np.array([8.0]))[0]), 3 / 11)

@@ -177,8 +177,8 @@ def test_properties_hold_over_random_plans():
     def check(fsdp, mb, ac, eff):
         w = wl("llama3-8b", n=64, par={"fsdp": fsdp}, gbs=64 * 4, mb=mb, ac=ac)
         k = knobs_for("h100-sxm", "nvidia")
-        slow = predict(w, knobs=k.replace(matmul_efficiency=eff))
-        fast = predict(w, knobs=k.replace(matmul_efficiency=min(1.0, eff + 0.1)))
+        slow = predict(w, knobs=k.replace(matmul_fraction=eff))
+        fast = predict(w, knobs=k.replace(matmul_fraction=min(1.0, eff + 0.1)))
         assert fast.step_time_s < slow.step_time_s  # faster GEMMs never slow a step
         assert sum(slow.breakdown.values()) == pytest.approx(slow.step_time_s, rel=1e-9)
         if fsdp < 64:  # sharding over more ranks never needs more model-state memory

@@ -134,7 +134,7 @@ def test_calibrate_model_writes_a_profile_that_stack_accepts(tmp_path, capsys):
     res = json.loads(capsys.readouterr().out)
     assert res["holdout_mape_pct"] < 6
     prof = load_profile(str(out))
-    assert "hopper" in prof.generations and prof.source_of("matmul_efficiency", "hopper")
+    assert "hopper" in prof.generations and prof.source_of("matmul_fraction", "hopper")
     args = ["predict", "--model", "llama3-8b", "--device", "h100-sxm", "--num-devices", "8", "--json"]
     assert main([*args, "--stack", str(out)]) == 0
     assert json.loads(capsys.readouterr().out)["step_time_s"] > 0

@@ -105,7 +105,7 @@ def test_flags(cell, flag):
     ("FP8 (Float8 rowwise)", "fp8", "rowwise"), ("FP8 (Float8 tensorwise)", "fp8", "tensorwise"),
     ("float8 + bf16", "fp8", None), ("FP8 hybrid (TE)", "fp8", "delayed"), ("fp8 (TE hybrid, fp8_params)", "fp8", "delayed"),
     ("FP8 (current scaling)", "fp8", "tensorwise"), ("FP8 (delayed scaling)", "fp8", "delayed"),
-    ("MXFP8", "fp8", None), ("NVFP4", "fp4", None), ("amp_fp8", "fp8", None), ("TF32", "tf32", None),
+    ("MXFP8", "fp8", "mxfp8"), ("fp8 block-wise (DeepSeek)", "fp8", "blockwise"), ("NVFP4", "fp4", None), ("amp_fp8", "fp8", None), ("TF32", "tf32", None),
 ])
 def test_precisions_and_fp8_recipes(cell, precision, recipe):
     p = read_precision(cell)
@@ -297,7 +297,7 @@ def test_fixture_rows_take_the_stack_default_for_what_they_leave_unstated(row, d
 def test_fixture_units_and_token_batches():
     rows = _fixture()
     assert rows["b5"].step_time_s == pytest.approx(7.5)  # "7,500 ms"
-    assert rows["b5"].workload.fp8_recipe is None and any("MXFP8" in a for a in rows["b5"].assumptions)
+    assert rows["b5"].workload.fp8_recipe == "mxfp8"  # "MXFP8" on GB200: MX block scales
     assert rows["b4"].workload.fp8_recipe == "tensorwise"  # "FP8 (current scaling)"
     assert rows["b13"].workload.global_batch == 2048  # "4M tokens" of 2048-token sequences
     assert rows["b12"].workload.num_devices == 16  # "2x8"

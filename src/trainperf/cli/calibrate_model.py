@@ -24,8 +24,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--holdout", nargs="*", default=[], metavar="RUN",
                         help="runs to predict after fitting (not used to fit); their error is reported")
     parser.add_argument("--knobs", metavar="A,B",
-                        help="knobs to fit (default: matmul_efficiency, then op_overhead_us, then "
-                             "memory_efficiency, no more than the number of runs)")
+                        help="knobs to fit (a .json calibration: default matmul_fraction, then op_overhead_us, "
+                             "then memory_bound_fraction, no more than the number of runs; a .toml profile: the "
+                             "GEMM shares of each generation plus attention, memory-bound, overhead and overlap "
+                             "shares, pulled towards the base stack)")
     parser.add_argument("--statistic", default="median", choices=("median", "p10", "min"),
                         help="step time of a measured run to fit: median (default), or p10/min on a "
                              "shared, loaded machine")

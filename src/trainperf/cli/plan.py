@@ -224,7 +224,8 @@ def _space(args: argparse.Namespace, inp: dict[str, Any], counts: tuple[int, ...
 def check_search_bounds(args: argparse.Namespace) -> None:
     """The search's own numbers within their bounds (:mod:`trainperf.specs.bounds`), before any work."""
     MICRO_BATCH.check("max_micro_batch", args.max_micro_batch)
-    VPP.check("max_vpp", args.max_vpp)
+    if args.max_vpp != 0:  # 0: up to layers/pp, or the stack's limit
+        VPP.check("max_vpp", args.max_vpp)
     SEARCH_RESULTS.check("top", args.top)
     SEARCH_RESULTS.check("rerank", args.rerank)
     for name, bound in (("train_tokens", TRAIN_TOKENS), ("usd_per_device_hour", USD_PER_DEVICE_HOUR),

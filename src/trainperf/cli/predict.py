@@ -52,7 +52,9 @@ def render(p) -> str:
     out += [f"  note: {n}" for n in p.notes]
     fit = "yes" if p.fits else f"NO: {p.memory_over_GiB:.1f} GiB over"
     rows = [
-        ("step time", f"{p.step_time_s:.4g} s"),
+        ("step time", f"{p.step_time_s:.4g} s" + (
+            f" ({100 * p.interval.level:.0f}% range {p.interval.low_s:.4g}-{p.interval.high_s:.4g} s)"
+            if p.interval is not None else "")),
         ("tokens/s (global)", f"{p.tokens_per_s:,.1f}"),
         ("tokens/s per device", f"{p.tokens_per_s_per_device:,.1f}"),
         ("TFLOP/s per device (model)", f"{p.tflops_per_device:,.1f}"),
@@ -76,9 +78,18 @@ def render(p) -> str:
     out.append("memory per device (GiB): " + ", ".join(
         f"{k} {v:.2f}" for k, v in p.memory_breakdown_GiB.items() if v > 0))
     out.append(f"bottleneck: {p.bottleneck}")
-    out.append(f"knobs: {p.knobs.device} (matmul {p.knobs.matmul_efficiency:.3g}, attention "
-               f"{p.knobs.attention_efficiency:.3g}, links {p.knobs.link_efficiency:.3g}, overlap "
-               f"{p.knobs.overlap:.3g})")
+    if p.interval is not None:
+        out.append(f"range: {100 * p.interval.level:.0f}% of held-out published runs fell within it "
+                   f"({p.interval.basis})" + ("; wider: " + "; ".join(p.interval.widened_by)
+                                               if p.interval.widened_by else ""))
+    kinfo = p.extra.get("kernels", {})
+    if kinfo:
+        out.append(f"kernels ({kinfo['silicon']}): GEMMs at {100 * kinfo['gemm_peak_fraction']:.0f}% of peak at best, "
+                   f"attention {kinfo['attn_family']}, memory-bound ops {kinfo['elementwise_impl']}"
+                   + (f", fp8 {kinfo['fp8_recipe']} scaling" if kinfo.get("fp8_recipe") else ""))
+    out.append(f"stack shares of the kernels' speed: {p.knobs.device} (matmul {p.knobs.matmul_fraction:.3g}, "
+               f"attention {p.knobs.attention_fraction:.3g}, memory-bound {p.knobs.memory_bound_fraction:.3g}, "
+               f"overlap {p.knobs.overlap:.3g}, {p.knobs.op_overhead_us:.3g} us per kernel)")
     return "\n".join(out)
 
 

@@ -104,6 +104,10 @@ def _run_table(args: argparse.Namespace) -> int:
               f"{d['leave_one_group_out_mean_signed_pct']:+.2f}%; worst group "
               f"{d['leave_one_group_out_max_group_mape_pct']:.1f}% MAPE; worst row "
               f"{d['leave_one_group_out_worst_row']} ({d['leave_one_group_out_worst_pct']:+.1f}%)")
+    if d.get("leave_one_group_out_interval_coverage_pct") is not None:
+        print(f"{d['interval_level_pct']:.0f}% ranges under leave-one-(stack, silicon)-out hold "
+              f"{d['leave_one_group_out_interval_coverage_pct']:.1f}% of the rows (each group's range fitted "
+              "without it)")
     print("signed error: positive = predicted slower than published")
     return 0
 

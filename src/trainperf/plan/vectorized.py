@@ -109,7 +109,7 @@ def evaluate(c: Candidates, model: ModelSpec, hardware: Hardware, seq_len: int, 
     (with tp = 1 there is no TP collective to hide, so the flag is a no-op there).
     """
     from trainperf.plan import scalar
-    from trainperf.predict import core
+    from trainperf.predict import core, stack_kernels
     from trainperf.predict.stack_capabilities import loss_bytes_per_logit
 
     n = len(c)
@@ -131,7 +131,8 @@ def evaluate(c: Candidates, model: ModelSpec, hardware: Hardware, seq_len: int, 
             if software is not None:
                 soft = software(c.precisions[p], 2)
                 f["compile"], f["async_tp"] = bool(soft["compile"]), bool(soft["async_tp"])
-                f["fp8_recipe"] = soft["fp8_recipe"] or ""
+                f.update(core.software_features(model, base["silicon"], stack_kernels.for_stack(stack, base["silicon"]),
+                                                c.precisions[p], bool(soft["compile"]), soft["fp8_recipe"]))
                 f["loss_bytes_per_logit"] = loss_bytes_per_logit(stack, bool(soft["compile"]))
             out = core.step_core(f, knobs)
             step[idx] = _full(out["step_time_s"], idx.size)

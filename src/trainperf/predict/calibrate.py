@@ -21,7 +21,7 @@ from trainperf.errors import InputFileError, SpecError
 from trainperf.predict import core
 from trainperf.predict.efficiency import KNOB_BOUNDS, KNOB_NAMES, Knobs
 
-DEFAULT_FIT_KNOBS: tuple[str, ...] = ("matmul_efficiency", "op_overhead_us", "memory_efficiency")
+DEFAULT_FIT_KNOBS: tuple[str, ...] = ("matmul_fraction", "op_overhead_us", "memory_bound_fraction")
 """Knobs fitted when none are named: the first one for one run, two for two runs, all three for
 three or more (never more knobs than runs)."""
 

@@ -11,13 +11,17 @@ NCCL's nccl-tests "bus bandwidth" definitions):
 A group of ``n`` ranks spanning ``N`` nodes with ``k = n/N`` members per node runs
 hierarchically (NCCL rings/trees are rail-aligned: each node's data crosses the network once
 per node, over the ``k`` NICs of the group's members): intra-node stage
-``vol * (k-1)/k * S / (intra_bw * eff)``, inter-node stage ``vol * (N-1)/N * S / (k * inter_bw
-* eff)``; the stages pipeline, so the slower one sets the time. Each of the ``n-1`` ring steps
-adds a latency (inter-node steps ``link_latency``, intra-node a quarter of it).
+``vol * (k-1)/k * S / (intra_bw * eff_up(S))``, inter-node stage ``vol * (N-1)/N * S / (k *
+inter_bw * eff_out(S))``; the stages pipeline, so the slower one sets the time. The achieved
+fraction of each level's wire rate comes from the silicon's measured collectives (nccl-tests /
+rccl-tests bus bandwidth against message size: ``eff(S) = eff_max * S / (S + half)``, see
+:mod:`trainperf.predict.kernels.collectives`), and every call pays the level's latency.
 Functions accept floats or numpy arrays.
 """
 
 from __future__ import annotations
+
+import functools
 
 from trainperf.predict import vec
 
@@ -29,10 +33,6 @@ VOLUME: dict[str, float] = {
     "send-recv": 1.0,
 }
 """Bus-volume factor of each collective, in units of ``(n-1)/n * S``."""
-
-INTRA_LATENCY_FRACTION = 0.25
-"""Intra-node step latency relative to the inter-node one (NVLink/xGMI vs NIC round trips)."""
-
 
 def ring_bytes_per_device(kind: str, size_bytes, n):
     """Bytes each rank sends (= receives) in a ring collective over ``n`` ranks."""
@@ -50,24 +50,78 @@ def group_layout(degree, stride, devices_per_node):
     return per_node, nodes
 
 
-def collective_time_s(kind: str, size_bytes, n, per_node, nodes, intra_bw, inter_bw,
-                      link_efficiency, latency_s):
-    """Seconds of one collective (see the module docstring for the model).
+def level_model(silicon: str, level: str) -> tuple:
+    """The silicon's measured collective behaviour at one link level, as a hashable tuple the
+    vectorised model can carry: ``(ref_ranks, half_exponent, mesh, nvls_min_ranks, ring_all_reduce,
+    kinds)`` with ``ring_all_reduce`` and each of ``kinds`` ``(kind, eff_max, half_bytes,
+    latency_us)`` at the reference group (:mod:`trainperf.predict.kernels.collectives`)."""
+    from trainperf.predict.kernels import collectives
 
-    ``size_bytes``: the full buffer (all-gather output, reduce-scatter input, all-reduce buffer).
-    ``intra_bw``/``inter_bw``: per-device, per-direction link bandwidth in bytes/s.
-    Returns 0 for a group of one.
+    return collectives.level_model(silicon, level)
+
+
+@functools.lru_cache(maxsize=256)
+def _kinds(model: tuple) -> dict[str, tuple[float, float, float]]:
+    return {k[0]: k[1:] for k in model[5]}
+
+
+def _params_at(model: tuple, kind: str, ranks, scale_out: bool):
+    """(eff, half_bytes, latency_s) of ``kind`` at a group of ``ranks`` (float or array) on one level,
+    scaled from the reference group as :func:`trainperf.predict.kernels.collectives.link_params`
+    does: half size grows as ((ranks-1)/(ref-1))^p, latency across nodes with the ring steps, an
+    xGMI mesh keeps (ranks-1)/(ref-1) of its links, NVSwitch all-reduce is NVLS from
+    ``nvls_min_ranks`` GPUs of a node and a ring below."""
+    ref, p, mesh, nvls_min, ring_ar, _ = model
+    eff, half, lat = _kinds(model)[kind]
+    scalar = isinstance(ranks, float | int)
+    if kind == "all-reduce" and ring_ar is not None and nvls_min:
+        if scalar:
+            if ranks < nvls_min:
+                eff, half, lat = ring_ar[1:]
+        else:
+            below = ranks < nvls_min
+            eff = vec.where(below, ring_ar[1], eff)
+            half = vec.where(below, ring_ar[2], half)
+            lat = vec.where(below, ring_ar[3], lat)
+    if kind == "send-recv":
+        return eff, half, lat * 1e-6
+    steps = (max(ranks - 1.0, 1.0) if scalar else vec.maximum(ranks - 1.0, 1.0)) / (ref - 1.0)
+    half = half * steps ** p
+    if scale_out:
+        lat = lat * steps
+    elif mesh:
+        eff = eff * (min(steps, 1.0) if scalar else vec.minimum(steps, 1.0))
+    return eff, half, lat * 1e-6
+
+
+def collective_time_s(kind: str, size_bytes, n, per_node, nodes, intra_bw, inter_bw, up: tuple, out: tuple,
+                      link_fraction=1.0, calls=1.0):
+    """Seconds of ``calls`` collectives moving ``size_bytes`` in all (see the module docstring).
+
+    ``size_bytes``: the full buffer (all-gather output, reduce-scatter input, all-reduce buffer),
+    summed over the calls. ``intra_bw``/``inter_bw``: per-device, per-direction link bandwidth in
+    bytes/s (the catalog's scale-up and scale-out figures). ``up``/``out``: the silicon's measured
+    collective behaviour per level (:func:`level_model`): a stage moving ``S`` bytes per call runs
+    its bus volume at ``eff * bw * S / (S + half)`` and no call is faster than the level's latency
+    floor. ``link_fraction``: the share of that the software stack gets. 0 for a group of one.
     """
     vol = VOLUME[kind]
+    per_call = size_bytes / calls
     if kind == "send-recv":
-        bw = vec.where(nodes > 1, inter_bw, intra_bw) * link_efficiency
-        return vec.where(n > 1, size_bytes / bw + latency_s, 0.0)
+        inter = nodes > 1
+        e_u, h_u, l_u = _params_at(up, kind, n, False)
+        e_o, h_o, l_o = _params_at(out, kind, n, True)
+        bw = vec.where(inter, inter_bw * e_o, intra_bw * e_u) * link_fraction
+        t = (per_call + vec.where(inter, h_o, h_u)) / bw
+        return vec.where(n > 1, calls * vec.maximum(t, vec.where(inter, l_o, l_u)), 0.0)
     k = vec.maximum(per_node, 1.0)
-    t_intra = vol * (k - 1.0) / k * size_bytes / (intra_bw * link_efficiency)
-    t_inter = vol * (nodes - 1.0) / nodes * size_bytes / (k * inter_bw * link_efficiency)
-    steps = vol * (n - 1.0)
-    lat = steps * vec.where(nodes > 1, latency_s, INTRA_LATENCY_FRACTION * latency_s)
-    return vec.where(n > 1, vec.maximum(t_intra, t_inter) + lat, 0.0)
+    e_u, h_u, l_u = _params_at(up, kind, k, False)
+    e_o, h_o, l_o = _params_at(out, kind, n, True)
+    t_intra = vol * (k - 1.0) / k * (per_call + h_u) / (intra_bw * e_u * link_fraction)
+    t_inter = vol * (nodes - 1.0) / nodes * (per_call + h_o) / (k * inter_bw * e_o * link_fraction)
+    t_intra = vec.where(k > 1, vec.maximum(t_intra, l_u), 0.0)
+    t_inter = vec.where(nodes > 1, vec.maximum(t_inter, l_o), 0.0)
+    return vec.where(n > 1, calls * vec.maximum(t_intra, t_inter), 0.0)
 
 
 def link_name(nodes) -> str:

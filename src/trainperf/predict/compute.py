@@ -49,21 +49,24 @@ def attention_time_s(fwd_flops, peak_flops, efficiency):
     return t, FLASH_BACKWARD_FACTOR * t
 
 
-def elementwise_bytes_per_token(hidden_norm, q_dim, kv_dim, ffn, gated, act_bytes=2.0):
+def elementwise_bytes_per_token(hidden_norm, q_dim, kv_dim, ffn, gated, act_bytes=2.0, rope=True,
+                                norm_passes=1.0, rope_passes=1.0, act_passes=1.0):
     """HBM bytes per token moved by the memory-bound ops of one transformer block, forward.
 
     Counted (bytes of 16-bit activations): two norms (read + write ``h``: 4h each), two residual
-    adds (read 2, write 1: 6h each), RoPE on queries and keys (read + write), the MLP activation
-    (gated: read gate and up, write one; plain: read + write). ``hidden_norm`` is ``h`` or
-    ``h/tp`` under sequence parallelism; ``q_dim``, ``kv_dim`` and ``ffn`` are per-device (tp-split)
-    widths. Left out: dropout (off in modern LLM training), casts fused into GEMMs.
-    Backward moves about twice these bytes.
+    adds (read 2, write 1: 6h each), RoPE on queries and keys (read + write; only with ``rope``),
+    the MLP activation (gated: read gate and up, write one; plain: read + write). ``hidden_norm``
+    is ``h`` or ``h/tp`` under sequence parallelism; ``q_dim``, ``kv_dim`` and ``ffn`` are
+    per-device (tp-split) widths. ``*_passes``: how many times its ideal bytes unfused code moves
+    for the norm, RoPE and activation (:func:`trainperf.predict.kernels.memory_bound.eager_penalty`;
+    1 when fused or compiled). Left out: dropout (off in modern LLM training), casts fused into
+    GEMMs. Backward moves about twice these bytes.
     """
-    norms = 2.0 * 2.0 * hidden_norm
+    norms = 2.0 * 2.0 * hidden_norm * norm_passes
     residual = 2.0 * 3.0 * hidden_norm
-    rope = 2.0 * (q_dim + kv_dim)
-    act = vec.where(gated, 3.0 * ffn, 2.0 * ffn)
-    return act_bytes * (norms + residual + rope + act)
+    rope_b = vec.where(rope, 2.0 * (q_dim + kv_dim) * rope_passes, 0.0)
+    act = vec.where(gated, 3.0 * ffn, 2.0 * ffn) * act_passes
+    return act_bytes * (norms + residual + rope_b + act)
 
 
 LOSS_BYTES_PER_LOGIT = 16.0

@@ -44,10 +44,15 @@ import numpy as np
 
 from trainperf.accounting import recompute
 from trainperf.accounting.flops import attention_pairs
-from trainperf.predict import comms, compute, memory, pipeline, stack_capabilities, vec
+from trainperf.predict import comms, compute, memory, pipeline, stack_capabilities, stack_kernels, vec
+from trainperf.predict.kernels import attention as k_attention
+from trainperf.predict.kernels import fp8 as k_fp8
+from trainperf.predict.kernels import gemm as k_gemm
+from trainperf.predict.kernels import memory_bound as k_memory
 
 ATTENTION_PEAK_PRECISION = {"fp8": "bf16", "fp4": "bf16"}
-"""Attention runs in 16-bit even when the GEMMs run in fp8/fp4 (seed 002, footnote 2)."""
+"""Attention runs in 16-bit even when the GEMMs run in fp8/fp4 (torchtitan's performance page, 2024,
+footnote 2: its fused attention is not done in fp8)."""
 
 KERNELS_PER_LAYER_FWD = 14.0
 """Kernels one layer launches forward in an eager framework: ~7 GEMMs, 2 norms, 2 adds, RoPE,
@@ -143,6 +148,7 @@ def workload_features(w: Any, trainable_fraction: float = 1.0) -> dict[str, Any]
         "peak_flops": hw.sustained_peak_flops(precision),
         "attn_peak_flops": hw.sustained_peak_flops(attn_prec),
         "fp8": precision in ("fp8", "fp4"),
+        **kernel_features(w),
         "state_kind": "fp32" if precision in ("fp32", "tf32") else "mixed",
         "act_bytes": 4.0 if precision in ("fp32", "tf32") else 2.0,
         "hbm_bytes_per_s": hw.hbm_bandwidth_GB_per_s * 1e9,
@@ -159,6 +165,68 @@ def workload_features(w: Any, trainable_fraction: float = 1.0) -> dict[str, Any]
     return f
 
 
+def kernel_features(w: Any) -> dict[str, Any]:
+    """What the workload's software stack runs on its silicon, and how fast the silicon runs it
+    (kernel physics, :mod:`trainperf.predict.kernels`): GEMM efficiency and shape constant for the
+    GEMM dtype, the attention kernel family, the memory-bound implementation and its achieved
+    bandwidth, the fp8 recipe's quantisation cost, the collective parameters per link level."""
+    hw = w.hardware
+    sil = _silicon(hw)
+    sk = stack_kernels.for_stack(getattr(w, "stack", None), sil)
+    precision = w.precision
+    gdt = precision if precision not in ("fp4",) else "fp8"
+    attn = getattr(w, "attention_kernel", None) or sk.attention
+    links = (comms.level_model(sil, "scale-up"), comms.level_model(sil, "scale-out"))
+    return {
+        "silicon": sil, "attn_family": attn,
+        "gemm_peak_fraction": float(k_gemm.peak_fraction(sil, gdt)),
+        "gemm_half_dim": float(k_gemm.half_dim(sil, gdt)),
+        "hbm_fraction": float(k_memory.hbm_fraction(sil)),
+        "tp_overlap_rule": sk.tp_overlap,
+        "link_up": links[0], "link_out": links[1],
+        **software_features(w.model, sil, sk, precision, bool(w.compile), w.fp8_recipe),
+    }
+
+
+def software_features(model: Any, silicon: str, sk: Any, precision: str, compile_flag: bool,
+                      fp8_recipe: str | None) -> dict[str, Any]:
+    """The features a run's software fields change (``compile``, ``fp8_recipe``): the memory-bound
+    implementation with its bandwidth and per-op passes, and the fp8 recipe with its GEMM cost.
+    The planner calls it when it sets those fields on a representative workload's features."""
+    fp8 = precision in ("fp8", "fp4")
+    impl = sk.elementwise_impl(compile_flag)
+    recipe = (fp8_recipe or sk.fp8_recipe) if fp8 else ""
+    return {
+        "compiled": bool(compile_flag) or sk.compiled, "elementwise_impl": impl,
+        "fp8_recipe": recipe,
+        "fp8_recipe_factor": float(k_fp8.recipe_gemm_factor(silicon, recipe)) if fp8 else 1.0,
+        # memory-bound ops run at the fused bandwidth of the silicon; unfused code moves an op's
+        # bytes several times (per-op penalties measured fused vs eager), native single kernels once
+        "elementwise_fraction": float(k_memory.elementwise_fraction(
+            silicon, "compiled" if impl == "compiled" else "fused")),
+        **_eager_passes(model, impl),
+    }
+
+
+def _eager_passes(model: Any, impl: str) -> dict[str, Any]:
+    """Per-op pass counts of the memory-bound ops (1 unless the stack runs them unfused)."""
+    eager = impl == "eager"
+
+    def passes(op: str) -> float:
+        return float(k_memory.eager_penalty(op)) if eager else 1.0
+
+    gated = model.mlp in ("swiglu", "geglu")
+    return {"rope": model.position == "rope",
+            "norm_passes": passes("rmsnorm" if model.norm == "rmsnorm" else "layernorm"),
+            "rope_passes": passes("rope"), "act_passes": passes("swiglu" if gated else "gelu")}
+
+
+def _silicon(hw: Any) -> str:
+    from trainperf.predict.stacks import generation_of
+
+    return generation_of(hw)
+
+
 def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     """Seconds per step by component, collective details and memory bytes per device.
 
@@ -172,15 +240,18 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     dom = f["scale_up_domain"]  # collectives are priced by the scale-up domains a group spans
     act_b = f["act_bytes"]
     hbm = f["hbm_bytes_per_s"]
-    lat = k["link_latency_us"] * 1e-6
     ovh = k["op_overhead_us"] * 1e-6
     train_frac = f["trainable_fraction"]
-    recipe = f["fp8_recipe"]
-    recipe_factor = k.get(f"fp8_{recipe}_matmul_factor", 1.0) if recipe else 1.0
-    mm_eff = vec.where(f["fp8"], k["fp8_matmul_efficiency"] * recipe_factor, k["matmul_efficiency"])
-    half = k["matmul_half_dim"]
+    # GEMMs: the silicon's measured GEMM efficiency for the dtype (kernel physics), the share of
+    # it the stack keeps (fitted), the fp8 recipe's quantisation cost (kernel physics)
+    mm_eff = f["gemm_peak_fraction"] * vec.where(f["fp8"], k["fp8_matmul_fraction"],
+                                                 k["matmul_fraction"]) / f["fp8_recipe_factor"]
+    half = f["gemm_half_dim"]
     peak = f["peak_flops"]
     elem = vec.where(f["fp8"], 1.0, act_b)
+    # memory-bound ops at the silicon's achieved bandwidth for the stack's implementation
+    mb_eff = f["elementwise_fraction"] * k["memory_bound_fraction"]
+    opt_eff = f["hbm_fraction"] * k["memory_bound_fraction"]
 
     etp = f["etp"]
     m_tok = b * s / cp  # token rows of every GEMM on one device
@@ -241,19 +312,22 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     # --- attention core and memory-bound ops of one layer, forward
     attn_flops = compute.attention_forward_flops(b, s / cp, f["kv_avg"], f["heads"] / t,
                                                  f["qk_head_dim"], f["v_head_dim"])
-    # fused attention runs below its long-sequence efficiency on short contexts (tiles, launch):
-    # efficiency x kv / (kv + attention_half_kv), kv = mean keys per query (0 = no length effect)
-    attn_eff = k["attention_efficiency"] * f["kv_avg"] / (f["kv_avg"] + k.get("attention_half_kv", 0.0))
-    attn_fwd, attn_bwd = compute.attention_time_s(attn_flops, f["attn_peak_flops"], attn_eff)
+    # the fused-attention kernel's measured efficiency at the length it runs on: the whole causal
+    # sequence, or with context parallelism the s/cp blocks of the ring (load-balanced, so mostly
+    # full, non-causal blocks)
+    a_fwd, a_bwd = _attention_efficiency(f, s / cp, cp)
+    attn_fwd = attn_flops / (f["attn_peak_flops"] * a_fwd * k["attention_fraction"])
+    attn_bwd = compute.FLASH_BACKWARD_FACTOR * attn_flops / (f["attn_peak_flops"] * a_bwd
+                                                             * k["attention_fraction"])
     hn = vec.where(sp, f["hidden"] / t, f["hidden"])
     kv_local = f["head_dim"] * vec.maximum(f["kv_heads"] / t, 1.0)
     ffn_eff = dense_frac * f["ffn"] + moe_frac * f["moe_topk"] * f["expert_ffn"]
     el_bytes = m_tok * compute.elementwise_bytes_per_token(hn, f["q_dim"] / t, kv_local, ffn_eff / t,
-                                                           f["gated"], act_b)
-    mem_fwd = compute.memory_time_s(el_bytes, hbm, k["memory_efficiency"])
+                                                           f["gated"], act_b, f["rope"], f["norm_passes"],
+                                                           f["rope_passes"], f["act_passes"])
+    mem_fwd = compute.memory_time_s(el_bytes, hbm, mb_eff)
     ovh_fwd = KERNELS_PER_LAYER_FWD * ovh
-    if f["compile"]:  # the profile says how much fusion saves of memory-bound ops and launches
-        mem_fwd = mem_fwd * k.get("compile_memory_bound_factor", 1.0)
+    if f["compiled"]:  # fewer, fused kernels: the profile says how much of the launch cost stays
         ovh_fwd = ovh_fwd * k.get("compile_overhead_factor", 1.0)
 
     layer_fwd = mm_fwd + attn_fwd + mem_fwd + ovh_fwd
@@ -262,8 +336,8 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
 
     # --- LM head + loss (last stage)
     head_mm = compute.matmul_time_s(m_tok, f["vocab"] / t, f["hidden"], peak, mm_eff, half, hbm, elem)
-    loss_t = compute.memory_time_s(m_tok * f["vocab"] / t * compute.LOSS_BYTES_PER_LOGIT, hbm,
-                                   k["memory_efficiency"])
+    # the loss is PyTorch's native log-softmax/NLL kernels (or a fused one): no eager penalty
+    loss_t = compute.memory_time_s(m_tok * f["vocab"] / t * compute.LOSS_BYTES_PER_LOGIT, hbm, mb_eff)
     head_fwd = head_mm + 0.5 * loss_t + 3 * ovh
     head_bwd = (1.0 + train_frac) * head_mm + 0.5 * loss_t + 3 * ovh
 
@@ -287,27 +361,30 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     dp_k, dp_N = comms.group_layout(f["dp"], t * cp * f["fsdp"], dom)
     pp_k, pp_N = comms.group_layout(pp, t * cp * f["fsdp"] * f["dp"], dom)
     ep_k, ep_N = comms.group_layout(ep, etp, dom)
-    intra, inter, leff = f["intra_bytes_per_s"], f["inter_bytes_per_s"], k["link_efficiency"]
+    intra, inter, leff = f["intra_bytes_per_s"], f["inter_bytes_per_s"], k["link_fraction"]
+    lv = (f["link_up"], f["link_out"])
 
     # --- tensor parallel: per layer forward 2 all-reduces (or 2 AG + 2 RS with SP) of the
     # activations [b, s/cp, h]; the same backward and for full recomputation.
     tp_buf = b * s / cp * f["hidden"] * act_b
     gather_scale = vec.where(f["fp8"], 0.5, 1.0)  # fp8 recipes gather fp8 inputs (torchtitan, TE)
-    ar = comms.collective_time_s("all-reduce", tp_buf, t, tp_k, tp_N, intra, inter, leff, lat)
-    agrs = (comms.collective_time_s("all-gather", tp_buf * gather_scale, t, tp_k, tp_N, intra, inter, leff, lat)
-            + comms.collective_time_s("reduce-scatter", tp_buf, t, tp_k, tp_N, intra, inter, leff, lat))
+    ar = comms.collective_time_s("all-reduce", tp_buf, t, tp_k, tp_N, intra, inter, *lv, leff)
+    agrs = (comms.collective_time_s("all-gather", tp_buf * gather_scale, t, tp_k, tp_N, intra, inter, *lv, leff)
+            + comms.collective_time_s("reduce-scatter", tp_buf, t, tp_k, tp_N, intra, inter, *lv, leff))
     # forward: 2 all-reduces, or 2 x (all-gather + reduce-scatter) with sequence parallelism
     tp_layer_fwd = vec.where(sp, 2.0 * agrs, 2.0 * ar)
     # recomputation redoes a region's collective when it re-runs the region's input projection
     tp_passes = 2.0 + rec_frac * 0.5 * (rc.attn_region + rc.mlp_region)
     tp_total_mb = n_crit * tp_layer_fwd * tp_passes
-    # async TP hides the profile's fraction of the TP collectives behind the GEMMs
-    tp_mb = tp_total_mb * (1.0 - (k.get("async_tp_overlap", 0.0) if f["async_tp"] else 0.0))
+    # async TP / TP comm overlap (when the stack does it for this run) hides the profile's
+    # fraction of the TP collectives behind the GEMMs
+    tp_ovl = _tp_overlapped(f["tp_overlap_rule"], f["async_tp"], sp)
+    tp_mb = tp_total_mb * (1.0 - vec.where(tp_ovl, k.get("async_tp_overlap", 0.0), 0.0))
     tp_bytes_mb = n_crit * tp_passes * 2.0 * comms.ring_bytes_per_device("all-reduce", tp_buf, t)
 
     # --- expert parallel all-to-all: dispatch + combine forward, again backward
     a2a_buf = m_tok * f["moe_topk"] * f["hidden"] * act_b * (etp / t)  # unique tokens per device
-    a2a = comms.collective_time_s("all-to-all", a2a_buf, ep, ep_k, ep_N, intra, inter, leff, lat)
+    a2a = comms.collective_time_s("all-to-all", a2a_buf, ep, ep_k, ep_N, intra, inter, *lv, leff)
     ep_mb = f["moe_layers"] / pp * 2.0 * 2.0 * a2a * (ep > 1)
 
     # critical-path time of one micro-batch on one stage
@@ -339,9 +416,9 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     fsN = vec.where(f["fsdp"] > 1, fs_N, dp_N)
     gather_bytes = PARAM_GATHER_BYTES * gather_scale
     ag_one = comms.collective_time_s("all-gather", p_stage * gather_bytes, fs_deg, fsk, fsN,
-                                     intra, inter, leff, lat * layers_stage)
+                                     intra, inter, *lv, leff, layers_stage)
     rs_one = comms.collective_time_s("reduce-scatter", p_stage * train_frac * GRAD_REDUCE_BYTES, fs_deg,
-                                     fsk, fsN, intra, inter, leff, lat * layers_stage)
+                                     fsk, fsN, intra, inter, *lv, leff, layers_stage)
     fsdp_ag = vec.where(zero3, 2.0 * M * ag_one, 0.0)
     fsdp_rs = vec.where(zero3, M * rs_one, 0.0)
     # the first layer's gather and the last layer's reduce-scatter of each micro-batch cannot hide
@@ -351,23 +428,33 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     dp = f["dp"]
     zs = f["zero_stage"]
     grad_shard = p_stage * train_frac * GRAD_REDUCE_BYTES / vec.where(f["fsdp"] > 1, f["fsdp"], 1.0)
-    dp_ar = comms.collective_time_s("all-reduce", grad_shard, dp, dp_k, dp_N, intra, inter, leff,
-                                    lat * vec.minimum(layers_stage, 8.0))
-    dp_rs = comms.collective_time_s("reduce-scatter", grad_shard, dp, dp_k, dp_N, intra, inter, leff, lat)
+    # gradients are reduced in buckets (DDP/Megatron: ~25-40 MB; a handful per stage)
+    dp_ar = comms.collective_time_s("all-reduce", grad_shard, dp, dp_k, dp_N, intra, inter, *lv, leff,
+                                    vec.minimum(layers_stage, 8.0))
+    dp_rs = comms.collective_time_s("reduce-scatter", grad_shard, dp, dp_k, dp_N, intra, inter, *lv, leff)
     dp_ag = comms.collective_time_s("all-gather", p_stage * train_frac * PARAM_GATHER_BYTES, dp, dp_k,
-                                    dp_N, intra, inter, leff, lat)
+                                    dp_N, intra, inter, *lv, leff)
     # dp > 1 and not ZeRO-3 over dp (which the FSDP terms above already carry)
     plain_dp = vec.where(dp > 1, vec.where(f["fsdp"] <= 1, zs < 3, True), False)
     zero12 = vec.where(plain_dp, vec.where(f["fsdp"] <= 1, zs >= 1, False), False)
     dp_grad = vec.where(plain_dp, vec.where(zero12, dp_rs, dp_ar), 0.0)
     zero_ag = vec.where(zero12, dp_ag, 0.0)
 
-    # --- context parallel ring (K and V forward; K, V, dK, dV backward) and PP send/recv
+    # --- context parallel ring (Liu et al. 2023, ring attention; Megatron-Core / torchtitan CP):
+    # cp-1 steps per layer, each passing a K/V block (forward; K, V, dK, dV backward) to the next
+    # rank while the current block's attention runs; a step's transfer hides behind that step's
+    # attention, what is longer is exposed. Recomputation re-runs the forward ring.
     kv_chunk = b * s / cp * 2.0 * kv_local * act_b
-    cp_layer = comms.collective_time_s("all-gather", kv_chunk * cp, cp, cp_k, cp_N, intra, inter, leff, lat)
-    cp_mb = vec.where(cp > 1, n_crit * cp_layer * (1.0 + 2.0 + rec_frac * rc.attn_region), 0.0)
+    cp_step = comms.collective_time_s("send-recv", kv_chunk, cp, cp_k, cp_N, intra, inter, *lv, leff)
+    steps = vec.maximum(cp - 1.0, 0.0)
+    ovl = k["overlap"]
+    cp_fwd_exp = steps * vec.maximum(0.0, cp_step - ovl * attn_fwd / vec.maximum(cp, 1.0))
+    cp_bwd_exp = steps * vec.maximum(0.0, 2.0 * cp_step - ovl * attn_bwd / vec.maximum(cp, 1.0))
+    cp_passes_fwd = 1.0 + rec_frac * rc.attention_core
+    cp_mb = vec.where(cp > 1, n_crit * steps * cp_step * (cp_passes_fwd + 2.0), 0.0)
+    cp_exp_mb = vec.where(cp > 1, n_crit * (cp_passes_fwd * cp_fwd_exp + cp_bwd_exp), 0.0)
     pp_msg = b * s / cp * f["hidden"] * act_b / vec.where(sp, t, 1.0)
-    pp_one = comms.collective_time_s("send-recv", pp_msg, pp, pp_k, pp_N, intra, inter, leff, lat)
+    pp_one = comms.collective_time_s("send-recv", pp_msg, pp, pp_k, pp_N, intra, inter, *lv, leff)
     pp_mb = vec.where(pp > 1, 2.0 * vpp * pp_one, 0.0)
 
     # --- overlap: FSDP, CP and PP traffic hide behind the step's compute; DP behind the last
@@ -381,21 +468,18 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     edge_ag = edge * ag_one / vec.where(ag_one + rs_one > 0, ag_one + rs_one, 1.0)
     fsdp_ag_exp = ag_fwd_exp + 0.5 * fsdp_ag * bwd_share + edge_ag
     fsdp_rs_exp = fsdp_rs * bwd_share + (edge - edge_ag)
-    # CP and PP traffic hide in what the FSDP traffic left of the step's compute
+    # PP traffic hides in what the FSDP traffic left of the step's compute; the CP ring's exposed
+    # part was priced step by step above
     left = vec.maximum(0.0, fwd_all + bwd_all - ovl * (fsdp_ag + fsdp_rs))
-    other = M * (cp_mb + pp_mb)
-    other_exp = comms.exposed_s(other, left, ovl)
-    other_share = vec.where(other > 0, other_exp / vec.where(other > 0, other, 1.0), 0.0)
-    cp_exp = M * cp_mb * other_share
-    pp_exp = M * pp_mb * other_share
+    pp_exp = comms.exposed_s(M * pp_mb, left, ovl)
+    cp_exp = M * cp_exp_mb
     dp_exp = comms.exposed_s(dp_grad, bwd_mb, ovl)
     zero_ag_exp = comms.exposed_s(zero_ag, fwd_mb, ovl)
 
     # --- pipeline bubble and optimizer
     bubble = vec.where(pp > 1, pipeline.bubble_time_s(pp, vec.where(f["interleaved"], vpp, 1.0), t_mb), 0.0)
     p_opt_local = _sharded(p_stage, f["shards_optimizer"]) * train_frac
-    optimizer = compute.memory_time_s(p_opt_local * compute.OPTIMIZER_BYTES_PER_PARAM, hbm,
-                                      k["memory_efficiency"]) + 20 * ovh
+    optimizer = compute.memory_time_s(p_opt_local * compute.OPTIMIZER_BYTES_PER_PARAM, hbm, opt_eff) + 20 * ovh
 
     step = (M * t_mb + bubble + fsdp_ag_exp + fsdp_rs_exp + dp_exp + zero_ag_exp + cp_exp
             + pp_exp + optimizer)
@@ -438,7 +522,40 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     }
 
 
+def _tp_overlapped(rule: str, async_tp: Any, sp: Any) -> Any:
+    """Whether the stack overlaps the tensor-parallel collectives of this plan with GEMMs
+    (:meth:`~trainperf.predict.stack_kernels.StackKernels.tp_overlapped`, vectorised over ``sp``)."""
+    if rule == "always":
+        return True
+    if rule == "sequence-parallel":
+        return vec.where(sp, True, async_tp)
+    return async_tp
+
+
+def _attention_efficiency(f: dict[str, Any], seq: Any, cp: Any) -> tuple[Any, Any]:
+    """(forward, backward) fraction of the 16-bit peak the stack's attention kernel sustains on
+    this silicon at ``seq`` tokens per block: causal for the whole sequence, non-causal blocks for
+    a context-parallel ring (cp > 1)."""
+    fam, sil, hd = f["attn_family"], f["silicon"], f["qk_head_dim"]
+    if not isinstance(hd, int | float):  # stacked rows: the kernel curves take one head dim a call
+        hds = np.unique(hd)
+        if len(hds) > 1:
+            seq_a = np.broadcast_to(seq, np.shape(hd)).astype(float)
+            cp_a = np.broadcast_to(cp, np.shape(hd)).astype(float)
+            fw, bw = np.empty(np.shape(hd)), np.empty(np.shape(hd))
+            for h in hds:
+                m = hd == h
+                fw[m], bw[m] = _attention_efficiency({**f, "qk_head_dim": float(h)}, seq_a[m], cp_a[m])
+            return fw, bw
+        hd = float(hds[0])
+    if isinstance(cp, int | float) and not isinstance(cp, bool):
+        return k_attention.efficiency(sil, fam, seq, hd, cp <= 1)
+    cf, cb = k_attention.efficiency(sil, fam, seq, hd, True)
+    nf, nb = k_attention.efficiency(sil, fam, seq, hd, False)
+    return vec.where(cp <= 1, cf, nf), vec.where(cp <= 1, cb, nb)
+
+
 def as_float(x: Any) -> float:
     """A scalar result as a Python float (0-d arrays and numpy scalars included)."""
-    v = float(np.asarray(x))
+    v = x if type(x) is float else float(np.asarray(x))
     return v if math.isfinite(v) else float("nan")

@@ -1,43 +1,51 @@
-"""Efficiency knobs: the few named numbers that turn datasheet peaks into achieved rates.
+"""Efficiency knobs: the few fitted numbers on top of device and kernel physics.
 
-A prediction multiplies datasheet figures (peak FLOP/s, HBM bandwidth, link bandwidths) by
-these factors. Each hardware entry may set any of them in ``data/efficiency.toml``; what it does
-not set comes from its vendor's defaults, then from :data:`BUILTIN`. Every value carries a
-source (a public measurement, or "fitted to <rows>" after ``trainperf calibrate-model``).
+A prediction stands on three kinds of numbers, kept apart (``DESIGN.md``, "Predict"):
 
-The knobs (all dimensionless unless the name carries a unit):
+* device physics: datasheet peaks, HBM and link bandwidths (:mod:`trainperf.specs.hardware`);
+* kernel physics: what a silicon achieves per kernel class, measured by others -- GEMM efficiency
+  against shape and dtype, attention efficiency against sequence length per kernel family,
+  collective bandwidth against message size per link level, memory-bound bandwidth fused and
+  unfused (:mod:`trainperf.predict.kernels`); the stack profile names which kernels a stack runs
+  (:mod:`trainperf.predict.stack_kernels`);
+* these knobs: how much of the kernels' measured speed a software stack keeps inside a real
+  training step, and its fixed costs. They are fitted per stack on published runs (a stack
+  profile, :mod:`trainperf.predict.stacks`) and say on which tables and with which held-out error.
 
-``matmul_efficiency``
-    Fraction of the dense peak a large, well-shaped GEMM sustains (cuBLAS/hipBLASLt on big
-    square-ish bf16 problems: ~0.70-0.80 on H100 SXM, ~0.80-0.85 on A100).
-``fp8_matmul_efficiency``
-    The same for fp8/fp4 GEMMs, as a fraction of the fp8 peak (scaling and casts cost more).
-``matmul_half_dim``
-    Shape penalty: each GEMM dimension ``d`` multiplies efficiency by ``d / (d + half_dim)``,
-    so skinny or small matmuls (tp-split widths, tiny micro-batches) run below peak.
-``attention_efficiency``
-    Fraction of the 16-bit peak that fused (flash) attention sustains, forward and backward.
-``memory_efficiency``
-    Fraction of HBM bandwidth that memory-bound ops (norms, activations, RoPE, loss, optimizer)
-    achieve.
-``link_efficiency``
-    Fraction of the nominal per-direction link bandwidth a large collective achieves (NCCL/RCCL
-    bus bandwidth over wire rate), intra- and inter-node.
-``link_latency_us``
-    Latency per ring step of a collective that crosses nodes (intra-node steps cost a quarter).
+The knobs (dimensionless unless the name carries a unit; a fraction of 1.0 means the stack runs
+the kernel at its measured microbenchmark speed):
+
+``matmul_fraction``, ``fp8_matmul_fraction``
+    Share of the silicon's measured GEMM efficiency (MAMF-style, by shape) that the stack's 16-bit
+    / fp8 GEMMs keep in a training step (clock drops under sustained load, cast and epilogue
+    kernels the microbenchmark does not run, imperfect shapes).
+``attention_fraction``
+    Share of the measured fused-attention efficiency of the stack's kernel family.
+``memory_bound_fraction``
+    Share of the measured bandwidth of the stack's memory-bound implementation (eager, fused or
+    compiled) that norms, activations, RoPE, the loss and the optimizer reach.
+``link_fraction``
+    Share of the measured collective bus bandwidth (nccl-tests / rccl-tests) the stack's
+    collectives reach inside a step.
 ``overlap``
     Fraction of an overlappable collective (FSDP/ZeRO gathers and reduce-scatters, DP all-reduce,
-    CP ring, PP send/recv) that can hide behind compute; the rest is always exposed (comm
-    kernels steal SMs and memory bandwidth, and synchronise).
+    CP ring, PP send/recv) that can hide behind compute; the rest is always exposed (comm kernels
+    take SMs and memory bandwidth, and synchronise).
 ``op_overhead_us``
-    Fixed cost per kernel (launch, dispatch); matters for small models and CPU runs.
+    Fixed cost per kernel launched (launch, dispatch, host-side framework work that the device
+    waits for); it carries the per-layer fixed costs of a stack.
 ``reserve_GiB``
     Device memory the framework keeps for itself (context, allocator fragmentation, workspaces).
-``attention_half_kv``
-    Sequence-length dependence of fused attention: efficiency times ``kv / (kv + attention_half_kv)``.
-``compile_memory_bound_factor``, ``compile_overhead_factor``, ``async_tp_overlap``, ``fp8_*_matmul_factor``
-    Software-feature factors (neutral by default) that apply only when the workload enables the
-    feature (``compile``, ``async_tp``, ``fp8_recipe``); a stack profile sets them.
+``compile_overhead_factor``
+    With a compiled step (``compile``, or a stack that always compiles): the share of the
+    per-kernel cost that stays (fewer, fused kernels).
+``async_tp_overlap``
+    With async TP / TP communication overlap: the fraction of tensor-parallel collective time
+    hidden behind GEMMs.
+
+The vendor tables of ``data/efficiency.toml`` also hold *fallback kernel physics* (the
+``PHYSICS_KEYS``: GEMM, attention, memory and link efficiencies) for silicon with no kernel
+measurement at all; :mod:`trainperf.predict.kernels` reads them, never the knobs.
 """
 
 from __future__ import annotations
@@ -52,62 +60,70 @@ from trainperf.errors import SpecError
 from trainperf.specs.datafiles import read_package_toml
 
 KNOB_NAMES: tuple[str, ...] = (
-    "matmul_efficiency", "fp8_matmul_efficiency", "matmul_half_dim", "attention_efficiency",
-    "memory_efficiency", "link_efficiency", "link_latency_us", "overlap", "op_overhead_us",
-    "reserve_GiB", "attention_half_kv", "compile_memory_bound_factor", "compile_overhead_factor", "async_tp_overlap",
-    "fp8_tensorwise_matmul_factor", "fp8_rowwise_matmul_factor", "fp8_delayed_matmul_factor",
+    "matmul_fraction", "fp8_matmul_fraction", "attention_fraction", "memory_bound_fraction",
+    "link_fraction", "overlap", "op_overhead_us", "reserve_GiB", "compile_overhead_factor",
+    "async_tp_overlap",
 )
-# Bounds keep a fit physical: efficiencies are fractions, latencies and overheads non-negative.
+# Bounds keep a fit physical: shares of a measured speed stay near 1 (a stack may beat a
+# microbenchmark a little: better shapes, clocks), overheads non-negative.
 KNOB_BOUNDS: dict[str, tuple[float, float]] = {
-    "matmul_efficiency": (0.02, 1.0),
-    "fp8_matmul_efficiency": (0.02, 1.0),
-    "matmul_half_dim": (0.0, 4096.0),
-    "attention_efficiency": (0.02, 1.0),
-    "memory_efficiency": (0.05, 1.0),
-    "link_efficiency": (0.05, 1.0),
-    "link_latency_us": (0.0, 500.0),
+    "matmul_fraction": (0.2, 1.3),
+    "fp8_matmul_fraction": (0.2, 1.3),
+    "attention_fraction": (0.2, 1.5),
+    "memory_bound_fraction": (0.1, 1.5),
+    "link_fraction": (0.1, 1.5),
     "overlap": (0.0, 1.0),
     "op_overhead_us": (0.0, 5000.0),
     "reserve_GiB": (0.0, 64.0),
-    "attention_half_kv": (0.0, 65536.0),
-    "compile_memory_bound_factor": (0.05, 2.0),
     "compile_overhead_factor": (0.05, 2.0),
     "async_tp_overlap": (0.0, 1.0),
-    "fp8_tensorwise_matmul_factor": (0.05, 2.0),
-    "fp8_rowwise_matmul_factor": (0.05, 2.0),
-    "fp8_delayed_matmul_factor": (0.05, 2.0),
 }
+PHYSICS_KEYS: tuple[str, ...] = (
+    "matmul_efficiency", "fp8_matmul_efficiency", "matmul_half_dim", "attention_efficiency",
+    "memory_efficiency", "link_efficiency", "link_latency_us", "attention_half_kv",
+)
+"""Fallback kernel physics a vendor table may state (read by :mod:`trainperf.predict.kernels`)."""
+RETIRED_KNOBS: dict[str, str] = {
+    "matmul_efficiency": "matmul_fraction", "fp8_matmul_efficiency": "fp8_matmul_fraction",
+    "attention_efficiency": "attention_fraction", "memory_efficiency": "memory_bound_fraction",
+    "link_efficiency": "link_fraction", "link_latency_us": "link_fraction", "matmul_half_dim": "matmul_fraction",
+    "attention_half_kv": "attention_fraction", "compile_memory_bound_factor": "memory_bound_fraction",
+    "fp8_tensorwise_matmul_factor": "fp8_matmul_fraction", "fp8_rowwise_matmul_factor": "fp8_matmul_fraction",
+    "fp8_delayed_matmul_factor": "fp8_matmul_fraction",
+}
+"""Knobs of trainperf 0.1 (absolute efficiencies) -> the share that replaced them (0.2 stands on
+measured kernel physics); a file naming one gets a one-line error saying what to refit."""
+
+
+def check_knob_name(name: str, where: str) -> None:
+    """A one-line error for a name that is not a knob (a retired one says what replaced it)."""
+    if name in KNOB_NAMES:
+        return
+    if name in RETIRED_KNOBS:
+        raise SpecError(where, name, f"a knob of this version: {name!r} was an absolute efficiency; "
+                        f"trainperf now fits {RETIRED_KNOBS[name]!r}, a share of the silicon's measured "
+                        "kernel speed -- refit with `trainperf calibrate-model`")
+    from trainperf.errors import UnknownNameError
+
+    raise UnknownNameError(where, name, KNOB_NAMES)
 
 
 @dataclass(frozen=True)
 class Knobs:
-    """Efficiency knobs of one device (see the module docstring for each one's meaning)."""
+    """Efficiency knobs of one stack on one device (see the module docstring for each one)."""
 
-    matmul_efficiency: float = 0.70
-    fp8_matmul_efficiency: float = 0.55
-    matmul_half_dim: float = 64.0
-    attention_efficiency: float = 0.45
-    memory_efficiency: float = 0.80
-    link_efficiency: float = 0.80
-    link_latency_us: float = 10.0
+    matmul_fraction: float = 1.0
+    fp8_matmul_fraction: float = 1.0
+    attention_fraction: float = 1.0
+    memory_bound_fraction: float = 1.0
+    link_fraction: float = 1.0
     overlap: float = 0.85
     op_overhead_us: float = 5.0
     reserve_GiB: float = 3.0
-    attention_half_kv: float = 0.0
-    """Attention efficiency falls as ``kv / (kv + attention_half_kv)`` with the mean keys per
-    query ``kv`` (short sequences use the kernel's tiles less well); 0 = independent of length."""
-    compile_memory_bound_factor: float = 1.0
-    """With ``compile``: multiplies the time of memory-bound elementwise ops (fusion)."""
     compile_overhead_factor: float = 1.0
-    """With ``compile``: multiplies the per-kernel overhead (fewer, fused kernels)."""
+    """With a compiled step: multiplies the per-kernel overhead (fewer, fused kernels)."""
     async_tp_overlap: float = 0.0
-    """With ``async_tp``: fraction of tensor-parallel collective time hidden behind GEMMs."""
-    fp8_tensorwise_matmul_factor: float = 1.0
-    """Multiplies ``fp8_matmul_efficiency`` for the tensorwise-scaled fp8 recipe."""
-    fp8_rowwise_matmul_factor: float = 1.0
-    """Multiplies ``fp8_matmul_efficiency`` for the rowwise-scaled fp8 recipe."""
-    fp8_delayed_matmul_factor: float = 1.0
-    """Multiplies ``fp8_matmul_efficiency`` for Transformer Engine's delayed-scaling recipe."""
+    """With async TP / TP comm overlap: fraction of tensor-parallel collective time hidden."""
     device: str = "builtin"
     """Hardware id (or vendor default) the values were taken for."""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
@@ -136,14 +152,15 @@ def _table() -> dict[str, Any]:
     return read_package_toml("trainperf.predict", "efficiency.toml", "efficiency table")
 
 
-def _apply(base: Knobs, entry: Mapping[str, Any], label: str) -> Knobs:
+def _apply(base: Knobs, entry: Mapping[str, Any], label: str, physics_ok: bool = False) -> Knobs:
     values = {k: v for k, v in entry.items() if k in KNOB_NAMES}
-    unknown = sorted(set(entry) - set(KNOB_NAMES) - {"sources", "fitted", "notes"})
-    if unknown:
-        raise SpecError(f"efficiency[{label}]", unknown[0], f"a knob: {', '.join(KNOB_NAMES)}")
+    allowed = set(KNOB_NAMES) | {"sources", "fitted", "notes"} | (set(PHYSICS_KEYS) if physics_ok else set())
+    for k in entry:
+        if k not in allowed:
+            check_knob_name(str(k), f"efficiency[{label}]")
     srcs = dict(base.sources)
     given = dict(entry.get("sources", {}))
-    for k in values:
+    for k in values:  # (physics keys' sources stay in the table for the kernel fallback)
         srcs[k] = str(given.get(k, f"efficiency.toml [{label}]"))
     return dataclasses.replace(base, **values, device=label, sources=srcs)
 
@@ -159,10 +176,10 @@ def _knobs_for(hardware_id: str, vendor: str) -> Knobs:
     k = BUILTIN
     vend = table.get("vendors", {}).get(vendor)
     if vend:
-        k = _apply(k, vend, f"vendor:{vendor}")
+        k = _apply(k, vend, f"vendor:{vendor}", physics_ok=True)
     dev = table.get("devices", {}).get(hardware_id)
     if dev:
-        k = _apply(k, dev, hardware_id)
+        k = _apply(k, dev, hardware_id, physics_ok=True)
     return k
 
 
@@ -180,3 +197,10 @@ def device_entries() -> dict[str, dict[str, Any]]:
 def knobs_from_mapping(base: Knobs, values: Mapping[str, Any], label: str) -> Knobs:
     """``base`` with some knobs replaced (a calibration file's values)."""
     return _apply(base, values, label)
+
+
+def vendor_physics(vendor: str) -> dict[str, float]:
+    """The fallback kernel physics of a vendor table (``PHYSICS_KEYS``), for silicon with no
+    kernel measurement; empty when the vendor states none."""
+    vend = _table().get("vendors", {}).get(vendor, {})
+    return {k: float(v) for k, v in vend.items() if k in PHYSICS_KEYS}

@@ -22,6 +22,7 @@ without that table.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from trainperf.predict import batch, core
+from trainperf.predict import batch, core, intervals
 from trainperf.predict.efficiency import KNOB_BOUNDS, KNOB_NAMES, knobs_for
 from trainperf.predict.holdout import (
     PACKAGED_CACHE,
@@ -43,22 +44,35 @@ from trainperf.predict.holdout import (
 )
 from trainperf.predict.stacks import DEFAULT_STACK, Profile, generation_of
 
-GENERATION_KNOBS: tuple[str, ...] = ("matmul_efficiency", "fp8_matmul_efficiency")
-"""Fitted per GPU generation (generic) and per stack and generation (deviations)."""
-GLOBAL_KNOBS: tuple[str, ...] = ("op_overhead_us", "overlap")
+GENERATION_KNOBS: tuple[str, ...] = ("matmul_fraction", "fp8_matmul_fraction")
+"""Fitted per GPU generation (generic) and per stack and generation (deviations): the share of
+the silicon's measured GEMM speed a stack keeps."""
+GLOBAL_KNOBS: tuple[str, ...] = ("op_overhead_us", "overlap", "memory_bound_fraction")
 """Fitted once for generic and once per stack (deviation), for every generation."""
-GENERIC_ONLY_KNOBS: tuple[str, ...] = ("attention_efficiency", "attention_half_kv", "matmul_half_dim")
-"""Fitted per generation for generic only (kernel libraries, not the framework, set them)."""
-GENERIC_GLOBAL_KNOBS: tuple[str, ...] = ("compile_memory_bound_factor", "compile_overhead_factor",
-                                         "async_tp_overlap")
-"""Fitted once for generic (every generation), on the rows that use the feature: what
-compilation (XLA, torch.compile) saves, and how much of the TP traffic async TP hides."""
-FIT_START: dict[str, float] = {"async_tp_overlap": 0.5, "attention_half_kv": 256.0}
+GENERIC_ONLY_KNOBS: tuple[str, ...] = ()
+"""Fitted per generation for generic only."""
+GENERIC_GLOBAL_KNOBS: tuple[str, ...] = ("attention_fraction", "compile_overhead_factor", "async_tp_overlap")
+"""Fitted once for generic (every generation and stack), on the rows that use the feature: the
+share of the measured attention and memory-bound kernel speed kept in a step (the kernel family
+and implementation come from each stack's facts), what compilation saves of the launch cost,
+how much of the TP traffic async TP / TP comm overlap hides."""
+FIT_START: dict[str, float] = {"async_tp_overlap": 0.5}
 """Start of a fit for knobs whose neutral default is one of their bounds."""
-_FEATURE_OF: dict[str, str] = {"compile_memory_bound_factor": "compile", "compile_overhead_factor": "compile",
-                               "async_tp_overlap": "async_tp"}
+_FEATURE_OF: dict[str, str] = {"compile_overhead_factor": "compiled", "async_tp_overlap": "tp_overlap"}
+
+
+def _uses(f: Mapping[str, Any], feature: str) -> bool:
+    """Whether a row (its :func:`~trainperf.predict.core.workload_features`) uses ``feature``."""
+    if feature == "tp_overlap":
+        return bool(core._tp_overlapped(f["tp_overlap_rule"], f["async_tp"], f["sp"]))
+    return bool(f.get(feature, False))
+"""Knob -> the workload feature (:func:`~trainperf.predict.core.workload_features`) a row must
+have for the knob to move it."""
 PRIOR_GENERIC = 1e-3
 """Pull of generic's parameters towards the vendor defaults (per unit logit, squared)."""
+GENERATION_PRIOR = 1e-2
+"""Pull of generic's per-generation GEMM-share residual towards its all-silicon share: kernel
+physics should carry the difference between silicons, so a residual must earn its place."""
 PRIOR_STACK = 4e-3
 """Pull of a stack's deviations towards generic."""
 STACK_GENERATION_PRIOR_FACTOR = 2.0
@@ -180,11 +194,14 @@ def build_problem(rows: Sequence[FitRow], *, base: Sequence[Profile] = (), gener
     stack_arr = np.array([r.stack for r in rows])
     fp8_arr = np.array([r.fp8 for r in rows])
     for knob in generation_knobs:
-        sel = fp8_arr if knob == "fp8_matmul_efficiency" else (~fp8_arr if knob == "matmul_efficiency"
+        sel = fp8_arr if knob == "fp8_matmul_fraction" else (~fp8_arr if knob == "matmul_fraction"
                                                                else np.ones(len(rows), bool))
         if generic:
+            # one share for every silicon (what a stack on new silicon starts from), plus each
+            # generation's residual over its kernel physics, pulled towards zero
+            add("generic", "*", knob, sel, prior_generic)
             for g in gens:
-                add("generic", g, knob, (gen_arr == g) & sel, prior_generic)
+                add("generic", g, knob, (gen_arr == g) & sel, GENERATION_PRIOR)
         if stacks:
             for s in names:
                 if s == DEFAULT_STACK:
@@ -201,7 +218,7 @@ def build_problem(rows: Sequence[FitRow], *, base: Sequence[Profile] = (), gener
                 add("generic", g, knob, gen_arr == g, prior_generic)
         for knob in generic_global_knobs:
             feature = _FEATURE_OF.get(knob)
-            uses = np.array([bool(getattr(r.workload, feature, False)) if feature else True for r in rows])
+            uses = np.array([bool(_uses(f, feature)) if feature else True for f in feats])
             if knob == "async_tp_overlap":
                 uses &= np.array([r.workload.plan.tp > 1 for r in rows])
             add("generic", "*", knob, uses, prior_generic)
@@ -317,6 +334,9 @@ def profiles_from_fit(pb: Problem, theta: np.ndarray) -> dict[str, Profile]:
     vals_full = pb.knob_values(theta)
     vals_generic = pb.knob_values(theta_generic)
 
+    def theta_of(level: str) -> np.ndarray:
+        return theta if level == "stack" else theta_generic
+
     def profile(stack: str, level: str, vals: Mapping[str, np.ndarray]) -> Profile:
         gen_tbl: dict[str, dict[str, float]] = {}
         knobs: dict[str, float] = {}
@@ -334,6 +354,14 @@ def profiles_from_fit(pb: Problem, theta: np.ndarray) -> dict[str, Profile]:
                 if nv:
                     knobs[knob] = float(vals[knob][nv[0]])
                     sources[knob] = "fitted"
+            elif key.endswith("*") and knob in GENERATION_KNOBS:
+                # for silicon the fit has no row of: the all-silicon share (generic) and the stack's
+                # shared deviation, without any generation's residual
+                start = _to_x(knob, getattr(knobs_for("", "nvidia"), knob))
+                x = start + sum(t for (lv, k2, kn), t in zip(pb.params, theta_of(level), strict=True)
+                                if kn == knob and (k2 == "*" or (level == "stack" and k2 == f"{stack}/*")))
+                knobs[knob] = float(_from_x(knob, np.array(x)))
+                sources[knob] = "fitted"
         return Profile(name=stack, knobs=knobs, generations=gen_tbl, sources=sources)
 
     out = {DEFAULT_STACK: profile(DEFAULT_STACK, "generic", vals_generic)}
@@ -444,9 +472,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                   "# every fitted value says which tables it was fitted on and its held-out errors.\n")
         (out / f"{name}.toml").write_text(header + prof.to_toml(), encoding="utf-8")
     # the cache key hashes the profiles just written, so it is computed after writing them
-    packaged_cache = Path(__file__).parent / "data" / PACKAGED_CACHE
-    if out.resolve() == (Path(__file__).parent / "data" / "stacks").resolve():
-        packaged_cache.write_text(cache_payload(cache_key(rows), held["table"], held["group"]), encoding="utf-8")
+    data = Path(__file__).parent / "data"
+    if out.resolve() == (data / "stacks").resolve():
+        (data / PACKAGED_CACHE).write_text(cache_payload(cache_key(rows), held["table"], held["group"]),
+                                           encoding="utf-8")
+        model = intervals.fit_interval_model(rows, held["table"], held["group"])
+        (data / intervals.PACKAGED).write_text(json.dumps(model.to_dict(), indent=1) + "\n", encoding="utf-8")
+        cov = intervals.group_out_coverage(rows, held["group"])
+        print(f"80% ranges: leave-one-table-out {model.seen}, group-out {model.unseen}; group-out coverage "
+              f"{cov['coverage_pct']:.1f}% of {cov['rows']} rows (each group's range fitted without it)")
     s, lo, go = summarize(preds), summarize(held["table"]), summarize(held["group"])
     print(f"in-sample MAPE {s['mape_pct']:.2f}% (mean signed {s['mean_signed_pct']:+.2f}%); "
           f"leave-one-table-out MAPE {lo['mape_pct']:.2f}% (mean signed {lo['mean_signed_pct']:+.2f}%); "
@@ -455,13 +489,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 # ------------------------------------------------------------------------- a user's profile
+USER_KNOBS: tuple[str, ...] = ("attention_fraction", "memory_bound_fraction", "op_overhead_us", "overlap")
+"""Stack-wide knobs a user's calibration moves besides the GEMM shares of each generation."""
+USER_PRIOR = 2e-2
+"""Pull of a user calibration's knobs towards the base profile (per unit logit, squared). Two runs
+cannot pin six knobs: the prior spreads the correction over the knobs the runs are sensitive to
+(a 125M model's error moves its per-kernel cost, a 70B model's its GEMM share), and the held-out
+rows of ``benchmarks/calibrate_two_points.py`` chose its size."""
+
+
 def fit_user_profile(rows: Sequence[FitRow], name: str, base: Sequence[Profile] = (),
-                     knobs: Sequence[str] | None = None) -> tuple[Profile, list[Prediction]]:
+                     knobs: Sequence[str] | None = None,
+                     prior: float = USER_PRIOR) -> tuple[Profile, list[Prediction]]:
     """Fit a profile named ``name`` to a user's own runs, over ``base`` profiles (``generic``, and
-    the stack it starts from). Knobs fitted: the GEMM efficiency of each generation and dtype the
-    runs cover; with 3+ runs also the per-kernel overhead, with 4+ the collective overlap (never
-    more knobs than runs). Every run weighs the same. Values the fit does not move are copied
-    from the base profiles, so the file stands on its own over ``generic``."""
+    the stack it starts from). Knobs fitted: the GEMM share of each generation and dtype the runs
+    cover, and the stack-wide :data:`USER_KNOBS`, every one pulled towards its base value by
+    ``prior`` (a ridge: with few runs, the knobs they say least about stay where the base put
+    them). Every run weighs the same. Values the fit does not move are copied from the base
+    profiles, and the kernel facts from the last base profile, so the file stands on its own."""
     import dataclasses
 
     if not rows:
@@ -472,17 +517,16 @@ def fit_user_profile(rows: Sequence[FitRow], name: str, base: Sequence[Profile] 
     n = len(rows)
     if knobs is None:
         gen_k: tuple[str, ...] = GENERATION_KNOBS
-        glob: tuple[str, ...] = ("op_overhead_us", "overlap")[: max(0, min(2, n - 2))]
+        glob: tuple[str, ...] = USER_KNOBS
     else:
-        bad = [k for k in knobs if k not in KNOB_NAMES]
-        if bad:
-            from trainperf.errors import UnknownNameError
+        for k in knobs:
+            from trainperf.predict.efficiency import check_knob_name
 
-            raise UnknownNameError("knob", bad[0], KNOB_NAMES)
+            check_knob_name(k, "knob")
         gen_k = tuple(k for k in knobs if k in GENERATION_KNOBS)
         glob = tuple(k for k in knobs if k not in GENERATION_KNOBS)
     pb = build_problem(rows, base=base, generic=False, generation_knobs=gen_k, global_knobs=glob,
-                       generic_only_knobs=())
+                       generic_only_knobs=(), prior_stack=prior)
     theta, _ = solve(pb)
     fitted = profiles_from_fit(pb, theta).get(name, Profile(name=name))
     pred = pb.predict(theta)
@@ -504,8 +548,9 @@ def fit_user_profile(rows: Sequence[FitRow], name: str, base: Sequence[Profile] 
             vals[k] = v
             sources[f"{g}.{k}"] = text
         gen_tbl[g] = vals
+    facts = {"kernels": dict(base[-1].kernels)} if base else {}
     prof = Profile(name=name, description=f"Fitted by trainperf calibrate-model over {', '.join(p.name for p in base) or 'vendor defaults'}.",
-                   generations=gen_tbl, sources=sources,
+                   generations=gen_tbl, sources=sources, **facts,
                    fit={"runs": [r.name for r in rows], "in_sample_mape_pct": round(err["mape_pct"], 2),
                         "base": [p.name for p in base]})
     return prof, preds

@@ -127,7 +127,8 @@ def _code_hash() -> str:
             h.update(p.read_bytes())
     for sub in ("data", "kernels"):
         for p in sorted((here / sub).rglob("*")):
-            if p.is_file() and p.name != PACKAGED_CACHE and p.suffix in (".py", ".toml", ".json", ".csv"):
+            if (p.is_file() and p.name not in (PACKAGED_CACHE, "intervals.json")
+                    and p.suffix in (".py", ".toml", ".json", ".csv")):
                 h.update(p.read_bytes())
     for p in sorted((here.parent / "specs").rglob("*")):
         if p.is_file() and p.suffix in (".py", ".toml"):

@@ -214,8 +214,8 @@ def read_precision(cell: str | None) -> Precision | None:
     """The matmul precision (and fp8 scaling recipe) of a free-text cell: ``"bf16"``,
     ``"BF16 mixed"``, ``"amp_bf16"``, ``"fp16 mixed"``, ``"FP8 (Float8 rowwise)"``, ``"float8 +
     bf16"``, ``"FP8 hybrid (TE)"`` (Transformer Engine's DelayedScaling, its default recipe),
-    ``"fp8 current scaling"`` (tensorwise), ``"MXFP8"`` (block scales: no recipe of the workload
-    schema matches, so none is set), ``"NVFP4"``/``"MXFP4"`` (fp4). ``None`` when unstated; an
+    ``"fp8 current scaling"`` (tensorwise), ``"MXFP8"`` (per-32-element block scales, recipe
+    ``mxfp8``), block-wise fp8 (recipe ``blockwise``), ``"NVFP4"``/``"MXFP4"`` (fp4). ``None`` when unstated; an
     unreadable precision is a :class:`CellError`."""
     if unstated(cell):
         return None
@@ -223,8 +223,7 @@ def read_precision(cell: str | None) -> Precision | None:
     if re.search(r"(?<![a-z0-9])(?:nv|mx)?fp4\b|float4|e2m1", s):
         return Precision("fp4", note="fp4 (NVFP4/MXFP4): block-scaled, no fp8 recipe applies")
     if re.search(r"(?<![a-z0-9])mxfp8\b", s):
-        return Precision("fp8", None, "MXFP8 (per-32-element block scales): no recipe of the workload schema "
-                                      "matches; the profile's fp8 efficiency applies unscaled")
+        return Precision("fp8", "mxfp8")
     if re.search(r"(?<![a-z0-9])fp8\b|float8|e4m3|\b8-bit float", s):
         if re.search(r"row[- ]?wise|per[- ]row|axiswise", s):
             return Precision("fp8", "rowwise")
@@ -233,8 +232,7 @@ def read_precision(cell: str | None) -> Precision | None:
         if re.search(r"delayed|amax[ _-]history", s):
             return Precision("fp8", "delayed")
         if re.search(r"block[- ]?wise|blockwise|block scal|deepseek", s):
-            return Precision("fp8", None, "fp8 with block-wise scales: no recipe of the workload schema "
-                                          "matches; the profile's fp8 efficiency applies unscaled")
+            return Precision("fp8", "blockwise")
         if re.search(r"\bte\b|transformer[ _-]?engine|hybrid", s):
             return Precision("fp8", "delayed", "fp8 via Transformer Engine: its default recipe, DelayedScaling")
         return Precision("fp8")

@@ -642,6 +642,14 @@ def _row(r: Mapping[str, str]) -> TableRun:
             training["async_tp"] = True
         elif plan["tp"] > 1 and d.get("async_tp").value:
             training["async_tp"] = _default(d, "async_tp", "async tensor parallelism", notes)
+        if (stack == "torchtitan" and not training.get("compile")
+                and (precision == "fp8" or training.get("async_tp"))):
+            # torchtitan's async TP is built on torch.compile's micro-pipelining, and its float8
+            # recipes are meant to run compiled (the casts fuse into the neighbouring ops)
+            training["compile"] = True
+            notes.append("compile not stated: torch.compile assumed, as torchtitan's async TP requires it and its "
+                         "float8 training is run compiled (torchtitan docs/float8.md, docs/async_tp.md; read from "
+                         "memory of the repository, not verified against the current release)")
         if prec.fp8_recipe:
             training["fp8_recipe"] = prec.fp8_recipe
         elif precision == "fp8" and not prec.note and d.get("fp8_recipe") is not None:

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from trainperf.errors import InputFileError, SpecError, UnknownNameError, one_line
-from trainperf.predict.efficiency import KNOB_NAMES, Knobs, knobs_for
+from trainperf.predict.efficiency import Knobs, check_knob_name, knobs_for
 from trainperf.specs.datafiles import read_user_text
 
 DEFAULT_STACK = "generic"
@@ -208,8 +208,7 @@ def _knob_table(body: Any, where: str) -> tuple[dict[str, float], dict[str, str]
     for k, v in body.items():
         if k == "sources":
             continue
-        if k not in KNOB_NAMES:
-            raise UnknownNameError(f"{where}.{k}", k, KNOB_NAMES)
+        check_knob_name(str(k), f"{where}.{k}")
         if isinstance(v, bool) or not isinstance(v, int | float):
             raise SpecError(f"{where}.{k}", v, "a number")
         vals[k] = float(v)

@@ -104,6 +104,9 @@ class Prediction:
     knobs: Knobs
     notes: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
+    interval: Any = None
+    """An :class:`~trainperf.predict.intervals.Interval` of step seconds (80%), from held-out
+    residuals and wider off the fitted data; ``None`` when no interval model is packaged."""
 
     @property
     def fits(self) -> bool:
@@ -134,6 +137,7 @@ class Prediction:
             "model": w.model.name, "device": w.hardware.id, "num_devices": w.num_devices,
             "plan": w.plan.describe(),
             "step_time_s": self.step_time_s,
+            "step_time_interval_s": self.interval.to_dict() if self.interval is not None else None,
             "tokens_per_s": self.tokens_per_s,
             "tokens_per_s_per_device": self.tokens_per_s_per_device,
             "tflops_per_device": self.tflops_per_device,
@@ -149,6 +153,7 @@ class Prediction:
             "memory_breakdown_GiB": dict(self.memory_breakdown_GiB),
             "bottleneck": self.bottleneck,
             "knobs": {"device": self.knobs.device, **self.knobs.values()},
+            "kernels": dict(self.extra.get("kernels", {})),
             "notes": list(self.notes),
         }
 
@@ -231,8 +236,19 @@ def predict(w: Any, *, knobs: Knobs | None = None,
     k = resolve_knobs(w, calibration, knobs, stack)
     feats = core.workload_features(w, trainable_fraction)
     r = core.step_core(feats, k.values())
-    return assemble(w, r, k, convention=convention, train_tokens=train_tokens,
-                    lora_fraction=trainable_fraction if trainable_fraction < 1 else 0.0)
+    p = assemble(w, r, k, convention=convention, train_tokens=train_tokens,
+                 lora_fraction=trainable_fraction if trainable_fraction < 1 else 0.0)
+    p.extra["kernels"] = {key: feats[key] for key in KERNEL_INFO}
+    from trainperf.predict.intervals import interval_for
+
+    st = stack if stack is not None else getattr(w, "stack", None)
+    name = getattr(st, "name", st)
+    return dataclasses.replace(p, interval=interval_for(p.step_time_s, w, str(name) if name else None))
+
+
+KERNEL_INFO: tuple[str, ...] = ("silicon", "attn_family", "elementwise_impl", "gemm_peak_fraction", "fp8_recipe",
+                                "tp_overlap_rule")
+"""Kernel facts of a prediction shown beside it (which kernels, at what measured speed)."""
 
 
 def _f(x: Any) -> float:

@@ -20,6 +20,7 @@ from typing import Any
 from trainperf.predict import core
 from trainperf.predict.fit_profiles import rows_from_table
 from trainperf.predict.holdout import Prediction, by, cached_holdouts, group_key, summarize
+from trainperf.predict.intervals import LEVEL, group_out_coverage, interval_for
 from trainperf.predict.runs_table import TableRun, load_table_runs
 from trainperf.predict.stacks import generation_of
 
@@ -48,6 +49,8 @@ class RowResult:
     group_out_predicted_step_time_s: float | None = None
     """Predicted with every profile refitted without the row's (stack, silicon) group."""
     group_out_signed_pct: float | None = None
+    interval_s: tuple[float, float] | None = None
+    """The 80% range of the in-sample prediction (:mod:`trainperf.predict.intervals`)."""
 
     @property
     def group(self) -> str:
@@ -70,6 +73,9 @@ class RunsValidation:
     loto: tuple[Prediction, ...]
     stack_override: str | None = None
     group_out: tuple[Prediction, ...] = ()
+    coverage: dict[str, Any] | None = None
+    """Share of rows inside their 80% range under leave-one-(stack, silicon)-out, each group's
+    range fitted without it (:func:`trainperf.predict.intervals.group_out_coverage`)."""
 
     def to_dict(self) -> dict[str, Any]:
         s, lo, go = summarize(self.in_sample), summarize(self.loto), summarize(self.group_out)
@@ -95,6 +101,9 @@ class RunsValidation:
             "leave_one_group_out_worst_pct": go.get("worst_pct") if self.group_out else None,
             "leave_one_group_out_max_group_mape_pct": (max(v["mape_pct"] for v in groups_go.values())
                                                        if self.group_out else None),
+            "interval_level_pct": 100.0 * LEVEL,
+            "leave_one_group_out_interval_coverage_pct": (self.coverage or {}).get("coverage_pct"),
+            "interval_coverage_per_group": (self.coverage or {}).get("per_group"),
             "per_group": {g: {"in_sample": v, "leave_one_table_out": groups_lo.get(g),
                               "leave_one_group_out": groups_go.get(g)} for g, v in groups_in.items()},
             "per_table": {t: {"in_sample": v, "leave_one_table_out": tables_lo.get(t),
@@ -125,9 +134,11 @@ def validate_runs(data: str | Path | None = None, stack: str | None = None,
     out: list[RowResult] = []
     ins: list[Prediction] = []
     for r in runs:
-        pred = signed = lp = ls = gp = gs = None
+        pred = signed = lp = ls = gp = gs = band = None
         if r.included:
             pred = predict_row(r, stack)
+            iv = interval_for(pred, r.workload, stack or r.stack)
+            band = (iv.low_s, iv.high_s) if iv is not None else None
             signed = 100.0 * (pred / r.step_time_s - 1.0)
             ins.append(Prediction(r.row_id, r.table_id, r.stack, float(r.step_time_s), pred, r.generation))
             if r.row_id in loto_preds:
@@ -143,6 +154,7 @@ def validate_runs(data: str | Path | None = None, stack: str | None = None,
             included=r.included, exclude_reason=r.exclude_reason, measured_step_time_s=r.step_time_s,
             step_time_from=r.step_time_from, predicted_step_time_s=pred, signed_pct=signed,
             loto_predicted_step_time_s=lp, loto_signed_pct=ls, assumptions=r.assumptions,
-            group_out_predicted_step_time_s=gp, group_out_signed_pct=gs))
+            group_out_predicted_step_time_s=gp, group_out_signed_pct=gs, interval_s=band))
+    cov = group_out_coverage(fit_rows, held["group"]) if held["group"] else None
     return RunsValidation(rows=tuple(out), in_sample=tuple(ins), loto=tuple(held["table"]),
-                          stack_override=stack, group_out=tuple(held["group"]))
+                          stack_override=stack, group_out=tuple(held["group"]), coverage=cov)

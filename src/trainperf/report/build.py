@@ -85,7 +85,9 @@ class Report:
             "predicted_vs_measured": [
                 {"name": e.name, "measured_step_time_s": e.measured_step_time_s,
                  "predicted_step_time_s": e.predicted_step_time_s, "unexplained_s": e.unexplained_s,
-                 "error_pct": e.error_pct, "components_s": e.components} for e in self.explanations],
+                 "error_pct": e.error_pct, "components_s": e.components,
+                 "predicted_interval_s": list(e.interval_s) if e.interval_s else None,
+                 "within_predicted_range": e.within_range} for e in self.explanations],
             "sweeps": [{"title": s.title, "mode": s.mode, "basis": s.basis,
                         "points": [vars(p) for p in s.points]} for s, _ in self.sweeps],
             "comparisons": [{"title": c.title, "convention": c.convention, "rows": [vars(r) for r in c.rows]}

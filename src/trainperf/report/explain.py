@@ -33,6 +33,16 @@ class Explanation:
     predicted_memory_GiB: float | None = None
     measured_memory_GiB: float | None = None
     """Peak memory per device the run recorded (CUDA max allocated, or CPU RSS high-water)."""
+    interval_s: tuple[float, float] | None = None
+    """The prediction's 80% range (held-out residuals, wider off the fitted data)."""
+    interval_basis: str = ""
+
+    @property
+    def within_range(self) -> bool | None:
+        """Whether the measured step time falls in the predicted range (``None``: no range)."""
+        if self.interval_s is None:
+            return None
+        return self.interval_s[0] <= self.measured_step_time_s <= self.interval_s[1]
 
     @property
     def unexplained_s(self) -> float:
@@ -87,9 +97,15 @@ def explain(name: str, workload: Any, measured_step_time_s: float, predict_fn: A
     mem_total = getattr(pred, "memory_per_device_GiB", None)
     if not isinstance(mem_total, int | float):
         mem_total = sum(mem.values()) if mem else None
+    iv = getattr(pred, "interval", None)
+    band = (float(iv.low_s), float(iv.high_s)) if iv is not None else None
+    if iv is not None and not iv.low_s <= measured_step_time_s <= iv.high_s:
+        notes.append(f"measured {measured_step_time_s:.4g} s lies outside the predicted {100 * iv.level:.0f}% range "
+                     f"{iv.low_s:.4g}-{iv.high_s:.4g} s")
     return Explanation(name=name, measured_step_time_s=measured_step_time_s, predicted_step_time_s=step,
                        components=comps, notes=notes, memory_breakdown_GiB=mem,
-                       predicted_memory_GiB=mem_total, measured_memory_GiB=measured_memory_GiB)
+                       predicted_memory_GiB=mem_total, measured_memory_GiB=measured_memory_GiB,
+                       interval_s=band, interval_basis=getattr(iv, "basis", "") if iv is not None else "")
 
 
 def explain_runs(items: list[tuple[Any, Any]], *, calibration: Any = None,

@@ -85,8 +85,10 @@ def explain_table(rows: list[Explanation]) -> tuple[list[str], list[list[str]]]:
     comps: list[str] = []
     for r in rows:
         comps += [k for k in r.components if k not in comps]
-    headers = ["run", "measured (s)", "predicted (s)", "error %", "unexplained (s)"] + [f"{c} (s)" for c in comps]
-    body = [[r.name, fmt(r.measured_step_time_s), fmt(r.predicted_step_time_s), fmt(r.error_pct, 3),
+    headers = (["run", "measured (s)", "predicted (s)", "80% range (s)", "error %", "unexplained (s)"]
+               + [f"{c} (s)" for c in comps])
+    body = [[r.name, fmt(r.measured_step_time_s), fmt(r.predicted_step_time_s),
+             f"{fmt(r.interval_s[0])}-{fmt(r.interval_s[1])}" if r.interval_s else _DASH, fmt(r.error_pct, 3),
              fmt(r.unexplained_s)] + [fmt(r.components.get(c)) for c in comps] for r in rows]
     return headers, body
 

@@ -22,7 +22,7 @@ Checkpointing = Literal["none", "selective", "full"]
 CHECKPOINTING: tuple[str, ...] = ("none", "selective", "full")
 """The three classic policies; every accepted name is in
 :data:`trainperf.accounting.recompute.POLICY_NAMES`."""
-FP8_RECIPES: tuple[str, ...] = ("tensorwise", "rowwise", "delayed")
+FP8_RECIPES: tuple[str, ...] = ("tensorwise", "rowwise", "delayed", "blockwise", "mxfp8")
 """FP8 scaling recipes (torchtitan/torchao ``tensorwise`` and ``rowwise``; Transformer Engine ``delayed``)."""
 # Dtypes a CPU can train in with PyTorch; the rest are accelerator formats.
 CPU_PRECISIONS: frozenset[str] = frozenset({"fp32", "bf16", "fp16"})

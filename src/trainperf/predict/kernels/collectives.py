@@ -123,3 +123,17 @@ def busbw_fraction(silicon: str, level: str, kind: str, size_bytes: Any, ranks: 
     if (s <= 0).any():
         raise SpecError("size_bytes", "array", "positive numbers of bytes")
     return eff * s / (s + half)
+
+
+@lru_cache(maxsize=256)
+def level_model(silicon: str, level: str) -> tuple[Any, ...]:
+    """One level's collective parameters at the reference group, as a hashable tuple for the
+    vectorised step model: ``(ref_ranks, half_bytes_exponent, mesh, nvls_min_ranks,
+    ring_all_reduce, kinds)``, ``ring_all_reduce`` ``("all-reduce", eff_max, half_bytes, latency_us)``
+    or ``None``, ``kinds`` one such tuple per kind. :func:`link_params` applies the same group-size
+    rules to one integer group."""
+    lvl = _level(silicon, level)
+    ring = lvl.get("ring_all_reduce")
+    return (float(lvl["ref_ranks"]), float(lvl["half_bytes_exponent"]["value"]), bool(lvl.get("mesh")),
+            float(lvl.get("nvls_min_ranks") or 0.0), ("all-reduce", *_triple(ring)) if ring else None,
+            tuple((k, *_triple(lvl["kinds"][k])) for k in KINDS))

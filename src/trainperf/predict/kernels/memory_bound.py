@@ -43,3 +43,16 @@ def elementwise_fraction(silicon: str, implementation: str) -> float:
     if implementation not in IMPLEMENTATIONS:
         raise UnknownNameError("implementation", implementation, IMPLEMENTATIONS)
     return params()["memory"]["elementwise"][silicon][implementation]["value"]
+
+
+EAGER_OPS = ("rmsnorm", "rope", "swiglu", "layernorm", "gelu", "add")
+
+
+def eager_penalty(op: str) -> float:
+    """How many times its ideal bytes an op moves when unfused PyTorch code runs it (fused time /
+    eager time of the same kernel, measured): ``rmsnorm`` (Python RMSNorm), ``rope`` (rotate-half),
+    ``swiglu`` (silu then multiply); 1 for ops PyTorch runs as one native kernel (``layernorm``,
+    ``gelu``, ``add``)."""
+    if op not in EAGER_OPS:
+        raise UnknownNameError("op", op, EAGER_OPS)
+    return params()["memory"]["eager_penalty"][op]["value"]

@@ -1,0 +1,155 @@
+"""What kernels a software stack runs: the ``[kernels]`` facts of a stack profile, resolved.
+
+A stack profile (:mod:`trainperf.predict.stacks`) states, as facts with sources, which kernels
+and features the stack uses; the step model then takes their speed from the silicon's kernel
+physics (:mod:`trainperf.predict.kernels`), so a stack on silicon it was never measured on is
+predicted from that silicon's kernels. The facts::
+
+    [kernels]
+    attention = "fa2"                      # fused-attention family (kernels.attention.FAMILIES)
+    attention_by_silicon = {hopper = "cudnn", cdna3 = "ck"}   # where the stack picks another
+    elementwise = "eager"                  # eager | fused | compiled: norms, activations, RoPE, loss
+    compiled = false                       # the stack always compiles (JAX/XLA programs)
+    fp8_recipe = "tensorwise"              # the stack's fp8 scaling when a run names none
+    tp_overlap = "async-tp"                # never | async-tp (only with the run's async_tp) |
+                                           # sequence-parallel (when sp is on) | always
+    [kernels.sources]
+    attention = "..."
+
+A value missing from a stack is taken from ``generic``; a workload's own fields (``compile``,
+``async_tp``, ``fp8_recipe``, ``attention_kernel``) win over the stack's facts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from trainperf.errors import SpecError
+
+ELEMENTWISE = ("eager", "fused", "compiled")
+TP_OVERLAP = ("never", "async-tp", "sequence-parallel", "always")
+KEYS = ("attention", "attention_by_silicon", "elementwise", "compiled", "fp8_recipe", "tp_overlap", "sources")
+
+BUILTIN: dict[str, Any] = {
+    "attention": "fa2", "attention_by_silicon": {}, "elementwise": "eager", "compiled": False,
+    "fp8_recipe": "tensorwise", "tp_overlap": "async-tp",
+}
+"""What a stack with no facts at all is taken to run: PyTorch eager with FlashAttention-2."""
+
+
+@dataclass(frozen=True)
+class StackKernels:
+    """The kernels one stack runs on one silicon generation."""
+
+    stack: str
+    silicon: str
+    attention: str
+    """Fused-attention family used on this silicon (after the kernel library's own resolution)."""
+    elementwise: str
+    """How memory-bound ops run without ``compile``: eager, fused or compiled."""
+    compiled: bool
+    """The stack always compiles its step (XLA)."""
+    fp8_recipe: str
+    tp_overlap: str
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    def elementwise_impl(self, compile_flag: bool) -> str:
+        """``compiled`` when the run (or the stack) compiles, else the stack's own kind."""
+        return "compiled" if (compile_flag or self.compiled) else self.elementwise
+
+    def tp_overlapped(self, async_tp: bool, sequence_parallel: bool) -> bool:
+        """Whether the stack overlaps this run's tensor-parallel collectives with GEMMs."""
+        if self.tp_overlap == "always":
+            return True
+        if self.tp_overlap == "sequence-parallel":
+            return bool(sequence_parallel or async_tp)
+        if self.tp_overlap == "async-tp":
+            return bool(async_tp)
+        return bool(async_tp)
+
+
+def validate_table(body: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Check a ``[kernels]`` table (unknown keys and bad values are one-line errors)."""
+    from trainperf.errors import UnknownNameError
+    from trainperf.predict.kernels import attention
+
+    out = {}
+    for k, v in body.items():
+        if k not in KEYS:
+            raise UnknownNameError(f"{where} [kernels].{k}", k, KEYS)
+        out[k] = v
+    fams = tuple(attention.FAMILIES)
+    if "attention" in out and out["attention"] not in fams:
+        raise UnknownNameError(f"{where} [kernels].attention", out["attention"], fams)
+    by = out.get("attention_by_silicon", {})
+    if not isinstance(by, Mapping):
+        raise SpecError(f"{where} [kernels].attention_by_silicon", by, "a table of silicon = family")
+    for sil, fam in by.items():
+        if fam not in fams:
+            raise UnknownNameError(f"{where} [kernels].attention_by_silicon.{sil}", fam, fams)
+    if "elementwise" in out and out["elementwise"] not in ELEMENTWISE:
+        raise UnknownNameError(f"{where} [kernels].elementwise", out["elementwise"], ELEMENTWISE)
+    if "tp_overlap" in out and out["tp_overlap"] not in TP_OVERLAP:
+        raise UnknownNameError(f"{where} [kernels].tp_overlap", out["tp_overlap"], TP_OVERLAP)
+    if "compiled" in out and not isinstance(out["compiled"], bool):
+        raise SpecError(f"{where} [kernels].compiled", out["compiled"], "true or false")
+    return out
+
+
+def resolve(profile: Any, silicon: str, generic: Any = None) -> StackKernels:
+    """The kernels ``profile`` (a :class:`~trainperf.predict.stacks.Profile`) runs on ``silicon``,
+    its missing facts taken from ``generic`` and then :data:`BUILTIN`."""
+    from trainperf.predict.kernels import attention
+
+    facts: dict[str, Any] = dict(BUILTIN)
+    sources: dict[str, str] = {k: "trainperf default for a stack with no stated facts" for k in BUILTIN}
+    for prof in (generic, profile):
+        if prof is None:
+            continue
+        body = validate_table(prof.kernels, f"stack {prof.name}")
+        for k, v in body.items():
+            if k == "sources":
+                continue
+            facts[k] = v
+            sources[k] = str(body.get("sources", {}).get(k, f"stack profile {prof.name}"))
+    fam = facts.get("attention_by_silicon", {}).get(silicon, facts["attention"])
+    if fam != facts["attention"]:
+        sources["attention"] = str((profile.kernels.get("sources", {}) if profile else {}).get(
+            "attention_by_silicon", sources["attention"]))
+    used, why = attention.resolve_family(silicon, fam)
+    if used != fam:
+        sources["attention"] = f"{sources['attention']}; {why}"
+    return StackKernels(stack=getattr(profile, "name", "generic"), silicon=silicon, attention=used,
+                        elementwise=str(facts["elementwise"]), compiled=bool(facts["compiled"]),
+                        fp8_recipe=str(facts["fp8_recipe"]), tp_overlap=str(facts["tp_overlap"]),
+                        sources=sources)
+
+
+@lru_cache(maxsize=256)
+def _cached(stack: str, silicon: str, mtime: float) -> StackKernels:
+    from trainperf.predict.stacks import DEFAULT_STACK, load_profile, packaged_profile
+
+    prof = load_profile(stack)
+    generic = packaged_profile(DEFAULT_STACK)
+    return resolve(prof, silicon, generic if prof.name != DEFAULT_STACK or prof.path else None)
+
+
+def for_stack(stack: Any, silicon: str) -> StackKernels:
+    """The kernels of ``stack`` (a name, a profile file or a Profile) on ``silicon``."""
+    from pathlib import Path
+
+    from trainperf.predict.stacks import DEFAULT_STACK, STACKS, Profile, packaged_profile
+
+    if isinstance(stack, Profile):
+        return resolve(stack, silicon, packaged_profile(DEFAULT_STACK) if stack.name != DEFAULT_STACK else None)
+    key = str(stack or DEFAULT_STACK)
+    mtime = 0.0
+    if key not in STACKS:
+        try:
+            mtime = Path(key).stat().st_mtime
+        except OSError:
+            mtime = -1.0
+    return _cached(key, silicon, mtime)

@@ -1,0 +1,106 @@
+"""Prediction ranges from held-out residuals (predict/intervals.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+import pytest
+
+from trainperf.cli.main import main
+from trainperf.predict import intervals
+from trainperf.predict.holdout import Prediction
+from trainperf.specs.workload_file import workload_from_dict
+
+
+def _w(device: str = "h100-sxm", n: int = 8, seq: int = 4096, precision: str = "bf16", preset: str = "llama3-8b"):
+    return workload_from_dict({"model": {"preset": preset}, "hardware": {"device": device, "num_devices": n},
+                               "training": {"seq_len": seq, "global_batch": n, "precision": precision}})
+
+
+@dataclass(frozen=True)
+class _Row:
+    name: str
+    stack: str
+    generation: str
+    workload: object
+    table: str = "t"
+    measured_step_time_s: float = 1.0
+
+
+def test_quantiles_are_the_10th_and_90th_percentiles():
+    lo, hi = intervals._quantiles([float(i) for i in range(11)])  # 0..10
+    assert (lo, hi) == pytest.approx((1.0, 9.0))
+    lo, hi = intervals._quantiles([0.0, 1.0])
+    assert (lo, hi) == pytest.approx((0.1, 0.9))
+
+
+def test_widening_names_each_reason_and_multiplies():
+    dom = intervals.Domain.of([_Row("a", "megatron-core", "hopper", _w(n=64, seq=4096))])
+    seen, f, why = intervals.widening(dom, "megatron-core", "hopper", _w(n=64, seq=4096))
+    assert seen and f == 1.0 and why == ()
+    seen, f, why = intervals.widening(dom, "torchtitan", "hopper", _w(n=64, seq=4096, precision="fp8"))
+    assert not seen and f == pytest.approx(intervals.WIDEN["precision"]) and "fp8" in why[0]
+    # 4x the longest fitted sequence: +25% per doubling of the log-width, two doublings
+    _, f, why = intervals.widening(dom, "megatron-core", "hopper", _w(n=64, seq=16384))
+    assert f == pytest.approx(1.0 + 2 * intervals.WIDEN["seq_per_doubling"]) and "16,384" in why[0]
+    _, f, why = intervals.widening(dom, "megatron-core", "blackwell", _w(device="b200", n=64))
+    assert f == pytest.approx(intervals.WIDEN["unseen_silicon"]) and "blackwell" in why[0]
+
+
+def test_interval_uses_table_out_for_known_pairs_and_group_out_otherwise():
+    dom = intervals.Domain.of([_Row("a", "megatron-core", "hopper", _w())])
+    m = intervals.IntervalModel(seen=(-0.1, 0.1), unseen=(-0.2, 0.3), domain=dom)
+    iv = m.interval(2.0, _w(), "megatron-core", "hopper")
+    assert iv.basis == "leave-one-table-out"
+    assert (iv.low_s, iv.high_s) == pytest.approx((2.0 * math.exp(-0.1), 2.0 * math.exp(0.1)))
+    iv = m.interval(2.0, _w(), "torchtitan", "hopper")
+    assert iv.basis.startswith("leave-one-(stack")
+    assert (iv.low_s, iv.high_s) == pytest.approx((2.0 * math.exp(-0.2), 2.0 * math.exp(0.3)))
+    assert iv.contains(2.0) and not iv.contains(3.0)
+    back = intervals.IntervalModel.from_dict(json.loads(json.dumps(m.to_dict())))
+    assert back.interval(2.0, _w(), "torchtitan", "hopper") == iv
+
+
+def test_group_out_coverage_is_nested_per_group():
+    # two groups of residuals; each group's range comes from the other group only
+    rows, preds = [], []
+    for g, residuals in (("a", [0.0, 0.01, -0.01, 0.02, 0.5]), ("b", [0.0, 0.01, 0.02, -0.01, -0.02])):
+        for i, r in enumerate(residuals):
+            row = _Row(f"{g}{i}", g, "hopper", _w())
+            rows.append(row)
+            preds.append(Prediction(row.name, "t", g, 1.0, math.exp(-r), "hopper"))
+    cov = intervals.group_out_coverage(rows, preds)
+    lo_b, hi_b = intervals._quantiles([-0.02, -0.01, 0.0, 0.01, 0.02])
+    lo_a, hi_a = intervals._quantiles([0.0, 0.01, -0.01, 0.02, 0.5])
+    want_a = sum(lo_b <= r <= hi_b for r in [0.0, 0.01, -0.01, 0.02, 0.5])
+    want_b = sum(lo_a <= r <= hi_a for r in [0.0, 0.01, 0.02, -0.01, -0.02])
+    assert cov["per_group"]["a@hopper"]["coverage_pct"] == pytest.approx(100 * want_a / 5)
+    assert cov["per_group"]["b@hopper"]["coverage_pct"] == pytest.approx(100 * want_b / 5)
+    assert cov["coverage_pct"] == pytest.approx(100 * (want_a + want_b) / 10)
+
+
+def test_predict_json_carries_the_range_and_why_it_is_wide(capsys):
+    base = ["predict", "--model", "llama3-8b", "--num-devices", "8", "--seq-len", "8192", "--global-batch", "8",
+            "--json"]
+    assert main([*base, "--device", "h100-sxm", "--stack", "megatron-core"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    iv = d["step_time_interval_s"]
+    assert iv["low_s"] < d["step_time_s"] < iv["high_s"] and iv["level"] == pytest.approx(0.8)
+    assert iv["basis"] == "leave-one-table-out"
+    assert main([*base, "--device", "b200", "--stack", "megatron-core"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    iv = d["step_time_interval_s"]
+    assert iv["basis"].startswith("leave-one-(stack") and any("blackwell" in w for w in iv["widened_by"])
+    assert iv["high_s"] / iv["low_s"] > 1.05
+
+
+def test_validate_reports_group_out_coverage_near_the_nominal_level(capsys):
+    assert main(["validate", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    cov = d["leave_one_group_out_interval_coverage_pct"]
+    assert 75.0 <= cov <= 85.0
+    assert d["interval_level_pct"] == pytest.approx(80.0)
+    inside = [r for r in d["rows"] if r["included"] and r["interval_s"] is not None]
+    assert inside and all(r["interval_s"][0] < r["predicted_step_time_s"] < r["interval_s"][1] for r in inside)

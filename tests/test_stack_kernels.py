@@ -1,0 +1,74 @@
+"""Stack profiles' kernel facts (predict/stack_kernels.py) and the step model standing on them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from trainperf.errors import TrainperfError
+from trainperf.predict import core, stack_kernels
+from trainperf.predict.stacks import STACKS, packaged_profile
+from trainperf.predict.step import predict
+from trainperf.specs.workload_file import workload_from_dict
+
+
+def _w(stack: str, device: str = "h100-sxm", **training):
+    tr = {"seq_len": 8192, "global_batch": 8, "precision": "bf16", "stack": stack, **training}
+    return workload_from_dict({"model": {"preset": "llama3-8b"}, "hardware": {"device": device, "num_devices": 8},
+                               "training": tr})
+
+
+def test_every_packaged_stack_states_its_kernels_with_a_source():
+    for name in STACKS:
+        prof = packaged_profile(name)
+        body = stack_kernels.validate_table(prof.kernels, name)
+        facts = [k for k in body if k not in ("sources", "attention_by_silicon")]
+        assert {"attention", "elementwise", "compiled", "fp8_recipe", "tp_overlap"} <= set(facts), name
+        for k in facts + (["attention_by_silicon"] if "attention_by_silicon" in body else []):
+            assert len(body["sources"].get(k, "")) > 20, (name, k)
+
+
+def test_facts_resolve_per_silicon():
+    assert stack_kernels.for_stack("megatron-core", "hopper").attention == "cudnn"
+    assert stack_kernels.for_stack("megatron-core", "ampere").attention == "fa2"
+    assert stack_kernels.for_stack("torchtitan", "hopper").attention == "fa2"
+    assert stack_kernels.for_stack("maxtext", "tpu-v5e").attention == "xla"
+    mc = stack_kernels.for_stack("megatron-core", "hopper")
+    assert mc.elementwise_impl(False) == "fused" and mc.tp_overlapped(False, True) and not mc.tp_overlapped(False, False)
+    tt = stack_kernels.for_stack("torchtitan", "hopper")
+    assert tt.elementwise_impl(False) == "eager" and tt.elementwise_impl(True) == "compiled"
+    assert not tt.tp_overlapped(False, True) and tt.tp_overlapped(True, True)
+    assert stack_kernels.for_stack("maxtext", "hopper").elementwise_impl(False) == "compiled"
+
+
+def test_bad_facts_are_one_line_errors():
+    prof = packaged_profile("torchtitan")
+    for bad in ({"attention": "fa9"}, {"elementwise": "jit"}, {"tp_overlap": "sometimes"}, {"colour": "red"},
+                {"attention_by_silicon": {"hopper": "nope"}}, {"compiled": "yes"}):
+        with pytest.raises(TrainperfError) as e:
+            stack_kernels.resolve(dataclasses.replace(prof, kernels={**prof.kernels, **bad}), "hopper")
+        assert "\n" not in str(e.value)
+
+
+def test_the_stacks_kernels_change_the_prediction_where_physics_says():
+    tt, mc = predict(_w("torchtitan")), predict(_w("megatron-core"))
+    # FlashAttention-2 on Hopper runs well below cuDNN's fused attention: torchtitan's attention is slower
+    assert tt.compute_breakdown["attention"] > 1.3 * mc.compute_breakdown["attention"]
+    assert tt.extra["kernels"]["attn_family"] == "fa2" and mc.extra["kernels"]["attn_family"] == "cudnn"
+    # compile turns torchtitan's eager memory-bound ops into fused ones
+    f_eager = core.workload_features(_w("torchtitan"))
+    f_comp = core.workload_features(_w("torchtitan", compile=True))
+    assert f_comp["elementwise_impl"] == "compiled" and f_eager["elementwise_impl"] == "eager"
+    # unfused Python RMSNorm, RoPE and SwiGLU move their bytes several times (measured fused vs eager)
+    for op in ("norm_passes", "rope_passes", "act_passes"):
+        assert f_eager[op] > 1.5 and f_comp[op] == 1.0
+    assert predict(_w("torchtitan", compile=True)).compute_breakdown["memory-bound ops"] < \
+        0.7 * tt.compute_breakdown["memory-bound ops"]
+
+
+def test_a_stack_on_silicon_it_was_never_fitted_on_uses_that_silicons_kernels():
+    b200, h100 = predict(_w("torchtitan", device="b200")), predict(_w("torchtitan"))
+    assert b200.extra["kernels"]["silicon"] == "blackwell"
+    # Blackwell's measured GEMM and attention speed make the same step faster than on Hopper
+    assert b200.step_time_s < h100.step_time_s
