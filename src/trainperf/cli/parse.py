@@ -148,13 +148,16 @@ def device_free_rates(summary: Any, run: Any, facts: Any, workload_path: str | N
     if not med or summary.tokens_per_s is not None:
         return summary
     cols = steady_columns(run, warmup)
-    if cols is not None:
-        own = [t for t in cols[0]["tokens"] if t]
+    res = resolve_workload(facts, workload_path, overrides, run.meta.get("tokens_per_step_in_log"))
+    if cols is not None:  # the steps' own counts, on the arrays
+        from trainperf.accounting.summarize import _tokens_median
+
+        own = _tokens_median(cols[0]["tokens"], 0, 0, None)
+        tokens = int(own) if own is not None else res.tokens_per_step
     else:
         steady, _, _ = steady_steps(run, warmup)
-        own = [s.tokens for s in steady if s.tokens]
-    res = resolve_workload(facts, workload_path, overrides, run.meta.get("tokens_per_step_in_log"))
-    tokens = int(statistics.median(own)) if own else res.tokens_per_step
+        own_list = [s.tokens for s in steady if s.tokens]
+        tokens = int(statistics.median(own_list)) if own_list else res.tokens_per_step
     if not tokens:
         return summary
     tps = tokens / med
