@@ -498,6 +498,17 @@ def _median_tokens(steps: StepColumns) -> int | None:
     return int(np.partition(arr, len(arr) // 2)[len(arr) // 2])
 
 
+def _skipped_reasons(counts: LineCounts, state: ParseState, stats: ReadStats) -> dict[str, int]:
+    """Lines read but not used, by reason (only reasons with a count), and files not read."""
+    skipped = counts.lines_total - counts.lines_used - counts.other_rank_lines
+    malformed = min(state.malformed_lines, skipped)
+    out = {"malformed step lines (cut mid-number included)": malformed,
+           "no step or fact of this format": skipped - malformed,
+           "lines of a rank above the kept one (not parsed)": counts.other_rank_lines,
+           "files not read (binary)": len(stats.skipped_files)}
+    return {k: v for k, v in out.items() if v}
+
+
 @dataclass
 class ParsedLog:
     """The run record plus the parse bookkeeping the report shows."""
@@ -590,6 +601,9 @@ def parse_log(source: str | Path, *, fmt: str | None = None, workload_path: str 
         "other_rank_lines": counts.other_rank_lines,
         "malformed_lines": state.malformed_lines,
         "overlong_lines": stats.overlong_lines,
+        "damaged_lines": {"nul_lines": stats.nul_lines, "non_utf8_lines": stats.non_utf8_lines,
+                          "overlong_lines": stats.overlong_lines},
+        "skipped_reasons": _skipped_reasons(counts, state, stats),
         "truncated_input": stats.truncated,
         "cut_lines": state.cut_count,
         "cut_line_examples": [{"line": n, "text": t} for n, t in state.cut_lines],

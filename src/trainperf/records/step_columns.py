@@ -86,10 +86,11 @@ class StepColumns(Sequence[StepRecord]):
     of values (``None`` allowed; converted), or ``None`` for a field ``None`` in every step;
     ``overrides`` maps a step index to ``{field: value}`` pairs that replace the stored value."""
 
-    __slots__ = ("_cols", "_n", "_over", "_rank", "_records")
+    __slots__ = ("_cols", "_n", "_over", "_rank", "_records", "_xcols")
 
     def __init__(self, cols: dict[str, Any], rank: int | None,
-                 overrides: dict[int, dict[str, Any]] | None = None) -> None:
+                 overrides: dict[int, dict[str, Any]] | None = None,
+                 extra_cols: dict[str, np.ndarray] | None = None) -> None:
         over: dict[int, dict[str, Any]] = {i: dict(o) for i, o in (overrides or {}).items()}
         store: dict[str, Any] = {}
         for k in COLUMNS:
@@ -107,6 +108,7 @@ class StepColumns(Sequence[StepRecord]):
         self._n = len(store["step"]) if store["step"] is not None else 0
         self._rank = rank
         self._over = over
+        self._xcols = dict(extra_cols or {})
         self._records: list[StepRecord] | None = None
 
     @property
@@ -193,11 +195,18 @@ class StepColumns(Sequence[StepRecord]):
             if v is not None and k != "step_time_s" and (v == INT_NONE if _is_int(k) else v != v):
                 v = None
             d[k] = v
-        d.update({"breakdown": None, "rank": self._rank, "flag": None, "extra": {}})
-        d.update(self._over.get(i, {}))
+        d.update({"breakdown": None, "rank": self._rank, "flag": None, "extra": self._extra_at(i)})
+        d.update({k: v for k, v in self._over.get(i, {}).items() if k != "extra"})
         rec = _new(StepRecord)
         rec.__dict__ = d
         return rec
+
+    def _extra_at(self, i: int) -> dict[str, Any]:
+        x = {k: v for k, a in self._xcols.items() if (v := float(a[i])) == v}
+        o = self._over.get(i)
+        if o and o.get("extra"):
+            x.update(o["extra"])
+        return x
 
     def set_flag(self, i: int, reason: str) -> None:
         """Flag step ``i`` (kept, left out of the medians) unless it already is."""
@@ -217,6 +226,8 @@ class StepColumns(Sequence[StepRecord]):
         n = self._n
         if name == "rank":
             return [self._rank] * n
+        if name == "extra":
+            return [self._extra_at(i) for i in range(n)]
         if name in SPARSE_FIELDS:
             out: list[Any] = [None] * n
         else:
@@ -243,6 +254,8 @@ class StepColumns(Sequence[StepRecord]):
             return any(getattr(r, name) is not None for r in self._records)
         if name == "rank":
             return self._rank is not None
+        if name == "extra" and self._xcols:
+            return True
         if any(o.get(name) is not None for o in self._over.values()):
             return True
         return self._cols.get(name) is not None
@@ -259,7 +272,9 @@ class StepColumns(Sequence[StepRecord]):
         pos = {int(i): j for j, i in enumerate(idx.tolist())} if self._over else {}
         over = {pos[i]: o for i, o in self._over.items() if i in pos}
         cols = {k: None if a is None else _compact(np.ascontiguousarray(a[idx])) for k, a in self._cols.items()}
-        return StepColumns(cols, self._rank, over)
+        out = StepColumns(cols, self._rank, over, {k: a[idx] for k, a in self._xcols.items()})
+        out._n = len(idx)
+        return out
 
     def records(self) -> list[StepRecord]:
         """The steps as StepRecords (made once, then cached: changes to them are kept)."""
@@ -274,6 +289,7 @@ class StepColumns(Sequence[StepRecord]):
             self._records = recs
             self._cols = {}
             self._over = {}
+            self._xcols = {}
         return self._records
 
     def _make(self) -> list[StepRecord]:
@@ -290,10 +306,16 @@ class StepColumns(Sequence[StepRecord]):
                             "claimed_tokens_per_s_per_device": tpsd, "claimed_tflops_per_device": tf,
                             "claimed_mfu_pct": mfu, "breakdown": None, "rank": rank, "flag": None, "extra": {}}
             append(rec)
+        if self._xcols:
+            for i, x in enumerate(self.column("extra")):
+                recs[i].__dict__["extra"] = x
         for i, o in self._over.items():
             d = recs[i].__dict__
             for k, v in o.items():
-                d[k] = dict(v) if k in ("extra", "breakdown") and isinstance(v, dict) else v
+                if k == "extra":
+                    d[k] = {**d[k], **v}
+                else:
+                    d[k] = dict(v) if k == "breakdown" and isinstance(v, dict) else v
         return recs
 
     def __len__(self) -> int:
@@ -359,9 +381,10 @@ class _GrowColumn:
             if block is None and self._const is None:
                 self._n = n + m
                 return
-            if block is not None and block.strides == (0,) and (
-                    self._const is None and n == 0 or self._const is not None
-                    and block[:1].view(np.int64)[0] == self._const.view(np.int64)[0]):
+            same = (self._const is None and n == 0) or (
+                self._const is not None and block is not None
+                and block[:1].view(np.int64)[0] == self._const.view(np.int64)[0])
+            if block is not None and block.strides == (0,) and same:
                 if self._const is None:
                     self._const = block[:1].copy()
                 self._n = n + m
@@ -400,6 +423,7 @@ class StepColumnsBuilder:
     def __init__(self) -> None:
         self._cols = {k: _GrowColumn(_is_int(k)) for k in COLUMNS}
         self._lines = _GrowColumn(True)
+        self._xcols: dict[str, _GrowColumn] = {}
         self._over: dict[int, dict[str, Any]] = {}
         self._pending: list[tuple[int, StepRecord]] = []
         self._n = 0
@@ -413,13 +437,20 @@ class StepColumnsBuilder:
         self._flush()
         self._add(cols, lines)
 
-    def _add(self, cols: dict[str, Any], lines: np.ndarray) -> None:
+    def _add(self, cols: dict[str, Any], lines: np.ndarray, xcols: dict[str, Any] | None = None) -> None:
         m = len(lines)
         if not m:
             return
         for k in COLUMNS:
             a = cols.get(k)
             self._cols[k].append(None if a is None else _compact(a), m)
+        xcols = xcols or {}
+        for k in xcols.keys() - self._xcols.keys():
+            self._xcols[k] = _GrowColumn(False)
+            self._xcols[k].append(None, self._n)
+        for k, c in self._xcols.items():
+            a = xcols.get(k)
+            c.append(None if a is None else _compact(a), m)
         self._lines.append(lines, m)
         self._n += m
 
@@ -445,12 +476,25 @@ class StepColumnsBuilder:
                 if not _fits(k, v):
                     self._over.setdefault(base + j, {})[k] = v
             cols[k] = _to_array(k, [v if _fits(k, v) else None for v in vals])
+        xcols: dict[str, list[Any]] = {}
         for j, (_, r) in enumerate(pend):
             for k in SPARSE_FIELDS:
                 v = getattr(r, k)
-                if v:
-                    self._over.setdefault(base + j, {})[k] = v
-        self._add(cols, np.array([ln for ln, _ in pend], dtype=np.int64))
+                if not v:
+                    continue
+                if k == "extra":  # float values as columns (a torchtitan step's memory_pct), the rest per step
+                    rest = {}
+                    for xk, xv in v.items():
+                        if type(xv) is float and xv == xv:
+                            xcols.setdefault(xk, [None] * len(pend))[j] = xv
+                        else:
+                            rest[xk] = xv
+                    if not rest:
+                        continue
+                    v = rest
+                self._over.setdefault(base + j, {})[k] = v
+        self._add(cols, np.array([ln for ln, _ in pend], dtype=np.int64),
+                  {k: np.array([math.nan if x is None else x for x in xs]) for k, xs in xcols.items()})
 
     def build(self, rank: int | None) -> tuple[StepColumns, np.ndarray]:
         """The steps as one store (the builder is emptied) and their log line numbers."""
@@ -458,7 +502,8 @@ class StepColumnsBuilder:
         np = _np()
         cols = {k: c.finish() for k, c in self._cols.items()}
         lines = self._lines.finish()
-        out = StepColumns(cols, rank, self._over)
+        xcols = {k: c.finish() for k, c in self._xcols.items()}
+        out = StepColumns(cols, rank, self._over, {k: a for k, a in xcols.items() if a is not None})
         out._n = self._n  # a store whose every field is constant still knows its length
         self.__init__()  # type: ignore[misc]
         return out, (np.zeros(0, np.int64) if lines is None else np.ascontiguousarray(lines))
