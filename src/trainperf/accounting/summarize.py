@@ -100,7 +100,8 @@ def _order_stats(values: list[Any], ks: list[int]) -> dict[int, float]:
     import numpy as np
 
     ks = sorted(set(ks))
-    part = np.partition(np.array(values, dtype=float), ks)
+    part = np.array(values, dtype=float)  # one copy, partitioned in place
+    part.partition(ks)
     return {k: float(part[k]) for k in ks}
 
 
@@ -140,7 +141,10 @@ def _tokens_median(own: Any, default: int, n_default: int, fallback: Any) -> Any
     import numpy as np
 
     arr = np.asarray(own, dtype=object if isinstance(own, list) else np.int64)
-    arr = arr[arr != 0]
+    nonzero = arr != 0
+    if not nonzero.all():
+        arr = arr[nonzero]
+    del nonzero
     if default and n_default:
         arr = np.concatenate([arr, np.full(n_default, default, dtype=arr.dtype)])
     n = len(arr)
@@ -150,7 +154,10 @@ def _tokens_median(own: Any, default: int, n_default: int, fallback: Any) -> Any
     if arr.dtype == object:
         xs = sorted(arr.tolist())
         return xs[i] if n % 2 else (xs[i - 1] + xs[i]) / 2
-    part = np.partition(arr, [i - 1, i] if n % 2 == 0 else [i])
+    if arr[0] == arr[-1] and (arr == arr[0]).all():  # the usual case: one batch size throughout
+        return int(arr[0])
+    part = np.array(arr)  # one copy, partitioned in place
+    part.partition([i - 1, i] if n % 2 == 0 else [i])
     return int(part[i]) if n % 2 else (int(part[i - 1]) + int(part[i])) / 2
 
 

@@ -125,7 +125,7 @@ class _Collector:
         out = Collected(rank=rank, ranks_with_steps={r for r in self.ranks if r != _UNPREFIXED},
                         other_rank_steps=self.other, parsed=len(steps))
         n = len(steps)
-        if n and (np.diff(lines) < 0).any():  # finish() records go back to their log line
+        if n > 1 and (lines[1:] < lines[:-1]).any():  # finish() records go back to their log line
             order = np.argsort(lines, kind="stable")
             steps, lines = steps.take(order), lines[order]
         step = steps.array("step")
@@ -488,14 +488,19 @@ def _median_tokens(steps: StepColumns) -> int | None:
 
     vals = steps.values("tokens")
     arr = np.asarray(vals, dtype=object if isinstance(vals, list) else np.int64)
-    arr = arr[arr != 0]
+    nonzero = arr != 0
+    if not nonzero.all():
+        arr = arr[nonzero]
+    del nonzero
     if not len(arr):
         return None
     if isinstance(vals, list):
         return int(sorted(arr.tolist())[len(arr) // 2])
     if arr[0] == arr[-1] and (arr == arr[0]).all():  # the common case: no sort of a million equal counts
         return int(arr[0])
-    return int(np.partition(arr, len(arr) // 2)[len(arr) // 2])
+    part = np.array(arr)  # one copy, partitioned in place
+    part.partition(len(arr) // 2)
+    return int(part[len(arr) // 2])
 
 
 def _skipped_reasons(counts: LineCounts, state: ParseState, stats: ReadStats) -> dict[str, int]:

@@ -89,9 +89,13 @@ def looks_binary(head: bytes) -> bool:
 
 
 def _file_chunks(f: IO[bytes], stats: ReadStats) -> Iterator[bytes]:
+    """Chunks of ``f``, each completed to the end of its last line when that is near (so that
+    :func:`iter_blocks` seldom has to copy a block to split off a partial line)."""
     while True:
         try:
             data = f.read(CHUNK_BYTES)
+            if data and data[-1] != 10 and hasattr(f, "readline"):
+                data += f.readline(MAX_LINE_CHARS)
         except OSError:
             stats.truncated = True
             break

@@ -39,7 +39,7 @@ RANK_RE = re.compile(r"\s*(?:\[(?:rank|default)?(\d+)\]:|(\d{1,5}): |\[\d+,(\d+)
 Open MPI ``[1,3]<stdout>:``."""
 _POW10 = [float(10 ** k) for k in range(23)]
 _FLOAT_SHAPE = re.compile(r"([+-]?)(0*)(?:\.(0*))?(?:[eE]([+-]?)(0{1,4}))?")
-_INT_SHAPE = re.compile(r"([+-]?)(0{1,18})")
+_INT_SHAPE = re.compile(r"([+-]?)(0{1,15})")
 MAX_SHAPES = 20_000
 """Distinct shapes remembered (then forgotten and learnt again): bounded memory on any input."""
 
@@ -96,6 +96,31 @@ class Template:
     prefix_end: int
     rank: _Plan | None
     plans: dict[str, _Plan]
+    _digits: Any = None
+
+    def digits(self) -> tuple[Any, dict[str, tuple[int, int]]]:
+        """Every digit the template reads, as offsets into a line, and where each number's
+        digits are among them: ``(offsets, {number: (first, end)})`` (at most 15 digits each:
+        exact in int64)."""
+        if self._digits is None:
+            import numpy as np
+
+            offs: list[int] = []
+            spans: dict[str, tuple[int, int]] = {}
+
+            def add(name: str, g: list[int]) -> None:
+                spans[name] = (len(offs), len(offs) + len(g))
+                offs.extend(g)
+
+            for name, p in self.plans.items():
+                if p.mode in ("int", "dec"):
+                    add(name, p.offs)
+                    if p.eoffs:
+                        add(name + "^", p.eoffs)
+            if self.rank is not None:
+                add("^rank", self.rank.offs)
+            self._digits = (np.asarray(offs, dtype=np.int64), spans)
+        return self._digits
 
 
 def _py_converter(f: BlockField) -> Callable[[str], Any]:
@@ -182,55 +207,54 @@ def make_template(shape: bytes, block_re: re.Pattern[str], fields: tuple[BlockFi
     return Template(len(shape), prefix_end, rank, plans)
 
 
-def _digits(buf: np.ndarray, starts: np.ndarray, offs: list[int]) -> np.ndarray:
-    """The integers whose digits sit at ``offs`` after each of ``starts`` (int64)."""
-    import numpy as np
-
-    k = len(offs)
-    if k == 1:
-        return buf[starts + offs[0]].astype(np.int64) - 48
-    d = buf[starts[:, None] + np.asarray(offs, dtype=np.int64)].astype(np.int64) - 48
-    return d @ (10 ** np.arange(k - 1, -1, -1, dtype=np.int64))
-
-
 def read_fields(tmpl: Template, buf: np.ndarray, block: bytes, starts: np.ndarray, fields: tuple[BlockField, ...]
                 ) -> tuple[dict[str, np.ndarray], np.ndarray | None, np.ndarray]:
     """The values of ``fields`` on the lines of template ``tmpl`` starting at ``starts`` in
     ``block`` (``buf`` its bytes as uint8): field -> int64 or float64 array (sentinels of
     :mod:`~trainperf.records.step_columns` for ``None``), the ranks (``None`` without a prefix),
     and a mask of the lines read exactly (False: a number out of the bounds above; such a line
-    goes to ``parse_line``)."""
+    goes to ``parse_line``). All digits are gathered at once (:meth:`Template.digits`)."""
     import numpy as np
 
     m = len(starts)
     ok = np.ones(m, dtype=bool)
+    offs, spans = tmpl.digits()
+    digits = buf[starts[:, None] + offs].T.astype(np.int64) - 48 if len(offs) else None  # one row per digit
+
+    def number(name: str) -> np.ndarray:  # Horner's rule over the number's digit rows
+        a, b = spans[name]
+        v = digits[a].copy()  # type: ignore[index]
+        for j in range(a + 1, b):
+            v *= 10
+            v += digits[j]  # type: ignore[index]
+        return v
+
     out: dict[str, np.ndarray] = {}
     for f in fields:
         p = tmpl.plans[f.name]
         is_int = f.kind == "int"
-        dtype = np.int64 if is_int else np.float64
         if p.mode == "const":
             v = p.const
-            out[f.name] = np.full(m, (INT_NONE if is_int else np.nan) if v is None else v, dtype=dtype)
+            out[f.name] = np.full(m, (INT_NONE if is_int else np.nan) if v is None else v,
+                                  dtype=np.int64 if is_int else np.float64)
         elif p.mode == "int":
-            v = _digits(buf, starts, p.offs)
+            v = number(f.name)
             out[f.name] = -v if p.sign < 0 else v
         elif p.mode == "dec":
-            mant = _digits(buf, starts, p.offs).astype(np.float64)
-            scale = -p.nfrac
+            mant = number(f.name).astype(np.float64)
             if p.eoffs:
-                e = _digits(buf, starts, p.eoffs) * p.esign - p.nfrac
+                e = number(f.name + "^") * p.esign - p.nfrac
                 good = np.abs(e) <= 22
                 pw = np.asarray(_POW10)[np.minimum(np.abs(e), 22)]
                 v = np.where(e >= 0, mant * pw, mant / pw)
                 if not good.all():
                     v[~good] = _slow(p, block, starts[~good], ok, np.flatnonzero(~good), is_int)
             else:
-                v = mant / _POW10[-scale] if scale else mant
+                v = mant / _POW10[p.nfrac] if p.nfrac else mant
             out[f.name] = -v if p.sign < 0 else v
         else:  # "py": the field's own converter, line by line
             out[f.name] = _slow(p, block, starts, ok, np.arange(m), is_int)
-    rank = _digits(buf, starts, tmpl.rank.offs) if tmpl.rank is not None else None
+    rank = number("^rank") if tmpl.rank is not None else None
     return out, rank, ok
 
 

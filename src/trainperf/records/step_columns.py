@@ -161,7 +161,7 @@ class StepColumns(Sequence[StepRecord]):
                     and not (unflagged and o.get("flag") is not None) for v in (o[name],)]
         keep, extra = self._mask(name, start, unflagged)
         sl = a[start:]
-        vals = sl if keep is None else sl[keep]
+        vals = sl if keep is None or keep.all() else sl[keep]
         if not extra:
             return vals
         idx = (list(range(start, self._n)) if keep is None else (_np().flatnonzero(keep) + start).tolist())
@@ -365,10 +365,11 @@ class _GrowColumn:
     is remapped, not copied, so growing never holds two copies, and the slack is small and
     untouched); handed over as a numpy view of it (no copy)."""
 
-    __slots__ = ("_a", "_const", "_fill", "_is_int", "_n")
+    __slots__ = ("_a", "_const", "_fill", "_is_int", "_n", "_small")
 
-    def __init__(self, is_int: bool) -> None:
+    def __init__(self, is_int: bool, small: bool = False) -> None:
         self._is_int = is_int
+        self._small = small  # non-negative integers below 2**32 (line numbers): 4 bytes each while they fit
         self._fill = INT_NONE if is_int else math.nan
         self._n = 0
         self._const: Any = None  # one element array: the value of every step so far
@@ -392,15 +393,24 @@ class _GrowColumn:
             import array
 
             first = self._fill if self._const is None else self._const[0]
-            self._a = array.array("q" if self._is_int else "d",
-                                  np.full(n, first, dtype=np.int64 if self._is_int else np.float64).tobytes())
+            self._a = array.array(self._code(), np.full(n, first, dtype=self._dtype()).tobytes() if n else b"")
             self._const = None
         if block is None:
             block = np.full(m, self._fill, dtype=np.int64 if self._is_int else np.float64)
-        elif block.strides == (0,):
-            block = np.ascontiguousarray(block)
-        self._a.frombytes(memoryview(np.ascontiguousarray(block)).cast("B"))
+        if self._small and (block.min() < 0 or block.max() >= 1 << 32):
+            import array
+
+            self._small = False  # widen what is kept so far
+            self._a = array.array("q", np.frombuffer(self._a, dtype=np.uint32).astype(np.int64).tobytes())
+        self._a.frombytes(memoryview(np.ascontiguousarray(block, dtype=self._dtype())).cast("B"))
         self._n = n + m
+
+    def _code(self) -> str:
+        return "I" if self._small else "q" if self._is_int else "d"
+
+    def _dtype(self) -> Any:
+        np = _np()
+        return np.uint32 if self._small else np.int64 if self._is_int else np.float64
 
     def finish(self) -> Any:
         """The column (a view of the grown array), a zero-memory broadcast view, or ``None``."""
@@ -408,7 +418,7 @@ class _GrowColumn:
         if self._a is None:
             return None if self._const is None else np.broadcast_to(self._const, (self._n,))
         a, self._a = self._a, None
-        return np.frombuffer(a, dtype=np.int64 if self._is_int else np.float64)
+        return np.frombuffer(a, dtype=self._dtype())
 
 
 class StepColumnsBuilder:
@@ -422,7 +432,7 @@ class StepColumnsBuilder:
 
     def __init__(self) -> None:
         self._cols = {k: _GrowColumn(_is_int(k)) for k in COLUMNS}
-        self._lines = _GrowColumn(True)
+        self._lines = _GrowColumn(True, small=True)
         self._xcols: dict[str, _GrowColumn] = {}
         self._over: dict[int, dict[str, Any]] = {}
         self._pending: list[tuple[int, StepRecord]] = []
@@ -506,4 +516,4 @@ class StepColumnsBuilder:
         out = StepColumns(cols, rank, self._over, {k: a for k, a in xcols.items() if a is not None})
         out._n = self._n  # a store whose every field is constant still knows its length
         self.__init__()  # type: ignore[misc]
-        return out, (np.zeros(0, np.int64) if lines is None else np.ascontiguousarray(lines))
+        return out, (np.zeros(0, np.int64) if lines is None else np.ascontiguousarray(lines))  # uint32 or int64
