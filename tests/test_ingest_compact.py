@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from trainperf.accounting.summarize import summarize
 from trainperf.ingest.pipeline import parse_log
@@ -42,3 +44,52 @@ def test_steps_are_compact_columns(tmp_path, fmt):
     assert steps.lazy  # the summary read the arrays
     first = steps[0]
     assert first.step in (0, 1, 2) and first.step_time_s > 0 and not steps.lazy
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+        return True
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
+
+
+values = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True), st.integers(-(2**70), 2**70),
+                   st.booleans())
+
+
+@st.composite
+def step_record(draw):
+    from trainperf.records.run_record import StepRecord
+
+    rec = StepRecord(step=draw(st.integers(0, 2**66)), step_time_s=draw(st.floats(1e-3, 1e3)))
+    for k in ("tokens", "loss", "grad_norm", "memory_GiB", "claimed_tokens_per_s",
+              "claimed_tokens_per_s_per_device", "claimed_tflops_per_device", "claimed_mfu_pct"):
+        setattr(rec, k, draw(values))
+    rec.flag = draw(st.sampled_from([None, None, "impossible"]))
+    rec.extra = draw(st.dictionaries(st.sampled_from(["memory_pct", "x", "line"]), values, max_size=2))
+    rec.breakdown = draw(st.sampled_from([None, {"compute": 1.0}]))
+    return rec
+
+
+@settings(max_examples=60, deadline=None)
+@given(recs=st.lists(step_record(), max_size=30), cut=st.integers(0, 30))
+def test_columns_give_back_every_record_exactly(recs, cut):
+    """Whatever a parser puts in a StepRecord (a NaN, an int where a float goes, a count beyond
+    int64, a bool, extras) comes back from the columns unchanged, value and type."""
+    import dataclasses
+
+    from trainperf.records.step_columns import StepColumnsBuilder
+
+    b = StepColumnsBuilder()
+    for i, r in enumerate(recs):
+        b.add_record(r, i + 1)
+        if i == cut:
+            b._flush()  # blocks of several sizes
+    cols, lines = b.build(None)
+    assert lines.tolist() == list(range(1, len(recs) + 1))
+    assert len(cols) == len(recs)
+    singles = [cols.record_at(i) for i in range(len(recs))]
+    for got in (singles, cols.records()):
+        for x, y in zip(got, recs, strict=True):
+            assert _same(dataclasses.asdict(x), dataclasses.asdict(y)), (x, y)

@@ -272,14 +272,14 @@ class _Feeder:
         assert self.templates is not None
         shapes = block.translate(DIGITS_TO_ZERO).split(b"\n")
         shapes.pop()
-        ids = self.templates.lookup(shapes)
-        if max(ids, default=-1) < 0:
+        n = len(shapes)
+        lens = np.fromiter(map(len, shapes), dtype=np.int64, count=n)
+        tid = self.templates.lookup(shapes, lens)
+        if not n or tid.max() < 0:
             for line in block_lines(block):
                 self.feed(line)
             return
-        n = len(shapes)
-        tid = np.array(ids, dtype=np.int64)
-        ends = np.cumsum(np.fromiter(map(len, shapes), dtype=np.int64, count=n) + 1)
+        ends = np.cumsum(lens + 1)
         starts = np.concatenate([[0], ends[:-1]])
         buf = np.frombuffer(block, dtype=np.uint8)
         fields = self.parser.block_fields

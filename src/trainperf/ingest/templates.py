@@ -294,25 +294,60 @@ class Templates:
         self.block_re, self.fields = block_re, fields
         self.ids: dict[bytes, int] = {}
         self.list: list[Template] = []
-        self._by_key: dict[tuple[Any, ...], int] = {}
+        self._rep: dict[int, bytes] = {}  # line length -> the shape last seen with that length
+        self._rep_id: Any = None  # line length -> that shape's index
 
-    def lookup(self, shapes: list[bytes]) -> list[int]:
-        """The template index of each shape, -1 for none (new shapes are classified once)."""
+    def lookup(self, shapes: list[bytes], lens: np.ndarray) -> np.ndarray:
+        """The template index of each shape (int64 array; ``lens``: their lengths, each at most
+        :data:`~.reader.MAX_LINE_CHARS`), -1 for none. A line is first compared with the shape
+        last seen with its length (one ``memcmp``, no hashing); only the others are looked up
+        (and new shapes classified once)."""
+        import operator
+
+        import numpy as np
+
+        if self._rep_id is None:
+            from trainperf.ingest.reader import MAX_LINE_CHARS
+
+            self._rep_id = np.full(MAX_LINE_CHARS + 1, -1, dtype=np.int64)
+        n = len(shapes)
+        if n and int(lens.max()) >= len(self._rep_id):  # a line longer than any block holds: hash them all
+            return self._ids(shapes)
+        rep = self._rep
+        same = np.fromiter(map(operator.eq, shapes, map(rep.get, lens.tolist())), dtype=bool, count=n)
+        tid = self._rep_id[lens]
+        if same.all():
+            return tid
+        miss = np.flatnonzero(~same)
+        others = [shapes[i] for i in miss.tolist()]
+        got = self._ids(others)
+        tid[miss] = got
+        for s, i in zip(others, got.tolist(), strict=True):  # the last shape of each length becomes its reference
+            rep[len(s)] = s
+            self._rep_id[len(s)] = i
+        return tid
+
+    def _ids(self, shapes: list[bytes]) -> np.ndarray:
+        import numpy as np
+
         ids = self.ids
-        got = list(map(ids.get, shapes))
-        if None in got:
-            if len(ids) > MAX_SHAPES:
-                ids.clear()
-            for s in set(shapes).difference(ids):
-                t = make_template(s, self.block_re, self.fields)
-                if t is None:
-                    ids[s] = -1
-                else:
-                    ids[s] = len(self.list)
-                    self.list.append(t)
-                    if len(self.list) > MAX_SHAPES:  # a pathological log: start afresh, bounded
-                        self.list.clear()
-                        ids.clear()
-                        return self.lookup(shapes)
-            got = list(map(ids.__getitem__, shapes))
-        return got  # type: ignore[return-value]
+        try:
+            return np.fromiter(map(ids.__getitem__, shapes), dtype=np.int64, count=len(shapes))
+        except KeyError:
+            pass
+        if len(ids) > MAX_SHAPES:
+            ids.clear()
+        for s in set(shapes).difference(ids):
+            t = make_template(s, self.block_re, self.fields)
+            if t is None:
+                ids[s] = -1
+            else:
+                ids[s] = len(self.list)
+                self.list.append(t)
+                if len(self.list) > MAX_SHAPES:  # a pathological log: start afresh, bounded
+                    self.list.clear()
+                    ids.clear()
+                    self._rep.clear()
+                    self._rep_id[:] = -1
+                    return self._ids(shapes)
+        return np.fromiter(map(ids.__getitem__, shapes), dtype=np.int64, count=len(shapes))

@@ -470,26 +470,39 @@ class StepColumnsBuilder:
             self._flush()
 
     def _flush(self) -> None:
+        """Turn the buffered records into one block of arrays (the checks run on whole columns;
+        only a column holding a value that does not fit is looked at value by value)."""
         pend = self._pending
         if not pend:
             return
+        from operator import attrgetter
+
         np = _np()
         self._pending = []
         base = self._n
+        recs = [r for _, r in pend]
         cols: dict[str, Any] = {}
-        for k in COLUMNS:
-            vals = [getattr(r, k) for _, r in pend]
-            if all(v is None for v in vals):
+        for k, vals in zip(COLUMNS, zip(*map(attrgetter(*COLUMNS), recs), strict=True), strict=True):
+            types = set(map(type, vals))
+            if types == {type(None)}:
                 cols[k] = None
                 continue
-            for j, v in enumerate(vals):
-                if not _fits(k, v):
-                    self._over.setdefault(base + j, {})[k] = v
-            cols[k] = _to_array(k, [v if _fits(k, v) else None for v in vals])
+            ok = types <= ({int, type(None)} if _is_int(k) else {float, type(None)})
+            if ok and not _is_int(k) and k != "step_time_s":
+                ok = not any(v != v for v in vals if v is not None)  # a NaN would read back as None
+            if ok and _is_int(k):
+                ints = [v for v in vals if v is not None]
+                ok = not ints or (min(ints) > INT_NONE and max(ints) <= _INT_MAX)
+            if not ok:
+                for j, v in enumerate(vals):
+                    if not _fits(k, v):
+                        self._over.setdefault(base + j, {})[k] = v
+                vals = tuple(v if _fits(k, v) else None for v in vals)
+            cols[k] = _to_array(k, vals)
         xcols: dict[str, list[Any]] = {}
-        for j, (_, r) in enumerate(pend):
-            for k in SPARSE_FIELDS:
-                v = getattr(r, k)
+        sparse = list(map(attrgetter(*SPARSE_FIELDS), recs))
+        for j in np.flatnonzero(np.fromiter(map(any, sparse), dtype=bool, count=len(recs))).tolist():
+            for k, v in zip(SPARSE_FIELDS, sparse[j], strict=True):
                 if not v:
                     continue
                 if k == "extra":  # float values as columns (a torchtitan step's memory_pct), the rest per step
