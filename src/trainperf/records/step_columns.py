@@ -164,8 +164,12 @@ class StepColumns(Sequence[StepRecord]):
         vals = sl if keep is None or keep.all() else sl[keep]
         if not extra:
             return vals
-        idx = (list(range(start, self._n)) if keep is None else (_np().flatnonzero(keep) + start).tolist())
-        merged = sorted([*zip(idx, vals.tolist(), strict=True), *extra])
+        np = _np()
+        idx = np.arange(start, self._n) if keep is None else np.flatnonzero(keep) + start
+        if not _is_int(name) and all(type(v) is float for _, v in extra):  # NaNs: merged as an array
+            order = np.argsort(np.concatenate([idx, [i for i, _ in extra]]), kind="stable")
+            return np.concatenate([vals, [v for _, v in extra]])[order]
+        merged = sorted([*zip(idx.tolist(), vals.tolist(), strict=True), *extra])
         return [v for _, v in merged]
 
     def count_none(self, name: str, start: int = 0, *, unflagged: bool = False) -> int:
