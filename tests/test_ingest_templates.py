@@ -147,3 +147,50 @@ def test_a_nul_or_non_utf8_byte_costs_at_most_its_line(tmp_path, fmt, bad):
     kind = "nul_lines" if b"\x00" in bad else "non_utf8_lines"
     assert meta["damaged_lines"][kind] == 4
     assert meta["lines_total"] == meta["lines_used"] + meta["skipped_lines"] + meta["other_rank_lines"]
+
+
+def _digit_blind(parsed) -> list[str]:
+    """What in a parsed regex tells one ASCII digit from another (a literal digit, a class with
+    some digits but not all, a back-reference): must be nothing for a block_re."""
+    bad = []
+    for op, av in parsed:
+        name = str(op)
+        if name in ("LITERAL", "NOT_LITERAL") and 48 <= av <= 57:
+            bad.append(f"literal digit {chr(av)!r}")
+        elif name == "IN":
+            digits: set[int] = set()
+            for o, a in av:
+                if str(o) == "LITERAL" and 48 <= a <= 57:
+                    digits.add(a)
+                elif str(o) == "RANGE":
+                    digits |= set(range(max(a[0], 48), min(a[1], 57) + 1))
+                elif str(o) == "CATEGORY" and str(a) == "CATEGORY_DIGIT":
+                    digits |= set(range(48, 58))
+            if len(digits) not in (0, 10):
+                bad.append(f"a class holding some digits {sorted(map(chr, digits))}")
+        elif name.startswith("GROUPREF"):
+            bad.append("a back-reference")
+        elif name == "SUBPATTERN":
+            bad += _digit_blind(av[3])
+        elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+            bad += _digit_blind(av[2])
+        elif name == "BRANCH":
+            for alt in av[1]:
+                bad += _digit_blind(alt)
+        elif name in ("ASSERT", "ASSERT_NOT", "ATOMIC_GROUP"):
+            bad += _digit_blind(av[1] if name != "ATOMIC_GROUP" else av)
+    return bad
+
+
+@pytest.mark.parametrize("fmt", sorted(__import__("trainperf.ingest.registry", fromlist=["FORMATS"]).FORMATS))
+def test_every_block_re_treats_digits_alike(fmt):
+    """The shape argument of templates (two lines of one shape match alike) holds for the regex."""
+    import re._parser as sre_parse
+
+    parser = get_parser(fmt)
+    if parser.block_re is None:
+        return
+    assert parser.block_fields, "a block_re needs its block_fields"
+    assert _digit_blind(sre_parse.parse(parser.block_re.pattern, parser.block_re.flags)) == []
+    assert _digit_blind(sre_parse.parse(r"a[0-4]\d(x)\1")) == [
+        "a class holding some digits ['0', '1', '2', '3', '4']", "a back-reference"]
