@@ -183,6 +183,13 @@ class LogParser:
         ``None`` (nothing changed) to send these lines to :meth:`parse_line`."""
         return None
 
+    def block_inert(self, line: str) -> bool:
+        """Whether :meth:`parse_line` on ``line`` (a line that is not a template's) can neither give
+        a step nor change what :meth:`block_arrays` gives for the step lines around it, so that
+        the pipeline may read those in one call and feed ``line`` after them (its facts and
+        counts are the same in either order)."""
+        return False
+
     def finish(self, state: ParseState) -> list[StepRecord]:
         """Records still pending at the end of the stream (block formats)."""
         return []

@@ -92,6 +92,9 @@ class MaxTextParser(LogParser):
                 "loss": vals["loss"], "claimed_tflops_per_device": vals["tflops"],
                 "claimed_tokens_per_s_per_device": tok_dev}
 
+    def block_inert(self, line: str) -> bool:
+        return _STEP not in line  # its facts never enter a step
+
     def parse_line(self, line: str, state: ParseState) -> StepRecord | None:
         i = line.find(_STEP)
         if i < 0:

@@ -140,6 +140,9 @@ class MegatronParser(LogParser):
                 "loss": vals["loss"], "grad_norm": vals["gn"],
                 "claimed_tflops_per_device": None if np.isnan(tf).all() else tf}
 
+    def block_inert(self, line: str) -> bool:
+        return "elapsed time per iteration (" not in line and " .." not in line  # no step, no seq_length
+
     def parse_line(self, line: str, state: ParseState) -> StepRecord | None:
         i = line.find("elapsed time per iteration (")
         if i < 0:

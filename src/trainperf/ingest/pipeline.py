@@ -266,7 +266,8 @@ class _Feeder:
         """The lines of ``block`` (whole lines, see :func:`~.reader.iter_blocks`) in order, each
         with its own line number. Lines of a template (canonical step lines whose numbers read
         exactly and pass :meth:`~LogParser.block_valid`) are read as arrays (:mod:`.templates`);
-        each run of them is handled by :meth:`_feed_run`, every other line by :meth:`feed`."""
+        each run of them, with the inert lines among them (:meth:`~LogParser.block_inert`), is
+        handled by :meth:`_feed_run`; every other line goes through :meth:`feed`."""
         import numpy as np
 
         assert self.templates is not None
@@ -303,55 +304,83 @@ class _Feeder:
             if not ok.all():
                 tid[rows[~ok]] = -1
         is_t = tid >= 0
-        edges = np.flatnonzero(is_t[1:] != is_t[:-1]) + 1
-        bounds = [0, *edges.tolist(), n]
+        # Every other line, as text; one that cannot change what a step line gives (inert) may
+        # sit inside a run of template lines, any other one ends the run.
+        other_rows = np.flatnonzero(~is_t).tolist()
+        text = {i: block[s:e - 1].decode("utf-8", errors="replace") for i, s, e in
+                zip(other_rows, starts[other_rows].tolist(), ends[other_rows].tolist(), strict=True)}
+        inert = self.parser.block_inert
+        barriers = [i for i in other_rows if not inert(text[i])]
         base = self.total
-        for a, b in itertools.pairwise(bounds):
-            if is_t[a]:
-                self._feed_run(block, starts, ends, prefix, ranks, vals, a, b, base)
-            else:
-                self.total = base + a
-                for s, e in zip(starts[a:b].tolist(), ends[a:b].tolist(), strict=True):
-                    self.feed(block[s:e - 1].decode("utf-8", errors="replace"))
+        a = 0
+        for stop in [*barriers, n]:
+            if stop > a:
+                rows = np.arange(a, stop)
+                t_rows = rows[is_t[a:stop]]
+                if len(t_rows):
+                    self._feed_run(block, starts, ends, prefix, ranks, vals, t_rows, a, stop, text, base)
+                else:
+                    for i in range(a, stop):
+                        self.total = base + i
+                        self.feed(text[i])
+            if stop < n:
+                self.total = base + stop
+                self.feed(text[stop])
+            a = stop + 1
         self.total = base + n
 
     def _feed_run(self, block: bytes, starts: Any, ends: Any, prefix: Any, ranks: Any, vals: dict[str, Any],
-                  a: int, b: int, base: int) -> None:
-        """Template lines ``a:b`` of a block (log lines ``base + a + 1`` to ``base + b``): the
-        per-line rank rule on arrays (a line of a rank above the lowest seen so far is counted,
-        not parsed; a lower rank restarts the collection), then each stretch of one rank's lines
-        becomes one block of columns via :meth:`~LogParser.block_arrays`."""
+                  t_rows: Any, a: int, b: int, text: dict[int, str], base: int) -> None:
+        """Lines ``a:b`` of a block (log lines ``base + a + 1`` to ``base + b``): template lines
+        ``t_rows`` and inert lines (``text``). The per-line rank rule on arrays (a line of a rank
+        above the lowest seen so far is counted, not parsed; a lower rank restarts the
+        collection), then each stretch of one rank's template lines becomes one block of columns
+        via :meth:`~LogParser.block_arrays`, and its inert lines go through :meth:`feed`: those
+        before its first template line first (judged against the rank kept before it, as line
+        by line), the others after (the rank is the stretch's either way)."""
         import numpy as np
 
-        r = ranks[a:b]
+        r = ranks[t_rows]
         best0 = self.best
         cm = np.minimum.accumulate(np.minimum(r, best0))
         kept = r == cm
         prev = np.concatenate([[best0], cm[:-1]])
         cuts = np.flatnonzero(kept & (r < prev)).tolist()
-        segs = [0, *[c for c in cuts if c > 0], b - a]
+        segs = [0, *[c for c in cuts if c > 0], len(t_rows)]
+        feed = self.feed
         for s0, s1 in itertools.pairwise(segs):
-            k = kept[s0:s1]
-            idx = np.flatnonzero(k) + s0 + a
+            lo = a if s0 == 0 else int(t_rows[s0])  # the lines of this stretch: lo .. hi - 1
+            hi = b if s1 == len(t_rows) else int(t_rows[s1])
+            first = int(t_rows[s0])
+            idx = t_rows[s0:s1][kept[s0:s1]]
             self.other += (s1 - s0) - len(idx)
-            if not len(idx):
-                continue
-            last = int(idx[-1])
-            rank = int(ranks[idx[0]])
-            state = self.state
-            state.line_no = base + last + 1
-            state.rank = None if rank == _UNPREFIXED else rank
-            line = block[int(starts[last]) + int(prefix[last]):int(ends[last]) - 1].decode("utf-8", errors="replace")
-            cols = self.parser.block_arrays({f: v[idx] for f, v in vals.items()}, line, state)
-            if cols is None:  # the parser declines (e.g. a count beyond int64): these lines one by one
-                self.other -= (s1 - s0) - len(idx)
-                for i in range(a + s0, b):
+            cols = None
+            if len(idx):
+                last = int(idx[-1])
+                rank = int(ranks[idx[0]])
+                state = self.state
+                state.line_no = base + last + 1
+                state.rank = None if rank == _UNPREFIXED else rank
+                line = block[int(starts[last]) + int(prefix[last]):int(ends[last]) - 1].decode("utf-8", errors="replace")
+                cols = self.parser.block_arrays({f: v[idx] for f, v in vals.items()}, line, state)
+                if cols is None:  # the parser declines (e.g. a count beyond int64): these lines one by one
+                    self.other -= (s1 - s0) - len(idx)
+                    for i in range(lo, b):
+                        self.total = base + i
+                        feed(text[i] if i in text else block[int(starts[i]):int(ends[i]) - 1].decode(
+                            "utf-8", errors="replace"))
+                    return
+            for i in range(lo, first):  # inert lines before the stretch's first template line
+                self.total = base + i
+                feed(text[i])
+            if cols is not None:
+                self.used += len(idx)
+                self.col.add_columns(None if rank == _UNPREFIXED else rank, cols, idx + (base + 1))
+                self.best = rank
+            for i in range(first + 1, hi):
+                if i in text:
                     self.total = base + i
-                    self.feed(block[int(starts[i]):int(ends[i]) - 1].decode("utf-8", errors="replace"))
-                return
-            self.used += len(idx)
-            self.col.add_columns(state.rank, cols, idx + (base + 1))
-            self.best = rank
+                    feed(text[i])
 
 
 def run_parser(lines: Iterable[str | bytes | LogLine | PartialLine], parser: LogParser, state: ParseState,
