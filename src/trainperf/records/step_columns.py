@@ -503,25 +503,34 @@ class StepColumnsBuilder:
                         self._over.setdefault(base + j, {})[k] = v
                 vals = tuple(v if _fits(k, v) else None for v in vals)
             cols[k] = _to_array(k, vals)
-        xcols: dict[str, list[Any]] = {}
-        sparse = list(map(attrgetter(*SPARSE_FIELDS), recs))
-        for j in np.flatnonzero(np.fromiter(map(any, sparse), dtype=bool, count=len(recs))).tolist():
-            for k, v in zip(SPARSE_FIELDS, sparse[j], strict=True):
-                if not v:
-                    continue
-                if k == "extra":  # float values as columns (a torchtitan step's memory_pct), the rest per step
-                    rest = {}
-                    for xk, xv in v.items():
-                        if type(xv) is float and xv == xv:
-                            xcols.setdefault(xk, [None] * len(pend))[j] = xv
-                        else:
-                            rest[xk] = xv
-                    if not rest:
-                        continue
-                    v = rest
-                self._over.setdefault(base + j, {})[k] = v
-        self._add(cols, np.array([ln for ln, _ in pend], dtype=np.int64),
-                  {k: np.array([math.nan if x is None else x for x in xs]) for k, xs in xcols.items()})
+        for j, r in enumerate(recs):
+            if r.flag is not None or r.breakdown:
+                o = self._over.setdefault(base + j, {})
+                if r.flag is not None:
+                    o["flag"] = r.flag
+                if r.breakdown:
+                    o["breakdown"] = r.breakdown
+        self._add(cols, np.array([ln for ln, _ in pend], dtype=np.int64), self._extras(recs, base))
+
+    def _extras(self, recs: list[StepRecord], base: int) -> dict[str, Any]:
+        """The ``extra`` keys whose values are all floats (not NaN) as columns (a torchtitan
+        step's ``memory_pct``); any other key is kept per step."""
+        np = _np()
+        exs = [r.extra for r in recs]
+        have = [e for e in exs if e]
+        if not have:
+            return {}
+        out = {}
+        missing = object()
+        for key in set().union(*have):
+            vals = [e.get(key, missing) if e else missing for e in exs]
+            if all(type(v) is float and v == v for v in vals if v is not missing):
+                out[key] = np.array([math.nan if v is missing else v for v in vals])
+                continue
+            for j, v in enumerate(vals):
+                if v is not missing:
+                    self._over.setdefault(base + j, {}).setdefault("extra", {})[key] = v
+        return out
 
     def build(self, rank: int | None) -> tuple[StepColumns, np.ndarray]:
         """The steps as one store (the builder is emptied) and their log line numbers."""
