@@ -1,4 +1,4 @@
-"""The columnar speed path (StepColumns, block_columns) gives exactly what the per-line path gives:
+"""The columnar speed path (templates, StepColumns, block_arrays) gives exactly what the per-line path gives:
 the same records, meta, summary and ``trainperf parse`` output, on the benchmark's generated logs,
 on the real-log fixtures and on logs cut, garbled and restarted at random places."""
 
@@ -46,8 +46,9 @@ def _same(a, b) -> bool:
 
 
 def _per_line(monkeypatch):
-    monkeypatch.setattr(MaxTextParser, "has_block_columns", False)
-    monkeypatch.setattr(MegatronParser, "has_block_columns", False)
+    """Every line through parse_line (no templates): the reference the speed path must equal."""
+    monkeypatch.setattr(MaxTextParser, "block_re", None)
+    monkeypatch.setattr(MegatronParser, "block_re", None)
 
 
 def _outputs(path: Path, **kw) -> tuple:

@@ -188,21 +188,20 @@ def test_gzip_on_stdin(monkeypatch, capsys):
 
 # --- the speed path gives the same records as the line path ---------------------------------------
 
-def test_quick_step_has_every_stepRecord_field():
+def test_column_records_have_every_stepRecord_field():
     import dataclasses
 
-    from trainperf.ingest.base import quick_step
+    from trainperf.records.step_columns import StepColumns
 
-    rec = quick_step(1, 1.0, 2, 3.0, 4.0, 5.0, 6.0, 7)
-    for f in dataclasses.fields(StepRecord):  # every field not in the instance dict has a class default of None
-        assert f.name in rec.__dict__ or getattr(StepRecord, f.name, "missing") is None, f.name
-    assert dataclasses.asdict(rec) == dataclasses.asdict(StepRecord(step=1, step_time_s=1.0, tokens=2, loss=3.0,
-        grad_norm=4.0, claimed_tflops_per_device=5.0, claimed_tokens_per_s_per_device=6.0, rank=7))
-    rec.flag = "x"  # settable like any record
-    assert rec.flag == "x" and StepRecord.flag is None
-    rec = quick_step(1, 1.0, 2, 3.0, 4.0, 5.0, 6.0, 7)
-    assert rec == StepRecord(step=1, step_time_s=1.0, tokens=2, loss=3.0, grad_norm=4.0, claimed_tflops_per_device=5.0,
-                             claimed_tokens_per_s_per_device=6.0, rank=7)
+    full = StepRecord(step=1, step_time_s=1.0, tokens=2, loss=3.0, grad_norm=4.0, memory_GiB=4.5,
+                      claimed_tokens_per_s=5.5, claimed_tokens_per_s_per_device=6.0, claimed_tflops_per_device=5.0,
+                      claimed_mfu_pct=7.5, rank=7)
+    cols = StepColumns({k: [getattr(full, k)] for k in dataclasses.asdict(full) if k not in ("rank", "extra")}, 7)
+    assert dataclasses.asdict(cols.record_at(0)) == dataclasses.asdict(full)
+    rec = cols[0]
+    assert dataclasses.asdict(rec) == dataclasses.asdict(full) and rec == full
+    rec.flag = "x"  # settable like any record, and kept
+    assert cols[0].flag == "x" and StepRecord.flag is None
 
 
 @pytest.mark.parametrize("fmt", ["megatron", "maxtext"])
@@ -229,7 +228,8 @@ def test_block_path_equals_line_path(fmt):
             parser.block_re = None
         state = ParseState(hints={"seq_len": 4096})
         counts = LineCounts()
-        col = run_parser(iter(lines), parser, state, counts)
+        items = [("\n".join(lines[i:i + 700]) + "\n").encode() for i in range(0, len(lines), 700)]
+        col = run_parser(iter(items), parser, state, counts)
         out.append(([s.to_dict() for s in col.steps], col.rank, counts.lines_total, counts.lines_used,
                      counts.other_rank_lines, state.malformed_lines))
     assert out[0] == out[1]

@@ -15,7 +15,7 @@ import pytest
 from trainperf.cli.main import main
 from trainperf.errors import InputFileError
 from trainperf.ingest.pipeline import parse_log, strip_rank
-from trainperf.ingest.reader import MAX_LINE_CHARS, ReadStats, iter_chunked_lines, iter_log
+from trainperf.ingest.reader import CHUNK_BYTES, MAX_LINE_CHARS, ReadStats, block_lines, iter_blocks, iter_log
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 MT = ("completed step: {s}, seconds: 2.000, TFLOP/s/device: 100.000, Tokens/s/device: 1000.000, "
@@ -67,12 +67,22 @@ def test_garbage_mixed_encodings_and_truncated_lines_are_skipped_and_counted(tmp
     assert meta["lines_total"] == meta["lines_used"] + meta["skipped_lines"]
 
 
-def test_overlong_line_is_cut_not_held_in_memory():
+def _lines(chunks: list[bytes], stats: ReadStats) -> list[str]:
+    out: list[str] = []
+    for item in iter_blocks(iter(chunks), stats, mark_partial=False):
+        out += block_lines(item) if isinstance(item, bytes) else [item]
+    return out
+
+
+@pytest.mark.parametrize("size", [7, 1000, CHUNK_BYTES])
+def test_overlong_line_is_cut_not_held_in_memory(size):
     big = "x" * (5 * MAX_LINE_CHARS)
+    mid = "é" * (MAX_LINE_CHARS - 1)  # more bytes than MAX_LINE_CHARS, fewer characters: not overlong
+    data = f"a\n{big}\nb\n{mid}\n{big}".encode()
     stats = ReadStats()
-    lines = list(iter_chunked_lines(io.StringIO(f"a\n{big}\nb\n{big}"), stats))
-    assert lines[0] == "a" and lines[2] == "b"
-    assert all(len(x) <= MAX_LINE_CHARS for x in lines) and stats.overlong_lines == 2
+    lines = _lines([data[i:i + size] for i in range(0, len(data), size)], stats)
+    assert lines == ["a", big[:MAX_LINE_CHARS], "b", mid, big[:MAX_LINE_CHARS]]
+    assert stats.overlong_lines == 2
 
 
 def test_truncated_gzip_keeps_what_was_read(tmp_path):

@@ -51,9 +51,9 @@ def _warmup(n_steps: int, warmup: int | None) -> tuple[int, str]:
 
 
 def steady_columns(run: RunRecord, warmup: int | None = None) -> tuple[dict[str, list[Any]], int, str] | None:
-    """What :func:`steady_steps` gives, as columns (field name -> values of the steps that count),
-    read without making a StepRecord; ``None`` unless ``run.steps`` is a lazy
-    :class:`~trainperf.records.step_columns.StepColumns` (which holds no flagged step)."""
+    """What :func:`steady_steps` gives, as columns (field name -> the non-``None`` values of the
+    steps that count: a numpy array, or a list), read without making a StepRecord; ``None``
+    unless ``run.steps`` is a lazy :class:`~trainperf.records.step_columns.StepColumns`."""
     steps = run.steps
     if not isinstance(steps, StepColumns) or not steps.lazy:
         return None
@@ -68,16 +68,20 @@ class _SteadyColumns(dict[str, list[Any]]):
         super().__init__()
         self.steps, self.k = steps, k
 
-    def __missing__(self, name: str) -> list[Any]:
-        if name.startswith("claimed_") and not self.steps.has_values(name):
-            col: list[Any] = []  # None in every step: no median (what a list of None gives)
-        else:
-            col = self.steps.column(name)[self.k:]
+    def __missing__(self, name: str) -> Any:
+        col = self.steps.values(name, self.k, unflagged=True)
         self[name] = col
         return col
 
+    def nones(self, name: str) -> int:
+        """How many steps that count have field ``name`` ``None``."""
+        return self.steps.count_none(name, self.k, unflagged=True)
 
-def _median_or_none(values: list[Any]) -> float | None:
+
+def _median_or_none(values: Any) -> float | None:
+    if not isinstance(values, list):  # an array of a StepColumns: no None in it
+        return _float_median(values) if len(values) >= _BIG else (
+            statistics.median(values.tolist()) if len(values) else None)
     vals = [v for v in values if v is not None]
     if len(vals) >= _BIG:
         return _float_median(vals)
@@ -96,7 +100,8 @@ def _order_stats(values: list[Any], ks: list[int]) -> dict[int, float]:
     import numpy as np
 
     ks = sorted(set(ks))
-    part = np.partition(np.array(values, dtype=float), ks)
+    part = np.array(values, dtype=float)  # one copy, partitioned in place
+    part.partition(ks)
     return {k: float(part[k]) for k in ks}
 
 
@@ -130,6 +135,32 @@ def _time_stats(times: list[float]) -> tuple[float, float, float]:
     return med, pct[10], pct[90]
 
 
+def _tokens_median(own: Any, default: int, n_default: int, fallback: Any) -> Any:
+    """``statistics.median`` of the non-zero counts among ``own`` (the steps' own counts) and
+    ``n_default`` copies of ``default`` (the steps without one), else ``fallback``; on arrays."""
+    import numpy as np
+
+    arr = np.asarray(own, dtype=object if isinstance(own, list) else np.int64)
+    nonzero = arr != 0
+    if not nonzero.all():
+        arr = arr[nonzero]
+    del nonzero
+    if default and n_default:
+        arr = np.concatenate([arr, np.full(n_default, default, dtype=arr.dtype)])
+    n = len(arr)
+    if not n:
+        return fallback
+    i = n // 2
+    if arr.dtype == object:
+        xs = sorted(arr.tolist())
+        return xs[i] if n % 2 else (xs[i - 1] + xs[i]) / 2
+    if arr[0] == arr[-1] and (arr == arr[0]).all():  # the usual case: one batch size throughout
+        return int(arr[0])
+    part = np.array(arr)  # one copy, partitioned in place
+    part.partition([i - 1, i] if n % 2 == 0 else [i])
+    return int(part[i]) if n % 2 else (int(part[i - 1]) + int(part[i])) / 2
+
+
 def summarize(
     run: RunRecord,
     *,
@@ -151,8 +182,10 @@ def summarize(
     else:
         cols, k, rule = lazy
     times = cols["step_time_s"]
+    if not isinstance(times, list) and len(times) < _BIG:
+        times = times.tolist()
     n_steady = len(times)
-    med, p10, p90 = _time_stats(times) if times else (None, None, None)
+    med, p10, p90 = _time_stats(times) if n_steady else (None, None, None)
     claimed = {
         "tokens_per_s": _median_or_none(cols["claimed_tokens_per_s"]),
         "tokens_per_s_per_device": _median_or_none(cols["claimed_tokens_per_s_per_device"]),
@@ -165,10 +198,13 @@ def summarize(
     tokens_step = None
     if w is not None and med is not None:
         tokens_step = w.tokens_per_step
-        step_tokens = cols["tokens"]
-        if None in step_tokens:  # what run.tokens_per_step gives: the step's own count, else the workload's
-            step_tokens = [w.tokens_per_step if t is None else t for t in step_tokens]
-        tok = statistics.median([t for t in step_tokens if t]) if any(step_tokens) else tokens_step
+        if isinstance(cols, _SteadyColumns):
+            tok = _tokens_median(cols["tokens"], w.tokens_per_step, cols.nones("tokens"), tokens_step)
+        else:
+            step_tokens = cols["tokens"]
+            if None in step_tokens:  # what run.tokens_per_step gives: the step's own count, else the workload's
+                step_tokens = [w.tokens_per_step if t is None else t for t in step_tokens]
+            tok = statistics.median([t for t in step_tokens if t]) if any(step_tokens) else tokens_step
         tokens_step = int(tok)
         try:
             # Rates at the median step time, for the tokens a steady step actually carries (a
@@ -188,7 +224,7 @@ def summarize(
         name=run.name, source=run.source, steps_total=len(run.steps), steps_measured=n_steady,
         warmup_steps=k, warmup_rule=rule, step_time_median_s=med,
         step_time_p10_s=p10, step_time_p90_s=p90,
-        step_time_mean_s=statistics.fmean(times) if times else None,
+        step_time_mean_s=statistics.fmean(times) if n_steady else None,
         tokens_per_step=tokens_step,
         tokens_per_s=rates.get("tokens_per_s"), tokens_per_s_per_device=rates.get("tokens_per_s_per_device"),
         tflops_per_device=rates.get("tflops_per_device"), mfu_pct=rates.get("mfu_pct"),
@@ -205,12 +241,14 @@ def summarize(
 def _loss_last(run: RunRecord) -> float | None:
     steps = run.steps
     if isinstance(steps, StepColumns) and steps.lazy:
-        return next((v for v in reversed(steps.column("loss")) if v is not None), None)
+        vals = steps.values("loss")
+        return float(vals[-1]) if len(vals) else None
     return next((s.loss for s in reversed(steps) if s.loss is not None), None)
 
 
 def _memory_max(run: RunRecord) -> float | None:
     steps = run.steps
     if isinstance(steps, StepColumns) and steps.lazy:
-        return max((v for v in steps.column("memory_GiB") if v is not None), default=None)
+        vals = steps.values("memory_GiB")
+        return float(max(vals)) if len(vals) else None
     return max((s.memory_GiB for s in steps if s.memory_GiB is not None), default=None)

@@ -81,6 +81,8 @@ def parse_and_summarize(log: str, *, fmt_name: str | None, workload_path: str | 
         "warmup_rule": warmup_rule,
         "lines_total": meta["lines_total"],
         "skipped_lines": meta["skipped_lines"],
+        "skipped_reasons": meta["skipped_reasons"],
+        "damaged_lines": meta["damaged_lines"],
         "other_rank_lines": meta["other_rank_lines"],
         "malformed_lines": meta["malformed_lines"],
         "cut_lines": meta["cut_lines"],
@@ -148,13 +150,16 @@ def device_free_rates(summary: Any, run: Any, facts: Any, workload_path: str | N
     if not med or summary.tokens_per_s is not None:
         return summary
     cols = steady_columns(run, warmup)
-    if cols is not None:
-        own = [t for t in cols[0]["tokens"] if t]
+    res = resolve_workload(facts, workload_path, overrides, run.meta.get("tokens_per_step_in_log"))
+    if cols is not None:  # the steps' own counts, on the arrays
+        from trainperf.accounting.summarize import _tokens_median
+
+        own = _tokens_median(cols[0]["tokens"], 0, 0, None)
+        tokens = int(own) if own is not None else res.tokens_per_step
     else:
         steady, _, _ = steady_steps(run, warmup)
-        own = [s.tokens for s in steady if s.tokens]
-    res = resolve_workload(facts, workload_path, overrides, run.meta.get("tokens_per_step_in_log"))
-    tokens = int(statistics.median(own)) if own else res.tokens_per_step
+        own_list = [s.tokens for s in steady if s.tokens]
+        tokens = int(statistics.median(own_list)) if own_list else res.tokens_per_step
     if not tokens:
         return summary
     tps = tokens / med
@@ -228,6 +233,15 @@ def _print_human(o: dict[str, Any]) -> None:
     other = f", {m['other_rank_lines']:,} of other ranks not parsed" if m["other_rank_lines"] else ""
     print(f"lines: {o['lines_total']:,} read, {m['lines_used']:,} used, {o['skipped_lines']:,} skipped "
           f"({o['malformed_lines']:,} malformed step lines){other}")
+    damage = m["damaged_lines"]
+    bits = [f"{damage['non_utf8_lines']:,} with bytes that are not UTF-8 (read as U+FFFD)" if damage["non_utf8_lines"]
+            else "", f"{damage['nul_lines']:,} with NUL bytes" if damage["nul_lines"] else "",
+            f"{damage['overlong_lines']:,} longer than 65,536 characters (cut)" if damage["overlong_lines"] else ""]
+    if any(bits):
+        print(f"  damaged lines (each read as far as it goes, never more than that line lost): "
+              f"{'; '.join(b for b in bits if b)}")
+    if m["skipped_files"]:
+        print(f"  files not read: {', '.join(m['skipped_files'])}")
     ranks = o["ranks_with_steps"]
     rank_txt = f"rank {o['rank_used']} kept of ranks {ranks}" if len(ranks) > 1 else (
         f"rank {o['rank_used']}" if o["rank_used"] is not None else "single stream")

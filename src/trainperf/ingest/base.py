@@ -20,12 +20,15 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from trainperf.accounting.plausibility import check_step_time
+from trainperf.ingest.templates import BlockField
 from trainperf.records.run_record import StepRecord
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # Keys a parser may put in LogFacts that map onto workload-file fields.
 WORKLOAD_FACTS: dict[str, str] = {
@@ -147,12 +150,15 @@ class LogParser:
     """A substring every step line of the format contains: lets the pipeline notice another
     format's step lines in a mixed file (see pipeline)."""
     block_re: ClassVar[re.Pattern[str] | None] = None
-    """Optional speed path: a multi-line (``re.M``) regex matching one whole step line in the
-    format's canonical layout (every number followed by its delimiter), with a launcher rank
-    prefix in group 1 (``srun --label`` ``3: ``) or group 2 (``[rank3]:``, ``[default3]:``).
-    The pipeline runs it (with a catch-all alternative, so that it yields one group tuple per
-    line) over blocks of lines and calls :meth:`block_record` per matched line; lines it does not
+    """Optional speed path: a regex matching one whole step line in the format's canonical layout
+    (every number followed by its delimiter), with a launcher rank prefix in group 1 (``srun
+    --label`` ``3: ``) or group 2 (``[rank3]:``, ``[default3]:``): see :data:`RANK_PREFIX`. It must
+    treat every ASCII digit alike (no literal digit, no back-reference; classes hold all digits or
+    none), as :mod:`~trainperf.ingest.templates` reads lines by their shape. The groups named in
+    :attr:`block_fields` are read as arrays and handed to :meth:`block_arrays`; lines it does not
     match go through :meth:`parse_line` as usual."""
+    block_fields: ClassVar[tuple[BlockField, ...]] = ()
+    """The values of a :attr:`block_re` line: name, group, kind (see :class:`~.templates.BlockField`)."""
     claimed_convention: ClassVar[str | None] = None
     """FLOP convention the framework's own TFLOP/s and MFU use, when documented."""
     claimed_scope: ClassVar[str] = ""
@@ -161,28 +167,27 @@ class LogParser:
     def parse_line(self, line: str, state: ParseState) -> StepRecord | None:  # pragma: no cover
         raise NotImplementedError
 
-    def block_record(self, g: tuple[str, ...], line: str, state: ParseState) -> StepRecord | None:
-        """The record of one :attr:`block_re` match (its groups ``g``; ``line`` is the whole line),
-        or ``None`` to send the line to :meth:`parse_line` (e.g. a step time outside the plausible
-        range, which that flags)."""
+    def block_valid(self, vals: dict[str, np.ndarray]) -> np.ndarray | None:
+        """Which lines of :attr:`block_re` values ``vals`` (field -> array, one element per line)
+        the speed path may take (a bool array; ``None``: all). The others go through
+        :meth:`parse_line` (e.g. a step time outside the plausible range, which that flags)."""
         return None
 
-    has_block_columns: ClassVar[bool] = False
-    """Whether :meth:`block_columns` is implemented (the speed path without StepRecords)."""
-
-    def block_columns(self, rows: list[tuple[str, ...]], last_line: str, state: ParseState
-                      ) -> dict[str, list[Any] | None] | None:
-        """The records of consecutive :attr:`block_re` matches ``rows`` (one rank's; ``last_line``
-        is the last row's whole line, ``state.line_no`` its number) as columns: field name (see
-        :data:`trainperf.records.step_columns.COLUMNS`) -> one value per row, ``None`` for a field
-        ``None`` in every row. Exactly what :meth:`block_record` would give row by row, or
-        ``None`` (nothing changed) when some row needs :meth:`block_record` / :meth:`parse_line`."""
+    def block_arrays(self, vals: dict[str, np.ndarray], last_line: str, state: ParseState
+                     ) -> dict[str, np.ndarray | None] | None:
+        """The steps of consecutive valid :attr:`block_re` lines of one rank (values ``vals``;
+        ``last_line`` is the last one's text after its rank prefix, ``state.line_no`` its number)
+        as columns: a field of :data:`~trainperf.records.step_columns.COLUMNS` -> an array in
+        that module's layout, ``None`` for a field ``None`` on every line. Exactly what
+        :meth:`parse_line` gives line by line, with the same effect on the parser's state; or
+        ``None`` (nothing changed) to send these lines to :meth:`parse_line`."""
         return None
 
     def block_inert(self, line: str) -> bool:
-        """Whether :meth:`parse_line` on ``line`` (a line :attr:`block_re` did not match) can
-        neither give a step nor change what :meth:`block_columns` gives for later lines, so that
-        the pipeline may convert the step lines around it in one call."""
+        """Whether :meth:`parse_line` on ``line`` (a line that is not a template's) can neither give
+        a step nor change what :meth:`block_arrays` gives for the step lines around it, so that
+        the pipeline may read those in one call and feed ``line`` after them (its facts and
+        counts are the same in either order)."""
         return False
 
     def finish(self, state: ParseState) -> list[StepRecord]:
@@ -287,41 +292,8 @@ def make_step(step: int | None, step_time_s: float | None, state: ParseState, **
     return StepRecord(step=step, step_time_s=step_time_s, rank=state.rank, **clean)
 
 
-def convert_column(func: Callable[[str], Any], texts: list[str]) -> list[Any]:
-    """``list(map(func, texts))``, through a table of the distinct texts when they are few (a
-    batch size or token count repeated on every step line converts once)."""
-    n = len(texts)
-    if n >= 64:
-        distinct = set(texts)
-        if len(distinct) * 4 <= n:
-            table = {t: func(t) for t in distinct}
-            return list(map(table.__getitem__, texts))
-    return list(map(func, texts))
-
-
 RANK_PREFIX = r"^(?:(\d{1,5}): |[ \t]*\[(?:rank|default)?(\d+)\]:)?"
 """Start of a :attr:`LogParser.block_re`: the optional launcher rank prefix (groups 1 and 2)."""
-
-_new = object.__new__
-
-
-def quick_step(step: int, step_time_s: float, tokens: int | None, loss: float | None, grad_norm: float | None,
-               claimed_tflops_per_device: float | None, claimed_tokens_per_s_per_device: float | None,
-               rank: int | None) -> StepRecord:
-    """A StepRecord built without the dataclass machinery (the speed path: ~4x cheaper, and
-    ~40% less memory for a million steps).
-
-    The caller guarantees ``MIN_STEP_TIME_S <= step_time_s <= MAX_STEP_TIME_S`` (what
-    ``__post_init__`` would check). Fields left out of the instance dict (``memory_GiB``,
-    ``claimed_tokens_per_s``, ``claimed_mfu_pct``, ``breakdown``, ``flag``) read their ``None``
-    default from the class, as dataclass defaults do; a test keeps the record equal to one made
-    by ``StepRecord(...)``."""
-    rec = _new(StepRecord)
-    rec.__dict__ = {"step": step, "step_time_s": step_time_s, "tokens": tokens, "loss": loss,
-                    "grad_norm": grad_norm, "claimed_tokens_per_s_per_device": claimed_tokens_per_s_per_device,
-                    "claimed_tflops_per_device": claimed_tflops_per_device, "rank": rank, "extra": {}}
-    return rec
-
 
 def strip_ansi(line: str) -> str:
     return _ANSI_RE.sub("", line) if "\x1b" in line else line

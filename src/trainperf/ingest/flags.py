@@ -98,32 +98,63 @@ def _min_flops_per_token(workload: Any) -> float | None:
     return min(counts) if counts else None
 
 
-def _may_flag(steps: StepColumns, peak: float | None, fpt: float | None, n: Any, default_tokens: Any) -> bool:
-    """Whether any step of the lazy ``steps`` could fail the checks of :func:`flag_impossible`
-    (False: none does). The recomputed rate is bounded by the most tokens over the shortest
-    time, rounded the same way: each operation of the per-step formula is monotonic."""
-    if steps.has_values("claimed_mfu_pct"):
-        return True
-    if not peak or not len(steps):
-        return False
-    if steps.has_values("claimed_tflops_per_device"):
-        tf = [v for v in steps.column("claimed_tflops_per_device") if v is not None]
-        if tf and max(tf) > peak:
-            return True
-    if fpt and n:
-        toks = steps.column("tokens")
-        own = [t for t in toks if t]
-        if len(own) < len(toks) and default_tokens:
-            own.append(default_tokens)
-        if own:
-            return fpt * max(own) / min(steps.column("step_time_s")) / n / 1e12 > peak
-    return False
+def _candidates(steps: StepColumns, peak: float | None, fpt: float | None, n: Any, default_tokens: Any) -> list[int]:
+    """Indices of the steps of the lazy ``steps`` that :func:`_reason` may flag, found on the
+    arrays: a superset (the recomputed rate with a relative margin of 1e-9), in step order."""
+    import numpy as np
+
+    from trainperf.records.step_columns import INT_NONE
+
+    m = len(steps)
+    cand = np.zeros(m, dtype=bool)
+    cand[list(steps.overridden())] = True  # flagged, or a value kept outside the arrays
+    mfu = steps.array("claimed_mfu_pct")
+    if mfu is not None:
+        cand |= mfu > 100.0
+    if peak:
+        tf = steps.array("claimed_tflops_per_device")
+        if tf is not None:
+            cand |= tf > peak
+        if fpt and n:
+            tok = steps.array("tokens")
+            dflt = float(default_tokens) if default_tokens else 0.0
+            if tok is None:
+                toks = np.full(m, dflt)
+            else:
+                toks = np.where((tok == INT_NONE) | (tok == 0), dflt, tok.astype(np.float64))
+            with np.errstate(all="ignore"):
+                ours = fpt * toks / steps.array("step_time_s") / n / 1e12
+            cand |= ours > peak * (1 - 1e-9)
+    return np.flatnonzero(cand).tolist()
 
 
-def flag_impossible(steps: list[StepRecord], workload: Any, log_facts: dict[str, Any],
+def _reason(s: StepRecord, peak: float | None, peak_txt: str, fpt: float | None, n: Any,
+            default_tokens: Any) -> str | None:
+    """Why step ``s`` is impossible (its own flag first), or ``None``."""
+    if s.flag is not None:
+        return s.flag
+    mfu = s.claimed_mfu_pct
+    if mfu is not None and mfu > 100.0:
+        return f"the log's own MFU {mfu:.4g}% exceeds 100%: impossible"
+    if not peak:
+        return None
+    tf = s.claimed_tflops_per_device
+    if tf is not None and tf > peak:
+        return f"the log's {tf:.6g} TFLOP/s per device exceeds the peak {peak_txt}: impossible"
+    tokens = s.tokens or default_tokens
+    if fpt and n and tokens:
+        ours = fpt * tokens / s.step_time_s / n / 1e12
+        if ours > peak:
+            return (f"{s.step_time_s:.3g} s for {tokens:,} tokens is {ours:.6g} TFLOP/s per device, above "
+                    f"the peak {peak_txt} under any FLOP convention: impossible")
+    return None
+
+
+def flag_impossible(steps: list[StepRecord] | StepColumns, workload: Any, log_facts: dict[str, Any],
                     device: dict[str, Any] | None = None) -> FlagReport:
-    """Set :attr:`StepRecord.flag` on impossible steps (in place) and report them (``device``:
-    see :func:`named_peak`)."""
+    """Set :attr:`StepRecord.flag` on impossible steps (in place; on a lazy
+    :class:`~trainperf.records.step_columns.StepColumns` without making its records) and report
+    them (``device``: see :func:`named_peak`)."""
     rep = FlagReport()
     peak, source = named_peak(workload, log_facts, device)
     rep.peak_tflops, rep.peak_source = peak, source
@@ -136,28 +167,16 @@ def flag_impossible(steps: list[StepRecord], workload: Any, log_facts: dict[str,
         except Exception:  # no batch: recompute only steps that carry their own tokens
             default_tokens = None
     peak_txt = f"{peak:.6g} TFLOP/s ({source})" if peak else ""
-    if isinstance(steps, StepColumns):
-        if steps.lazy and not _may_flag(steps, peak, fpt, n, default_tokens):
-            return rep  # a lazy store holds no flag (see step_columns), and no step is above the peak
-        steps = steps.records()  # some step may be flagged: the per-step check below, on records
+    if isinstance(steps, StepColumns) and steps.lazy:
+        for i in _candidates(steps, peak, fpt, n, default_tokens):
+            s = steps.record_at(i)
+            reason = _reason(s, peak, peak_txt, fpt, n, default_tokens)
+            if reason is not None:
+                rep.add(s, reason)
+                steps.set_flag(i, reason)
+        return rep
     for s in steps:
-        if s.flag is not None:
-            rep.add(s, s.flag)
-            continue
-        mfu = s.claimed_mfu_pct
-        if mfu is not None and mfu > 100.0:
-            rep.add(s, f"the log's own MFU {mfu:.4g}% exceeds 100%: impossible")
-            continue
-        if not peak:
-            continue
-        tf = s.claimed_tflops_per_device
-        if tf is not None and tf > peak:
-            rep.add(s, f"the log's {tf:.6g} TFLOP/s per device exceeds the peak {peak_txt}: impossible")
-            continue
-        tokens = s.tokens or default_tokens
-        if fpt and n and tokens:
-            ours = fpt * tokens / s.step_time_s / n / 1e12
-            if ours > peak:
-                rep.add(s, f"{s.step_time_s:.3g} s for {tokens:,} tokens is {ours:.6g} TFLOP/s per device, above "
-                           f"the peak {peak_txt} under any FLOP convention: impossible")
+        reason = _reason(s, peak, peak_txt, fpt, n, default_tokens)
+        if reason is not None:
+            rep.add(s, reason)
     return rep

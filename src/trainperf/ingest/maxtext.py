@@ -20,21 +20,22 @@ from __future__ import annotations
 
 import re
 import statistics
-from operator import itemgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainperf.ingest.base import (
     RANK_PREFIX,
     LogParser,
     ParseState,
-    convert_column,
     make_step,
-    quick_step,
     to_float,
     to_int,
     to_time,
 )
+from trainperf.ingest.templates import BlockField
 from trainperf.records.run_record import StepRecord
+
+if TYPE_CHECKING:
+    import numpy as np
 
 _STEP = "completed step: "
 _CONFIG = "Config param "
@@ -49,7 +50,6 @@ _FAST = re.compile(r"completed step: (\d+), seconds: (\d+\.?\d*), TFLOP/s/device
                    r"Tokens/s/device: (\d+\.?\d*), total_weights: (\d+), loss: (\d+\.?\d*)")
 _BLOCK = re.compile(RANK_PREFIX + r" ?completed step: (\d+), seconds: (\d+\.?\d*), TFLOP/s/device: (\d+\.?\d*), "
                     r"Tokens/s/device: (\d+\.?\d*), total_weights: (\d+), loss: (\d+\.?\d*)$", re.M)
-_G2, _G3, _G4, _G5, _G6, _G7 = (itemgetter(i) for i in range(2, 8))
 _SECONDS = re.compile(r"seconds:\s*([^\s,]*)(,)?")
 _DTYPES = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16", "fp8": "fp8", "float8": "fp8"}
 
@@ -64,44 +64,36 @@ class MaxTextParser(LogParser):
 
     block_re = _BLOCK
 
+    block_fields = (BlockField("step", 3, "int"), BlockField("secs", 4, "float"), BlockField("tflops", 5, "float"),
+                    BlockField("tok_dev", 6, "float"), BlockField("weights", 7, "int"), BlockField("loss", 8, "float"))
+
     def __init__(self) -> None:
         self._ratios: list[float] = []
 
-    def block_record(self, g: tuple[str, ...], line: str, state: ParseState) -> StepRecord | None:
-        _, _, step, secs_s, tflops, tok_dev_s, weights_s, loss = g[:8]
-        secs = float(secs_s)
-        if not 1e-6 <= secs <= 1e7:
-            return None
-        weights = int(weights_s)
-        tok_dev = float(tok_dev_s)
-        if len(self._ratios) < 64 and tok_dev > 0:
-            self._ratios.append(weights / (secs * tok_dev))
-        return quick_step(int(step), secs, weights or None, float(loss), None, float(tflops), tok_dev, state.rank)
+    def block_valid(self, vals: dict[str, np.ndarray]) -> np.ndarray | None:
+        secs = vals["secs"]
+        return (secs >= 1e-6) & (secs <= 1e7)  # else parse_line flags the step
 
-    has_block_columns = True
+    def block_arrays(self, vals: dict[str, np.ndarray], last_line: str, state: ParseState
+                     ) -> dict[str, np.ndarray | None] | None:
+        import numpy as np
 
-    def block_columns(self, rows: list[tuple[str, ...]], last_line: str, state: ParseState
-                      ) -> dict[str, list[Any] | None] | None:
-        secs = list(map(float, map(_G3, rows)))
-        if min(secs) < 1e-6 or max(secs) > 1e7:
-            return None
-        weights = convert_column(int, list(map(_G6, rows)))
-        tok_dev = list(map(float, map(_G5, rows)))
+        from trainperf.records.step_columns import INT_NONE
+
+        weights, secs, tok_dev = vals["weights"], vals["secs"], vals["tok_dev"]
         ratios = self._ratios
-        if len(ratios) < 64:
-            for w, s, k in zip(weights, secs, tok_dev, strict=True):
+        if len(ratios) < 64:  # the first 64 steps' device counts, in line order (as parse_line adds them)
+            for w, s, k in zip(weights[:64].tolist(), secs[:64].tolist(), tok_dev[:64].tolist(), strict=True):
                 if len(ratios) >= 64:
                     break
                 if k > 0:
                     ratios.append(w / (s * k))
-        return {"step": list(map(int, map(_G2, rows))), "step_time_s": secs,
-                "tokens": weights if 0 not in weights else [w or None for w in weights],
-                "loss": list(map(float, map(_G7, rows))),
-                "claimed_tflops_per_device": convert_column(float, list(map(_G4, rows))),
+        return {"step": vals["step"], "step_time_s": secs, "tokens": np.where(weights == 0, INT_NONE, weights),
+                "loss": vals["loss"], "claimed_tflops_per_device": vals["tflops"],
                 "claimed_tokens_per_s_per_device": tok_dev}
 
     def block_inert(self, line: str) -> bool:
-        return _STEP not in line
+        return _STEP not in line  # its facts never enter a step
 
     def parse_line(self, line: str, state: ParseState) -> StepRecord | None:
         i = line.find(_STEP)

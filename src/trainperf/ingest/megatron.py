@@ -29,24 +29,24 @@ gives facts. The time must be followed by ``|``, ``,``, ``]`` or the end of a co
 
 from __future__ import annotations
 
-import math
 import re
-from operator import itemgetter
-from typing import Any
+from typing import TYPE_CHECKING
 
 from trainperf.ingest.base import (
     RANK_PREFIX,
     LogParser,
     ParseState,
-    convert_column,
     make_step,
     positive,
-    quick_step,
     to_float,
     to_int,
     to_time,
 )
+from trainperf.ingest.templates import BlockField
 from trainperf.records.run_record import StepRecord
+
+if TYPE_CHECKING:
+    import numpy as np
 
 _ITER = re.compile(r"iteration\s+(\d+)\s*/\s*(\d+)\s*\|")
 # The time field with its delimiter: a number not followed by " |" was cut mid-write.
@@ -67,7 +67,6 @@ _BLOCK = re.compile(RANK_PREFIX + r" *(?:\[[^\]\n]*\] +)?iteration +(\d+)/ *\d+ 
                     r"(\d+\.?\d*) \|)? learning rate: [-+\d.Ee]+ \| global batch size: +(\d+) \| lm loss: "
                     r"([-+\d.Ee]+|nan|inf) \| loss scale: [-+\d.Ee]+ \| grad norm: (\d+\.?\d*) \|"
                     r"(?: number of skipped iterations: +\d+ \| number of nan iterations: +\d+ \|)? *$", re.M)
-_G2, _G3, _G4, _G5, _G6, _G7, _G8 = (itemgetter(i) for i in range(2, 9))
 _CONSUMED = re.compile(r"consumed samples:\s*(\d+) \| consumed tokens:\s*(\d+) \|")
 _PADDED_VOCAB = re.compile(r"padded vocab \(size: \d+\) with \d+ dummy tokens \(new size: (\d+)\)")
 _ARG = re.compile(r"^\s*([a-z_0-9]+) \.{2,} (\S.*?)\s*$")
@@ -106,55 +105,43 @@ class MegatronParser(LogParser):
     claimed_scope = "TFLOP/s per GPU"
     block_re = _BLOCK
 
+    block_fields = (BlockField("step", 3, "int"), BlockField("ms", 4, "text", lambda u: u == "ms"),
+                    BlockField("t", 5, "float"), BlockField("tf", 6, "float"), BlockField("gbs", 7, "int"),
+                    BlockField("loss", 8, "to_float"), BlockField("gn", 9, "float"))
+
     def __init__(self) -> None:
         self._seq: int | None = None
         self._last_gbs: tuple[int, int, str] | None = None
         self._args_seen = False
 
-    def block_record(self, g: tuple[str, ...], line: str, state: ParseState) -> StepRecord | None:
-        _, _, step, unit, t_s, tf, gbs_s, loss, gn = g[:9]
-        t = float(t_s) / 1000.0 if unit == "ms" else float(t_s)
-        if not 1e-6 <= t <= 1e7:
-            return None
-        gbs = int(gbs_s)
-        seq = self._seq or state.facts.values.get("seq_len") or state.hints.get("seq_len")
-        self._seq = seq
-        self._last_gbs = (gbs, state.line_no, line)
-        return quick_step(int(step), t, gbs * seq if seq else None, to_float(loss), float(gn),
-                          float(tf) if tf else None, None, state.rank)  # findall gives "" for a missing group
+    @staticmethod
+    def _seconds(vals: dict[str, np.ndarray]) -> np.ndarray:
+        import numpy as np
 
-    has_block_columns = True
+        t = vals["t"]
+        return np.where(vals["ms"] == 1, t / 1000.0, t)
 
-    def block_columns(self, rows: list[tuple[str, ...]], last_line: str, state: ParseState
-                      ) -> dict[str, list[Any] | None] | None:
-        ts = list(map(float, map(_G4, rows)))
-        units = list(map(_G3, rows))
-        if "s" not in units:
-            ts = [x / 1000.0 for x in ts]
-        elif "ms" in units:
-            ts = [x / 1000.0 if u == "ms" else x for x, u in zip(ts, units, strict=True)]
-        if min(ts) < 1e-6 or max(ts) > 1e7:
-            return None
-        gbs = convert_column(int, list(map(_G6, rows)))
+    def block_valid(self, vals: dict[str, np.ndarray]) -> np.ndarray | None:
+        t = self._seconds(vals)
+        return (t >= 1e-6) & (t <= 1e7)  # else parse_line flags the step
+
+    def block_arrays(self, vals: dict[str, np.ndarray], last_line: str, state: ParseState
+                     ) -> dict[str, np.ndarray | None] | None:
+        import numpy as np
+
+        gbs = vals["gbs"]
         seq = self._seq or state.facts.values.get("seq_len") or state.hints.get("seq_len")
+        if seq and not (type(seq) is int and int(gbs.max()) <= ((1 << 63) - 1) // seq):
+            return None  # tokens beyond int64 (or a non-integer length): parse_line keeps them exact
         self._seq = seq
-        self._last_gbs = (gbs[-1], state.line_no, last_line)
-        loss_txt = list(map(_G7, rows))
-        try:
-            loss: list[float | None] = list(map(float, loss_txt))
-            if not all(map(math.isfinite, loss)):  # type: ignore[arg-type]
-                loss = list(map(to_float, loss_txt))
-        except ValueError:
-            loss = list(map(to_float, loss_txt))
-        tf = list(map(_G5, rows))
-        return {"step": list(map(int, map(_G2, rows))), "step_time_s": ts,
-                "tokens": [g * seq for g in gbs] if seq else None, "loss": loss,
-                "grad_norm": convert_column(float, list(map(_G8, rows))),
-                "claimed_tflops_per_device": convert_column(float, tf) if "" not in tf
-                else [float(x) if x else None for x in tf]}
+        self._last_gbs = (int(gbs[-1]), state.line_no, last_line)
+        tf = vals["tf"]
+        return {"step": vals["step"], "step_time_s": self._seconds(vals), "tokens": gbs * seq if seq else None,
+                "loss": vals["loss"], "grad_norm": vals["gn"],
+                "claimed_tflops_per_device": None if np.isnan(tf).all() else tf}
 
     def block_inert(self, line: str) -> bool:
-        return "elapsed time per iteration (" not in line and " .." not in line
+        return "elapsed time per iteration (" not in line and " .." not in line  # no step, no seq_length
 
     def parse_line(self, line: str, state: ParseState) -> StepRecord | None:
         i = line.find("elapsed time per iteration (")

@@ -9,28 +9,28 @@ single-process log has only that stream). A step number that does not increase s
 steps it repeats are replaced by the new ones, and the first steps of each later segment are
 dropped as that segment's warm-up (the same rule as the run's own warm-up).
 
-Every step line is parsed (no sampling, however long the log). Lines of another format's steps
-in a mixed file are collected and parsed by that format's parser: each such stream is reported
-(``meta["other_streams"]`` and a note); ``--format`` picks which stream is the run. Once the
-workload is known, physically impossible steps are flagged (:mod:`.flags`): kept, out of the medians.
+Every line is read and every step line is parsed (no sampling, however long the log). Lines of
+another format's steps in a mixed file are collected and parsed by that format's parser: each
+such stream is reported (``meta["other_streams"]`` and a note); ``--format`` picks which stream
+is the run. Once the workload is known, physically impossible steps are flagged (:mod:`.flags`):
+kept, out of the medians.
 
-Speed: a format with a :attr:`~LogParser.block_re` has its canonical step lines matched in blocks
-of lines (one ``findall``) and, with :meth:`~LogParser.block_columns`, converted a column at a
-time; the kept steps then stay columns (:class:`~trainperf.records.step_columns.StepColumns`,
-StepRecords made only when asked for) unless the run restarts or mixes in steps of the per-line
-path, which become a plain list as before.
+Speed and memory: the reader hands over blocks of raw lines (:func:`~.reader.iter_log_blocks`).
+For a format with a :attr:`~LogParser.block_re`, the canonical step lines of a block are found
+and read by their shape (:mod:`.templates`: numpy over the bytes, no regex or object per line)
+and converted a column at a time (:meth:`~LogParser.block_arrays`); every other line is decoded
+and goes through ``parse_line``. Kept steps are stored as compact columns
+(:class:`~trainperf.records.step_columns.StepColumns`, 8 bytes per step and field) whatever
+path made them; StepRecords are made only when a consumer asks for them.
 """
 
 from __future__ import annotations
 
 import gc
 import itertools
-import operator
-import re
 import statistics
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -38,26 +38,31 @@ from trainperf.accounting.summarize import default_warmup_steps
 from trainperf.errors import InputFileError
 from trainperf.ingest.base import LogParser, ParseState
 from trainperf.ingest.flags import flag_impossible
-from trainperf.ingest.reader import PARTIAL, LogLine, PartialLine, ReadStats, iter_log
+from trainperf.ingest.reader import (
+    PARTIAL,
+    LogLine,
+    PartialLine,
+    ReadStats,
+    block_lines,
+    iter_log_blocks,
+)
 from trainperf.ingest.registry import detect_format, get_parser
+from trainperf.ingest.templates import DIGITS_TO_ZERO, RANK_RE, Templates, read_fields
 from trainperf.records.run_record import RunRecord, StepRecord
-from trainperf.records.step_columns import COLUMNS, StepColumns
+from trainperf.records.step_columns import StepColumns, StepColumnsBuilder
 
 SAMPLE_LINES = 5_000
 MAX_SAMPLE_LINES = 100_000
-_RANK_RE = re.compile(r"\s*(?:\[(?:rank|default)?(\d+)\]:|(\d{1,5}): |\[\d+,(\d+)\]<std(?:out|err)>:)\s?")
-_INF = float("inf")
+_LINE_END = 1 << 62  # the line number of a record that finish() gives without one: after every line
 _UNPREFIXED = 1 << 40  # sorts after every real rank
 _NO_STEPS_YET = 1 << 41
-_PREFIX = itemgetter(0, 1)
-_ONLY_STR = {str}
 
 
 def strip_rank(line: str) -> tuple[str, int | None]:
     """``line`` without a launcher's rank prefix, and that rank (``None`` when there is none)."""
     c = line[:1]
     if c == "[" or c == " " or c.isdigit():
-        m = _RANK_RE.match(line)
+        m = RANK_RE.match(line)
         if m is not None:
             g = m.group(1) or m.group(2) or m.group(3)
             return line[m.end():], int(g)
@@ -68,7 +73,7 @@ def strip_rank(line: str) -> tuple[str, int | None]:
 class Collected:
     """Steps of the kept rank, in log order, with restart bookkeeping."""
 
-    steps: list[StepRecord] = field(default_factory=list)
+    steps: StepColumns = field(default_factory=lambda: StepColumns({}, None))
     rank: int | None = None
     ranks_with_steps: set[int] = field(default_factory=set)
     other_rank_steps: int = 0
@@ -78,27 +83,15 @@ class Collected:
     parsed: int = 0
 
 
-_NONE_FIELDS = ("memory_GiB", "claimed_tokens_per_s", "claimed_mfu_pct", "breakdown", "flag")
-
-
-def _fits_columns(rec: StepRecord, rank: int | None) -> bool:
-    """Whether a StepColumns of rank ``rank`` holds ``rec`` exactly (no field outside COLUMNS set)."""
-    return rec.rank == rank and not rec.extra and all(getattr(rec, k) is None for k in _NONE_FIELDS)
-
-
 class _Collector:
-    """Keeps the lowest rank's steps, every one of them (no sampling): StepRecords from the
-    per-line path in ``items``, blocks of columns from the speed path in ``cols`` (made into
-    records only when both kinds are kept, or on a restart)."""
+    """Keeps the lowest rank's steps, every one of them (no sampling), as columns: records of
+    the per-line path and blocks of arrays of the speed path alike."""
 
     def __init__(self) -> None:
         self.best: int | None = None
-        self.items: list[tuple[float, StepRecord]] = []
         self.ranks: set[int] = set()
         self.other = 0
-        self.cols: dict[str, list[Any]] | None = None
-        self.col_lines: list[int] = []
-        self.col_rank: int | None = None
+        self.cols = StepColumnsBuilder()
 
     def _keep(self, rank: int | None, n: int) -> bool:
         """The rank rule: keep the lowest rank seen; a lower one drops what was kept so far and
@@ -106,72 +99,69 @@ class _Collector:
         r = _UNPREFIXED if rank is None else rank
         self.ranks.add(r)
         if self.best is None or r < self.best:
-            self.other += len(self.items) + len(self.col_lines)
-            self.items = []
-            self.cols = None
-            self.col_lines = []
+            self.other += len(self.cols)
+            self.cols = StepColumnsBuilder()
             self.best = r
         elif r > self.best:
             self.other += n
             return False
         return True
 
-    def add(self, rec: StepRecord, line_no: float) -> None:
+    def add(self, rec: StepRecord, line_no: int) -> None:
         if self._keep(rec.rank, 1):
-            self.items.append((line_no, rec))
+            self.cols.add_record(rec, line_no)
 
-    def add_columns(self, rank: int | None, cols: dict[str, list[Any] | None], lines: list[int]) -> None:
-        """Steps of one rank from the speed path, as columns (``COLUMNS`` of step_columns), at
-        log lines ``lines``; the same rank rule as :meth:`add`."""
-        if not self._keep(rank, len(lines)):
-            return
-        n = len(lines)
-        if self.cols is None:
-            self.cols = {k: [] for k in COLUMNS}
-            self.col_rank = rank
-        have = self.cols
-        if self.items and all(_fits_columns(rec, rank) and ln < lines[0] for ln, rec in self.items):
-            for ln, rec in self.items:  # records of the per-line path before this block: into the columns
-                for k in COLUMNS:
-                    have[k].append(getattr(rec, k))
-                self.col_lines.append(ln)  # type: ignore[arg-type]
-            self.items = []
-        for k in COLUMNS:
-            v = cols.get(k)
-            have[k].extend(v if v is not None else [None] * n)
-        self.col_lines.extend(lines)
-
-    def _column_records(self) -> list[tuple[float, StepRecord]]:
-        if self.cols is None:
-            return []
-        recs = StepColumns(self.cols, self.col_rank).records()
-        self.cols = None
-        lines, self.col_lines = self.col_lines, []
-        return list(zip(lines, recs, strict=True))
+    def add_columns(self, rank: int | None, cols: dict[str, Any], lines: Any) -> None:
+        """Steps of rank ``rank`` as arrays (see :meth:`StepColumnsBuilder.add_block`) at log
+        lines ``lines``; the same rank rule as :meth:`add`."""
+        if self._keep(rank, len(lines)):
+            self.cols.add_block(cols, lines)
 
     def result(self) -> Collected:
-        out = Collected(rank=None if self.best in (None, _UNPREFIXED) else self.best,
-                        ranks_with_steps={r for r in self.ranks if r != _UNPREFIXED},
-                        other_rank_steps=self.other, parsed=len(self.items) + len(self.col_lines))
-        if self.cols is not None and not self.items:
-            st = self.cols["step"]
-            if all(map(operator.lt, st, itertools.islice(st, 1, None))):  # no restart: stay columns
-                out.steps = StepColumns(self.cols, self.col_rank)  # type: ignore[assignment]
-                return out
-        if self.cols is not None:
-            self.items += self._column_records()
-        self.items.sort(key=itemgetter(0))  # finish() records go back to their log line
-        steps = out.steps
-        for line_no, rec in self.items:
-            if steps and rec.step <= steps[-1].step:
-                out.restarts.append({"line": None if line_no == _INF else int(line_no),
-                                     "from_step": steps[-1].step, "to_step": rec.step})
-                while steps and steps[-1].step >= rec.step:
-                    steps.pop()
-                    out.superseded_steps += 1
-                out.segment_starts = [s for s in out.segment_starts if s < len(steps)]
-                out.segment_starts.append(len(steps))
-            steps.append(rec)
+        import numpy as np
+
+        rank = None if self.best in (None, _UNPREFIXED) else self.best
+        steps, lines = self.cols.build(rank)
+        out = Collected(rank=rank, ranks_with_steps={r for r in self.ranks if r != _UNPREFIXED},
+                        other_rank_steps=self.other, parsed=len(steps))
+        n = len(steps)
+        if n > 1 and (lines[1:] < lines[:-1]).any():  # finish() records go back to their log line
+            order = np.argsort(lines, kind="stable")
+            steps, lines = steps.take(order), lines[order]
+        step = steps.array("step")
+        if n < 2 or step is None:
+            out.steps = steps
+            return out
+        restarts = np.flatnonzero(step[1:] <= step[:-1]) + 1
+        if not len(restarts):
+            out.steps = steps
+            return out
+        # A restart at row i drops the kept steps numbered >= step[i] (the stack of the per-line
+        # rule); the kept rows are ranges of rows, each strictly increasing in step.
+        kept: list[list[int]] = []
+        n_kept = 0
+        prev = 0
+        for i in restarts.tolist():
+            kept.append([prev, i])
+            n_kept += i - prev
+            to = int(step[i])
+            ln = int(lines[i])
+            out.restarts.append({"line": None if ln >= _LINE_END else ln, "from_step": int(step[i - 1]),
+                                 "to_step": to})
+            while kept:
+                a, b = kept[-1]
+                k = a + int(np.searchsorted(step[a:b], to, side="left"))
+                out.superseded_steps += b - k
+                n_kept -= b - k
+                if k > a:
+                    kept[-1][1] = k
+                    break
+                kept.pop()
+            out.segment_starts = [s for s in out.segment_starts if s < n_kept]
+            out.segment_starts.append(n_kept)
+            prev = i
+        kept.append([prev, n])
+        out.steps = steps.take(np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in kept]))
         return out
 
 
@@ -202,7 +192,8 @@ def _other_markers(parser: LogParser) -> list[tuple[str, str]]:
 
 
 class _Feeder:
-    """The per-line path: strip the rank prefix, skip ranks above the kept one, parse, collect."""
+    """Feeds the lines to the parser: strip the rank prefix, skip ranks above the kept one,
+    parse, collect; blocks of a format with templates take the speed path (:meth:`feed_block`)."""
 
     def __init__(self, parser: LogParser, state: ParseState, counts: LineCounts, watch_other_formats: bool) -> None:
         self.parser, self.state, self.counts = parser, state, counts
@@ -212,8 +203,9 @@ class _Feeder:
         self.best = _NO_STEPS_YET
         self.last_prefix, self.last_rank = "\x00", None  # a prefix no line starts with
         self.others = _other_markers(parser) if watch_other_formats else []
-        self._skips: set[int] = set()
         self.n_other = 0
+        fields = parser.block_fields
+        self.templates = Templates(parser.block_re, fields) if parser.block_re is not None and fields else None
 
     def marker(self, item: LogLine | PartialLine) -> None:
         if item is PARTIAL:
@@ -234,7 +226,7 @@ class _Feeder:
                 self.last_prefix = line[:j + 2]
                 return line[j + 2:], self.last_rank
         elif c == "[" or c == " ":
-            m = _RANK_RE.match(line)
+            m = RANK_RE.match(line)
             if m is not None:
                 return line[m.end():], int(m.group(1) or m.group(2) or m.group(3))
         return line, rank
@@ -270,223 +262,158 @@ class _Feeder:
                     self.n_other += 1
                     break
 
-    def feed_block(self, batch: list[str], every_line_re: re.Pattern[str]) -> None:
-        """A batch of lines through the format's :attr:`~LogParser.block_re`, extended with a
-        catch-all alternative so that ``findall`` over the joined batch gives one group tuple per
-        line, all in C: any other line (its step group empty) goes through :meth:`feed`. Every
-        line is still seen, in order, with its own line number.
+    def feed_block(self, block: bytes) -> None:
+        """The lines of ``block`` (whole lines, see :func:`~.reader.iter_blocks`) in order, each
+        with its own line number. Lines of a template (canonical step lines whose numbers read
+        exactly and pass :meth:`~LogParser.block_valid`) are read as arrays (:mod:`.templates`);
+        each run of them, with the inert lines among them (:meth:`~LogParser.block_inert`), is
+        handled by :meth:`_feed_run`; every other line goes through :meth:`feed`."""
+        import numpy as np
 
-        When every canonical step line of the batch has the same rank prefix and the parser has
-        :meth:`~LogParser.block_columns`, the step lines between two lines that are not inert
-        (:meth:`~LogParser.block_inert`; usually the whole batch) become columns in one call
-        (:meth:`_feed_region`, no StepRecord made); else each line becomes a record via
-        ``block_record`` (:meth:`_feed_rows`)."""
-        rows = every_line_re.findall("\n".join(batch))
-        if len(rows) != len(batch):  # cannot happen for newline-free lines; stay exact if it does
-            for line in batch:
+        assert self.templates is not None
+        shapes = block.translate(DIGITS_TO_ZERO).split(b"\n")
+        shapes.pop()
+        n = len(shapes)
+        lens = np.fromiter(map(len, shapes), dtype=np.int64, count=n)
+        tid = self.templates.lookup(shapes, lens)
+        if not n or tid.max() < 0:
+            for line in block_lines(block):
                 self.feed(line)
             return
-        steps = [g for g in rows if g[2]]
-        if not steps:
-            self._feed_rows(rows, batch, 0, len(rows))
-            return
-        prefixes = set(map(_PREFIX, steps))
-        if not self.parser.has_block_columns:
-            self._feed_rows(rows, batch, 0, len(rows))
-            return
-        skips: set[int] = set()
-        if len(prefixes) == 1:
-            ((g0, g1),) = prefixes
-            rank = int(g0) if g0 else int(g1) if g1 else self.default_rank
-        else:  # several ranks: fine when all but one are above the kept rank (their lines are skipped)
-            ranks = {p: int(p[0]) if p[0] else int(p[1]) if p[1] else self.default_rank for p in prefixes}
-            low = [p for p, rk in ranks.items() if (_UNPREFIXED if rk is None else rk) <= self.best]
-            if len(low) != 1 or self.best == _NO_STEPS_YET:
-                self._feed_rows(rows, batch, 0, len(rows))
-                return
-            keep = low[0]
-            (g0, g1), rank = keep, ranks[keep]
-            skips = {i for i, g in enumerate(rows) if g[2] and g[:2] != keep}
-        self._skips = skips
-        n = len(rows)
-        if len(steps) == n and not skips:
-            self._feed_region(rows, batch, 0, n, [], rank, g0, self.total)
-            return
-        gaps = [i for i, g in enumerate(rows) if not g[2]]
+        ends = np.cumsum(lens + 1)
+        starts = np.concatenate([[0], ends[:-1]])
+        buf = np.frombuffer(block, dtype=np.uint8)
+        fields = self.parser.block_fields
+        vals = {f.name: np.empty(n, dtype=np.int64 if f.kind == "int" else np.float64) for f in fields}
+        default = _UNPREFIXED if self.default_rank is None else self.default_rank
+        ranks = np.full(n, default, dtype=np.int64)
+        prefix = np.zeros(n, dtype=np.int64)
+        tlist = self.templates.list
+        for t in np.unique(tid[tid >= 0]).tolist():
+            rows = np.flatnonzero(tid == t)
+            tmpl = tlist[t]
+            got, rank, ok = read_fields(tmpl, buf, block, starts[rows], fields)
+            valid = self.parser.block_valid(got)
+            if valid is not None:
+                ok &= valid
+            for k, v in got.items():
+                vals[k][rows] = v
+            if rank is not None:
+                ranks[rows] = rank
+            prefix[rows] = tmpl.prefix_end
+            if not ok.all():
+                tid[rows[~ok]] = -1
+        is_t = tid >= 0
+        # Every other line, as text; one that cannot change what a step line gives (inert) may
+        # sit inside a run of template lines, any other one ends the run.
+        other_rows = np.flatnonzero(~is_t).tolist()
+        text = {i: block[s:e - 1].decode("utf-8", errors="replace") for i, s, e in
+                zip(other_rows, starts[other_rows].tolist(), ends[other_rows].tolist(), strict=True)}
         inert = self.parser.block_inert
+        barriers = [i for i in other_rows if not inert(text[i])]
         base = self.total
-        start = 0
-        inert_gaps: list[int] = []
-        for gap in gaps:
-            if inert(batch[gap]):
-                inert_gaps.append(gap)
-                continue
-            # this line may change what the step lines after it give: a region ends before it
-            if gap > start:
-                self._feed_region(rows, batch, start, gap, inert_gaps, rank, g0, base)
-            self.total = base + gap
-            self.feed(batch[gap])
-            start = gap + 1
-            inert_gaps = []
-        if start < n:
-            self._feed_region(rows, batch, start, n, inert_gaps, rank, g0, base)
+        a = 0
+        for stop in [*barriers, n]:
+            if stop > a:
+                rows = np.arange(a, stop)
+                t_rows = rows[is_t[a:stop]]
+                if len(t_rows):
+                    self._feed_run(block, starts, ends, prefix, ranks, vals, t_rows, a, stop, text, base)
+                else:
+                    for i in range(a, stop):
+                        self.total = base + i
+                        self.feed(text[i])
+            if stop < n:
+                self.total = base + stop
+                self.feed(text[stop])
+            a = stop + 1
+        self.total = base + n
 
-    def _feed_region(self, rows: list[tuple[str, ...]], batch: list[str], a: int, b: int, gaps: list[int],
-                     rank: int | None, g0: str, base: int) -> None:
-        """Rows ``a:b`` of a block (lines ``base + a + 1`` to ``base + b``): canonical step lines of
-        rank ``rank`` except rows ``gaps``, lines the parser calls inert (:meth:`LogParser.block_inert`:
-        they neither make a step nor change what a step line gives). The step lines become one
-        block of columns, the inert lines go through :meth:`feed`: the same outcome as
-        :meth:`_feed_rows`, which takes over when the parser declines the block."""
-        skips = self._skips
-        n_skip = 0
-        if len(gaps) == b - a:  # no step line
-            idx: list[int] | None = []
-        elif gaps or skips:
-            gap_set = set(gaps)
-            idx = [i for i in range(a, b) if i not in gap_set and i not in skips]
-            n_skip = (b - a) - len(gaps) - len(idx)
-            self.other += n_skip  # step lines of a rank above the kept one, as _feed_rows counts them
-            if not idx:
-                idx = []
-        else:
-            idx = None
-        r = _UNPREFIXED if rank is None else rank
+    def _feed_run(self, block: bytes, starts: Any, ends: Any, prefix: Any, ranks: Any, vals: dict[str, Any],
+                  t_rows: Any, a: int, b: int, text: dict[int, str], base: int) -> None:
+        """Lines ``a:b`` of a block (log lines ``base + a + 1`` to ``base + b``): template lines
+        ``t_rows`` and inert lines (``text``). The per-line rank rule on arrays (a line of a rank
+        above the lowest seen so far is counted, not parsed; a lower rank restarts the
+        collection), then each stretch of one rank's template lines becomes one block of columns
+        via :meth:`~LogParser.block_arrays`, and its inert lines go through :meth:`feed`: those
+        before its first template line first (judged against the rank kept before it, as line
+        by line), the others after (the rank is the stretch's either way)."""
+        import numpy as np
+
+        r = ranks[t_rows]
+        best0 = self.best
+        cm = np.minimum.accumulate(np.minimum(r, best0))
+        kept = r == cm
+        prev = np.concatenate([[best0], cm[:-1]])
+        cuts = np.flatnonzero(kept & (r < prev)).tolist()
+        segs = [0, *[c for c in cuts if c > 0], len(t_rows)]
         feed = self.feed
-        if g0 and idx != []:
-            self.last_rank, self.last_prefix = rank, f"{g0}: "
-        if idx == []:
-            pass
-        elif r > self.best:
-            self.other += len(idx) if idx is not None else b - a
-        else:
-            state = self.state
-            last = idx[-1] if idx is not None else b - 1
-            state.line_no = base + last + 1
-            state.rank = rank
-            cols = self.parser.block_columns([rows[i] for i in idx] if idx is not None else rows[a:b],
-                                             batch[last], state)
-            if cols is None:  # a step outside the fast path's range: line by line, as block_record does
-                self.total = base + a
-                self.other -= n_skip
-                self._feed_rows(rows, batch, a, b)
-                return
-            lines = [base + i + 1 for i in idx] if idx is not None else list(range(base + a + 1, base + b + 1))
-            if idx and gaps and gaps[0] < idx[0]:
-                # inert lines before the region's first step are judged (kept rank or not) against
-                # the rank kept so far, as the per-line path sees them: fed before the steps set it
-                for i in [g for g in gaps if g < idx[0]]:
+        for s0, s1 in itertools.pairwise(segs):
+            lo = a if s0 == 0 else int(t_rows[s0])  # the lines of this stretch: lo .. hi - 1
+            hi = b if s1 == len(t_rows) else int(t_rows[s1])
+            first = int(t_rows[s0])
+            idx = t_rows[s0:s1][kept[s0:s1]]
+            self.other += (s1 - s0) - len(idx)
+            cols = None
+            if len(idx):
+                last = int(idx[-1])
+                rank = int(ranks[idx[0]])
+                state = self.state
+                state.line_no = base + last + 1
+                state.rank = None if rank == _UNPREFIXED else rank
+                line = block[int(starts[last]) + int(prefix[last]):int(ends[last]) - 1].decode("utf-8", errors="replace")
+                cols = self.parser.block_arrays({f: v[idx] for f, v in vals.items()}, line, state)
+                if cols is None:  # the parser declines (e.g. a count beyond int64): these lines one by one
+                    self.other -= (s1 - s0) - len(idx)
+                    for i in range(lo, b):
+                        self.total = base + i
+                        feed(text[i] if i in text else block[int(starts[i]):int(ends[i]) - 1].decode(
+                            "utf-8", errors="replace"))
+                    return
+            for i in range(lo, first):  # inert lines before the stretch's first template line
+                self.total = base + i
+                feed(text[i])
+            if cols is not None:
+                self.used += len(idx)
+                self.col.add_columns(None if rank == _UNPREFIXED else rank, cols, idx + (base + 1))
+                self.best = rank
+            for i in range(first + 1, hi):
+                if i in text:
                     self.total = base + i
-                    feed(batch[i])
-                gaps = [g for g in gaps if g > idx[0]]
-            self.used += len(lines)
-            self.col.add_columns(rank, cols, lines)
-            self.best = r
-        for i in gaps:
-            self.total = base + i
-            feed(batch[i])
-        self.total = base + b
-
-    def _feed_rows(self, rows: list[tuple[str, ...]], batch: list[str], a: int, b: int) -> None:
-        """Rows ``a:b`` of a block one by one: a canonical step line becomes a record via
-        ``block_record``, any other line goes through :meth:`feed`; counters live in locals here
-        and are synced around :meth:`feed`."""
-        record = self.parser.block_record
-        state = self.state
-        col = self.col
-        feed = self.feed
-        total, best, used, other = self.total, self.best, self.used, self.other
-        default_rank = self.default_rank
-        items = col.items if col.best is not None else None
-        for i in range(a, b):
-            g = rows[i]
-            if not g[2]:  # not a canonical step line
-                self.total, self.best, self.used, self.other = total, best, used, other
-                feed(batch[i])
-                total, best, used, other = self.total, self.best, self.used, self.other
-                items = col.items if col.best is not None else None  # feed() may have reset them
-                continue
-            total += 1
-            g1 = g[0]
-            if g1:
-                rank: int | None = int(g1)
-                self.last_rank, self.last_prefix = rank, f"{g1}: "
-            elif g[1]:
-                rank = int(g[1])
-            else:
-                rank = default_rank
-            r = _UNPREFIXED if rank is None else rank
-            if r > best:
-                other += 1
-                continue
-            state.line_no = total
-            state.rank = rank
-            rec = record(g, batch[i], state)
-            if rec is None:  # outside the fast path's range (e.g. an impossible time): the full parser
-                self.total, self.best, self.used, self.other = total - 1, best, used, other
-                feed(batch[i])
-                total, best, used, other = self.total, self.best, self.used, self.other
-                items = col.items if col.best is not None else None
-                continue
-            used += 1
-            if r == best and items is not None:
-                items.append((total, rec))  # the collector's add(), inlined for the kept rank
-            else:
-                col.add(rec, total)
-                items = col.items
-                best = r
-        self.total, self.best, self.used, self.other = total, best, used, other
+                    feed(text[i])
 
 
-def every_line_regex(block_re: re.Pattern[str]) -> re.Pattern[str]:
-    """``block_re`` or a catch-all: ``findall`` then yields one tuple per line of a block, the
-    step number (group 3) empty for a line that is not a canonical step line."""
-    return re.compile(f"(?:{block_re.pattern})|^[^\\n]*$", re.M)
-
-
-BLOCK_LINES = 4096
-
-
-def run_parser(lines: Iterable[str | LogLine | PartialLine], parser: LogParser, state: ParseState,
+def run_parser(lines: Iterable[str | bytes | LogLine | PartialLine], parser: LogParser, state: ParseState,
                counts: LineCounts, *, watch_other_formats: bool = False) -> Collected:
     """Feed every line to ``parser``; never raises on content.
 
-    Once a rank has produced a step, lines of higher ranks are not parsed at all (they would
-    only give steps that are dropped): counted in ``counts.other_rank_lines``. Every step line
-    of the kept rank is parsed (no sampling). A parser with a ``block_re`` gets its canonical
-    step lines matched in blocks of :data:`BLOCK_LINES` lines (see :meth:`_Feeder.feed_block`).
+    ``lines`` holds lines (``str``), blocks of whole lines (``bytes``, see
+    :func:`~.reader.iter_blocks`) and markers. Once a rank has produced a step, lines of higher
+    ranks are not parsed at all (they would only give steps that are dropped): counted in
+    ``counts.other_rank_lines``. Every step line of the kept rank is parsed (no sampling).
+    Blocks of a parser with templates take the speed path (:meth:`_Feeder.feed_block`).
     With ``watch_other_formats``, lines the parser did not use that carry another format's step
     marker are kept (bounded) in ``counts.other_format_lines`` so that a mixed file's other
     streams can be reported.
     """
     f = _Feeder(parser, state, counts, watch_other_formats)
-    block_re = parser.block_re
-    it = iter(lines)
-    if block_re is None:
-        feed, marker = f.feed, f.marker
-        for item in it:
-            if item.__class__ is str:
-                feed(item)  # type: ignore[arg-type]
+    feed, marker = f.feed, f.marker
+    fast = f.templates is not None
+    for item in lines:
+        cls = item.__class__
+        if cls is str:
+            feed(item)  # type: ignore[arg-type]
+        elif cls is bytes:
+            if fast:
+                f.feed_block(item)  # type: ignore[arg-type]
             else:
-                marker(item)  # type: ignore[arg-type]
-    else:
-        every_re = every_line_regex(block_re)
-        islice = itertools.islice
-        while True:
-            batch = list(islice(it, BLOCK_LINES))
-            if not batch:
-                break
-            if set(map(type, batch)) == _ONLY_STR:  # no file or partial-line marker in the batch
-                f.feed_block(batch, every_re)  # type: ignore[arg-type]
-                continue
-            for item in batch:
-                if item.__class__ is str:
-                    f.feed(item)  # type: ignore[arg-type]
-                else:
-                    f.marker(item)  # type: ignore[arg-type]
+                for line in block_lines(item):  # type: ignore[arg-type]
+                    feed(line)
+        else:
+            marker(item)  # type: ignore[arg-type]
     for rec in parser.finish(state):
         line_no = rec.extra.pop("line", None) if rec.extra else None
-        f.col.add(rec, line_no if isinstance(line_no, int) else _INF)
+        f.col.add(rec, line_no if isinstance(line_no, int) else _LINE_END)
     counts.lines_total += f.total
     counts.lines_used += f.used
     counts.other_rank_lines += f.other
@@ -513,8 +440,20 @@ def other_streams(counts: LineCounts, hints: dict[str, Any]) -> list[dict[str, A
     return out
 
 
-def _sample(it: Iterator[str | LogLine], n: int) -> list[str | LogLine]:
-    return list(itertools.islice(it, n))
+def _sample(it: Iterator[bytes | str | LogLine | PartialLine], items: list[Any], texts: list[str | LogLine],
+            n: int) -> bool:
+    """Read from ``it`` into ``items`` (as read) until ``texts`` (its lines, decoded, and
+    markers) holds at least ``n`` entries; False when ``it`` is exhausted first."""
+    while len(texts) < n:
+        item = next(it, None)
+        if item is None:
+            return False
+        items.append(item)
+        if item.__class__ is bytes:
+            texts += block_lines(item)  # type: ignore[arg-type]
+        else:
+            texts.append(item)  # type: ignore[arg-type]
+    return True
 
 
 def _texts(items: list[str | LogLine]) -> list[str]:
@@ -554,6 +493,56 @@ def _device_hint(overrides: dict[str, Any], base: dict[str, Any] | None, facts: 
             or facts.get("precision"), "peak_tflops": overrides.get("hardware.peak_tflops")}
 
 
+def _restart_warmup(col: Collected, warmup: int | None) -> tuple[StepColumns, list[int]]:
+    """The kept steps without the warm-up of each segment after a restart (the run's own rule),
+    and the step numbers so dropped."""
+    import numpy as np
+
+    steps = col.steps
+    if not col.segment_starts:
+        return steps, []
+    bounds = [0, *col.segment_starts, len(steps)]
+    keep = np.ones(len(steps), dtype=bool)
+    for a, b in itertools.pairwise(bounds[1:]):
+        k = min(b - a, warmup if warmup is not None else default_warmup_steps(b - a))
+        keep[a:a + k] = False
+    idx = np.flatnonzero(~keep)
+    dropped = [int(x) for x in np.asarray(steps.values("step"))[idx]] if len(idx) else []
+    return steps.take(np.flatnonzero(keep)), dropped
+
+
+def _median_tokens(steps: StepColumns) -> int | None:
+    """The steps' own token count: the upper median of the non-zero counts (``None`` if none)."""
+    import numpy as np
+
+    vals = steps.values("tokens")
+    arr = np.asarray(vals, dtype=object if isinstance(vals, list) else np.int64)
+    nonzero = arr != 0
+    if not nonzero.all():
+        arr = arr[nonzero]
+    del nonzero
+    if not len(arr):
+        return None
+    if isinstance(vals, list):
+        return int(sorted(arr.tolist())[len(arr) // 2])
+    if arr[0] == arr[-1] and (arr == arr[0]).all():  # the common case: no sort of a million equal counts
+        return int(arr[0])
+    part = np.array(arr)  # one copy, partitioned in place
+    part.partition(len(arr) // 2)
+    return int(part[len(arr) // 2])
+
+
+def _skipped_reasons(counts: LineCounts, state: ParseState, stats: ReadStats) -> dict[str, int]:
+    """Lines read but not used, by reason (only reasons with a count), and files not read."""
+    skipped = counts.lines_total - counts.lines_used - counts.other_rank_lines
+    malformed = min(state.malformed_lines, skipped)
+    out = {"malformed step lines (cut mid-number included)": malformed,
+           "no step or fact of this format": skipped - malformed,
+           "lines of a rank above the kept one (not parsed)": counts.other_rank_lines,
+           "files not read (binary)": len(stats.skipped_files)}
+    return {k: v for k, v in out.items() if v}
+
+
 @dataclass
 class ParsedLog:
     """The run record plus the parse bookkeeping the report shows."""
@@ -586,20 +575,23 @@ def parse_log(source: str | Path, *, fmt: str | None = None, workload_path: str 
         base = workload_to_dict(workload)
     hints = user_hints(workload_path, overrides, base)
     stats = ReadStats()
-    it = iter_log(source, stats)
-    sample = _sample(it, SAMPLE_LINES)
+    it = iter_log_blocks(source, stats)
+    head: list[Any] = []  # what detection read, fed to the parser first
     if fmt is not None:
         parser = get_parser(fmt)
         detection = "given with --format"
         scores: dict[str, float] = {}
     else:
+        # The first SAMPLE_LINES lines (markers count as lines), doubled until a format is found.
+        texts: list[str | LogLine] = []
+        more = _sample(it, head, texts, SAMPLE_LINES)
+        sample = texts[:SAMPLE_LINES]
         name, scores = detect_format(_texts(sample))
-        while name is None and len(sample) < MAX_SAMPLE_LINES:
-            more = _sample(it, len(sample))
-            if not more:
-                break
-            sample += more
+        while name is None and len(sample) < MAX_SAMPLE_LINES and (more or len(texts) > len(sample)):
+            more = _sample(it, head, texts, 2 * len(sample))
+            sample = texts[:2 * len(sample)]
             name, scores = detect_format(_texts(sample))
+        del texts
         if name is None:
             n = sum(1 for x in sample if isinstance(x, str))
             if n == 0 and not stats.skipped_files:
@@ -610,34 +602,20 @@ def parse_log(source: str | Path, *, fmt: str | None = None, workload_path: str 
         detection = f"auto-detected (score {scores[name]:.3g} on the first {len(sample):,} lines)"
     state = ParseState(hints=hints)
     counts = LineCounts()
-    # The cyclic GC would rescan every kept StepRecord again and again as more are allocated
+    # The cyclic GC would rescan the parser's objects again and again as more are allocated
     # (quadratic in the run's length); parsing creates no reference cycles, so pause it.
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        col = run_parser(itertools.chain(sample, it), parser, state, counts, watch_other_formats=True)
+        col = run_parser(itertools.chain(head, it), parser, state, counts, watch_other_formats=True)
     finally:
         if gc_was_enabled:
             gc.enable()
-    steps = col.steps
-    dropped: list[int] = []
-    if col.segment_starts:
-        keep: list[StepRecord] = []
-        bounds = [0, *col.segment_starts, len(steps)]
-        for si in range(len(bounds) - 1):
-            seg = steps[bounds[si]:bounds[si + 1]]
-            if si > 0:
-                k = min(len(seg), warmup if warmup is not None else default_warmup_steps(len(seg)))
-                dropped += [s.step for s in seg[:k]]
-                seg = seg[k:]
-            keep += seg
-        steps = keep
-    tokens = [t for t in steps.column("tokens") if t] if isinstance(steps, StepColumns) \
-        else [s.tokens for s in steps if s.tokens]
-    if tokens and min(tokens) == max(tokens):  # the common case: no sort of a million equal counts
-        tokens_per_step = tokens[0]
-    else:
-        tokens_per_step = sorted(tokens)[len(tokens) // 2] if tokens else state.facts.get("tokens_per_step")
+    del head
+    steps, dropped = _restart_warmup(col, warmup)
+    tokens_per_step = _median_tokens(steps)
+    if tokens_per_step is None:
+        tokens_per_step = state.facts.get("tokens_per_step")
     res = resolve_workload(state.facts, workload_path, overrides, tokens_per_step, base=base)
     facts = state.facts
     found, not_found = log_field_coverage(facts.values, tokens_per_step)
@@ -657,6 +635,9 @@ def parse_log(source: str | Path, *, fmt: str | None = None, workload_path: str 
         "other_rank_lines": counts.other_rank_lines,
         "malformed_lines": state.malformed_lines,
         "overlong_lines": stats.overlong_lines,
+        "damaged_lines": {"nul_lines": stats.nul_lines, "non_utf8_lines": stats.non_utf8_lines,
+                          "overlong_lines": stats.overlong_lines},
+        "skipped_reasons": _skipped_reasons(counts, state, stats),
         "truncated_input": stats.truncated,
         "cut_lines": state.cut_count,
         "cut_line_examples": [{"line": n, "text": t} for n, t in state.cut_lines],

@@ -1,17 +1,21 @@
 """Streaming input for the log parsers: a file, a directory of files, a ``.gz`` file or stdin (``-``).
 
-Lines are read in 1 MiB chunks (constant memory in the log's size), decoded as UTF-8 with
-``errors="replace"`` (mixed encodings become U+FFFD, never an error), with universal newlines so
-a progress bar's ``\\r`` updates become separate lines. A line longer than
-:data:`MAX_LINE_CHARS` is cut there (the rest up to the next newline is dropped and counted):
-one 2 GB line of garbage must not take 2 GB of memory. A file whose first 64 KiB are mostly
-binary (NUL and control bytes) is refused; binary garbage inside a text log is just skipped
-by the parsers.
+The input is read as raw bytes in :data:`CHUNK_BYTES` chunks (constant memory in the log's size)
+and handed on as *blocks*: ``bytes`` holding whole lines, each ending in ``\\n``, with ``\\r\\n``
+and a lone ``\\r`` already turned into ``\\n`` (universal newlines: a progress bar's ``\\r``
+updates become separate lines). :func:`iter_log_blocks` gives the blocks (the parse pipeline's
+speed path reads them without decoding); :func:`iter_log` gives the same lines decoded. A line
+is decoded as UTF-8 with ``errors="replace"``: a byte that is not UTF-8 becomes U+FFFD in that
+line only (a newline is never part of a multi-byte sequence, so no error reaches the next line),
+and a NUL byte is an ordinary character of its line; both are counted in :class:`ReadStats`.
+A line longer than :data:`MAX_LINE_CHARS` characters is cut there (the rest up to the next
+newline is dropped and counted): one 2 GB line of garbage must not take 2 GB of memory; such a
+line comes as a ``str`` between blocks. A file whose first 64 KiB are mostly binary (NUL and
+control bytes) is refused; binary garbage inside a text log is just skipped by the parsers.
 """
 
 from __future__ import annotations
 
-import codecs
 import io
 import re
 import sys
@@ -23,8 +27,12 @@ from typing import IO
 
 from trainperf.errors import InputFileError, one_line
 
-CHUNK_CHARS = 1 << 20
+CHUNK_BYTES = 1 << 21
+"""Raw bytes read at a time (a block holds the whole lines of one such read)."""
 MAX_LINE_CHARS = 1 << 16
+_MAX_LINE_BYTES = 4 * MAX_LINE_CHARS + 8
+"""A UTF-8 character takes at most 4 bytes (an invalid byte becomes one character): a line this
+long in bytes is certainly longer than :data:`MAX_LINE_CHARS` characters."""
 _BINARY_SNIFF_BYTES = 1 << 16
 _TEXT_CONTROL = {9, 10, 12, 13, 27}
 _RANK_FILE_RE = re.compile(r"(?:rank|node|worker|proc|host)[_\-.]?(\d+)", re.IGNORECASE)
@@ -37,7 +45,13 @@ class ReadStats:
 
     files: list[str] = field(default_factory=list)
     skipped_files: list[str] = field(default_factory=list)
+    """Files of a directory that were not read, each with the reason (``"core.bin (binary)"``)."""
     overlong_lines: int = 0
+    """Lines longer than :data:`MAX_LINE_CHARS` characters, cut there (the rest dropped)."""
+    non_utf8_lines: int = 0
+    """Lines holding bytes that are not UTF-8 (each such byte read as U+FFFD; the line is kept)."""
+    nul_lines: int = 0
+    """Lines holding NUL bytes (kept as they are: a parser skips what it cannot read)."""
     truncated: bool = False
     """Reading stopped early: a truncated gzip stream or a read error."""
 
@@ -74,18 +88,31 @@ def looks_binary(head: bytes) -> bool:
     return bad / n > 0.30
 
 
-def _gzip_text_chunks(raw: IO[bytes], stats: ReadStats) -> Iterator[str]:
-    """Decompressed, decoded text of a (possibly multi-member, possibly truncated) gzip stream.
-
-    Done by hand with zlib so that a stream cut off mid-way (a job killed while compressing)
-    still yields everything before the cut; ``\r\n`` and ``\r`` become ``\n``.
-    """
-    dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    z = zlib.decompressobj(wbits=31)
-    pending_cr = False
+def _file_chunks(f: IO[bytes], stats: ReadStats) -> Iterator[bytes]:
+    """Chunks of ``f``, each completed to the end of its last line when that is near (so that
+    :func:`iter_blocks` seldom has to copy a block to split off a partial line)."""
     while True:
         try:
-            data = raw.read(CHUNK_CHARS // 4)
+            data = f.read(CHUNK_BYTES)
+            if data and data[-1] != 10 and hasattr(f, "readline"):
+                data += f.readline(MAX_LINE_CHARS)
+        except OSError:
+            stats.truncated = True
+            break
+        if not data:
+            break
+        yield data
+
+
+def _gzip_chunks(raw: IO[bytes], stats: ReadStats) -> Iterator[bytes]:
+    """Decompressed bytes of a (possibly multi-member, possibly truncated) gzip stream.
+
+    Done by hand with zlib so that a stream cut off mid-way (a job killed while compressing)
+    still yields everything before the cut."""
+    z = zlib.decompressobj(wbits=31)
+    while True:
+        try:
+            data = raw.read(CHUNK_BYTES // 4)
         except OSError:
             stats.truncated = True
             break
@@ -102,80 +129,124 @@ def _gzip_text_chunks(raw: IO[bytes], stats: ReadStats) -> Iterator[str]:
             data = z.unused_data if z.eof else b""
             if z.eof and data:
                 z = zlib.decompressobj(wbits=31)  # next gzip member
-            text = dec.decode(out)
-            if pending_cr:
-                text = "\r" + text
-            pending_cr = text.endswith("\r")
-            if pending_cr:
-                text = text[:-1]
-            if text:
-                yield text.replace("\r\n", "\n").replace("\r", "\n")
-    text = dec.decode(b"", final=True) + ("\n" if pending_cr else "")
-    if text:
-        yield text
+            if out:
+                yield out
 
 
-def _open_chunks(path: Path, stats: ReadStats) -> tuple[IO[bytes] | IO[str], Callable[[], Iterator[str]]]:
+def decode_line(line: bytes, stats: ReadStats) -> str:
+    """``line`` (no newline) as text, cut at :data:`MAX_LINE_CHARS` (counted as overlong)."""
+    text = line.decode("utf-8", errors="replace")
+    if len(text) > MAX_LINE_CHARS:
+        stats.overlong_lines += 1
+        text = text[:MAX_LINE_CHARS]
+    return text
+
+
+def _count_damage(block: bytes, stats: ReadStats) -> None:
+    """Count the lines of ``block`` with NUL bytes or bytes that are not UTF-8 (a pure-ASCII,
+    NUL-free block, the usual case, costs two C scans)."""
+    if b"\x00" in block:
+        stats.nul_lines += sum(1 for x in block.split(b"\n") if b"\x00" in x)
+    if not block.isascii():
+        try:
+            block.decode("utf-8")
+        except UnicodeDecodeError:
+            for x in block.split(b"\n"):
+                try:
+                    x.decode("utf-8")
+                except UnicodeDecodeError:
+                    stats.non_utf8_lines += 1
+
+
+def _split_long(block: bytes, stats: ReadStats) -> Iterator[bytes | str]:
+    """``block`` as is when no line of it is longer than :data:`MAX_LINE_CHARS` bytes (checked
+    with one ``find`` per half-line window: such a line spans a whole window); else its runs
+    of short lines as blocks and each long line as decoded text (cut if overlong)."""
+    w = MAX_LINE_CHARS // 2
+    if all(block.find(b"\n", s, s + w) >= 0 for s in range(0, len(block) - w, w)):
+        yield block
+        return
+    lines = block.split(b"\n")
+    lines.pop()
+    run: list[bytes] = []
+    for line in lines:
+        if len(line) <= MAX_LINE_CHARS:
+            run.append(line)
+            continue
+        if run:
+            yield b"\n".join(run) + b"\n"
+            run = []
+        yield decode_line(line, stats)
+    if run:
+        yield b"\n".join(run) + b"\n"
+
+
+def iter_blocks(chunks: Iterator[bytes], stats: ReadStats, mark_partial: bool = True
+                ) -> Iterator[bytes | str | PartialLine]:
+    """Blocks of whole lines from raw ``chunks`` (see module doc); a line too long for a block
+    comes as ``str``. With ``mark_partial``, :data:`PARTIAL` comes before a last line that has
+    no newline (that line as ``str``)."""
+    pending = b""
+    skipping = False
+    cr = False
+    for data in chunks:
+        if cr:
+            data = b"\r" + data
+        cr = data.endswith(b"\r")  # maybe the first half of \r\n: wait for the next chunk
+        if cr:
+            data = data[:-1]
+        if b"\r" in data:
+            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        if skipping:
+            nl = data.find(b"\n")
+            if nl < 0:
+                continue
+            data = data[nl + 1:]
+            skipping = False
+        if pending:
+            data = pending + data
+        k = data.rfind(b"\n") + 1
+        block, pending = (data, b"") if k == len(data) else (data[:k], data[k:])
+        if block:
+            _count_damage(block, stats)
+            yield from _split_long(block, stats)
+        if len(pending) > _MAX_LINE_BYTES:  # no newline in sight: cut the line, skip its rest
+            _count_damage(pending[:_MAX_LINE_BYTES], stats)
+            yield decode_line(pending[:_MAX_LINE_BYTES], stats)
+            pending = b""
+            skipping = True
+    if cr and not skipping:
+        pending += b"\n"
+    if pending.endswith(b"\n"):
+        _count_damage(pending, stats)
+        yield from _split_long(pending, stats)
+    elif pending:
+        _count_damage(pending, stats)
+        if mark_partial:
+            yield PARTIAL
+        yield decode_line(pending, stats)
+
+
+def block_lines(block: bytes) -> list[str]:
+    """The lines of a block (see :func:`iter_blocks`) as text, without their newlines."""
+    lines = block.decode("utf-8", errors="replace").split("\n")
+    lines.pop()
+    return lines
+
+
+def _open_chunks(path: Path, stats: ReadStats) -> tuple[IO[bytes], Callable[[], Iterator[bytes]]]:
     try:
         with path.open("rb") as f:
             head = f.read(_BINARY_SNIFF_BYTES)
     except OSError as e:
         raise InputFileError(f"cannot read log {str(path)!r}: {one_line(e.strerror or str(e))}") from None
+    raw = path.open("rb")
     if head[:2] == b"\x1f\x8b":
-        raw = path.open("rb")
-        return raw, lambda: _gzip_text_chunks(raw, stats)
+        return raw, lambda: _gzip_chunks(raw, stats)
     if looks_binary(head):
+        raw.close()
         raise InputFileError(f"{str(path)!r} looks like a binary file, not a text training log")
-    text = path.open("r", encoding="utf-8", errors="replace")
-    return text, lambda: _text_chunks(text, stats)
-
-
-def _text_chunks(f: IO[str], stats: ReadStats) -> Iterator[str]:
-    while True:
-        try:
-            chunk = f.read(CHUNK_CHARS)
-        except OSError:
-            stats.truncated = True
-            break
-        if not chunk:
-            break
-        yield chunk
-
-
-def iter_chunked_lines(f: IO[str] | Iterator[str], stats: ReadStats,
-                       mark_partial: bool = False) -> Iterator[str | PartialLine]:
-    """Lines of ``f`` (a text stream or an iterator of text chunks) without their newline;
-    overlong lines cut (see module doc). With ``mark_partial``, :data:`PARTIAL` comes before a
-    last line that has no newline."""
-    chunks = _text_chunks(f, stats) if hasattr(f, "read") else f  # type: ignore[arg-type]
-    tail = ""
-    skipping = False
-    for chunk in chunks:
-        if skipping:
-            nl = chunk.find("\n")
-            if nl < 0:
-                continue
-            chunk = chunk[nl + 1:]
-            skipping = False
-        if tail:
-            chunk = tail + chunk
-        lines = chunk.split("\n")
-        tail = lines.pop()
-        if len(tail) > MAX_LINE_CHARS:
-            stats.overlong_lines += 1
-            lines.append(tail[:MAX_LINE_CHARS])
-            tail = ""
-            skipping = True
-        if lines and max(map(len, lines)) > MAX_LINE_CHARS:
-            for i, line in enumerate(lines):
-                if len(line) > MAX_LINE_CHARS:
-                    stats.overlong_lines += 1
-                    lines[i] = line[:MAX_LINE_CHARS]
-        yield from lines
-    if tail:
-        if mark_partial:
-            yield PARTIAL
-        yield tail
+    return raw, lambda: _file_chunks(raw, stats)
 
 
 def _dir_files(path: Path) -> list[Path]:
@@ -205,28 +276,31 @@ class _Prefixed(io.RawIOBase):
         return len(data)
 
 
-def _stdin_chunks(stats: ReadStats) -> Iterator[str]:
-    """Text chunks of stdin: gzip detected from its first bytes (``zcat`` not needed)."""
+def _stdin_chunks(stats: ReadStats) -> Iterator[bytes]:
+    """Raw chunks of stdin: gzip detected from its first bytes (``zcat`` not needed)."""
     raw = sys.stdin.buffer
     head = raw.read(2)
     stream = io.BufferedReader(_Prefixed(head, raw))
     if head[:2] == b"\x1f\x8b":
-        yield from _gzip_text_chunks(stream, stats)
+        yield from _gzip_chunks(stream, stats)
         return
-    yield from _text_chunks(io.TextIOWrapper(stream, encoding="utf-8", errors="replace"), stats)
+    yield from _file_chunks(stream, stats)
 
 
-def iter_log(source: str | Path, stats: ReadStats | None = None) -> Iterator[str | LogLine | PartialLine]:
-    """Lines of a log (``str``), with a :class:`LogLine` marker before each file of a directory.
+def iter_log_blocks(source: str | Path, stats: ReadStats | None = None
+                    ) -> Iterator[bytes | str | LogLine | PartialLine]:
+    """A log as blocks of whole lines (``bytes``, see :func:`iter_blocks`) and single lines
+    (``str``), with a :class:`LogLine` marker before each file of a directory.
 
     In a directory, files whose names carry a rank (``rank3.log``, ``node-1.out``) are per-rank
     logs: their unprefixed lines get that rank. Other files are read in name order as
-    consecutive parts of one run (a job restarted into a new file).
+    consecutive parts of one run (a job restarted into a new file). A file of a directory that
+    looks binary is skipped and named in ``stats.skipped_files``.
     """
     stats = stats if stats is not None else ReadStats()
     if str(source) == "-":
         stats.files.append("<stdin>")
-        yield from iter_chunked_lines(_stdin_chunks(stats), stats, mark_partial=True)
+        yield from iter_blocks(_stdin_chunks(stats), stats)
         return
     path = Path(source)
     if not path.exists():
@@ -245,11 +319,20 @@ def iter_log(source: str | Path, stats: ReadStats | None = None) -> Iterator[str
             stats.files.append(str(p))
             yield LogLine(str(p), int(m.group(1)) if m else None)
             with handle:
-                yield from iter_chunked_lines(chunks(), stats, mark_partial=True)
+                yield from iter_blocks(chunks(), stats)
         return
     if not path.is_file():
         raise InputFileError(f"log {str(path)!r} is not a regular file")
     stats.files.append(str(path))
     handle, chunks = _open_chunks(path, stats)
     with handle:
-        yield from iter_chunked_lines(chunks(), stats, mark_partial=True)
+        yield from iter_blocks(chunks(), stats)
+
+
+def iter_log(source: str | Path, stats: ReadStats | None = None) -> Iterator[str | LogLine | PartialLine]:
+    """The lines of a log (``str``, no newline) with the markers of :func:`iter_log_blocks`."""
+    for item in iter_log_blocks(source, stats):
+        if item.__class__ is bytes:
+            yield from block_lines(item)  # type: ignore[arg-type]
+        else:
+            yield item  # type: ignore[misc]
