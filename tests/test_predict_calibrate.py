@@ -32,3 +32,15 @@ def test_fit_recovers_the_knob_that_generated_the_data():
     assert res.knobs.matmul_fraction == pytest.approx(0.65, rel=0.02)
     assert res.mape_pct < 0.5
     assert "fitted" in res.knobs.sources["matmul_fraction"]
+
+
+@pytest.mark.parametrize("statistic", ["median", "p10", "min"])
+def test_a_run_without_a_steady_state_step_is_a_one_line_error(statistic):
+    from trainperf.errors import SpecError
+    from trainperf.predict.calibrate import observation_from_run
+    from trainperf.records.run_record import RunRecord, StepRecord
+
+    steps = [StepRecord(step=i, step_time_s=1.0, tokens=8 * 4096, flag="outlier") for i in range(1, 10)]
+    run = RunRecord(source="bench", steps=steps, workload=_w(4096, 8), meta={"name": "flagged"})
+    with pytest.raises(SpecError, match=r"run\.steps=9 .*not flagged in run 'flagged'"):
+        observation_from_run(run, statistic=statistic)

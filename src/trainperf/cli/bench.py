@@ -97,7 +97,7 @@ def bench_precision(requested: str | None, device: str, local: bool = True):
     device_type = "cpu" if device == "cpu" else "cuda"
     if local:
         return resolve_precision(requested, device_type)
-    if (requested or AUTO).lower() != AUTO:
+    if requested and requested.lower() != AUTO:
         return PrecisionChoice(requested, requested, f"{requested} as requested")
     prec = "fp32" if device_type == "cpu" else "bf16"
     return PrecisionChoice(prec, AUTO, f"auto for another machine ({device}): {prec}")

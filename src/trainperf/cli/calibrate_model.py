@@ -138,11 +138,11 @@ def _write_profile(args: argparse.Namespace, obs: list, held: list, safe: dict) 
     for g, vals in prof.generations.items():
         print(f"  [{g}] " + ", ".join(f"{k} = {v:.4g}" for k, v in vals.items()
                                       if "calibrate-model" in prof.sources.get(f"{g}.{k}", "")))
-    rows = [("fit", p.name, f"{p.measured_step_time_s:.4g}", f"{p.predicted_step_time_s:.4g}", f"{p.signed_pct:+.1f}")
-            for p in fit_preds]
-    rows += [("held out", p.name, f"{p.measured_step_time_s:.4g}", f"{p.predicted_step_time_s:.4g}",
-              f"{p.signed_pct:+.1f}") for p in held_preds]
-    print(table(rows, ["", "run", "measured s", "predicted s", "signed err %"]))
+    table_rows = [("fit", p.name, f"{p.measured_step_time_s:.4g}", f"{p.predicted_step_time_s:.4g}", f"{p.signed_pct:+.1f}")
+                  for p in fit_preds]
+    table_rows += [("held out", p.name, f"{p.measured_step_time_s:.4g}", f"{p.predicted_step_time_s:.4g}",
+                    f"{p.signed_pct:+.1f}") for p in held_preds]
+    print(table(table_rows, ["", "run", "measured s", "predicted s", "signed err %"]))
     print(f"fit MAPE {fit_s['mape_pct']:.2f}%" + (f"; held-out MAPE {held_s['mape_pct']:.2f}%" if held_preds else ""))
     print(f"wrote {args.output} (use: trainperf predict ... --stack {args.output})")
     return 0

@@ -40,6 +40,7 @@ from trainperf.specs.bounds import (
     USD_PER_DEVICE_HOUR,
     VPP,
     WORKLOAD_FIELD_BOUNDS,
+    Bound,
 )
 
 HELP = "search every parallel plan (dp/fsdp/zero, tp, sp, pp/vpp, cp, ep, micro batch, checkpointing) and rank them"
@@ -95,6 +96,7 @@ def parse_counts(text: str | int | None, field: str) -> tuple[int, ...]:
     if text is None:
         raise SpecError(field, None, "a count, a comma-separated list, or a range LO-HI")
     bound = WORKLOAD_FIELD_BOUNDS.get(field, NUM_DEVICES)
+    assert isinstance(bound, Bound)  # counts are integer fields
     if isinstance(text, int):
         return (bound.check(field, text),)
     out: list[int] = []
@@ -343,6 +345,7 @@ def _run_inverse(args: argparse.Namespace, inp: dict[str, Any], cal: Any) -> int
             print_json({"inverse": inv.to_dict(), "message": line})
         print(f"trainperf plan: {line}", file=sys.stderr)
         return 1
+    assert inv.result is not None  # smallest_device_count searched the count it found
     best = inv.result.top[0]
     line = (f"smallest device count: {inv.num_devices} ({inv.num_devices // dpn} nodes) trains "
             f"{args.train_tokens:.3g} tokens in {best.days_to_train:.2f} days "

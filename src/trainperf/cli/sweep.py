@@ -21,10 +21,15 @@ import math
 import os
 import statistics
 import time
+from typing import TYPE_CHECKING
 
 from trainperf.cli.common import eprint, print_json, table
 from trainperf.errors import SpecError
 from trainperf.numbers import fmt
+
+if TYPE_CHECKING:
+    from trainperf.measure.launch import LaunchSpec
+    from trainperf.specs.workload import Workload
 
 HELP = "run the bench at several process counts and print the scaling-efficiency table"
 
@@ -104,7 +109,7 @@ def _run(args: argparse.Namespace) -> int:
         raise SpecError("--compare-lora", args.compare_lora, "a positive LoRA rank")
     variants: list[int | None] = [None, args.compare_lora] if args.compare_lora else [args.lora_rank]
     # Build and validate every run first: a bad count stops the sweep before anything runs.
-    planned = []
+    planned: list[tuple[int, Workload, LaunchSpec, list[BenchOptions]]] = []
     for n in counts:
         for rank in variants:
             a = copy.copy(args)
@@ -158,6 +163,7 @@ def _run(args: argparse.Namespace) -> int:
                ("step_time_median_s", "tokens_per_s", "tokens_per_s_per_device", "tflops_per_device", "mfu_pct",
                 "memory_max_GiB")}
         T, X = med["step_time_median_s"], med["tokens_per_s"]
+        assert T is not None and X is not None  # every run was checked above to have a steady-state step
         rank = workload.lora.rank if workload.lora else None
         base = bases.setdefault(rank, (n, T, X))
         eff = (weak_scaling_efficiency(base[0], base[2], n, X) if args.mode == "weak"

@@ -20,6 +20,7 @@ On a CUDA device the same measurement (timed with CUDA synchronisation) is store
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -114,7 +115,7 @@ def matmul_tflops(dtype: torch.dtype, sizes: Sequence[int] = (2048,), repeats: i
         a = torch.randn(m, k, generator=g, device=device).to(dtype)
         b = torch.randn(k, n, generator=g, device=device).to(dtype)
         out = torch.empty(m, n, dtype=dtype, device=device)
-        best = max(best, _best_rate(lambda a=a, b=b, out=out: torch.matmul(a, b, out=out),
+        best = max(best, _best_rate(functools.partial(torch.matmul, a, b, out=out),
                                     2.0 * m * k * n, repeats, min_time_s, device))
     return best / 1e12
 

@@ -59,7 +59,7 @@ def apply_lora(model: nn.Module, spec: LoraSpec) -> int:
         from peft import LoraConfig, inject_adapter_in_model
     except ImportError:
         raise SpecError("lora", f"rank {spec.rank}", "needs the peft package (pip install peft)") from None
-    paths = module_paths(model.spec.gated_mlp)  # type: ignore[union-attr]
+    paths = module_paths(model.spec.gated_mlp)
     names = [paths[t] for t in spec.targets]
     for p in model.parameters():
         p.requires_grad_(False)

@@ -139,7 +139,7 @@ def apply_tp(model: nn.Module, tp_mesh, sequence_parallel: bool) -> None:
     if top:
         parallelize_module(model, tp_mesh, top)
     act = Shard(1) if sp else Replicate()
-    for block in model.layers:  # type: ignore[union-attr]
+    for block in model.layers:
         plan = {
             "attention": PrepareModuleInput(input_layouts=(act, None, None),
                                             desired_input_layouts=(Replicate(), None, None)),
@@ -169,14 +169,14 @@ def apply_ac(model: nn.Module, policy: str) -> None:
 
         raise SpecError("training.activation_checkpointing", policy,
                         "none, selective or full for a measured run (other policies are prediction-only)")
-    for block in model.layers:  # type: ignore[union-attr]
+    for block in model.layers:
         block.checkpoint = policy == "full"
         block.attention.recompute_core = policy == "selective"
 
 
 def apply_compile(model: nn.Module) -> None:
     """Compile each block in place (torchtitan compiles per block: repeated structure, one graph)."""
-    for block in model.layers:  # type: ignore[union-attr]
+    for block in model.layers:
         block.compile()
 
 
@@ -190,7 +190,7 @@ def apply_fsdp(model: nn.Module, dp_mesh, precision: str, pipeline: bool = False
 
     dtype = COMPUTE_DTYPES[precision]
     mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
-    for block in model.layers:  # type: ignore[union-attr]
+    for block in model.layers:
         # The last block's parameters are needed right away by the backward: keep them gathered.
         fully_shard(block, mesh=dp_mesh, mp_policy=mp,
                     reshard_after_forward=not pipeline and block is not model.layers[-1])

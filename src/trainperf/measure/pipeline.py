@@ -32,13 +32,13 @@ def stage_layer_ranges(layers: int, num_stages: int) -> list[tuple[int, int]]:
 def split_stages(model: nn.Module, pp_rank: int, pp: int, vpp: int) -> list[tuple[int, nn.Module]]:
     """(stage index, stage module) pairs held by pipeline rank ``pp_rank``."""
     num_stages = pp * vpp
-    ranges = stage_layer_ranges(len(model.layers), num_stages)  # type: ignore[arg-type]
+    ranges = stage_layer_ranges(len(model.layers), num_stages)
     stages = []
     for k in range(vpp):
         sid = pp_rank + k * pp
         lo, hi = ranges[sid]
         m = copy.deepcopy(model)
-        m.layers = nn.ModuleList(list(m.layers)[lo:hi])  # type: ignore[index]
+        m.layers = nn.ModuleList(list(m.layers)[lo:hi])
         if sid > 0:
             m.tok_embeddings = None
         if sid < num_stages - 1:

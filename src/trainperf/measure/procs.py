@@ -80,7 +80,7 @@ def _stat_fields(pid: int) -> list[str] | None:
 
 def is_zombie(pid: int) -> bool:
     f = _stat_fields(pid)
-    return bool(f) and f[0] == "Z"
+    return bool(f and f[0] == "Z")
 
 
 def parent_of(pid: int) -> int | None:

@@ -414,6 +414,7 @@ class BenchRun:
         """One step through the pipeline schedule: this rank's micro-batches, same sequences as
         without pipeline parallel; the loss lives on the last stage and is averaged to all."""
 
+        assert self.schedule is not None  # train_step calls this only when pp > 1 built a schedule
         parts = [self.batches.get(step - 1, m, self.device) for m in range(self.accum)]
         x = torch.cat([p[0] for p in parts])
         y = torch.cat([p[1] for p in parts])

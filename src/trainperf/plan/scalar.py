@@ -74,7 +74,7 @@ def predict(w: Workload, calibration: Mapping[str, Mapping[str, float]] | None =
     """The scalar predictor's figures for one workload (:func:`trainperf.predict.predict`)."""
     from trainperf.predict import predict as _predict
 
-    kw = {"convention": convention} if convention else {}
+    kw: dict[str, Any] = {"convention": convention} if convention else {}
     p = _predict(w, calibration=calibration, **kw)
     return ScalarFigures(p.step_time_s, p.mfu_pct, p.memory_per_device_GiB, p.memory_capacity_GiB,
                          p.fits, p.bottleneck, dict(p.breakdown), dict(p.memory_breakdown_GiB), p)

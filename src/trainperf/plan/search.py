@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -63,14 +63,21 @@ class Objective:
         if self.train_tokens is not None and not self.train_tokens > 0:
             raise SpecError("train_tokens", self.train_tokens, "a positive token count")
 
-    def score(self, tokens_per_s, num_devices):
+    @overload
+    def score(self, tokens_per_s: float, num_devices: float) -> float: ...
+    @overload
+    def score(self, tokens_per_s: np.ndarray, num_devices: np.ndarray) -> np.ndarray: ...
+
+    def score(self, tokens_per_s: float | np.ndarray, num_devices: float | np.ndarray) -> float | np.ndarray:
         """Lower is better: ``-tokens/s``, days, or dollars (arrays or floats)."""
         if self.name == "throughput":
             return -tokens_per_s
-        days = self.train_tokens / tokens_per_s / SECONDS_PER_DAY  # type: ignore[operator]
+        assert self.train_tokens is not None  # __post_init__ requires it for time and cost
+        days = self.train_tokens / tokens_per_s / SECONDS_PER_DAY
         if self.name == "time":
             return days
-        return days * 24.0 * num_devices * self.usd_per_device_hour  # type: ignore[operator]
+        assert self.usd_per_device_hour is not None  # __post_init__ requires it for cost
+        return days * 24.0 * num_devices * self.usd_per_device_hour
 
 
 @dataclass

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import numpy as np
 
@@ -38,6 +39,15 @@ index), from least to most recomputation (Llama-2-7B: 0, 1.07, 1.07 + elementwis
 parametrised ``full:K`` / ``full-every:N`` are not searched."""
 DEFAULT_CHECKPOINTING: tuple[str, ...] = ("none", "selective", "full")
 """Policies tried unless the user names others."""
+
+
+class SoftwareFields(TypedDict):
+    """The ``[training]`` software fields of a plan (keyword arguments of a Workload)."""
+
+    compile: bool
+    async_tp: bool
+    fp8_recipe: str | None
+    stack: str
 
 # Column names of a candidate table, in a fixed order.
 COLUMNS: tuple[str, ...] = (
@@ -115,7 +125,7 @@ class SearchSpace:
     require_stack: bool = True
     """With the ``generic`` stack: keep only plans that at least one packaged stack can run."""
 
-    def software(self, precision: str, tp: int) -> dict[str, object]:
+    def software(self, precision: str, tp: int) -> SoftwareFields:
         """The ``[training]`` software fields of a plan of this ``precision`` and ``tp``."""
         return {"compile": self.compile, "async_tp": self.async_tp and tp > 1,
                 "fp8_recipe": self.fp8_recipe if precision in ("fp8", "fp4") else None, "stack": self.stack}

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from trainperf.plan.space import AC_POLICIES, Candidates, stage_layer_arrays
+from trainperf.plan.space import AC_POLICIES, Candidates, SoftwareFields, stage_layer_arrays
 from trainperf.specs.hardware import Hardware
 from trainperf.specs.model import ModelSpec
 
@@ -98,7 +98,7 @@ def plan_features(c: Candidates, idx: np.ndarray, devices_per_node: int, layers:
 
 def evaluate(c: Candidates, model: ModelSpec, hardware: Hardware, seq_len: int, devices_per_node: int,
              *, calibration: Any = None, keep_parts: bool = False, scale_up_domain: int = 0,
-             software: Callable[[str, int], dict[str, Any]] | None = None) -> Evaluation:
+             software: Callable[[str, int], SoftwareFields] | None = None) -> Evaluation:
     """Predicted step time, memory per device and fit of every candidate in ``c``.
 
     ``calibration``: what ``trainperf.predict`` accepts for its knobs (a calibration file path,

@@ -24,7 +24,7 @@ _MATS = ("attn_mats", "mlp_mats", "expert_mats")
 
 
 def _signature(f: Mapping[str, Any]) -> tuple:
-    sig = []
+    sig: list[tuple[str, Any]] = []
     for k, v in sorted(f.items()):
         if k in _MATS:
             sig.append((k, tuple((m[2], m[3]) for m in v)))

@@ -186,6 +186,8 @@ def observation_from_run(run: Any, name: str | None = None, statistic: str = "me
     if statistic not in STATISTICS:
         raise SpecError("statistic", statistic, f"one of {', '.join(STATISTICS)}")
     s = summarize(run)
+    if s.step_time_median_s is None or s.step_time_p10_s is None:
+        raise SpecError("run.steps", len(run.steps), f"a step after the warm-up that is not flagged in run {run.name!r}")
     if statistic == "median":
         value = s.step_time_median_s
     else:

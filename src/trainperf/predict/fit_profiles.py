@@ -231,8 +231,8 @@ def build_problem(rows: Sequence[FitRow], *, base: Sequence[Profile] = (), gener
                     add("stack", f"{s}/*", knob, stack_arr == s, prior_stack)
     masks = {k: (np.stack(cols[k], axis=1) if cols[k] else np.zeros((len(rows), 0))) for k in fitted}
     group_of = np.empty(len(rows), int)
-    for gi, g in enumerate(groups):
-        group_of[g.index] = gi
+    for gi, grp in enumerate(groups):
+        group_of[grp.index] = gi
     param_groups = []
     for j in range(len(params)):
         touched = np.zeros(len(rows), bool)
@@ -548,7 +548,7 @@ def fit_user_profile(rows: Sequence[FitRow], name: str, base: Sequence[Profile] 
             vals[k] = v
             sources[f"{g}.{k}"] = text
         gen_tbl[g] = vals
-    facts = {"kernels": dict(base[-1].kernels)} if base else {}
+    facts: dict[str, Any] = {"kernels": dict(base[-1].kernels)} if base else {}
     prof = Profile(name=name, description=f"Fitted by trainperf calibrate-model over {', '.join(p.name for p in base) or 'vendor defaults'}.",
                    generations=gen_tbl, sources=sources, **facts,
                    fit={"runs": [r.name for r in rows], "in_sample_mape_pct": round(err["mape_pct"], 2),

@@ -169,7 +169,7 @@ class IntervalModel:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> IntervalModel:
-        return cls(seen=tuple(d["seen"]), unseen=tuple(d["unseen"]),  # type: ignore[arg-type]
+        return cls(seen=tuple(d["seen"]), unseen=tuple(d["unseen"]),
                    domain=Domain.from_dict(d["domain"]), rows=dict(d.get("rows", {})))
 
 

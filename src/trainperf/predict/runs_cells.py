@@ -62,7 +62,7 @@ def read_number(cell: str | None, *, binary: bool = False) -> float | None:
         return None
     s = _clean(str(cell))
     if _RANGE.match(s) and not s.startswith("-"):
-        raise CellError(f"{cell.strip()!r} is a range, not one value")
+        raise CellError(f"{str(cell).strip()!r} is a range, not one value")
     m = _NUM.search(s)
     if not m:
         return None

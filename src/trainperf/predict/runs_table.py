@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainperf.errors import InputFileError, SpecError, TrainperfError
 from trainperf.predict.runs_cells import (
@@ -57,6 +57,9 @@ from trainperf.predict.runs_cells import (
     unstated,
 )
 from trainperf.specs.datafiles import read_user_text
+
+if TYPE_CHECKING:
+    from trainperf.predict.stack_defaults import StackDefaults
 
 PACKAGED = "published_runs.csv"
 
@@ -141,6 +144,7 @@ class TableRun:
         if not self.included:
             raise SpecError(f"published row {self.row_id}", self.row_id, f"a predictable row ({self.exclude_reason})")
         w = self.workload
+        assert self.step_time_s is not None  # _row sets it with the workload of every included row
         step = StepRecord(step=0, step_time_s=float(self.step_time_s), tokens=w.tokens_per_step,
                           claimed_mfu_pct=self.claimed_mfu_pct)
         meta = {"name": f"row:{self.row_id}", "citation": self.source, "table": self.table_id,
@@ -179,6 +183,13 @@ def _default(d: Any, key: str, what: str, notes: list[str], params_B: float | No
     got = d.get(key, params_B)
     notes.append(got.note(what))
     return got.value
+
+
+def _default_is_on(d: StackDefaults, key: str) -> bool:
+    """Whether a true/false default is on (generic's ``[defaults]`` states every such key)."""
+    got = d.get(key)
+    assert got is not None
+    return bool(got.value)
 
 
 # ------------------------------------------------------------------------------------ policies
@@ -293,7 +304,8 @@ def _model(r: Mapping[str, str], notes: list[str]) -> dict[str, Any]:
         if missing:
             notes.append(f"{', '.join(missing)} not stated: from the model preset {preset.name} "
                          f"(the model cell {_cell(r, 'model')!r})")
-            fields = {f.name: getattr(preset, f.name) for f in dataclasses.fields(ModelSpec) if f.name != "extra"}
+            fields: dict[str, Any] = {f.name: getattr(preset, f.name) for f in dataclasses.fields(ModelSpec)
+                                      if f.name != "extra"}
             fields["max_seq_len"] = max(_count(r, "seq_len") or 2048, 2048, fields.get("max_seq_len") or 0)
             ModelSpec(**fields)
             return fields
@@ -309,7 +321,7 @@ def _model(r: Mapping[str, str], notes: list[str]) -> dict[str, Any]:
     kv = _count(r, "kv_heads") or heads
     arch = _cell(r, "arch_type")
     low = arch.lower()
-    fields: dict[str, Any] = {
+    fields = {
         "name": _cell(r, "model") or "custom", "layers": layers, "hidden": hidden, "heads": heads,
         "kv_heads": kv, "ffn_hidden": ffn, "vocab": vocab, "mlp": _mlp(arch),
         "max_seq_len": max(_count(r, "seq_len") or 2048, 2048),
@@ -579,7 +591,7 @@ def _row(r: Mapping[str, str]) -> TableRun:
         prec_error = ""
     except CellError as e:
         prec, prec_error = None, str(e)
-    base = {
+    base: dict[str, Any] = {
         "row_id": rid, "table_id": _cell(r, "table_id"),
         "source": f"{_cell(r, 'source')} ({_cell(r, 'source_table')})",
         "framework": _cell(r, "framework"), "stack": stack,
@@ -636,11 +648,11 @@ def _row(r: Mapping[str, str]) -> TableRun:
         fw = _cell(r, "framework").lower()
         if re.search(r"compile|inductor", fw):
             training["compile"] = True
-        elif d.get("compile").value:
+        elif _default_is_on(d, "compile"):
             training["compile"] = _default(d, "compile", "compilation", notes)
         if "asynctp" in re.sub(r"[\s_-]", "", fw):
             training["async_tp"] = True
-        elif plan["tp"] > 1 and d.get("async_tp").value:
+        elif plan["tp"] > 1 and _default_is_on(d, "async_tp"):
             training["async_tp"] = _default(d, "async_tp", "async tensor parallelism", notes)
         if (stack == "torchtitan" and not training.get("compile")
                 and (precision == "fp8" or training.get("async_tp"))):
@@ -671,6 +683,7 @@ def _row(r: Mapping[str, str]) -> TableRun:
             step = w.tokens_per_step / tps
             src = f"tokens_per_s_global={tps:g}"
         else:
+            assert tflops is not None  # the row was skipped above when it states no time at all
             flops, how = _flops_per_step(r, w, d, notes)
             step = flops / (float(tflops) * 1e12 * n)
             src = f"tflops_per_gpu={tflops:g} under {how}"

@@ -24,7 +24,7 @@ key or value is a one-line error naming it).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -113,7 +113,7 @@ def _check_value(key: str, v: Any, where: str) -> Any:
             raise SpecError(where, x, "a positive integer")
         return x
 
-    def one_of(x: Any, allowed: tuple[str, ...] | Mapping[str, Any]) -> str:
+    def one_of(x: Any, allowed: Collection[str]) -> str:
         if x not in allowed:
             raise SpecError(where, x, f"one of {', '.join(allowed)}")
         return str(x)

@@ -136,6 +136,7 @@ def validate_runs(data: str | Path | None = None, stack: str | None = None,
     for r in runs:
         pred = signed = lp = ls = gp = gs = band = None
         if r.included:
+            assert r.step_time_s is not None  # every included row has one (runs_table._row)
             pred = predict_row(r, stack)
             iv = interval_for(pred, r.workload, stack or r.stack)
             band = (iv.low_s, iv.high_s) if iv is not None else None

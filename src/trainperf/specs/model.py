@@ -160,6 +160,7 @@ class ModelSpec:
                 raise SpecError(name, shown(value), bound.valid())
         if self.kv_heads is None:
             object.__setattr__(self, "kv_heads", self.heads)
+        assert self.kv_heads is not None  # filled from heads just above
         _positive("kv_heads", self.kv_heads)
         if self.head_dim is None:
             if self.hidden % self.heads:

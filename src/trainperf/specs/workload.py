@@ -117,8 +117,9 @@ class Workload:
         if plan.tp > 1:
             if m.heads % plan.tp:
                 raise SpecError("parallel.tp", plan.tp, f"must divide heads={m.heads}")
-            if m.kv_heads % plan.tp:  # type: ignore[operator]
-                if plan.tp % m.kv_heads:  # type: ignore[operator]
+            assert m.kv_heads is not None  # ModelSpec.__post_init__ fills it from heads
+            if m.kv_heads % plan.tp:
+                if plan.tp % m.kv_heads:
                     raise SpecError("parallel.tp", plan.tp,
                                     f"must divide kv_heads={m.kv_heads} or be a multiple of it")
                 notes.append(f"tp={plan.tp} > kv_heads={m.kv_heads}: each kv head is replicated on "

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
+from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
@@ -115,8 +116,13 @@ def _curves(silicon: str, family: str) -> tuple[tuple[int, ...], tuple[dict[bool
     out = []
     for hd in hds:
         d = entry["curves"][hd]
-        out.append({c: tuple(list(v) for v in d["causal" if c else "full"]) for c in (False, True)})
+        out.append({c: _curve(d["causal" if c else "full"]) for c in (False, True)})
     return tuple(int(h) for h in hds), tuple(out)
+
+
+def _curve(knots_fwd_bwd: Sequence[Sequence[float]]) -> Curve:
+    xs, fw, bw = knots_fwd_bwd
+    return list(xs), list(fw), list(bw)
 
 
 @cache
@@ -179,9 +185,10 @@ def efficiency(silicon: str, family: str, seq_len: Any, head_dim: int, causal: b
     if (s <= 0).any():
         raise SpecError("seq_len", "array", "positive numbers of tokens")
     x = np.log2(s)
-    f = b = 0.0
+    fa: float | np.ndarray = 0.0
+    ba: float | np.ndarray = 0.0
     for curve, w in pairs:
-        cf, cb = _at_array(curve, x)
-        f = f + w * cf
-        b = b + w * cb
-    return f, b
+        cfa, cba = _at_array(curve, x)
+        fa = fa + w * cfa
+        ba = ba + w * cba
+    return fa, ba

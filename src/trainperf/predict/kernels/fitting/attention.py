@@ -120,7 +120,8 @@ def measured_curves(m: Measured, fam: str, ratio_ref: Curves | None) -> tuple[Cu
         fwd = m.get(fam, "fwd", key)
         if fwd is None:
             comb = m.get(fam, "fwdbwd", key)
-            ref = ratio_ref[key]
+            assert comb is not None  # keys without a fwd series are fwd+bwd keys
+            ref = _ref(ratio_ref, fam, key)
             rf, rb = ref.at(comb[0])
             f, b = split(comb[1], rb / rf)
             out[key] = Curve(comb[0], f, b)
@@ -140,17 +141,24 @@ def measured_curves(m: Measured, fam: str, ratio_ref: Curves | None) -> tuple[Cu
         elif both:
             k2 = min(both, key=lambda k: (k[0] != key[0], abs(math.log2(k[0] / key[0])), k[1] != key[1]))
             b2, f2 = m.get(fam, "bwd", k2), m.get(fam, "fwd", k2)
+            assert b2 is not None and f2 is not None  # k2 is one of ``both``
             x = _knots(fwd, b2, f2)
             out[key] = Curve(x, _on(x, fwd), _on(x, fwd) * _on(x, b2) / _on(x, f2))
             _note(notes, f"bwd for hd{key[0]} {'causal' if key[1] else 'full'} = its fwd x the bwd/fwd ratio of "
                          f"hd{k2[0]} {'causal' if k2[1] else 'full'}")
         else:
-            ref = ratio_ref[key]
+            ref = _ref(ratio_ref, fam, key)
             x = _knots(fwd, ref)
             rf, rb = ref.at(x)
             out[key] = Curve(x, _on(x, fwd), _on(x, fwd) * rb / rf)
             _note(notes, "bwd = fwd x the FlashAttention-2 bwd/fwd ratio on the same silicon")
     return out, notes
+
+
+def _ref(ratio_ref: Curves | None, fam: str, key: Key) -> Curve:
+    if ratio_ref is None:
+        raise ValueError(f"attention {fam} hd{key[0]}: no bwd measured and no reference bwd/fwd ratio given")
+    return ratio_ref[key]
 
 
 def _note(notes: list[str], text: str) -> None:
@@ -237,12 +245,12 @@ def params(rows: list[Row]) -> dict[str, dict[str, dict]]:
     # cdna3: CK FA2 anchored on the one MI300X point, Hopper FA2 shape
     mi, mi_row = _anchor(rows, "mi300x", "ck")
     anchor = mi / peak("mi300x", "bf16")
-    ref = fwdbwd_at(h_fa2, (64, False), 8192)
+    ref_fb = fwdbwd_at(h_fa2, (64, False), 8192)
     fams["cdna3"]["ck"] = (
-        _scale(h_fa2, anchor / ref), True,
+        _scale(h_fa2, anchor / ref_fb), True,
         f"anchored on {mi} TFLOP/s / {peak('mi300x', 'bf16'):g} = {anchor:.4f} (Azure 'Flash Attention 2.0' on "
         f"MI300X, read as fwd+bwd, non-causal, 8k, hd64 like the same benchmark's H100 and A100 rows: "
-        f"{cite(mi_row)}), with the sequence-length, head-dim and mask shape of Hopper FA2 (x {anchor / ref:.4f})",
+        f"{cite(mi_row)}), with the sequence-length, head-dim and mask shape of Hopper FA2 (x {anchor / ref_fb:.4f})",
         [fams["hopper"]["fa2"][2]])
     fams["cdna3"]["eager"] = _eager_from_hopper(rows, fams["hopper"]["eager"], "mi300x")
 

@@ -115,8 +115,9 @@ def _sweeps(rows: list[Row]) -> dict[str, list[Row]]:
 
 
 def _fit_param(rows_by_sweep: dict[str, list[Row]], names: list[str], level: str, what: str
-               ) -> tuple[Param, Param, Param]:
-    """Joint fit over several sweeps of one (silicon, level, kind, algorithm)."""
+               ) -> tuple[Param, Param, Param | None]:
+    """Joint fit over several sweeps of one (silicon, level, kind, algorithm); the latency is None
+    when no sweep has a small message."""
     s = np.concatenate([points(rows_by_sweep[n])[0] for n in names])
     e = np.concatenate([points(rows_by_sweep[n])[1] for n in names])
     eff, h, rms, npts = fit(s, e)
@@ -136,7 +137,9 @@ def _point_eff(rows: list[Row], half: float) -> tuple[float, str]:
                                             f"{int(float(r['size_bytes'])) >> 20} MiB ({cite(r)})" for r in rows)
 
 
-def _triple(eff: Param, half: Param, lat: Param) -> dict[str, Param]:
+def _triple(eff: Param, half: Param, lat: Param | None) -> dict[str, Param]:
+    if lat is None:
+        raise ValueError(f"no small message for the latency floor of {eff['source']}")
     return {"eff_max": eff, "half_bytes": half, "latency_us": lat}
 
 
@@ -162,9 +165,9 @@ def params(rows: list[Row]) -> dict[str, dict[str, Any]]:
         _, h, _ = _fit_param(sw, [h_ring_src[sil]], "scale-up", f"{sil} ring all-reduce shape")
         ring_rows = [r for r in by_sil[sil] if r["level"] == "scale-up" and r["kind"] == "all-reduce"
                      and r["algo"] == "ring" and r["sweep"].startswith("stas00")]
-        eff, text = _point_eff(ring_rows, h["value"])
+        ring_eff, text = _point_eff(ring_rows, h["value"])
         ring_ar[sil] = _triple(
-            param(eff, True, f"{sil} ring all-reduce (NVLS off or below {NVSWITCH[sil]} ranks): large-message points "
+            param(ring_eff, True, f"{sil} ring all-reduce (NVLS off or below {NVSWITCH[sil]} ranks): large-message points "
                   f"{text} divided by S/(S+h) with h from the {h_ring_src[sil]} sweep"),
             {**h, "source": f"{sil} ring all-reduce half size from the {h_ring_src[sil]} sweep: {h['source']}"},
             borrowed(up[sil]["all-reduce"]["latency_us"], f"no {sil} ring small-message sweep: the default "
@@ -187,7 +190,7 @@ def params(rows: list[Row]) -> dict[str, dict[str, Any]]:
     # ---- all-to-all and send/recv: XLA sweeps; send/recv eff_max from copy-engine P2P tests
     a2a = {"hopper": "xla-h100-sxm-all-to-all-8", "blackwell": "xla-b200-all-to-all-8", "cdna3": "xla-mi300x-all-to-all-8"}
     perm = {"hopper": "xla-h100-sxm-send-recv-8", "blackwell": "xla-b200-send-recv-8", "cdna3": "xla-mi300x-send-recv-8"}
-    p2p = {r["silicon"]: [] for r in sw["p2p"]}
+    p2p: dict[str, list[Row]] = {r["silicon"]: [] for r in sw["p2p"]}
     for r in sw["p2p"]:
         p2p[r["silicon"]].append(r)
     for sil in ("ampere", "hopper", "blackwell", "cdna3"):
@@ -213,18 +216,20 @@ def params(rows: list[Row]) -> dict[str, dict[str, Any]]:
                 eff_v = sum(vals) / len(vals)
                 eff_src = ("copy-engine P2P unidirectional bandwidth / link: " + ", ".join(
                     f"{r['busbw_GBps']} GB/s ({cite(r)})" for r in p2p[sil]))
-                _, h, rms, n = fit(s, e, eff=eff_v)
+                _, h_v, rms, n = fit(s, e, eff=eff_v)
             else:
-                eff_v, h, rms, n = fit(s, e)
+                eff_v, h_v, rms, n = fit(s, e)
                 eff_src = (f"XLA collective-permute plateau: one peer is reached over one xGMI link of the mesh "
                            f"(cf. the 2-GPU all-reduce, {cite(mi2)})")
             src = f"{perm[sil]} ({cite(sw[perm[sil]][0])})"
-            lat = floor_us(sw[perm[sil]], "scale-up")
+            lat_us = floor_us(sw[perm[sil]], "scale-up")
+            if lat_us is None:
+                raise ValueError(f"{src}: no message of <= {SMALL_BYTES['scale-up']} bytes for the latency floor")
             up[sil]["send-recv"] = _triple(
                 param(eff_v, True, f"{sil} send/recv: {eff_src}"),
-                param(h, True, f"{sil} send/recv half size: fit of the XLA collective-permute sweep (8 pairs) at "
+                param(h_v, True, f"{sil} send/recv half size: fit of the XLA collective-permute sweep (8 pairs) at "
                       f"eff_max {eff_v:.3f} on {n} messages of 4 MiB..4 GiB, rms log error {rms:.3f} [{src}]"),
-                param(lat, True, f"{sil} send/recv latency: smallest time per call of {src}"))
+                param(lat_us, True, f"{sil} send/recv latency: smallest time per call of {src}"))
     # ampere: all-to-all from hopper (both NVSwitch nodes), send/recv half size and latency from hopper
     up["ampere"]["all-to-all"] = {k: borrowed(v, "no ampere all-to-all sweep: hopper's (NVSwitch node, ratio 1)")
                                   for k, v in up["hopper"]["all-to-all"].items()}
@@ -252,6 +257,7 @@ def params(rows: list[Row]) -> dict[str, dict[str, Any]]:
     eff, half, lat = _fit_param(sw, ["stas00-b200-4node"], "scale-out",
                                 "blackwell all-reduce across 4 nodes x 8 (EFA v4, 8 x 400 Gb/s per node), NCCL default")
     out_p["blackwell"]["all-reduce"] = _triple(eff, half, lat)
+    assert lat is not None  # _triple raised otherwise
     # hopper: p5en ring at 4 GiB and the HF playbook's 4-node point, both 32 ranks: two equations
     # E S/(S+h) = e for (E, h)
     p5 = next(r for r in sw["stas00-h200-4node"] if r["algo"] == "ring")
@@ -278,9 +284,9 @@ def params(rows: list[Row]) -> dict[str, dict[str, Any]]:
     for r in hf:
         if int(r["nodes"]) < 4:
             continue
-        e = busbw(r) / link_of(r)
+        e_r = busbw(r) / link_of(r)
         xs.append(math.log((int(r["ranks"]) - 1) / 31))
-        ys.append(math.log(float(r["size_bytes"]) * (e_hop / e - 1) / h_hop))
+        ys.append(math.log(float(r["size_bytes"]) * (e_hop / e_r - 1) / h_hop))
     slope = float(np.dot(xs, ys) / np.dot(xs, xs))
     out_exp = param(slope, True, "exponent p of half_bytes(n) = half_bytes(32) ((n-1)/31)^p: least squares through "
                     "the origin on the HF playbook's 256 MiB all-reduce over 4, 8, 16, 32 and 64 nodes of 8 H100 "

@@ -94,20 +94,20 @@ def params(rows: list[Row], peak_fraction: dict[str, dict[str, Param]]) -> dict[
     for sil in silicons():
         if sil not in FP8_SILICONS:
             continue
-        d: dict[str, Param] = {}
+        recipes: dict[str, Param] = {}
         for recipe in RECIPES:
             if recipe == "mxfp8" and sil not in MX_SILICONS:
                 continue
             if recipe in measured.get(sil, {}):
-                d[recipe] = measured[sil][recipe]
+                recipes[recipe] = measured[sil][recipe]
             elif recipe == "mxfp8":
-                d[recipe] = borrowed(measured["blackwell"]["mxfp8"], f"no {sil} MXFP8 measurement: blackwell's")
+                recipes[recipe] = borrowed(measured["blackwell"]["mxfp8"], f"no {sil} MXFP8 measurement: blackwell's")
             elif sil == "cdna4" and recipe in measured.get("cdna3", {}):
-                d[recipe] = borrowed(measured["cdna3"][recipe], "no cdna4 measurement: cdna3's (nearest measured "
+                recipes[recipe] = borrowed(measured["cdna3"][recipe], "no cdna4 measurement: cdna3's (nearest measured "
                                      "silicon of the vendor)")
             else:
-                d[recipe] = borrowed(measured["hopper"][recipe], f"no {sil} {recipe} measurement: hopper's (the "
+                recipes[recipe] = borrowed(measured["hopper"][recipe], f"no {sil} {recipe} measurement: hopper's (the "
                                      "quantisation pass is memory-bound on every silicon; cross-vendor where the "
                                      "vendor has no measurement)")
-        out[sil] = {"recipes": d, "e2e_checks": checks.get(sil, [])}
+        out[sil] = {"recipes": recipes, "e2e_checks": checks.get(sil, [])}
     return out

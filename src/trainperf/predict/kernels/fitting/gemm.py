@@ -43,10 +43,10 @@ def _measured_peaks(rows: list[Row]) -> dict[tuple[str, str], Param]:
         fracs, parts = [], []
         for sku, rs in sorted(skus.items()):
             p = peak(sku, dt)
-            f = [float(r["tflops"]) / p for r in rs]
-            fracs.append(sum(f) / len(f))
+            fs = [float(r["tflops"]) / p for r in rs]
+            fracs.append(sum(fs) / len(fs))
             parts.append(f"{sku} " + " and ".join(f"{r['tflops']} ({cite(r)})" for r in rs)
-                         + f" / {p:g} = {sum(f) / len(f):.3f}")
+                         + f" / {p:g} = {sum(fs) / len(fs):.3f}")
         out[(sil, dt)] = param(sum(fracs) / len(fracs), True,
                                "mean over SKUs of MAMF/MAF TFLOP/s / catalog dense peak: " + "; ".join(parts))
     best: dict[tuple[str, str], tuple[float, Row]] = {}

@@ -40,7 +40,10 @@ def ideal_bytes(r: Row) -> tuple[float, str]:
         if k == "rope":  # one (B, H, N, D) tensor in and out, cos/sin (N, D)
             return 2 * 2 * g["B"] * g["H"] * g["N"] * g["D"] + 2 * 2 * g["N"] * g["D"], "2 s BHND + 2 s ND (cos, sin)"
         return 4 * 2 * g["B"] * g["N"] * g["D"], "4 s BND (read x, residual; write out, residual out)"
-    x = int(re.match(r"x=(\d+)", shape).group(1))
+    mx = re.match(r"x=(\d+)", shape)
+    if mx is None:
+        raise ValueError(f"{k} row on {r['silicon']}: shape {shape!r} does not start with x=<elements>")
+    x = int(mx.group(1))
     cfg = json.loads(shape.split(";", 1)[1])
     s = 4 if cfg.get("dtype") == "torch.float32" else 2
     if k == "rms_norm":
