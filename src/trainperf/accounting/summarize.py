@@ -61,7 +61,7 @@ def steady_columns(run: RunRecord, warmup: int | None = None) -> tuple[dict[str,
     return _SteadyColumns(steps, k), k, rule
 
 
-class _SteadyColumns(dict[str, list[Any]]):
+class _SteadyColumns(dict[str, Any]):
     """Columns of the steps after the warm-up, each sliced when first asked for."""
 
     def __init__(self, steps: StepColumns, k: int) -> None:

@@ -63,7 +63,7 @@ def named_peak(workload: Any, log_facts: dict[str, Any], device: dict[str, Any] 
 
             hw = get_hardware(str(d["id"]))
             prec = normalize_precision(str(d["precision"])) if d.get("precision") else None
-            if prec in hw.peak_tflops:
+            if prec is not None and prec in hw.peak_tflops:
                 return hw.peak_tflops[prec], f"{hw.id} {prec} dense peak"
             if hw.peak_tflops:
                 dt, v = max(hw.peak_tflops.items(), key=lambda kv: kv[1])
@@ -122,8 +122,10 @@ def _candidates(steps: StepColumns, peak: float | None, fpt: float | None, n: An
                 toks = np.full(m, dflt)
             else:
                 toks = np.where((tok == INT_NONE) | (tok == 0), dflt, tok.astype(np.float64))
+            st = steps.array("step_time_s")
+            assert st is not None  # every step has a step time
             with np.errstate(all="ignore"):
-                ours = fpt * toks / steps.array("step_time_s") / n / 1e12
+                ours = fpt * toks / st / n / 1e12
             cand |= ours > peak * (1 - 1e-9)
     return np.flatnonzero(cand).tolist()
 

@@ -201,7 +201,8 @@ class _Feeder:
         self.default_rank: int | None = None
         self.total = self.used = self.other = 0
         self.best = _NO_STEPS_YET
-        self.last_prefix, self.last_rank = "\x00", None  # a prefix no line starts with
+        self.last_prefix = "\x00"  # a prefix no line starts with
+        self.last_rank: int | None = None
         self.others = _other_markers(parser) if watch_other_formats else []
         self.n_other = 0
         fields = parser.block_fields
@@ -450,7 +451,7 @@ def _sample(it: Iterator[bytes | str | LogLine | PartialLine], items: list[Any],
             return False
         items.append(item)
         if item.__class__ is bytes:
-            texts += block_lines(item)  # type: ignore[arg-type]
+            texts += block_lines(item)
         else:
             texts.append(item)  # type: ignore[arg-type]
     return True
@@ -681,5 +682,5 @@ def parse_log(source: str | Path, *, fmt: str | None = None, workload_path: str 
                    + f"; only the {parser.name} stream is summarized (--format {o['format']} picks that one)")
     if stats.truncated:
         state.note("the input ended early (truncated gzip stream or read error); the steps read so far are kept")
-    run = RunRecord(source="ingest", steps=steps, workload=res.workload, meta=meta)
+    run = RunRecord(source="ingest", steps=steps, workload=res.workload, meta=meta)  # type: ignore[arg-type]  # StepColumns is a Sequence[StepRecord]
     return ParsedLog(run=run, parser=parser, facts=facts, counts=counts, state=state, format=parser.name)

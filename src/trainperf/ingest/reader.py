@@ -333,6 +333,6 @@ def iter_log(source: str | Path, stats: ReadStats | None = None) -> Iterator[str
     """The lines of a log (``str``, no newline) with the markers of :func:`iter_log_blocks`."""
     for item in iter_log_blocks(source, stats):
         if item.__class__ is bytes:
-            yield from block_lines(item)  # type: ignore[arg-type]
+            yield from block_lines(item)
         else:
             yield item  # type: ignore[misc]

@@ -200,6 +200,7 @@ def resolve_workload(facts: LogFacts, workload_path: str | None, overrides: dict
     have_model = any(model.get(k) for k in _WHOLE_MODEL_KEYS) or all(k in model for k in _MODEL_REQUIRED)
     seq, gb = tr.get("seq_len"), tr.get("global_batch")
     if res.tokens_per_step is None and _positive_int(seq) and _positive_int(gb):
+        assert seq is not None and gb is not None  # _positive_int rejects None
         res.tokens_per_step = seq * gb
     nd = data.get("hardware", {}).get("num_devices")
     res.num_devices = nd if _positive_int(nd) else None
@@ -223,7 +224,7 @@ def resolve_workload(facts: LogFacts, workload_path: str | None, overrides: dict
     if res.missing:
         return res
     if base_dir:
-        data["_base_dir"] = base_dir  # type: ignore[assignment]
+        data["_base_dir"] = base_dir
     try:
         res.workload = workload_from_dict(data)
     except TrainperfError as e:

@@ -125,7 +125,7 @@ class StepColumns(Sequence[StepRecord]):
         or ``None`` when the field is ``None`` in every step. Read-only use."""
         return self._cols.get(name) if self._records is None else None
 
-    def _mask(self, name: str, start: int, unflagged: bool) -> tuple[np.ndarray, list[tuple[int, Any]]]:
+    def _mask(self, name: str, start: int, unflagged: bool) -> tuple[np.ndarray | None, list[tuple[int, Any]]]:
         np = _np()
         a = self._cols[name]
         extra = []
