@@ -55,6 +55,8 @@ def cases(tmp: Path) -> list[tuple[str, list[str]]]:
         ("plan --num-devices 1e12", [*PLAN, "--global-batch", "128", "--num-devices", "1000000000000"]),
         ("plan --num-devices 963,761,198,400", [*PLAN, "--global-batch", "128", "--num-devices", "963761198400"]),
         ("plan --global-batch 10^38", [*PLAN, "--num-devices", "64", "--global-batch", str(10**38)]),
+        # within the device bound, but with 288 divisors: 1.18M ways to factor it into a mesh
+        ("plan --num-devices 1,441,440 (divisors)", [*PLAN, "--num-devices", "1441440", "--global-batch", "1000000"]),
         ("plan --global-batch 1-1e12 (range)", [*PLAN, "--num-devices", "64", "--global-batch", "1-1000000000000"]),
         ("plan --max-micro-batch 1e12", [*PLAN, "--num-devices", "64", "--global-batch", "128",
                                          "--max-micro-batch", "1000000000000"]),

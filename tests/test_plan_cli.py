@@ -151,3 +151,16 @@ def test_inverse_question_unreachable(capsys):
     rc, _, err = run(capsys, "plan", "--model", "llama3-8b", "--device", "h100-sxm", "--seq-len", "4096",
                      "--global-batch", "16", "--target-days", "0.01", "--train-tokens", "1e13")
     assert rc == 1 and err.startswith("trainperf plan: no device count") and "Traceback" not in err
+
+
+def test_a_device_count_with_many_divisors_is_a_bounded_search(capsys):
+    """1,441,440 is within the device bound but factors into 1,181,250 (dp, fsdp, tp, pp, cp)
+    meshes: the search says so in one line before laying them out (it took minutes and GBs)."""
+    from trainperf.plan.space import MAX_LAYOUT_ROWS, mesh_count
+
+    assert mesh_count(1_441_440) == 126 * 15 * 5 ** 4 > MAX_LAYOUT_ROWS  # 2^5 3^2 5 7 11 13
+    assert mesh_count(16_384) == 3060 and mesh_count(8) == 35
+    rc = main(["plan", "--model", "llama3-70b", "--device", "h100-sxm", "--num-devices", "1441440",
+               "--seq-len", "8192", "--global-batch", "1000000"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "--fix" in err and "1,181,250" in err

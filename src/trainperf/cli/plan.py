@@ -287,7 +287,9 @@ def _report(args: argparse.Namespace, result: Any, cal: Any, extra: dict[str, An
         if top:
             rows = []
             for p in top:
-                row = [p.rank, p.label, p.workload.num_devices, p.workload.global_batch, f"{p.step_time_s:.4g}",
+                band = f" ({p.interval_s[0]:.3g}-{p.interval_s[1]:.3g})" if p.interval_s else ""
+                row = [p.rank, p.label, p.workload.num_devices, p.workload.global_batch,
+                       f"{p.step_time_s:.4g}{band}",
                        fmt(p.tokens_per_s), f"{p.mfu_pct:.1f}", f"{p.memory_GiB:.1f}"]
                 if result.objective.name == "time":
                     row.append(f"{p.days_to_train:.2f}")
@@ -295,7 +297,7 @@ def _report(args: argparse.Namespace, result: Any, cal: Any, extra: dict[str, An
                     row.append(f"{p.cost_usd:,.0f}")
                 row.append(p.bottleneck)
                 rows.append(row)
-            headers = ["#", "plan", "devices", "GBS", "step s", "tokens/s", "MFU %", "GiB/device"]
+            headers = ["#", "plan", "devices", "GBS", "step s (80% range)", "tokens/s", "MFU %", "GiB/device"]
             if result.objective.name == "time":
                 headers.append("days")
             if result.objective.name == "cost":

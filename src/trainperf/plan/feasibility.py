@@ -13,15 +13,23 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from trainperf.plan.space import AC_POLICIES, REASONS, SearchSpace
+from trainperf.plan.space import AC_POLICIES, REASONS, SearchSpace, mesh_count
 
 MAX_DEVICE_FACTOR = 64
+EXPLORE_MESH_ROWS = 20_000
+"""The largest device-count factorisation (dp x fsdp x tp x pp x cp meshes) the "what would make
+it fit" explorer searches: a few thousand for any power-of-two cluster, so it stays a fraction of
+a second; counts with many divisors are not explored."""
 
 
 def _fits(model: Any, hardware: Any, space: SearchSpace, calibration: Any) -> Any:
+    from trainperf.errors import TrainperfError
     from trainperf.plan.search import search
 
-    r = search(model, hardware, space, top_k=1, rerank=0, calibration=calibration)
+    try:
+        r = search(model, hardware, space, top_k=1, rerank=0, calibration=calibration)
+    except TrainperfError:  # a relaxation whose search is beyond the planner's bounds: not tried
+        return None
     return r if r.feasible else None
 
 
@@ -45,10 +53,14 @@ def nearest_changes(result: Any, *, calibration: Any = None, max_tries: int = 6)
     """Single relaxations of the request under which some plan fits, nearest first."""
     m, hw, sp = result.model, result.hardware, result.space
     found: list[str] = []
+    if max(mesh_count(n) for n in sp.num_devices) > EXPLORE_MESH_ROWS:
+        return found  # each relaxation would be as large a search as the request: not explored
     # 1. more devices (keeping devices per node and the global batch)
     factor = 2
     while factor <= MAX_DEVICE_FACTOR:
         devs = tuple(n * factor for n in sp.num_devices)
+        if max(mesh_count(n) for n in devs) > EXPLORE_MESH_ROWS:
+            break  # the relaxed searches would dwarf the request's own
         r = _fits(m, hw, dataclasses.replace(sp, num_devices=devs), calibration)
         if r is not None:
             best = r.ranked

@@ -101,6 +101,8 @@ class RankedPlan:
     """The vectorised evaluator's step time for the same plan (equal to ``step_time_s``)."""
     stacks: tuple[str, ...] = ()
     """Packaged stacks whose ``[capabilities]`` can run this plan."""
+    interval_s: tuple[float, float] | None = None
+    """The scalar prediction's 80% range of step seconds (:mod:`trainperf.predict.intervals`)."""
 
     @property
     def label(self) -> str:
@@ -123,6 +125,7 @@ class RankedPlan:
             "days_to_train": self.days_to_train, "cost_usd": self.cost_usd,
             "embedding_slot": p.account_for_embedding_in_pipeline_split,
             "loss_slot": p.account_for_loss_in_pipeline_split, "stacks": list(self.stacks),
+            "step_time_interval_s": list(self.interval_s) if self.interval_s else None,
         }
 
 
@@ -295,6 +298,11 @@ def search(model: ModelSpec, hardware: Hardware, space: SearchSpace, objective: 
     return result
 
 
+def _interval(prediction: Any) -> tuple[float, float] | None:
+    iv = getattr(prediction, "interval", None)
+    return (float(iv.low_s), float(iv.high_s)) if iv is not None else None
+
+
 def rescore(result: SearchResult, *, rerank: int, calibration: Any = None,
             convention: str | None = None) -> list[RankedPlan]:
     """Predict the best ``rerank`` plans with the scalar predictor; return those that fit, ranked."""
@@ -309,7 +317,7 @@ def rescore(result: SearchResult, *, rerank: int, calibration: Any = None,
                 if days is not None and obj.usd_per_device_hour else None)
         out.append(RankedPlan(0, w, s.step_time_s, tps, s.mfu_pct, s.memory_GiB, s.capacity_GiB, s.fits,
                               s.bottleneck, s.breakdown_s, s.memory_breakdown_GiB, days, cost,
-                              float(result.step_time_s[i]), stacks_for(w)))
+                              float(result.step_time_s[i]), stacks_for(w), _interval(s.raw)))
     out = [p for p in out if p.fits]
     out.sort(key=lambda p: (float(obj.score(p.tokens_per_s, p.workload.num_devices)), p.memory_GiB))
     for r, p in enumerate(out, 1):

@@ -20,6 +20,7 @@ group is the same plan as ``fsdp = dp``, so it is enumerated once, as fsdp.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TypedDict
@@ -256,12 +257,29 @@ def divisors(n: int) -> list[int]:
     return small + large[::-1]
 
 
+def mesh_count(n: int) -> int:
+    """How many ordered ``(dp, fsdp, tp, pp, cp)`` multiply to ``n``: for each prime power p^e of
+    ``n``, C(e + 4, 4) ways to spread e over five degrees; counted from the factorisation, before
+    any table is built."""
+    count, m, p = 1, n, 2
+    while p * p <= m:
+        e = 0
+        while m % p == 0:
+            m //= p
+            e += 1
+        if e:
+            count *= math.comb(e + 4, 4)
+        p += 1
+    return count * (5 if m > 1 else 1)
+
+
 def _mesh(n: int) -> dict[str, np.ndarray]:
     """Every ``(dp, fsdp, tp, pp, cp)`` whose product is ``n``.
 
     Built one degree at a time, keeping only partial products that divide ``n``, so the work
     is proportional to the number of valid meshes, not to ``divisors(n) ** 4``.
     """
+    _check_rows(mesh_count(n), f"ways {n:,} devices factor into dp x fsdp x tp x pp x cp")
     d = np.asarray(divisors(n), dtype=np.int64)  # partial products reach n**2 before the check
     cols: dict[str, np.ndarray] = {"tp": d.copy()}
     prod = d.copy()
@@ -278,10 +296,28 @@ def _mesh(n: int) -> dict[str, np.ndarray]:
     return {k: v.astype(COLUMN_DTYPE) for k, v in out.items()}
 
 
+MAX_LAYOUT_ROWS = 1_000_000
+"""trainperf's bound on the plans one search lays out as rows (~1 s and ~200 MB on one core;
+Llama-3.1-405B on 16,384 GPUs needs ~140,000): the count grows with the number of ways a device
+count factors into dp x fsdp x tp x pp x cp, so a count with many divisors (1,441,440 has 288)
+could otherwise take minutes and gigabytes."""
+
+
+def _check_rows(rows: int, what: str) -> None:
+    if rows > MAX_LAYOUT_ROWS:
+        from trainperf.errors import SpecError
+
+        raise SpecError("plan search", f"{rows:,} plans ({what})",
+                        f"at most {MAX_LAYOUT_ROWS:,} (trainperf's bound on one search): pin degrees with "
+                        "--fix (e.g. tp=8,pp=4), narrow --max-micro-batch or --max-vpp, or search a device "
+                        "count with fewer divisors")
+
+
 def _expand(cols: dict[str, np.ndarray], name: str, values: np.ndarray) -> dict[str, np.ndarray]:
     """Cartesian product of the table with one new column taking ``values``."""
     rows = cols["dp"].shape[0]
     k = values.shape[0]
+    _check_rows(rows * k, f"layouts x {name}")
     out = {c: np.repeat(v, k) for c, v in cols.items()}
     out[name] = np.tile(values.astype(COLUMN_DTYPE), rows)
     return out
@@ -568,6 +604,7 @@ def _expand_vpp(c: dict[str, np.ndarray], pairs, counter: _Counter, n_vpp_option
         bad = (opts_u[inv] - cnt) * later
         if bad.sum():
             counter.rejected["vpp_layers"] += int(bad.sum())
+    _check_rows(int(cnt.sum()), "layouts x virtual pipeline stages")
     flat = np.concatenate(tables) if tables else np.zeros((0, 2), dtype=np.int64)
     start_u = np.concatenate([[0], np.cumsum(cnt_u)[:-1]]).astype(np.int64)
     rows = np.repeat(np.arange(pp.shape[0]), cnt)
