@@ -330,16 +330,27 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     if f["compiled"]:  # fewer, fused kernels: the profile says how much of the launch cost stays
         ovh_fwd = ovh_fwd * k.get("compile_overhead_factor", 1.0)
 
-    layer_fwd = mm_fwd + attn_fwd + mem_fwd + ovh_fwd
-    layer_bwd = (1.0 + train_frac) * mm_fwd + attn_bwd + 2.0 * mem_fwd + 2.0 * ovh_fwd
-    layer_rec = rec_frac * (mm_rec + rc.attention_core * attn_fwd + rc.elementwise * (mem_fwd + ovh_fwd))
+    # the host launches kernels while the device runs earlier ones: a layer takes its device time
+    # or its launch time, whichever is longer, blended smoothly (device + launch^2/(device+launch):
+    # launch-bound when the kernels are short, the launches hidden when they are long)
+    gpu_fwd = mm_fwd + attn_fwd + mem_fwd
+    gpu_bwd = (1.0 + train_frac) * mm_fwd + attn_bwd + 2.0 * mem_fwd
+    gpu_rec = mm_rec + rc.attention_core * attn_fwd + rc.elementwise * mem_fwd
+    ovh_rec = rc.elementwise * ovh_fwd
+    exp_fwd = _exposed_launch(gpu_fwd, ovh_fwd)
+    exp_bwd = _exposed_launch(gpu_bwd, 2.0 * ovh_fwd)
+    exp_rec = _exposed_launch(gpu_rec, ovh_rec)
+    layer_fwd = gpu_fwd + exp_fwd
+    layer_bwd = gpu_bwd + exp_bwd
+    layer_rec = rec_frac * (gpu_rec + exp_rec)
 
     # --- LM head + loss (last stage)
     head_mm = compute.matmul_time_s(m_tok, f["vocab"] / t, f["hidden"], peak, mm_eff, half, hbm, elem)
     # the loss is PyTorch's native log-softmax/NLL kernels (or a fused one): no eager penalty
     loss_t = compute.memory_time_s(m_tok * f["vocab"] / t * compute.LOSS_BYTES_PER_LOGIT, hbm, mb_eff)
-    head_fwd = head_mm + 0.5 * loss_t + 3 * ovh
-    head_bwd = (1.0 + train_frac) * head_mm + 0.5 * loss_t + 3 * ovh
+    head_fwd = head_mm + 0.5 * loss_t + _exposed_launch(head_mm + 0.5 * loss_t, 3 * ovh)
+    head_bwd = ((1.0 + train_frac) * head_mm + 0.5 * loss_t
+                + _exposed_launch((1.0 + train_frac) * head_mm + 0.5 * loss_t, 3 * ovh))
 
     # the slowest pipeline rank: the last (its layers + LM head and loss) or the busiest other one
     per_layer = layer_fwd + layer_bwd + layer_rec
@@ -497,7 +508,7 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
                          + head_on * head_mm * (2.0 + train_frac)),
         "attention_s": M * n_crit * (attn_fwd + attn_bwd + rec_frac * rc.attention_core * attn_fwd),
         "memory_bound_s": M * (n_crit * mem_fwd * (3.0 + rec_frac * rc.elementwise) + head_on * loss_t),
-        "overhead_s": M * n_crit * ovh_fwd * (3.0 + rec_frac * rc.elementwise),
+        "overhead_s": M * n_crit * (exp_fwd + exp_bwd + rec_frac * exp_rec),
         "optimizer_s": optimizer, "bubble_s": bubble,
         "tp_s": M * tp_mb, "tp_total_s": M * tp_total_mb, "ep_s": M * ep_mb,
         "fsdp_allgather_s": fsdp_ag, "fsdp_allgather_exposed_s": fsdp_ag_exp,
@@ -520,6 +531,13 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
         **mem,
         "microbatch_s": t_mb,
     }
+
+
+def _exposed_launch(device_s: Any, launch_s: Any) -> Any:
+    """Launch time left exposed beside ``device_s`` of kernels that take ``launch_s`` to launch:
+    ``launch^2 / (device + launch)``, the smooth form of ``max(device, launch) - device``."""
+    total = device_s + launch_s
+    return vec.where(total > 0, launch_s * launch_s / vec.where(total > 0, total, 1.0), 0.0)
 
 
 def _tp_overlapped(rule: str, async_tp: Any, sp: Any) -> Any:
