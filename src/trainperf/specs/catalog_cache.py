@@ -40,7 +40,8 @@ def cache_dir() -> Path:
 
 def read_catalog(package: str, name: str, what: str) -> dict[str, Any]:
     """``data/<name>`` of ``package`` parsed, as :func:`~trainperf.specs.datafiles.read_package_toml`
-    returns it, from the JSON cache when that holds this exact content."""
+    returns it, from the JSON cache when that holds this exact content (``name`` may name a file
+    in a sub-directory of ``data``: ``stacks/generic.toml``)."""
     module = sys.modules.get(package) or importlib.import_module(package)
     origin = getattr(module, "__file__", None)
     raw = None
@@ -51,7 +52,8 @@ def read_catalog(package: str, name: str, what: str) -> dict[str, Any]:
             raw = None  # not a plain file (zip import...): the reader below finds it or reports it
     cached = None
     if raw is not None:
-        cached = cache_dir() / f"{package}.{name}.{FORMAT}-{zlib.crc32(raw):08x}-{len(raw)}.json"
+        flat = name.replace("/", ".")
+        cached = cache_dir() / f"{package}.{flat}.{FORMAT}-{zlib.crc32(raw):08x}-{len(raw)}.json"
         try:
             data = json.loads(cached.read_text(encoding="utf-8"))
         except (OSError, ValueError):

@@ -11,14 +11,15 @@ from trainperf.errors import InputFileError, one_line
 
 
 def read_package_toml(package: str, name: str, what: str) -> dict[str, Any]:
-    """Parse ``data/<name>`` of ``package``; a missing or malformed file (a packaging bug) is one
-    ``InputFileError`` line naming ``what`` it holds."""
+    """Parse ``data/<name>`` of ``package`` (``name`` may have ``/``-separated sub-directories);
+    a missing or malformed file (a packaging bug) is one ``InputFileError`` line naming ``what``
+    it holds."""
     # Imported here, not at the top: the catalogs usually come from the JSON cache
     # (trainperf.specs.catalog_cache), and a light command should not pay for these imports.
     import tomllib
     from importlib import resources
 
-    ref = resources.files(package).joinpath("data", name)
+    ref = resources.files(package).joinpath("data", *name.split("/"))
     try:
         return tomllib.loads(ref.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
