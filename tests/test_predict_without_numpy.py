@@ -7,12 +7,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import trainperf
 from trainperf.predict import vec
 from trainperf.predict.kernels import attention, collectives, gemm
 
@@ -52,6 +54,21 @@ def test_predict_command_imports_no_numpy(tmp_path):
     assert first.stdout.strip() == "['tomllib']"  # parsed the packaged catalogs and profiles
     assert second.returncode == 0, second.stderr[-2000:]
     assert second.stdout.strip() == "[]"
+
+
+def test_predict_command_runs_without_site_packages(tmp_path):
+    """``python -S``: no site-packages (so no numpy at all) and no module a ``.pth`` file preloads;
+    once the catalogs are cached, the packaged data files are read without importlib.resources
+    (which imports zipfile, tempfile... ~10 ms)."""
+    src = Path(trainperf.__file__).resolve().parents[1]
+    env = {**os.environ, "TRAINPERF_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(src)}
+    code = ("import sys, io, contextlib\nfrom trainperf.cli.main import main\n"
+            f"with contextlib.redirect_stdout(io.StringIO()):\n    rc = main({CLI_RUNS[1]!r})\n"
+            "print(rc, sorted(m for m in ('numpy', 'importlib.resources', 'zipfile', 'tempfile') if m in sys.modules))")
+    for _ in range(2):  # the first run parses the packaged TOML files into the cache
+        p = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=120, env=env)
+        assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.strip() == "0 []"
 
 
 def test_predict_function_imports_no_numpy():
