@@ -11,14 +11,19 @@ from trainperf.specs.catalog_cache import cache_dir, read_catalog
 from trainperf.specs.datafiles import read_package_toml
 
 
-@pytest.mark.parametrize("name", ["devices.toml", "models.toml"])
-def test_cached_catalog_equals_the_parsed_toml(tmp_path, monkeypatch, name):
+@pytest.mark.parametrize(("package", "name"), [
+    ("trainperf.specs", "devices.toml"), ("trainperf.specs", "models.toml"),
+    ("trainperf.predict", "efficiency.toml"),
+    *(("trainperf.predict", f"stacks/{s}.toml") for s in ("generic", "megatron-core", "torchtitan", "maxtext")),
+])
+def test_cached_catalog_equals_the_parsed_toml(tmp_path, monkeypatch, package, name):
     monkeypatch.setenv("TRAINPERF_CACHE_DIR", str(tmp_path))
-    parsed = read_package_toml("trainperf.specs", name, "catalog")
-    first = read_catalog("trainperf.specs", name, "catalog")  # parses and writes the cache
-    files = list(cache_dir().glob(f"trainperf.specs.{name}.*.json"))
+    parsed = read_package_toml(package, name, "catalog")
+    first = read_catalog(package, name, "catalog")  # parses and writes the cache
+    flat = name.replace("/", ".")  # a sub-directory of data/ is part of the file name
+    files = list(cache_dir().glob(f"{package}.{flat}.*.json"))
     assert len(files) == 1 and first == parsed
-    second = read_catalog("trainperf.specs", name, "catalog")  # from the cache
+    second = read_catalog(package, name, "catalog")  # from the cache
     assert second == parsed
     # same types as tomllib gives (ints stay ints, floats floats)
     assert json.dumps(second, sort_keys=True) == json.dumps(parsed, sort_keys=True)

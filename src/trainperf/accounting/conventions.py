@@ -28,15 +28,20 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from trainperf.accounting.flops import forward_flops
 from trainperf.errors import SpecError, UnknownNameError
-from trainperf.specs.lora import LoraSpec
 from trainperf.specs.model import ModelSpec
+
+if TYPE_CHECKING:
+    from trainperf.specs.lora import LoraSpec
 
 
 @dataclass(frozen=True)
 class Convention:
+    """A FLOP-counting convention: its name, what it counts and who uses it."""
+
     name: str
     description: str
     used_by: str

@@ -40,8 +40,6 @@ import functools
 import math
 from typing import Any
 
-import numpy as np
-
 from trainperf.accounting import recompute
 from trainperf.accounting.flops import attention_pairs
 from trainperf.predict import comms, compute, memory, pipeline, stack_capabilities, stack_kernels, vec
@@ -556,6 +554,8 @@ def _attention_efficiency(f: dict[str, Any], seq: Any, cp: Any) -> tuple[Any, An
     a context-parallel ring (cp > 1)."""
     fam, sil, hd = f["attn_family"], f["silicon"], f["qk_head_dim"]
     if not isinstance(hd, int | float):  # stacked rows: the kernel curves take one head dim a call
+        import numpy as np
+
         hds = np.unique(hd)
         if len(hds) > 1:
             seq_a = np.broadcast_to(seq, np.shape(hd)).astype(float)
@@ -575,5 +575,12 @@ def _attention_efficiency(f: dict[str, Any], seq: Any, cp: Any) -> tuple[Any, An
 
 def as_float(x: Any) -> float:
     """A scalar result as a Python float (0-d arrays and numpy scalars included)."""
-    v = x if type(x) is float else float(np.asarray(x))
+    if type(x) is float:
+        v = x
+    elif type(x) is int or type(x) is bool:
+        v = float(x)
+    else:
+        import numpy as np
+
+        v = float(np.asarray(x))
     return v if math.isfinite(v) else float("nan")

@@ -57,7 +57,7 @@ from functools import lru_cache
 from typing import Any
 
 from trainperf.errors import SpecError
-from trainperf.specs.datafiles import read_package_toml
+from trainperf.specs.catalog_cache import read_catalog
 
 KNOB_NAMES: tuple[str, ...] = (
     "matmul_fraction", "fp8_matmul_fraction", "attention_fraction", "memory_bound_fraction",
@@ -149,7 +149,7 @@ BUILTIN = Knobs(sources={n: "trainperf built-in default (a typical GPU; no devic
 
 @lru_cache(maxsize=1)
 def _table() -> dict[str, Any]:
-    return read_package_toml("trainperf.predict", "efficiency.toml", "efficiency table")
+    return read_catalog("trainperf.predict", "efficiency.toml", "efficiency table")
 
 
 def _apply(base: Knobs, entry: Mapping[str, Any], label: str, physics_ok: bool = False) -> Knobs:

@@ -31,16 +31,15 @@ named stack (all generations, then the device's generation).
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from trainperf.errors import InputFileError, SpecError, UnknownNameError, one_line
 from trainperf.predict.efficiency import Knobs, check_knob_name, knobs_for
+from trainperf.specs.catalog_cache import read_catalog
 from trainperf.specs.datafiles import read_user_text
 
 DEFAULT_STACK = "generic"
@@ -253,23 +252,23 @@ def profile_from_dict(data: Mapping[str, Any], where: str, path: str = "") -> Pr
 
 @lru_cache(maxsize=32)
 def packaged_profile(name: str) -> Profile:
-    """A packaged profile by name."""
+    """A packaged profile by name (parsed once per content, then read from the JSON cache of
+    :mod:`trainperf.specs.catalog_cache`: ``tomllib`` would be a large share of a cold ``predict``)."""
     if name not in STACKS:
         raise UnknownNameError("stack", name, STACKS)
     try:
-        text = resources.files("trainperf.predict").joinpath("data", "stacks", f"{name}.toml").read_text(
-            encoding="utf-8")
-    except FileNotFoundError:
-        return Profile(name=name)
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise InputFileError(f"packaged stack profile {name!r} is malformed: {e}") from None
+        data = read_catalog("trainperf.predict", f"stacks/{name}.toml", f"packaged stack profile {name!r}")
+    except InputFileError as e:
+        if isinstance(e.__cause__, FileNotFoundError):
+            return Profile(name=name)
+        raise
     return profile_from_dict(data, f"stacks/{name}.toml")
 
 
 def read_profile_file(path: str | Path) -> Profile:
     """A user profile file (same format as the packaged ones)."""
+    import tomllib  # here, not at the top: the packaged profiles come from a JSON cache
+
     p = Path(path)
     text = read_user_text(p, "stack profile")
     try:
@@ -332,9 +331,12 @@ def _chain_knobs(generation: str, vendor: str, prof: Profile) -> Knobs:
     return knobs_with_profiles(_GenHardware(generation, vendor), chain)
 
 
-@dataclass(frozen=True)
 class _GenHardware:
-    """What :func:`knobs_with_profiles` reads of a device: its generation and vendor."""
+    """What :func:`knobs_with_profiles` reads of a device: its generation and vendor (a plain
+    class: a dataclass costs ~0.5 ms to create at import, on every cold ``predict``)."""
 
-    silicon: str
-    vendor: str
+    __slots__ = ("silicon", "vendor")
+
+    def __init__(self, silicon: str, vendor: str) -> None:
+        self.silicon = silicon
+        self.vendor = vendor

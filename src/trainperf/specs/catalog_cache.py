@@ -18,13 +18,13 @@ also reports a missing or malformed catalog.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import os
-import sys
 import zlib
 from pathlib import Path
 from typing import Any
+
+from trainperf.specs.datafiles import read_package_bytes, read_package_toml
 
 FORMAT = 1
 """Bumped when the cached layout changes (part of the file name)."""
@@ -40,18 +40,16 @@ def cache_dir() -> Path:
 
 def read_catalog(package: str, name: str, what: str) -> dict[str, Any]:
     """``data/<name>`` of ``package`` parsed, as :func:`~trainperf.specs.datafiles.read_package_toml`
-    returns it, from the JSON cache when that holds this exact content."""
-    module = sys.modules.get(package) or importlib.import_module(package)
-    origin = getattr(module, "__file__", None)
-    raw = None
-    if origin is not None:
-        try:
-            raw = (Path(origin).parent / "data" / name).read_bytes()
-        except OSError:
-            raw = None  # not a plain file (zip import...): the reader below finds it or reports it
+    returns it, from the JSON cache when that holds this exact content (``name`` may name a file
+    in a sub-directory of ``data``: ``stacks/generic.toml``)."""
+    try:
+        raw: bytes | None = read_package_bytes(package, "data", *name.split("/"))
+    except OSError:
+        raw = None  # the reader below reports it
     cached = None
     if raw is not None:
-        cached = cache_dir() / f"{package}.{name}.{FORMAT}-{zlib.crc32(raw):08x}-{len(raw)}.json"
+        flat = name.replace("/", ".")
+        cached = cache_dir() / f"{package}.{flat}.{FORMAT}-{zlib.crc32(raw):08x}-{len(raw)}.json"
         try:
             data = json.loads(cached.read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -59,8 +57,6 @@ def read_catalog(package: str, name: str, what: str) -> dict[str, Any]:
         else:
             if isinstance(data, dict):
                 return data
-    from trainperf.specs.datafiles import read_package_toml
-
     data = read_package_toml(package, name, what)
     if cached is not None:
         _write(cached, data)

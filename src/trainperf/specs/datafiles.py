@@ -2,23 +2,43 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import stat
+import sys
 from pathlib import Path
 from typing import Any
 
 from trainperf.errors import InputFileError, one_line
 
 
+def read_package_bytes(package: str, *parts: str) -> bytes:
+    """The bytes of ``<package>/<parts...>``, a data file shipped inside the package: read as a
+    plain file beside the package's ``__init__`` (importing ``importlib.resources`` costs a cold
+    command ~10 ms of zipfile, tempfile...), else through ``importlib.resources`` (a zip import).
+    ``OSError`` when neither finds it."""
+    module = sys.modules.get(package) or importlib.import_module(package)
+    origin = getattr(module, "__file__", None)
+    if origin is not None:
+        try:
+            return Path(origin).parent.joinpath(*parts).read_bytes()
+        except OSError:
+            pass  # not a plain file: the reader below finds it or raises
+    from importlib import resources
+
+    return resources.files(package).joinpath(*parts).read_bytes()
+
+
 def read_package_toml(package: str, name: str, what: str) -> dict[str, Any]:
-    """Parse ``data/<name>`` of ``package``; a missing or malformed file (a packaging bug) is one
-    ``InputFileError`` line naming ``what`` it holds."""
+    """Parse ``data/<name>`` of ``package`` (``name`` may have ``/``-separated sub-directories);
+    a missing or malformed file (a packaging bug) is one ``InputFileError`` line naming ``what``
+    it holds."""
     # Imported here, not at the top: the catalogs usually come from the JSON cache
     # (trainperf.specs.catalog_cache), and a light command should not pay for these imports.
     import tomllib
     from importlib import resources
 
-    ref = resources.files(package).joinpath("data", name)
+    ref = resources.files(package).joinpath("data", *name.split("/"))
     try:
         return tomllib.loads(ref.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:

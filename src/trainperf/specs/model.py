@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from trainperf.errors import SpecError
 from trainperf.specs.bounds import MODEL_FIELD_BOUNDS, shown
-from trainperf.specs.towers import Tower
+
+if TYPE_CHECKING:
+    from trainperf.specs.towers import Tower
 
 MlpKind = Literal["swiglu", "geglu", "gelu", "relu", "relu2"]
 NormKind = Literal["rmsnorm", "layernorm"]
@@ -31,6 +33,14 @@ GATED_MLPS: frozenset[str] = frozenset({"swiglu", "geglu"})
 NORM_KINDS: tuple[str, ...] = ("rmsnorm", "layernorm")
 ATTENTION_KINDS: tuple[str, ...] = ("mha", "mla")
 POSITION_KINDS: tuple[str, ...] = ("rope", "learned", "alibi", "none")
+
+
+def _all_towers(items: tuple[Any, ...]) -> bool:
+    if not items:  # a text model: no need to import the Tower class
+        return True
+    from trainperf.specs.towers import Tower
+
+    return all(isinstance(t, Tower) for t in items)
 
 
 def _positive(name: str, value: Any) -> None:
@@ -193,7 +203,7 @@ class ModelSpec:
             raise SpecError("norm_bias", self.norm_bias, "true, false or absent (follow bias)")
         if isinstance(self.towers, list):
             object.__setattr__(self, "towers", tuple(self.towers))
-        if not isinstance(self.towers, tuple) or not all(isinstance(t, Tower) for t in self.towers):
+        if not isinstance(self.towers, tuple) or not _all_towers(self.towers):
             raise SpecError("towers", self.towers, "a tuple of Tower (set by the Hugging Face reader)")
         if self.moe_experts:
             if not 1 <= self.moe_topk <= self.moe_experts:

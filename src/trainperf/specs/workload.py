@@ -8,15 +8,17 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from trainperf.errors import SpecError
 from trainperf.specs.bounds import DEVICES_PER_NODE, WORKLOAD_FIELD_BOUNDS
 from trainperf.specs.checkpointing import get_policy
 from trainperf.specs.hardware import PRECISIONS, Hardware
-from trainperf.specs.lora import LoraSpec
 from trainperf.specs.model import ModelSpec
 from trainperf.specs.parallel import ParallelPlan
+
+if TYPE_CHECKING:  # imported where a workload has adapters (most have none)
+    from trainperf.specs.lora import LoraSpec
 
 Checkpointing = Literal["none", "selective", "full"]
 CHECKPOINTING: tuple[str, ...] = ("none", "selective", "full")

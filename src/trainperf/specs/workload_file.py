@@ -21,15 +21,17 @@ import dataclasses
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainperf.errors import InputFileError, SpecError, TrainperfError, UnknownNameError, one_line
 from trainperf.specs.bounds import PEAK_TFLOPS, SEQ_LEN, WORKLOAD_FIELD_BOUNDS
 from trainperf.specs.datafiles import read_user_text
 from trainperf.specs.hardware import Hardware, get_hardware, hardware_from_dict
-from trainperf.specs.lora import LoraSpec
 from trainperf.specs.model import ModelSpec
 from trainperf.specs.parallel import ParallelPlan
+
+if TYPE_CHECKING:
+    from trainperf.specs.lora import LoraSpec
 
 SECTIONS: dict[str, frozenset[str]] = {
     "model": frozenset({"preset", "hf_config"} | {f.name for f in dataclasses.fields(ModelSpec)} - {"extra"}),
@@ -204,8 +206,17 @@ def workload_from_dict(data: Mapping[str, Any], overrides: Mapping[str, Any] | N
         stack=str(training.get("stack", "generic")),
         compile=training.get("compile", False), async_tp=training.get("async_tp", False),
         fp8_recipe=training.get("fp8_recipe"),
-        lora=LoraSpec.from_dict(data["lora"]) if data.get("lora") else None,
+        lora=_lora(data.get("lora")),
     )
+
+
+def _lora(body: Any) -> LoraSpec | None:
+    """The ``[lora]`` section as a LoraSpec (imported only for a workload that has one)."""
+    if not body:
+        return None
+    from trainperf.specs.lora import LoraSpec
+
+    return LoraSpec.from_dict(body)
 
 
 def _seq_len_notes(model: ModelSpec, seq_len: Any, defaulted: bool) -> tuple[str, ...]:

@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from importlib import resources
 from typing import Any
 
 from trainperf.errors import InputFileError, UnknownNameError
+from trainperf.specs.datafiles import read_package_bytes
 
 
 @lru_cache(maxsize=1)
 def params() -> dict[str, Any]:
     """The parsed parameters file (read at first use)."""
-    ref = resources.files("trainperf.predict.kernels").joinpath("data", "params.json")
     try:
-        return json.loads(ref.read_text(encoding="utf-8"))
+        return json.loads(read_package_bytes("trainperf.predict.kernels", "data", "params.json"))
     except (OSError, ValueError) as exc:
-        raise InputFileError(f"{ref}: cannot read the kernel parameters: {exc}") from exc
+        raise InputFileError(f"trainperf/predict/kernels/data/params.json: cannot read the kernel parameters: "
+                             f"{exc}") from exc
 
 
 @lru_cache(maxsize=1)

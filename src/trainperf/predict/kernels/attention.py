@@ -19,12 +19,14 @@ import math
 from bisect import bisect_right
 from collections.abc import Sequence
 from functools import cache
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from trainperf.errors import SpecError, UnknownNameError
 from trainperf.predict.kernels._params import check_silicon, params
+from trainperf.predict.vec import is_nonbool_number
+
+if TYPE_CHECKING:
+    import numpy as np
 
 FAMILIES = ("fa2", "fa3", "fa4", "cudnn", "aiter", "ck", "triton", "xformers", "eager", "xla")
 """Kernel families: FlashAttention-2/3/4, cuDNN fused attention, AMD AITER and Composable Kernel,
@@ -143,6 +145,8 @@ def _at(curve: Curve, x: float) -> tuple[float, float]:
 
 
 def _at_array(curve: Curve, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    import numpy as np
+
     xs, fw, bw = curve
     return np.interp(x, xs, fw), np.interp(x, xs, bw)
 
@@ -157,7 +161,7 @@ def efficiency(silicon: str, family: str, seq_len: Any, head_dim: int, causal: b
     any of :data:`REQUESTS`; it is first resolved by :func:`resolve_family`.
     """
     hds, curves = _table(silicon, family)
-    if not isinstance(head_dim, int | float | np.integer | np.floating) or isinstance(head_dim, bool) or head_dim <= 0:
+    if not is_nonbool_number(head_dim) or head_dim <= 0:
         raise SpecError("head_dim", head_dim, "a positive number such as 128")
     causal = bool(causal)
     # head dims: the measured one, else the nearest two, linear in log2(head_dim), flat outside
@@ -171,7 +175,7 @@ def efficiency(silicon: str, family: str, seq_len: Any, head_dim: int, causal: b
         j = bisect_right(hds, head_dim)
         t = math.log2(head_dim / hds[j - 1]) / math.log2(hds[j] / hds[j - 1])
         pairs = [(curves[j - 1][causal], 1.0 - t), (curves[j][causal], t)]
-    if isinstance(seq_len, int | float | np.integer | np.floating) and not isinstance(seq_len, bool):
+    if is_nonbool_number(seq_len):
         if seq_len <= 0:
             raise SpecError("seq_len", seq_len, "a positive number of tokens")
         x = math.log2(seq_len)
@@ -181,6 +185,8 @@ def efficiency(silicon: str, family: str, seq_len: Any, head_dim: int, causal: b
             f += w * cf
             b += w * cb
         return f, b
+    import numpy as np
+
     s = np.asarray(seq_len, float)
     if (s <= 0).any():
         raise SpecError("seq_len", "array", "positive numbers of tokens")

@@ -34,10 +34,9 @@ from __future__ import annotations
 from functools import cache, lru_cache
 from typing import Any
 
-import numpy as np
-
 from trainperf.errors import SpecError, UnknownNameError
 from trainperf.predict.kernels._params import check_silicon, params
+from trainperf.predict.vec import is_nonbool_number
 
 LEVELS = ("scale-up", "scale-out")
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "send-recv")
@@ -55,9 +54,6 @@ def _triple(d: dict[str, Any]) -> tuple[float, float, float]:
     return d["eff_max"]["value"], d["half_bytes"]["value"], d["latency_us"]["value"]
 
 
-_SCALARS = (int, float, np.integer, np.floating)
-
-
 def link_params(silicon: str, level: str, kind: str, ranks: Any = None) -> tuple[Any, Any, Any]:
     """(eff_max, half_bytes, latency_us) of a ``kind`` collective at ``level`` on ``silicon``.
 
@@ -67,8 +63,10 @@ def link_params(silicon: str, level: str, kind: str, ranks: Any = None) -> tuple
     three results are then arrays); see the module docstring for what it changes. Bus bandwidth of
     S bytes = eff_max * link * S / (S + half_bytes).
     """
-    if ranks is None or (isinstance(ranks, _SCALARS) and not isinstance(ranks, bool)):
+    if ranks is None or is_nonbool_number(ranks):
         return _link_params(silicon, level, kind, None if ranks is None else int(ranks))
+    import numpy as np
+
     n = np.asarray(ranks)
     if n.dtype.kind not in "iuf" or (n < 2).any() or (n != np.round(n)).any():
         raise SpecError("ranks", "array", "integer group sizes of at least 2")
@@ -115,10 +113,12 @@ def busbw_fraction(silicon: str, level: str, kind: str, size_bytes: Any, ranks: 
     """eff_max * S / (S + half_bytes): bus bandwidth as a fraction of the level's catalog link
     bandwidth (see the module docstring); ``size_bytes`` and ``ranks`` may be numpy arrays."""
     eff, half, _ = link_params(silicon, level, kind, ranks)
-    if isinstance(size_bytes, _SCALARS) and isinstance(eff, float):
+    if is_nonbool_number(size_bytes) and isinstance(eff, float):
         if size_bytes <= 0:
             raise SpecError("size_bytes", size_bytes, "a positive number of bytes")
         return eff * size_bytes / (size_bytes + half)
+    import numpy as np
+
     s = np.asarray(size_bytes, float)
     if (s <= 0).any():
         raise SpecError("size_bytes", "array", "positive numbers of bytes")

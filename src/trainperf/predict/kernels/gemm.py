@@ -19,13 +19,11 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-import numpy as np
-
 from trainperf.errors import SpecError, UnknownNameError
 from trainperf.predict.kernels._params import check_silicon, params
+from trainperf.predict.vec import is_nonbool_number
 
 DTYPES = ("bf16", "fp16", "fp8", "tf32", "fp32")
-_SCALARS = (int, float, np.integer, np.floating)
 
 
 @lru_cache(maxsize=1)
@@ -75,10 +73,12 @@ def efficiency(silicon: str, dtype: str, m: Any, n: Any, k: Any) -> Any:
         _fail(silicon, dtype)
         raise
     h = _tables()[1][silicon]
-    if isinstance(m, _SCALARS) and isinstance(n, _SCALARS) and isinstance(k, _SCALARS):
+    if is_nonbool_number(m) and is_nonbool_number(n) and is_nonbool_number(k):
         if m <= 0 or n <= 0 or k <= 0:
             raise SpecError("gemm shape", (m, n, k), "positive dimensions m, n, k")
         return pf * (m / (m + h)) * (n / (n + h)) * (k / (k + h))
+    import numpy as np
+
     m, n, k = np.asarray(m, float), np.asarray(n, float), np.asarray(k, float)
     if (m <= 0).any() or (n <= 0).any() or (k <= 0).any():
         raise SpecError("gemm shape", "array", "positive dimensions m, n, k")
