@@ -52,7 +52,7 @@ FIELDS: dict[str, dict[str, Bound | RealBound]] = {
     "flops": MODEL | TRAINING | {"--lora-fraction": bounds.FRACTION},
     "plan": {"--num-devices": bounds.NUM_DEVICES, "--global-batch": bounds.GLOBAL_BATCH,
              "--seq-len": bounds.SEQ_LEN, "--devices-per-node": bounds.DEVICES_PER_NODE,
-             "--max-micro-batch": bounds.MICRO_BATCH, "--max-vpp": bounds.VPP, "--top": bounds.SEARCH_RESULTS,
+             "--max-micro-batch": bounds.MICRO_BATCH, "--max-vpp": Bound(0, bounds.VPP.hi, "0 = up to layers/pp"), "--top": bounds.SEARCH_RESULTS,
              "--rerank": bounds.SEARCH_RESULTS, "--train-tokens": bounds.TRAIN_TOKENS,
              "--usd-per-device-hour": bounds.USD_PER_DEVICE_HOUR, "--target-days": bounds.DAYS},
 }
