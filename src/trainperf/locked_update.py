@@ -98,7 +98,7 @@ def locked(path: str | os.PathLike[str], *, timeout_s: float = LOCK_TIMEOUT_S, w
         os.close(fd)
 
 
-def _mode_for(p: Path) -> int:
+def new_file_mode(p: Path) -> int:
     """The replaced file's permissions, else what ``open()`` would give under the umask."""
     try:
         return stat.S_IMODE(os.stat(p).st_mode)
@@ -113,7 +113,7 @@ def _write_replace(p: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            os.chmod(tmp, _mode_for(p))
+            os.chmod(tmp, new_file_mode(p))
             f.write(data)
             f.flush()
             os.fsync(f.fileno())

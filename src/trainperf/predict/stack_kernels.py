@@ -139,17 +139,9 @@ def _cached(stack: str, silicon: str, mtime: float) -> StackKernels:
 
 def for_stack(stack: Any, silicon: str) -> StackKernels:
     """The kernels of ``stack`` (a name, a profile file or a Profile) on ``silicon``."""
-    from pathlib import Path
-
-    from trainperf.predict.stacks import DEFAULT_STACK, STACKS, Profile, packaged_profile
+    from trainperf.predict.stacks import DEFAULT_STACK, Profile, packaged_profile, profile_cache_key
 
     if isinstance(stack, Profile):
         return resolve(stack, silicon, packaged_profile(DEFAULT_STACK) if stack.name != DEFAULT_STACK else None)
-    key = str(stack or DEFAULT_STACK)
-    mtime = 0.0
-    if key not in STACKS:
-        try:
-            mtime = Path(key).stat().st_mtime
-        except OSError:
-            mtime = -1.0
+    key, mtime = profile_cache_key(stack)
     return _cached(key, silicon, mtime)

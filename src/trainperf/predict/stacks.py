@@ -303,16 +303,24 @@ def knobs_with_profiles(hardware: Any, profiles: tuple[Profile, ...] | list[Prof
     return dataclasses.replace(k, **vals, device=f"{'+'.join(p.name for p in profiles)}:{gen}", sources=srcs)
 
 
+def profile_cache_key(stack: str | None) -> tuple[str, float]:
+    """``(name or path, file mtime)`` of a packaged profile or profile file: what a cache of
+    anything derived from the profile keys on (an edited file reads anew; 0 for packaged ones,
+    -1 for a path that does not exist, whose error comes when it is read)."""
+    key = str(stack or DEFAULT_STACK)
+    mtime = 0.0
+    if key not in STACKS:
+        try:
+            mtime = Path(key).stat().st_mtime
+        except OSError:
+            mtime = -1.0
+    return key, mtime
+
+
 def stack_knobs(hardware: Any, stack: str | Profile | None = None) -> Knobs:
     """Knobs of ``stack`` (a name, file or :class:`Profile`) on ``hardware``, over ``generic``."""
     if not isinstance(stack, Profile):
-        key = str(stack or DEFAULT_STACK)
-        mtime = 0.0
-        if key not in STACKS:
-            try:
-                mtime = Path(key).stat().st_mtime
-            except OSError:
-                mtime = -1.0
+        key, mtime = profile_cache_key(stack)
         return _cached_knobs(generation_of(hardware), str(getattr(hardware, "vendor", "")), key, mtime)
     return _chain_knobs(generation_of(hardware), str(getattr(hardware, "vendor", "")), stack)
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import IO
 
 from trainperf.errors import TrainperfError, one_line
+from trainperf.locked_update import new_file_mode
 
 __all__ = [
     "OutputPathError",
@@ -226,7 +227,7 @@ def atomic_write(path: str | os.PathLike[str], *, what: str = "output", force: b
                               f"{one_line(e.strerror or str(e))}") from None
     try:
         with os.fdopen(fd, mode, encoding=encoding if "b" not in mode else None) as f:
-            os.chmod(tmp, _new_file_mode(p))
+            os.chmod(tmp, new_file_mode(p))
             yield f
             f.flush()
             os.fsync(f.fileno())
@@ -239,16 +240,6 @@ def atomic_write(path: str | os.PathLike[str], *, what: str = "output", force: b
             raise OutputPathError(f"{what} {str(p)!r} could not be written: "
                                   f"{one_line(e.strerror or str(e))}") from None
         raise
-
-
-def _new_file_mode(p: Path) -> int:
-    """The replaced file's permissions, else what ``open()`` would give under the umask."""
-    try:
-        return stat.S_IMODE(os.stat(p).st_mode)
-    except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str, **kwargs: object) -> Path:
