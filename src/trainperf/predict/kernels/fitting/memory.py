@@ -9,6 +9,7 @@ an eager RMSNorm that makes four passes shows up as a low fraction.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections import defaultdict
 from statistics import median
@@ -146,6 +147,27 @@ def hbm_params(rows: list[Row], kernels: dict[tuple[str, str], dict[str, tuple[f
     return out
 
 
+def _eager_vs_fused(kernels: dict[tuple[str, str], dict[str, tuple[float, str]]], *, exclude_megatron: bool
+                    ) -> list[tuple[str, str, float, str, float, str]]:
+    """Every eager kernel that was also measured fused or compiled on the same silicon, paired with its
+    best such peer (same base name, i.e. the name before " ("): (silicon, base name, eager fraction,
+    eager source, best peer fraction, best peer source). ``exclude_megatron`` drops peers whose name
+    ends in "(megatron)", i.e. Megatron-LM's own implementation rather than the kernel benchmark's."""
+    pairs = []
+    for (sil, impl), d in kernels.items():
+        if impl != "eager":
+            continue
+        best = {**kernels.get((sil, "compiled"), {}), **kernels.get((sil, "fused"), {})}
+        for name, (f, f_src) in d.items():
+            base = name.split(" (")[0]
+            peers = [(g, g_src) for n2, (g, g_src) in best.items()
+                     if n2.split(" (")[0] == base and not (exclude_megatron and "megatron)" in n2)]
+            if peers:
+                g, g_src = max(peers)
+                pairs.append((sil, base, f, f_src, g, g_src))
+    return pairs
+
+
 def elementwise_params(kernels: dict[tuple[str, str], dict[str, tuple[float, str]]],
                        hbm: dict[str, Param]) -> dict[str, dict[str, Param]]:
     """Elementwise fractions that compare across silicon.
@@ -168,17 +190,8 @@ def elementwise_params(kernels: dict[tuple[str, str], dict[str, tuple[float, str
     fused = sorted((f / h(sil), f"{sil} {name} {f:.3f}/{h(sil):.3f}") for (sil, impl), d in kernels.items()
                    if impl == "fused" for name, (f, _) in d.items())
     r_fused = median(v for v, _ in fused)
-    ratios = []
-    for (sil, impl), d in kernels.items():
-        if impl != "eager":
-            continue
-        best = {**kernels.get((sil, "compiled"), {}), **kernels.get((sil, "fused"), {})}
-        for name, (f, _) in d.items():
-            base = name.split(" (")[0]
-            peers = [g for n2, (g, _) in best.items() if n2.split(" (")[0] == base]
-            if peers:
-                ratios.append((f / max(peers), f"{sil} {base} {f:.3f}/{max(peers):.3f}"))
-    ratios.sort()
+    ratios = sorted((f / g, f"{sil} {base} {f:.3f}/{g:.3f}")
+                    for sil, base, f, _, g, _ in _eager_vs_fused(kernels, exclude_megatron=False))
     r_eager = median(v for v, _ in ratios)
     fused_src = (f"fused share of STREAM {r_fused:.3f} = median over {len(fused)} fused kernels on "
                  f"{len({s.split()[0] for _, s in fused})} silicons of ideal-byte bandwidth / the silicon's STREAM "
@@ -223,22 +236,9 @@ def eager_penalty_params(kernels: dict[tuple[str, str], dict[str, tuple[float, s
     (LayerNorm, GELU, ReLU, residual adds) have none."""
     out: dict[str, Param] = {}
     for op, names in EAGER_OPS.items():
-        found = []
-        for (sil, impl), d in kernels.items():
-            if impl != "eager":
-                continue
-            best = {**kernels.get((sil, "compiled"), {}), **kernels.get((sil, "fused"), {})}
-            for name, (f, _) in d.items():
-                base = name.split(" (")[0]
-                if base not in names:
-                    continue
-                peers = [g for n2, (g, _) in best.items() if n2.split(" (")[0] == base and "megatron)" not in n2]
-                if peers:
-                    best_src = max((g, src2) for n2, (g, src2) in best.items()
-                                   if n2.split(" (")[0] == base and "megatron)" not in n2)[1]
-                    found.append((max(peers) / f, f"{sil} {base}: {max(peers):.3f} fused / {f:.3f} eager "
-                                  f"[fused: {best_src}] [eager: {d[name][1]}]"))
-        import math
+        found = [(g / f, f"{sil} {base}: {g:.3f} fused / {f:.3f} eager [fused: {g_src}] [eager: {f_src}]")
+                 for sil, base, f, f_src, g, g_src in _eager_vs_fused(kernels, exclude_megatron=True)
+                 if base in names]
         g = math.exp(sum(math.log(v) for v, _ in found) / len(found))
         out[op] = param(g, True, f"geometric mean over {len(found)} measurement(s) of fused / eager bandwidth of the "
                         "same kernel: " + "; ".join(src for _, src in found))
