@@ -146,3 +146,34 @@ def test_a_workload_overrides_the_domain(tmp_path):
         assert w.hardware.scale_up_devices == dom and w.hardware.silicon == "blackwell"
         times[dom] = predict(w).step_time_s
     assert times[4] > times[72]  # the fsdp collectives leave NVLink at every tray
+
+
+def test_gpipe_holds_every_micro_batch():
+    """GPipe keeps all m micro-batches' activations (Huang et al. 2019); 1F1B keeps min(pp, m).
+    Llama-2-70B, pp 4, 16 micro-batches, no recomputation: the first stage's activations are
+    16/4 = 4x those of 1F1B; the bubble, (pp-1) micro-batch times, is the same."""
+    def w(schedule):
+        return workload_from_dict({
+            "model": {"preset": "llama2-70b"}, "hardware": {"device": "h100-sxm", "num_devices": 64},
+            "parallel": {"dp": 2, "tp": 8, "pp": 4, "sequence_parallel": True, "pp_schedule": schedule},
+            "training": {"seq_len": 4096, "global_batch": 32, "micro_batch": 1, "precision": "bf16",
+                         "activation_checkpointing": "none"}})
+    one, gp = predict(w("1f1b")), predict(w("gpipe"))
+    assert inflight_microbatches(4.0, 1.0, 16.0, False, True) == 16.0
+    assert inflight_microbatches(4.0, 1.0, 16.0, False) == 4.0
+    a1, ag = one.memory_breakdown_GiB["activations"], gp.memory_breakdown_GiB["activations"]
+    assert ag == pytest.approx(4 * a1, rel=0.02)  # the working layer's tensors are counted once in both
+    assert gp.step_time_s == pytest.approx(one.step_time_s, rel=1e-9)
+
+
+def test_maxtext_pipelines_are_gpipe():
+    """A MaxText workload with pp > 1 is predicted with its GPipe schedule, with a note."""
+    w = workload_from_dict({
+        "model": {"preset": "llama2-70b"}, "hardware": {"device": "h100-sxm", "num_devices": 64},
+        "parallel": {"fsdp": 8, "pp": 8, "vpp": 2},
+        "training": {"seq_len": 4096, "global_batch": 128, "micro_batch": 1, "precision": "bf16",
+                     "activation_checkpointing": "full", "stack": "maxtext"}})
+    p = predict(w)
+    assert any("GPipe schedule (circular)" in n for n in p.notes)
+    # the last rank also keeps every micro-batch's logits: the head runs after the pipeline
+    assert last_rank_inflight_layers(8.0, 2.0, 16.0, 10.0, False, True) == 16.0 * 10.0

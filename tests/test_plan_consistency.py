@@ -98,3 +98,26 @@ def test_calibration_reaches_both_evaluators():
         p = predict(workload_of(model, hw, space, cands, int(i)), calibration=cal)
         assert tuned.step_time_s[i] == pytest.approx(p.step_time_s, rel=1e-6)
         assert tuned.memory_GiB[i] == pytest.approx(p.memory_per_device_GiB, rel=1e-6)
+
+
+@pytest.mark.parametrize("stack", ["maxtext", "paxml"])
+def test_gpipe_stacks_agree_with_the_scalar_predictor(stack):
+    """MaxText's and PaxML's pipelines are GPipe (circular with vpp > 1 for MaxText): the planner
+    marks their pp plans so, and its memory and time equal the scalar predictor's."""
+    model, hw = get_model("llama2-70b"), get_hardware("h100-sxm")
+    space = SearchSpace((64,), 8, 4096, (128,), max_micro_batch=2, max_vpp=4, stack=stack,
+                        checkpointing=("none", "full"))
+    cands = enumerate_candidates(model, hw, space)
+    ev = vectorized.evaluate(cands, model, hw, 4096, 8, software=space.software)
+    piped = np.flatnonzero(cands["pp"] > 1)
+    assert piped.size > 10
+    if stack == "paxml":
+        assert (cands["vpp"] == 1).all()
+    else:
+        assert (cands["vpp"][piped] > 1).any()
+    for i in np.random.default_rng(2).choice(piped, 12, replace=False):
+        w = workload_of(model, hw, space, cands, int(i))
+        assert w.plan.pp_schedule == "gpipe"
+        p = predict(w)
+        assert ev.step_time_s[i] == pytest.approx(p.step_time_s, rel=1e-6), w.describe()
+        assert ev.memory_GiB[i] == pytest.approx(p.memory_per_device_GiB, rel=1e-6), w.describe()

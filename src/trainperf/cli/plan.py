@@ -31,6 +31,7 @@ from trainperf.errors import SpecError
 from trainperf.numbers import fmt
 from trainperf.specs.bounds import (
     DAYS,
+    MEMORY_MARGIN,
     MICRO_BATCH,
     NUM_DEVICES,
     SEARCH_RESULTS,
@@ -72,6 +73,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--max-vpp", type=int, default=0, metavar="N",
                    help="most virtual pipeline stages per rank tried (default: up to layers/pp, or the stack's limit)")
     s.add_argument("--allow-cross-node-tp", action="store_true", help="let tp span nodes")
+    s.add_argument("--memory-margin", type=float, default=None, metavar="F",
+                   help="fraction of device memory a proposed plan leaves free (default 0.07: the memory "
+                        "model's error on measured peaks); 0 proposes every plan predicted to fit")
     s.add_argument("--fix", metavar="K=V[,K=V]",
                    help="pin degrees, e.g. tp=8,pp=1 (keys: dp fsdp zero tp sp pp vpp cp ep micro_batch)")
     s.add_argument("--objective", choices=("throughput", "time", "cost"), default="throughput",
@@ -217,10 +221,11 @@ def _space(args: argparse.Namespace, inp: dict[str, Any], counts: tuple[int, ...
         if n > dpn and n % dpn:
             raise SpecError("hardware.num_devices", n, f"a multiple of devices_per_node={dpn} when it spans nodes")
     gbs = parse_counts(inp["gb_text"], "training.global_batch")
+    margin = {} if args.memory_margin is None else {"memory_margin": args.memory_margin}
     return SearchSpace(num_devices=counts, devices_per_node=dpn, fixed=parse_fixed(args.fix),
                        seq_len=inp["seq"], global_batches=gbs, precisions=inp["precisions"],
                        checkpointing=inp["ac"], max_micro_batch=args.max_micro_batch, max_vpp=args.max_vpp,
-                       allow_cross_node_tp=args.allow_cross_node_tp, **inp["software"])
+                       allow_cross_node_tp=args.allow_cross_node_tp, **margin, **inp["software"])
 
 
 def check_search_bounds(args: argparse.Namespace) -> None:
@@ -229,6 +234,8 @@ def check_search_bounds(args: argparse.Namespace) -> None:
     if args.max_vpp != 0:  # 0: up to layers/pp, or the stack's limit
         VPP.check("max_vpp", args.max_vpp)
     SEARCH_RESULTS.check("top", args.top)
+    if args.memory_margin is not None:
+        MEMORY_MARGIN.check("memory_margin", args.memory_margin)
     SEARCH_RESULTS.check("rerank", args.rerank)
     for name, bound in (("train_tokens", TRAIN_TOKENS), ("usd_per_device_hour", USD_PER_DEVICE_HOUR),
                         ("target_days", DAYS)):

@@ -157,7 +157,7 @@ def memory_sentence(result: Any, best: Any, run: Any) -> str:
         layout = [d for d in plan_differences(a, b) if not d.startswith(("micro batch", "checkpointing"))]
         change = ", ".join(layout[:3]) or "the best layout"
         local = b.global_batch // b.plan.data_parallel
-        if idx.size and not result.all_eval.fits[idx[0]]:
+        if idx.size and result.all_eval.memory_GiB[idx[0]] > result.space.memory_limit_GiB(result.all_eval.capacity_GiB):
             need = float(result.all_eval.memory_GiB[idx[0]])
             text += (f" The runner-up's layout with {what} would need {need:.1f} GiB and does not fit; "
                      f"{change} brings it to {best.memory_GiB:.1f} GiB so it fits.")

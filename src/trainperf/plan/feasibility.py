@@ -33,6 +33,14 @@ def _fits(model: Any, hardware: Any, space: SearchSpace, calibration: Any) -> An
     return r if r.feasible else None
 
 
+def _limit_text(c: dict[str, Any], device: str) -> str:
+    """The memory a proposed plan may use, named with the margin that set it."""
+    if c["margin"] <= 0:
+        return f"{c['capacity_GiB']:.1f} GiB of one {device}"
+    return (f"{c['limit_GiB']:.1f} GiB the planner allows of one {device}'s {c['capacity_GiB']:.1f} GiB "
+            f"(a {100 * c['margin']:g}% margin; --memory-margin 0 drops it)")
+
+
 def tightest_constraint(result: Any) -> str:
     """One sentence: what stopped every plan."""
     if result.closest is not None:
@@ -40,8 +48,8 @@ def tightest_constraint(result: Any) -> str:
         from trainperf.plan.search import describe_plan
 
         return (f"memory: even the leanest executable plan ({describe_plan(c['workload'])}) needs "
-                f"{c['memory_GiB']:.1f} GiB per device, over the {c['capacity_GiB']:.1f} GiB of one "
-                f"{result.hardware.id} by {c['memory_GiB'] - c['capacity_GiB']:.1f} GiB")
+                f"{c['memory_GiB']:.1f} GiB per device, over the {_limit_text(c, result.hardware.id)} by "
+                f"{c['memory_GiB'] - c['limit_GiB']:.1f} GiB")
     if not result.rejected:
         return "no candidate plan at all"
     key, n = result.rejected.most_common(1)[0]
@@ -192,7 +200,8 @@ def fixed_refusal(result: Any) -> str | None:
 
         c = result.closest
         return (f"{_fixed_text(fixed)}: every plan with these values runs out of memory; the leanest "
-                f"({describe_plan(c['workload'])}) needs {c['memory_GiB']:.1f} of {c['capacity_GiB']:.1f} GiB")
+                f"({describe_plan(c['workload'])}) needs {c['memory_GiB']:.1f} GiB, over the "
+                f"{_limit_text(c, result.hardware.id)}")
     reasons = [(k, n) for k, n in result.rejected.most_common() if k not in ("fixed", "oom")]
     if not reasons:
         return f"{_fixed_text(fixed)}: no plan has all of these values"

@@ -34,7 +34,7 @@ from trainperf.plan.space import (
 from trainperf.predict.stack_capabilities import stacks_for
 from trainperf.specs.hardware import PRECISIONS, Hardware
 from trainperf.specs.model import ModelSpec
-from trainperf.specs.parallel import ParallelPlan
+from trainperf.specs.parallel import ParallelPlan, PipelineSchedule
 from trainperf.specs.workload import CPU_PRECISIONS, Workload
 
 SECONDS_PER_DAY = 86_400.0
@@ -201,11 +201,14 @@ def describe_plan(w: Workload) -> str:
 def workload_of(model: ModelSpec, hardware: Hardware, space: SearchSpace, cands: Candidates,
                 i: int) -> Workload:
     """The validated :class:`Workload` of candidate row ``i``."""
+    from trainperf.predict.stack_capabilities import capabilities_of
+
     r = cands.row(i)
     slots = int(r["slots"])
+    sched: PipelineSchedule = capabilities_of(space.stack).schedule_for(int(r["vpp"])) if int(r["pp"]) > 1 else "1f1b"
     plan = ParallelPlan(dp=int(r["dp"]), fsdp=int(r["fsdp"]), zero_stage=int(r["zero"]), tp=int(r["tp"]),
                         sequence_parallel=bool(r["sp"]), pp=int(r["pp"]), vpp=int(r["vpp"]),
-                        cp=int(r["cp"]), ep=int(r["ep"]),
+                        cp=int(r["cp"]), ep=int(r["ep"]), pp_schedule=sched,
                         account_for_embedding_in_pipeline_split=bool(slots & SLOT_EMBEDDING),
                         account_for_loss_in_pipeline_split=bool(slots & SLOT_LOSS))
     return Workload(model=model, hardware=hardware, num_devices=int(r["num_devices"]),
@@ -270,7 +273,8 @@ def search(model: ModelSpec, hardware: Hardware, space: SearchSpace, objective: 
     ev = vectorized.evaluate(cands, model, hardware, space.seq_len, space.devices_per_node,
                              calibration=calibration, software=space.software,
                              scale_up_domain=hardware.scale_up_domain)
-    fits = ev.fits
+    # the planner proposes only plans that leave its margin free (SearchSpace.memory_margin)
+    fits = ev.memory_GiB <= space.memory_limit_GiB(ev.capacity_GiB)
     n_oom = int((~fits).sum())
     if n_oom:
         rejected["oom"] += n_oom
@@ -278,7 +282,8 @@ def search(model: ModelSpec, hardware: Hardware, space: SearchSpace, objective: 
     if len(cands) and not fits.any():
         j = int(np.argmin(ev.memory_GiB))
         closest = {"index": j, "workload": workload_of(model, hardware, space, cands, j),
-                   "memory_GiB": float(ev.memory_GiB[j]), "capacity_GiB": float(ev.capacity_GiB)}
+                   "memory_GiB": float(ev.memory_GiB[j]), "capacity_GiB": float(ev.capacity_GiB),
+                   "limit_GiB": space.memory_limit_GiB(float(ev.capacity_GiB)), "margin": space.memory_margin}
     fit_idx = np.flatnonzero(fits)
     st, mem = ev.step_time_s[fit_idx], ev.memory_GiB[fit_idx]
     tps = cands["global_batch"][fit_idx] * float(space.seq_len) / st
@@ -318,7 +323,8 @@ def rescore(result: SearchResult, *, rerank: int, calibration: Any = None,
         out.append(RankedPlan(0, w, s.step_time_s, tps, s.mfu_pct, s.memory_GiB, s.capacity_GiB, s.fits,
                               s.bottleneck, s.breakdown_s, s.memory_breakdown_GiB, days, cost,
                               float(result.step_time_s[i]), stacks_for(w), _interval(s.raw)))
-    out = [p for p in out if p.fits]
+    limit = result.space.memory_limit_GiB
+    out = [p for p in out if p.fits and p.memory_GiB <= limit(p.capacity_GiB)]
     out.sort(key=lambda p: (float(obj.score(p.tokens_per_s, p.workload.num_devices)), p.memory_GiB))
     for r, p in enumerate(out, 1):
         p.rank = r

@@ -58,13 +58,15 @@ class Evaluation:
 
 
 def plan_features(c: Candidates, idx: np.ndarray, devices_per_node: int, layers: int = 0,
-                  scale_up_domain: int = 0) -> dict[str, Any]:
+                  scale_up_domain: int = 0, gpipe: tuple[bool, bool] = (False, False)) -> dict[str, Any]:
     """The plan-dependent entries of ``workload_features`` for candidate rows ``idx``, as arrays.
 
     Mirrors :func:`trainperf.predict.core.workload_features` and ParallelPlan's shard counts and
     stage split (:func:`~trainperf.plan.space.stage_layer_arrays`: ``ceil(layers / pp)`` per rank,
     or Megatron's embedding/loss slots). Experts are split like the dense layers (``etp = tp``).
     ``scale_up_domain``: devices per NVLink/xGMI domain (0: ``devices_per_node``).
+    ``gpipe``: whether the stack pipelines with GPipe at (vpp = 1, vpp > 1)
+    (:meth:`~trainperf.predict.stack_capabilities.Capabilities.schedule_for`).
     """
     f64 = np.float64
     n = c["num_devices"][idx].astype(f64)
@@ -84,7 +86,9 @@ def plan_features(c: Candidates, idx: np.ndarray, devices_per_node: int, layers:
         "scale_up_domain": np.minimum(float(scale_up_domain or devices_per_node), n),
         "micro_batch": mbs, "grad_accum": ga.astype(f64),
         "dp": dp, "fsdp": fsdp, "zero_stage": zero, "tp": tp, "sp": c["sp"][idx].astype(bool),
-        "pp": pp, "vpp": vpp, "interleaved": vpp > 1, "cp": cp,
+        "pp": pp, "vpp": vpp, "cp": cp,
+        "interleaved": (vpp > 1) & (not gpipe[1]),
+        "gpipe": (pp > 1) & np.where(vpp > 1, gpipe[1], gpipe[0]),
         "ep": c["ep"][idx].astype(f64),
         # ParallelPlan.shards_*: the sharded group spans cp as well
         "shards_params": np.where(fsdp > 1, fsdp * cp, np.where(zero >= 3, dp * cp, 1.0)),
@@ -110,7 +114,7 @@ def evaluate(c: Candidates, model: ModelSpec, hardware: Hardware, seq_len: int, 
     """
     from trainperf.plan import scalar
     from trainperf.predict import core, stack_kernels
-    from trainperf.predict.stack_capabilities import loss_bytes_per_logit
+    from trainperf.predict.stack_capabilities import capabilities_of, loss_bytes_per_logit
 
     n = len(c)
     scale_up_domain = scale_up_domain or hardware.scale_up_domain  # as workload_features reads it
@@ -119,6 +123,8 @@ def evaluate(c: Candidates, model: ModelSpec, hardware: Hardware, seq_len: int, 
     parts: dict[str, np.ndarray] = {}
     stack = software("bf16", 1).get("stack") if software is not None else None
     knobs = scalar.knob_values(hardware, calibration, stack=stack)
+    caps = capabilities_of(stack)
+    gpipe = (caps.schedule_for(1) == "gpipe", caps.schedule_for(2) == "gpipe")
     capacity = hardware.usable_memory_bytes
     for a, p, pos, lay_idx, lay in _groups(c):
         base = scalar.representative(model, hardware, seq_len, c.precisions[p], stack)
@@ -126,7 +132,7 @@ def evaluate(c: Candidates, model: ModelSpec, hardware: Hardware, seq_len: int, 
         for start in range(0, pos.size, CHUNK_ROWS):
             idx, lid = pos[start:start + CHUNK_ROWS], lay_idx[start:start + CHUNK_ROWS]
             f = dict(base)
-            f.update(plan_features(lay, lid, devices_per_node, model.layers, scale_up_domain))
+            f.update(plan_features(lay, lid, devices_per_node, model.layers, scale_up_domain, gpipe))
             f["policy"] = AC_POLICIES[a]
             if software is not None:
                 soft = software(c.precisions[p], 2)

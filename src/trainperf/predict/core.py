@@ -134,7 +134,8 @@ def workload_features(w: Any, trainable_fraction: float = 1.0) -> dict[str, Any]
         "micro_batch": float(w.micro_batch), "grad_accum": float(w.grad_accum_steps),
         "dp": float(p.dp or 1), "fsdp": float(p.fsdp), "zero_stage": float(p.zero_stage),
         "tp": float(p.tp), "sp": bool(p.sequence_parallel), "pp": float(p.pp), "vpp": float(p.vpp),
-        "interleaved": p.pp_schedule == "interleaved", "cp": float(p.cp), "ep": float(p.ep),
+        "interleaved": p.pp_schedule == "interleaved",
+        "gpipe": p.pp > 1 and p.pp_schedule == "gpipe", "cp": float(p.cp), "ep": float(p.ep),
         "shards_params": float(p.shards_params), "shards_grads": float(p.shards_grads),
         "shards_optimizer": float(p.shards_optimizer),
         "etp": float(p.expert_tp),
@@ -486,7 +487,8 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     zero_ag_exp = comms.exposed_s(zero_ag, fwd_mb, ovl)
 
     # --- pipeline bubble and optimizer
-    bubble = vec.where(pp > 1, pipeline.bubble_time_s(pp, vec.where(f["interleaved"], vpp, 1.0), t_mb), 0.0)
+    # vpp > 1 only under the interleaved 1F1B or the circular GPipe schedule: both cut the bubble v-fold
+    bubble = vec.where(pp > 1, pipeline.bubble_time_s(pp, vpp, t_mb), 0.0)
     p_opt_local = _sharded(p_stage, f["shards_optimizer"]) * train_frac
     optimizer = compute.memory_time_s(p_opt_local * compute.OPTIMIZER_BYTES_PER_PARAM, hbm, opt_eff) + 20 * ovh
 

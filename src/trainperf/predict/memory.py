@@ -93,28 +93,32 @@ def state_bytes(params, precision_kind, shards_weights, shards_grads, shards_opt
     return params * w / shards_weights, params * g / shards_grads, params * o / shards_optimizer
 
 
-def inflight_microbatches(pp, vpp, grad_accum, schedule_interleaved):
+def inflight_microbatches(pp, vpp, grad_accum, schedule_interleaved, schedule_gpipe=False):
     """Micro-batches whose activations the first pipeline stage holds at once.
 
     1F1B: ``min(pp, m)``; interleaved 1F1B holds ``1 + (pp-1)/(pp*v)`` times more
-    (Narayanan et al. 2021, section 2.2.2); GPipe would hold all ``m`` (not modelled: treated as
-    1F1B, which is what every framework runs by default).
+    (Narayanan et al. 2021, section 2.2.2). GPipe, plain or circular, holds all ``m``: every
+    forward runs before the first backward (Huang et al. 2019). That is what the JAX stacks'
+    pipelines do: MaxText ``pipeline.py`` and Praxis ``LayerwiseShardablePipelined`` scan the
+    forward over every micro-batch and take the backward by autodiff of the scan, which keeps
+    each iteration's residuals (unless rematerialised, which the checkpointing policy prices).
     """
     base = vec.minimum(pp, grad_accum)
     factor = vec.where(schedule_interleaved, 1.0 + (pp - 1.0) / (pp * vpp), 1.0)
-    return base * factor
+    return vec.where(schedule_gpipe, grad_accum, base * factor)
 
 
-def last_rank_inflight_layers(pp, vpp, grad_accum, layers_last, schedule_interleaved):
+def last_rank_inflight_layers(pp, vpp, grad_accum, layers_last, schedule_interleaved, schedule_gpipe=False):
     """Layer-micro-batches of activations the LAST pipeline rank holds at its peak.
 
     1F1B: the last stage runs each micro-batch's backward right after its forward: one in
     flight. Interleaved 1F1B: its warm-up is ``(vpp - 1) * pp`` model chunks (Megatron-Core
     ``schedules.py``: ``(pp - rank - 1) * 2 + (vpp - 1) * pp`` at rank ``pp - 1``) plus the one
-    running, each ``layers_last / vpp`` layers. Capped at every chunk of every micro-batch.
+    running, each ``layers_last / vpp`` layers. Capped at every chunk of every micro-batch,
+    which is what GPipe holds (:func:`inflight_microbatches`).
     """
     chunks = vec.where(schedule_interleaved, (vpp - 1.0) * pp + 1.0, 1.0)
-    chunks = vec.minimum(chunks, grad_accum * vpp)
+    chunks = vec.where(schedule_gpipe, grad_accum * vpp, vec.minimum(chunks, grad_accum * vpp))
     return chunks * layers_last / vpp
 
 
@@ -168,10 +172,12 @@ def device_memory_bytes(f, k, *, p_stage, p_layer_local, sharded, zero3, rc, rec
                                                  ffn_eff, t, sp, rc.widths, act_b)
     act_layer = rec_frac * act_layer + (1.0 - rec_frac) * act_layer_none
     M = f["grad_accum"]
+    gpipe = f.get("gpipe", False)
     first = vec.maximum(f["layers_first"], f["layers_mid"]) * act_layer * inflight_microbatches(
-        pp, vpp, M, f["interleaved"])
-    logits = m_tok * f["vocab"] / t * f["loss_bytes_per_logit"]
-    last = last_rank_inflight_layers(pp, vpp, M, f["layers_last"], f["interleaved"]) * act_layer
+        pp, vpp, M, f["interleaved"], gpipe)
+    # the JAX pipelines return every micro-batch's output and apply the head and loss to all at once
+    logits = m_tok * vec.where(gpipe, M, 1.0) * f["vocab"] / t * f["loss_bytes_per_logit"]
+    last = last_rank_inflight_layers(pp, vpp, M, f["layers_last"], f["interleaved"], gpipe) * act_layer
     # one stage is both the first and the last rank; with pp > 1 the busier of the two sets the peak
     last_peaks = vec.where(pp > 1, last + logits > first, False)
     activations = vec.where(last_peaks, last, first)

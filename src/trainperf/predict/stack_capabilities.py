@@ -37,6 +37,7 @@ from functools import lru_cache
 from typing import Any
 
 from trainperf.errors import SpecError, TrainperfError, UnknownNameError
+from trainperf.specs.parallel import PipelineSchedule
 
 PARALLELISMS: tuple[str, ...] = ("dp", "fsdp", "tp", "pp", "vpp", "cp", "ep")
 SP_MODES: tuple[str, ...] = ("optional", "always", "never")
@@ -78,6 +79,19 @@ class Capabilities:
             return True
         head, sep, _tail = policy.partition(":")
         return bool(sep) and f"{head}:{'K' if head == 'full' else 'N'}" in self.checkpointing
+
+    def schedule_for(self, vpp: int) -> PipelineSchedule:
+        """The schedule a plan with ``pp > 1`` and ``vpp`` layer chunks per rank runs under here:
+        1F1B (interleaved when ``vpp > 1``) where the stack has it, since it holds fewer
+        micro-batches than GPipe for the same bubble; else GPipe (circular when ``vpp > 1``)."""
+        one_f_one_b: PipelineSchedule = "interleaved" if vpp > 1 else "1f1b"
+        if one_f_one_b in self.pipeline_schedules or "gpipe" not in self.pipeline_schedules:
+            return one_f_one_b
+        return "gpipe"
+
+    def runs_vpp(self) -> bool:
+        """Whether a rank may hold several layer chunks (interleaved 1F1B or circular GPipe)."""
+        return "vpp" in self.parallelisms and self.schedule_for(2) in self.pipeline_schedules
 
     def vpp_limit(self, layers: int, pp: int) -> int:
         """Largest vpp this stack runs with ``pp`` stages of a ``layers``-layer model."""
@@ -196,7 +210,7 @@ def plan_refusal(caps: Capabilities, w: Any) -> str | None:
     if p.sequence_parallel and caps.sequence_parallel == "never":
         return f"{caps.stack} has no Megatron-style sequence parallelism"
     if p.pp > 1:
-        sched = "interleaved" if p.vpp > 1 else p.pp_schedule
+        sched = p.pp_schedule  # "interleaved" whenever vpp > 1, unless circular "gpipe"
         if sched not in caps.pipeline_schedules:
             return f"{caps.stack} has no {sched} pipeline schedule"
         if p.vpp > caps.vpp_limit(w.model.layers, p.pp):
@@ -226,18 +240,29 @@ def stacks_for(w: Any) -> tuple[str, ...]:
 
 
 def apply_stack(w: Any) -> Any:
-    """``w`` with what its stack always does made explicit: sequence parallelism under tensor
-    parallelism when the stack always shards the sequence (torchtitan, MaxText), with a note.
+    """``w`` with what its stack always does made explicit, each with a note: sequence
+    parallelism under tensor parallelism when the stack always shards the sequence (torchtitan,
+    MaxText), and the GPipe schedule of a stack whose pipeline has no 1F1B (MaxText, PaxML: a
+    1F1B or interleaved plan, the default, is run as GPipe, circular when vpp > 1).
     Everything else is left as written (a plan the stack cannot run is predicted as given)."""
-    if w.plan.tp <= 1 or w.plan.sequence_parallel:
+    p = w.plan
+    want_sp = p.tp > 1 and not p.sequence_parallel
+    want_sched = p.pp > 1 and p.pp_schedule != "gpipe"
+    if not (want_sp or want_sched):
         return w
     try:
         caps = capabilities_of(getattr(w, "stack", None))
     except TrainperfError:  # the stack's own loader reports a bad profile
         return w
-    if caps.sequence_parallel != "always":
+    notes = list(w.notes)
+    if want_sp and caps.sequence_parallel == "always":
+        p = dataclasses.replace(p, sequence_parallel=True)
+        notes.append(f"{caps.stack}'s tensor parallelism always shards the sequence between its regions: "
+                     "sequence parallel assumed")
+    if want_sched and p.pp_schedule not in caps.pipeline_schedules and caps.schedule_for(p.vpp) == "gpipe":
+        p = dataclasses.replace(p, pp_schedule="gpipe")
+        notes.append(f"{caps.stack}'s pipeline runs every micro-batch's forward before the backward: "
+                     f"GPipe schedule{' (circular)' if p.vpp > 1 else ''} assumed")
+    if p is w.plan:
         return w
-    plan = dataclasses.replace(w.plan, sequence_parallel=True)
-    note = (f"{caps.stack}'s tensor parallelism always shards the sequence between its regions: "
-            "sequence parallel assumed")
-    return dataclasses.replace(w, plan=plan, notes=(*w.notes, note))
+    return dataclasses.replace(w, plan=p, notes=tuple(notes))

@@ -46,7 +46,9 @@ class ParallelPlan:
     ep: int = 1
     """Expert-parallel degree for MoE layers, within the data-parallel ranks."""
     pp_schedule: PipelineSchedule = "1f1b"
-    """Pipeline schedule; ``vpp > 1`` implies ``interleaved``."""
+    """Pipeline schedule. ``vpp > 1`` implies ``interleaved`` (1F1B) unless ``gpipe`` is named:
+    then it is the circular GPipe schedule of JAX stacks (MaxText ``num_pipeline_repeats``,
+    Praxis ``circular_repeat``), where each rank holds ``vpp`` non-adjacent layer chunks."""
     etp: int | None = None
     """Expert tensor-parallel degree (Megatron-Core ``expert_tensor_parallel_size``): routed
     experts are split ``etp`` ways instead of ``tp``. ``None`` means ``tp`` (Megatron's default).
@@ -79,7 +81,8 @@ class ParallelPlan:
         if self.vpp > 1:
             if self.pp == 1:
                 raise SpecError("parallel.vpp", self.vpp, "requires pp > 1")
-            object.__setattr__(self, "pp_schedule", "interleaved")
+            if self.pp_schedule != "gpipe":
+                object.__setattr__(self, "pp_schedule", "interleaved")
         if self.etp is not None and (isinstance(self.etp, bool) or not isinstance(self.etp, int) or self.etp < 1):
             raise SpecError("parallel.etp", self.etp, "an integer >= 1, or omitted for etp = tp")
         for name in ("first_stage_layers", "last_stage_layers"):
