@@ -29,11 +29,13 @@ class _Row:
     measured_step_time_s: float = 1.0
 
 
-def test_quantiles_are_the_10th_and_90th_percentiles():
-    lo, hi = intervals._quantiles([float(i) for i in range(11)])  # 0..10
-    assert (lo, hi) == pytest.approx((1.0, 9.0))
-    lo, hi = intervals._quantiles([0.0, 1.0])
-    assert (lo, hi) == pytest.approx((0.1, 0.9))
+def test_quantiles_are_the_split_conformal_order_statistics():
+    # 0..10 (n = 11): the floor(12 * 0.1) = 1st and ceil(12 * 0.9) = 11th smallest
+    assert intervals._quantiles([float(i) for i in range(11)]) == (0.0, 10.0)
+    # 0..98 (n = 99): the 10th and 90th smallest, i.e. 9 and 89
+    assert intervals._quantiles([float(i) for i in range(99)]) == (9.0, 89.0)
+    # two residuals: the range is their span
+    assert intervals._quantiles([1.0, 0.0]) == (0.0, 1.0)
 
 
 def test_widening_names_each_reason_and_multiplies():

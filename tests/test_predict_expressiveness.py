@@ -235,3 +235,15 @@ def test_planner_searches_named_policies_like_the_scalar_predictor():
         assert ev.step_time_s[i] == pytest.approx(p.step_time_s, rel=1e-6)
         assert ev.memory_GiB[i] == pytest.approx(p.memory_per_device_GiB, rel=1e-6)
     assert len(seen) >= 5
+
+
+def test_sequence_parallel_dispatches_each_ranks_own_share_of_tokens():
+    """With sequence parallelism a tp rank holds s/tp of the tokens and dispatches those
+    (Megatron-Core's alltoall dispatcher), whatever etp is: tp = 2 with sp moves half the
+    all-to-all bytes of tp = 2 without it (where etp = tp ranks each dispatch every token)."""
+    mix = get_model("mixtral-8x7b")
+    plain = _w(mix, 16, ParallelPlan(tp=2, ep=8), global_batch=16)
+    sp = _w(mix, 16, ParallelPlan(tp=2, ep=8, sequence_parallel=True), global_batch=16)
+    sp_folded = _w(mix, 16, ParallelPlan(tp=2, ep=8, etp=1, sequence_parallel=True), global_batch=16)
+    assert _core(sp)["ep_bytes"] == pytest.approx(_core(plain)["ep_bytes"] / 2)
+    assert _core(sp_folded)["ep_bytes"] == pytest.approx(_core(sp)["ep_bytes"])

@@ -393,7 +393,11 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     tp_bytes_mb = n_crit * tp_passes * 2.0 * comms.ring_bytes_per_device("all-reduce", tp_buf, t)
 
     # --- expert parallel all-to-all: dispatch + combine forward, again backward
-    a2a_buf = m_tok * f["moe_topk"] * f["hidden"] * act_b * (etp / t)  # unique tokens per device
+    # Each device dispatches the tokens it alone holds: with sequence parallelism its s/tp share
+    # (Megatron-Core's alltoall dispatcher routes the SP-split hidden states, then all-gathers the
+    # received tokens over the expert-TP group); without it, tp ranks hold the same tokens and
+    # etp/tp of them are dispatched per rank.
+    a2a_buf = m_tok * f["moe_topk"] * f["hidden"] * act_b * vec.where(sp, 1.0, etp) / t
     a2a = comms.collective_time_s("all-to-all", a2a_buf, ep, ep_k, ep_N, intra, inter, *lv, leff)
     ep_mb = f["moe_layers"] / pp * 2.0 * 2.0 * a2a * (ep > 1)
 

@@ -128,19 +128,20 @@ def widening(domain: Domain, stack: str, silicon: str, w: Any) -> tuple[bool, fl
 
 
 def _quantiles(values: Sequence[float]) -> tuple[float, float]:
-    """(10th, 90th) percentiles, linear interpolation between order statistics."""
+    """The split-conformal ends of a ``LEVEL`` range with equal tails: of ``n`` held-out residuals,
+    the ``floor((n+1) a)``-th and ``ceil((n+1) (1-a))``-th smallest, ``a = (1 - LEVEL) / 2``
+    (Lei et al. 2018, "Distribution-free predictive inference for regression", section 2.2). A
+    new residual exchangeable with these falls between them with probability at least
+    ``LEVEL``; the plain 10th/90th percentiles are optimistic by about one order statistic,
+    which held out whole groups showed (74.7% nested coverage for a nominal 80%)."""
     xs = sorted(values)
     if not xs:
         return (-math.log(1.5), math.log(1.5))
-    lo_p, hi_p = (1.0 - LEVEL) / 2.0, 1.0 - (1.0 - LEVEL) / 2.0
-
-    def q(p: float) -> float:
-        pos = p * (len(xs) - 1)
-        i = math.floor(pos)
-        j = min(i + 1, len(xs) - 1)
-        return xs[i] + (pos - i) * (xs[j] - xs[i])
-
-    return q(lo_p), q(hi_p)
+    n, a = len(xs), (1.0 - LEVEL) / 2.0
+    # rounded first: (1 - 0.8) / 2 * 100 is 9.999999999999998 in floating point, not 10
+    lo_k = max(1, math.floor(round((n + 1) * a, 9)))
+    hi_k = min(n, math.ceil(round((n + 1) * (1.0 - a), 9)))
+    return xs[lo_k - 1], xs[hi_k - 1]
 
 
 @dataclass(frozen=True)
