@@ -197,3 +197,20 @@ def test_planner_space_holds_vpp_beyond_eight():
     c = enumerate_candidates(get_model("gpt3-175b"), H100, SearchSpace((128,), 8, 2048, (256,), stack="megatron-core"))
     assert {12, 24}.issubset(set(np.unique(c["vpp"][c["pp"] == 4]).tolist()))
     assert 20 in np.unique(c["vpp"]).tolist() or 12 in np.unique(c["vpp"][c["pp"] == 8]).tolist()
+
+
+def test_deepspeed_pipelines_only_with_zero_0_or_1(capsys):
+    """DeepSpeed's PipelineEngine refuses ZeRO-2 and ZeRO-3: a pp plan with either is out of its
+    space (refused with the reason, never proposed); without pp, ZeRO-2 is fine."""
+    ds = capabilities_of("deepspeed")
+    assert "no ZeRO stage 2 with pipeline" in plan_refusal(ds, _w(ParallelPlan(dp=16, tp=2, pp=2, zero_stage=2)))
+    assert "no fsdp with pipeline" in plan_refusal(ds, _w(ParallelPlan(fsdp=32, pp=2)))
+    assert plan_refusal(ds, _w(ParallelPlan(dp=16, tp=2, pp=2, zero_stage=1))) is None
+    assert plan_refusal(ds, _w(ParallelPlan(dp=32, tp=2, zero_stage=2))) is None
+    rc, d, _ = _plan(capsys, "--model", "llama2-70b", "--device", "a100-sxm-80gb", "--num-devices", "128",
+                     "--seq-len", "4096", "--global-batch", "512", "--stack", "deepspeed", "--top", "20",
+                     "--rerank", "40")
+    assert rc == 0 and d["plans"]
+    assert any(p["pp"] > 1 for p in d["plans"]) and any(p["zero_stage"] == 2 for p in d["plans"])
+    for p in d["plans"]:
+        assert p["pp"] == 1 or (p["zero_stage"] <= 1 and p["fsdp"] == 1), p["plan"]

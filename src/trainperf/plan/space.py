@@ -418,6 +418,9 @@ def runnable(caps, cols: dict[str, np.ndarray], layers: int) -> np.ndarray:
             ok &= cols[name] == 1
     if not set(caps.zero_stages) >= {0, 1, 2}:
         ok &= (cols["dp"] == 1) | np.isin(cols["zero"], caps.zero_stages)
+    if set(caps.pipeline_zero_stages) != {0, 1, 2, 3}:
+        stage = np.where(cols["fsdp"] > 1, 3, np.where(cols["dp"] > 1, cols["zero"], 0))
+        ok &= (cols["pp"] == 1) | np.isin(stage, caps.pipeline_zero_stages)
     if not caps.hybrid_shard:
         ok &= (cols["dp"] == 1) | (cols["fsdp"] == 1)
     if caps.sequence_parallel == "always":
@@ -578,8 +581,10 @@ def enumerate_candidates(model: ModelSpec, hardware: Hardware, space: SearchSpac
         c = _expand(c, "zero", zero_opts)
         c = _filter(c, (c["dp"] > 1) | (c["zero"] == zero_opts[0]))
         c["zero"] = np.where(c["dp"] > 1, c["zero"], 0)
+        pipe_stage = np.where(c["fsdp"] > 1, 3, np.where(c["dp"] > 1, c["zero"], 0))
         c = counter.reject(c, 6, [fix(c, "zero"),
-                                  ("stack", (c["dp"] == 1) | np.isin(c["zero"], caps.zero_stages))])
+                                  ("stack", ((c["dp"] == 1) | np.isin(c["zero"], caps.zero_stages))
+                                   & ((c["pp"] == 1) | np.isin(pipe_stage, caps.pipeline_zero_stages)))])
         if len(ac_codes) < n_ac_all:  # policies the stack does not have
             counter.rejected["stack"] += int(c["dp"].shape[0]) * (n_ac_all - len(ac_codes)) * n_prec
         parts.append(c)

@@ -7,6 +7,7 @@ stack can execute and how it lays out memory::
     parallelisms = ["dp", "tp", "pp", "vpp", "cp", "ep"]   # degrees that may exceed 1
     hybrid_shard = false                                   # dp > 1 beside fsdp > 1 (HSDP)
     zero_stages = [0, 1]                                   # ZeRO stages over the dp group
+    pipeline_zero_stages = [0, 1]                          # ZeRO stages (3 = fsdp) beside pp > 1
     sequence_parallel = "optional"                         # with tp > 1: optional | always | never
     pipeline_schedules = ["1f1b", "interleaved"]
     max_vpp = 0                                            # 0: up to layers / pp
@@ -42,7 +43,8 @@ from trainperf.specs.parallel import PipelineSchedule
 PARALLELISMS: tuple[str, ...] = ("dp", "fsdp", "tp", "pp", "vpp", "cp", "ep")
 SP_MODES: tuple[str, ...] = ("optional", "always", "never")
 SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "gpipe")
-KEYS: tuple[str, ...] = ("parallelisms", "hybrid_shard", "zero_stages", "sequence_parallel", "pipeline_schedules", "max_vpp",
+KEYS: tuple[str, ...] = ("parallelisms", "hybrid_shard", "zero_stages", "pipeline_zero_stages", "sequence_parallel",
+                         "pipeline_schedules", "max_vpp",
                          "pipeline_slots", "uneven_stages", "checkpointing", "loss_bytes_per_logit",
                          "compiled_loss_bytes_per_logit")
 DEFAULT_LOSS_BYTES_PER_LOGIT = 6.0
@@ -58,6 +60,9 @@ class Capabilities:
     hybrid_shard: bool = True
     """Replicas of a sharded group (dp > 1 with fsdp > 1: HSDP / HYBRID_SHARD)."""
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
+    pipeline_zero_stages: tuple[int, ...] = (0, 1, 2, 3)
+    """ZeRO stages a plan with pp > 1 may use, 3 standing for fsdp (DeepSpeed's PipelineEngine
+    refuses ZeRO-2 and -3)."""
     sequence_parallel: str = "optional"
     pipeline_schedules: tuple[str, ...] = SCHEDULES
     max_vpp: int = 0
@@ -131,7 +136,7 @@ def capabilities_from_table(stack: str, table: Mapping[str, Any]) -> Capabilitie
             kw[key] = _str_list(v, stack, key, SCHEDULES)
         elif key == "checkpointing":
             kw[key] = _str_list(v, stack, key, POLICY_NAMES)
-        elif key == "zero_stages":
+        elif key in ("zero_stages", "pipeline_zero_stages"):
             if not isinstance(v, list) or not v or any(isinstance(x, bool) or x not in (0, 1, 2, 3) for x in v):
                 raise SpecError(_where(stack, key), v, "a non-empty list of 0, 1, 2, 3")
             kw[key] = tuple(sorted(set(v)))
@@ -210,6 +215,10 @@ def plan_refusal(caps: Capabilities, w: Any) -> str | None:
     if p.sequence_parallel and caps.sequence_parallel == "never":
         return f"{caps.stack} has no Megatron-style sequence parallelism"
     if p.pp > 1:
+        stage = 3 if p.fsdp > 1 else (p.zero_stage if (p.dp or 1) > 1 else 0)
+        if stage not in caps.pipeline_zero_stages:
+            what = "fsdp" if p.fsdp > 1 else f"ZeRO stage {stage}"
+            return f"{caps.stack} runs no {what} with pipeline parallelism"
         sched = p.pp_schedule  # "interleaved" whenever vpp > 1, unless circular "gpipe"
         if sched not in caps.pipeline_schedules:
             return f"{caps.stack} has no {sched} pipeline schedule"
