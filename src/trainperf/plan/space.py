@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -407,6 +408,14 @@ def stage_layer_arrays(layers: int, pp: np.ndarray, vpp: np.ndarray, slots: np.n
             np.where(one, float(layers), last))
 
 
+def zero_stage_allowed(caps: Any, cols: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Rows whose ZeRO stage the stack runs over dp, and beside pp > 1 (fsdp counting as 3):
+    :func:`~trainperf.predict.stack_capabilities.plan_refusal`'s rules, vectorised."""
+    ok = (cols["dp"] == 1) | np.isin(cols["zero"], caps.zero_stages)
+    stage = np.where(cols["fsdp"] > 1, 3, np.where(cols["dp"] > 1, cols["zero"], 0))
+    return ok & ((cols["pp"] == 1) | np.isin(stage, caps.pipeline_zero_stages))
+
+
 def runnable(caps, cols: dict[str, np.ndarray], layers: int) -> np.ndarray:
     """Rows of a candidate table that the stack of ``caps``
     (:class:`~trainperf.predict.stack_capabilities.Capabilities`) can run: the array form of
@@ -416,11 +425,7 @@ def runnable(caps, cols: dict[str, np.ndarray], layers: int) -> np.ndarray:
     for name in ("dp", "fsdp", "tp", "pp", "cp", "ep", "vpp"):
         if name not in caps.parallelisms:
             ok &= cols[name] == 1
-    if not set(caps.zero_stages) >= {0, 1, 2}:
-        ok &= (cols["dp"] == 1) | np.isin(cols["zero"], caps.zero_stages)
-    if set(caps.pipeline_zero_stages) != {0, 1, 2, 3}:
-        stage = np.where(cols["fsdp"] > 1, 3, np.where(cols["dp"] > 1, cols["zero"], 0))
-        ok &= (cols["pp"] == 1) | np.isin(stage, caps.pipeline_zero_stages)
+    ok &= zero_stage_allowed(caps, cols)
     if not caps.hybrid_shard:
         ok &= (cols["dp"] == 1) | (cols["fsdp"] == 1)
     if caps.sequence_parallel == "always":
@@ -581,10 +586,7 @@ def enumerate_candidates(model: ModelSpec, hardware: Hardware, space: SearchSpac
         c = _expand(c, "zero", zero_opts)
         c = _filter(c, (c["dp"] > 1) | (c["zero"] == zero_opts[0]))
         c["zero"] = np.where(c["dp"] > 1, c["zero"], 0)
-        pipe_stage = np.where(c["fsdp"] > 1, 3, np.where(c["dp"] > 1, c["zero"], 0))
-        c = counter.reject(c, 6, [fix(c, "zero"),
-                                  ("stack", ((c["dp"] == 1) | np.isin(c["zero"], caps.zero_stages))
-                                   & ((c["pp"] == 1) | np.isin(pipe_stage, caps.pipeline_zero_stages)))])
+        c = counter.reject(c, 6, [fix(c, "zero"), ("stack", zero_stage_allowed(caps, c))])
         if len(ac_codes) < n_ac_all:  # policies the stack does not have
             counter.rejected["stack"] += int(c["dp"].shape[0]) * (n_ac_all - len(ac_codes)) * n_prec
         parts.append(c)
