@@ -174,7 +174,9 @@ def test_memory_margin_keeps_proposed_plans_off_the_limit(capsys):
     assert main([*argv, "--memory-margin", "0"]) == 0
     bare = json.loads(capsys.readouterr().out)["plans"]
     assert main(argv) == 0
-    kept = json.loads(capsys.readouterr().out)["plans"]
+    out = json.loads(capsys.readouterr().out)
+    kept = out["plans"]
+    assert out["memory_margin"] == 0.07
     assert bare[0]["memory_per_device_GiB"] > 0.93 * bare[0]["capacity_GiB"]
     assert all(p["memory_per_device_GiB"] <= 0.93 * p["capacity_GiB"] for p in kept)
     assert kept[0]["step_time_s"] >= bare[0]["step_time_s"]

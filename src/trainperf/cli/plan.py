@@ -281,6 +281,7 @@ def _report(args: argparse.Namespace, result: Any, cal: Any, extra: dict[str, An
                "num_devices": list(result.space.num_devices),
                "devices_per_node": result.space.devices_per_node, "seq_len": result.space.seq_len,
                "global_batches": list(result.space.global_batches), "objective": result.objective.name,
+               "memory_margin": result.space.memory_margin,
                "considered": result.considered, "feasible": result.feasible,
                "rejected": dict(result.rejected.most_common()), "elapsed_s": result.elapsed_s,
                "plans": [p.to_dict() for p in top], "why": why, "message": message}
