@@ -52,9 +52,10 @@ def test_pipeline_ranks_hold_what_the_schedule_keeps():
 
 
 KNOWN_MISFITS = {
-    # Nemotron-4 340B, tp 8 pp 8 vpp 12, dp 2 on 128 H100: states 53.9 GiB (distributed optimizer
-    # over dp 2) + 103 layer-micro-batches of interleaved warm-up (25.6 GiB) exceed 80 GB.
-    "73", "78",
+    # Nemotron-4 340B bf16, tp 8 pp 8 vpp 12, dp 2 on 128 H100: states 53.9 GiB (distributed
+    # optimizer over dp 2) + 103 layer-micro-batches of interleaved warm-up (25.6 GiB) exceed 80 GB
+    # (82.0 GiB). Its fp8 twin (row 78) fits: Transformer Engine keeps fp8 matmul inputs (75.6 GiB).
+    "73",
     # MaxText 32B on TPU v5e-256 (architecture inferred from global_parameter_scale, not stated):
     # FSDP units of ~1B parameters gathered in 16 bits and their gradients exceed 16 GB.
     "408", "409",
@@ -67,7 +68,7 @@ def test_published_plans_fit():
     runs = [r for r in packaged_runs() if r.included]
     misfits = {r.row_id for r in runs if not predict(r.workload).fits}
     assert misfits <= KNOWN_MISFITS, misfits - KNOWN_MISFITS
-    assert len(misfits) / len(runs) <= 0.025
+    assert len(misfits) / len(runs) <= 0.02
 
 
 def _titan_8b(device: str) -> Workload:
@@ -177,3 +178,26 @@ def test_maxtext_pipelines_are_gpipe():
     assert any("GPipe schedule (circular)" in n for n in p.notes)
     # the last rank also keeps every micro-batch's logits: the head runs after the pipeline
     assert last_rank_inflight_layers(8.0, 2.0, 16.0, 10.0, False, True) == 16.0 * 10.0
+
+
+def test_transformer_engine_keeps_fp8_matmul_inputs():
+    """Megatron-Core (Transformer Engine) under fp8 keeps the fp8 cast of each linear layer's input
+    for the backward: the norm outputs (q/k/v and MLP inputs), the activation output (down
+    projection input) and, with the attention core recomputed (selective), the attention context
+    at 1 byte instead of 2. Nemotron-4 340B, tp 8 sp, pp 8 x vpp 12 (one layer a chunk), seq 4096,
+    micro batch 1: rank 0 holds 8 * (1 + 7/96) * 12 = 103 layer-micro-batches, each 4096 tokens
+    x (2 * 18432 + 73728 + 18432) / 8 bytes less: 6.34 GiB. Published runs (NeMo) fit in 80 GB."""
+    def w(precision):
+        return workload_from_dict({
+            "model": {"preset": "nemotron4-340b"}, "hardware": {"device": "h100-sxm", "num_devices": 128},
+            "parallel": {"dp": 2, "tp": 8, "pp": 8, "vpp": 12, "sequence_parallel": True, "zero_stage": 1},
+            "training": {"seq_len": 4096, "global_batch": 32, "micro_batch": 1, "precision": precision,
+                         "activation_checkpointing": "selective", "stack": "megatron-core"}})
+    bf, f8 = predict(w("bf16")), predict(w("fp8"))
+    saved = 103 * 4096 * (2 * 18432 + 73728 + 18432) / 8 / GiB
+    assert bf.memory_breakdown_GiB["activations"] - f8.memory_breakdown_GiB["activations"] == pytest.approx(saved)
+    assert f8.fits and not bf.fits  # 75.6 and 82.0 of 79.65 GiB
+    # torchtitan (torchao float8 keeps the bf16 input) is unchanged by fp8
+    t = [predict(dataclasses.replace(w(p), stack="torchtitan", notes=())).memory_breakdown_GiB["activations"]
+         for p in ("bf16", "fp8")]
+    assert t[0] == pytest.approx(t[1])

@@ -121,3 +121,17 @@ def test_gpipe_stacks_agree_with_the_scalar_predictor(stack):
         p = predict(w)
         assert ev.step_time_s[i] == pytest.approx(p.step_time_s, rel=1e-6), w.describe()
         assert ev.memory_GiB[i] == pytest.approx(p.memory_per_device_GiB, rel=1e-6), w.describe()
+
+
+def test_fp8_input_bytes_reach_the_planner():
+    """Megatron-Core fp8 plans keep fp8 matmul inputs: the planner's memory equals predict's."""
+    model, hw = get_model("llama3-70b"), get_hardware("h100-sxm")
+    space = SearchSpace((64,), 8, 8192, (64,), precisions=("fp8",), max_micro_batch=2, max_vpp=2,
+                        stack="megatron-core", checkpointing=("none", "selective"))
+    cands = enumerate_candidates(model, hw, space)
+    ev = vectorized.evaluate(cands, model, hw, 8192, 8, software=space.software)
+    for i in np.random.default_rng(3).choice(len(cands), 15, replace=False):
+        w = workload_of(model, hw, space, cands, int(i))
+        p = predict(w)
+        assert ev.memory_GiB[i] == pytest.approx(p.memory_per_device_GiB, rel=1e-6), w.describe()
+        assert ev.step_time_s[i] == pytest.approx(p.step_time_s, rel=1e-6), w.describe()

@@ -103,6 +103,12 @@ class SavedWidths:
     """Count of key/value-wide tensors (split over tp)."""
     ffn: float
     """Count of MLP-wide tensors (split over tp)."""
+    gemm_in_h: float = 0.0
+    """Of ``h``: tensors that are a weight matmul's input (the norm outputs feeding q/k/v and the MLP)."""
+    gemm_in_q: float = 0.0
+    """Of ``q``: the attention context, the output projection's input."""
+    gemm_in_ffn: float = 0.0
+    """Of ``ffn``: the activation output, the down projection's input."""
 
 
 def saved_widths(policy: Policy, model: ModelSpec) -> SavedWidths:
@@ -117,11 +123,18 @@ def _names_roles(model: ModelSpec) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(n for _, n, _, _ in mats), tuple(r for r, *_ in mats)
 
 
+GEMM_INPUTS: frozenset[str] = frozenset({"norm1_out", "attn_context", "norm2_out", "mlp_act"})
+"""Kept tensors that are the input of a weight matmul (what an fp8 GEMM may keep in fp8)."""
+
+
 def _widths(kept: tuple[str, ...]) -> SavedWidths:
     counts = {"h": 0.0, "q": 0.0, "kv": 0.0, "ffn": 0.0}
+    gemm_in = {"h": 0.0, "q": 0.0, "kv": 0.0, "ffn": 0.0}
     for t in kept:
         counts[TENSOR_WIDTH[t]] += 1.0
-    return SavedWidths(**counts)
+        if t in GEMM_INPUTS:
+            gemm_in[TENSOR_WIDTH[t]] += 1.0
+    return SavedWidths(**counts, gemm_in_h=gemm_in["h"], gemm_in_q=gemm_in["q"], gemm_in_ffn=gemm_in["ffn"])
 
 
 @dataclass(frozen=True)

@@ -73,7 +73,8 @@ def activation_bytes_per_layer(s, b, h, q_dim, kv_dim, ffn, gated, t, sp, policy
     return tokens * per_token
 
 
-def saved_activation_bytes_per_layer(s, b, h, q_dim, kv_dim, ffn, t, sp, widths, act_bytes=2.0):
+def saved_activation_bytes_per_layer(s, b, h, q_dim, kv_dim, ffn, t, sp, widths, act_bytes=2.0,
+                                     gemm_in_bytes=None, core_recomputed=False):
     """Activation bytes one layer keeps per micro-batch under a checkpointing policy.
 
     ``widths`` (:class:`trainperf.accounting.recompute.SavedWidths`) counts the kept tensors of
@@ -81,10 +82,22 @@ def saved_activation_bytes_per_layer(s, b, h, q_dim, kv_dim, ffn, t, sp, widths,
     the tp ranks unless sequence parallel (then split ``t`` ways); query, key/value and MLP-wide
     ones are split ``t`` ways. With ``none`` this is :func:`activation_bytes_per_layer` (flash
     attention); with ``full`` the layer input only. Fused attention is assumed (no scores kept).
+
+    ``gemm_in_bytes``: bytes per element a stack keeps of a weight matmul's input under fp8
+    (Transformer Engine keeps the fp8 cast, 1 byte); None: ``act_bytes``. The attention context
+    is then kept twice unless the attention core is recomputed: in ``act_bytes`` by the fused
+    attention for its backward, in fp8 by the output projection.
     """
-    rep = widths.h * h / vec.where(sp, t, 1.0)
+    rep_div = vec.where(sp, t, 1.0)
+    rep = widths.h * h / rep_div
     split = (widths.q * q_dim + widths.kv * kv_dim + widths.ffn * ffn) / t
-    return s * b * act_bytes * (rep + split)
+    total = s * b * act_bytes * (rep + split)
+    if gemm_in_bytes is None:
+        return total
+    cheaper = act_bytes - gemm_in_bytes
+    gin = widths.gemm_in_h * h / rep_div + widths.gemm_in_ffn * ffn / t
+    ctx = widths.gemm_in_q * q_dim / t * vec.where(core_recomputed, cheaper, -gemm_in_bytes)
+    return total - s * b * (cheaper * gin + ctx)
 
 
 def state_bytes(params, precision_kind, shards_weights, shards_grads, shards_optimizer):
@@ -166,10 +179,12 @@ def device_memory_bytes(f, k, *, p_stage, p_layer_local, sharded, zero3, rc, rec
     p_edge_local = vec.maximum(f["params_embedding"], f["params_head"]) / t
     gathered = vec.where(zero3, fsdp_unsharded_bytes(p_layer_local, p_edge_local, train_frac, gather_bytes,
                                                      grad_bytes), 0.0)
+    gin_b = f.get("fp8_gemm_input_bytes")  # None unless an fp8 run of a stack that keeps fp8 inputs
     act_layer_none = saved_activation_bytes_per_layer(s / cp, b, f["hidden"], f["q_dim"], kv_local * t,
-                                                      ffn_eff, t, sp, rc.widths_none, act_b)
+                                                      ffn_eff, t, sp, rc.widths_none, act_b, gin_b, False)
     act_layer = saved_activation_bytes_per_layer(s / cp, b, f["hidden"], f["q_dim"], kv_local * t,
-                                                 ffn_eff, t, sp, rc.widths, act_b)
+                                                 ffn_eff, t, sp, rc.widths, act_b, gin_b,
+                                                 bool(rc.attention_core))
     act_layer = rec_frac * act_layer + (1.0 - rec_frac) * act_layer_none
     M = f["grad_accum"]
     gpipe = f.get("gpipe", False)

@@ -16,6 +16,7 @@ stack can execute and how it lays out memory::
     checkpointing = ["none", "selective", "full", "full:K"]
     loss_bytes_per_logit = 6.0                             # live bytes per logit at the loss
     compiled_loss_bytes_per_logit = 2.0                    # the same when the model is compiled
+    fp8_gemm_input_bytes = 1.0                             # kept bytes of an fp8 matmul's input
     [capabilities.sources]
     parallelisms = "Megatron-LM arguments.py ..."
 
@@ -46,7 +47,7 @@ SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "gpipe")
 KEYS: tuple[str, ...] = ("parallelisms", "hybrid_shard", "zero_stages", "pipeline_zero_stages", "sequence_parallel",
                          "pipeline_schedules", "max_vpp",
                          "pipeline_slots", "uneven_stages", "checkpointing", "loss_bytes_per_logit",
-                         "compiled_loss_bytes_per_logit")
+                         "compiled_loss_bytes_per_logit", "fp8_gemm_input_bytes")
 DEFAULT_LOSS_BYTES_PER_LOGIT = 6.0
 """bf16 logits plus the fp32 copy the loss upcasts to (PyTorch autocast runs cross-entropy in fp32)."""
 
@@ -74,6 +75,9 @@ class Capabilities:
     loss_bytes_per_logit: float = DEFAULT_LOSS_BYTES_PER_LOGIT
     compiled_loss_bytes_per_logit: float = 0.0
     """Bytes per logit when the run is compiled (``training.compile``); 0: as uncompiled."""
+    fp8_gemm_input_bytes: float = 0.0
+    """Bytes per element an fp8 run keeps of a weight matmul's input for its backward
+    (Transformer Engine: the fp8 cast, 1); 0: as the other activations."""
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)
 
     def allows_policy(self, policy: str) -> bool:
@@ -152,6 +156,10 @@ def capabilities_from_table(stack: str, table: Mapping[str, Any]) -> Capabilitie
             if not isinstance(v, bool):
                 raise SpecError(_where(stack, key), v, "true or false")
             kw[key] = v
+        elif key == "fp8_gemm_input_bytes":
+            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= 4:
+                raise SpecError(_where(stack, key), v, "a positive number of bytes (<= 4)")
+            kw[key] = float(v)
         elif key in ("loss_bytes_per_logit", "compiled_loss_bytes_per_logit"):
             if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= 64:
                 raise SpecError(_where(stack, key), v, "a positive number of bytes (<= 64)")
@@ -194,6 +202,18 @@ def loss_bytes_per_logit(stack: Any, compiled: bool = False) -> float:
     if compiled and caps.compiled_loss_bytes_per_logit:
         return caps.compiled_loss_bytes_per_logit
     return caps.loss_bytes_per_logit
+
+
+def fp8_gemm_input_bytes(stack: Any, precision: str) -> float | None:
+    """Bytes per element ``stack`` keeps of a matmul input in an fp8/fp4 run, or None (as the
+    other activations: bf16 runs, stacks that keep the high-precision input, unreadable stacks)."""
+    if precision not in ("fp8", "fp4"):
+        return None
+    try:
+        caps = capabilities_of(stack)
+    except TrainperfError:
+        return None
+    return caps.fp8_gemm_input_bytes or None
 
 
 def plan_refusal(caps: Capabilities, w: Any) -> str | None:
