@@ -214,3 +214,14 @@ def test_deepspeed_pipelines_only_with_zero_0_or_1(capsys):
     assert any(p["pp"] > 1 for p in d["plans"]) and any(p["zero_stage"] == 2 for p in d["plans"])
     for p in d["plans"]:
         assert p["pp"] == 1 or (p["zero_stage"] <= 1 and p["fsdp"] == 1), p["plan"]
+
+
+def test_predict_says_when_the_stack_cannot_run_the_plan():
+    """A plan outside the named stack's space is still predicted as written, with a note saying
+    why the stack cannot run it; a plan inside it (or the generic stack) gets no such note."""
+    from trainperf.predict import predict
+
+    out = predict(_w(ParallelPlan(fsdp=64), stack="megatron-core"))
+    assert any("megatron-core has no fsdp" in n and "cannot run this plan" in n for n in out.notes)
+    for w in (_w(ParallelPlan(fsdp=64), stack="torchtitan"), _w(ParallelPlan(fsdp=64))):
+        assert not any("cannot run this plan" in n for n in predict(w).notes)

@@ -273,14 +273,16 @@ def apply_stack(w: Any) -> Any:
     parallelism under tensor parallelism when the stack always shards the sequence (torchtitan,
     MaxText), and the GPipe schedule of a stack whose pipeline has no 1F1B (MaxText, PaxML: a
     1F1B or interleaved plan, the default, is run as GPipe, circular when vpp > 1).
-    Everything else is left as written (a plan the stack cannot run is predicted as given)."""
+    Everything else is left as written: a plan the stack cannot run is predicted as given, with
+    a note saying why the stack cannot run it (:func:`plan_refusal`)."""
     p = w.plan
     want_sp = p.tp > 1 and not p.sequence_parallel
     want_sched = p.pp > 1 and p.pp_schedule != "gpipe"
-    if not (want_sp or want_sched):
+    stack = getattr(w, "stack", None)
+    if not (want_sp or want_sched) and (stack is None or stack == "generic"):
         return w
     try:
-        caps = capabilities_of(getattr(w, "stack", None))
+        caps = capabilities_of(stack)
     except TrainperfError:  # the stack's own loader reports a bad profile
         return w
     notes = list(w.notes)
@@ -292,6 +294,9 @@ def apply_stack(w: Any) -> Any:
         p = dataclasses.replace(p, pp_schedule="gpipe")
         notes.append(f"{caps.stack}'s pipeline runs every micro-batch's forward before the backward: "
                      f"GPipe schedule{' (circular)' if p.vpp > 1 else ''} assumed")
-    if p is w.plan:
-        return w
-    return dataclasses.replace(w, plan=p, notes=tuple(notes))
+    out = w if p is w.plan else dataclasses.replace(w, plan=p, notes=tuple(notes))
+    refusal = plan_refusal(caps, out)
+    if refusal is None:
+        return out
+    return dataclasses.replace(out, notes=(*out.notes, f"{refusal}: predicted as written, but {caps.stack} "
+                                           "cannot run this plan"))
