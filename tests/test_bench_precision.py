@@ -52,6 +52,20 @@ def test_override_decides_auto(monkeypatch, env, expected):
     assert prec_mod.resolve_precision("fp32").precision == "fp32"  # explicit wins
 
 
+@pytest.mark.parametrize("env", ["0", "1"])
+def test_auto_across_cpu_nodes_is_one_dtype(monkeypatch, env):
+    """Each node's launcher resolves auto on its own; a bf16 timing that differs between two
+    machines would give ranks of different dtypes (gloo then aborts). Across CPU nodes auto is
+    fp32 whatever one node detects; an explicit bf16 is run as asked on every node."""
+    from trainperf.cli.bench import bench_precision
+
+    monkeypatch.setenv("TRAINPERF_NATIVE_BF16", env)
+    multi = bench_precision(None, "cpu", nodes=2)
+    assert multi.precision == "fp32" and multi.requested == "auto" and "2 CPU nodes" in multi.reason
+    assert bench_precision("bf16", "cpu", nodes=2).precision == "bf16"
+    assert bench_precision(None, "cpu", nodes=1).precision == ("bf16" if env == "1" else "fp32")
+
+
 @pytest.mark.parametrize("env, expected", [("0", "fp32"), ("1", "bf16")])
 def test_default_bench_runs_the_overridden_precision(tmp_path, cache, monkeypatch, capsys, env, expected):
     monkeypatch.setenv("TRAINPERF_NATIVE_BF16", env)

@@ -85,19 +85,27 @@ def _has_model(data: dict[str, Any], overrides: dict[str, Any]) -> bool:
     return all(k in body for k in ("layers", "hidden", "heads", "ffn_hidden", "vocab"))
 
 
-def bench_precision(requested: str | None, device: str, local: bool = True):
+def bench_precision(requested: str | None, device: str, local: bool = True, nodes: int = 1):
     """The :class:`~trainperf.measure.precision.PrecisionChoice` for ``requested`` (None: auto).
 
     ``local=False`` (a run on other machines, e.g. Slurm) cannot detect their bf16 support:
     auto then picks bf16 for a GPU (every catalog GPU the bench runs on has bf16 tensor
-    cores) and fp32 for a CPU.
+    cores) and fp32 for a CPU. On CPUs across ``nodes`` > 1 auto is fp32 too: each node's
+    launcher would time its own bf16 matmul, and two nodes that decide differently run ranks
+    of different dtypes, which the collectives cannot join.
     """
     from trainperf.measure.precision import AUTO, PrecisionChoice, resolve_precision
 
     device_type = "cpu" if device == "cpu" else "cuda"
+    is_auto = not requested or requested.lower() == AUTO
+    if local and is_auto and device_type == "cpu" and nodes > 1:
+        return PrecisionChoice("fp32", AUTO, f"auto across {nodes} CPU nodes: fp32 (every node must run one "
+                                             "dtype; bf16 speed is timed per machine: pass --precision bf16 to "
+                                             "run it on all)")
     if local:
         return resolve_precision(requested, device_type)
-    if requested and requested.lower() != AUTO:
+    if not is_auto:
+        assert requested is not None
         return PrecisionChoice(requested, requested, f"{requested} as requested")
     prec = "fp32" if device_type == "cpu" else "bf16"
     return PrecisionChoice(prec, AUTO, f"auto for another machine ({device}): {prec}")
@@ -167,7 +175,8 @@ def bench_workload(args: argparse.Namespace, *, local: bool = True):
         ov["hardware.device"] = default_device_id()
     peak_given = "hardware.peak_tflops" in ov or "peak_tflops" in hw
     requested = ov.get("training.precision", data.get("training", {}).get("precision"))
-    choice = bench_precision(requested, ov.get("hardware.device", hw.get("device", "cpu")), local=local)
+    choice = bench_precision(requested, ov.get("hardware.device", hw.get("device", "cpu")), local=local,
+                             nodes=launch.nnodes)
     ov["training.precision"] = choice.precision
     return workload_from_dict(data, ov), launch, peak_given, choice
 
