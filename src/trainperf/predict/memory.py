@@ -190,7 +190,8 @@ def device_memory_bytes(f, k, *, p_stage, p_layer_local, sharded, zero3, rc, rec
     gpipe = f.get("gpipe", False)
     first = vec.maximum(f["layers_first"], f["layers_mid"]) * act_layer * inflight_microbatches(
         pp, vpp, M, f["interleaved"], gpipe)
-    # the JAX pipelines return every micro-batch's output and apply the head and loss to all at once
+    # GPipe keeps every micro-batch's loss residuals until the first backward (the JAX pipelines
+    # apply the head and loss to all outputs at once; PyTorch's keeps each micro-batch's graph)
     logits = m_tok * vec.where(gpipe, M, 1.0) * f["vocab"] / t * f["loss_bytes_per_logit"]
     last = last_rank_inflight_layers(pp, vpp, M, f["layers_last"], f["interleaved"], gpipe) * act_layer
     # one stage is both the first and the last rank; with pp > 1 the busier of the two sets the peak
