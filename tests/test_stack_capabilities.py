@@ -61,6 +61,11 @@ def test_generic_is_everything_and_the_stacks_differ():
     ({"checkpointing": ["fulll"], "sources": {"checkpointing": "x"}}, "fulll"),
     ({"max_vpp": -1, "sources": {"max_vpp": "x"}}, "max_vpp"),
     ({"loss_bytes_per_logit": 0, "sources": {"loss_bytes_per_logit": "x"}}, "loss_bytes_per_logit"),
+    ({"pipeline_zero_stages": [0, 5], "sources": {"pipeline_zero_stages": "x"}}, "pipeline_zero_stages"),
+    ({"pipeline_zero_stages": [], "sources": {"pipeline_zero_stages": "x"}}, "pipeline_zero_stages"),
+    ({"fp8_gemm_input_bytes": "one", "sources": {"fp8_gemm_input_bytes": "x"}}, "fp8_gemm_input_bytes"),
+    ({"fp8_gemm_input_bytes": 8, "sources": {"fp8_gemm_input_bytes": "x"}}, "fp8_gemm_input_bytes"),
+    ({"pipeline_schedules": ["gpipe", "zigzag"], "sources": {"pipeline_schedules": "x"}}, "zigzag"),
     ({"max_vpp": 4}, "a source for every value"),
     ({"frobnicate": 1}, "frobnicate"),
 ])
