@@ -202,12 +202,15 @@ class ParallelPlan:
         return self
 
     def describe(self) -> str:
-        """Compact label such as ``fsdp=64`` or ``dp=2 fsdp=8 tp=8 sp``."""
+        """Compact label such as ``fsdp=64`` or ``dp=2 fsdp=8 tp=8 sp`` (``gpipe`` after the
+        pipeline degrees when the schedule is GPipe; 1F1B, plain or interleaved, is the default)."""
         parts = []
         for name in ("dp", "fsdp", "tp", "pp", "vpp", "cp", "ep", "etp"):
             v = getattr(self, name)
             if (v and v > 1) or (name == "etp" and v is not None and v != self.tp):
                 parts.append(f"{name}={v}")
+            if name == "vpp" and self.pp > 1 and self.pp_schedule == "gpipe":
+                parts.append("gpipe")
         if self.first_stage_layers is not None or self.last_stage_layers is not None:
             parts.append(f"stage layers first={self.first_stage_layers} last={self.last_stage_layers}")
         if self.account_for_embedding_in_pipeline_split:
