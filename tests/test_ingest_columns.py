@@ -5,7 +5,6 @@ on the real-log fixtures and on logs cut, garbled and restarted at random places
 from __future__ import annotations
 
 import importlib.util
-import math
 import random
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from same_values import same
 from trainperf.accounting.summarize import summarize
 from trainperf.cli.parse import parse_and_summarize
 from trainperf.ingest.maxtext import MaxTextParser
@@ -32,17 +32,6 @@ def _bench():
     sys.modules.setdefault("parse_speed_bench", mod)
     spec.loader.exec_module(mod)
     return mod
-
-
-def _same(a, b) -> bool:
-    """Equality that counts NaN equal to NaN (a flagged step may carry a NaN time)."""
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
-        return True
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    return a == b
 
 
 def _per_line(monkeypatch):
@@ -73,7 +62,7 @@ def _check(path: Path, monkeypatch, **kw) -> StepColumns | list:
         _per_line(m)
         slow = _outputs(path, **kw)
     for what, x, y in zip(("steps", "meta", "summary", "parse output", "facts"), fast, slow, strict=True):
-        assert _same(x, y), what
+        assert same(x, y), what
     return lazy
 
 

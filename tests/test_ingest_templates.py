@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from same_values import same
 from trainperf.ingest.base import ParseState
 from trainperf.ingest.pipeline import LineCounts, parse_log, run_parser
 from trainperf.ingest.registry import get_parser
@@ -61,16 +62,6 @@ OTHER = ["  seq_length ...................................... 2048", "warning: 1
          "0:   world_size ...................................... 16", "Config param max_target_length: 4096"]
 
 
-def _same(a, b) -> bool:
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
-        return True
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    return a == b and type(a) is type(b)
-
-
 def _run(fmt: str, lines: list[str], fast: bool, hints: dict) -> tuple:
     parser = get_parser(fmt)
     if not fast:
@@ -94,7 +85,7 @@ def test_template_path_equals_parse_line(fmt, line, data):
     body = data.draw(st.lists(st.one_of(line, line, line, st.sampled_from(OTHER)), min_size=1, max_size=40))
     hints = data.draw(st.sampled_from([{}, {"seq_len": 4096}, {"seq_len": 10**15}]))
     fast, slow = _run(fmt, body, True, hints), _run(fmt, body, False, hints)
-    assert _same(fast, slow), (fast, slow)
+    assert same(fast, slow, same_type=True), (fast, slow)
 
 
 @SETTINGS
