@@ -201,3 +201,39 @@ def test_transformer_engine_keeps_fp8_matmul_inputs():
     t = [predict(dataclasses.replace(w(p), stack="torchtitan", notes=())).memory_breakdown_GiB["activations"]
          for p in ("bf16", "fp8")]
     assert t[0] == pytest.approx(t[1])
+
+
+def test_jax_on_a_gpu_leaves_what_it_does_not_preallocate():
+    """JAX/XLA preallocates a share of a GPU's memory (the stacks' ``gpu_memory_fraction``,
+    0.9 for MaxText and PaxML): the rest is the reserve, taken once; on a TPU the vendor's."""
+    w = Workload(model=get_model("llama2-70b"), hardware=H100, num_devices=64, seq_len=4096, global_batch=128,
+                 micro_batch=2, plan=ParallelPlan(fsdp=64), activation_checkpointing="save_dot_except_mlpwi",
+                 stack="maxtext")
+    p = predict(w)
+    assert p.memory_breakdown_GiB["framework reserve"] == pytest.approx(0.1 * p.memory_capacity_GiB, rel=1e-9)
+    torch_like = predict(dataclasses.replace(w, stack="torchtitan", activation_checkpointing="full"))
+    assert torch_like.memory_breakdown_GiB["framework reserve"] == pytest.approx(2.0)  # the vendor's
+    tpu = dataclasses.replace(w, hardware=get_hardware("tpu-v5p"), num_devices=64)
+    assert predict(tpu).memory_breakdown_GiB["framework reserve"] == pytest.approx(0.5)
+
+
+def test_unfused_attention_keeps_its_scores(tmp_path):
+    """An unfused attention keeps 5 bytes per score (Korthikanti et al. 2022: softmax output,
+    dropout mask, dropout output) while the attention core is not recomputed: with AC none the
+    activations grow by L x b x s x s x heads/t x 5 bytes per in-flight micro-batch; with
+    selective (core recomputed) only one layer's scores are live, during its recompute."""
+    m = get_model("llama2-7b")
+    unfused = tmp_path / "unfused.toml"
+    unfused.write_text('name = "unfused"\n[kernels]\nattention = "eager"\n', encoding="utf-8")
+    base = Workload(model=m, hardware=get_hardware("a100-sxm-80gb"), num_devices=8, seq_len=2048,
+                    global_batch=8, micro_batch=1, plan=ParallelPlan(dp=8), activation_checkpointing="none")
+    fused = predict(base)
+    eager = predict(dataclasses.replace(base, stack=str(unfused)))
+    scores = m.layers * 2048 * 2048 * m.heads * 5.0
+    grown = eager.memory_breakdown_GiB["activations"] - fused.memory_breakdown_GiB["activations"]
+    assert grown * GiB == pytest.approx(scores, rel=1e-9)
+    sel_f = predict(dataclasses.replace(base, activation_checkpointing="selective"))
+    sel_e = predict(dataclasses.replace(base, activation_checkpointing="selective", stack=str(unfused)))
+    grown = sel_e.memory_breakdown_GiB["activations"] - sel_f.memory_breakdown_GiB["activations"]
+    assert grown * GiB == pytest.approx(scores / m.layers, rel=1e-9)
+

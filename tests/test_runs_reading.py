@@ -294,6 +294,19 @@ def test_fixture_rows_take_the_stack_default_for_what_they_leave_unstated(row, d
                    for a in r.assumptions)
 
 
+@pytest.mark.parametrize(("row_id", "unstated"), [
+    ("106", {"ac"}),  # PaxML: checkpointing not stated, the stack default taken
+    ("290", {"micro_batch", "sharding", "vpp"}),  # SC21: micro batch, distributed optimizer, interleaving
+    ("1", {"ac"}),  # MaxText remat_policy=custom: a named policy stands in for its per-tensor choices
+    ("400", {"sp"}),  # BLOOM: sequence parallelism not stated
+    ("13", set()),  # NVIDIA's GPT-3 175B recipe states its whole plan
+])
+def test_the_plan_fields_a_row_leaves_unstated(row_id, unstated):
+    from trainperf.predict.runs_table import get_table_run
+
+    assert get_table_run(row_id).unstated_plan_fields == frozenset(unstated)
+
+
 def test_fixture_units_and_token_batches():
     rows = _fixture()
     assert rows["b5"].step_time_s == pytest.approx(7.5)  # "7,500 ms"

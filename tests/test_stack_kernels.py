@@ -45,7 +45,8 @@ def test_facts_resolve_per_silicon():
 def test_bad_facts_are_one_line_errors():
     prof = packaged_profile("torchtitan")
     for bad in ({"attention": "fa9"}, {"elementwise": "jit"}, {"tp_overlap": "sometimes"}, {"colour": "red"},
-                {"attention_by_silicon": {"hopper": "nope"}}, {"compiled": "yes"}):
+                {"attention_by_silicon": {"hopper": "nope"}}, {"compiled": "yes"}, {"gpu_memory_fraction": 0},
+                {"gpu_memory_fraction": 1.5}, {"gpu_memory_fraction": True}):
         with pytest.raises(TrainperfError) as e:
             stack_kernels.resolve(dataclasses.replace(prof, kernels={**prof.kernels, **bad}), "hopper")
         assert "\n" not in str(e.value)

@@ -183,6 +183,8 @@ def kernel_features(w: Any) -> dict[str, Any]:
         "gemm_half_dim": float(k_gemm.half_dim(sil, gdt)),
         "hbm_fraction": float(k_memory.hbm_fraction(sil)),
         "tp_overlap_rule": sk.tp_overlap,
+        # a runtime that preallocates a share of a GPU's memory (JAX/XLA) leaves the rest unused
+        "memory_fraction": sk.gpu_memory_fraction if hw.kind == "gpu" else 1.0,
         "link_up": links[0], "link_out": links[1],
         **software_features(w.model, sil, sk, precision, bool(w.compile), w.fp8_recipe),
     }

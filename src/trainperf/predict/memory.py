@@ -17,7 +17,8 @@ hidden ``h``, heads ``a``, tensor parallel ``t``):
 * full recomputation: the layer input only, ``2*s*b*h`` (``/t`` with SP).
 
 ``5as/h`` is the materialised attention score, softmax and dropout mask; fused (flash)
-attention never stores them, which :func:`activation_bytes_per_layer` assumes. That function
+attention never stores them, which :func:`activation_bytes_per_layer` assumes; a stack that runs
+attention unfused (``eager``) keeps them (:func:`eager_attention_score_bytes`). That function
 also generalises the ``34`` to GQA widths and gated MLPs (see its docstring).
 """
 
@@ -100,6 +101,21 @@ def saved_activation_bytes_per_layer(s, b, h, q_dim, kv_dim, ffn, t, sp, widths,
     return total - s * b * (cheaper * gin + ctx)
 
 
+EAGER_SCORE_BYTES = 5.0
+"""Bytes per attention score an unfused attention keeps for its backward, in 16-bit training:
+Korthikanti et al. (2022), section 4.1: the softmax output (2), the attention-dropout mask (1)
+and the dropout output (2). Without attention dropout PyTorch eager code that runs the softmax
+in fp32 keeps about as much (its fp32 output, 4, and the 16-bit cast the second matmul saves, 2)."""
+
+
+def eager_attention_score_bytes(q_tokens, b, kv_len, heads_local, act_bytes=2.0):
+    """Bytes of attention scores one layer keeps per micro-batch when attention is not fused:
+    ``b * q_tokens * kv_len * heads_local`` scores (the full ``kv_len``: an unfused causal
+    attention still materialises the whole square) at :data:`EAGER_SCORE_BYTES` (doubled for
+    32-bit activations)."""
+    return b * q_tokens * kv_len * heads_local * EAGER_SCORE_BYTES * act_bytes / 2.0
+
+
 def state_bytes(params, precision_kind, shards_weights, shards_grads, shards_optimizer):
     """(weights, gradients, optimizer) bytes on one device for ``params`` parameters."""
     w, g, o = STATE_BYTES[precision_kind]
@@ -165,7 +181,8 @@ def device_memory_bytes(f, k, *, p_stage, p_layer_local, sharded, zero3, rc, rec
       loss (``loss_bytes_per_logit`` of the stack); the larger of the two ranks;
     * communication buffers: the tp all-gather/reduce-scatter input and output, DDP's buckets;
     * the framework reserve (``reserve_GiB``: driver carve-out, CUDA/ROCm context, library
-      workspaces, collective buffers).
+      workspaces, collective buffers), or, when larger, the share of the device a preallocating
+      runtime leaves outside its pool (``memory_fraction``: JAX/XLA on a GPU).
 
     Left out: allocator fragmentation beyond the reserve, optimizer-step temporaries (they live
     when activations are freed), and CPU offload.
@@ -185,6 +202,14 @@ def device_memory_bytes(f, k, *, p_stage, p_layer_local, sharded, zero3, rc, rec
     act_layer = saved_activation_bytes_per_layer(s / cp, b, f["hidden"], f["q_dim"], kv_local * t,
                                                  ffn_eff, t, sp, rc.widths, act_b, gin_b,
                                                  bool(rc.attention_core))
+    # unfused (eager) attention materialises the scores; a policy that keeps the attention core
+    # keeps them for the backward, one that recomputes it holds one layer's again while it does.
+    # On a CPU "eager" names the speed only: PyTorch's SDPA runs its CPU flash kernel there.
+    scores = 0.0
+    if f.get("attn_family") == "eager" and f.get("silicon") != "cpu":
+        scores = eager_attention_score_bytes(s / cp, b, f["seq_len"], f["heads"] / t, act_b)
+        act_layer_none = act_layer_none + scores
+        act_layer = act_layer + (1.0 - rc.attention_core) * scores
     act_layer = rec_frac * act_layer + (1.0 - rec_frac) * act_layer_none
     M = f["grad_accum"]
     gpipe = f.get("gpipe", False)
@@ -199,9 +224,11 @@ def device_memory_bytes(f, k, *, p_stage, p_layer_local, sharded, zero3, rc, rec
     activations = vec.where(last_peaks, last, first)
     logits_on_peak = vec.where(pp > 1, vec.where(last_peaks, logits, 0.0), logits)
     # a recomputed layer's tensors are live again during its backward
-    working = act_layer_none if rc.stores_less else 0.0
+    working = act_layer_none if rc.stores_less else rc.attention_core * scores
     buffers = vec.where(t > 1, 2.0 * tp_buf, 0.0) + vec.where(plain_dp, 2.0 * 25e6 * grad_bytes, 0.0)
-    reserve = k["reserve_GiB"] * GiB
+    # taken once: what a preallocating runtime leaves outside its pool holds the context,
+    # workspaces and collective buffers the reserve stands for
+    reserve = vec.maximum(k["reserve_GiB"] * GiB, (1.0 - f.get("memory_fraction", 1.0)) * f["hbm_capacity_bytes"])
     total = weights + grads + optim + gathered + activations + working + logits_on_peak + buffers + reserve
     return {
         "mem_weights": weights, "mem_grads": grads, "mem_optimizer": optim, "mem_gathered": gathered,

@@ -13,6 +13,8 @@ predicted from that silicon's kernels. The facts::
     fp8_recipe = "tensorwise"              # the stack's fp8 scaling when a run names none
     tp_overlap = "async-tp"                # never | async-tp (only with the run's async_tp) |
                                            # sequence-parallel (when sp is on) | always
+    gpu_memory_fraction = 0.9              # share of a GPU's memory the runtime lets the program
+                                           # use (JAX/XLA preallocation); 1: all of it
     [kernels.sources]
     attention = "..."
 
@@ -31,11 +33,12 @@ from trainperf.errors import SpecError
 
 ELEMENTWISE = ("eager", "fused", "compiled")
 TP_OVERLAP = ("never", "async-tp", "sequence-parallel", "always")
-KEYS = ("attention", "attention_by_silicon", "elementwise", "compiled", "fp8_recipe", "tp_overlap", "sources")
+KEYS = ("attention", "attention_by_silicon", "elementwise", "compiled", "fp8_recipe", "tp_overlap",
+        "gpu_memory_fraction", "sources")
 
 BUILTIN: dict[str, Any] = {
     "attention": "fa2", "attention_by_silicon": {}, "elementwise": "eager", "compiled": False,
-    "fp8_recipe": "tensorwise", "tp_overlap": "async-tp",
+    "fp8_recipe": "tensorwise", "tp_overlap": "async-tp", "gpu_memory_fraction": 1.0,
 }
 """What a stack with no facts at all is taken to run: PyTorch eager with FlashAttention-2."""
 
@@ -54,6 +57,10 @@ class StackKernels:
     """The stack always compiles its step (XLA)."""
     fp8_recipe: str
     tp_overlap: str
+    gpu_memory_fraction: float = 1.0
+    """Share of a GPU's memory the stack's runtime lets the program allocate: JAX/XLA preallocates
+    ``XLA_PYTHON_CLIENT_MEM_FRACTION`` of it and allocates inside that pool; 1 for a caching
+    allocator that grows to what the device exposes (PyTorch). Not applied to TPUs or CPUs."""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def elementwise_impl(self, compile_flag: bool) -> str:
@@ -96,6 +103,10 @@ def validate_table(body: Mapping[str, Any], where: str) -> dict[str, Any]:
         raise UnknownNameError(f"{where} [kernels].tp_overlap", out["tp_overlap"], TP_OVERLAP)
     if "compiled" in out and not isinstance(out["compiled"], bool):
         raise SpecError(f"{where} [kernels].compiled", out["compiled"], "true or false")
+    if "gpu_memory_fraction" in out:
+        v = out["gpu_memory_fraction"]
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 < v <= 1.0:
+            raise SpecError(f"{where} [kernels].gpu_memory_fraction", v, "a number in (0, 1]")
     return out
 
 
@@ -125,7 +136,7 @@ def resolve(profile: Any, silicon: str, generic: Any = None) -> StackKernels:
     return StackKernels(stack=getattr(profile, "name", "generic"), silicon=silicon, attention=used,
                         elementwise=str(facts["elementwise"]), compiled=bool(facts["compiled"]),
                         fp8_recipe=str(facts["fp8_recipe"]), tp_overlap=str(facts["tp_overlap"]),
-                        sources=sources)
+                        gpu_memory_fraction=float(facts["gpu_memory_fraction"]), sources=sources)
 
 
 @lru_cache(maxsize=256)
