@@ -122,8 +122,8 @@ def add_software_arguments(parser: argparse.ArgumentParser) -> None:
                    help="asynchronous tensor parallelism (TP collectives overlap GEMMs)")
     s.add_argument("--fp8-recipe", metavar="NAME", help="tensorwise | rowwise | delayed (with --precision fp8)")
     s.add_argument("--stack", metavar="NAME|FILE",
-                   help="software-stack profile: generic (default) | megatron-core | maxtext | paxml | torchtitan | "
-                        "llm-foundry | deepspeed, or a profile .toml from `trainperf calibrate-model`")
+                   help="software-stack profile: generic (default) | megatron-core | megatron-lm-2021 | maxtext | paxml | "
+                        "torchtitan | llm-foundry | deepspeed, or a profile .toml from `trainperf calibrate-model`")
 
 
 def add_architecture_arguments(group: Any) -> None:

@@ -392,6 +392,9 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
                 "profile for.", ()),
     "megatron-core": ("Megatron-LM, NeMo, Megatron-Bridge (Megatron-Core + Transformer Engine).",
                       ("megatron", "nemo")),
+    "megatron-lm-2021": ("Megatron-LM as of 2021 (Narayanan et al., SC21): tensor, pipeline (1F1B and "
+                         "interleaved) and data parallelism, full recomputation, unfused attention; no sequence "
+                         "parallelism, distributed optimizer or selective recomputation yet.", ("megatron-lm 2021",)),
     "maxtext": ("MaxText (JAX/XLA), GPU and TPU.", ("maxtext",)),
     "paxml": ("PaxML / Praxis (JAX/XLA) on GPU.", ("paxml", "pax")),
     "torchtitan": ("torchtitan (PyTorch FSDP2, DTensor TP, eager unless compiled).", ("torchtitan",)),

@@ -255,6 +255,9 @@ def read_precision(cell: str | None) -> Precision | None:
 _FRAMEWORK_WORDS: tuple[tuple[str, str], ...] = (
     (r"deep\s*speed", "deepspeed"),
     (r"torch\s*titan", "torchtitan"),
+    # Megatron-LM before its 2022 features (sequence parallelism, distributed optimizer, selective
+    # recomputation): a release year of 2019-2021 or a v1/v2 version beside the name
+    (r"megatron[\s_-]*lm\W*(?:\(?\s*20(?:19|20|21)\b|v?[12](?:\.\d+)*\b)", "megatron-lm 2021"),
     (r"megatron|\bnemo\b|\bmcore\b|m-core|nvidia nemo", "megatron"),
     (r"max\s*text", "maxtext"),
     (r"\bpax(?:ml)?\b|praxis|\bsax(?:ml)?\b", "paxml"),

@@ -43,12 +43,13 @@ from trainperf.specs.catalog_cache import read_catalog
 from trainperf.specs.datafiles import read_user_text
 
 DEFAULT_STACK = "generic"
-STACKS: tuple[str, ...] = ("generic", "megatron-core", "maxtext", "paxml", "torchtitan", "llm-foundry",
-                           "deepspeed")
+STACKS: tuple[str, ...] = ("generic", "megatron-core", "megatron-lm-2021", "maxtext", "paxml", "torchtitan",
+                           "llm-foundry", "deepspeed")
 """Packaged profiles. ``generic`` is fitted on every table and is the default."""
 
 _FRAMEWORK_KEYS: tuple[tuple[str, str], ...] = (
     ("deepspeed", "deepspeed"),  # Megatron-DeepSpeed: DeepSpeed's engine, not Megatron-Core
+    ("megatron-lm 2021", "megatron-lm-2021"), ("megatron-lm-2021", "megatron-lm-2021"),
     ("megatron", "megatron-core"), ("nemo", "megatron-core"),
     ("maxtext", "maxtext"), ("paxml", "paxml"), ("pax", "paxml"),
     ("torchtitan", "torchtitan"),
