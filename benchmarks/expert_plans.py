@@ -61,7 +61,7 @@ def is_proxy(run: Any) -> bool:
     return "proxy config" in str(run.cells.get("notes", "")).lower()
 
 
-def judge(run: Any) -> dict[str, Any]:
+def judge(run: Any, memory_margin: float | None = None) -> dict[str, Any]:
     """Rank and ratio of one workload's expert plan in the planner's list (stack's space)."""
     from trainperf.plan.search import search
     from trainperf.plan.space import AC_POLICIES, SearchSpace
@@ -75,7 +75,8 @@ def judge(run: Any) -> dict[str, Any]:
     space = SearchSpace(num_devices=(w.num_devices,), devices_per_node=w.devices_per_node, seq_len=w.seq_len,
                         global_batches=(w.global_batch,), precisions=(w.precision,), checkpointing=policies,
                         max_micro_batch=max(8, w.micro_batch), compile=w.compile, async_tp=w.async_tp,
-                        fp8_recipe=w.fp8_recipe, stack=w.stack)
+                        fp8_recipe=w.fp8_recipe, stack=w.stack,
+                        **({} if memory_margin is None else {"memory_margin": memory_margin}))
     t0 = time.perf_counter()
     res = search(w.model, w.hardware, space)  # as `trainperf plan` runs it (default rerank)
     elapsed = time.perf_counter() - t0
@@ -136,9 +137,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--stack", help="only this stack's workloads")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
+    ap.add_argument("--memory-margin", type=float, default=None,
+                    help="share of device memory plans must leave free (default: the planner's)")
     args = ap.parse_args(argv)
 
-    rows = [judge(run) for run, _ in workloads(args.stack)]
+    rows = [judge(run, args.memory_margin) for run, _ in workloads(args.stack)]
     if args.json:
         json.dump(rows, sys.stdout, indent=1, default=str)
         print()

@@ -74,8 +74,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="most virtual pipeline stages per rank tried (default: up to layers/pp, or the stack's limit)")
     s.add_argument("--allow-cross-node-tp", action="store_true", help="let tp span nodes")
     s.add_argument("--memory-margin", type=float, default=None, metavar="F",
-                   help="fraction of device memory a proposed plan leaves free (default 0.07: the memory "
-                        "model's error on measured peaks); 0 proposes every plan predicted to fit")
+                   help="fraction of device memory a proposed plan leaves free (default 0.10: the memory "
+                        "model's error on measured peaks, and what published runs leave); 0 proposes every "
+                        "plan predicted to fit")
     s.add_argument("--fix", metavar="K=V[,K=V]",
                    help="pin degrees, e.g. tp=8,pp=1 (keys: dp fsdp zero tp sp pp vpp cp ep micro_batch)")
     s.add_argument("--objective", choices=("throughput", "time", "cost"), default="throughput",

@@ -84,12 +84,15 @@ FIXABLE: tuple[str, ...] = ("dp", "fsdp", "zero", "tp", "sp", "pp", "vpp", "cp",
 """Columns a user may pin to one value (``--fix tp=8,pp=1``)."""
 
 
-DEFAULT_MEMORY_MARGIN = 0.07
-"""The planner proposes a plan only if its predicted memory leaves 7% of the usable memory free:
-the memory model under-predicted measured peaks by up to 7.2% (torchtitan Llama-3-8B peaks in
-torchao's float8 training docs: H100 -7.2%, MI300X -6.9%; ``tests/test_memory_model.py``), and
-allocator fragmentation it does not count comes on top. ``predict`` still reports a plan that
-fits at all as fitting; ``plan --memory-margin 0`` proposes those too."""
+DEFAULT_MEMORY_MARGIN = 0.10
+"""The planner proposes a plan only if its predicted memory leaves 10% of the usable memory free.
+The memory model under-predicted measured peaks by up to 7.2% (torchtitan Llama-3-8B peaks in
+torchao's float8 training docs: H100 -7.2%, MI300X -6.9%; ``tests/test_memory_model.py``), three
+measurements that bound its error from below only, and allocator fragmentation varies from run to
+run on top; the published runs say how close practitioners go: 157 of the 162 expert plans of
+trainperf's published-runs table leave at least 10% free by this model (of the rest, three are
+predicted not to fit at all and the fullest that fits, Nemotron-4 340B fp8 on 128 H100, leaves 5%). ``predict`` still reports a plan that fits at all as
+fitting; ``plan --memory-margin 0`` proposes those too."""
 
 
 @dataclass(frozen=True)
