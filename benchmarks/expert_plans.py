@@ -161,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         print(tabulate(table, headers=["row", "stack", "model", "devices", "expert plan", "fits", "in space",
                                        "rank", "best/expert", "as stated: rank / ratio", "planner's best",
                                        "plan s"]))
+    out = sys.stderr if args.json else sys.stdout  # --json: the rows alone on stdout
     good = [r for r in rows if r["rank"] is not None and (r["stated_rank"] <= 10 or r["stated_ratio"] >= 0.95)]
     strict = [r for r in rows if r["rank"] is not None and (r["rank"] <= 10 or r["ratio"] >= 0.95)]
     ratios = [r["stated_ratio"] for r in rows if r["rank"] is not None]
@@ -172,18 +173,18 @@ def main(argv: list[str] | None = None) -> int:
           f"planner's best (goal >= 80%); best/expert median "
           f"{statistics.median(ratios) if ratios else float('nan'):.3f}, min {min(ratios, default=float('nan')):.3f}; "
           f"expert plans that fit: {sum(r['expert_fits'] for r in rows)} of {len(rows)}; slowest plan "
-          f"{max((r['search_s'] for r in rows), default=0.0):.2f} s")
+          f"{max((r['search_s'] for r in rows), default=0.0):.2f} s", file=out)
     print(f"  strictly (the fields a row leaves unstated held at the stack defaults it was read with): "
-          f"{pct(strict, rows)}")
+          f"{pct(strict, rows)}", file=out)
     full = [r for r in rows if not r["proxy"]]
-    print(f"  without the {len(rows) - len(full)} reduced-depth proxies: {pct([r for r in full if r in good], full)}")
+    print(f"  without the {len(rows) - len(full)} reduced-depth proxies: {pct([r for r in full if r in good], full)}", file=out)
     per_stack: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         per_stack.setdefault(r["stack"], []).append(r)
     for name, rs in sorted(per_stack.items()):
         ok = sum(1 for r in rs if r in good)
         ok_strict = sum(1 for r in rs if r in strict)
-        print(f"  {name:14s} {ok:3d} of {len(rs):3d} workloads in the top 10 or within 5% ({ok_strict} strictly)")
+        print(f"  {name:14s} {ok:3d} of {len(rs):3d} workloads in the top 10 or within 5% ({ok_strict} strictly)", file=out)
     return 0 if len(good) >= 0.8 * len(rows) else 1
 
 

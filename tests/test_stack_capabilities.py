@@ -66,6 +66,7 @@ def test_generic_is_everything_and_the_stacks_differ():
     ({"fp8_gemm_input_bytes": "one", "sources": {"fp8_gemm_input_bytes": "x"}}, "fp8_gemm_input_bytes"),
     ({"fp8_gemm_input_bytes": 8, "sources": {"fp8_gemm_input_bytes": "x"}}, "fp8_gemm_input_bytes"),
     ({"pipeline_schedules": ["gpipe", "zigzag"], "sources": {"pipeline_schedules": "x"}}, "zigzag"),
+    ({"fsdp_grad_unit": "bucket", "sources": {"fsdp_grad_unit": "x"}}, "bucket"),
     ({"max_vpp": 4}, "a source for every value"),
     ({"frobnicate": 1}, "frobnicate"),
 ])

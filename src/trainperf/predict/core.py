@@ -160,6 +160,7 @@ def workload_features(w: Any, trainable_fraction: float = 1.0) -> dict[str, Any]
         "scale_up_domain": float(min(hw.scale_up_domain or w.devices_per_node, w.num_devices)),
         "loss_bytes_per_logit": stack_capabilities.loss_bytes_per_logit(getattr(w, "stack", None), bool(w.compile)),
         "fp8_gemm_input_bytes": stack_capabilities.fp8_gemm_input_bytes(getattr(w, "stack", None), precision),
+        "fsdp_grad_per_tensor": stack_capabilities.fsdp_grad_per_tensor(getattr(w, "stack", None)),
         "trainable_fraction": float(trainable_fraction),
     })
     return f

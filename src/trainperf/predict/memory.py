@@ -151,18 +151,31 @@ def last_rank_inflight_layers(pp, vpp, grad_accum, layers_last, schedule_interle
     return chunks * layers_last / vpp
 
 
-def fsdp_unsharded_bytes(p_layer_local, p_edge_local, train_frac, gather_bytes, grad_bytes):
+def fsdp_unsharded_bytes(p_layer_local, p_edge_local, train_frac, gather_bytes, grad_bytes, grad_unit=None):
     """Bytes of parameters FSDP / ZeRO-3 holds unsharded at once, per device.
 
     A transformer block: its gathered 16-bit weights, the next block's prefetched ones (FSDP2 and
     XLA both prefetch one unit ahead) and its unsharded gradient in the reduce dtype before the
-    reduce-scatter. The embedding or the output layer + final norm is its own unit (torchtitan,
-    Composer wrap them apart from the blocks); with a large vocabulary it is the biggest one:
-    its weights and gradient, nothing prefetched beside it. The larger of the two sets the peak.
+    reduce-scatter: the whole block's (PyTorch FSDP reduce-scatters a unit's gradients together),
+    or, with ``grad_unit`` (parameters of the largest weight tensor), one tensor's at a time (GSPMD
+    inserts a reduce-scatter per weight, as its gradient's dot finishes: Xu et al. 2021). The
+    embedding or the output layer + final norm is its own unit (torchtitan, Composer wrap them
+    apart from the blocks); with a large vocabulary it is the biggest one: its weights and
+    gradient, nothing prefetched beside it. The larger of the two sets the peak.
     """
-    block = 2.0 * p_layer_local * gather_bytes + p_layer_local * train_frac * grad_bytes
+    grads = p_layer_local if grad_unit is None else vec.minimum(grad_unit, p_layer_local)
+    block = 2.0 * p_layer_local * gather_bytes + grads * train_frac * grad_bytes
     edge = p_edge_local * (gather_bytes + train_frac * grad_bytes)
     return vec.maximum(block, edge)
+
+
+def largest_matrix_params(f, t):
+    """Parameters per device of a layer's largest weight matrix (attention, dense MLP, or one
+    routed expert's), split ``t`` ways (tensor parallelism)."""
+    big = 0.0
+    for i, o, _split, _name in (*f["attn_mats"], *f["mlp_mats"], *f["expert_mats"]):
+        big = vec.maximum(big, i * o)  # arrays when many rows are predicted at once
+    return big / t
 
 
 def device_memory_bytes(f, k, *, p_stage, p_layer_local, sharded, zero3, rc, rec_frac, kv_local, ffn_eff,
@@ -194,8 +207,9 @@ def device_memory_bytes(f, k, *, p_stage, p_layer_local, sharded, zero3, rc, rec
     grads = sharded(p_stage, f["shards_grads"]) * train_frac * g_b
     optim = sharded(p_stage, f["shards_optimizer"]) * train_frac * o_b
     p_edge_local = vec.maximum(f["params_embedding"], f["params_head"]) / t
+    grad_unit = largest_matrix_params(f, t) if f.get("fsdp_grad_per_tensor") else None
     gathered = vec.where(zero3, fsdp_unsharded_bytes(p_layer_local, p_edge_local, train_frac, gather_bytes,
-                                                     grad_bytes), 0.0)
+                                                     grad_bytes, grad_unit), 0.0)
     gin_b = f.get("fp8_gemm_input_bytes")  # None unless an fp8 run of a stack that keeps fp8 inputs
     act_layer_none = saved_activation_bytes_per_layer(s / cp, b, f["hidden"], f["q_dim"], kv_local * t,
                                                       ffn_eff, t, sp, rc.widths_none, act_b, gin_b, False)

@@ -17,6 +17,8 @@ stack can execute and how it lays out memory::
     loss_bytes_per_logit = 6.0                             # live bytes per logit at the loss
     compiled_loss_bytes_per_logit = 2.0                    # the same when the model is compiled
     fp8_gemm_input_bytes = 1.0                             # kept bytes of an fp8 matmul's input
+    fsdp_grad_unit = "layer"                               # unsharded gradient before its
+                                                           # reduce-scatter: a layer's | one tensor's
     [capabilities.sources]
     parallelisms = "Megatron-LM arguments.py ..."
 
@@ -47,7 +49,8 @@ SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "gpipe")
 KEYS: tuple[str, ...] = ("parallelisms", "hybrid_shard", "zero_stages", "pipeline_zero_stages", "sequence_parallel",
                          "pipeline_schedules", "max_vpp",
                          "pipeline_slots", "uneven_stages", "checkpointing", "loss_bytes_per_logit",
-                         "compiled_loss_bytes_per_logit", "fp8_gemm_input_bytes")
+                         "compiled_loss_bytes_per_logit", "fp8_gemm_input_bytes", "fsdp_grad_unit")
+GRAD_UNITS: tuple[str, ...] = ("layer", "tensor")
 DEFAULT_LOSS_BYTES_PER_LOGIT = 6.0
 """bf16 logits plus the fp32 copy the loss upcasts to (PyTorch autocast runs cross-entropy in fp32)."""
 
@@ -78,6 +81,9 @@ class Capabilities:
     fp8_gemm_input_bytes: float = 0.0
     """Bytes per element an fp8 run keeps of a weight matmul's input for its backward
     (Transformer Engine: the fp8 cast, 1); 0: as the other activations."""
+    fsdp_grad_unit: str = "layer"
+    """What FSDP / ZeRO-3 holds unsharded of the gradients before reduce-scattering them: a whole
+    layer's (PyTorch FSDP units, DeepSpeed buckets) or one weight tensor's at a time (GSPMD)."""
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)
 
     def allows_policy(self, policy: str) -> bool:
@@ -156,6 +162,10 @@ def capabilities_from_table(stack: str, table: Mapping[str, Any]) -> Capabilitie
             if not isinstance(v, bool):
                 raise SpecError(_where(stack, key), v, "true or false")
             kw[key] = v
+        elif key == "fsdp_grad_unit":
+            if v not in GRAD_UNITS:
+                raise UnknownNameError(_where(stack, key), v, GRAD_UNITS)
+            kw[key] = v
         elif key == "fp8_gemm_input_bytes":
             if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= 4:
                 raise SpecError(_where(stack, key), v, "a positive number of bytes (<= 4)")
@@ -214,6 +224,15 @@ def fp8_gemm_input_bytes(stack: Any, precision: str) -> float | None:
     except TrainperfError:
         return None
     return caps.fp8_gemm_input_bytes or None
+
+
+def fsdp_grad_per_tensor(stack: Any) -> bool:
+    """Whether ``stack`` reduce-scatters each weight's gradient on its own (``fsdp_grad_unit =
+    "tensor"``); False for an unreadable stack."""
+    try:
+        return capabilities_of(stack).fsdp_grad_unit == "tensor"
+    except TrainperfError:
+        return False
 
 
 def plan_refusal(caps: Capabilities, w: Any) -> str | None:
