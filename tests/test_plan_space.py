@@ -34,7 +34,9 @@ def test_mesh_multiplies_to_devices_and_respects_the_model():
     local = c["global_batch"] // (c["dp"] * c["fsdp"])
     assert (c["global_batch"] % (c["dp"] * c["fsdp"]) == 0).all() and (local % c["micro_batch"] == 0).all()
     inter = (c["vpp"] > 1) | (c["slots"] > 0)
-    slots = (c["slots"] & 1) + (c["slots"] >> 1)  # Megatron's embedding and loss slots
+    # Megatron's embedding and loss slots, or a last stage lighter by d layers (the others hold
+    # (layers + d) / pp): either way every rank but the last holds whole chunks
+    slots = (c["slots"] & 1) + ((c["slots"] >> 1) & 1) + (c["slots"] >> 2)
     assert ((m.layers + slots[inter]) % (c["pp"][inter] * c["vpp"][inter]) == 0).all()
     assert (c["slots"][inter] > 0).any()  # 126 + 2 = 128 chunks: the NVIDIA 405B layouts
     # options only where they apply
@@ -197,3 +199,26 @@ def test_search_space_validation():
         SearchSpace((8,), 8, 4096, ())
     with pytest.raises(SpecError, match="activation_checkpointing"):
         SearchSpace((8,), 8, 4096, (8,), checkpointing=("partial",))
+
+
+def test_a_lighter_last_stage_makes_room_for_a_large_vocabulary():
+    """Llama-3-8B (32 layers, 128K vocabulary: an LM head worth ~2.4 layers) on pp 4: the last
+    stage may hold d = 4 layers fewer (9, 9, 9, 5: Megatron's num_layers_in_last_pipeline_stage),
+    the model says that beats the even 8/8/8/8 split, and the plan carries the split; stacks that
+    cannot set stage sizes never get it."""
+    from trainperf.plan.search import search
+    from trainperf.plan.space import SLOT_LIGHTER_SHIFT, head_layers_bound, lighter_last_options
+
+    m = get_model("llama3-8b")
+    assert head_layers_bound(m) == 5
+    assert lighter_last_options(32, 4, 1, 5) == [4] and lighter_last_options(32, 4, 2, 5) == []  # 9 per rank
+    assert lighter_last_options(126, 16, 8, 2) == []  # 126 + d over 16 ranks of 8-layer multiples
+    space = SearchSpace((32,), 8, 8192, (256,), stack="megatron-core", fixed=(("tp", 2), ("pp", 4)))
+    res = search(m, H100, space)
+    w = workload_of(m, H100, space, res.ranked, 0)
+    assert w.plan.last_stage_layers == 5 and w.plan.stage_layers(32) == (9, 9, 5)
+    even = search(m, H100, dataclasses.replace(space, uneven_stages=False))
+    assert res.step_time_s[0] < even.step_time_s[0]
+    for stack in ("torchtitan", "deepspeed", "megatron-lm-2021"):
+        c = enumerate_candidates(m, H100, dataclasses.replace(space, stack=stack, fixed=(("pp", 4),)))
+        assert not (c["slots"] >> SLOT_LIGHTER_SHIFT).any(), stack

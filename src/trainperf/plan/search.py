@@ -26,6 +26,7 @@ from trainperf.plan.space import (
     AC_POLICIES,
     REASONS,
     SLOT_EMBEDDING,
+    SLOT_LIGHTER_SHIFT,
     SLOT_LOSS,
     Candidates,
     SearchSpace,
@@ -206,11 +207,13 @@ def workload_of(model: ModelSpec, hardware: Hardware, space: SearchSpace, cands:
     r = cands.row(i)
     slots = int(r["slots"])
     sched: PipelineSchedule = capabilities_of(space.stack).schedule_for(int(r["vpp"])) if int(r["pp"]) > 1 else "1f1b"
+    lighter = slots >> SLOT_LIGHTER_SHIFT
+    last = (model.layers + lighter) // int(r["pp"]) - lighter if lighter else None
     plan = ParallelPlan(dp=int(r["dp"]), fsdp=int(r["fsdp"]), zero_stage=int(r["zero"]), tp=int(r["tp"]),
                         sequence_parallel=bool(r["sp"]), pp=int(r["pp"]), vpp=int(r["vpp"]),
                         cp=int(r["cp"]), ep=int(r["ep"]), pp_schedule=sched,
                         account_for_embedding_in_pipeline_split=bool(slots & SLOT_EMBEDDING),
-                        account_for_loss_in_pipeline_split=bool(slots & SLOT_LOSS))
+                        account_for_loss_in_pipeline_split=bool(slots & SLOT_LOSS), last_stage_layers=last)
     return Workload(model=model, hardware=hardware, num_devices=int(r["num_devices"]),
                     seq_len=space.seq_len, global_batch=int(r["global_batch"]),
                     micro_batch=int(r["micro_batch"]), plan=plan,

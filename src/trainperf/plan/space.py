@@ -61,6 +61,37 @@ id per row before those columns are expanded), so collapsing ZeRO variants is a 
 SLOT_EMBEDDING, SLOT_LOSS = 1, 2
 """Bits of the ``slots`` column: Megatron's embedding / loss take a layer slot of the first / last
 pipeline chunk (``account_for_embedding/loss_in_pipeline_split``)."""
+SLOT_LIGHTER_SHIFT = 2
+"""``slots >> 2`` = ``d`` > 0: an uneven split whose last stage holds ``d`` layers fewer than the
+others (Megatron's ``num_layers_in_last_pipeline_stage``), so the LM head and loss it also runs
+do not set the pace; never combined with the embedding/loss slots (Megatron allows one or the
+other)."""
+
+
+def lighter_last_options(layers: int, pp: int, vpp: int, max_d: int) -> list[int]:
+    """The ``d`` (up to ``max_d``) a ``pp``-stage pipeline of ``layers`` layers with ``vpp``
+    chunks per rank can take its last stage lighter by: the other ranks hold ``(layers + d) / pp``
+    layers each, a multiple of ``vpp``, and the last stage ``d`` fewer, still a multiple of
+    ``vpp`` (Megatron-Core builds the same number of layers in every chunk of a rank) and at
+    least one per chunk."""
+    out = []
+    d = (-layers) % pp or pp
+    while d <= max_d:
+        per = (layers + d) // pp
+        if per - d < vpp:
+            break
+        if per % vpp == 0 and d % vpp == 0:
+            out.append(d)
+        d += pp
+    return out
+
+
+def head_layers_bound(model: Any) -> int:
+    """How many layers lighter a last stage is worth trying: twice the LM head's matmul work in
+    layers (``vocab * hidden`` against a layer's parameters, per token), at least 1; a lighter
+    stage than that idles longer than the head and loss it makes room for take."""
+    layer = max(1, model.attention_params_per_layer + model.dense_mlp_params_per_layer)
+    return max(1, math.ceil(2.0 * model.vocab * model.hidden / layer))
 
 # Rejection reasons (stable keys; the text is what --explain prints).
 REASONS: dict[str, str] = {
@@ -135,6 +166,9 @@ class SearchSpace:
     its ``[capabilities]`` bound the space (:mod:`trainperf.predict.stack_capabilities`)."""
     pipeline_slots: bool = True
     """Also try Megatron's embedding/loss pipeline slots where the stack has them."""
+    uneven_stages: bool = True
+    """Also try a lighter last pipeline stage (it runs the LM head and loss too) where the stack
+    can set stage sizes (``num_layers_in_last_pipeline_stage``)."""
     require_stack: bool = True
     """With the ``generic`` stack: keep only plans that at least one packaged stack can run."""
     memory_margin: float = DEFAULT_MEMORY_MARGIN
@@ -369,17 +403,22 @@ class _Counter:
         return _filter(cols, alive)
 
 
-def vpp_slot_pairs(layers: int, pp: int, max_vpp: int, slot_options: tuple[int, ...]) -> np.ndarray:
+def vpp_slot_pairs(layers: int, pp: int, max_vpp: int, slot_options: tuple[int, ...],
+                   lighter_last: int = 0) -> np.ndarray:
     """Every ``(vpp, slots)`` a ``pp``-stage pipeline of ``layers`` layers can run, as rows.
 
     ``vpp = 1`` without slots always runs (an uneven split puts ``ceil(layers / pp)`` on the
     busiest rank); otherwise the ``layers`` plus the slots taken (embedding, loss) must split
     evenly over ``pp * vpp`` chunks, leaving every rank's first and last chunk at least one layer.
+    With ``lighter_last`` > 0, also every last stage lighter by ``d <= lighter_last``
+    (:func:`lighter_last_options`, coded ``d << SLOT_LIGHTER_SHIFT``).
     """
     out = [(1, 0)]
     if pp <= 1:
         return np.asarray(out, dtype=np.int64)
     for v in range(1, max_vpp + 1):
+        if lighter_last:
+            out.extend((v, d << SLOT_LIGHTER_SHIFT) for d in lighter_last_options(layers, pp, v, lighter_last))
         for slots in slot_options:
             if v == 1 and slots == 0:
                 continue
@@ -399,13 +438,14 @@ def stage_layer_arrays(layers: int, pp: np.ndarray, vpp: np.ndarray, slots: np.n
     mirror of :meth:`~trainperf.specs.parallel.ParallelPlan.stage_layers`."""
     e = (slots & SLOT_EMBEDDING).astype(np.float64)
     lo = ((slots & SLOT_LOSS) >> 1).astype(np.float64)
+    d = (slots >> SLOT_LIGHTER_SHIFT).astype(np.float64)
     ppf = pp.astype(np.float64)
     even = np.ceil(layers / ppf)
-    per_rank = (layers + e + lo) / ppf
+    per_rank = (layers + e + lo + d) / ppf
     has = slots > 0
     first = np.where(has, per_rank - e, even)
     mid = np.where(has, per_rank, even)
-    last = np.where(has, per_rank - lo, even)
+    last = np.where(has, per_rank - lo - d, even)
     one = pp <= 1
     return (np.where(one, float(layers), first), np.where(one, float(layers), mid),
             np.where(one, float(layers), last))
@@ -440,7 +480,9 @@ def runnable(caps, cols: dict[str, np.ndarray], layers: int) -> np.ndarray:
     elif caps.max_vpp:
         ok &= cols["vpp"] <= caps.max_vpp  # (layers + 2) / pp is the enumeration's own bound
     if not caps.pipeline_slots:
-        ok &= cols["slots"] == 0
+        ok &= (cols["slots"] & (SLOT_EMBEDDING | SLOT_LOSS)) == 0
+    if not caps.uneven_stages:
+        ok &= (cols["slots"] >> SLOT_LIGHTER_SHIFT) == 0
     if "ac" in cols:
         allowed = [i for i, p in enumerate(AC_POLICIES) if caps.allows_policy(p)]
         ok &= np.isin(cols["ac"], allowed)
@@ -480,25 +522,26 @@ def enumerate_candidates(model: ModelSpec, hardware: Hardware, space: SearchSpac
     zero_opts = np.asarray(sorted(set(space.zero_stages)) or [0], dtype=COLUMN_DTYPE)
     interleave = caps.runs_vpp()
     slot_opts = (0, 1, 2, 3) if (caps.pipeline_slots and space.pipeline_slots) else (0,)
+    lighter = head_layers_bound(model) if (caps.uneven_stages and space.uneven_stages) else 0
     L = model.layers
 
     pair_cache: dict[int, np.ndarray] = {}
 
+    def vmax_of(pp: int) -> int:
+        vmax = caps.vpp_limit(L, pp) if interleave else 1
+        return min(vmax, space.max_vpp) if space.max_vpp else vmax
+
     def pairs(pp: int) -> np.ndarray:
         if pp not in pair_cache:
-            vmax = caps.vpp_limit(L, pp) if interleave else 1
-            if space.max_vpp:
-                vmax = min(vmax, space.max_vpp)
-            pair_cache[pp] = vpp_slot_pairs(L, pp, vmax, slot_opts)
+            pair_cache[pp] = vpp_slot_pairs(L, pp, vmax_of(pp), slot_opts, lighter)
         return pair_cache[pp]
 
     def n_vpp_options(pp: int) -> int:
         if pp <= 1:
             return 1
-        vmax = caps.vpp_limit(L, pp) if interleave else 1
-        if space.max_vpp:
-            vmax = min(vmax, space.max_vpp)
-        return vmax * len(slot_opts)
+        # the lighter-last options are generated valid, so they count only as what they are
+        n_lighter = int((pairs(pp)[:, 1] >> SLOT_LIGHTER_SHIFT > 0).sum())
+        return vmax_of(pp) * len(slot_opts) + n_lighter
 
     # Stage order: 0 mesh, 1 gbs, 2 mbs, 3 vpp+slots, 4 ep, 5 sp, 6 zero, 7 ac+precision.
     def n_options(cols: dict[str, np.ndarray], stage: int) -> np.ndarray:

@@ -211,8 +211,10 @@ class ParallelPlan:
                 parts.append(f"{name}={v}")
             if name == "vpp" and self.pp > 1 and self.pp_schedule == "gpipe":
                 parts.append("gpipe")
-        if self.first_stage_layers is not None or self.last_stage_layers is not None:
-            parts.append(f"stage layers first={self.first_stage_layers} last={self.last_stage_layers}")
+        if self.first_stage_layers is not None:
+            parts.append(f"first-stage-layers={self.first_stage_layers}")
+        if self.last_stage_layers is not None:
+            parts.append(f"last-stage-layers={self.last_stage_layers}")
         if self.account_for_embedding_in_pipeline_split:
             parts.append("embedding-slot")
         if self.account_for_loss_in_pipeline_split:
