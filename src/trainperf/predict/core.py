@@ -176,7 +176,7 @@ def kernel_features(w: Any) -> dict[str, Any]:
     sk = stack_kernels.for_stack(getattr(w, "stack", None), sil)
     precision = w.precision
     gdt = precision if precision not in ("fp4",) else "fp8"
-    attn = getattr(w, "attention_kernel", None) or sk.attention
+    attn = sk.attention
     links = (comms.level_model(sil, "scale-up"), comms.level_model(sil, "scale-out"))
     return {
         "silicon": sil, "attn_family": attn,

@@ -19,7 +19,9 @@ predicted from that silicon's kernels. The facts::
     attention = "..."
 
 A value missing from a stack is taken from ``generic``; a workload's own fields (``compile``,
-``async_tp``, ``fp8_recipe``, ``attention_kernel``) win over the stack's facts.
+``async_tp``, ``fp8_recipe``) win over the stack's facts. A run with another attention kernel
+than its stack's (Megatron-DeepSpeed without ``--use-flash-attn``, say) is predicted with a
+profile file that states it (``[kernels] attention = "eager"``, ``--stack FILE``).
 """
 
 from __future__ import annotations
