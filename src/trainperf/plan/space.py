@@ -120,9 +120,10 @@ DEFAULT_MEMORY_MARGIN = 0.10
 The memory model under-predicted measured peaks by up to 7.2% (torchtitan Llama-3-8B peaks in
 torchao's float8 training docs: H100 -7.2%, MI300X -6.9%; ``tests/test_memory_model.py``), three
 measurements that bound its error from below only, and allocator fragmentation varies from run to
-run on top; the published runs say how close practitioners go: 157 of the 162 expert plans of
-trainperf's published-runs table leave at least 10% free by this model (of the rest, three are
-predicted not to fit at all and the fullest that fits, Nemotron-4 340B fp8 on 128 H100, leaves 5%). ``predict`` still reports a plan that fits at all as
+run on top; the published runs say how close practitioners go: 158 of the 162 expert plans of
+trainperf's published-runs table leave at least 10% free by this model (of the rest, one is
+predicted not to fit, Nemotron-4 340B fp8 on 128 H100 leaves 5%, and MaxText's 32B on TPU v5e
+1-2%). ``predict`` still reports a plan that fits at all as
 fitting; ``plan --memory-margin 0`` proposes those too."""
 
 
