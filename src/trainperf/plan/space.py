@@ -123,8 +123,8 @@ measurements that bound its error from below only, and allocator fragmentation v
 run on top; the published runs say how close practitioners go: 158 of the 162 expert plans of
 trainperf's published-runs table leave at least 10% free by this model (of the rest, one is
 predicted not to fit, Nemotron-4 340B fp8 on 128 H100 leaves 5%, and MaxText's 32B on TPU v5e
-1-2%). ``predict`` still reports a plan that fits at all as
-fitting; ``plan --memory-margin 0`` proposes those too."""
+1-2%). ``predict`` still reports a plan that fits at all as fitting; ``plan --memory-margin 0``
+proposes those too."""
 
 
 @dataclass(frozen=True)
