@@ -122,6 +122,7 @@ def _best_stated_tps(res: Any, w: Any, free: frozenset[str]) -> float:
                            ("micro_batch", w.micro_batch, "micro_batch")):
         if name not in free:
             mask &= c[col] == val
+    mask &= c["etp"] == p.expert_tp  # experts split as the run split them
     if "sharding" in free:
         mask &= c["dp"] * c["fsdp"] == p.dp * p.fsdp
     else:

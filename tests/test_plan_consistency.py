@@ -48,6 +48,9 @@ def test_vectorised_equals_scalar_predictor(case):
     # random rows, plus the extremes (fastest, leanest, largest) where formulas are stressed
     pick = set(rng.choice(len(cands), SAMPLES_PER_CASE - 3, replace=False).tolist())
     pick |= {int(np.argmin(ev.step_time_s)), int(np.argmin(ev.memory_GiB)), int(np.argmax(ev.memory_GiB))}
+    unsplit = np.flatnonzero(cands["etp"] != cands["tp"])  # MoE: experts not split by tp (etp = 1)
+    assert unsplit.size == 0 or model.is_moe
+    pick |= set(rng.choice(unsplit, min(5, unsplit.size), replace=False).tolist())
     for i in sorted(pick):
         w = workload_of(model, hw, space, cands, i)
         p = predict(w)
@@ -75,8 +78,8 @@ def test_mirrored_features_cover_every_plan_dependent_feature():
     fa, fb = core.workload_features(a), core.workload_features(b)
     differing = {k for k in fa if not np.array_equal(np.asarray(fa[k], dtype=object), np.asarray(fb[k], dtype=object))}
     cols = {k: np.zeros(1, dtype=np.int64) + 1 for k in
-            ("num_devices", "dp", "fsdp", "zero", "tp", "pp", "vpp", "cp", "ep", "micro_batch", "global_batch",
-             "sp", "ac", "precision", "slots")}
+            ("num_devices", "dp", "fsdp", "zero", "tp", "pp", "vpp", "cp", "ep", "etp", "micro_batch",
+             "global_batch", "sp", "ac", "precision", "slots")}
     mirrored = set(vectorized.plan_features(Candidates(cols, ("bf16",)), np.arange(1), 8)) | {"policy"}
     assert differing <= mirrored, f"plan-dependent features not mirrored by the planner: {differing - mirrored}"
     assert set(fa) == set(fb)

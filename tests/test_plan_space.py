@@ -163,7 +163,13 @@ def test_moe_expert_parallel_options():
     m = get_model("mixtral-8x7b")  # 8 experts
     c = enumerate_candidates(m, H100, SearchSpace((64,), 8, 4096, (256,), max_micro_batch=2))
     assert set(np.unique(c["ep"]).tolist()) == {1, 2, 4, 8}
-    assert ((c["dp"] * c["fsdp"] * c["cp"]) % c["ep"] == 0).all()
+    # experts split like the dense layers (etp = tp) fold over dp x fsdp x cp; unsplit ones
+    # (etp = 1, Megatron-Core's MoE folding) over tp as well
+    split = c["etp"] == c["tp"]
+    assert ((c["dp"] * c["fsdp"] * c["cp"])[split] % c["ep"][split] == 0).all()
+    assert (c["etp"][~split] == 1).all() and (c["tp"][~split] > 1).all()
+    assert ((c["dp"] * c["fsdp"] * c["cp"] * c["tp"])[~split] % c["ep"][~split] == 0).all()
+    assert ((c["dp"] * c["fsdp"] * c["cp"])[~split] % c["ep"][~split] != 0).any()  # only etp = 1 reaches
 
 
 def test_tp_beyond_kv_heads_is_allowed_as_replication():

@@ -67,6 +67,8 @@ def test_generic_is_everything_and_the_stacks_differ():
     ({"fp8_gemm_input_bytes": 8, "sources": {"fp8_gemm_input_bytes": "x"}}, "fp8_gemm_input_bytes"),
     ({"pipeline_schedules": ["gpipe", "zigzag"], "sources": {"pipeline_schedules": "x"}}, "zigzag"),
     ({"fsdp_grad_unit": "bucket", "sources": {"fsdp_grad_unit": "x"}}, "bucket"),
+    ({"expert_tp": ["2"], "sources": {"expert_tp": "x"}}, "expert_tp"),
+    ({"expert_tp": [], "sources": {"expert_tp": "x"}}, "expert_tp"),
     ({"max_vpp": 4}, "a source for every value"),
     ({"frobnicate": 1}, "frobnicate"),
 ])
@@ -231,3 +233,16 @@ def test_predict_says_when_the_stack_cannot_run_the_plan():
     assert any("megatron-core has no fsdp" in n and "cannot run this plan" in n for n in out.notes)
     for w in (_w(ParallelPlan(fsdp=64), stack="torchtitan"), _w(ParallelPlan(fsdp=64))):
         assert not any("cannot run this plan" in n for n in predict(w).notes)
+
+
+def test_unsplit_experts_are_megatron_cores_moe_folding():
+    """etp = 1 beside tp = 2 (Megatron-Core's MoE parallel folding) runs under megatron-core, not
+    under a stack whose experts follow tp; etp = tp runs under both."""
+    from trainperf.predict.stack_capabilities import capabilities_of, plan_refusal
+
+    folded = _w(ParallelPlan(dp=8, tp=2, ep=8, etp=1, sequence_parallel=True), n=16, model="mixtral-8x7b")
+    assert plan_refusal(capabilities_of("megatron-core"), folded) is None
+    why = plan_refusal(capabilities_of("torchtitan"), folded)
+    assert why is not None and "etp=1" in why
+    split = _w(ParallelPlan(dp=8, tp=2, ep=4, sequence_parallel=True), n=16, model="mixtral-8x7b")
+    assert plan_refusal(capabilities_of("torchtitan"), split) is None

@@ -213,7 +213,8 @@ def workload_of(model: ModelSpec, hardware: Hardware, space: SearchSpace, cands:
                         sequence_parallel=bool(r["sp"]), pp=int(r["pp"]), vpp=int(r["vpp"]),
                         cp=int(r["cp"]), ep=int(r["ep"]), pp_schedule=sched,
                         account_for_embedding_in_pipeline_split=bool(slots & SLOT_EMBEDDING),
-                        account_for_loss_in_pipeline_split=bool(slots & SLOT_LOSS), last_stage_layers=last)
+                        account_for_loss_in_pipeline_split=bool(slots & SLOT_LOSS), last_stage_layers=last,
+                        etp=None if int(r["etp"]) == int(r["tp"]) else int(r["etp"]))
     return Workload(model=model, hardware=hardware, num_devices=int(r["num_devices"]),
                     seq_len=space.seq_len, global_batch=int(r["global_batch"]),
                     micro_batch=int(r["micro_batch"]), plan=plan,

@@ -54,7 +54,7 @@ class SoftwareFields(TypedDict):
 # Column names of a candidate table, in a fixed order.
 COLUMNS: tuple[str, ...] = (
     "num_devices", "dp", "fsdp", "tp", "pp", "cp", "global_batch", "micro_batch", "vpp", "slots", "ep",
-    "sp", "zero", "ac", "precision", "layout",
+    "etp", "sp", "zero", "ac", "precision", "layout",
 )
 """``layout`` numbers the plans that differ only in ZeRO stage, checkpointing and precision (one
 id per row before those columns are expanded), so collapsing ZeRO variants is a 1-D unique."""
@@ -107,11 +107,13 @@ REASONS: dict[str, str] = {
     "mbs_local": "micro batch does not divide the local batch (global batch / dp*fsdp)",
     "vpp_layers": "pp*vpp does not divide the layers (plus any embedding/loss slots) evenly",
     "vpp_microbatches": "interleaved schedule needs the micro-batches per step to be a multiple of pp",
-    "ep_ranks": "ep does not divide the data-parallel ranks dp*fsdp*cp",
+    "ep_ranks": "ep does not divide the ranks the experts fold over (dp*fsdp*cp, times tp when etp = 1)",
+    "etp_ffn": "etp does not divide the expert FFN width",
     "fixed": "excluded by --fix (a degree the user fixed)",
     "oom": "does not fit device memory with the planner's margin (--memory-margin)",
 }
-FIXABLE: tuple[str, ...] = ("dp", "fsdp", "zero", "tp", "sp", "pp", "vpp", "cp", "ep", "micro_batch", "slots")
+FIXABLE: tuple[str, ...] = ("dp", "fsdp", "zero", "tp", "sp", "pp", "vpp", "cp", "ep", "etp", "micro_batch",
+                            "slots")
 """Columns a user may pin to one value (``--fix tp=8,pp=1``)."""
 
 
@@ -484,6 +486,9 @@ def runnable(caps, cols: dict[str, np.ndarray], layers: int) -> np.ndarray:
         ok &= (cols["slots"] & (SLOT_EMBEDDING | SLOT_LOSS)) == 0
     if not caps.uneven_stages:
         ok &= (cols["slots"] >> SLOT_LIGHTER_SHIFT) == 0
+    if "etp" in cols:
+        split = cols["etp"] == cols["tp"]
+        ok &= (split & ("tp" in caps.expert_tp)) | (~split & (cols["etp"] == 1) & ("1" in caps.expert_tp))
     if "ac" in cols:
         allowed = [i for i, p in enumerate(AC_POLICIES) if caps.allows_policy(p)]
         ok &= np.isin(cols["ac"], allowed)
@@ -516,6 +521,10 @@ def enumerate_candidates(model: ModelSpec, hardware: Hardware, space: SearchSpac
     ac_codes = np.asarray([AC_POLICIES.index(p) for p in policies], dtype=np.int64)
     n_ac_all = len(space.checkpointing)
     ep_opts = np.asarray(divisors(model.moe_experts) if model.is_moe else [1], dtype=COLUMN_DTYPE)
+    # experts split like the dense layers (etp = tp), and, where the stack folds its MoE grid,
+    # not split at all (etp = 1): only for a MoE model whose expert FFN etp = tp could not split
+    etp_one = model.is_moe and caps.allows_expert_tp(1, 2)
+    n_etp = 2 if etp_one else 1
     gbs_opts = np.asarray(sorted(set(space.global_batches)), dtype=COLUMN_DTYPE)
     mbs_opts = np.arange(1, space.max_micro_batch + 1, dtype=COLUMN_DTYPE)
     sp_space = sorted({int(x) for x in space.sequence_parallel}) or [0]
@@ -556,7 +565,7 @@ def enumerate_candidates(model: ModelSpec, hardware: Hardware, space: SearchSpac
             uniq, inv = np.unique(pp, return_inverse=True)
             return np.asarray([n_vpp_options(int(u)) for u in uniq], dtype=np.int64)[inv]
         if stage == 4:
-            return one * len(ep_opts)
+            return one * len(ep_opts) * np.where(tp > 1, n_etp, 1)
         if stage == 5:
             return np.where(tp > 1, len(sp_opts), 1)
         if stage == 6:
@@ -615,9 +624,16 @@ def enumerate_candidates(model: ModelSpec, hardware: Hardware, space: SearchSpac
             ("vpp_microbatches", (c["vpp"] == 1) | (accum % c["pp"] == 0)),
         ])
         c = _expand(c, "ep", ep_opts)
+        c["etp"] = c["tp"].copy()
+        if etp_one:  # a second copy of every tp > 1 row with unsplit experts
+            alt = {k: v[c["tp"] > 1] for k, v in c.items()}
+            alt["etp"] = np.ones_like(alt["tp"])
+            c = {k: np.concatenate([c[k], alt[k]]) for k in c}
+        grid = np.where(c["etp"] == c["tp"], 1, c["tp"])  # ep x etp covers tp x cp x dp x fsdp
         c = counter.reject(c, 4, [
-            fix(c, "ep"), ("stack", stack_ok(c, "ep")),
-            ("ep_ranks", (c["dp"] * c["fsdp"] * c["cp"]) % c["ep"] == 0),
+            fix(c, "ep", "etp"), ("stack", stack_ok(c, "ep")),
+            ("ep_ranks", (c["dp"] * c["fsdp"] * c["cp"] * grid) % c["ep"] == 0),
+            ("etp_ffn", (not model.is_moe) | ((model.moe_expert_ffn or 1) % c["etp"] == 0)),
         ])
         c = _expand(c, "sp", sp_opts)
         c = _filter(c, (c["tp"] > 1) | (c["sp"] == sp_opts[0]))

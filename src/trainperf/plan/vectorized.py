@@ -63,7 +63,8 @@ def plan_features(c: Candidates, idx: np.ndarray, devices_per_node: int, layers:
 
     Mirrors :func:`trainperf.predict.core.workload_features` and ParallelPlan's shard counts and
     stage split (:func:`~trainperf.plan.space.stage_layer_arrays`: ``ceil(layers / pp)`` per rank,
-    or Megatron's embedding/loss slots). Experts are split like the dense layers (``etp = tp``).
+    or Megatron's embedding/loss slots). Experts are split like the dense layers (``etp = tp``) or
+    not at all (``etp = 1``), as the candidate says.
     ``scale_up_domain``: devices per NVLink/xGMI domain (0: ``devices_per_node``).
     ``gpipe``: whether the stack pipelines with GPipe at (vpp = 1, vpp > 1)
     (:meth:`~trainperf.predict.stack_capabilities.Capabilities.schedule_for`).
@@ -94,7 +95,7 @@ def plan_features(c: Candidates, idx: np.ndarray, devices_per_node: int, layers:
         "shards_params": np.where(fsdp > 1, fsdp * cp, np.where(zero >= 3, dp * cp, 1.0)),
         "shards_grads": np.where(fsdp > 1, fsdp * cp, 1.0) * np.where(zero >= 2, dp * np.where(fsdp > 1, 1.0, cp), 1.0),
         "shards_optimizer": np.where(fsdp > 1, fsdp * cp, 1.0) * np.where(zero >= 1, dp * np.where(fsdp > 1, 1.0, cp), 1.0),
-        "etp": tp,
+        "etp": c["etp"][idx].astype(f64),
         **dict(zip(("layers_first", "layers_mid", "layers_last"),
                    stage_layer_arrays(layers, c["pp"][idx], c["vpp"][idx], c["slots"][idx]), strict=True)),
     }

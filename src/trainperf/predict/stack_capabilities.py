@@ -19,6 +19,8 @@ stack can execute and how it lays out memory::
     fp8_gemm_input_bytes = 1.0                             # kept bytes of an fp8 matmul's input
     fsdp_grad_unit = "layer"                               # unsharded gradient before its
                                                            # reduce-scatter: a layer's | one tensor's
+    expert_tp = ["tp", "1"]                                # routed experts split like the dense
+                                                           # layers, or not at all (MoE folding)
     [capabilities.sources]
     parallelisms = "Megatron-LM arguments.py ..."
 
@@ -49,8 +51,9 @@ SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "gpipe")
 KEYS: tuple[str, ...] = ("parallelisms", "hybrid_shard", "zero_stages", "pipeline_zero_stages", "sequence_parallel",
                          "pipeline_schedules", "max_vpp",
                          "pipeline_slots", "uneven_stages", "checkpointing", "loss_bytes_per_logit",
-                         "compiled_loss_bytes_per_logit", "fp8_gemm_input_bytes", "fsdp_grad_unit")
+                         "compiled_loss_bytes_per_logit", "fp8_gemm_input_bytes", "fsdp_grad_unit", "expert_tp")
 GRAD_UNITS: tuple[str, ...] = ("layer", "tensor")
+EXPERT_TP: tuple[str, ...] = ("tp", "1")
 DEFAULT_LOSS_BYTES_PER_LOGIT = 6.0
 """bf16 logits plus the fp32 copy the loss upcasts to (PyTorch autocast runs cross-entropy in fp32)."""
 
@@ -84,6 +87,9 @@ class Capabilities:
     fsdp_grad_unit: str = "layer"
     """What FSDP / ZeRO-3 holds unsharded of the gradients before reduce-scattering them: a whole
     layer's (PyTorch FSDP units, DeepSpeed buckets) or one weight tensor's at a time (GSPMD)."""
+    expert_tp: tuple[str, ...] = ("tp",)
+    """How the routed experts may be split: ``tp`` (like the dense layers: ``etp = tp``) and/or
+    ``1`` (not split; Megatron-Core's MoE parallel folding, ``--expert-tensor-parallel-size 1``)."""
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)
 
     def allows_policy(self, policy: str) -> bool:
@@ -94,6 +100,10 @@ class Capabilities:
             return True
         head, sep, _tail = policy.partition(":")
         return bool(sep) and f"{head}:{'K' if head == 'full' else 'N'}" in self.checkpointing
+
+    def allows_expert_tp(self, etp: int, tp: int) -> bool:
+        """Whether the stack splits routed experts ``etp`` ways beside tensor parallelism ``tp``."""
+        return (etp == tp and "tp" in self.expert_tp) or (etp == 1 and "1" in self.expert_tp)
 
     def schedule_for(self, vpp: int) -> PipelineSchedule:
         """The schedule a plan with ``pp > 1`` and ``vpp`` layer chunks per rank runs under here:
@@ -162,6 +172,10 @@ def capabilities_from_table(stack: str, table: Mapping[str, Any]) -> Capabilitie
             if not isinstance(v, bool):
                 raise SpecError(_where(stack, key), v, "true or false")
             kw[key] = v
+        elif key == "expert_tp":
+            kw[key] = _str_list(v, stack, key, EXPERT_TP)
+            if not kw[key]:
+                raise SpecError(_where(stack, key), v, "a non-empty list of 'tp' and/or '1'")
         elif key == "fsdp_grad_unit":
             if v not in GRAD_UNITS:
                 raise UnknownNameError(_where(stack, key), v, GRAD_UNITS)
@@ -268,6 +282,8 @@ def plan_refusal(caps: Capabilities, w: Any) -> str | None:
             return f"{caps.stack} has no embedding/loss pipeline slots"
         if (p.first_stage_layers is not None or p.last_stage_layers is not None) and not caps.uneven_stages:
             return f"{caps.stack} cannot set first/last stage layers"
+    if (p.ep > 1 or p.etp is not None) and not caps.allows_expert_tp(p.expert_tp, p.tp):
+        return f"{caps.stack} splits routed experts {' or '.join(caps.expert_tp)} ways, not etp={p.expert_tp}"
     if not caps.allows_policy(w.activation_checkpointing):
         return f"{caps.stack} has no checkpointing policy {w.activation_checkpointing}"
     return None
