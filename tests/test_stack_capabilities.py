@@ -183,6 +183,16 @@ def test_fix_names_the_infeasible_value(capsys):
         rc, _, err = _plan(capsys, *base, "--fix", fix)
         assert rc == 1 and needle in err, err
         assert "change: or" not in err and err.count("\n") == 1
+    moe = ["--model", "mixtral-8x7b", "--device", "h100-sxm", "--num-devices", "16", "--seq-len", "4096",
+           "--global-batch", "256"]
+    for args, needle in (([*base, "--fix", "etp=2"], "etp=2: the model has no experts"),
+                         ([*moe, "--fix", "tp=4,etp=2"], "etp=2: routed experts are split like the dense layers"),
+                         ([*moe, "--fix", "tp=2,etp=1", "--stack", "torchtitan"],
+                          "etp=1: the torchtitan stack splits routed experts like the dense layers")):
+        rc, _, err = _plan(capsys, *args)
+        assert rc == 1 and needle in err, err
+    rc, out, _ = _plan(capsys, *moe, "--fix", "tp=2,etp=1", "--stack", "megatron-core")
+    assert rc == 0 and all(q["etp"] == 1 and q["tp"] == 2 and "etp=1" in q["plan"] for q in out["plans"])
 
 
 def test_expert_layouts_are_in_their_stacks_space():

@@ -78,7 +78,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "model's error on measured peaks, and what published runs leave); 0 proposes every "
                         "plan predicted to fit")
     s.add_argument("--fix", metavar="K=V[,K=V]",
-                   help="pin degrees, e.g. tp=8,pp=1 (keys: dp fsdp zero tp sp pp vpp cp ep micro_batch)")
+                   help="pin degrees, e.g. tp=8,pp=1 (keys: dp fsdp zero tp sp pp vpp cp ep etp micro_batch)")
     s.add_argument("--objective", choices=("throughput", "time", "cost"), default="throughput",
                    help="rank by tokens/s (default), days to train --train-tokens, or cost")
     s.add_argument("--train-tokens", type=float, metavar="T", help="tokens to train (time, cost, --target-days)")

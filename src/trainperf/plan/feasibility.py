@@ -127,8 +127,9 @@ def _short(row: dict[str, Any]) -> str:
 _REASON_FIELD: dict[str, tuple[str, ...]] = {
     "tp_cross_node": ("tp",), "tp_heads": ("tp",), "tp_kv_heads": ("tp",), "tp_ffn": ("tp",),
     "pp_layers": ("pp",), "cp_seq": ("cp",), "batch_dp": ("dp", "fsdp"), "mbs_local": ("micro_batch",),
-    "vpp_layers": ("vpp", "pp"), "vpp_microbatches": ("vpp", "micro_batch", "pp"), "ep_ranks": ("ep",),
-    "stack": ("dp", "fsdp", "tp", "sp", "pp", "vpp", "cp", "ep", "zero"), "no_stack": (),
+    "vpp_layers": ("vpp", "pp"), "vpp_microbatches": ("vpp", "micro_batch", "pp"), "ep_ranks": ("ep", "etp"),
+    "etp_ffn": ("etp", "tp"),
+    "stack": ("dp", "fsdp", "tp", "sp", "pp", "vpp", "cp", "ep", "etp", "zero"), "no_stack": (),
 }
 """Which fixable columns a rejection reason is about (the first fixed one is blamed)."""
 
@@ -159,6 +160,15 @@ def _direct_check(model: Any, hardware: Any, space: SearchSpace, fixed: dict[str
         return f"micro_batch={fixed['micro_batch']}: must be at least 1"
     if fixed.get("sp") and fixed.get("tp", 2) == 1:
         return "sp=1: sequence parallelism needs tp > 1"
+    if "etp" in fixed:
+        etp = fixed["etp"]
+        if not model.is_moe:
+            return f"etp={etp}: the model has no experts (etp splits the routed experts)"
+        if etp > 1 and fixed.get("tp", etp) != etp:
+            return f"etp={etp}: routed experts are split like the dense layers (etp = tp) or not at all (etp = 1)"
+        if etp == 1 and fixed.get("tp", 2) > 1 and not caps.allows_expert_tp(1, 2):
+            return (f"etp=1: the {caps.stack} stack splits routed experts like the dense layers (etp = tp); "
+                    "unsplit experts beside tp > 1 are Megatron-Core's MoE parallel folding")
     if "zero" in fixed and fixed["zero"] not in space.zero_stages:
         return f"zero={fixed['zero']}: the stages searched are {', '.join(map(str, space.zero_stages))} (ZeRO-3 is fsdp)"
     if "zero" in fixed and fixed["zero"] not in caps.zero_stages:

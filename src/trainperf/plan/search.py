@@ -116,7 +116,7 @@ class RankedPlan:
             "rank": self.rank, "plan": self.label, "num_devices": w.num_devices,
             "dp": p.dp, "fsdp": p.fsdp, "zero_stage": p.zero_stage, "tp": p.tp,
             "sequence_parallel": p.sequence_parallel, "pp": p.pp, "vpp": p.vpp, "cp": p.cp,
-            "ep": p.ep, "global_batch": w.global_batch, "micro_batch": w.micro_batch,
+            "ep": p.ep, "etp": p.expert_tp, "global_batch": w.global_batch, "micro_batch": w.micro_batch,
             "grad_accum_steps": w.grad_accum_steps, "activation_checkpointing": w.activation_checkpointing,
             "precision": w.precision, "step_time_s": self.step_time_s, "tokens_per_s": self.tokens_per_s,
             "tokens_per_s_per_device": self.tokens_per_s / w.num_devices, "mfu_pct": self.mfu_pct,
@@ -125,7 +125,8 @@ class RankedPlan:
             "memory_breakdown_GiB": dict(self.memory_breakdown_GiB),
             "days_to_train": self.days_to_train, "cost_usd": self.cost_usd,
             "embedding_slot": p.account_for_embedding_in_pipeline_split,
-            "loss_slot": p.account_for_loss_in_pipeline_split, "stacks": list(self.stacks),
+            "loss_slot": p.account_for_loss_in_pipeline_split, "last_stage_layers": p.last_stage_layers,
+            "stacks": list(self.stacks),
             "step_time_interval_s": list(self.interval_s) if self.interval_s else None,
         }
 

@@ -631,7 +631,9 @@ def enumerate_candidates(model: ModelSpec, hardware: Hardware, space: SearchSpac
             c = {k: np.concatenate([c[k], alt[k]]) for k in c}
         grid = np.where(c["etp"] == c["tp"], 1, c["tp"])  # ep x etp covers tp x cp x dp x fsdp
         c = counter.reject(c, 4, [
-            fix(c, "ep", "etp"), ("stack", stack_ok(c, "ep")),
+            fix(c, "ep", "etp"),
+            ("fixed", np.full(c["ep"].shape, model.is_moe or "etp" not in fixed)),  # etp of a dense model
+            ("stack", stack_ok(c, "ep")),
             ("ep_ranks", (c["dp"] * c["fsdp"] * c["cp"] * grid) % c["ep"] == 0),
             ("etp_ffn", (not model.is_moe) | ((model.moe_expert_ffn or 1) % c["etp"] == 0)),
         ])
