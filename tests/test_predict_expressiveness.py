@@ -81,6 +81,18 @@ def test_moe_folding_changes_expert_sharding_and_all_to_all():
     assert core.workload_features(base)["etp"] == 2.0
 
 
+def test_an_all_to_all_across_nodes_says_how_it_is_priced():
+    """No all-to-all across nodes is measured: a prediction whose expert group spans nodes says so;
+    one whose experts stay in the node does not."""
+    from trainperf.predict import predict
+
+    mix = get_model("mixtral-8x7b")
+    across = _w(mix, 32, ParallelPlan(dp=8, tp=4, sequence_parallel=True, ep=8), global_batch=32)  # stride 4: 4 nodes
+    within = _w(mix, 16, ParallelPlan(dp=16, ep=8), global_batch=16)  # 8 neighbours: one node
+    assert any("all-to-all crosses nodes" in n for n in predict(across).notes)
+    assert not any("all-to-all" in n for n in predict(within).notes)
+
+
 # ------------------------------------------------------------------------------ pipeline splits
 def test_stage_layers():
     assert ParallelPlan(pp=4).stage_layers(30) == (8, 8, 8)

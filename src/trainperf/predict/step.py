@@ -295,6 +295,9 @@ def assemble(w: Any, r: Mapping[str, Any], k: Knobs, *, convention: str = DEFAUL
     tp_ = throughput(w, step_time_s=step, convention=convention, train_tokens=train_tokens,
                      lora_fraction=lora_fraction)
     notes = list(w.notes)
+    if p.ep > 1 and _f(r["ep_nodes"]) > 1:
+        notes.append("the expert all-to-all crosses nodes: no all-to-all across nodes is measured, so it is "
+                     "priced from all-reduce measurements, likely on the slow side (docs/KERNELS.md)")
     if mem_total > capacity:
         notes.append(f"does not fit: {mem_total:.1f} GiB needed per device, {capacity:.1f} GiB "
                      f"available ({mem_total - capacity:.1f} GiB over)")
