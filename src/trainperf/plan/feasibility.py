@@ -166,7 +166,7 @@ def _direct_check(model: Any, hardware: Any, space: SearchSpace, fixed: dict[str
             return f"etp={etp}: the model has no experts (etp splits the routed experts)"
         if etp > 1 and fixed.get("tp", etp) != etp:
             return f"etp={etp}: routed experts are split like the dense layers (etp = tp) or not at all (etp = 1)"
-        if etp == 1 and fixed.get("tp", 2) > 1 and not caps.allows_expert_tp(1, 2):
+        if etp == 1 and fixed.get("tp", 2) > 1 and "1" not in caps.expert_tp:
             return (f"etp=1: the {caps.stack} stack splits routed experts like the dense layers (etp = tp); "
                     "unsplit experts beside tp > 1 are Megatron-Core's MoE parallel folding")
     if "zero" in fixed and fixed["zero"] not in space.zero_stages:

@@ -523,7 +523,7 @@ def enumerate_candidates(model: ModelSpec, hardware: Hardware, space: SearchSpac
     ep_opts = np.asarray(divisors(model.moe_experts) if model.is_moe else [1], dtype=COLUMN_DTYPE)
     # experts split like the dense layers (etp = tp), and, where the stack folds its MoE grid,
     # not split at all (etp = 1): only for a MoE model whose expert FFN etp = tp could not split
-    etp_one = model.is_moe and caps.allows_expert_tp(1, 2)
+    etp_one = model.is_moe and "1" in caps.expert_tp
     n_etp = 2 if etp_one else 1
     gbs_opts = np.asarray(sorted(set(space.global_batches)), dtype=COLUMN_DTYPE)
     mbs_opts = np.arange(1, space.max_micro_batch + 1, dtype=COLUMN_DTYPE)
