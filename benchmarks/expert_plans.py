@@ -70,12 +70,14 @@ def judge(run: Any, memory_margin: float | None = None) -> dict[str, Any]:
 
     w = apply_stack(run.workload)
     expert = predict(w)
-    caps = capabilities_of(w.stack)
+    # the stack as the run's release had it (NeMo 24.09 had no MoE parallel folding)
+    release = str(run.cells.get("framework", ""))
+    caps = capabilities_of(w.stack).as_of(release)
     policies = tuple(p for p in AC_POLICIES if caps.allows_policy(p))
     space = SearchSpace(num_devices=(w.num_devices,), devices_per_node=w.devices_per_node, seq_len=w.seq_len,
                         global_batches=(w.global_batch,), precisions=(w.precision,), checkpointing=policies,
                         max_micro_batch=max(8, w.micro_batch), compile=w.compile, async_tp=w.async_tp,
-                        fp8_recipe=w.fp8_recipe, stack=w.stack,
+                        fp8_recipe=w.fp8_recipe, stack=w.stack, release=release,
                         **({} if memory_margin is None else {"memory_margin": memory_margin}))
     t0 = time.perf_counter()
     res = search(w.model, w.hardware, space)  # as `trainperf plan` runs it (default rerank)

@@ -154,6 +154,37 @@ def test_collective_time_inter_node_uses_the_nodes_nics():
     assert t64 == pytest.approx(7 / 8 * (8e9 + 100e6 * (63 / 31) ** 0.5) / (8 * 50e9))
 
 
+def test_all_to_all_across_nodes_is_concurrent_sends_through_each_nic():
+    """An all-to-all is n-1 concurrent sends, not a ring: across nodes a rank's (N-1)/N of its
+    buffer leaves through its own NIC, priced as one send/recv of that size; within the node the
+    k members exchange S*k/n each as a k-rank all-to-all; the slower sets the time."""
+    up = _level(0.8, 10e6, 20.0)
+    out = (32.0, 0.5, False, 0.0, None, (("all-reduce", 0.9, 400e6, 300.0), ("all-to-all", 0.9, 400e6, 300.0),
+                                          ("send-recv", 0.95, 2e6, 5.0)))
+    # 25 MB a rank, ep = 8 over 4 nodes (2 a node): 3/4 of it crosses the network at 0.95 x 50 GB/s
+    t = comms.collective_time_s("all-to-all", 25e6, 8, 2, 4, 450e9, 50e9, up, out)
+    assert t == pytest.approx((3 / 4 * 25e6 + 2e6) / (0.95 * 50e9))
+    # ten calls: ten times one call of a tenth (each with its own half size)
+    t10 = comms.collective_time_s("all-to-all", 25e6, 8, 2, 4, 450e9, 50e9, up, out, calls=10.0)
+    assert t10 == pytest.approx(10 * (3 / 4 * 2.5e6 + 2e6) / (0.95 * 50e9))
+    # the ring all-reduce's half size and step latencies do not enter: a small exchange costs the
+    # point-to-point floor, not 2(n-1) ring steps
+    assert comms.collective_time_s("all-to-all", 1.0, 64, 8, 8, 450e9, 50e9, up, out) == pytest.approx(
+        max((7 / 8 + 2e6) / (0.95 * 50e9), 5e-6, 7 / 8 * (1 / 8 + 10e6) / (0.8 * 450e9)))
+    # within one node it is the measured scale-up all-to-all, as before
+    assert comms.collective_time_s("all-to-all", 25e6, 8, 8, 1, 450e9, 50e9, up, out) == pytest.approx(
+        7 / 8 * (25e6 + 10e6) / (0.8 * 450e9))
+
+
+def test_moe_routing_bytes_by_hand():
+    # 1024 tokens, top-2, h = 6144, bf16: permute reads 1 and writes 2 copies, unpermute the
+    # reverse: 2 * 1024 * 3 * 6144 * 2 bytes; with 4 local experts the 8192 received rows are
+    # sorted by expert and back (read + write, twice)
+    one = compute.moe_routing_bytes(1024, 8192, 2, 6144, 1, 2.0)
+    assert one == pytest.approx(2 * 1024 * 3 * 6144 * 2)
+    assert compute.moe_routing_bytes(1024, 8192, 2, 6144, 4, 2.0) == pytest.approx(one + 4 * 8192 * 6144 * 2)
+
+
 def test_exposed_communication():
     assert comms.exposed_s(1.0, 10.0, 0.8) == pytest.approx(0.2)          # hides all it can
     assert comms.exposed_s(10.0, 4.0, 0.8) == pytest.approx(2.0 + 4.0)   # window too short

@@ -212,3 +212,26 @@ def test_expert_parallel_does_not_shard_experts_twice():
     expected_GiB = w.model.total_params * 2 / 16 / 2**30
     assert p.memory_breakdown_GiB["weights"] == pytest.approx(expected_GiB, rel=0.02)
     assert not p.fits
+
+
+def test_moe_dispatcher_gathers_topk_copies_over_the_expert_tp_group():
+    """Megatron-Core's alltoall dispatcher all-gathers the tokens a rank received over the expert
+    tp group and reduce-scatters the expert outputs back: topk copies of [s, h] in 16 bits, not
+    hidden by TP comm overlap. With unsplit experts (etp = 1, MoE parallel folding) nothing is
+    gathered: the difference is exactly those collectives, by hand from the comms model."""
+    from trainperf.predict import comms
+
+    par = {"dp": 8, "tp": 4, "ep": 8, "sequence_parallel": True, "zero_stage": 1}
+    w = wl("mixtral-8x7b", n=32, par=par, seq=4096, gbs=64, mb=1, ac="none")
+    w1 = wl("mixtral-8x7b", n=32, par={**par, "etp": 1}, seq=4096, gbs=64, mb=1, ac="none")
+    k = knobs_for("h100-sxm", "nvidia").values()
+    f, f1 = core.workload_features(w), core.workload_features(w1)
+    split, folded = core.step_core(f, k), core.step_core(f1, k)
+    buf = 4096 * 4096 * 2.0 * 2  # tokens x hidden x bf16 x topk
+    lv = (f["link_up"], f["link_out"])
+    one = sum(comms.collective_time_s(kind, buf, 4.0, 4.0, 1.0, f["intra_bytes_per_s"], f["inter_bytes_per_s"],
+                                      *lv, k["link_fraction"]) for kind in ("all-gather", "reduce-scatter"))
+    micro_batches, layers, passes = 64 / 8, 32, 2.0  # forward + backward, no recomputation
+    assert split["tp_total_s"] - folded["tp_total_s"] == pytest.approx(micro_batches * layers * passes * one)
+    assert split["tp_s"] - folded["tp_s"] == pytest.approx(micro_batches * layers * passes * one)
+    assert folded["tp_total_s"] > 0  # the attention block's collectives stay

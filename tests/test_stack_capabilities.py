@@ -71,6 +71,16 @@ def test_generic_is_everything_and_the_stacks_differ():
     ({"expert_tp": [], "sources": {"expert_tp": "x"}}, "expert_tp"),
     ({"max_vpp": 4}, "a source for every value"),
     ({"frobnicate": 1}, "frobnicate"),
+    ({"expert_tp": ["tp", "1"], "introduced": {"expert_tp": ["X 1.0"]},
+      "sources": {"expert_tp": "x", "introduced": "x"}}, "'key=value'"),
+    ({"expert_tp": ["tp"], "introduced": {"expert_tp=1": ["X 1.0"]},
+      "sources": {"expert_tp": "x", "introduced": "x"}}, "a value [capabilities].expert_tp lists"),
+    ({"expert_tp": ["tp", "1"], "introduced": {"expert_tp=1": ["NeMo"]},
+      "sources": {"expert_tp": "x", "introduced": "x"}}, "a product and its first release"),
+    ({"expert_tp": ["tp", "1"], "introduced": {"expert_tp=1": []},
+      "sources": {"expert_tp": "x", "introduced": "x"}}, "non-empty list"),
+    ({"expert_tp": ["tp", "1"], "introduced": {"expert_tp=1": ["X 1.0"]},
+      "sources": {"expert_tp": "x"}}, "a source for every value"),
 ])
 def test_bad_tables_are_one_line_errors(table, needle):
     with pytest.raises((SpecError, UnknownNameError)) as e:
@@ -256,3 +266,43 @@ def test_unsplit_experts_are_megatron_cores_moe_folding():
     assert why is not None and "etp=1" in why
     split = _w(ParallelPlan(dp=8, tp=2, ep=4, sequence_parallel=True), n=16, model="mixtral-8x7b")
     assert plan_refusal(capabilities_of("torchtitan"), split) is None
+
+
+@pytest.mark.parametrize(("framework", "product", "version"), [
+    ("NeMo 24.09 (Megatron-Core, TE)", "nemo", (24, 9, 0, 0)),
+    ("Megatron-Core v0.9.0", "megatron-core", (0, 9, 0, 0)),
+    ("megatron-lm core_r0.12.1", "megatron-lm", (0, 12, 1, 0)),
+    ("Megatron-LM", "megatron-lm", None),
+    ("NeMo 24.09", "megatron-core", None),
+    ("xnemo 24.09", "nemo", None),
+])
+def test_release_named_reads_the_version_a_framework_cell_gives(framework, product, version):
+    from trainperf.predict.stack_capabilities import release_named
+
+    assert release_named(framework, product) == version
+
+
+def test_a_stack_as_of_an_older_release_lacks_what_came_later():
+    """Megatron-Core gained MoE parallel folding (etp = 1 beside tp > 1) in 0.10 / NeMo 24.12:
+    NVIDIA's NeMo 24.09 runs split experts like the dense layers; a release the cell does not
+    date (or a NeMo 2.x API version, not a container date) keeps the current space."""
+    caps = capabilities_of("megatron-core")
+    assert caps.expert_tp == ("tp", "1")
+    for fw, expected in (("NeMo 24.09 (Megatron-Core, TE)", ("tp",)), ("Megatron-Core 0.9.0", ("tp",)),
+                         ("NeMo 24.12", ("tp", "1")), ("Megatron-Core 0.10.0", ("tp", "1")),
+                         ("NeMo 25.04", ("tp", "1")), ("Megatron-LM", ("tp", "1")), ("NeMo 2.0", ("tp", "1")),
+                         ("", ("tp", "1"))):
+        assert caps.as_of(fw).expert_tp == expected, fw
+    assert caps.as_of("NeMo 24.09").parallelisms == caps.parallelisms
+
+
+def test_plan_with_a_stack_release_searches_that_release(capsys):
+    moe = ["--model", "mixtral-8x7b", "--device", "h100-sxm", "--num-devices", "16", "--seq-len", "4096",
+           "--global-batch", "256", "--stack", "megatron-core"]
+    rc, _, err = _plan(capsys, *moe, "--fix", "tp=2,etp=1", "--stack-release", "NeMo 24.09")
+    assert rc == 1 and "etp=1: the megatron-core stack splits routed experts like the dense layers" in err, err
+    assert err.count("\n") == 1
+    rc, out, _ = _plan(capsys, *moe, "--stack-release", "NeMo 24.09")
+    assert rc == 0 and out["plans"] and all(q["etp"] == q["tp"] for q in out["plans"])
+    rc, out, _ = _plan(capsys, *moe, "--fix", "tp=2,etp=1", "--stack-release", "NeMo 25.04")
+    assert rc == 0 and all(q["etp"] == 1 for q in out["plans"])

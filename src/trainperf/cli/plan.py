@@ -73,6 +73,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--max-vpp", type=int, default=0, metavar="N",
                    help="most virtual pipeline stages per rank tried (default: up to layers/pp, or the stack's limit)")
     s.add_argument("--allow-cross-node-tp", action="store_true", help="let tp span nodes")
+    s.add_argument("--stack-release", metavar="TEXT", default="",
+                   help="the stack's release, e.g. 'NeMo 24.09' or 'Megatron-Core 0.9': what the stack gained "
+                        "later is not searched (default: the current release)")
     s.add_argument("--memory-margin", type=float, default=None, metavar="F",
                    help="fraction of device memory a proposed plan leaves free (default 0.10: the memory "
                         "model's error on measured peaks, and what published runs leave); 0 proposes every "
@@ -183,7 +186,8 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
                 "async_tp": args.async_tp if args.async_tp is not None else tr.get("async_tp", False),
                 "fp8_recipe": args.fp8_recipe or tr.get("fp8_recipe"),
                 "stack": str(args.stack or tr.get("stack", "generic"))}
-    ac = _policies(args.activation_checkpointing, software["stack"], DEFAULT_CHECKPOINTING)
+    ac = _policies(args.activation_checkpointing, software["stack"], DEFAULT_CHECKPOINTING,
+                   getattr(args, "stack_release", ""))
     if getattr(args, "scale_up_domain", None) is not None:
         dom = args.scale_up_domain
         if isinstance(dom, bool) or dom < 1:
@@ -194,13 +198,14 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
             "gb_text": gb_text, "precisions": precisions, "ac": ac, "software": software}
 
 
-def _policies(text: str | None, stack: str, default: tuple[str, ...]) -> tuple[str, ...]:
+def _policies(text: str | None, stack: str, default: tuple[str, ...], release: str = "") -> tuple[str, ...]:
     """Checkpointing policies to try: the ones named, each checked against the stack's
-    ``[capabilities]``; by default the generic three, or every searchable policy of a named stack."""
+    ``[capabilities]`` (as of ``release``); by default the generic three, or every searchable
+    policy of a named stack."""
     from trainperf.plan.space import AC_POLICIES
     from trainperf.predict.stack_capabilities import capabilities_of
 
-    caps = capabilities_of(stack)
+    caps = capabilities_of(stack).as_of(release)
     if text:
         named = tuple(p.strip() for p in text.split(",") if p.strip())
         for p in named:
@@ -226,7 +231,8 @@ def _space(args: argparse.Namespace, inp: dict[str, Any], counts: tuple[int, ...
     return SearchSpace(num_devices=counts, devices_per_node=dpn, fixed=parse_fixed(args.fix),
                        seq_len=inp["seq"], global_batches=gbs, precisions=inp["precisions"],
                        checkpointing=inp["ac"], max_micro_batch=args.max_micro_batch, max_vpp=args.max_vpp,
-                       allow_cross_node_tp=args.allow_cross_node_tp, **margin, **inp["software"])
+                       allow_cross_node_tp=args.allow_cross_node_tp, release=getattr(args, "stack_release", ""),
+                       **margin, **inp["software"])
 
 
 def check_search_bounds(args: argparse.Namespace) -> None:

@@ -143,7 +143,7 @@ def _direct_check(model: Any, hardware: Any, space: SearchSpace, fixed: dict[str
     from trainperf.plan.space import divisors, vpp_slot_pairs
     from trainperf.predict.stack_capabilities import capabilities_of
 
-    caps = capabilities_of(space.stack)
+    caps = capabilities_of(space.stack).as_of(space.release)
     ns = space.num_devices
     mesh = 1
     for k in ("dp", "fsdp", "tp", "pp", "cp"):

@@ -167,6 +167,10 @@ class SearchSpace:
     stack: str = "generic"
     """Software-stack profile every plan is predicted with (``training.stack``: a name or file);
     its ``[capabilities]`` bound the space (:mod:`trainperf.predict.stack_capabilities`)."""
+    release: str = ""
+    """The stack's release the plans are for, as a framework name with its version (``"NeMo
+    24.09"``, ``"Megatron-Core 0.9"``): what the stack gained in later releases
+    (``[capabilities.introduced]``) is not searched. Empty: the current release."""
     pipeline_slots: bool = True
     """Also try Megatron's embedding/loss pipeline slots where the stack has them."""
     uneven_stages: bool = True
@@ -514,7 +518,7 @@ def enumerate_candidates(model: ModelSpec, hardware: Hardware, space: SearchSpac
     """
     from trainperf.predict.stack_capabilities import capabilities_of
 
-    caps = capabilities_of(space.stack)
+    caps = capabilities_of(space.stack).as_of(space.release)
     fixed = dict(space.fixed)
     n_prec = len(space.precisions)
     policies = [p for p in space.checkpointing if caps.allows_policy(p)]

@@ -116,11 +116,36 @@ def collective_time_s(kind: str, size_bytes, n, per_node, nodes, intra_bw, inter
         return vec.where(n > 1, calls * vec.maximum(t, vec.where(inter, l_o, l_u)), 0.0)
     k = vec.maximum(per_node, 1.0)
     e_u, h_u, l_u = _params_at(up, kind, k, False)
+    if kind == "all-to-all":
+        return _all_to_all_s(per_call, n, k, nodes, intra_bw, inter_bw, (e_u, h_u, l_u),
+                             _params_at(out, "send-recv", n, True), link_fraction, calls)
     e_o, h_o, l_o = _params_at(out, kind, n, True)
     t_intra = vol * (k - 1.0) / k * (per_call + h_u) / (intra_bw * e_u * link_fraction)
     t_inter = vol * (nodes - 1.0) / nodes * (per_call + h_o) / (k * inter_bw * e_o * link_fraction)
     t_intra = vec.where(k > 1, vec.maximum(t_intra, l_u), 0.0)
     t_inter = vec.where(nodes > 1, vec.maximum(t_inter, l_o), 0.0)
+    return vec.where(n > 1, calls * vec.maximum(t_intra, t_inter), 0.0)
+
+
+def _all_to_all_s(per_call, n, k, nodes, intra_bw, inter_bw, up: tuple, out: tuple, link_fraction, calls):
+    """Seconds of ``calls`` all-to-alls of ``per_call`` bytes a rank over ``n`` ranks, ``k`` a node.
+
+    An all-to-all is ``n-1`` concurrent sends of ``S/n`` bytes (NCCL: grouped send/recv; PXN
+    routes each cross-node send through the NIC on the destination's rail), not a ring: within
+    the node the ``k`` members exchange ``S k/n`` bytes each as a ``k``-rank all-to-all (the
+    measured scale-up curve); across nodes a rank's ``(N-1)/N S`` bytes leave through its own NIC
+    as one stream, priced as a send/recv of that size (the scale-out point-to-point level: NIC
+    efficiency, half size, latency floor). The two run at once: the slower sets the time. No
+    all-to-all across nodes was measured (KERNELS.md): this is the textbook exchange at the NICs'
+    measured point-to-point behaviour, not a fit.
+    """
+    e_u, h_u, l_u = up
+    e_o, h_o, l_o = out
+    local = per_call * k / n
+    t_intra = (k - 1.0) / k * (local + h_u) / (intra_bw * e_u * link_fraction)
+    t_intra = vec.where(k > 1, vec.maximum(t_intra, l_u), 0.0)
+    cross = (nodes - 1.0) / nodes * per_call
+    t_inter = vec.where(nodes > 1, vec.maximum((cross + h_o) / (inter_bw * e_o * link_fraction), l_o), 0.0)
     return vec.where(n > 1, calls * vec.maximum(t_intra, t_inter), 0.0)
 
 

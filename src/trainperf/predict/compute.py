@@ -69,6 +69,23 @@ def elementwise_bytes_per_token(hidden_norm, q_dim, kv_dim, ffn, gated, act_byte
     return act_bytes * (norms + residual + rope_b + act)
 
 
+def moe_routing_bytes(tokens, received, topk, hidden, local_experts, act_bytes=2.0):
+    """HBM bytes one device moves, forward, to route tokens through one MoE block.
+
+    Counted (Megatron-Core's alltoall dispatcher, ``moe_utils.permute``/``unpermute``): the
+    permutation of the ``tokens`` the device dispatches into expert order, ``topk`` copies
+    (read 1, write ``topk``), and the unpermutation that sums the ``topk`` weighted expert outputs
+    back (read ``topk``, write 1); with more than one local expert, the ``received`` rows are
+    sorted by expert after the all-to-all and back before it (``sort_chunks_by_idxs``: read +
+    write, twice). Left out: the router's softmax/top-k (``experts`` wide, not ``hidden``), the
+    routing maps (integers per token). Backward moves about twice these bytes.
+    """
+    h = hidden * act_bytes
+    permute = 2.0 * tokens * (1.0 + topk) * h
+    sort = vec.where(local_experts > 1, 4.0 * received * h, 0.0)
+    return permute + sort
+
+
 LOSS_BYTES_PER_LOGIT = 16.0
 """Cross-entropy, forward and backward, per logit: write bf16 logits (2), fp32 softmax read and
 write (8), gradient write and read (6)."""

@@ -328,6 +328,13 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     el_bytes = m_tok * compute.elementwise_bytes_per_token(hn, f["q_dim"] / t, kv_local, ffn_eff / t,
                                                            f["gated"], act_b, f["rope"], f["norm_passes"],
                                                            f["rope_passes"], f["act_passes"])
+    # routed tokens: a device dispatches its sequence-parallel share (without SP, etp/tp of the
+    # tokens its tp group holds); its experts receive m_tok*topk*etp/tp rows in all
+    m_route = m_tok * vec.where(sp, 1.0, etp) / t
+    m_disp = m_tok * f["moe_topk"] * etp / t
+    if f["expert_mats"]:
+        el_bytes = el_bytes + moe_frac * compute.moe_routing_bytes(
+            m_route, m_disp, f["moe_topk"], f["hidden"], f["moe_experts"] / ep, act_b)
     mem_fwd = compute.memory_time_s(el_bytes, hbm, mb_eff)
     ovh_fwd = KERNELS_PER_LAYER_FWD * ovh
     if f["compiled"]:  # fewer, fused kernels: the profile says how much of the launch cost stays
@@ -385,25 +392,47 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     ar = comms.collective_time_s("all-reduce", tp_buf, t, tp_k, tp_N, intra, inter, *lv, leff)
     agrs = (comms.collective_time_s("all-gather", tp_buf * gather_scale, t, tp_k, tp_N, intra, inter, *lv, leff)
             + comms.collective_time_s("reduce-scatter", tp_buf, t, tp_k, tp_N, intra, inter, *lv, leff))
-    # forward: 2 all-reduces, or 2 x (all-gather + reduce-scatter) with sequence parallelism
-    tp_layer_fwd = vec.where(sp, 2.0 * agrs, 2.0 * ar)
+    # forward, per block: attention and a dense MLP each 1 all-reduce, or 1 all-gather + 1
+    # reduce-scatter with sequence parallelism
+    tp_block = vec.where(sp, agrs, ar)
+    # A MoE block's routed experts are split over the etp group: Megatron-Core's alltoall
+    # dispatcher all-gathers the tokens it received over that group (topk copies of every token)
+    # and reduce-scatters the expert outputs back (token_dispatcher.py: gather_from_sequence_
+    # parallel_region / reduce_scatter_to_sequence_parallel_region), in 16 bits even under fp8;
+    # without sequence parallelism the expert outputs are all-reduced over etp. With etp = 1 there
+    # is nothing to gather (MoE parallel folding). Shared experts follow tp like a dense MLP.
+    etp_k, etp_N = comms.group_layout(etp, 1.0, dom)
+    moe_buf = tp_buf * f["moe_topk"]
+    moe_agrs = (comms.collective_time_s("all-gather", moe_buf, etp, etp_k, etp_N, intra, inter, *lv, leff)
+                + comms.collective_time_s("reduce-scatter", moe_buf, etp, etp_k, etp_N, intra, inter, *lv, leff))
+    moe_ar = comms.collective_time_s("all-reduce", tp_buf, etp, etp_k, etp_N, intra, inter, *lv, leff)
+    moe_block = vec.where(etp > 1, vec.where(sp, moe_agrs, moe_ar), 0.0)
+    mlp_block = dense_frac * tp_block + moe_frac * vec.minimum(f["moe_shared"], 1.0) * tp_block
     # recomputation redoes a region's collective when it re-runs the region's input projection
-    tp_passes = 2.0 + rec_frac * 0.5 * (rc.attn_region + rc.mlp_region)
-    tp_total_mb = n_crit * tp_layer_fwd * tp_passes
+    attn_passes = 2.0 + rec_frac * rc.attn_region
+    mlp_passes = 2.0 + rec_frac * rc.mlp_region
+    tp_linear_mb = n_crit * (tp_block * attn_passes + mlp_block * mlp_passes)
+    tp_moe_mb = n_crit * moe_frac * moe_block * mlp_passes
+    tp_total_mb = tp_linear_mb + tp_moe_mb
     # async TP / TP comm overlap (when the stack does it for this run) hides the profile's
-    # fraction of the TP collectives behind the GEMMs
+    # fraction of the linear layers' TP collectives behind their GEMMs (not the dispatcher's)
     tp_ovl = _tp_overlapped(f["tp_overlap_rule"], f["async_tp"], sp)
-    tp_mb = tp_total_mb * (1.0 - vec.where(tp_ovl, k.get("async_tp_overlap", 0.0), 0.0))
-    tp_bytes_mb = n_crit * tp_passes * 2.0 * comms.ring_bytes_per_device("all-reduce", tp_buf, t)
+    tp_mb = tp_linear_mb * (1.0 - vec.where(tp_ovl, k.get("async_tp_overlap", 0.0), 0.0)) + tp_moe_mb
+    tp_bytes_mb = n_crit * (
+        (attn_passes + (dense_frac + moe_frac * vec.minimum(f["moe_shared"], 1.0)) * mlp_passes)
+        * comms.ring_bytes_per_device("all-reduce", tp_buf, t)
+        + moe_frac * mlp_passes * comms.ring_bytes_per_device("all-reduce", moe_buf, etp) * (etp > 1))
 
     # --- expert parallel all-to-all: dispatch + combine forward, again backward
     # Each device dispatches the tokens it alone holds: with sequence parallelism its s/tp share
     # (Megatron-Core's alltoall dispatcher routes the SP-split hidden states, then all-gathers the
     # received tokens over the expert-TP group); without it, tp ranks hold the same tokens and
     # etp/tp of them are dispatched per rank.
-    a2a_buf = m_tok * f["moe_topk"] * f["hidden"] * act_b * vec.where(sp, 1.0, etp) / t
+    a2a_buf = m_route * f["moe_topk"] * f["hidden"] * act_b
     a2a = comms.collective_time_s("all-to-all", a2a_buf, ep, ep_k, ep_N, intra, inter, *lv, leff)
-    ep_mb = f["moe_layers"] / pp * 2.0 * 2.0 * a2a * (ep > 1)
+    # dispatch + combine, forward and backward, and again when recomputation re-runs the MLP
+    a2a_passes = 4.0 + 2.0 * rec_frac * rc.mlp_region
+    ep_mb = n_crit * moe_frac * a2a_passes * a2a * (ep > 1)
 
     # critical-path time of one micro-batch on one stage
     t_mb = compute_mb + tp_mb + ep_mb
@@ -531,7 +560,8 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
             "reduce-scatter", p_stage * train_frac * GRAD_REDUCE_BYTES, fs_deg), 0.0),
         "dp_grad_bytes": vec.where(plain_dp, comms.ring_bytes_per_device(
             "all-reduce", grad_shard, dp) / vec.where(zero12, 2.0, 1.0), 0.0),
-        "ep_bytes": M * f["moe_layers"] / pp * 4.0 * comms.ring_bytes_per_device("all-to-all", a2a_buf, ep),
+        "ep_bytes": M * n_crit * moe_frac * a2a_passes * comms.ring_bytes_per_device("all-to-all", a2a_buf, ep)
+                    * (ep > 1),
         "cp_bytes": M * layers_stage * 4.0 * (cp - 1.0) * kv_chunk,
         "pp_bytes": M * 2.0 * vpp * pp_msg * (pp > 1),
         "tp_nodes": tp_N, "fsdp_nodes": fsN, "dp_nodes": dp_N, "cp_nodes": cp_N, "pp_nodes": pp_N,

@@ -90,7 +90,31 @@ class Capabilities:
     expert_tp: tuple[str, ...] = ("tp",)
     """How the routed experts may be split: ``tp`` (like the dense layers: ``etp = tp``) and/or
     ``1`` (not split; Megatron-Core's MoE parallel folding, ``--expert-tensor-parallel-size 1``)."""
+    introduced: tuple[tuple[str, str, tuple[tuple[str, tuple[int, ...]], ...]], ...] = ()
+    """``(key, value, ((product, release), ...))``: a value of a list-valued key the stack gained
+    in a later release (``[capabilities.introduced]``, e.g. ``"expert_tp=1" = ["Megatron-Core
+    0.10", "NeMo 24.12"]``); :meth:`as_of` leaves it out for a run on an older release."""
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)
+
+    def as_of(self, framework: str) -> Capabilities:
+        """These capabilities as the release named in ``framework`` had them (a framework cell as
+        published, e.g. ``"NeMo 24.09 (Megatron-Core, TE)"``): every value introduced in a later
+        release of a product the string names with a version is left out. A string naming no
+        version of those products (or empty) means the current release: nothing changes."""
+        drop: dict[str, set[str]] = {}
+        for key, value, releases in self.introduced:
+            for product, first in releases:
+                have = release_named(framework, product)
+                # a calendar release (NeMo 24.09) is not compared with a semantic one (NeMo 2.0)
+                if have is not None and (have[0] >= 20) == (first[0] >= 20):
+                    if have < first:
+                        drop.setdefault(key, set()).add(value)
+                    break
+        if not drop:
+            return self
+        changes: dict[str, Any] = {k: tuple(v for v in getattr(self, k) if v not in gone)
+                                   for k, gone in drop.items()}
+        return dataclasses.replace(self, **changes)
 
     def allows_policy(self, policy: str) -> bool:
         """Whether the stack has checkpointing policy ``policy`` (``full:4`` matches ``full:K``)."""
@@ -124,6 +148,55 @@ class Capabilities:
         return min(top, self.max_vpp) if self.max_vpp else top
 
 
+LIST_KEYS: tuple[str, ...] = ("parallelisms", "pipeline_schedules", "checkpointing", "expert_tp")
+"""Keys whose values ``[capabilities.introduced]`` may date."""
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split("."))
+
+
+def release_named(framework: str, product: str) -> tuple[int, ...] | None:
+    """The version ``framework`` gives ``product`` (``"NeMo 24.09"`` -> (24, 9) for ``nemo``;
+    ``v`` prefixes and ``core_r`` tags allowed), or None when it names none."""
+    import re
+
+    m = re.search(rf"(?<![a-z]){re.escape(product.lower())}[\s:_-]*(?:core_r|v)?(\d+(?:\.\d+)*)",
+                  framework.lower())
+    if not m:
+        return None
+    v = _version(m.group(1))
+    return v + (0,) * (4 - len(v))
+
+
+def _introduced(stack: str, v: Any, kw: Mapping[str, Any]) -> tuple[tuple[str, str, tuple[tuple[str, tuple[int, ...]], ...]], ...]:
+    import re
+
+    where = _where(stack, "introduced")
+    if not isinstance(v, Mapping):
+        raise SpecError(where, v, 'a table of "key=value" = ["Product X.Y", ...]')
+    out = []
+    for spec, releases in v.items():
+        if spec == "sources":
+            continue
+        key, sep, value = str(spec).partition("=")
+        if not sep or key not in LIST_KEYS:
+            raise SpecError(f"{where}.{spec}", spec, f"'key=value' with key one of {', '.join(LIST_KEYS)}")
+        if value not in kw.get(key, ()):
+            raise SpecError(f"{where}.{spec}", value, f"a value [capabilities].{key} lists")
+        if not isinstance(releases, list) or not releases:
+            raise SpecError(f"{where}.{spec}", releases, 'a non-empty list of "Product X.Y"')
+        parsed = []
+        for r in releases:
+            m = re.fullmatch(r"\s*(.*?)\s+v?(\d+(?:\.\d+)*)\s*", str(r))
+            if not m or not m.group(1):
+                raise SpecError(f"{where}.{spec}", r, 'a product and its first release, e.g. "NeMo 24.12"')
+            ver = _version(m.group(2))
+            parsed.append((m.group(1).lower(), ver + (0,) * (4 - len(ver))))
+        out.append((key, value, tuple(parsed)))
+    return tuple(out)
+
+
 def _where(stack: str, key: str) -> str:
     return f"stacks/{stack}.toml [capabilities].{key}"
 
@@ -148,6 +221,8 @@ def capabilities_from_table(stack: str, table: Mapping[str, Any]) -> Capabilitie
             if not isinstance(v, Mapping):
                 raise SpecError(_where(stack, "sources"), v, "a table of key = source")
             continue
+        if key == "introduced":
+            continue  # read below, once the lists it dates are known
         if key not in KEYS:
             raise UnknownNameError(_where(stack, key), key, KEYS)
         if key == "parallelisms":
@@ -188,6 +263,9 @@ def capabilities_from_table(stack: str, table: Mapping[str, Any]) -> Capabilitie
             if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= 64:
                 raise SpecError(_where(stack, key), v, "a positive number of bytes (<= 64)")
             kw[key] = float(v)
+    if "introduced" in table:
+        full = {k: kw.get(k, getattr(Capabilities, k, ())) for k in LIST_KEYS}
+        kw["introduced"] = _introduced(stack, table["introduced"], full)
     sources = {str(k): str(s) for k, s in dict(table.get("sources", {})).items()}
     missing = [k for k in kw if not sources.get(k, "").strip()]
     if missing:
