@@ -251,3 +251,36 @@ def test_gspmd_reduce_scatters_one_weight_gradient_at_a_time():
     per_layer = m.attention_params_per_layer + m.dense_mlp_params_per_layer
     grown = layer.memory_breakdown_GiB["gathered params (fsdp)"] - tensor.memory_breakdown_GiB["gathered params (fsdp)"]
     assert grown * GiB == pytest.approx((per_layer - wi) * 4.0, rel=0.01)
+
+
+def test_moe_blocks_keep_their_routed_tokens():
+    """A MoE block keeps, beyond a dense block's tensors, the rows its experts received (topk
+    copies, gathered over the expert-tp group: the expert FC1 input) and the expert outputs the
+    combine weights by router probabilities. Mixtral 8x7B, 32 layers, tp 4 sp, ep 8, seq 4096,
+    micro batch 1, no pipeline (one micro-batch in flight): per layer and device, 4096 x 2 x 4 / 4
+    received rows and 2 copies of the 4096 / 4 dispatched tokens, 4096 wide, 2 bytes each."""
+    from trainperf.predict.memory import routed_activation_bytes
+
+    def w(ac, etp=4):
+        return workload_from_dict({
+            "model": {"preset": "mixtral-8x7b"}, "hardware": {"device": "h100-sxm", "num_devices": 32},
+            "parallel": {"dp": 8, "tp": 4, "ep": 8, "etp": etp, "sequence_parallel": True, "zero_stage": 1},
+            "training": {"seq_len": 4096, "global_batch": 64, "micro_batch": 1, "precision": "bf16",
+                         "activation_checkpointing": ac, "stack": "megatron-core"}})
+    tokens, h = 4096, 4096
+    received, dispatched = tokens * 2 * 4 / 4, tokens / 4
+    per_layer = h * 2 * (received + dispatched * 2)
+    assert routed_activation_bytes(tokens, 2, h, 4, 4, True) == pytest.approx(per_layer)
+    # unsplit experts (etp = 1) receive a quarter as many rows per device
+    assert routed_activation_bytes(tokens, 2, h, 1, 4, True) == pytest.approx(h * 2 * (received / 4 + dispatched * 2))
+    # fp8 with Transformer Engine keeps the FC1 input as its 1-byte cast
+    assert routed_activation_bytes(tokens, 2, h, 4, 4, True, 2.0, 1.0) == pytest.approx(
+        h * (received * 1 + dispatched * 2 * 2))
+    none, split1 = predict(w("none")), predict(w("none", etp=1))
+    diff_GiB = 32 * (per_layer - h * 2 * (received / 4 + dispatched * 2)) / GiB
+    assert none.memory_breakdown_GiB["activations"] - split1.memory_breakdown_GiB["activations"] == pytest.approx(
+        diff_GiB, rel=1e-6)
+    # under full recomputation only the layer being recomputed holds them again, during its backward
+    full4, full1 = predict(w("full")), predict(w("full", etp=1))
+    assert full4.memory_breakdown_GiB["activations"] - full1.memory_breakdown_GiB["activations"] == pytest.approx(
+        diff_GiB / 32, rel=1e-6)

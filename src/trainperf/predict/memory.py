@@ -101,6 +101,24 @@ def saved_activation_bytes_per_layer(s, b, h, q_dim, kv_dim, ffn, t, sp, widths,
     return total - s * b * (cheaper * gin + ctx)
 
 
+def routed_activation_bytes(tokens, topk, hidden, etp, t, sp, act_bytes=2.0, gemm_in_bytes=None):
+    """Bytes one MoE block keeps per micro-batch, beyond a dense block's, for its routed tokens.
+
+    Counted (Megatron-Core 0.9-0.12 alltoall dispatcher, ``moe_utils.unpermute`` and the expert
+    MLPs): the rows the experts of a device receive, ``tokens * topk * etp / t`` of width
+    ``hidden`` (all-gathered over the expert-tp group), kept as the expert FC1 input (in
+    ``gemm_in_bytes`` under an fp8 recipe that keeps fp8 inputs); the expert outputs the combine
+    weights by router probabilities, ``topk`` per token the device dispatched (its sequence-parallel
+    share), kept for the probabilities' gradient. The MLP-wide tensors of the experts are counted
+    with the dense ones (``topk * expert_ffn`` per token); the router input is the block's MLP
+    input. Left out: routing maps and probabilities (integers and floats per token and expert).
+    """
+    received = tokens * topk * etp / t
+    dispatched = tokens * vec.where(sp, 1.0, etp) / t
+    gin = act_bytes if gemm_in_bytes is None else gemm_in_bytes
+    return hidden * (received * gin + dispatched * topk * act_bytes)
+
+
 EAGER_SCORE_BYTES = 5.0
 """Bytes per attention score an unfused attention keeps for its backward, in 16-bit training:
 Korthikanti et al. (2022), section 4.1: the softmax output (2), the attention-dropout mask (1)
@@ -224,6 +242,14 @@ def device_memory_bytes(f, k, *, p_stage, p_layer_local, sharded, zero3, rc, rec
         scores = eager_attention_score_bytes(s / cp, b, f["seq_len"], f["heads"] / t, act_b)
         act_layer_none = act_layer_none + scores
         act_layer = act_layer + (1.0 - rc.attention_core) * scores
+    # routed experts keep their own inputs: the dispatched, gathered rows (topk copies) the expert
+    # FC1 saves, and the expert outputs the unpermute's weighting by router probabilities saves
+    # for their gradient, unless the policy re-runs the MLP region
+    if f["expert_mats"]:
+        moe = f["moe_layers"] / f["layers"] * routed_activation_bytes(
+            m_tok, f["moe_topk"], f["hidden"], f["etp"], t, sp, act_b, gin_b)
+        act_layer_none = act_layer_none + moe
+        act_layer = act_layer + (1.0 - rc.mlp_region) * moe
     act_layer = rec_frac * act_layer + (1.0 - rec_frac) * act_layer_none
     M = f["grad_accum"]
     gpipe = f.get("gpipe", False)
