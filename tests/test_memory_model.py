@@ -49,6 +49,29 @@ def test_pipeline_ranks_hold_what_the_schedule_keeps():
     # Megatron-Core's interleaved warm-up on the last rank: (v - 1) * pp chunks + the running one
     assert last_rank_inflight_layers(8, 12, 64, 12, True) == pytest.approx((11 * 8 + 1) * 12 / 12)
     assert last_rank_inflight_layers(8, 1, 64, 10, False) == 10
+    # the second rank: pp - 1 under 1F1B; Megatron-Core's interleaved warm-up (pp - 2) * 2 +
+    # (v - 1) * pp chunks + the running one, in micro-batches; GPipe every micro-batch
+    from trainperf.predict.memory import second_rank_inflight_microbatches
+
+    assert second_rank_inflight_microbatches(8, 1, 64, False) == 7
+    assert second_rank_inflight_microbatches(8, 12, 64, True) == pytest.approx((6 * 2 + 11 * 8 + 1) / 12)
+    assert second_rank_inflight_microbatches(8, 4, 64, False, True) == 64
+
+
+def test_a_lighter_first_stage_moves_the_peak_to_the_second_rank():
+    """Llama-3-70B (80 layers), tp 8 x pp 4 under 1F1B, no recomputation: the even split keeps
+    20 layers x 4 micro-batches on rank 0 (80 layer-micro-batches); 17 on the first stage and 21
+    on the others keeps max(17 x 4, 21 x 3) = 68; 14 and 22 keeps max(56, 66) = 66 (now rank 1's)."""
+    def act(**split):
+        w = workload_from_dict({
+            "model": {"preset": "llama3-70b"}, "hardware": {"device": "h100-sxm", "num_devices": 32},
+            "parallel": {"tp": 8, "pp": 4, "sequence_parallel": True, **split},
+            "training": {"seq_len": 8192, "global_batch": 32, "micro_batch": 1, "precision": "bf16",
+                         "activation_checkpointing": "none", "stack": "megatron-core"}})
+        return predict(w).memory_breakdown_GiB["activations"]
+    even = act()
+    assert act(first_stage_layers=17) == pytest.approx(even * 68 / 80)
+    assert act(first_stage_layers=14) == pytest.approx(even * 66 / 80)
 
 
 KNOWN_MISFITS = {

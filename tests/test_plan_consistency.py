@@ -51,6 +51,8 @@ def test_vectorised_equals_scalar_predictor(case):
     unsplit = np.flatnonzero(cands["etp"] != cands["tp"])  # MoE: experts not split by tp (etp = 1)
     assert unsplit.size == 0 or model.is_moe
     pick |= set(rng.choice(unsplit, min(5, unsplit.size), replace=False).tolist())
+    uneven = np.flatnonzero(cands["slots"] >= 4)  # a lighter first or last stage
+    pick |= set(rng.choice(uneven, min(5, uneven.size), replace=False).tolist())
     for i in sorted(pick):
         w = workload_of(model, hw, space, cands, i)
         p = predict(w)

@@ -34,9 +34,9 @@ def test_mesh_multiplies_to_devices_and_respects_the_model():
     local = c["global_batch"] // (c["dp"] * c["fsdp"])
     assert (c["global_batch"] % (c["dp"] * c["fsdp"]) == 0).all() and (local % c["micro_batch"] == 0).all()
     inter = (c["vpp"] > 1) | (c["slots"] > 0)
-    # Megatron's embedding and loss slots, or a last stage lighter by d layers (the others hold
-    # (layers + d) / pp): either way every rank but the last holds whole chunks
-    slots = (c["slots"] & 1) + ((c["slots"] >> 1) & 1) + (c["slots"] >> 2)
+    # Megatron's embedding and loss slots, or a first or last stage lighter by d layers (the
+    # others hold (layers + d) / pp): either way the other ranks hold whole chunks
+    slots = (c["slots"] & 1) + ((c["slots"] >> 1) & 1) + ((c["slots"] >> 2) & 63) + (c["slots"] >> 8)
     assert ((m.layers + slots[inter]) % (c["pp"][inter] * c["vpp"][inter]) == 0).all()
     assert (c["slots"][inter] > 0).any()  # 126 + 2 = 128 chunks: the NVIDIA 405B layouts
     # options only where they apply
@@ -228,3 +228,34 @@ def test_a_lighter_last_stage_makes_room_for_a_large_vocabulary():
     for stack in ("torchtitan", "deepspeed", "megatron-lm-2021"):
         c = enumerate_candidates(m, H100, dataclasses.replace(space, stack=stack, fixed=(("pp", 4),)))
         assert not (c["slots"] >> SLOT_LIGHTER_SHIFT).any(), stack
+
+
+def test_a_lighter_first_stage_relieves_the_rank_holding_the_most_micro_batches():
+    """Under plain 1F1B rank 0 holds pp micro-batches and rank 1 pp - 1: Llama-3-70B (80 layers)
+    on tp 8 x pp 4 can put 17 layers on the first stage and 21 on the others (Megatron's
+    num_layers_in_first_pipeline_stage), which the model says needs less memory than 20 each;
+    the shift is bounded by where rank 1 becomes the peak (ceil(20 / 4) = 5 layers), offered
+    only without interleaving and only by stacks that can set stage sizes."""
+    from trainperf.plan.search import search
+    from trainperf.plan.space import SLOT_FIRST_SHIFT, first_layers_bound
+
+    assert first_layers_bound(80, 4) == 5 and first_layers_bound(80, 2) == 14 and first_layers_bound(126, 16) == 1
+    m = get_model("llama3-70b")
+    space = SearchSpace((32,), 8, 8192, (128,), stack="megatron-core", fixed=(("tp", 8), ("pp", 4)),
+                        checkpointing=("none",), max_micro_batch=1)
+    c = enumerate_candidates(m, H100, space)
+    first = c["slots"] >> SLOT_FIRST_SHIFT
+    assert set(first[first > 0].tolist()) == {4} and (c["vpp"][first > 0] == 1).all()
+    res = search(m, H100, space)
+    plans = [workload_of(m, H100, space, res.ranked, i) for i in range(len(res.ranked))]
+    lighter = next(w for w in plans if w.plan.first_stage_layers is not None)
+    even = next(w for w in plans if w.plan.first_stage_layers is None and w.plan.last_stage_layers is None
+                and w.plan.vpp == 1 and not w.plan.account_for_embedding_in_pipeline_split
+                and not w.plan.account_for_loss_in_pipeline_split)
+    assert lighter.plan.stage_layers(80) == (17, 21, 21)
+    from trainperf.predict import predict
+
+    assert predict(lighter).memory_per_device_GiB < predict(even).memory_per_device_GiB
+    assert predict(lighter).step_time_s > predict(even).step_time_s  # the other ranks carry more
+    c2 = enumerate_candidates(m, H100, dataclasses.replace(space, stack="torchtitan"))
+    assert not (c2["slots"] >> SLOT_FIRST_SHIFT).any()

@@ -26,6 +26,8 @@ from trainperf.plan.space import (
     AC_POLICIES,
     REASONS,
     SLOT_EMBEDDING,
+    SLOT_FIRST_SHIFT,
+    SLOT_LIGHTER_MASK,
     SLOT_LIGHTER_SHIFT,
     SLOT_LOSS,
     Candidates,
@@ -126,6 +128,7 @@ class RankedPlan:
             "days_to_train": self.days_to_train, "cost_usd": self.cost_usd,
             "embedding_slot": p.account_for_embedding_in_pipeline_split,
             "loss_slot": p.account_for_loss_in_pipeline_split, "last_stage_layers": p.last_stage_layers,
+            "first_stage_layers": p.first_stage_layers,
             "stacks": list(self.stacks),
             "step_time_interval_s": list(self.interval_s) if self.interval_s else None,
         }
@@ -208,13 +211,17 @@ def workload_of(model: ModelSpec, hardware: Hardware, space: SearchSpace, cands:
     r = cands.row(i)
     slots = int(r["slots"])
     sched: PipelineSchedule = capabilities_of(space.stack).schedule_for(int(r["vpp"])) if int(r["pp"]) > 1 else "1f1b"
-    lighter = slots >> SLOT_LIGHTER_SHIFT
-    last = (model.layers + lighter) // int(r["pp"]) - lighter if lighter else None
+    lighter = (slots >> SLOT_LIGHTER_SHIFT) & SLOT_LIGHTER_MASK
+    lighter_first = slots >> SLOT_FIRST_SHIFT
+    per_rank = (model.layers + lighter + lighter_first) // int(r["pp"])
+    last = per_rank - lighter if lighter else None
+    first = per_rank - lighter_first if lighter_first else None
     plan = ParallelPlan(dp=int(r["dp"]), fsdp=int(r["fsdp"]), zero_stage=int(r["zero"]), tp=int(r["tp"]),
                         sequence_parallel=bool(r["sp"]), pp=int(r["pp"]), vpp=int(r["vpp"]),
                         cp=int(r["cp"]), ep=int(r["ep"]), pp_schedule=sched,
                         account_for_embedding_in_pipeline_split=bool(slots & SLOT_EMBEDDING),
                         account_for_loss_in_pipeline_split=bool(slots & SLOT_LOSS), last_stage_layers=last,
+                        first_stage_layers=first,
                         etp=None if int(r["etp"]) == int(r["tp"]) else int(r["etp"]))
     return Workload(model=model, hardware=hardware, num_devices=int(r["num_devices"]),
                     seq_len=space.seq_len, global_batch=int(r["global_batch"]),

@@ -62,10 +62,16 @@ SLOT_EMBEDDING, SLOT_LOSS = 1, 2
 """Bits of the ``slots`` column: Megatron's embedding / loss take a layer slot of the first / last
 pipeline chunk (``account_for_embedding/loss_in_pipeline_split``)."""
 SLOT_LIGHTER_SHIFT = 2
-"""``slots >> 2`` = ``d`` > 0: an uneven split whose last stage holds ``d`` layers fewer than the
-others (Megatron's ``num_layers_in_last_pipeline_stage``), so the LM head and loss it also runs
-do not set the pace; never combined with the embedding/loss slots (Megatron allows one or the
-other)."""
+"""``(slots >> 2) & 63`` = ``d`` > 0: an uneven split whose last stage holds ``d`` layers fewer
+than the others (Megatron's ``num_layers_in_last_pipeline_stage``), so the LM head and loss it
+also runs do not set the pace; never combined with the embedding/loss slots (Megatron allows one
+or the other)."""
+SLOT_LIGHTER_MASK = 63
+SLOT_FIRST_SHIFT = 8
+"""``slots >> 8`` = ``d`` > 0: an uneven split whose first stage holds ``d`` layers fewer than the
+others (Megatron's ``num_layers_in_first_pipeline_stage``): the first rank holds the most
+micro-batches in flight, so a lighter one can let a plan fit that the even split does not;
+never combined with the slots or a lighter last stage."""
 
 
 def lighter_last_options(layers: int, pp: int, vpp: int, max_d: int) -> list[int]:
@@ -88,10 +94,21 @@ def lighter_last_options(layers: int, pp: int, vpp: int, max_d: int) -> list[int
 
 def head_layers_bound(model: Any) -> int:
     """How many layers lighter a last stage is worth trying: twice the LM head's matmul work in
-    layers (``vocab * hidden`` against a layer's parameters, per token), at least 1; a lighter
-    stage than that idles longer than the head and loss it makes room for take."""
+    layers (``vocab * hidden`` against a layer's parameters, per token), at least 1 (at most
+    :data:`SLOT_LIGHTER_MASK`); a lighter stage than that idles longer than the head and loss it
+    makes room for take."""
     layer = max(1, model.attention_params_per_layer + model.dense_mlp_params_per_layer)
-    return max(1, math.ceil(2.0 * model.vocab * model.hidden / layer))
+    return min(SLOT_LIGHTER_MASK, max(1, math.ceil(2.0 * model.vocab * model.hidden / layer)))
+
+
+def first_layers_bound(layers: int, pp: int) -> int:
+    """How many layers lighter a first stage is worth trying (plain 1F1B): up to where the first
+    rank stops being the memory peak. Its gain is memory only: under 1F1B rank 0 holds ``pp``
+    micro-batches and rank 1 ``pp - 1``, so with ``c`` layers a stage the peak moves to rank 1
+    once rank 0 sheds about ``c / pp`` (with ``pp = 2`` rank 1 is the last, holding one: ``c / 3``).
+    Interleaving leaves rank 0 only ``2 / vpp`` micro-batches ahead of rank 1: not searched."""
+    per = -(-layers // max(pp, 1))
+    return max(1, -(-per // (3 if pp == 2 else max(pp, 1))))
 
 # Rejection reasons (stable keys; the text is what --explain prints).
 REASONS: dict[str, str] = {
@@ -411,14 +428,17 @@ class _Counter:
 
 
 def vpp_slot_pairs(layers: int, pp: int, max_vpp: int, slot_options: tuple[int, ...],
-                   lighter_last: int = 0) -> np.ndarray:
+                   lighter_last: int = 0, lighter_first: int = 0) -> np.ndarray:
     """Every ``(vpp, slots)`` a ``pp``-stage pipeline of ``layers`` layers can run, as rows.
 
     ``vpp = 1`` without slots always runs (an uneven split puts ``ceil(layers / pp)`` on the
     busiest rank); otherwise the ``layers`` plus the slots taken (embedding, loss) must split
     evenly over ``pp * vpp`` chunks, leaving every rank's first and last chunk at least one layer.
     With ``lighter_last`` > 0, also every last stage lighter by ``d <= lighter_last``
-    (:func:`lighter_last_options`, coded ``d << SLOT_LIGHTER_SHIFT``).
+    (:func:`lighter_last_options`, coded ``d << SLOT_LIGHTER_SHIFT``); with ``lighter_first`` > 0,
+    for plain 1F1B (``vpp = 1``), a first stage lighter by the largest such ``d <= lighter_first``
+    (the same arithmetic, coded ``d << SLOT_FIRST_SHIFT``): nearest the split where the first rank
+    stops being the memory peak, the one split a lighter first stage is for.
     """
     out = [(1, 0)]
     if pp <= 1:
@@ -426,6 +446,9 @@ def vpp_slot_pairs(layers: int, pp: int, max_vpp: int, slot_options: tuple[int, 
     for v in range(1, max_vpp + 1):
         if lighter_last:
             out.extend((v, d << SLOT_LIGHTER_SHIFT) for d in lighter_last_options(layers, pp, v, lighter_last))
+        if lighter_first and v == 1:
+            # the largest within the bound: nearest the split where rank 0 stops being the peak
+            out.extend((v, d << SLOT_FIRST_SHIFT) for d in lighter_last_options(layers, pp, v, lighter_first)[-1:])
         for slots in slot_options:
             if v == 1 and slots == 0:
                 continue
@@ -445,12 +468,13 @@ def stage_layer_arrays(layers: int, pp: np.ndarray, vpp: np.ndarray, slots: np.n
     mirror of :meth:`~trainperf.specs.parallel.ParallelPlan.stage_layers`."""
     e = (slots & SLOT_EMBEDDING).astype(np.float64)
     lo = ((slots & SLOT_LOSS) >> 1).astype(np.float64)
-    d = (slots >> SLOT_LIGHTER_SHIFT).astype(np.float64)
+    d = ((slots >> SLOT_LIGHTER_SHIFT) & SLOT_LIGHTER_MASK).astype(np.float64)
+    d1 = (slots >> SLOT_FIRST_SHIFT).astype(np.float64)
     ppf = pp.astype(np.float64)
     even = np.ceil(layers / ppf)
-    per_rank = (layers + e + lo + d) / ppf
+    per_rank = (layers + e + lo + d + d1) / ppf
     has = slots > 0
-    first = np.where(has, per_rank - e, even)
+    first = np.where(has, per_rank - e - d1, even)
     mid = np.where(has, per_rank, even)
     last = np.where(has, per_rank - lo - d, even)
     one = pp <= 1
@@ -536,7 +560,8 @@ def enumerate_candidates(model: ModelSpec, hardware: Hardware, space: SearchSpac
     zero_opts = np.asarray(sorted(set(space.zero_stages)) or [0], dtype=COLUMN_DTYPE)
     interleave = caps.runs_vpp()
     slot_opts = (0, 1, 2, 3) if (caps.pipeline_slots and space.pipeline_slots) else (0,)
-    lighter = head_layers_bound(model) if (caps.uneven_stages and space.uneven_stages) else 0
+    uneven = caps.uneven_stages and space.uneven_stages
+    lighter = head_layers_bound(model) if uneven else 0
     L = model.layers
 
     pair_cache: dict[int, np.ndarray] = {}
@@ -547,13 +572,14 @@ def enumerate_candidates(model: ModelSpec, hardware: Hardware, space: SearchSpac
 
     def pairs(pp: int) -> np.ndarray:
         if pp not in pair_cache:
-            pair_cache[pp] = vpp_slot_pairs(L, pp, vmax_of(pp), slot_opts, lighter)
+            pair_cache[pp] = vpp_slot_pairs(L, pp, vmax_of(pp), slot_opts, lighter,
+                                            first_layers_bound(L, pp) if uneven else 0)
         return pair_cache[pp]
 
     def n_vpp_options(pp: int) -> int:
         if pp <= 1:
             return 1
-        # the lighter-last options are generated valid, so they count only as what they are
+        # the lighter first/last options are generated valid, so they count only as what they are
         n_lighter = int((pairs(pp)[:, 1] >> SLOT_LIGHTER_SHIFT > 0).sum())
         return vmax_of(pp) * len(slot_opts) + n_lighter
 

@@ -155,6 +155,20 @@ def inflight_microbatches(pp, vpp, grad_accum, schedule_interleaved, schedule_gp
     return vec.where(schedule_gpipe, grad_accum, base * factor)
 
 
+def second_rank_inflight_microbatches(pp, vpp, grad_accum, schedule_interleaved, schedule_gpipe=False):
+    """Micro-batches whose activations the second pipeline rank (the first middle one) holds.
+
+    1F1B: ``min(pp - 1, m)``. Interleaved 1F1B: Megatron-Core's warm-up at rank ``r`` is
+    ``(pp - r - 1) * 2 + (vpp - 1) * pp`` model chunks (``schedules.py``) plus the one running,
+    ``pp + (pp - 3) / vpp`` micro-batches at ``r = 1`` (at ``r = 0`` it gives
+    :func:`inflight_microbatches`' ``pp + (pp - 1) / vpp``). GPipe: all ``m``. A middle rank holding
+    more layers than the first (a lighter first stage, the embedding's slot) can be the peak.
+    """
+    chunks = vec.minimum((pp - 2.0) * 2.0 + (vpp - 1.0) * pp + 1.0, grad_accum * vpp) / vpp
+    one_f_one_b = vec.minimum(pp - 1.0, grad_accum)
+    return vec.where(schedule_gpipe, grad_accum, vec.where(schedule_interleaved, chunks, one_f_one_b))
+
+
 def last_rank_inflight_layers(pp, vpp, grad_accum, layers_last, schedule_interleaved, schedule_gpipe=False):
     """Layer-micro-batches of activations the LAST pipeline rank holds at its peak.
 
@@ -253,8 +267,12 @@ def device_memory_bytes(f, k, *, p_stage, p_layer_local, sharded, zero3, rc, rec
     act_layer = rec_frac * act_layer + (1.0 - rec_frac) * act_layer_none
     M = f["grad_accum"]
     gpipe = f.get("gpipe", False)
-    first = vec.maximum(f["layers_first"], f["layers_mid"]) * act_layer * inflight_microbatches(
-        pp, vpp, M, f["interleaved"], gpipe)
+    # the first rank holds the most micro-batches; with three or more ranks the second, holding
+    # one fewer, peaks instead when it holds more layers (a lighter first stage, the embedding slot)
+    first = f["layers_first"] * act_layer * inflight_microbatches(pp, vpp, M, f["interleaved"], gpipe)
+    second = vec.where(pp >= 3, f["layers_mid"] * act_layer * second_rank_inflight_microbatches(
+        pp, vpp, M, f["interleaved"], gpipe), 0.0)
+    first = vec.maximum(first, second)
     # GPipe keeps every micro-batch's loss residuals until the first backward (the JAX pipelines
     # apply the head and loss to all outputs at once; PyTorch's keeps each micro-batch's graph)
     logits = m_tok * vec.where(gpipe, M, 1.0) * f["vocab"] / t * f["loss_bytes_per_logit"]
