@@ -61,7 +61,7 @@ def test_json_output(capsys):
     p = d["plans"][0]
     for key in ("step_time_s", "tokens_per_s", "mfu_pct", "memory_per_device_GiB", "fits", "bottleneck",
                 "breakdown", "memory_breakdown_GiB", "tp", "fsdp", "pp", "micro_batch",
-                "activation_checkpointing"):
+                "activation_checkpointing", "etp", "first_stage_layers", "last_stage_layers"):
         assert key in p
     assert p["fits"] and p["memory_per_device_GiB"] <= p["capacity_GiB"]
     assert sum(p["breakdown"].values()) == pytest.approx(p["step_time_s"], rel=1e-6)
@@ -190,3 +190,12 @@ def test_bad_memory_margin_is_one_line_exit_2(capsys, value):
     rc, _, err = run(capsys, *BASE, "--num-devices", "128", "--global-batch", "32", "--memory-margin", value)
     assert rc == 2
     assert "memory_margin" in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_json_carries_a_lighter_first_stage(capsys):
+    rc, out, _ = run(capsys, "plan", "--model", "llama3-70b", "--device", "h100-sxm", "--num-devices", "32",
+                     "--seq-len", "8192", "--global-batch", "128", "--stack", "megatron-core", "--fix", "tp=8,pp=4",
+                     "--activation-checkpointing", "none", "--max-micro-batch", "1", "--top", "20", "--json")
+    assert rc == 0
+    firsts = [q for q in json.loads(out)["plans"] if q["first_stage_layers"] is not None]
+    assert firsts and all(q["first_stage_layers"] == 17 and "first-stage-layers=17" in q["plan"] for q in firsts)
