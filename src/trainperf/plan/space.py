@@ -79,7 +79,7 @@ def lighter_last_options(layers: int, pp: int, vpp: int, max_d: int) -> list[int
     chunks per rank can take its last stage lighter by: the other ranks hold ``(layers + d) / pp``
     layers each, a multiple of ``vpp``, and the last stage ``d`` fewer, still a multiple of
     ``vpp`` (Megatron-Core builds the same number of layers in every chunk of a rank) and at
-    least one per chunk."""
+    least one per chunk. The same arithmetic gives a first stage ``d`` layers lighter."""
     out = []
     d = (-layers) % pp or pp
     while d <= max_d:
