@@ -306,3 +306,14 @@ def test_plan_with_a_stack_release_searches_that_release(capsys):
     assert rc == 0 and out["plans"] and all(q["etp"] == q["tp"] for q in out["plans"])
     rc, out, _ = _plan(capsys, *moe, "--fix", "tp=2,etp=1", "--stack-release", "NeMo 25.04")
     assert rc == 0 and all(q["etp"] == 1 for q in out["plans"])
+
+
+@pytest.mark.parametrize(("stack", "release", "needle"), [
+    ("megatron-core", "24.09", "a release of megatron-core or nemo with its version, e.g. 'megatron-core 0.10'"),
+    ("torchtitan", "NeMo 24.09", "the torchtitan stack dates none of its capabilities"),
+])
+def test_a_stack_release_naming_no_dated_product_is_a_usage_error(capsys, stack, release, needle):
+    rc = main(["plan", "--model", "mixtral-8x7b", "--device", "h100-sxm", "--num-devices", "16", "--seq-len",
+               "4096", "--global-batch", "256", "--stack", stack, "--stack-release", release])
+    err = capsys.readouterr().err
+    assert rc == 2 and needle in err and err.count("\n") == 1, err

@@ -186,8 +186,10 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
                 "async_tp": args.async_tp if args.async_tp is not None else tr.get("async_tp", False),
                 "fp8_recipe": args.fp8_recipe or tr.get("fp8_recipe"),
                 "stack": str(args.stack or tr.get("stack", "generic"))}
-    ac = _policies(args.activation_checkpointing, software["stack"], DEFAULT_CHECKPOINTING,
-                   getattr(args, "stack_release", ""))
+    release = getattr(args, "stack_release", "")
+    if release:
+        _check_release(software["stack"], release)
+    ac = _policies(args.activation_checkpointing, software["stack"], DEFAULT_CHECKPOINTING, release)
     if getattr(args, "scale_up_domain", None) is not None:
         dom = args.scale_up_domain
         if isinstance(dom, bool) or dom < 1:
@@ -196,6 +198,22 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
             **hardware.sources, "scale_up_domain": "given by the user (--scale-up-domain)"})
     return {"model": model, "hardware": hardware, "num_text": num_text, "dpn": dpn, "seq": seq,
             "gb_text": gb_text, "precisions": precisions, "ac": ac, "software": software}
+
+
+def _check_release(stack: str, release: str) -> None:
+    """A ``--stack-release`` must name a version of a product the stack's profile dates its
+    capabilities by; anything else would silently search the current release."""
+    from trainperf.predict.stack_capabilities import capabilities_of, release_named
+
+    caps = capabilities_of(stack)
+    firsts = {p: first for _key, _value, rels in caps.introduced for p, first in rels}
+    if not firsts:
+        raise SpecError("stack_release", release, f"nothing: the {caps.stack} stack dates none of its "
+                        "capabilities (leave --stack-release out)")
+    if not any(release_named(release, p) is not None for p in firsts):
+        product, first = next(iter(firsts.items()))
+        raise SpecError("stack_release", release, f"a release of {' or '.join(sorted(firsts))} with its "
+                        f"version, e.g. '{product} {first[0]}.{first[1]}'")
 
 
 def _policies(text: str | None, stack: str, default: tuple[str, ...], release: str = "") -> tuple[str, ...]:
