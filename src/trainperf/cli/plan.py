@@ -197,7 +197,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
         hardware = dataclasses.replace(hardware, scale_up_domain=dom, sources={
             **hardware.sources, "scale_up_domain": "given by the user (--scale-up-domain)"})
     return {"model": model, "hardware": hardware, "num_text": num_text, "dpn": dpn, "seq": seq,
-            "gb_text": gb_text, "precisions": precisions, "ac": ac, "software": software}
+            "gb_text": gb_text, "precisions": precisions, "ac": ac, "software": software, "release": release}
 
 
 def _check_release(stack: str, release: str) -> None:
@@ -249,7 +249,7 @@ def _space(args: argparse.Namespace, inp: dict[str, Any], counts: tuple[int, ...
     return SearchSpace(num_devices=counts, devices_per_node=dpn, fixed=parse_fixed(args.fix),
                        seq_len=inp["seq"], global_batches=gbs, precisions=inp["precisions"],
                        checkpointing=inp["ac"], max_micro_batch=args.max_micro_batch, max_vpp=args.max_vpp,
-                       allow_cross_node_tp=args.allow_cross_node_tp, release=getattr(args, "stack_release", ""),
+                       allow_cross_node_tp=args.allow_cross_node_tp, release=inp["release"],
                        **margin, **inp["software"])
 
 
