@@ -307,3 +307,45 @@ def test_moe_blocks_keep_their_routed_tokens():
     full4, full1 = predict(w("full")), predict(w("full", etp=1))
     assert full4.memory_breakdown_GiB["activations"] - full1.memory_breakdown_GiB["activations"] == pytest.approx(
         diff_GiB / 32, rel=1e-6)
+
+
+def test_megatron_recompute_modules_drop_what_they_rebuild():
+    """Mixtral 8x7B as above (32 MoE layers, tp 4 sp, etp 4, one micro-batch in flight). Against
+    ``selective`` (which keeps everything with flash attention), per layer and device:
+    ``moe_act`` drops the experts' activation output, 4096 x 2 / 4 rows x 14336, 2 bytes;
+    ``layernorm`` the two norm outputs, 4096 / 4 tokens x 4096 each; ``moe`` the routed rows and
+    all three expert MLP tensors. The layer running its backward holds its full set again (as
+    under any policy that keeps less than ``none``): per token 4 x 4096 / 4 (norm region, SP),
+    2 x 4096 / 4 (q, context), 2 x 1024 / 4 (k, v), 3 x 2 x 14336 / 4 (expert MLPs) elements of
+    2 bytes, and the routed rows."""
+    def act(ac):
+        return predict(workload_from_dict({
+            "model": {"preset": "mixtral-8x7b"}, "hardware": {"device": "h100-sxm", "num_devices": 32},
+            "parallel": {"dp": 8, "tp": 4, "ep": 8, "sequence_parallel": True, "zero_stage": 1},
+            "training": {"seq_len": 4096, "global_batch": 64, "micro_batch": 1, "precision": "bf16",
+                         "activation_checkpointing": ac, "stack": "megatron-core"}})).memory_breakdown_GiB["activations"]
+    base = act("selective")
+    moe_act = 4096 * 2 / 4 * 14336 * 2
+    norms = 2 * 4096 / 4 * 4096 * 2
+    routed = 4096 * 2 * (4096 * 2 * 4 / 4 + 4096 / 4 * 2)
+    layer = 4096 * 2 * (4 * 4096 / 4 + 2 * 4096 / 4 + 2 * 1024 / 4 + 3 * 2 * 14336 / 4) + routed
+    assert base - act("selective:core_attn+moe_act") == pytest.approx((32 * moe_act - layer) / GiB, rel=1e-9)
+    assert base - act("selective:core_attn+layernorm") == pytest.approx((32 * norms - layer) / GiB, rel=1e-9)
+    assert base - act("selective:core_attn+moe") == pytest.approx((32 * (routed + 3 * moe_act) - layer) / GiB,
+                                                                  rel=1e-9)
+
+
+def test_recomputing_the_moe_block_redoes_its_all_to_all():
+    """``moe`` re-runs the dispatch and combine: 6 all-to-alls a micro-batch instead of 4."""
+    def a2a(ac):
+        r = predict(workload_from_dict({
+            "model": {"preset": "mixtral-8x7b"}, "hardware": {"device": "h100-sxm", "num_devices": 32},
+            "parallel": {"dp": 8, "tp": 4, "ep": 8, "sequence_parallel": True, "zero_stage": 1},
+            "training": {"seq_len": 4096, "global_batch": 64, "micro_batch": 1, "precision": "bf16",
+                         "activation_checkpointing": ac, "stack": "megatron-core"}}))
+        return r.breakdown["ep all-to-all"], r.breakdown["recompute"]
+    (sel, rec_sel), (moe, rec_moe), (act, rec_act) = a2a("selective"), a2a("selective:core_attn+moe"), \
+        a2a("selective:core_attn+moe_act")
+    assert moe / sel == pytest.approx(1.5, rel=1e-12)
+    assert act == pytest.approx(sel, rel=1e-12)  # moe_act re-runs no collective
+    assert rec_sel < rec_act < rec_moe

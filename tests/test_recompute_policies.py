@@ -102,8 +102,9 @@ def test_plain_mlp_keeps_no_gate():
 
 def test_policy_names_are_validated():
     for name in POLICY_NAMES:
-        get_policy(name.replace("K", "2").replace("N", "2"))
-    for bad in ("selectiv", "full:0", "full:-1", "full:x", "full-every:", "FULL", 3):
+        get_policy(name.replace("MODULES", "core_attn+moe_act").replace("K", "2").replace("N", "2"))
+    for bad in ("selectiv", "full:0", "full:-1", "full:x", "full-every:", "FULL", 3, "selective:",
+                "selective:mlp+attn", "selective:core_attn,moe_act"):
         with pytest.raises(SpecError, match="activation_checkpointing"):
             get_policy(bad)
 
@@ -118,3 +119,63 @@ def test_measured_runs_refuse_prediction_only_policies():
     apply_ac(_Stub(), "full")  # the reference model implements the classic three
     with pytest.raises(SpecError, match="prediction-only"):
         apply_ac(_Stub(), "selective-op")
+
+
+# --- Megatron-Core --recompute-modules (selective:M1+M2)
+
+def test_recompute_modules_are_written_in_megatrons_order():
+    """Any order in, the canonical one (Megatron-Core's list order) out; ``selective:core_attn``
+    is Megatron's default ``selective``."""
+    assert get_policy("selective:moe_act+layernorm+core_attn").name == "selective:core_attn+moe_act+layernorm"
+    assert get_policy("selective:core_attn").name == "selective"
+    p = get_policy("selective:layernorm")  # a list without core_attn leaves attention alone
+    assert not p.recompute_attention_core and p.modules == ("layernorm",)
+
+
+@pytest.mark.parametrize("policy, per_layer", [
+    ("selective:core_attn+layernorm", CORE),       # norms are not FLOPs of any convention
+    ("selective:core_attn+mlp", CORE + 3 * MLP),   # the dense MLP re-run
+    ("selective:mlp", 3 * MLP),
+    ("selective:moe_act+mla_up_proj", 0),          # nothing of a dense GQA-free model
+])
+def test_recompute_module_flops_on_a_dense_model(llama7b, policy, per_layer):
+    assert recompute_flops(llama7b, S, policy) / S == pytest.approx(L * per_layer, rel=1e-12)
+
+
+def test_recompute_module_widths_on_a_dense_model(llama7b):
+    """Llama-2-7B keeps h 4, q 2, kv 2, ffn 3 without recomputation; ``layernorm`` drops the two
+    norm outputs, ``mlp`` the gate, up and activation outputs."""
+    w = saved_widths(get_policy("selective:core_attn+layernorm"), llama7b)
+    assert (w.h, w.q, w.kv, w.ffn) == (2, 2, 2, 3)
+    w = saved_widths(get_policy("selective:layernorm+mlp"), llama7b)
+    assert (w.h, w.q, w.kv, w.ffn) == (2, 2, 2, 0)
+
+
+def test_recompute_module_flops_on_moe_and_mla():
+    """Mixtral 8x7B (h 4096, expert ffn 14336, top-2 of 8, 32 MoE layers): ``moe`` re-runs the
+    routed experts and the router, ``moe_act`` no matmul. DeepSeek-V3 (MLA: q_lora 1536,
+    kv_lora 512, 128 heads, qk 128 + 64 rope, v 128; 61 layers): ``mla_up_proj`` re-runs q_up and
+    kv_up; ``shared_experts`` the shared expert of its 58 MoE layers (ffn 2048, SwiGLU)."""
+    mix = get_model("mixtral-8x7b")
+    experts = 2 * 3 * 2 * 4096 * 14336
+    router = 2 * 4096 * 8
+    assert recompute_flops(mix, S, "selective:moe") / S == pytest.approx(32 * (experts + router), rel=1e-12)
+    assert recompute_flops(mix, S, "selective:moe_act") == 0.0
+    ds = get_model("deepseek-v3")
+    up = 2 * 1536 * 128 * 192 + 2 * 512 * 128 * (128 + 128)
+    assert recompute_flops(ds, S, "selective:mla_up_proj") / S == pytest.approx(61 * up, rel=1e-12)
+    shared = 3 * 2 * 7168 * 2048
+    assert recompute_flops(ds, S, "selective:shared_experts") / S == pytest.approx(58 * shared, rel=1e-12)
+
+
+def test_policies_a_model_has_no_part_for_reduce():
+    from trainperf.specs.checkpointing import policy_for_model
+
+    dense = dict(moe=False, mla=False, shared_experts=False, dense_layers=True)
+    assert policy_for_model("selective:core_attn+moe_act+layernorm+mla_up_proj", **dense) == \
+        "selective:core_attn+layernorm"
+    assert policy_for_model("selective:moe_act", **dense) == "none"
+    moe = dict(moe=True, mla=False, shared_experts=False, dense_layers=False)
+    assert policy_for_model("selective:core_attn+moe_act+layernorm+mla_up_proj", **moe) == \
+        "selective:core_attn+moe_act+layernorm"
+    assert policy_for_model("selective:moe_act+moe+shared_experts", **moe) == "selective:moe"

@@ -122,6 +122,11 @@ def test_precisions_and_fp8_recipes(cell, precision, recipe):
     ("remat_policy=full", "maxtext", "full"), ("remat_policy=save_qkv_proj", "maxtext", "save_qkv_proj"),
     ("selective/custom remat (MaxText remat_policy=custom)", "maxtext", "save_dot_except_mlpwi"),
     ("yes (HFU>MFU implies rematerialization)", "generic", "full"), ("true", "generic", "full"),
+    ("selective (recompute_modules: core_attn, moe_act, layernorm)", "megatron-core",
+     "selective:core_attn+moe_act+layernorm"),
+    ("recompute_modules=[mla_up_proj, moe]", "megatron-core", "selective:mla_up_proj+moe"),
+    ("AC: selective, recompute-modules mlp moe", "megatron-core", "selective:mlp+moe"),
+    ("selective (core_attn)", "megatron-core", "selective"), ("selective moe", "megatron-core", "selective"),
 ])
 def test_checkpointing_spellings(cell, stack, policy):
     from trainperf.predict.runs_table import _policy

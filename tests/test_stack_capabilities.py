@@ -309,7 +309,7 @@ def test_plan_with_a_stack_release_searches_that_release(capsys):
 
 
 @pytest.mark.parametrize(("stack", "release", "needle"), [
-    ("megatron-core", "24.09", "a release of megatron-core or nemo with its version, e.g. 'megatron-core 0.10'"),
+    ("megatron-core", "24.09", "a release of megatron-core or nemo with its version, e.g. 'megatron-core 0.12'"),
     ("torchtitan", "NeMo 24.09", "the torchtitan stack dates none of its capabilities"),
 ])
 def test_a_stack_release_naming_no_dated_product_is_a_usage_error(capsys, stack, release, needle):
@@ -317,3 +317,24 @@ def test_a_stack_release_naming_no_dated_product_is_a_usage_error(capsys, stack,
                "4096", "--global-batch", "256", "--stack", stack, "--stack-release", release])
     err = capsys.readouterr().err
     assert rc == 2 and needle in err and err.count("\n") == 1, err
+
+
+def test_recompute_modules_are_searched_from_their_release():
+    """Megatron-Core's --recompute-modules (0.12 / NeMo 25.04): a NeMo 24.11 run cannot use them;
+    a current one can, and on a MoE model the planner tries the output-discarding set and the
+    whole MoE block; on a dense model the set reduces to ``selective:core_attn+layernorm``."""
+    from trainperf.plan.space import AC_POLICIES, _distinct_policies
+
+    caps = capabilities_of("megatron-core")
+    assert caps.allows_policy("selective:core_attn+moe_act")
+    assert not caps.as_of("NeMo 24.11").allows_policy("selective:core_attn+moe_act")
+    assert caps.as_of("NeMo 24.11").allows_policy("selective")
+    assert not capabilities_of("torchtitan").allows_policy("selective:core_attn+moe_act")
+    searched = [p for p in AC_POLICIES if caps.allows_policy(p)]
+    assert _distinct_policies(get_model("mixtral-8x7b"), searched) == [
+        "none", "selective", "selective:core_attn+layernorm", "selective:core_attn+moe_act+layernorm",
+        "selective:core_attn+layernorm+moe", "full"]
+    assert _distinct_policies(get_model("deepseek-v3"), searched)[3:5] == [
+        "selective:core_attn+moe_act+layernorm", "selective:core_attn+moe_act+layernorm+mla_up_proj"]
+    assert _distinct_policies(get_model("llama3-70b"), searched) == [
+        "none", "selective", "selective:core_attn+layernorm", "full"]

@@ -10,6 +10,7 @@ kept tensors (:func:`saved_widths`).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -65,24 +66,60 @@ def matrix_roles(attn_names: tuple[str, ...], mlp_names: tuple[str, ...]) -> tup
             + tuple("mlp_out" if n == "down_proj" else "mlp_in" for n in mlp_names))
 
 
-def recomputed_matrices(policy: Policy, names: tuple[str, ...], roles: tuple[str, ...]) -> tuple[bool, ...]:
+MLA_UP_PROJECTIONS: frozenset[str] = frozenset({"q_up", "kv_up"})
+"""MLA's up-projections, which Megatron-Core's ``mla_up_proj`` recompute module re-runs."""
+
+
+def recomputed_matrices(policy: Policy, names: tuple[str, ...], roles: tuple[str, ...],
+                        mlp_module: str = "mlp") -> tuple[bool, ...]:
     """For the layer matrices ``names`` in forward order (q/k/v..., o_proj, then the MLP's),
-    with their ``roles``, whether each is re-run."""
+    with their ``roles``, whether each is re-run.
+
+    ``mlp_module`` names the Megatron-Core recompute module that re-runs the MLP matrices of the
+    layer kind asked about (``mlp`` for a dense layer, ``moe`` for routed experts,
+    ``shared_experts`` for shared ones; ``moe`` re-runs those too)."""
     if policy.alternate_mm:
         return tuple((pos + 1) % 2 == 0 for pos in range(len(names)))
+    mlp_mod = policy.has(mlp_module) or (mlp_module == "shared_experts" and policy.has("moe"))
     flag = {"attn_in": policy.recompute_attn_in, "attn_out": policy.recompute_attn_out,
-            "mlp_in": policy.recompute_mlp_in, "mlp_out": policy.recompute_mlp_out}
-    return tuple(flag[r] for r in roles)
+            "mlp_in": policy.recompute_mlp_in or mlp_mod, "mlp_out": policy.recompute_mlp_out or mlp_mod}
+    up = policy.has("mla_up_proj")
+    return tuple(flag[r] or (up and n in MLA_UP_PROJECTIONS) for n, r in zip(names, roles, strict=True))
+
+
+_MLP_TENSORS = ("mlp_gate", "mlp_up", "mlp_act")
 
 
 def _kept(policy: Policy, names: tuple[str, ...], roles: tuple[str, ...], gated: bool) -> tuple[str, ...]:
+    """Tensors a dense layer keeps (the MLP ones are a dense MLP's; see :func:`_expert_ffn_kept`)."""
     kept = list(policy.kept)
     if policy.alternate_mm:
         redo = recomputed_matrices(policy, names, roles)
         kept += [MATRIX_OUTPUT.get(n, "q") for n, r in zip(names, redo, strict=True) if not r]
+    drop: set[str] = set()
+    if policy.has("layernorm"):
+        drop |= {"norm1_out", "norm2_out"}
+    if policy.has("mla_up_proj") and MLA_UP_PROJECTIONS & set(names):
+        drop |= {"q", "k", "v"}
+    if policy.has("mlp"):
+        drop |= set(_MLP_TENSORS)
     if not gated:
-        kept = [t for t in kept if t != "mlp_gate"]
-    return tuple(dict.fromkeys(kept))
+        drop.add("mlp_gate")
+    return tuple(t for t in dict.fromkeys(kept) if t not in drop)
+
+
+def _expert_ffn_kept(policy: Policy, dense: SavedWidths, gated: bool, module: str) -> tuple[float, float]:
+    """(MLP-wide tensors, of them weight-matmul inputs) one routed (``module="moe"``) or shared
+    (``"shared_experts"``) expert keeps per token it processes: what the dense MLP keeps
+    (``dense``) under every policy but Megatron-Core's modules, which drop them all (``moe``;
+    ``shared_experts`` for shared ones) or the activation output (``moe_act``, routed experts)."""
+    if not policy.modules:
+        return dense.ffn, dense.gemm_in_ffn
+    if policy.has("moe") or policy.has(module):
+        return 0.0, 0.0
+    if module == "moe" and policy.has("moe_act"):
+        return (2.0 if gated else 1.0), 0.0
+    return (3.0 if gated else 2.0), 1.0
 
 
 def kept_tensors(policy: Policy, model: ModelSpec) -> tuple[str, ...]:
@@ -144,21 +181,56 @@ class LayerRecompute:
     attn: tuple[float, ...]
     """1.0 for each attention matrix (model order) that is re-run, else 0.0."""
     mlp: tuple[float, ...]
-    """The same for the MLP matrices (dense and expert MLPs share the names)."""
+    """The same for a dense layer's MLP matrices."""
     attention_core: float
     elementwise: float
     attn_region: float
     """1.0 when an attention input projection is re-run: its tp gather (and cp ring) is redone."""
     mlp_region: float
-    """1.0 when an MLP input projection is re-run: its tp gather is redone."""
+    """1.0 when a dense MLP's input projection is re-run: its tp gather is redone."""
     widths: SavedWidths
-    """Kept tensors of a layer the policy covers."""
+    """Kept tensors of a layer the policy covers (the MLP-wide ones: a dense layer's MLP)."""
     widths_none: SavedWidths
     """Kept tensors without recomputation (layers the policy does not cover)."""
     stores_less: bool
     """The policy keeps less than ``none``: a recomputed layer's tensors are live again in its backward."""
     block_layers: int
     every_n_layers: int
+    expert: tuple[float, ...] = ()
+    """1.0 for each routed-expert matrix (the MLP names) that is re-run (empty: as ``mlp``)."""
+    shared: tuple[float, ...] = ()
+    """The same for the shared experts' matrices (empty: as ``mlp``)."""
+    moe_region: float = -1.0
+    """1.0 when a MoE block's dispatch is re-run (router, permutation, all-to-all, expert-tp
+    gathers), and its routed rows are not kept; -1: as ``mlp_region``."""
+    shared_region: float = -1.0
+    """1.0 when the shared experts' input projection is re-run (their tp gather); -1: as ``mlp_region``."""
+    norms: float = 0.0
+    """Beyond ``elementwise``: the block norms are re-run (Megatron-Core ``layernorm``)."""
+    rope: float = 0.0
+    """Beyond ``elementwise``: RoPE is re-run (Megatron-Core ``mla_up_proj``)."""
+    expert_act: float = 0.0
+    """Beyond ``elementwise``: the routed experts' activation function is re-run (``moe_act``, ``moe``)."""
+    shared_act: float = 0.0
+    """Beyond ``elementwise``: the shared experts' activation function is re-run."""
+    dense_act: float = 0.0
+    """Beyond ``elementwise``: a dense MLP's activation function is re-run (``mlp``)."""
+    expert_ffn: tuple[float, float] = (-1.0, -1.0)
+    """(MLP-wide tensors, of them matmul inputs) a routed expert keeps per routed token; -1: the dense MLP's."""
+    shared_ffn: tuple[float, float] = (-1.0, -1.0)
+    """The same for a shared expert per token."""
+
+    def __post_init__(self) -> None:
+        # the MoE fields default to the dense MLP's (every policy but Megatron-Core's modules)
+        for name, like in (("expert", self.mlp), ("shared", self.mlp)):
+            if not getattr(self, name):
+                object.__setattr__(self, name, like)
+        for name in ("moe_region", "shared_region"):
+            if getattr(self, name) < 0:
+                object.__setattr__(self, name, self.mlp_region)
+        for name in ("expert_ffn", "shared_ffn"):
+            if getattr(self, name)[0] < 0:
+                object.__setattr__(self, name, (self.widths.ffn, self.widths.gemm_in_ffn))
 
 
 @functools.lru_cache(maxsize=256)
@@ -175,11 +247,27 @@ def layer_recompute(policy: str, attn_names: tuple[str, ...], mlp_names: tuple[s
     mlp_in = [r for r, role in zip(redo, roles, strict=True) if role == "mlp_in"]
     widths = _widths(_kept(pol, names, roles, gated))
     none = _widths(_kept(POLICIES["none"], names, roles, gated))
-    return LayerRecompute(
+    rc = LayerRecompute(
         attn=tuple(float(r) for r in redo[:n_attn]), mlp=tuple(float(r) for r in redo[n_attn:]),
         attention_core=float(pol.recompute_attention_core), elementwise=float(pol.recompute_elementwise),
         attn_region=float(any(attn_in)), mlp_region=float(any(mlp_in)), widths=widths, widths_none=none,
         stores_less=widths != none, block_layers=pol.block_layers, every_n_layers=pol.every_n_layers)
+    if not pol.modules:
+        return rc
+    # Megatron-Core's recompute modules treat dense MLPs, routed and shared experts apart
+    expert = recomputed_matrices(pol, names, roles, "moe")[n_attn:]
+    shared = recomputed_matrices(pol, names, roles, "shared_experts")[n_attn:]
+    moe, moe_act = pol.has("moe"), pol.has("moe_act") or pol.has("moe")
+    shared_all = moe or pol.has("shared_experts")
+    mlp_in_roles = [role == "mlp_in" for role in roles[n_attn:]]
+    return dataclasses.replace(
+        rc, expert=tuple(float(r) for r in expert), shared=tuple(float(r) for r in shared),
+        moe_region=float(moe), shared_region=float(any(r for r, i in zip(shared, mlp_in_roles, strict=True) if i)),
+        norms=float(pol.has("layernorm")), rope=float(pol.has("mla_up_proj") and bool(MLA_UP_PROJECTIONS & set(names))),
+        expert_act=float(moe_act), shared_act=float(shared_all), dense_act=float(pol.has("mlp")),
+        expert_ffn=_expert_ffn_kept(pol, widths, gated, "moe"),
+        shared_ffn=_expert_ffn_kept(pol, widths, gated, "shared_experts"),
+        stores_less=widths != none or moe_act or shared_all)
 
 
 def saved_activation_bytes_per_token(model: ModelSpec, policy: str, act_bytes: float = 2.0) -> float:
@@ -226,11 +314,20 @@ def recompute_flops(model: ModelSpec, seq_len: int, policy: str, attention: str 
     names = tuple(n for _, n, _, _ in mats)
     redo = dict(zip(names, recomputed_matrices(pol, names, tuple(r for r, *_ in mats)), strict=True))
     per_mat = layer_matmul_flops(model, seq_len)
+    roles = tuple(r for r, *_ in mats)
+    routed = dict(zip(names, recomputed_matrices(pol, names, roles, "moe"), strict=True))
+    shared = dict(zip(names, recomputed_matrices(pol, names, roles, "shared_experts"), strict=True))
+    # expert.* FLOPs count topk routed and the shared experts per token
+    per_tok = max(model.moe_topk + model.moe_shared_experts, 1)
     total = 0.0
     for key, flops in per_mat.items():
         if key == "router":
-            total += flops if redo.get(next(n for r, n, *_ in mats if r == "mlp_in"), False) else 0.0
-        elif redo.get(key.removeprefix("expert."), False):
+            first_in = next(n for r, n, *_ in mats if r == "mlp_in")
+            total += flops if (routed[first_in] if pol.modules else redo[first_in]) else 0.0
+        elif key.startswith("expert."):
+            name = key.removeprefix("expert.")
+            total += flops * (model.moe_topk * routed[name] + model.moe_shared_experts * shared[name]) / per_tok
+        elif redo.get(key, False):
             total += flops
     if pol.recompute_attention_core:
         total += fb.attention_core

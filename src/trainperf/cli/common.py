@@ -90,7 +90,9 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, positional: str =
     t.add_argument("--precision", metavar="DTYPE", help="fp32 | tf32 | fp16 | bf16 | fp8 | fp4")
     t.add_argument("--activation-checkpointing", metavar="POLICY",
                    help="none | selective | full | full:K | full-every:N | selective-op | minimal | "
-                        "save_dot_except_mlpwi | save_dot_except_mlp | save_qkv_proj | qkv_proj_offloaded")
+                        "save_dot_except_mlpwi | save_dot_except_mlp | save_qkv_proj | qkv_proj_offloaded | "
+                        "selective:MODULES (Megatron-Core --recompute-modules joined by '+', e.g. "
+                        "selective:core_attn+moe_act+layernorm)")
     if not hardware:
         return
     h = parser.add_argument_group("hardware (override [hardware])")

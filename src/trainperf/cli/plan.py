@@ -66,8 +66,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="acceptable global batch(es), sequences per optimizer step (list or LO-HI doubling)")
     t.add_argument("--precision", metavar="DTYPES", help="dtype(s) to try, comma-separated (default bf16)")
     t.add_argument("--activation-checkpointing", metavar="POLICIES",
-                   help="policies to try, comma-separated (default none,selective,full; also minimal, "
-                        "selective-op, save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj, qkv_proj_offloaded)")
+                   help="policies to try, comma-separated (default none,selective,full, or every policy the "
+                        "--stack runs; also minimal, selective-op, save_dot_except_mlpwi, save_dot_except_mlp, "
+                        "save_qkv_proj, qkv_proj_offloaded, and Megatron-Core's recompute modules "
+                        "selective:core_attn+layernorm, selective:core_attn+moe_act+layernorm(+mla_up_proj), "
+                        "selective:core_attn+layernorm+moe)")
     s = parser.add_argument_group("search")
     s.add_argument("--max-micro-batch", type=int, default=8, metavar="N", help="largest micro batch tried (8)")
     s.add_argument("--max-vpp", type=int, default=0, metavar="N",

@@ -32,13 +32,18 @@ from trainperf.specs.hardware import Hardware
 from trainperf.specs.model import ModelSpec
 
 AC_POLICIES: tuple[str, ...] = (
-    "none", "selective", "minimal", "selective-op", "save_dot_except_mlpwi", "save_dot_except_mlp",
-    "save_qkv_proj", "qkv_proj_offloaded", "full",
+    "none", "selective", "selective:core_attn+layernorm", "selective:core_attn+moe_act+layernorm",
+    "selective:core_attn+moe_act+layernorm+mla_up_proj", "minimal", "selective-op", "save_dot_except_mlpwi",
+    "save_dot_except_mlp", "selective:core_attn+layernorm+moe", "save_qkv_proj", "qkv_proj_offloaded", "full",
 )
 """Activation-checkpointing policies the planner can try, in code order (``ac`` column value =
-index), from least to most recomputation (Llama-2-7B: 0, 1.07, 1.07 + elementwise, 5.0, 6.8,
-9.7, 10.8, 10.8, 14.0 GFLOP per token); see :mod:`trainperf.specs.checkpointing`. The
-parametrised ``full:K`` / ``full-every:N`` are not searched."""
+index), from least to most recomputation (Llama-2-7B: 0, 1.07, 1.07 + norms, ..., 1.07 + elementwise,
+5.0, 6.8, 9.7, ..., 10.8, 10.8, 14.0 GFLOP per token); see :mod:`trainperf.specs.checkpointing`.
+Megatron-Core's recompute modules are tried as three sets: the cheap output-discarding ones
+(``layernorm``, ``moe_act``, ``mla_up_proj``: what a model has of them) and the whole MoE block
+(``moe``); on a model without MoE layers or MLA they reduce to ``selective:core_attn+layernorm``
+(:func:`~trainperf.specs.checkpointing.policy_for_model`), tried once. The parametrised
+``full:K`` / ``full-every:N`` are not searched."""
 DEFAULT_CHECKPOINTING: tuple[str, ...] = ("none", "selective", "full")
 """Policies tried unless the user names others."""
 
@@ -225,9 +230,15 @@ class SearchSpace:
             raise SpecError("training.seq_len", self.seq_len, "a positive integer")
         if self.devices_per_node < 1:
             raise SpecError("hardware.devices_per_node", self.devices_per_node, "a positive integer")
+        from trainperf.specs.checkpointing import get_policy
+
+        canon = []
         for p in self.checkpointing:
-            if p not in AC_POLICIES:
+            name = get_policy(p).name if isinstance(p, str) and p.startswith("selective:") else p
+            if name not in AC_POLICIES:
                 raise SpecError("training.activation_checkpointing", p, f"one of {', '.join(AC_POLICIES)}")
+            canon.append(name)
+        object.__setattr__(self, "checkpointing", tuple(canon))  # Megatron modules in canonical order
         if self.max_micro_batch < 1:
             raise SpecError("max_micro_batch", self.max_micro_batch, "a positive integer")
         from trainperf.specs.bounds import MEMORY_MARGIN
@@ -523,6 +534,22 @@ def runnable(caps, cols: dict[str, np.ndarray], layers: int) -> np.ndarray:
     return ok
 
 
+def _distinct_policies(model: ModelSpec, policies: list[str]) -> list[str]:
+    """``policies`` less those that do the same to ``model`` as an earlier one (Megatron-Core
+    modules the model has no part for), in order."""
+    from trainperf.specs.checkpointing import policy_for_model
+
+    seen: set[str] = set()
+    out: list[str] = []
+    for p in policies:
+        eff = policy_for_model(p, moe=model.is_moe, mla=model.attention == "mla",
+                               shared_experts=bool(model.moe_shared_experts), dense_layers=model.dense_layers > 0)
+        if eff not in seen:
+            seen.add(eff)
+            out.append(p)
+    return out
+
+
 def enumerate_candidates(model: ModelSpec, hardware: Hardware, space: SearchSpace) -> Candidates:
     """All plans of ``space`` for ``model`` that the stack can execute, with rejection counts.
 
@@ -545,7 +572,7 @@ def enumerate_candidates(model: ModelSpec, hardware: Hardware, space: SearchSpac
     caps = capabilities_of(space.stack).as_of(space.release)
     fixed = dict(space.fixed)
     n_prec = len(space.precisions)
-    policies = [p for p in space.checkpointing if caps.allows_policy(p)]
+    policies = _distinct_policies(model, [p for p in space.checkpointing if caps.allows_policy(p)])
     ac_codes = np.asarray([AC_POLICIES.index(p) for p in policies], dtype=np.int64)
     n_ac_all = len(space.checkpointing)
     ep_opts = np.asarray(divisors(model.moe_experts) if model.is_moe else [1], dtype=COLUMN_DTYPE)

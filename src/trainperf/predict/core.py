@@ -300,17 +300,17 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
         m_e = m_tok * f["moe_topk"] * ep / f["moe_experts"] * (etp / t)
         t_exp = 0.0
         t_exp_rec = 0.0
-        for (i, o, split, _), redo in zip(f["expert_mats"], rc.mlp, strict=True):
+        for (i, o, split, _), redo, redo_sh in zip(f["expert_mats"], rc.expert, rc.shared, strict=True):
             n, kk = col_row(i, o, split, etp)
             n_s, k_s = col_row(i, o, split)  # shared experts follow tp
-            te = (compute.matmul_time_s(m_e, n, kk, peak, mm_eff, half, hbm, elem)
-                  + f["moe_shared"] / local_experts * compute.matmul_time_s(
-                      m_tok, n_s, k_s, peak, mm_eff, half, hbm, elem))
-            t_exp = t_exp + te
-            t_exp_rec = t_exp_rec + redo * te
+            te = compute.matmul_time_s(m_e, n, kk, peak, mm_eff, half, hbm, elem)
+            ts = f["moe_shared"] / local_experts * compute.matmul_time_s(m_tok, n_s, k_s, peak, mm_eff, half,
+                                                                         hbm, elem)
+            t_exp = t_exp + te + ts
+            t_exp_rec = t_exp_rec + redo * te + redo_sh * ts
         t_router = compute.matmul_time_s(m_tok, f["moe_experts"], f["hidden"], peak, mm_eff, half, hbm, elem)
         mm_fwd = mm_fwd + moe_frac * (local_experts * t_exp + t_router)
-        mm_rec = mm_rec + moe_frac * (local_experts * t_exp_rec + rc.mlp_region * t_router)
+        mm_rec = mm_rec + moe_frac * (local_experts * t_exp_rec + rc.moe_region * t_router)
 
     # --- attention core and memory-bound ops of one layer, forward
     attn_flops = compute.attention_forward_flops(b, s / cp, f["kv_avg"], f["heads"] / t,
@@ -324,7 +324,9 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
                                                              * k["attention_fraction"])
     hn = vec.where(sp, f["hidden"] / t, f["hidden"])
     kv_local = f["head_dim"] * vec.maximum(f["kv_heads"] / t, 1.0)
-    ffn_eff = dense_frac * f["ffn"] + moe_frac * f["moe_topk"] * f["expert_ffn"]
+    ffn_moe = f["moe_topk"] * f["expert_ffn"]  # MLP-wide elements per token of a MoE block
+    ffn_shared = f["moe_shared"] * f["expert_ffn"]
+    ffn_eff = dense_frac * f["ffn"] + moe_frac * (ffn_moe + ffn_shared)
     el_bytes = m_tok * compute.elementwise_bytes_per_token(hn, f["q_dim"] / t, kv_local, ffn_eff / t,
                                                            f["gated"], act_b, f["rope"], f["norm_passes"],
                                                            f["rope_passes"], f["act_passes"])
@@ -336,6 +338,24 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
         el_bytes = el_bytes + moe_frac * compute.moe_routing_bytes(
             m_route, m_disp, f["moe_topk"], f["hidden"], f["moe_experts"] / ep, act_b)
     mem_fwd = compute.memory_time_s(el_bytes, hbm, mb_eff)
+    # Megatron-Core's recompute modules re-run single memory-bound ops (the rest re-run all of them
+    # with ``elementwise``): the norms, RoPE, an MLP's activation, a MoE block's permutations
+    rec_bytes = 0.0
+    if rc.norms or rc.rope or rc.expert_act or rc.shared_act or rc.dense_act or rc.moe_region:
+        zero = 0.0 * hn
+        norms_b = compute.elementwise_bytes_per_token(hn, zero, zero, zero, f["gated"], act_b, False,
+                                                      f["norm_passes"], 0.0, 0.0) - 2.0 * 3.0 * hn * act_b
+        rope_b = compute.elementwise_bytes_per_token(zero, f["q_dim"] / t, kv_local, zero, f["gated"], act_b,
+                                                     f["rope"], 0.0, f["rope_passes"], 0.0)
+        act_w = (rc.dense_act * dense_frac * f["ffn"]
+                 + moe_frac * (rc.expert_act * ffn_moe + rc.shared_act * ffn_shared))
+        act_b_tok = compute.elementwise_bytes_per_token(zero, zero, zero, act_w / t, f["gated"], act_b, False,
+                                                        0.0, 0.0, f["act_passes"])
+        rec_bytes = m_tok * (rc.norms * norms_b + rc.rope * rope_b + act_b_tok)
+        if f["expert_mats"]:
+            rec_bytes = rec_bytes + rc.moe_region * moe_frac * compute.moe_routing_bytes(
+                m_route, m_disp, f["moe_topk"], f["hidden"], f["moe_experts"] / ep, act_b)
+    mem_rec = rc.elementwise * mem_fwd + (1.0 - rc.elementwise) * compute.memory_time_s(rec_bytes, hbm, mb_eff)
     ovh_fwd = KERNELS_PER_LAYER_FWD * ovh
     if f["compiled"]:  # fewer, fused kernels: the profile says how much of the launch cost stays
         ovh_fwd = ovh_fwd * k.get("compile_overhead_factor", 1.0)
@@ -345,7 +365,7 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     # launch-bound when the kernels are short, the launches hidden when they are long)
     gpu_fwd = mm_fwd + attn_fwd + mem_fwd
     gpu_bwd = (1.0 + train_frac) * mm_fwd + attn_bwd + 2.0 * mem_fwd
-    gpu_rec = mm_rec + rc.attention_core * attn_fwd + rc.elementwise * mem_fwd
+    gpu_rec = mm_rec + rc.attention_core * attn_fwd + mem_rec
     ovh_rec = rc.elementwise * ovh_fwd
     exp_fwd = _exposed_launch(gpu_fwd, ovh_fwd)
     exp_bwd = _exposed_launch(gpu_bwd, 2.0 * ovh_fwd)
@@ -407,21 +427,23 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
                 + comms.collective_time_s("reduce-scatter", moe_buf, etp, etp_k, etp_N, intra, inter, *lv, leff))
     moe_ar = comms.collective_time_s("all-reduce", tp_buf, etp, etp_k, etp_N, intra, inter, *lv, leff)
     moe_block = vec.where(etp > 1, vec.where(sp, moe_agrs, moe_ar), 0.0)
-    mlp_block = dense_frac * tp_block + moe_frac * vec.minimum(f["moe_shared"], 1.0) * tp_block
+    shared_on = moe_frac * vec.minimum(f["moe_shared"], 1.0)
     # recomputation redoes a region's collective when it re-runs the region's input projection
     attn_passes = 2.0 + rec_frac * rc.attn_region
     mlp_passes = 2.0 + rec_frac * rc.mlp_region
-    tp_linear_mb = n_crit * (tp_block * attn_passes + mlp_block * mlp_passes)
-    tp_moe_mb = n_crit * moe_frac * moe_block * mlp_passes
+    shared_passes = 2.0 + rec_frac * rc.shared_region
+    moe_passes = 2.0 + rec_frac * rc.moe_region
+    mlp_tp_passes = dense_frac * mlp_passes + shared_on * shared_passes
+    tp_linear_mb = n_crit * tp_block * (attn_passes + mlp_tp_passes)
+    tp_moe_mb = n_crit * moe_frac * moe_block * moe_passes
     tp_total_mb = tp_linear_mb + tp_moe_mb
     # async TP / TP comm overlap (when the stack does it for this run) hides the profile's
     # fraction of the linear layers' TP collectives behind their GEMMs (not the dispatcher's)
     tp_ovl = _tp_overlapped(f["tp_overlap_rule"], f["async_tp"], sp)
     tp_mb = tp_linear_mb * (1.0 - vec.where(tp_ovl, k.get("async_tp_overlap", 0.0), 0.0)) + tp_moe_mb
     tp_bytes_mb = n_crit * (
-        (attn_passes + (dense_frac + moe_frac * vec.minimum(f["moe_shared"], 1.0)) * mlp_passes)
-        * comms.ring_bytes_per_device("all-reduce", tp_buf, t)
-        + moe_frac * mlp_passes * comms.ring_bytes_per_device("all-reduce", moe_buf, etp) * (etp > 1))
+        (attn_passes + mlp_tp_passes) * comms.ring_bytes_per_device("all-reduce", tp_buf, t)
+        + moe_frac * moe_passes * comms.ring_bytes_per_device("all-reduce", moe_buf, etp) * (etp > 1))
 
     # --- expert parallel all-to-all: dispatch + combine forward, again backward
     # Each device dispatches the tokens it alone holds: with sequence parallelism its s/tp share
@@ -431,7 +453,7 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     a2a_buf = m_route * f["moe_topk"] * f["hidden"] * act_b
     a2a = comms.collective_time_s("all-to-all", a2a_buf, ep, ep_k, ep_N, intra, inter, *lv, leff)
     # dispatch + combine, forward and backward, and again when recomputation re-runs the MLP
-    a2a_passes = 4.0 + 2.0 * rec_frac * rc.mlp_region
+    a2a_passes = 4.0 + 2.0 * rec_frac * rc.moe_region
     ep_mb = n_crit * moe_frac * a2a_passes * a2a * (ep > 1)
 
     # critical-path time of one micro-batch on one stage

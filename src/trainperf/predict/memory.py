@@ -24,6 +24,8 @@ also generalises the ``34`` to GQA widths and gated MLPs (see its docstring).
 
 from __future__ import annotations
 
+import dataclasses
+
 from trainperf.predict import vec
 
 GiB = float(1 << 30)
@@ -210,6 +212,21 @@ def largest_matrix_params(f, t):
     return big / t
 
 
+def mlp_kept_widths(f, rc):
+    """``rc.widths`` with its MLP-wide counts turned into elements per token of the average layer
+    (pass ``ffn = 1``): a dense layer's MLP (``ffn`` wide), a MoE layer's ``topk`` routed and its
+    shared experts (``expert_ffn`` wide each), each with what the policy keeps of it
+    (:class:`~trainperf.accounting.recompute.LayerRecompute`: Megatron-Core's ``mlp``, ``moe``,
+    ``moe_act`` and ``shared_experts`` modules treat them apart)."""
+    dense = f["dense_layers"] / f["layers"] * f["ffn"]
+    moe = f["moe_layers"] / f["layers"] * f["expert_ffn"]
+    ffn = (dense * rc.widths.ffn
+           + moe * (f["moe_topk"] * rc.expert_ffn[0] + f["moe_shared"] * rc.shared_ffn[0]))
+    gin = (dense * rc.widths.gemm_in_ffn
+           + moe * (f["moe_topk"] * rc.expert_ffn[1] + f["moe_shared"] * rc.shared_ffn[1]))
+    return dataclasses.replace(rc.widths, ffn=ffn, gemm_in_ffn=gin)
+
+
 def device_memory_bytes(f, k, *, p_stage, p_layer_local, sharded, zero3, rc, rec_frac, kv_local, ffn_eff,
                         m_tok, tp_buf, plain_dp, gather_bytes, grad_bytes):
     """Memory per device (bytes) by category, the total and the capacity it must fit in.
@@ -246,7 +263,7 @@ def device_memory_bytes(f, k, *, p_stage, p_layer_local, sharded, zero3, rc, rec
     act_layer_none = saved_activation_bytes_per_layer(s / cp, b, f["hidden"], f["q_dim"], kv_local * t,
                                                       ffn_eff, t, sp, rc.widths_none, act_b, gin_b, False)
     act_layer = saved_activation_bytes_per_layer(s / cp, b, f["hidden"], f["q_dim"], kv_local * t,
-                                                 ffn_eff, t, sp, rc.widths, act_b, gin_b,
+                                                 1.0, t, sp, mlp_kept_widths(f, rc), act_b, gin_b,
                                                  bool(rc.attention_core))
     # unfused (eager) attention materialises the scores; a policy that keeps the attention core
     # keeps them for the backward, one that recomputes it holds one layer's again while it does.
@@ -263,7 +280,7 @@ def device_memory_bytes(f, k, *, p_stage, p_layer_local, sharded, zero3, rc, rec
         moe = f["moe_layers"] / f["layers"] * routed_activation_bytes(
             m_tok, f["moe_topk"], f["hidden"], f["etp"], t, sp, act_b, gin_b)
         act_layer_none = act_layer_none + moe
-        act_layer = act_layer + (1.0 - rc.mlp_region) * moe
+        act_layer = act_layer + (1.0 - rc.moe_region) * moe
     act_layer = rec_frac * act_layer + (1.0 - rec_frac) * act_layer_none
     M = f["grad_accum"]
     gpipe = f.get("gpipe", False)
@@ -281,7 +298,9 @@ def device_memory_bytes(f, k, *, p_stage, p_layer_local, sharded, zero3, rc, rec
     last_peaks = vec.where(pp > 1, last + logits > first, False)
     activations = vec.where(last_peaks, last, first)
     logits_on_peak = vec.where(pp > 1, vec.where(last_peaks, logits, 0.0), logits)
-    # a recomputed layer's tensors are live again during its backward
+    # a recomputed layer's tensors are live again during its backward: one layer's full set, which
+    # also stands in for the backward's own temporaries (activation gradients) beside what it
+    # kept; this is what matched the published torchtitan peaks (tests/test_memory_model.py)
     working = act_layer_none if rc.stores_less else rc.attention_core * scores
     buffers = vec.where(t > 1, 2.0 * tp_buf, 0.0) + vec.where(plain_dp, 2.0 * 25e6 * grad_bytes, 0.0)
     # taken once: what a preallocating runtime leaves outside its pool holds the context,

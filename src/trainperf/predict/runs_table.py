@@ -233,6 +233,9 @@ def _policy(cell: str, stack: str, d: Any, precision: str, params_B: float, note
 
     if unstated(cell):
         return _default(d, "activation_checkpointing", "activation checkpointing", notes, params_B)
+    mods = _recompute_modules(re.sub(r"^(?:ac|activation[ _-]?checkpoint(?:ing)?|act[ _-]?ckpt)\W*", "", low))
+    if mods:  # Megatron-Core --recompute-modules (selective granularity)
+        return first(mods, "selective")
     # "AC: full", "activation checkpointing = selective", "recompute: block 4": the value after the name
     low = re.sub(r"^sac(?![a-z])", "selective", low)  # SAC: selective activation checkpointing
     rest = re.sub(r"^(?:ac|activation[ _-]?checkpoint(?:ing)?|act[ _-]?ckpt|recompute|checkpointing)(?![a-z])"
@@ -286,6 +289,25 @@ def _policy(cell: str, stack: str, d: Any, precision: str, params_B: float, note
                                  "(none, selective, selective op/layer, full, or a policy name)")
 
 
+def _recompute_modules(low: str) -> str | None:
+    """``selective:M1+M2`` for a cell naming Megatron-Core's recompute modules ("recompute_modules:
+    core_attn, moe_act", "selective (layernorm, mla_up_proj)"), else None. The plain words ``mlp``
+    and ``moe`` count only after ``recompute_modules``, ``recompute-modules`` or ``selective``."""
+    from trainperf.specs.checkpointing import RECOMPUTE_MODULES
+
+    m = re.search(r"recompute[_ -]modules?\W*(.*)", low)
+    named = m is not None
+    m = m or re.search(r"^selective\b\W*(.*)", low)
+    if not m:
+        return None
+    found = [mod for mod in RECOMPUTE_MODULES if re.search(rf"(?<![a-z_]){mod}(?![a-z_])", m.group(1))]
+    if not found or not (named or set(found) - {"mlp", "moe"}):
+        return None
+    from trainperf.specs.checkpointing import get_policy
+
+    return get_policy("selective:" + "+".join(found)).name
+
+
 def _mlp(arch: str) -> str:
     from trainperf.specs.model import MLP_KINDS
 
@@ -319,6 +341,11 @@ def _preset_named(name: str) -> Any:
     return get_model(by_key[key]) if key and key in by_key else None
 
 
+_SHAPE_COLUMNS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "moe_experts", "moe_topk",
+                  "moe_expert_ffn")
+"""Shape columns of a runs table that must agree with a named preset for the preset to stand in."""
+
+
 def _model(r: Mapping[str, str], notes: list[str]) -> dict[str, Any]:
     from trainperf.specs.model import ModelSpec
 
@@ -327,9 +354,14 @@ def _model(r: Mapping[str, str], notes: list[str]) -> dict[str, Any]:
     if preset is not None and (not layers or layers == preset.layers) and (not hidden or hidden == preset.hidden):
         missing = [c for c, v in (("layers", layers), ("hidden", hidden), ("ffn_hidden", ffn), ("vocab", vocab))
                    if not v]
-        if missing:
+        # every shape the row states agrees with the preset it names: the preset's architecture
+        # (attention kind such as MLA, shared experts, dense layers of a MoE, norms, positions,
+        # biases, tied embeddings) is what the row's model has, which the columns cannot say
+        agrees = all(not _count(r, c) or _count(r, c) == getattr(preset, c) for c in _SHAPE_COLUMNS)
+        if missing or agrees:
             notes.append(f"{', '.join(missing)} not stated: from the model preset {preset.name} "
-                         f"(the model cell {_cell(r, 'model')!r})")
+                         f"(the model cell {_cell(r, 'model')!r})" if missing else
+                         f"architecture from the model preset {preset.name}: every shape column agrees with it")
             fields: dict[str, Any] = {f.name: getattr(preset, f.name) for f in dataclasses.fields(ModelSpec)
                                       if f.name != "extra"}
             fields["max_seq_len"] = max(_count(r, "seq_len") or 2048, 2048, fields.get("max_seq_len") or 0)

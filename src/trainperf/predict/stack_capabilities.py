@@ -117,13 +117,15 @@ class Capabilities:
         return dataclasses.replace(self, **changes)
 
     def allows_policy(self, policy: str) -> bool:
-        """Whether the stack has checkpointing policy ``policy`` (``full:4`` matches ``full:K``)."""
+        """Whether the stack has checkpointing policy ``policy`` (``full:4`` matches ``full:K``,
+        ``selective:core_attn+moe_act`` matches ``selective:MODULES``)."""
         if not self.checkpointing:
             return True
         if policy in self.checkpointing:
             return True
         head, sep, _tail = policy.partition(":")
-        return bool(sep) and f"{head}:{'K' if head == 'full' else 'N'}" in self.checkpointing
+        token = {"full": "K", "full-every": "N", "selective": "MODULES"}.get(head)
+        return bool(sep) and token is not None and f"{head}:{token}" in self.checkpointing
 
     def allows_expert_tp(self, etp: int, tp: int) -> bool:
         """Whether the stack splits routed experts ``etp`` ways beside tensor parallelism ``tp``."""

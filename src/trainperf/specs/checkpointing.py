@@ -77,9 +77,30 @@ Policies (``full:K`` and ``full-every:N`` take an integer):
 ``qkv_proj_offloaded``
     MaxText: as ``save_qkv_proj`` but q/k/v are offloaded to pinned host memory: device keeps
     ``layer_input`` only (the host transfer time is not modelled).
+``selective:M1+M2+...``
+    Megatron-Core ``--recompute-granularity selective --recompute-modules M1 M2 ...``
+    (``transformer_config.py`` ``recompute_modules``, Megatron-Core 0.12+): each module named is
+    re-run in the backward pass, the others keep their tensors. ``selective`` alone is
+    ``selective:core_attn`` (Megatron's default list). The modules (:data:`RECOMPUTE_MODULES`):
+
+    * ``core_attn``: the attention core (as ``selective``);
+    * ``layernorm``: the two block norms; their outputs (``norm1_out``, ``norm2_out``) are not kept
+      (Megatron checkpoints them without output, re-running the norm when the next GEMM needs its
+      input);
+    * ``mla_up_proj``: MLA's q/kv up-projections and RoPE; ``q``, ``k``, ``v`` are not kept (the
+      compressed latents, which were kept already as the up-projections' inputs, rebuild them).
+      No effect on a model without MLA;
+    * ``moe_act``: the routed experts' activation function; its output (``mlp_act``, per routed
+      copy) is not kept;
+    * ``mlp``: the dense MLP of a dense layer (it keeps its input only);
+    * ``moe``: the whole MoE block of a MoE layer (router, dispatch all-to-all, routed and shared
+      experts, combine): it keeps its input only;
+    * ``shared_experts``: the shared experts of a MoE layer (they keep their input only).
 
 Sources: Korthikanti et al. 2022 (selective, full); Megatron-LM ``transformer_config.py``
-(``recompute_granularity``, ``recompute_method``, ``recompute_num_layers``); torchtitan
+(``recompute_granularity``, ``recompute_method``, ``recompute_num_layers``, ``recompute_modules``
+and its docstring: "moe_act, layernorm and mla_up_proj use output-discarding checkpointing,
+core_attn, mlp, moe and shared_experts use normal checkpointing"); torchtitan
 ``parallelize_llama.py`` ``_apply_ac_to_transformer_block`` and ``_save_list`` (2024-08);
 MaxText ``layers/decoders.py`` ``get_remat_policy`` (2024-12) and JAX
 ``jax.checkpoint_policies``. These are read from the projects' code as remembered, not re-run.
@@ -107,6 +128,11 @@ MATRIX_OUTPUT: dict[str, str] = {
     "q_down": "q", "q_up": "q", "kv_down": "k", "kv_up": "v",
 }
 """The tensor each weight matrix writes (by the matrix names of :class:`ModelSpec`)."""
+
+RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe",
+                                      "shared_experts")
+"""Megatron-Core's ``--recompute-modules`` names, in the canonical order a ``selective:`` policy
+is written in (see the module docstring)."""
 
 _ALL_KEPT = ("layer_input", "norm1_out", "q", "k", "v", "attn_context", "attn_residual", "norm2_out",
              "mlp_gate", "mlp_up", "mlp_act")
@@ -139,11 +165,18 @@ class Policy:
     """``full:K``: layers per model chunk fully recomputed (0: the policy covers every layer)."""
     every_n_layers: int = 0
     """``full-every:N``: one layer in N fully recomputed (0: every layer)."""
+    modules: tuple[str, ...] = ()
+    """``selective:M1+M2``: the Megatron-Core recompute modules beyond ``core_attn`` (canonical
+    order of :data:`RECOMPUTE_MODULES`); empty for every other policy."""
 
     @property
     def recomputes(self) -> bool:
-        return (self.recompute_attention_core or self.recompute_elementwise or self.alternate_mm
-                or self.recompute_attn_in or self.recompute_mlp_in)
+        return bool(self.recompute_attention_core or self.recompute_elementwise or self.alternate_mm
+                    or self.recompute_attn_in or self.recompute_mlp_in or self.modules)
+
+    def has(self, module: str) -> bool:
+        """Whether this ``selective:`` policy re-runs Megatron-Core module ``module``."""
+        return module in self.modules
 
     def layer_fraction(self, layers: int, pipeline_chunks: int = 1) -> float:
         """Fraction of the model's ``layers`` the policy applies to (the rest keep everything).
@@ -177,9 +210,10 @@ POLICIES: dict[str, Policy] = {p.name: p for p in (
            recompute_mlp_in=True, recompute_mlp_out=True, recompute_elementwise=True,
            kept=("layer_input",)),
 )}
-PARAMETRISED: tuple[str, ...] = ("full:K", "full-every:N")
+PARAMETRISED: tuple[str, ...] = ("full:K", "full-every:N", "selective:MODULES")
 POLICY_NAMES: tuple[str, ...] = (*POLICIES, *PARAMETRISED)
-"""Every accepted spelling, for messages (``K``/``N`` stand for positive integers)."""
+"""Every accepted spelling, for messages (``K``/``N`` stand for positive integers, ``MODULES`` for
+Megatron-Core recompute modules joined by ``+``, e.g. ``selective:core_attn+moe_act``)."""
 
 
 @functools.lru_cache(maxsize=64)
@@ -190,9 +224,43 @@ def get_policy(name: str, field: str = "training.activation_checkpointing") -> P
     if name in POLICIES:
         return POLICIES[name]
     head, sep, tail = name.partition(":")
+    if sep and head == "selective":
+        return _selective_modules(name, tail, field)
     if sep and head in ("full", "full-every") and tail.isdigit() and int(tail) > 0:
         full = dict(_FULL)
         if head == "full":
             return Policy(name, block_layers=int(tail), **full)
         return Policy(name, every_n_layers=int(tail), **full)
     raise SpecError(field, name, f"one of {', '.join(POLICY_NAMES)} (K, N positive integers)")
+
+
+def _selective_modules(name: str, tail: str, field: str) -> Policy:
+    """``selective:M1+M2``: Megatron-Core's ``--recompute-modules`` (see the module docstring)."""
+    given = [m.strip() for m in tail.split("+")]
+    bad = [m for m in given if m not in RECOMPUTE_MODULES]
+    if bad or not given:
+        raise SpecError(field, name, "selective:MODULES with MODULES joined by '+' from "
+                                     f"{', '.join(RECOMPUTE_MODULES)} (e.g. selective:core_attn+moe_act)")
+    mods = tuple(m for m in RECOMPUTE_MODULES if m in given and m != "core_attn")
+    core = "core_attn" in given
+    if not mods:
+        return POLICIES["selective"] if core else POLICIES["none"]
+    canon = "selective:" + "+".join((("core_attn",) if core else ()) + mods)
+    return Policy(canon, recompute_attention_core=core, modules=mods)
+
+
+def policy_for_model(name: str, *, moe: bool, mla: bool, shared_experts: bool, dense_layers: bool) -> str:
+    """The spelling of policy ``name`` that does the same to a model with (or without) MoE
+    layers, MLA, shared experts and dense layers: the Megatron-Core modules the model has no part
+    for are dropped (``selective:core_attn+moe_act`` on a dense model is ``selective``), so a
+    planner tries each distinct policy once."""
+    pol = get_policy(name)
+    if not pol.modules:
+        return pol.name
+    has = {"moe_act": moe, "layernorm": True, "mla_up_proj": mla, "mlp": dense_layers, "moe": moe,
+           "shared_experts": shared_experts and moe}
+    mods = tuple(m for m in pol.modules if has[m])
+    if "moe" in mods:  # re-running the whole MoE block covers its activation and shared experts
+        mods = tuple(m for m in mods if m not in ("moe_act", "shared_experts"))
+    core = ("core_attn",) if pol.recompute_attention_core else ()
+    return get_policy("selective:" + "+".join(core + mods)).name if core + mods else "none"
