@@ -64,7 +64,7 @@ def is_proxy(run: Any) -> bool:
 def judge(run: Any, memory_margin: float | None = None) -> dict[str, Any]:
     """Rank and ratio of one workload's expert plan in the planner's list (stack's space)."""
     from trainperf.plan.search import search
-    from trainperf.plan.space import AC_POLICIES, SearchSpace
+    from trainperf.plan.space import SearchSpace, searched_policies
     from trainperf.predict import predict
     from trainperf.predict.stack_capabilities import apply_stack, capabilities_of, plan_refusal
 
@@ -73,7 +73,7 @@ def judge(run: Any, memory_margin: float | None = None) -> dict[str, Any]:
     # the stack as the run's release had it (NeMo 24.09 had no MoE parallel folding)
     release = str(run.cells.get("framework", ""))
     caps = capabilities_of(w.stack).as_of(release)
-    policies = tuple(p for p in AC_POLICIES if caps.allows_policy(p))
+    policies = searched_policies(w.model, caps)
     space = SearchSpace(num_devices=(w.num_devices,), devices_per_node=w.devices_per_node, seq_len=w.seq_len,
                         global_batches=(w.global_batch,), precisions=(w.precision,), checkpointing=policies,
                         max_micro_batch=max(8, w.micro_batch), compile=w.compile, async_tp=w.async_tp,

@@ -323,18 +323,23 @@ def test_recompute_modules_are_searched_from_their_release():
     """Megatron-Core's --recompute-modules (0.12 / NeMo 25.04): a NeMo 24.11 run cannot use them;
     a current one can: the output-discarding modules the model has a part for, and the whole MoE
     block; on a dense model only ``selective:core_attn+layernorm``."""
-    from trainperf.plan.space import AC_POLICIES, _distinct_policies
+    from trainperf.plan.space import _distinct_policies, searched_policies
 
     caps = capabilities_of("megatron-core")
     assert caps.allows_policy("selective:core_attn+moe_act")
     assert not caps.as_of("NeMo 24.11").allows_policy("selective:core_attn+moe_act")
     assert caps.as_of("NeMo 24.11").allows_policy("selective")
     assert not capabilities_of("torchtitan").allows_policy("selective:core_attn+moe_act")
-    searched = [p for p in AC_POLICIES if caps.allows_policy(p)]
-    assert _distinct_policies(get_model("mixtral-8x7b"), searched) == [
-        "none", "selective", "selective:core_attn+moe_act+layernorm", "selective:core_attn+layernorm+moe", "full"]
-    assert _distinct_policies(get_model("deepseek-v3"), searched) == [
+    assert searched_policies(get_model("mixtral-8x7b"), caps) == (
+        "none", "selective", "selective:core_attn+moe_act+layernorm", "selective:core_attn+layernorm+moe", "full")
+    assert searched_policies(get_model("deepseek-v3"), caps) == (
         "none", "selective", "selective:core_attn+moe_act+layernorm+mla_up_proj", "selective:core_attn+layernorm+moe",
-        "full"]
-    assert _distinct_policies(get_model("llama3-70b"), searched) == [
-        "none", "selective", "selective:core_attn+layernorm", "full"]
+        "full")
+    assert searched_policies(get_model("llama3-70b"), caps) == ("none", "selective", "selective:core_attn+layernorm",
+                                                                "full")
+    assert searched_policies(get_model("llama3-70b"), caps.as_of("NeMo 24.11")) == ("none", "selective", "full")
+    # a set named by the user is searched even when the default would not try it; one that does
+    # nothing a named policy before it does not is searched once
+    assert _distinct_policies(get_model("mixtral-8x7b"), ["selective:core_attn+layernorm", "selective"]) == [
+        "selective:core_attn+layernorm", "selective"]
+    assert _distinct_policies(get_model("llama3-70b"), ["selective", "selective:core_attn+moe_act"]) == ["selective"]

@@ -192,7 +192,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
     release = getattr(args, "stack_release", "")
     if release:
         _check_release(software["stack"], release)
-    ac = _policies(args.activation_checkpointing, software["stack"], DEFAULT_CHECKPOINTING, release)
+    ac = _policies(args.activation_checkpointing, software["stack"], DEFAULT_CHECKPOINTING, release, model)
     if getattr(args, "scale_up_domain", None) is not None:
         dom = args.scale_up_domain
         if isinstance(dom, bool) or dom < 1:
@@ -219,11 +219,12 @@ def _check_release(stack: str, release: str) -> None:
                         f"version, e.g. '{product} {first[0]}.{first[1]}'")
 
 
-def _policies(text: str | None, stack: str, default: tuple[str, ...], release: str = "") -> tuple[str, ...]:
+def _policies(text: str | None, stack: str, default: tuple[str, ...], release: str = "",
+              model: Any = None) -> tuple[str, ...]:
     """Checkpointing policies to try: the ones named, each checked against the stack's
-    ``[capabilities]`` (as of ``release``); by default the generic three, or every searchable
-    policy of a named stack."""
-    from trainperf.plan.space import AC_POLICIES
+    ``[capabilities]`` (as of ``release``); by default the generic three, or the searchable
+    policies of a named stack (:func:`~trainperf.plan.space.searched_policies` for ``model``)."""
+    from trainperf.plan.space import AC_POLICIES, searched_policies
     from trainperf.predict.stack_capabilities import capabilities_of
 
     caps = capabilities_of(stack).as_of(release)
@@ -236,6 +237,8 @@ def _policies(text: str | None, stack: str, default: tuple[str, ...], release: s
         return named
     if stack == "generic" or not caps.checkpointing:
         return default
+    if model is not None:
+        return searched_policies(model, caps)
     return tuple(p for p in AC_POLICIES if caps.allows_policy(p))
 
 

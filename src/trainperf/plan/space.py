@@ -39,7 +39,7 @@ AC_POLICIES: tuple[str, ...] = (
 """Activation-checkpointing policies the planner can try, in code order (``ac`` column value =
 index), from least to most recomputation (Llama-2-7B: 0, 1.07, 1.07 + norms, ..., 1.07 + elementwise,
 5.0, 6.8, 9.7, ..., 10.8, 10.8, 14.0 GFLOP per token); see :mod:`trainperf.specs.checkpointing`.
-Megatron-Core's recompute modules are tried as two sets (``_distinct_policies``): every cheap
+Megatron-Core's recompute modules are tried as two sets (:func:`searched_policies`): every cheap
 output-discarding module the model has a part for (``layernorm``, ``moe_act``, ``mla_up_proj``),
 and the whole MoE block (``moe``); on a model without MoE layers or MLA the first is
 ``selective:core_attn+layernorm`` (:func:`~trainperf.specs.checkpointing.policy_for_model`). The parametrised
@@ -536,27 +536,40 @@ def runnable(caps, cols: dict[str, np.ndarray], layers: int) -> np.ndarray:
 
 def _distinct_policies(model: ModelSpec, policies: list[str]) -> list[str]:
     """``policies`` less those that do the same to ``model`` as an earlier one (Megatron-Core
-    modules the model has no part for), in order. Of the Megatron-Core module sets, only two are
-    kept: every output-discarding module the model has a part for (``layernorm``, and
-    ``moe_act`` / ``mla_up_proj`` where it has MoE / MLA), which re-runs only memory-bound ops and
-    the up-projections, and that set's ``moe`` variant; a smaller output-discarding set saves less
-    memory for about the same time, and each policy tried costs a full evaluation of the layouts."""
-    from trainperf.specs.checkpointing import get_policy, policy_for_model
+    modules the model has no part for), in order."""
+    from trainperf.specs.checkpointing import policy_for_model
 
-    mla = model.attention == "mla"
-    lean = {"layernorm"} | ({"moe_act"} if model.is_moe else set()) | ({"mla_up_proj"} if mla else set())
     seen: set[str] = set()
     out: list[str] = []
     for p in policies:
-        eff = policy_for_model(p, moe=model.is_moe, mla=mla, shared_experts=bool(model.moe_shared_experts),
-                               dense_layers=model.dense_layers > 0)
-        mods = set(get_policy(eff).modules)
-        if mods and mods != lean and "moe" not in mods:
-            continue
+        eff = policy_for_model(p, moe=model.is_moe, mla=model.attention == "mla",
+                               shared_experts=bool(model.moe_shared_experts), dense_layers=model.dense_layers > 0)
         if eff not in seen:
             seen.add(eff)
             out.append(p)
     return out
+
+
+def searched_policies(model: ModelSpec, caps: Any) -> tuple[str, ...]:
+    """The checkpointing policies a search tries by default under a stack's capabilities
+    ``caps``: every policy of :data:`AC_POLICIES` the stack runs, each distinct one for ``model``
+    once; of Megatron-Core's module sets only two: every output-discarding module the model has a
+    part for (``layernorm``, and ``moe_act`` / ``mla_up_proj`` where it has MoE / MLA), which
+    re-runs memory-bound ops and the up-projections only, and that set's ``moe`` variant. A
+    smaller output-discarding set saves less memory for about the same time, and each policy
+    tried costs a full evaluation of the layouts (a user may still name any of them)."""
+    from trainperf.specs.checkpointing import get_policy, policy_for_model
+
+    mla = model.attention == "mla"
+    lean = {"layernorm"} | ({"moe_act"} if model.is_moe else set()) | ({"mla_up_proj"} if mla else set())
+    keep = []
+    for p in _distinct_policies(model, [p for p in AC_POLICIES if caps.allows_policy(p)]):
+        eff = policy_for_model(p, moe=model.is_moe, mla=mla, shared_experts=bool(model.moe_shared_experts),
+                               dense_layers=model.dense_layers > 0)
+        mods = set(get_policy(eff).modules)
+        if not mods or mods == lean or "moe" in mods:
+            keep.append(p)
+    return tuple(keep)
 
 
 def enumerate_candidates(model: ModelSpec, hardware: Hardware, space: SearchSpace) -> Candidates:
