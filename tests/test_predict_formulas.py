@@ -226,3 +226,35 @@ def test_vectorised_helpers_accept_arrays():
                                 np.array([8.0, 1.0]), np.array([1.0, 1.0]), 450e9, 50e9, up, out)
     assert t[0] == pytest.approx(7 / 8 * 1e9 / 450e9) and t[1] == 0.0
     assert math.isclose(float(pipeline.bubble_fraction_of_step(np.array([4.0]), np.array([8.0]))[0]), 3 / 11)
+
+
+def test_the_lm_head_runs_in_16_bits_under_fp8(monkeypatch):
+    """Megatron-Core's output layer is not a Transformer Engine module and torchtitan's float8
+    conversion skips ``output``: under fp8 the LM head is a bf16 GEMM at the bf16 peak. On one
+    H100 (pp = 1: the head is on the only stage), turning that off changes an fp8 step by the
+    head's forward and two backward GEMMs, 4 micro-batches, at fp8 speed instead of bf16 (the
+    launch-overlap blend moves it by a little), and leaves a bf16 step alone."""
+    from trainperf.predict import core, predict
+    from trainperf.predict.step import resolve_knobs
+    from trainperf.specs.hardware import get_hardware
+    from trainperf.specs.workload_file import workload_from_dict
+
+    def w(precision: str):
+        return workload_from_dict({
+            "model": {"preset": "llama3-8b"}, "hardware": {"device": "h100-sxm", "num_devices": 1},
+            "training": {"seq_len": 4096, "global_batch": 4, "micro_batch": 1, "precision": precision,
+                         "activation_checkpointing": "full", "stack": "megatron-core"}})
+
+    assert core._head_dtype(get_hardware("b200"), "fp4") == "bf16"
+    assert core._head_dtype(get_hardware("h100-sxm"), "bf16") == "bf16"
+    bf16_on, fp8_on = predict(w("bf16")).step_time_s, predict(w("fp8")).step_time_s
+    f, k = core.workload_features(w("fp8")), resolve_knobs(w("fp8"))
+    monkeypatch.setattr(core, "HEAD_16BIT_UNDER_FP8", False)
+    bf16_off, fp8_off = predict(w("bf16")).step_time_s, predict(w("fp8")).step_time_s
+    assert bf16_on == bf16_off
+    half, hbm = f["gemm_half_dim"], f["hbm_bytes_per_s"]
+    head16 = compute.matmul_time_s(4096, 128256, 4096, f["attn_peak_flops"],
+                                   f["head_gemm_peak_fraction"] * k.matmul_fraction, half, hbm, 2.0)
+    head8 = compute.matmul_time_s(4096, 128256, 4096, f["peak_flops"],
+                                  f["gemm_peak_fraction"] * k.fp8_matmul_fraction, half, hbm, 1.0)
+    assert fp8_on - fp8_off == pytest.approx(4 * 3 * (head16 - head8), rel=1e-3)

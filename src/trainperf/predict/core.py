@@ -52,6 +52,14 @@ ATTENTION_PEAK_PRECISION = {"fp8": "bf16", "fp4": "bf16"}
 """Attention runs in 16-bit even when the GEMMs run in fp8/fp4 (torchtitan's performance page, 2024,
 footnote 2: its fused attention is not done in fp8)."""
 
+HEAD_16BIT_UNDER_FP8 = True
+"""The LM head (output projection) runs in 16 bits when the transformer layers' GEMMs run in
+fp8/fp4: Megatron-Core's ``output_layer`` is its own ``ColumnParallelLinear``, not a Transformer
+Engine module, so TE's ``fp8_autocast`` leaves it in bf16 (megatron/core/models/gpt/gpt_model.py);
+torchtitan's float8 conversion skips the ``output`` linear (torchtitan float8 docs: the final
+output layer is excluded for numerics). Read from memory of both repositories; assumed for the
+other stacks."""
+
 KERNELS_PER_LAYER_FWD = 14.0
 """Kernels one layer launches forward in an eager framework: ~7 GEMMs, 2 norms, 2 adds, RoPE,
 activation, attention."""
@@ -182,6 +190,8 @@ def kernel_features(w: Any) -> dict[str, Any]:
         "silicon": sil, "attn_family": attn,
         "gemm_peak_fraction": float(k_gemm.peak_fraction(sil, gdt)),
         "gemm_half_dim": float(k_gemm.half_dim(sil, gdt)),
+        # the LM head's GEMM dtype (HEAD_16BIT_UNDER_FP8): the 16-bit fraction under fp8/fp4
+        "head_gemm_peak_fraction": float(k_gemm.peak_fraction(sil, _head_dtype(hw, precision))),
         "hbm_fraction": float(k_memory.hbm_fraction(sil)),
         "tp_overlap_rule": sk.tp_overlap,
         # a runtime that preallocates a share of a GPU's memory (JAX/XLA) leaves the rest unused
@@ -189,6 +199,15 @@ def kernel_features(w: Any) -> dict[str, Any]:
         "link_up": links[0], "link_out": links[1],
         **software_features(w.model, sil, sk, precision, bool(w.compile), w.fp8_recipe),
     }
+
+
+def _head_dtype(hw: Any, precision: str) -> str:
+    """The LM head's GEMM dtype: 16-bit under an fp8/fp4 run (:data:`HEAD_16BIT_UNDER_FP8`)."""
+    gdt = precision if precision != "fp4" else "fp8"
+    if gdt == "fp8" and HEAD_16BIT_UNDER_FP8:
+        alt = ATTENTION_PEAK_PRECISION[precision]
+        return alt if hw.supports(alt) else gdt
+    return gdt
 
 
 def software_features(model: Any, silicon: str, sk: Any, precision: str, compile_flag: bool,
@@ -374,8 +393,11 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     layer_bwd = gpu_bwd + exp_bwd
     layer_rec = rec_frac * (gpu_rec + exp_rec)
 
-    # --- LM head + loss (last stage)
-    head_mm = compute.matmul_time_s(m_tok, f["vocab"] / t, f["hidden"], peak, mm_eff, half, hbm, elem)
+    # --- LM head + loss (last stage); in 16 bits under fp8 (HEAD_16BIT_UNDER_FP8)
+    head_16 = f["fp8"] & HEAD_16BIT_UNDER_FP8
+    head_eff = vec.where(head_16, f["head_gemm_peak_fraction"] * k["matmul_fraction"], mm_eff)
+    head_mm = compute.matmul_time_s(m_tok, f["vocab"] / t, f["hidden"], vec.where(head_16, f["attn_peak_flops"], peak),
+                                    head_eff, half, hbm, vec.where(head_16, act_b, elem))
     # the loss is PyTorch's native log-softmax/NLL kernels (or a fused one): no eager penalty
     loss_t = compute.memory_time_s(m_tok * f["vocab"] / t * compute.LOSS_BYTES_PER_LOGIT, hbm, mb_eff)
     head_fwd = head_mm + 0.5 * loss_t + _exposed_launch(head_mm + 0.5 * loss_t, 3 * ovh)
