@@ -91,6 +91,10 @@ PUBLISHED = [
     ("qwen2.5-7b", 7.61e9, None, 0.002, "Qwen2.5-7B model card: 7.61B"),
     ("gemma2-9b", 9.24e9, None, 0.002, "HF gemma-2-9b safetensors: 9.24B"),
     ("gpt2", 124_439_808, None, 0.0, "HF openai-community/gpt2: 124,439,808 (tied, learned positions)"),
+    ("qwen3-30b-a3b", 30.5e9, 3.3e9, 0.02, "Qwen3-30B-A3B model card: 30.5B total, 3.3B activated"),
+    ("qwen3-235b-a22b", 235e9, 22e9, 0.01, "Qwen3-235B-A22B model card: 235B total, 22B activated"),
+    ("llama4-scout", 109e9, 17e9, 0.015, "Meta Llama 4 Scout model card: 109B total (with the vision encoder), 17B active"),
+    ("llama4-maverick", 400e9, 17e9, 0.015, "Meta Llama 4 Maverick model card: 400B total, 17B active"),
 ]
 
 

@@ -224,3 +224,22 @@ def test_leave_one_group_out_holds_out_every_table_of_the_pair(monkeypatch):
     assert {p.name for p in preds} == {r.name for r in rows}
     # llm-foundry is seen on ampere only: held out, it is predicted by generic alone
     assert all(p.generation for p in preds)
+
+
+def test_each_profile_predicts_its_rows_as_its_fit_did():
+    """What ``trainperf validate`` predicts in sample is what the fit saw: every packaged profile's
+    ``[fit] in_sample_mape_pct`` equals the per-stack in-sample MAPE of the predictor as it runs.
+    A knob that predictions read on rows the fit held it fixed for breaks this (the 16-bit LM head
+    of fp8 rows reads ``matmul_fraction``)."""
+    from trainperf.predict.stacks import STACKS, packaged_profile
+    from trainperf.predict.validate_runs import validate_runs
+
+    per_stack = validate_runs(loto=False).to_dict()["per_stack"]
+    checked = 0
+    for name in STACKS:
+        fit = packaged_profile(name).fit
+        if name == "generic" or not fit.get("in_sample_mape_pct"):
+            continue
+        assert per_stack[name]["in_sample"]["mape_pct"] == pytest.approx(fit["in_sample_mape_pct"], abs=0.006), name
+        checked += 1
+    assert checked >= 6

@@ -367,6 +367,43 @@ def test_a_hand_built_pp_row(tmp_path):
     assert (r.workload.global_batch, r.workload.micro_batch, r.workload.grad_accum_steps) == (16, 1, 4)
 
 
+def _hand_row(**cells: str):
+    header = list(csv.DictReader(FIXTURE.open()).fieldnames)
+    row = dict.fromkeys(header, "")
+    row.update(row_id="h1", table_id="hand", source="hand-built", seq_len="4096", micro_batch="1",
+               global_batch_seqs="1024",
+               hardware="H100 SXM5 80GB", num_gpus="1024", act_ckpt="selective", precision="bf16",
+               framework="NeMo 25.04 (Megatron-Core)", step_time_s="30")
+    row.update(cells)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=header)
+    w.writeheader()
+    w.writerow(row)
+    (r,) = parse_runs(buf.getvalue(), "hand.csv")
+    return r
+
+
+def test_a_row_naming_a_preset_whose_shape_agrees_takes_its_architecture():
+    """The columns cannot say MLA, shared experts, leading dense layers or a head dim other than
+    hidden / heads; a preset the model cell names can, when every stated shape agrees with it
+    (kv heads = heads for MLA; an all-MoE model's ffn column may name the experts' width)."""
+    ds = _hand_row(model="DeepSeek-V3", layers="61", hidden="7168", heads="128", kv_heads="128", ffn_hidden="18432",
+                   vocab="129280", moe_experts="256", moe_topk="8", moe_expert_ffn="2048", arch_type="MoE",
+                   tp="2", pp="16", ep="64", etp="1", sp="yes")
+    m = ds.workload.model
+    assert ds.included, ds.exclude_reason
+    assert (m.attention, m.moe_shared_experts, m.moe_dense_layers) == ("mla", 1, 3)
+    assert any("architecture from the model preset deepseek-v3" in a for a in ds.assumptions)
+    qw = _hand_row(model="Qwen3-235B-A22B", layers="94", hidden="4096", heads="64", kv_heads="4", ffn_hidden="1536",
+                   vocab="151936", moe_experts="128", moe_topk="8", arch_type="MoE", tp="4", pp="8", ep="8")
+    assert qw.included, qw.exclude_reason
+    assert (qw.workload.model.q_dim, qw.workload.model.qk_norm) == (8192, True)
+    # a stated shape the preset does not have: the columns, as written
+    odd = _hand_row(model="Qwen3-235B-A22B", layers="94", hidden="4096", heads="32", kv_heads="4", ffn_hidden="1536",
+                    vocab="151936", moe_experts="128", moe_topk="8", arch_type="MoE", tp="4", pp="8", ep="8")
+    assert (odd.workload.model.heads, odd.workload.model.q_dim) == (32, 4096)
+
+
 def test_headers_are_matched_loosely_and_blank_lines_skipped():
     text = FIXTURE.read_text()
     head, rest = text.split("\n", 1)

@@ -194,8 +194,8 @@ def build_problem(rows: Sequence[FitRow], *, base: Sequence[Profile] = (), gener
     stack_arr = np.array([r.stack for r in rows])
     fp8_arr = np.array([r.fp8 for r in rows])
     for knob in generation_knobs:
-        sel = fp8_arr if knob == "fp8_matmul_fraction" else (~fp8_arr if knob == "matmul_fraction"
-                                                               else np.ones(len(rows), bool))
+        # fp8 rows read matmul_fraction too: their LM head is a 16-bit GEMM (core.HEAD_16BIT_UNDER_FP8)
+        sel = fp8_arr if knob == "fp8_matmul_fraction" else np.ones(len(rows), bool)
         if generic:
             # one share for every silicon (what a stack on new silicon starts from), plus each
             # generation's residual over its kernel physics, pulled towards zero

@@ -71,7 +71,8 @@ REQUIRED_COLUMNS: tuple[str, ...] = (
     "tflops_per_gpu", "mfu_pct", "mfu_basis",
 )
 """Columns a runs file must have (``--data FILE.csv``); others are kept as they are (an optional
-``tokens_per_s_per_gpu`` is read when the global figure is missing)."""
+``tokens_per_s_per_gpu`` is read when the global figure is missing, an optional ``etp`` -- the
+experts' tensor-parallel degree, blank for tp -- when a MoE row folds its experts)."""
 
 EXCLUDE_KINDS: dict[str, str] = {
     "time": "no step time, tokens/s or TFLOP/s that trainperf can read",
@@ -346,6 +347,19 @@ _SHAPE_COLUMNS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab"
 """Shape columns of a runs table that must agree with a named preset for the preset to stand in."""
 
 
+def _preset_values(preset: Any, column: str) -> tuple[Any, ...]:
+    """The values of a shape ``column`` that agree with ``preset``: its field, the effective one
+    where the field defaults (kv heads = heads; an expert as wide as the dense MLP), and for a MoE
+    model whose every layer is MoE, ``ffn_hidden`` may name the experts' width."""
+    if column == "kv_heads":
+        return (preset.kv_heads or preset.heads,)
+    if column == "moe_expert_ffn":
+        return (preset.moe_expert_ffn or preset.ffn_hidden,)
+    if column == "ffn_hidden" and preset.is_moe and not preset.moe_dense_layers:
+        return (preset.ffn_hidden, preset.moe_expert_ffn)
+    return (getattr(preset, column),)
+
+
 def _model(r: Mapping[str, str], notes: list[str]) -> dict[str, Any]:
     from trainperf.specs.model import ModelSpec
 
@@ -357,7 +371,7 @@ def _model(r: Mapping[str, str], notes: list[str]) -> dict[str, Any]:
         # every shape the row states agrees with the preset it names: the preset's architecture
         # (attention kind such as MLA, shared experts, dense layers of a MoE, norms, positions,
         # biases, tied embeddings) is what the row's model has, which the columns cannot say
-        agrees = all(not _count(r, c) or _count(r, c) == getattr(preset, c) for c in _SHAPE_COLUMNS)
+        agrees = all(not _count(r, c) or _count(r, c) in _preset_values(preset, c) for c in _SHAPE_COLUMNS)
         if missing or agrees:
             notes.append(f"{', '.join(missing)} not stated: from the model preset {preset.name} "
                          f"(the model cell {_cell(r, 'model')!r})" if missing else
@@ -479,6 +493,9 @@ def _plan(r: Mapping[str, str], n: int, dpn: int, d: Any, notes: list[str]) -> d
         raise _Skip("plan", f"{n} devices are not a multiple of tp*pp*cp={model_par}")
     data = n // model_par
     plan: dict[str, Any] = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "sequence_parallel": sp}
+    etp = _count(r, "etp", "etp") if "etp" in r else None
+    if etp is not None and ep > 1 and etp != tp:  # MoE parallel folding: experts split etp ways, not tp
+        plan["etp"] = etp
     if vpp > 1:
         plan.update(vpp=vpp, pp_schedule="interleaved")
     elif pp > 1:
