@@ -312,9 +312,9 @@ def recompute_flops(model: ModelSpec, seq_len: int, policy: str, attention: str 
     fb = forward_flops(model, seq_len, attention)
     mats = layer_matrices(model)
     names = tuple(n for _, n, _, _ in mats)
-    redo = dict(zip(names, recomputed_matrices(pol, names, tuple(r for r, *_ in mats)), strict=True))
-    per_mat = layer_matmul_flops(model, seq_len)
     roles = tuple(r for r, *_ in mats)
+    redo = dict(zip(names, recomputed_matrices(pol, names, roles), strict=True))
+    per_mat = layer_matmul_flops(model, seq_len)
     routed = dict(zip(names, recomputed_matrices(pol, names, roles, "moe"), strict=True))
     shared = dict(zip(names, recomputed_matrices(pol, names, roles, "shared_experts"), strict=True))
     # expert.* FLOPs count topk routed and the shared experts per token
@@ -322,8 +322,8 @@ def recompute_flops(model: ModelSpec, seq_len: int, policy: str, attention: str 
     total = 0.0
     for key, flops in per_mat.items():
         if key == "router":
-            first_in = next(n for r, n, *_ in mats if r == "mlp_in")
-            total += flops if (routed[first_in] if pol.modules else redo[first_in]) else 0.0
+            # the router is re-run with the routed experts' input projections
+            total += flops if routed[next(n for r, n, *_ in mats if r == "mlp_in")] else 0.0
         elif key.startswith("expert."):
             name = key.removeprefix("expert.")
             total += flops * (model.moe_topk * routed[name] + model.moe_shared_experts * shared[name]) / per_tok

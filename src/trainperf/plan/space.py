@@ -534,16 +534,21 @@ def runnable(caps, cols: dict[str, np.ndarray], layers: int) -> np.ndarray:
     return ok
 
 
+def _for_model(model: ModelSpec, policy: str) -> str:
+    """``policy`` as it acts on ``model`` (:func:`~trainperf.specs.checkpointing.policy_for_model`)."""
+    from trainperf.specs.checkpointing import policy_for_model
+
+    return policy_for_model(policy, moe=model.is_moe, mla=model.attention == "mla",
+                            shared_experts=bool(model.moe_shared_experts), dense_layers=model.dense_layers > 0)
+
+
 def _distinct_policies(model: ModelSpec, policies: list[str]) -> list[str]:
     """``policies`` less those that do the same to ``model`` as an earlier one (Megatron-Core
     modules the model has no part for), in order."""
-    from trainperf.specs.checkpointing import policy_for_model
-
     seen: set[str] = set()
     out: list[str] = []
     for p in policies:
-        eff = policy_for_model(p, moe=model.is_moe, mla=model.attention == "mla",
-                               shared_experts=bool(model.moe_shared_experts), dense_layers=model.dense_layers > 0)
+        eff = _for_model(model, p)
         if eff not in seen:
             seen.add(eff)
             out.append(p)
@@ -558,15 +563,13 @@ def searched_policies(model: ModelSpec, caps: Any) -> tuple[str, ...]:
     re-runs memory-bound ops and the up-projections only, and that set's ``moe`` variant. A
     smaller output-discarding set saves less memory for about the same time, and each policy
     tried costs a full evaluation of the layouts (a user may still name any of them)."""
-    from trainperf.specs.checkpointing import get_policy, policy_for_model
+    from trainperf.specs.checkpointing import get_policy
 
-    mla = model.attention == "mla"
-    lean = {"layernorm"} | ({"moe_act"} if model.is_moe else set()) | ({"mla_up_proj"} if mla else set())
+    lean = ({"layernorm"} | ({"moe_act"} if model.is_moe else set())
+            | ({"mla_up_proj"} if model.attention == "mla" else set()))
     keep = []
     for p in _distinct_policies(model, [p for p in AC_POLICIES if caps.allows_policy(p)]):
-        eff = policy_for_model(p, moe=model.is_moe, mla=mla, shared_experts=bool(model.moe_shared_experts),
-                               dense_layers=model.dense_layers > 0)
-        mods = set(get_policy(eff).modules)
+        mods = set(get_policy(_for_model(model, p)).modules)
         if not mods or mods == lean or "moe" in mods:
             keep.append(p)
     return tuple(keep)
