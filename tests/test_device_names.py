@@ -17,6 +17,8 @@ REAL_WORLD = [
     ("GB200 NVL72", "gb200"),
     ("NVIDIA GB200 NVL72 (per B200 GPU)", "gb200"),
     ("GB200 NVL 72 (4 GPUs per compute tray)", "gb200"),
+    ("GB300 NVL72", "gb300"),
+    ("NVIDIA GB300", "gb300"),
     ("H200 141GB", "h200-sxm"),
     ("H200 NVL 141GB", "h200-nvl"),
     ("TPU v5p", "tpu-v5p"),
@@ -77,9 +79,9 @@ def test_real_world_spellings_resolve_to_the_part_they_name(text, device):
 
 @pytest.mark.parametrize(("text", "names"), [
     ("Hopper", ["h100-sxm", "h200-sxm", "h800"]),
-    ("Blackwell", ["b200", "gb200", "b300"]),
+    ("Blackwell", ["b200", "gb200", "b300", "gb300"]),
     ("H100 or A100", ["h100", "a100"]),
-    ("GB300 NVL72", ["gb300", "gb200", "b300"]),
+    ("GB400 NVL72", ["gb400", "gb300", "gb200"]),
     ("MI300A", ["mi300a", "mi300x"]),
     ("AWS Trainium2", ["trainium2"]),
     ("Grace Hopper GH200", ["gh200"]),
@@ -96,7 +98,7 @@ def test_ambiguous_or_unknown_text_names_the_candidates_in_one_line(text, names)
 
 
 def test_blackwell_alone_lists_its_parts_as_candidates():
-    assert set(read_device("Blackwell").candidates) == {"b200", "gb200", "b300"}
+    assert set(read_device("Blackwell").candidates) == {"b200", "gb200", "b300", "gb300"}
 
 
 def test_exact_ids_aliases_and_names_resolve_to_themselves():

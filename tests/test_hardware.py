@@ -27,7 +27,7 @@ from trainperf.specs.hardware import (
 
 REQUIRED_IDS = [
     "a100-sxm-40gb", "a100-sxm-80gb", "a100-pcie-40gb", "a100-pcie-80gb", "h100-sxm", "h100-pcie",
-    "h100-nvl", "h200-sxm", "h200-nvl", "h800", "b200", "gb200", "b300", "l4", "l40s", "mi250",
+    "h100-nvl", "h200-sxm", "h200-nvl", "h800", "b200", "gb200", "b300", "gb300", "l4", "l40s", "mi250",
     "mi250-gcd", "mi250x", "mi250x-gcd", "mi300x", "mi325x", "mi355x", "tpu-v4", "tpu-v5e", "tpu-v5p",
     "tpu-v6e", "gaudi2", "gaudi3", "cpu",
 ]  # fmt: skip
@@ -36,7 +36,8 @@ REQUIRED_IDS = [
 NVIDIA_SPARSE_BF16 = {
     "a100-sxm-40gb": 624.0, "a100-sxm-80gb": 624.0, "a100-pcie-40gb": 624.0, "a100-pcie-80gb": 624.0,
     "h100-sxm": 1979.0, "h100-pcie": 1513.0, "h100-nvl": 1671.0, "h200-sxm": 1979.0, "h200-nvl": 1671.0,
-    "h800": 1979.0, "b200": 4500.0, "gb200": 5000.0, "b300": 4500.0, "l4": 242.0, "l40s": 733.0,
+    "h800": 1979.0, "b200": 4500.0, "gb200": 5000.0, "b300": 4500.0, "gb300": 5000.0, "l4": 242.0,
+    "l40s": 733.0,
 }  # fmt: skip
 
 

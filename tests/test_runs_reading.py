@@ -105,6 +105,8 @@ def test_flags(cell, flag):
     ("FP8 (Float8 rowwise)", "fp8", "rowwise"), ("FP8 (Float8 tensorwise)", "fp8", "tensorwise"),
     ("float8 + bf16", "fp8", None), ("FP8 hybrid (TE)", "fp8", "delayed"), ("fp8 (TE hybrid, fp8_params)", "fp8", "delayed"),
     ("FP8 (current scaling)", "fp8", "tensorwise"), ("FP8 (delayed scaling)", "fp8", "delayed"),
+    ("FP8-CS", "fp8", "tensorwise"), ("FP8-DS", "fp8", "delayed"), ("FP8-MX", "fp8", "mxfp8"),
+    ("FP8-SS", "fp8", "blockwise"), ("fp8_blk", "fp8", "blockwise"),
     ("MXFP8", "fp8", "mxfp8"), ("fp8 block-wise (DeepSeek)", "fp8", "blockwise"), ("NVFP4", "fp4", None), ("amp_fp8", "fp8", None), ("TF32", "tf32", None),
 ])
 def test_precisions_and_fp8_recipes(cell, precision, recipe):
@@ -275,7 +277,7 @@ def test_fixture_rows_are_read_or_refused_with_their_reason():
     refused = {i: r.exclude_kind for i, r in rows.items() if not r.included}
     assert refused == {"c1": "hardware", "c2": "hardware", "c3": "cell", "c4": "time", "c5": "model",
                        "c6": "hardware", "c7": "precision"}
-    assert "gb300" in rows["c1"].exclude_reason and "gb200" in rows["c1"].exclude_reason
+    assert "gb400" in rows["c1"].exclude_reason and "gb300" in rows["c1"].exclude_reason
     assert "h200-sxm" in rows["c2"].exclude_reason
     s = reading_summary(list(rows.values()))
     assert s["rows_total"] == 48 and s["rows_unread"] == 7

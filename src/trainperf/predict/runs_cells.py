@@ -215,15 +215,21 @@ def read_precision(cell: str | None) -> Precision | None:
     ``"BF16 mixed"``, ``"amp_bf16"``, ``"fp16 mixed"``, ``"FP8 (Float8 rowwise)"``, ``"float8 +
     bf16"``, ``"FP8 hybrid (TE)"`` (Transformer Engine's DelayedScaling, its default recipe),
     ``"fp8 current scaling"`` (tensorwise), ``"MXFP8"`` (per-32-element block scales, recipe
-    ``mxfp8``), block-wise fp8 (recipe ``blockwise``), ``"NVFP4"``/``"MXFP4"`` (fp4). ``None`` when unstated; an
+    ``mxfp8``), block-wise fp8 (recipe ``blockwise``), NVIDIA's abbreviations ``FP8-CS``
+    (tensorwise), ``FP8-DS`` (delayed), ``FP8-MX`` (mxfp8), ``FP8-SS``/``FP8-BLK`` (blockwise), ``"NVFP4"``/``"MXFP4"`` (fp4). ``None`` when unstated; an
     unreadable precision is a :class:`CellError`."""
     if unstated(cell):
         return None
     s = _clean(str(cell))
     if re.search(r"(?<![a-z0-9])(?:nv|mx)?fp4\b|float4|e2m1", s):
         return Precision("fp4", note="fp4 (NVFP4/MXFP4): block-scaled, no fp8 recipe applies")
-    if re.search(r"(?<![a-z0-9])mxfp8\b", s):
+    if re.search(r"(?<![a-z0-9])mxfp8\b|(?<![a-z0-9])fp8[ _-]mx\b", s):
         return Precision("fp8", "mxfp8")
+    # NVIDIA's performance tables abbreviate the recipe: FP8-CS (current scaling), FP8-DS
+    # (delayed scaling), FP8-SS / FP8-BLK (sub-channel / block scaling)
+    m = re.search(r"(?<![a-z0-9])fp8[ _-](cs|ds|ss|blk|bs)\b", s)
+    if m:
+        return Precision("fp8", {"cs": "tensorwise", "ds": "delayed"}.get(m.group(1), "blockwise"))
     if re.search(r"(?<![a-z0-9])fp8\b|float8|e4m3|\b8-bit float", s):
         if re.search(r"row[- ]?wise|per[- ]row|axiswise", s):
             return Precision("fp8", "rowwise")
