@@ -130,6 +130,12 @@ def test_recompute_modules_are_written_in_megatrons_order():
     assert get_policy("selective:core_attn").name == "selective"
     p = get_policy("selective:layernorm")  # a list without core_attn leaves attention alone
     assert not p.recompute_attention_core and p.modules == ("layernorm",)
+    from trainperf.specs.workload_file import workload_from_dict
+
+    w = workload_from_dict({"model": {"preset": "mixtral-8x7b"}, "hardware": {"device": "h100-sxm", "num_devices": 8},
+                            "parallel": {"ep": 8}, "training": {"seq_len": 4096, "global_batch": 8,
+                                                                "activation_checkpointing": "selective:moe_act+core_attn"}})
+    assert w.activation_checkpointing == "selective:core_attn+moe_act"
 
 
 @pytest.mark.parametrize("policy, per_layer", [

@@ -98,7 +98,9 @@ class Workload:
             have = ", ".join(p for p in PRECISIONS if self.hardware.supports(p))
             raise SpecError("training.precision", self.precision,
                             f"{self.hardware.id} supports {have}")
-        get_policy(self.activation_checkpointing)  # raises SpecError naming the valid policies
+        pol = get_policy(self.activation_checkpointing)  # raises SpecError naming the valid policies
+        if pol.modules:  # Megatron-Core recompute modules: one spelling (their canonical order)
+            object.__setattr__(self, "activation_checkpointing", pol.name)
         for name in ("compile", "async_tp"):
             if not isinstance(getattr(self, name), bool):
                 raise SpecError(f"training.{name}", getattr(self, name), "true or false")
