@@ -140,3 +140,20 @@ def test_fp8_input_bytes_reach_the_planner():
         p = predict(w)
         assert ev.memory_GiB[i] == pytest.approx(p.memory_per_device_GiB, rel=1e-6), w.describe()
         assert ev.step_time_s[i] == pytest.approx(p.step_time_s, rel=1e-6), w.describe()
+
+
+@pytest.mark.parametrize("case", CASES[:4], ids=[c[0] + "@" + c[1] for c in CASES[:4]])
+def test_pricing_only_the_plans_that_fit_changes_nothing_that_fits(case):
+    """A search prices only the plans whose memory fits (``fitting_only``): their step times and
+    every plan's memory are the full evaluation's, bit for bit; the rest are infinitely slow."""
+    name, dev, counts, dpn, seq, gbs, precs = case
+    model, hw = get_model(name), get_hardware(dev)
+    space = SearchSpace(counts, dpn, seq, gbs, precisions=precs, max_micro_batch=4, max_vpp=4)
+    cands = enumerate_candidates(model, hw, space)
+    full = vectorized.evaluate(cands, model, hw, seq, dpn)
+    lean = vectorized.evaluate(cands, model, hw, seq, dpn, fitting_only=True)
+    fit = full.memory_GiB <= full.capacity_GiB
+    assert fit.any() and (~fit).any()
+    assert np.array_equal(full.memory_GiB, lean.memory_GiB) and full.capacity_GiB == lean.capacity_GiB
+    assert np.array_equal(full.step_time_s[fit], lean.step_time_s[fit])
+    assert np.isinf(lean.step_time_s[~fit]).all()

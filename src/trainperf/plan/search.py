@@ -284,7 +284,7 @@ def search(model: ModelSpec, hardware: Hardware, space: SearchSpace, objective: 
     rejected = Counter(cands.rejected)
     ev = vectorized.evaluate(cands, model, hardware, space.seq_len, space.devices_per_node,
                              calibration=calibration, software=space.software,
-                             scale_up_domain=hardware.scale_up_domain)
+                             scale_up_domain=hardware.scale_up_domain, fitting_only=True)
     # the planner proposes only plans that leave its margin free (SearchSpace.memory_margin)
     fits = ev.memory_GiB <= space.memory_limit_GiB(ev.capacity_GiB)
     n_oom = int((~fits).sum())

@@ -103,7 +103,8 @@ def plan_features(c: Candidates, idx: np.ndarray, devices_per_node: int, layers:
 
 def evaluate(c: Candidates, model: ModelSpec, hardware: Hardware, seq_len: int, devices_per_node: int,
              *, calibration: Any = None, keep_parts: bool = False, scale_up_domain: int = 0,
-             software: Callable[[str, int], SoftwareFields] | None = None) -> Evaluation:
+             software: Callable[[str, int], SoftwareFields] | None = None,
+             fitting_only: bool = False) -> Evaluation:
     """Predicted step time, memory per device and fit of every candidate in ``c``.
 
     ``calibration``: what ``trainperf.predict`` accepts for its knobs (a calibration file path,
@@ -112,6 +113,9 @@ def evaluate(c: Candidates, model: ModelSpec, hardware: Hardware, seq_len: int, 
     gives the ``[training]`` software fields (compile, async_tp, fp8_recipe) of a plan, as
     :meth:`~trainperf.plan.space.SearchSpace.software` does; async TP is applied only where tp > 1
     (with tp = 1 there is no TP collective to hide, so the flag is a no-op there).
+    ``fitting_only``: price only the plans whose memory fits the device (the memory is computed
+    for every plan first, :func:`~trainperf.predict.core.memory_core`); the others get an
+    infinite step time. A search ranks only plans that fit, and most do not.
     """
     from trainperf.plan import scalar
     from trainperf.predict import core, stack_kernels
@@ -141,6 +145,18 @@ def evaluate(c: Candidates, model: ModelSpec, hardware: Hardware, seq_len: int, 
                 f.update(core.software_features(model, base["silicon"], stack_kernels.for_stack(stack, base["silicon"]),
                                                 c.precisions[p], bool(soft["compile"]), soft["fp8_recipe"]))
                 f["loss_bytes_per_logit"] = loss_bytes_per_logit(stack, bool(soft["compile"]))
+            if fitting_only:
+                m = core.memory_core(f, knobs)
+                capacity = float(np.asarray(m["mem_capacity"]).max())
+                mem_rows = _full(m["mem_total"], idx.size)
+                mem[idx] = mem_rows
+                ok = mem_rows <= capacity
+                step[idx[~ok]] = np.inf
+                if not ok.any():
+                    continue
+                if not ok.all():
+                    idx, lid = idx[ok], lid[ok]
+                    f.update(plan_features(lay, lid, devices_per_node, model.layers, scale_up_domain, gpipe))
             out = core.step_core(f, knobs)
             step[idx] = _full(out["step_time_s"], idx.size)
             mem[idx] = _full(out["mem_total"], idx.size)

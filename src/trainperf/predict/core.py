@@ -249,6 +249,66 @@ def _silicon(hw: Any) -> str:
     return generation_of(hw)
 
 
+def layout_terms(f: dict[str, Any]) -> dict[str, Any]:
+    """The plan's layout terms that both the step time and the memory need: token rows per
+    device, the busiest stage's layers and parameters (routed experts sharded over their
+    expert-data-parallel group), the checkpointing policy as the layer's numbers, the activation
+    widths, the tp buffer, whether ZeRO-3 / plain data parallelism applies."""
+    t, pp, cp, ep, vpp, etp = f["tp"], f["pp"], f["cp"], f["ep"], f["vpp"], f["etp"]
+    L = f["layers"]
+    m_tok = f["micro_batch"] * f["seq_len"] / cp  # token rows of every GEMM on one device
+    # layers on the first, busiest middle and last pipeline rank (uneven splits included)
+    layers_stage = vec.maximum(vec.maximum(f["layers_first"], f["layers_mid"]), f["layers_last"])
+    moe_frac = f["moe_layers"] / L
+    dense_frac = f["dense_layers"] / L
+    rc = recompute.layer_recompute(f["policy"], f["attn_names"], f["mlp_names"], f["gated"])
+    # fraction of a stage's layers the policy covers (full:K: K per model chunk; full-every:N)
+    if rc.block_layers:
+        rec_frac = vec.minimum(rc.block_layers * vpp, layers_stage) / layers_stage
+    elif rc.every_n_layers:
+        rec_frac = (L // rc.every_n_layers) / L
+    else:
+        rec_frac = 1.0
+    ffn_moe = f["moe_topk"] * f["expert_ffn"]  # MLP-wide elements per token of a MoE block
+    ffn_shared = f["moe_shared"] * f["expert_ffn"]
+    p_layer = (f["params_attn_layer"] + dense_frac * f["params_dense_mlp_layer"]
+               + moe_frac * (f["params_router_layer"]
+                             + (f["moe_experts"] / ep * (t / etp) + f["moe_shared"]) * f["params_expert"]))
+    p_stage = (layers_stage * p_layer + vec.where(pp > 1, vec.maximum(f["params_embedding"], f["params_head"]),
+                                                   f["params_embedding"] + f["params_head"])) / t
+    # Routed experts held by this ep rank. The expert grid etp x ep x edp covers the dense grid
+    # tp x (shards...), so these are sharded only over the expert-data-parallel group
+    # (shards * tp / (ep * etp) ranks; shards / ep when etp = tp), not all shards.
+    p_experts_stage = layers_stage * moe_frac * (f["moe_experts"] / ep) * f["params_expert"] / etp
+
+    def sharded(params: Any, shards: Any) -> Any:
+        """Per-device share of ``params`` (``p_stage``-shaped) under ``shards``-way sharding."""
+        dense = (params - p_experts_stage) / shards
+        return dense + p_experts_stage / vec.maximum(1.0, shards * t / (ep * etp))
+
+    return {
+        "m_tok": m_tok, "layers_stage": layers_stage, "moe_frac": moe_frac, "dense_frac": dense_frac,
+        "rc": rc, "rec_frac": rec_frac, "kv_local": f["head_dim"] * vec.maximum(f["kv_heads"] / t, 1.0),
+        "ffn_moe": ffn_moe, "ffn_shared": ffn_shared, "ffn_eff": dense_frac * f["ffn"] + moe_frac * (ffn_moe + ffn_shared),
+        "tp_buf": m_tok * f["hidden"] * f["act_bytes"], "p_layer_local": p_layer / t, "p_stage": p_stage,
+        "sharded": sharded, "zero3": f["shards_params"] > 1,
+        # dp > 1 and not ZeRO-3 over dp (which the FSDP terms carry)
+        "plain_dp": vec.where(f["dp"] > 1, vec.where(f["fsdp"] <= 1, f["zero_stage"] < 3, True), False),
+    }
+
+
+def memory_core(f: dict[str, Any], k: dict[str, float], lt: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Memory per device by category (:func:`trainperf.predict.memory.device_memory_bytes`) without
+    the step time: what a planner checks first, pricing only the plans that fit. ``lt``: the
+    :func:`layout_terms` of ``f`` when the caller has them."""
+    lt = layout_terms(f) if lt is None else lt
+    return memory.device_memory_bytes(f, k, p_stage=lt["p_stage"], p_layer_local=lt["p_layer_local"],
+                                      sharded=lt["sharded"], zero3=lt["zero3"], rc=lt["rc"],
+                                      rec_frac=lt["rec_frac"], kv_local=lt["kv_local"], ffn_eff=lt["ffn_eff"],
+                                      m_tok=lt["m_tok"], tp_buf=lt["tp_buf"], plain_dp=lt["plain_dp"],
+                                      gather_bytes=PARAM_GATHER_BYTES, grad_bytes=GRAD_REDUCE_BYTES)
+
+
 def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     """Seconds per step by component, collective details and memory bytes per device.
 
@@ -258,7 +318,6 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     t, pp, cp, ep, vpp = f["tp"], f["pp"], f["cp"], f["ep"], f["vpp"]
     sp = f["sp"]
     b, s, M = f["micro_batch"], f["seq_len"], f["grad_accum"]
-    L = f["layers"]
     dom = f["scale_up_domain"]  # collectives are priced by the scale-up domains a group spans
     act_b = f["act_bytes"]
     hbm = f["hbm_bytes_per_s"]
@@ -275,21 +334,10 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     mb_eff = f["elementwise_fraction"] * k["memory_bound_fraction"]
     opt_eff = f["hbm_fraction"] * k["memory_bound_fraction"]
 
-    etp = f["etp"]
-    m_tok = b * s / cp  # token rows of every GEMM on one device
-    # layers on the first, busiest middle and last pipeline rank (uneven splits included)
+    lt = layout_terms(f)
+    etp, m_tok, layers_stage = f["etp"], lt["m_tok"], lt["layers_stage"]
     l_first, l_mid, l_last = f["layers_first"], f["layers_mid"], f["layers_last"]
-    layers_stage = vec.maximum(vec.maximum(l_first, l_mid), l_last)  # the largest stage holds the most
-    moe_frac = f["moe_layers"] / L
-    dense_frac = f["dense_layers"] / L
-    rc = recompute.layer_recompute(f["policy"], f["attn_names"], f["mlp_names"], f["gated"])
-    # fraction of a stage's layers the policy covers (full:K: K per model chunk; full-every:N)
-    if rc.block_layers:
-        rec_frac = vec.minimum(rc.block_layers * vpp, layers_stage) / layers_stage
-    elif rc.every_n_layers:
-        rec_frac = (L // rc.every_n_layers) / L
-    else:
-        rec_frac = 1.0
+    moe_frac, dense_frac, rc, rec_frac = lt["moe_frac"], lt["dense_frac"], lt["rc"], lt["rec_frac"]
 
     def col_row(i, o, split, deg=t):
         if split == 1:
@@ -342,10 +390,7 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     attn_bwd = compute.FLASH_BACKWARD_FACTOR * attn_flops / (f["attn_peak_flops"] * a_bwd
                                                              * k["attention_fraction"])
     hn = vec.where(sp, f["hidden"] / t, f["hidden"])
-    kv_local = f["head_dim"] * vec.maximum(f["kv_heads"] / t, 1.0)
-    ffn_moe = f["moe_topk"] * f["expert_ffn"]  # MLP-wide elements per token of a MoE block
-    ffn_shared = f["moe_shared"] * f["expert_ffn"]
-    ffn_eff = dense_frac * f["ffn"] + moe_frac * (ffn_moe + ffn_shared)
+    kv_local, ffn_moe, ffn_shared, ffn_eff = lt["kv_local"], lt["ffn_moe"], lt["ffn_shared"], lt["ffn_eff"]
     el_bytes = m_tok * compute.elementwise_bytes_per_token(hn, f["q_dim"] / t, kv_local, ffn_eff / t,
                                                            f["gated"], act_b, f["rope"], f["norm_passes"],
                                                            f["rope_passes"], f["act_passes"])
@@ -429,7 +474,7 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
 
     # --- tensor parallel: per layer forward 2 all-reduces (or 2 AG + 2 RS with SP) of the
     # activations [b, s/cp, h]; the same backward and for full recomputation.
-    tp_buf = b * s / cp * f["hidden"] * act_b
+    tp_buf = lt["tp_buf"]
     gather_scale = vec.where(f["fp8"], 0.5, 1.0)  # fp8 recipes gather fp8 inputs (torchtitan, TE)
     ar = comms.collective_time_s("all-reduce", tp_buf, t, tp_k, tp_N, intra, inter, *lv, leff)
     agrs = (comms.collective_time_s("all-gather", tp_buf * gather_scale, t, tp_k, tp_N, intra, inter, *lv, leff)
@@ -483,25 +528,9 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
 
     # --- parameters held by the slowest stage, before data-parallel sharding
     # (routed experts are split etp ways: scaled by t/etp here so that the /t below gives /etp)
-    p_layer = (f["params_attn_layer"] + dense_frac * f["params_dense_mlp_layer"]
-               + moe_frac * (f["params_router_layer"]
-                             + (f["moe_experts"] / ep * (t / etp) + f["moe_shared"]) * f["params_expert"]))
-    p_stage = (layers_stage * p_layer + vec.where(pp > 1, vec.maximum(f["params_embedding"], f["params_head"]),
-                                                   f["params_embedding"] + f["params_head"])) / t
-    p_layer_local = p_layer / t
-    # Routed experts held by this ep rank. The expert grid etp x ep x edp covers the dense grid
-    # tp x (shards...), so these are sharded only over the expert-data-parallel group
-    # (shards * tp / (ep * etp) ranks; shards / ep when etp = tp), not all shards.
-    p_experts_stage = layers_stage * moe_frac * (f["moe_experts"] / ep) * f["params_expert"] / etp
-
-    def _sharded(params: Any, shards: Any) -> Any:
-        """Per-device share of ``params`` (``p_stage``-shaped) under ``shards``-way sharding."""
-        dense = (params - p_experts_stage) / shards
-        return dense + p_experts_stage / vec.maximum(1.0, shards * t / (ep * etp))
+    p_stage, _sharded, zero3 = lt["p_stage"], lt["sharded"], lt["zero3"]
 
     # --- FSDP / ZeRO-3: all-gather forward + backward, reduce-scatter, every micro-batch
-    n_shard = f["shards_params"]
-    zero3 = n_shard > 1
     fs_deg = vec.where(f["fsdp"] > 1, f["fsdp"], f["dp"])
     fsk = vec.where(f["fsdp"] > 1, fs_k, dp_k)
     fsN = vec.where(f["fsdp"] > 1, fs_N, dp_N)
@@ -525,8 +554,7 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     dp_rs = comms.collective_time_s("reduce-scatter", grad_shard, dp, dp_k, dp_N, intra, inter, *lv, leff)
     dp_ag = comms.collective_time_s("all-gather", p_stage * train_frac * PARAM_GATHER_BYTES, dp, dp_k,
                                     dp_N, intra, inter, *lv, leff)
-    # dp > 1 and not ZeRO-3 over dp (which the FSDP terms above already carry)
-    plain_dp = vec.where(dp > 1, vec.where(f["fsdp"] <= 1, zs < 3, True), False)
+    plain_dp = lt["plain_dp"]
     zero12 = vec.where(plain_dp, vec.where(f["fsdp"] <= 1, zs >= 1, False), False)
     dp_grad = vec.where(plain_dp, vec.where(zero12, dp_rs, dp_ar), 0.0)
     zero_ag = vec.where(zero12, dp_ag, 0.0)
@@ -577,10 +605,7 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
             + pp_exp + optimizer)
 
     # --- memory per device (bytes): predict/memory.py
-    mem = memory.device_memory_bytes(f, k, p_stage=p_stage, p_layer_local=p_layer_local, sharded=_sharded,
-                                     zero3=zero3, rc=rc, rec_frac=rec_frac, kv_local=kv_local, ffn_eff=ffn_eff,
-                                     m_tok=m_tok, tp_buf=tp_buf, plain_dp=plain_dp,
-                                     gather_bytes=PARAM_GATHER_BYTES, grad_bytes=GRAD_REDUCE_BYTES)
+    mem = memory_core(f, k, lt)
 
     return {
         "step_time_s": step,
