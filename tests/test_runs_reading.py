@@ -406,6 +406,32 @@ def test_a_row_naming_a_preset_whose_shape_agrees_takes_its_architecture():
     assert (odd.workload.model.heads, odd.workload.model.q_dim) == (32, 4096)
 
 
+@pytest.mark.parametrize(("cell", "dpn", "GB_per_s"), [
+    ("DGX H100 ref. arch (EOS): NVLink4 900 GB/s bidir intra-node; 8x400 Gb/s InfiniBand compute", 8, 50.0),
+    ("1600 Gbps node-node RoCE (stated for A100 tables)", 8, 25.0), ("400 Gb/s per GPU RDMA backend", 8, 50.0),
+    ("4x100 Gb/s EFA", 8, 6.25), ("3.2 Tbps EFA", 8, 50.0), ("800 Gbps node interconnect", 4, 25.0),
+    ("HPE Slingshot-11", 8, None), ("NVLink intra-node; Omni-Path inter-node", 8, None), ("not stated", 8, None),
+])
+def test_interconnect_cells_give_the_nic_rate_per_device(cell, dpn, GB_per_s):
+    from trainperf.predict.runs_cells import read_interconnect
+
+    assert read_interconnect(cell, dpn) == GB_per_s
+
+
+def test_a_stated_network_slower_than_the_catalogs_is_used():
+    """A cloud's 4 x 100 Gb/s EFA for 8 A100s is a quarter of a DGX A100's 8 x 200 Gb/s: the row
+    runs on that network (noted); a row on the catalog's own network changes nothing."""
+    cells = dict(model="Llama3-70B", layers="80", hidden="8192", heads="64", kv_heads="8", ffn_hidden="28672",
+                 vocab="128256", arch_type="dense", hardware="A100 SXM 80GB", num_gpus="64", fsdp_zero="FSDP 64",
+                 global_batch_seqs="64", seq_len="4096", act_ckpt="full", framework="torchtitan")
+    slow = _hand_row(**cells, interconnect="p4d: 4x100 Gb/s EFA")
+    same = _hand_row(**cells, interconnect="8x200 Gb/s HDR InfiniBand")
+    assert slow.workload.hardware.inter_node_link_GB_per_s == 6.25
+    assert any("inter-node link from the interconnect cell" in a for a in slow.assumptions)
+    assert same.workload.hardware.inter_node_link_GB_per_s == 25.0
+    assert predict_row(slow) > predict_row(same)
+
+
 def test_headers_are_matched_loosely_and_blank_lines_skipped():
     text = FIXTURE.read_text()
     head, rest = text.split("\n", 1)

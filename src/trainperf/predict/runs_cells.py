@@ -185,6 +185,35 @@ _YES = re.compile(r"^(?:yes|y|true|on|enabled?|1|✓|✔|x|sp|sequence[ -]parall
 _NO = re.compile(r"^(?:no|n|false|off|disabled?|0|✗|✘|none)(?![a-z0-9])")
 
 
+_BITRATE = r"(\d+(?:\.\d+)?)\s*([GT])(?:b|bit)(?:ps|/s|its/s)?(?![A-Za-z])"
+_NOT_NETWORK = re.compile(r"nvlink|intra|xgmi|infinity fabric|\bici\b|pcie", re.IGNORECASE)
+
+
+def read_interconnect(cell: str | None, devices_per_node: int) -> float | None:
+    """GB/s per device, one direction, of the network between nodes, from a free-text cell:
+    ``"8x400 Gb/s InfiniBand"`` (NICs per node: 3,200 Gb/s shared by the node's devices),
+    ``"400 Gb/s per GPU"``, ``"1600 Gbps node-node RoCE"`` (per node), ``"3.2 Tbps EFA"``
+    (per node). Parts that name a scale-up link (NVLink, xGMI, ICI, PCIe, intra-node) are
+    skipped; rates in bytes (``GB/s``) are not NIC rates and are ignored. None when the cell
+    states no such rate (a fabric name alone, ``"not stated"``)."""
+    if unstated(cell):
+        return None
+    for part in re.split(r"[;,]|\band\b", str(cell)):
+        if _NOT_NETWORK.search(part):
+            continue
+        m = re.search(r"(\d+)\s*[x×]\s*" + _BITRATE, part)
+        if m:
+            gbit = int(m.group(1)) * float(m.group(2)) * (1000.0 if m.group(3) == "T" else 1.0)
+            return gbit / 8.0 / max(devices_per_node, 1)
+        m = re.search(_BITRATE + r"\s*(per|/|a|each)?\s*(gpu|device|accelerator|gcd|chip|node|host|server)?",
+                      part, re.IGNORECASE)
+        if m:
+            gbit = float(m.group(1)) * (1000.0 if m.group(2) == "T" else 1.0)
+            per_device = (m.group(4) or "").lower() in ("gpu", "device", "accelerator", "gcd", "chip")
+            return gbit / 8.0 / (1 if per_device else max(devices_per_node, 1))
+    return None
+
+
 def read_flag(cell: str | None) -> bool | None:
     """yes/true/on/enabled/✓ -> True; no/false/off/disabled/none/✗ -> False; unstated -> None.
     Anything else is a :class:`CellError`."""

@@ -14,6 +14,8 @@ How a row is read:
 * the framework cell names the software stack (:func:`~trainperf.predict.runs_cells.read_framework`);
 * the hardware cell is resolved to a catalog id by one documented rule
   (:func:`trainperf.specs.device_names.read_device`); how, is kept per row (``hardware_read``);
+  a multi-node row's ``interconnect`` cell, when it states a NIC rate other than the catalog's,
+  sets the device's inter-node link (:func:`~trainperf.predict.runs_cells.read_interconnect`);
 * a value the row does not state is the stack's documented default (the ``[defaults]`` table of
   its profile, :mod:`trainperf.predict.stack_defaults`), and the row's ``assumptions`` say so,
   with the default's source. Blank parallel degrees (pp, vpp, cp, ep) mean "not used" (1);
@@ -601,6 +603,22 @@ def _devices_per_node(r: Mapping[str, str], n: int, hw: Any, notes: list[str]) -
     return min(dpn, n)
 
 
+def _network(r: Mapping[str, str], hw: Any, n: int, dpn: int, notes: list[str]) -> dict[str, Any]:
+    """The network between nodes as the row's ``interconnect`` cell states it, when the run spans
+    nodes and the rate differs from the catalog's (a cloud's 4x100 Gb/s EFA for 8 A100s is a
+    quarter of a DGX A100's NICs): ``[hardware]`` overrides, noted."""
+    from trainperf.predict.runs_cells import read_interconnect
+
+    cell = _cell(r, "interconnect")
+    link = read_interconnect(cell, dpn) if n > dpn else None
+    if link is None or abs(link / hw.inter_node_link_GB_per_s - 1.0) <= 0.01:
+        return {}
+    notes.append(f"inter-node link from the interconnect cell {cell[:60]!r}: {link:g} GB/s per device per "
+                 f"direction (the catalog's {hw.id}: {hw.inter_node_link_GB_per_s:g})")
+    return {"inter_node_link_GB_per_s": link,
+            "sources": {"inter_node_link_GB_per_s": f"the runs table's interconnect cell {cell[:80]!r}"}}
+
+
 def _num_devices(r: Mapping[str, str], notes: list[str]) -> int | None:
     """The device count; "16 nodes" alone is nodes times the stated devices per node."""
     cell = _cell(r, "num_gpus")
@@ -741,7 +759,8 @@ def _row(r: Mapping[str, str]) -> TableRun:
             training["fp8_recipe"] = prec.fp8_recipe
         elif precision == "fp8" and not prec.note and d.get("fp8_recipe") is not None:
             training["fp8_recipe"] = _default(d, "fp8_recipe", "fp8 recipe", notes)
-        hw_cfg = {"device": reading.device_id, "num_devices": n, "devices_per_node": dpn}
+        hw_cfg: dict[str, Any] = {"device": reading.device_id, "num_devices": n, "devices_per_node": dpn}
+        hw_cfg.update(_network(r, hw, n, dpn, notes))
         try:
             w = workload_from_dict({"model": model, "hardware": hw_cfg, "parallel": plan, "training": training})
         except TrainperfError as e:
