@@ -411,6 +411,7 @@ def test_a_row_naming_a_preset_whose_shape_agrees_takes_its_architecture():
     ("1600 Gbps node-node RoCE (stated for A100 tables)", 8, 25.0), ("400 Gb/s per GPU RDMA backend", 8, 50.0),
     ("4x100 Gb/s EFA", 8, 6.25), ("3.2 Tbps EFA", 8, 50.0), ("800 Gbps node interconnect", 4, 25.0),
     ("HPE Slingshot-11", 8, None), ("NVLink intra-node; Omni-Path inter-node", 8, None), ("not stated", 8, None),
+    ("0 Gb/s", 8, None),
 ])
 def test_interconnect_cells_give_the_nic_rate_per_device(cell, dpn, GB_per_s):
     from trainperf.predict.runs_cells import read_interconnect

@@ -204,13 +204,13 @@ def read_interconnect(cell: str | None, devices_per_node: int) -> float | None:
         m = re.search(r"(\d+)\s*[x×]\s*" + _BITRATE, part)
         if m:
             gbit = int(m.group(1)) * float(m.group(2)) * (1000.0 if m.group(3) == "T" else 1.0)
-            return gbit / 8.0 / max(devices_per_node, 1)
+            return gbit / 8.0 / max(devices_per_node, 1) if gbit > 0 else None
         m = re.search(_BITRATE + r"\s*(per|/|a|each)?\s*(gpu|device|accelerator|gcd|chip|node|host|server)?",
                       part, re.IGNORECASE)
         if m:
             gbit = float(m.group(1)) * (1000.0 if m.group(2) == "T" else 1.0)
             per_device = (m.group(4) or "").lower() in ("gpu", "device", "accelerator", "gcd", "chip")
-            return gbit / 8.0 / (1 if per_device else max(devices_per_node, 1))
+            return gbit / 8.0 / (1 if per_device else max(devices_per_node, 1)) if gbit > 0 else None
     return None
 
 
