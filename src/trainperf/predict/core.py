@@ -405,7 +405,8 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
     # Megatron-Core's recompute modules re-run single memory-bound ops (the rest re-run all of them
     # with ``elementwise``): the norms, RoPE, an MLP's activation, a MoE block's permutations
     rec_bytes = 0.0
-    if rc.norms or rc.rope or rc.expert_act or rc.shared_act or rc.dense_act or rc.moe_region:
+    if not rc.elementwise and (rc.norms or rc.rope or rc.expert_act or rc.shared_act or rc.dense_act
+                               or rc.moe_region):
         zero = 0.0 * hn
         norms_b = compute.elementwise_bytes_per_token(hn, zero, zero, zero, f["gated"], act_b, False,
                                                       f["norm_passes"], 0.0, 0.0) - 2.0 * 3.0 * hn * act_b

@@ -296,7 +296,7 @@ def _recompute_modules(low: str) -> str | None:
     """``selective:M1+M2`` for a cell naming Megatron-Core's recompute modules ("recompute_modules:
     core_attn, moe_act", "selective (layernorm, mla_up_proj)"), else None. The plain words ``mlp``
     and ``moe`` count only after ``recompute_modules``, ``recompute-modules`` or ``selective``."""
-    from trainperf.specs.checkpointing import RECOMPUTE_MODULES
+    from trainperf.specs.checkpointing import RECOMPUTE_MODULES, get_policy
 
     m = re.search(r"recompute[_ -]modules?\W*(.*)", low)
     named = m is not None
@@ -306,8 +306,6 @@ def _recompute_modules(low: str) -> str | None:
     found = [mod for mod in RECOMPUTE_MODULES if re.search(rf"(?<![a-z_]){mod}(?![a-z_])", m.group(1))]
     if not found or not (named or set(found) - {"mlp", "moe"}):
         return None
-    from trainperf.specs.checkpointing import get_policy
-
     return get_policy("selective:" + "+".join(found)).name
 
 

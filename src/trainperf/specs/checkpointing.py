@@ -243,8 +243,8 @@ def _selective_modules(name: str, tail: str, field: str) -> Policy:
                                      f"{', '.join(RECOMPUTE_MODULES)} (e.g. selective:core_attn+moe_act)")
     mods = tuple(m for m in RECOMPUTE_MODULES if m in given and m != "core_attn")
     core = "core_attn" in given
-    if not mods:
-        return POLICIES["selective"] if core else POLICIES["none"]
+    if not mods:  # core_attn alone: Megatron's default selective
+        return POLICIES["selective"]
     canon = "selective:" + "+".join((("core_attn",) if core else ()) + mods)
     return Policy(canon, recompute_attention_core=core, modules=mods)
 
