@@ -70,8 +70,9 @@ def judge(run: Any, memory_margin: float | None = None) -> dict[str, Any]:
 
     w = apply_stack(run.workload)
     expert = predict(w)
-    # the stack as the run's release had it (NeMo 24.09 had no MoE parallel folding)
-    release = str(run.cells.get("framework", ""))
+    # the stack as the run's release had it (NeMo 24.09 had no MoE parallel folding, torchtitan
+    # in 2024-08 no context parallelism)
+    release = run.release
     caps = capabilities_of(w.stack).as_of(release)
     policies = searched_policies(w.model, caps)
     space = SearchSpace(num_devices=(w.num_devices,), devices_per_node=w.devices_per_node, seq_len=w.seq_len,

@@ -275,6 +275,12 @@ def test_unsplit_experts_are_megatron_cores_moe_folding():
     ("Megatron-LM", "megatron-lm", None),
     ("NeMo 24.09", "megatron-core", None),
     ("xnemo 24.09", "nemo", None),
+    ("NeMo 24.09.", "nemo", (24, 9, 0, 0)),
+    ("torchtitan 2024-11", "torchtitan", (2024, 11, 0, 0)),
+    ("torchtitan@2024-08-15", "torchtitan", (2024, 8, 15, 0)),
+    ("torchtitan (FSDP2 1D) | github.com/pytorch/torchtitan @ 3faaa1a0 (2024-08) : docs/performance.md",
+     "torchtitan", (2024, 8, 0, 0)),
+    ("torchtitan (FSDP2 1D)", "torchtitan", None),
 ])
 def test_release_named_reads_the_version_a_framework_cell_gives(framework, product, version):
     from trainperf.predict.stack_capabilities import release_named
@@ -296,6 +302,33 @@ def test_a_stack_as_of_an_older_release_lacks_what_came_later():
     assert caps.as_of("NeMo 24.09").parallelisms == caps.parallelisms
 
 
+def test_torchtitan_is_dated_by_month():
+    """torchtitan had no releases before 2025: its context parallelism (late 2024) is dated by
+    month; its 2024-08 performance tables, dated by their source, predate it. A semantic release
+    (torchtitan 0.1) is not compared with a date, and an undated cell keeps the current space."""
+    from trainperf.predict.runs_table import packaged_runs
+
+    caps = capabilities_of("torchtitan")
+    assert "cp" in caps.parallelisms
+    for release, has_cp in (("torchtitan 2024-08", False), ("torchtitan@2024-10-31", False),
+                            ("torchtitan 2024-11", True), ("torchtitan 0.1", True), ("torchtitan", True), ("", True)):
+        assert ("cp" in caps.as_of(release).parallelisms) is has_cp, release
+    runs = [r for r in packaged_runs() if r.included and r.stack == "torchtitan"
+            and "3faaa1a0" in r.source]
+    assert len(runs) == 11  # the rows of 7 workloads
+    for r in runs:
+        assert "cp" not in caps.as_of(r.release).parallelisms, r.release
+
+
+def test_plan_with_a_dated_stack_release(capsys):
+    args = ["--model", "llama3-70b", "--device", "a100-sxm-80gb", "--num-devices", "64", "--seq-len", "8192",
+            "--global-batch", "64", "--stack", "torchtitan", "--top", "50"]
+    rc, out, _ = _plan(capsys, *args)
+    assert rc == 0 and any(q["cp"] > 1 for q in out["plans"])
+    rc, out, _ = _plan(capsys, *args, "--stack-release", "torchtitan 2024-08")
+    assert rc == 0 and out["plans"] and all(q["cp"] == 1 for q in out["plans"])
+
+
 def test_plan_with_a_stack_release_searches_that_release(capsys):
     moe = ["--model", "mixtral-8x7b", "--device", "h100-sxm", "--num-devices", "16", "--seq-len", "4096",
            "--global-batch", "256", "--stack", "megatron-core"]
@@ -309,8 +342,10 @@ def test_plan_with_a_stack_release_searches_that_release(capsys):
 
 
 @pytest.mark.parametrize(("stack", "release", "needle"), [
-    ("megatron-core", "24.09", "a release of megatron-core or nemo with its version, e.g. 'megatron-core 0.12'"),
-    ("torchtitan", "NeMo 24.09", "the torchtitan stack dates none of its capabilities"),
+    ("megatron-core", "24.09", "a release of megatron-core or nemo with its version or date, e.g. "
+                               "'megatron-core 0.12'"),
+    ("torchtitan", "NeMo 24.09", "a release of torchtitan with its version or date, e.g. 'torchtitan 2025-04'"),
+    ("llm-foundry", "NeMo 24.09", "the llm-foundry stack dates none of its capabilities"),
 ])
 def test_a_stack_release_naming_no_dated_product_is_a_usage_error(capsys, stack, release, needle):
     rc = main(["plan", "--model", "mixtral-8x7b", "--device", "h100-sxm", "--num-devices", "16", "--seq-len",

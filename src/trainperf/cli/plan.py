@@ -206,7 +206,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
 def _check_release(stack: str, release: str) -> None:
     """A ``--stack-release`` must name a version of a product the stack's profile dates its
     capabilities by; anything else would silently search the current release."""
-    from trainperf.predict.stack_capabilities import capabilities_of, release_named
+    from trainperf.predict.stack_capabilities import capabilities_of, describe_release, release_named
 
     caps = capabilities_of(stack)
     firsts = {p: first for _key, _value, rels in caps.introduced for p, first in rels}
@@ -216,7 +216,7 @@ def _check_release(stack: str, release: str) -> None:
     if not any(release_named(release, p) is not None for p in firsts):
         product, first = next(iter(firsts.items()))
         raise SpecError("stack_release", release, f"a release of {' or '.join(sorted(firsts))} with its "
-                        f"version, e.g. '{product} {first[0]}.{first[1]}'")
+                        f"version or date, e.g. '{product} {describe_release(first)}'")
 
 
 def _policies(text: str | None, stack: str, default: tuple[str, ...], release: str = "",

@@ -161,6 +161,14 @@ class TableRun:
                     out.add(name)
         return frozenset(out)
 
+    @property
+    def release(self) -> str:
+        """The stack's release the run was on, as text :meth:`Capabilities.as_of
+        <trainperf.predict.stack_capabilities.Capabilities.as_of>` reads: the framework cell (``NeMo
+        24.09``), then the source, which dates a snapshot of a product without releases
+        (``github.com/pytorch/torchtitan @ 3faaa1a0 (2024-08)``)."""
+        return f"{self.framework} | {self.source}"
+
     def to_run_record(self) -> Any:
         """The row as a published :class:`~trainperf.records.RunRecord` named ``row:<row_id>``
         (mapped rows only)."""

@@ -37,6 +37,7 @@ stack always does but a plan left unsaid (sequence parallelism under torchtitan'
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -105,8 +106,9 @@ class Capabilities:
         for key, value, releases in self.introduced:
             for product, first in releases:
                 have = release_named(framework, product)
-                # a calendar release (NeMo 24.09) is not compared with a semantic one (NeMo 2.0)
-                if have is not None and (have[0] >= 20) == (first[0] >= 20):
+                # a calendar release (NeMo 24.09) is not compared with a semantic one (NeMo 2.0),
+                # nor a dated snapshot (torchtitan 2024-08) with either
+                if have is not None and release_kind(have) == release_kind(first):
                     if have < first:
                         drop.setdefault(key, set()).add(value)
                     break
@@ -154,26 +156,44 @@ LIST_KEYS: tuple[str, ...] = ("parallelisms", "pipeline_schedules", "checkpointi
 """Keys whose values ``[capabilities.introduced]`` may date."""
 
 
+VERSION_RE = r"\d{4}-\d{1,2}(?:-\d{1,2})?|\d+(?:\.\d+)*"
+"""A release: a version (``24.09``, ``0.12.1``) or a date (``2024-08``, ``2024-08-15``) for the
+products that publish none (torchtitan was used from its main branch until 2025)."""
+
+
 def _version(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.split("."))
+    return tuple(int(x) for x in re.split(r"[.-]", text))
+
+
+def release_kind(version: tuple[int, ...]) -> int:
+    """0: semantic (``0.12``), 1: calendar (``24.09``), 2: a date (``2024-08``). Releases of
+    different kinds are not compared."""
+    return 0 if version[0] < 20 else (1 if version[0] < 1000 else 2)
 
 
 def release_named(framework: str, product: str) -> tuple[int, ...] | None:
     """The version ``framework`` gives ``product`` (``"NeMo 24.09"`` -> (24, 9) for ``nemo``;
-    ``v`` prefixes and ``core_r`` tags allowed), or None when it names none."""
-    import re
-
-    m = re.search(rf"(?<![a-z]){re.escape(product.lower())}[\s:_-]*(?:core_r|v)?(\d+(?:\.\d+)*)",
-                  framework.lower())
+    ``v`` prefixes and ``core_r`` tags allowed), or the date of a snapshot of it
+    (``"torchtitan 2024-08"``, ``"pytorch/torchtitan @ 3faaa1a0 (2024-08)"`` -> (2024, 8)), or
+    None when it names neither."""
+    name = rf"(?<![a-z]){re.escape(product.lower())}"
+    text = framework.lower()
+    m = (re.search(rf"{name}[\s:_-]*(?:core_r|v)?({VERSION_RE})", text)
+         or re.search(rf"{name}\s*@\s*(?:[0-9a-f]{{6,40}}\s*)?\(?(\d{{4}}-\d{{1,2}}(?:-\d{{1,2}})?)\)?", text))
     if not m:
         return None
     v = _version(m.group(1))
     return v + (0,) * (4 - len(v))
 
 
-def _introduced(stack: str, v: Any, kw: Mapping[str, Any]) -> tuple[tuple[str, str, tuple[tuple[str, tuple[int, ...]], ...]], ...]:
-    import re
+def describe_release(version: tuple[int, ...]) -> str:
+    """``(2024, 11, 0, 0)`` -> ``2024-11``; ``(24, 12, 0, 0)`` -> ``24.12``."""
+    if release_kind(version) == 2:
+        return f"{version[0]}-{version[1]:02d}"
+    return f"{version[0]}.{version[1]}"
 
+
+def _introduced(stack: str, v: Any, kw: Mapping[str, Any]) -> tuple[tuple[str, str, tuple[tuple[str, tuple[int, ...]], ...]], ...]:
     where = _where(stack, "introduced")
     if not isinstance(v, Mapping):
         raise SpecError(where, v, 'a table of "key=value" = ["Product X.Y", ...]')
@@ -190,9 +210,10 @@ def _introduced(stack: str, v: Any, kw: Mapping[str, Any]) -> tuple[tuple[str, s
             raise SpecError(f"{where}.{spec}", releases, 'a non-empty list of "Product X.Y"')
         parsed = []
         for r in releases:
-            m = re.fullmatch(r"\s*(.*?)\s+v?(\d+(?:\.\d+)*)\s*", str(r))
+            m = re.fullmatch(rf"\s*(.*?)\s+v?({VERSION_RE})\s*", str(r))
             if not m or not m.group(1):
-                raise SpecError(f"{where}.{spec}", r, 'a product and its first release, e.g. "NeMo 24.12"')
+                raise SpecError(f"{where}.{spec}", r, 'a product and its first release, e.g. "NeMo 24.12" '
+                                                      'or "torchtitan 2024-11"')
             ver = _version(m.group(2))
             parsed.append((m.group(1).lower(), ver + (0,) * (4 - len(ver))))
         out.append((key, value, tuple(parsed)))
