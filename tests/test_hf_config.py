@@ -417,7 +417,13 @@ def test_qwen2_moe_shared_expert_as_multiple_of_expert_width():
     assert spec.active_params == pytest.approx(2.7e9, rel=0.03)
     odd = model_from_hf_config({**QWEN15_MOE_A27B, "shared_expert_intermediate_size": 2000,
                                 "mlp_only_layers": [0, 1]})
-    assert odd.moe_shared_experts == 1 and odd.moe_dense_layers == 2
+    assert odd.moe_shared_experts == 1 and odd.moe_dense_layers == 2 and not odd.moe_dense_interleaved
+    assert not spec.moe_dense_interleaved
+    # dense layers after the first MoE one are interleaved with the MoE layers
+    spread = model_from_hf_config({**QWEN15_MOE_A27B, "mlp_only_layers": [0, 5]})
+    assert spread.moe_dense_layers == 2 and spread.moe_dense_interleaved
+    every_other = model_from_hf_config({**QWEN15_MOE_A27B, "decoder_sparse_step": 2})
+    assert every_other.moe_dense_layers == 12 and every_other.moe_dense_interleaved
     assert "approximated" in odd.extra["notes"]
 
 
@@ -493,6 +499,9 @@ def test_deepseek_v3_mla_and_moe():
             spec.v_head_dim) == (1536, 512, 64, 128, 128)
     assert (spec.moe_experts, spec.moe_topk, spec.moe_expert_ffn, spec.moe_shared_experts,
             spec.moe_dense_layers, spec.ffn_hidden) == (256, 8, 2048, 1, 3, 18432)
+    assert not spec.moe_dense_interleaved  # first_k_dense_replace: the leading 3
+    freq2 = model_from_hf_config({**DEEPSEEK_V3, "moe_layer_freq": 2})
+    assert freq2.moe_dense_interleaved and freq2.moe_layers == 29  # layers 4, 6, ..., 60 of 61
     lite = model_from_hf_config({**DEEPSEEK_V3, "q_lora_rank": None})
     assert lite.q_lora_rank == 0 and "q_proj" in lite.attention_matmuls()
 

@@ -228,7 +228,7 @@ def test_llama4_maverick_interleaves_dense_and_moe_layers():
     dense = gated_mlp(h, 16384)  # intermediate_size_mlp
     text = L * (gqa(h, 40, 8, 128) + 2 * h) + 24 * moe + 24 * dense + 2 * V * h + h
     s = spec("llama-4-maverick-17b-128e")
-    assert (s.moe_layers, s.dense_layers) == (24, 24)
+    assert (s.moe_layers, s.dense_layers) == (24, 24) and s.moe_dense_interleaved
     assert s.total_params == text
     assert s.checkpoint_params == 401_583_781_376  # HF Llama-4-Maverick-17B-128E: 400B ("402B")
     assert s.active_params == pytest.approx(17e9, rel=0.015)

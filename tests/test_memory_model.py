@@ -349,3 +349,69 @@ def test_recomputing_the_moe_block_redoes_its_all_to_all():
     assert moe / sel == pytest.approx(1.5, rel=1e-12)
     assert act == pytest.approx(sel, rel=1e-12)  # moe_act re-runs no collective
     assert rec_sel < rec_act < rec_moe
+
+
+def _features(**kw):
+    base = {"pp": 16.0, "vpp": 1.0, "layers": 61.0, "dense_layers": 3.0, "moe_layers": 58.0,
+            "layers_first": 4.0, "layers_mid": 4.0, "layers_last": 4.0, "dense_interleaved": False}
+    return {**base, **kw}
+
+
+@pytest.mark.parametrize(("kw", "expected"), [
+    # DeepSeek-V3 on 16 stages of 4: the first rank's first chunk takes the 3 leading dense layers
+    ({}, (3, 0, 0, 0)),
+    # 4 chunks of 1 layer a rank: the dense layers fill the first chunk of ranks 0, 1 and 2
+    ({"vpp": 4.0}, (1, 1, 0, 0)),
+    # 2 stages: the last rank holds MoE layers only (no middle rank: its entries are unused)
+    ({"pp": 2.0, "layers_first": 31.0, "layers_mid": 31.0, "layers_last": 30.0}, (3, 0, 0, 0)),
+    # one stage holds every layer
+    ({"pp": 1.0, "layers_first": 61.0, "layers_mid": 61.0, "layers_last": 61.0}, (3, 3, 3, 3)),
+    # interleaved dense layers (Llama 4 Maverick, 24 of 48, on 4 stages of 12): 6 a rank
+    ({"layers": 48.0, "dense_layers": 24.0, "moe_layers": 24.0, "pp": 4.0, "layers_first": 12.0,
+      "layers_mid": 12.0, "layers_last": 12.0, "dense_interleaved": True}, (6, 6, 6, 6)),
+    # the same 24 leading: ranks 0 and 1 dense only, ranks 2 and 3 MoE only
+    ({"layers": 48.0, "dense_layers": 24.0, "moe_layers": 24.0, "pp": 4.0, "layers_first": 12.0,
+      "layers_mid": 12.0, "layers_last": 12.0}, (12, 12, 0, 0)),
+    # a dense model: every layer dense
+    ({"layers": 32.0, "dense_layers": 32.0, "moe_layers": 0.0, "pp": 4.0, "layers_first": 8.0,
+      "layers_mid": 8.0, "layers_last": 8.0}, (8, 8, 8, 8)),
+])
+def test_dense_layers_per_pipeline_rank(kw, expected):
+    from trainperf.predict.core import dense_layers_per_rank
+
+    assert tuple(float(x) for x in dense_layers_per_rank(_features(**kw))) == pytest.approx(expected)
+
+
+def _dsv3(**model):
+    return workload_from_dict({
+        "model": {"preset": "deepseek-v3", **model}, "hardware": {"device": "h100-sxm", "num_devices": 1024},
+        "parallel": {"dp": 32, "tp": 2, "pp": 16, "ep": 64, "etp": 1, "sequence_parallel": True, "zero_stage": 1},
+        "training": {"seq_len": 4096, "global_batch": 8192, "micro_batch": 1, "precision": "bf16",
+                     "activation_checkpointing": "none", "stack": "megatron-core"}})
+
+
+def test_leading_dense_layers_sit_on_the_first_pipeline_rank():
+    """DeepSeek-V3 on 16 stages of 4 layers: its 3 dense layers are all on the first rank, so the
+    busiest rank holds 4 MoE layers, as it would if every layer were MoE: the step time is that
+    of the all-MoE variant (same per-rank layout, same parameters on the busiest rank). Memory
+    is less: the first rank, which holds the most micro-batches in flight (16), keeps 3 dense
+    layers' activations; the second, with 15 in flight and 4 MoE layers, may peak instead.
+    Spread evenly (the average layer, as before), the busiest rank would hold 3.8 MoE layers."""
+    from trainperf.predict.core import layout_terms, workload_features
+
+    lead, all_moe = _dsv3(), _dsv3(moe_dense_layers=0)
+    spread = _dsv3(moe_dense_interleaved=True)
+    lt = layout_terms(workload_features(lead))
+    assert float(lt["moe_frac"]) == 1.0 and float(lt["dense_frac"]) == 0.0
+    assert float(layout_terms(workload_features(spread))["moe_frac"]) == pytest.approx(58 / 61)
+    p_lead, p_all, p_spread = predict(lead), predict(all_moe), predict(spread)
+    assert p_lead.step_time_s == pytest.approx(p_all.step_time_s, rel=1e-12)
+    assert p_spread.step_time_s < p_lead.step_time_s
+    act = {k: p.memory_breakdown_GiB["activations"] for k, p in (("lead", p_lead), ("all", p_all))}
+    # all-MoE: the first rank peaks, 4 MoE layers x 16 micro-batches; leading: the second, 4 x 15
+    assert act["lead"] == pytest.approx(act["all"] * 15 / 16, rel=1e-9)
+    # a single stage holds every layer: placement does not matter
+    one = {"pp": 1, "dp": 512}
+    assert predict(dataclasses.replace(lead, plan=dataclasses.replace(lead.plan, **one))).step_time_s == \
+        pytest.approx(predict(dataclasses.replace(spread, plan=dataclasses.replace(spread.plan, **one))).step_time_s,
+                      rel=1e-12)

@@ -99,6 +99,9 @@ def test_stage_layers():
     assert ParallelPlan(pp=4, account_for_embedding_in_pipeline_split=True,
                         account_for_loss_in_pipeline_split=True).stage_layers(30) == (7, 8, 7)
     assert ParallelPlan(pp=4, vpp=2, account_for_loss_in_pipeline_split=True).stage_layers(31) == (8, 8, 7)
+    # two ranks have no middle one: 64 slots of 32 a rank, each one layer short
+    assert ParallelPlan(pp=2, account_for_embedding_in_pipeline_split=True,
+                        account_for_loss_in_pipeline_split=True).stage_layers(62) == (31, 31, 31)
     assert ParallelPlan(pp=4, first_stage_layers=6, last_stage_layers=6).stage_layers(32) == (6, 10, 6)
     assert ParallelPlan(pp=3, last_stage_layers=4).stage_layers(32) == (14, 14, 4)
     assert ParallelPlan(pp=2, first_stage_layers=10, last_stage_layers=22).stage_layers(32) == (10, 0, 22)

@@ -33,6 +33,7 @@ WORKLOAD_FLAGS: dict[str, str] = {
     "moe_expert_ffn": "model.moe_expert_ffn",
     "moe_shared_experts": "model.moe_shared_experts",
     "moe_dense_layers": "model.moe_dense_layers",
+    "moe_dense_interleaved": "model.moe_dense_interleaved",
     "device": "hardware.device",
     "num_devices": "hardware.num_devices",
     "devices_per_node": "hardware.devices_per_node",
@@ -144,8 +145,11 @@ def add_architecture_arguments(group: Any) -> None:
     for name, what in (("moe_experts", "routed experts per MoE layer"), ("moe_topk", "experts per token"),
                        ("moe_expert_ffn", "intermediate width of one expert"),
                        ("moe_shared_experts", "always-active shared experts"),
-                       ("moe_dense_layers", "leading dense layers of an MoE model")):
+                       ("moe_dense_layers", "dense-MLP layers of an MoE model (leading ones unless "
+                                            "--moe-dense-interleaved)")):
         group.add_argument(f"--{name.replace('_', '-')}", type=int, metavar="N", dest=name, help=what)
+    group.add_argument("--moe-dense-interleaved", action=argparse.BooleanOptionalAction, default=None,
+                       help="the dense layers alternate with the MoE layers (Llama 4), not leading (DeepSeek-V3)")
 
 
 def add_output_arguments(parser: argparse.ArgumentParser) -> None:

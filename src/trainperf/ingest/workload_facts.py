@@ -32,7 +32,7 @@ from trainperf.ingest.base import WORKLOAD_FACTS, LogFacts
 _FLAG_NAMES = {"model.preset": "model"}
 _SHAPE_KEYS = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab", "mlp",
                "tied_embeddings", "norm", "bias", "position", "max_seq_len", "moe_experts", "moe_topk",
-               "moe_expert_ffn", "moe_shared_experts", "moe_dense_layers")
+               "moe_expert_ffn", "moe_shared_experts", "moe_dense_layers", "moe_dense_interleaved")
 _MODEL_REQUIRED = ("layers", "hidden", "heads", "ffn_hidden", "vocab")
 _WHOLE_MODEL_KEYS = ("preset", "hf_config")
 _REQUIRED = {

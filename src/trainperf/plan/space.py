@@ -486,8 +486,9 @@ def stage_layer_arrays(layers: int, pp: np.ndarray, vpp: np.ndarray, slots: np.n
     per_rank = (layers + e + lo + d + d1) / ppf
     has = slots > 0
     first = np.where(has, per_rank - e - d1, even)
-    mid = np.where(has, per_rank, even)
     last = np.where(has, per_rank - lo - d, even)
+    # two ranks have no middle one: the busier of the two stands in
+    mid = np.where(has, np.where(pp == 2, np.maximum(first, last), per_rank), even)
     one = pp <= 1
     return (np.where(one, float(layers), first), np.where(one, float(layers), mid),
             np.where(one, float(layers), last))

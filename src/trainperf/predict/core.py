@@ -105,6 +105,7 @@ def model_features(model: Any, seq_len: int) -> dict[str, Any]:
         "qk_head_dim": float(model.qk_head_dim), "v_head_dim": float(model.v_dim_per_head),
         "ffn": float(model.ffn_hidden), "gated": bool(model.gated_mlp), "vocab": float(model.vocab),
         "moe_layers": float(model.moe_layers), "dense_layers": float(model.dense_layers),
+        "dense_interleaved": bool(model.moe_dense_interleaved),
         "moe_experts": float(model.moe_experts), "moe_topk": float(model.moe_topk),
         "moe_shared": float(model.moe_shared_experts),
         "expert_ffn": float(model.moe_expert_ffn or 0),
@@ -249,6 +250,32 @@ def _silicon(hw: Any) -> str:
     return generation_of(hw)
 
 
+def dense_layers_per_rank(f: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
+    """Dense-MLP layers on the first, the second, the middle rank with the fewest, and the last
+    pipeline rank (of ``layers_first``, ``layers_mid``, ``layers_mid`` and ``layers_last``).
+
+    An MoE model's leading dense layers (DeepSeek-V3's first 3) fill the model's first layers,
+    which the pipeline lays out chunk by chunk: the first rank's first chunk (``layers_first /
+    vpp`` layers), then the next rank's, and so on (Megatron-Core's interleaved order), so with
+    ``pp > 1`` the first rank holds them and the others hold MoE layers only. Interleaved dense
+    layers (Llama 4), more leading dense layers than one round of chunks holds, a dense model and
+    ``pp = 1`` give every rank its share: ``dense_layers * its layers / layers``.
+    """
+    pp, vpp, n_layers, n_dense = f["pp"], f["vpp"], f["layers"], f["dense_layers"]
+    lf, lm, ll = f["layers_first"], f["layers_mid"], f["layers_last"]
+    c0, cm, cl = lf / vpp, lm / vpp, ll / vpp
+    one_round = c0 + vec.maximum(pp - 2.0, 0.0) * cm + cl
+    leading = vec.where(f.get("dense_interleaved", False), False,
+                        vec.where(f["moe_layers"] > 0, vec.where(pp > 1, n_dense <= one_round, False), False))
+    rest = vec.maximum(n_dense - c0, 0.0)
+    by_round = (vec.minimum(n_dense, c0), vec.minimum(rest, cm),
+                vec.minimum(vec.maximum(rest - vec.maximum(pp - 3.0, 0.0) * cm, 0.0), cm),
+                vec.minimum(vec.maximum(rest - vec.maximum(pp - 2.0, 0.0) * cm, 0.0), cl))
+    share = tuple(n_dense * n / n_layers for n in (lf, lm, lm, ll))
+    a0, a1, a2, a3 = (vec.where(leading, a, b) for a, b in zip(by_round, share, strict=True))
+    return a0, a1, a2, a3
+
+
 def layout_terms(f: dict[str, Any]) -> dict[str, Any]:
     """The plan's layout terms that both the step time and the memory need: token rows per
     device, the busiest stage's layers and parameters (routed experts sharded over their
@@ -259,8 +286,17 @@ def layout_terms(f: dict[str, Any]) -> dict[str, Any]:
     m_tok = f["micro_batch"] * f["seq_len"] / cp  # token rows of every GEMM on one device
     # layers on the first, busiest middle and last pipeline rank (uneven splits included)
     layers_stage = vec.maximum(vec.maximum(f["layers_first"], f["layers_mid"]), f["layers_last"])
-    moe_frac = f["moe_layers"] / L
-    dense_frac = f["dense_layers"] / L
+    # the busiest rank's mix of dense and MoE layers: of the ranks holding the most layers, the one
+    # with the fewest dense ones (a MoE layer holds more and does more)
+    d_first, d_second, d_mid, d_last = dense_layers_per_rank(f)
+    big = 1e18
+    dense_crit = vec.minimum(vec.minimum(
+        vec.where(f["layers_first"] >= layers_stage, d_first, big),
+        vec.where(vec.where(pp >= 3, f["layers_mid"] >= layers_stage, False), d_mid, big)),
+        vec.where(vec.where(pp >= 2, f["layers_last"] >= layers_stage, False), d_last, big))
+    dense_crit = vec.where(dense_crit < big, dense_crit, 0.0)  # layers_stage is always some rank's
+    dense_frac = dense_crit / layers_stage
+    moe_frac = vec.where(f["moe_layers"] > 0, 1.0 - dense_frac, 0.0)
     rc = recompute.layer_recompute(f["policy"], f["attn_names"], f["mlp_names"], f["gated"])
     # fraction of a stage's layers the policy covers (full:K: K per model chunk; full-every:N)
     if rc.block_layers:
@@ -288,6 +324,7 @@ def layout_terms(f: dict[str, Any]) -> dict[str, Any]:
 
     return {
         "m_tok": m_tok, "layers_stage": layers_stage, "moe_frac": moe_frac, "dense_frac": dense_frac,
+        "dense_by_rank": (d_first, d_second, d_last),
         "rc": rc, "rec_frac": rec_frac, "kv_local": f["head_dim"] * vec.maximum(f["kv_heads"] / t, 1.0),
         "ffn_moe": ffn_moe, "ffn_shared": ffn_shared, "ffn_eff": dense_frac * f["ffn"] + moe_frac * (ffn_moe + ffn_shared),
         "tp_buf": m_tok * f["hidden"] * f["act_bytes"], "p_layer_local": p_layer / t, "p_stage": p_stage,
@@ -304,7 +341,7 @@ def memory_core(f: dict[str, Any], k: dict[str, float], lt: dict[str, Any] | Non
     lt = layout_terms(f) if lt is None else lt
     return memory.device_memory_bytes(f, k, p_stage=lt["p_stage"], p_layer_local=lt["p_layer_local"],
                                       sharded=lt["sharded"], zero3=lt["zero3"], rc=lt["rc"],
-                                      rec_frac=lt["rec_frac"], kv_local=lt["kv_local"], ffn_eff=lt["ffn_eff"],
+                                      rec_frac=lt["rec_frac"], kv_local=lt["kv_local"], dense_by_rank=lt["dense_by_rank"],
                                       m_tok=lt["m_tok"], tp_buf=lt["tp_buf"], plain_dp=lt["plain_dp"],
                                       gather_bytes=PARAM_GATHER_BYTES, grad_bytes=GRAD_REDUCE_BYTES)
 

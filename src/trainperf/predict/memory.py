@@ -212,14 +212,17 @@ def largest_matrix_params(f, t):
     return big / t
 
 
-def mlp_kept_widths(f, rc):
-    """``rc.widths`` with its MLP-wide counts turned into elements per token of the average layer
-    (pass ``ffn = 1``): a dense layer's MLP (``ffn`` wide), a MoE layer's ``topk`` routed and its
-    shared experts (``expert_ffn`` wide each), each with what the policy keeps of it
+def mlp_kept_widths(f, rc, moe_share=None):
+    """``rc.widths`` with its MLP-wide counts turned into elements per token of a layer that is a
+    MoE layer ``moe_share`` of the time (None: the model's average layer; pass ``ffn = 1``): a dense
+    layer's MLP (``ffn`` wide), a MoE layer's ``topk`` routed and its shared experts
+    (``expert_ffn`` wide each), each with what the policy keeps of it
     (:class:`~trainperf.accounting.recompute.LayerRecompute`: Megatron-Core's ``mlp``, ``moe``,
     ``moe_act`` and ``shared_experts`` modules treat them apart)."""
-    dense = f["dense_layers"] / f["layers"] * f["ffn"]
-    moe = f["moe_layers"] / f["layers"] * f["expert_ffn"]
+    if moe_share is None:
+        moe_share = f["moe_layers"] / f["layers"]
+    dense = (1.0 - moe_share) * f["ffn"]
+    moe = moe_share * f["expert_ffn"]
     ffn = (dense * rc.widths.ffn
            + moe * (f["moe_topk"] * rc.expert_ffn[0] + f["moe_shared"] * rc.shared_ffn[0]))
     gin = (dense * rc.widths.gemm_in_ffn
@@ -227,7 +230,7 @@ def mlp_kept_widths(f, rc):
     return dataclasses.replace(rc.widths, ffn=ffn, gemm_in_ffn=gin)
 
 
-def device_memory_bytes(f, k, *, p_stage, p_layer_local, sharded, zero3, rc, rec_frac, kv_local, ffn_eff,
+def device_memory_bytes(f, k, *, p_stage, p_layer_local, sharded, zero3, rc, rec_frac, kv_local, dense_by_rank,
                         m_tok, tp_buf, plain_dp, gather_bytes, grad_bytes):
     """Memory per device (bytes) by category, the total and the capacity it must fit in.
 
@@ -238,7 +241,8 @@ def device_memory_bytes(f, k, *, p_stage, p_layer_local, sharded, zero3, rc, rec
       (which span dp x cp: :attr:`~trainperf.specs.parallel.ParallelPlan.shards_optimizer`);
     * FSDP / ZeRO-3 unsharded units (:func:`fsdp_unsharded_bytes`);
     * activations: the first rank's in-flight micro-batches (:func:`inflight_microbatches`) x its
-      layers x the policy's kept bytes, plus one layer's full set while a recomputed layer runs
+      layers x the policy's kept bytes (a dense and a MoE layer's apart: ``dense_by_rank``, the
+      dense layers on the first, second and last rank), plus one layer's full set while a recomputed layer runs
       its backward; the last rank's (:func:`last_rank_inflight_layers`) plus the logits at the
       loss (``loss_bytes_per_logit`` of the stack); the larger of the two ranks;
     * communication buffers: the tp all-gather/reduce-scatter input and output, DDP's buckets;
@@ -260,11 +264,18 @@ def device_memory_bytes(f, k, *, p_stage, p_layer_local, sharded, zero3, rc, rec
     gathered = vec.where(zero3, fsdp_unsharded_bytes(p_layer_local, p_edge_local, train_frac, gather_bytes,
                                                      grad_bytes, grad_unit), 0.0)
     gin_b = f.get("fp8_gemm_input_bytes")  # None unless an fp8 run of a stack that keeps fp8 inputs
-    act_layer_none = saved_activation_bytes_per_layer(s / cp, b, f["hidden"], f["q_dim"], kv_local * t,
-                                                      ffn_eff, t, sp, rc.widths_none, act_b, gin_b, False)
-    act_layer = saved_activation_bytes_per_layer(s / cp, b, f["hidden"], f["q_dim"], kv_local * t,
-                                                 1.0, t, sp, mlp_kept_widths(f, rc), act_b, gin_b,
-                                                 bool(rc.attention_core))
+    ffn_moe = (f["moe_topk"] + f["moe_shared"]) * f["expert_ffn"]
+    # a dense layer's kept bytes (share 0) and a MoE layer's (share 1); a rank's layer mixes them
+    kept_none, kept = [], []
+    for share in (0.0, 1.0):
+        ffn_eff = (1.0 - share) * f["ffn"] + share * ffn_moe
+        kept_none.append(saved_activation_bytes_per_layer(s / cp, b, f["hidden"], f["q_dim"], kv_local * t,
+                                                          ffn_eff, t, sp, rc.widths_none, act_b, gin_b, False))
+        kept.append(saved_activation_bytes_per_layer(s / cp, b, f["hidden"], f["q_dim"], kv_local * t,
+                                                     1.0, t, sp, mlp_kept_widths(f, rc, share), act_b, gin_b,
+                                                     bool(rc.attention_core)))
+    act_layer_none, act_layer = kept_none[0], kept[0]
+    act_moe_none, act_moe = kept_none[1] - kept_none[0], kept[1] - kept[0]
     # unfused (eager) attention materialises the scores; a policy that keeps the attention core
     # keeps them for the backward, one that recomputes it holds one layer's again while it does.
     # On a CPU "eager" names the speed only: PyTorch's SDPA runs its CPU flash kernel there.
@@ -277,31 +288,45 @@ def device_memory_bytes(f, k, *, p_stage, p_layer_local, sharded, zero3, rc, rec
     # FC1 saves, and the expert outputs the unpermute's weighting by router probabilities saves
     # for their gradient, unless the policy re-runs the MLP region
     if f["expert_mats"]:
-        moe = f["moe_layers"] / f["layers"] * routed_activation_bytes(
-            m_tok, f["moe_topk"], f["hidden"], f["etp"], t, sp, act_b, gin_b)
-        act_layer_none = act_layer_none + moe
-        act_layer = act_layer + (1.0 - rc.moe_region) * moe
+        moe = routed_activation_bytes(m_tok, f["moe_topk"], f["hidden"], f["etp"], t, sp, act_b, gin_b)
+        act_moe_none = act_moe_none + moe
+        act_moe = act_moe + (1.0 - rc.moe_region) * moe
     act_layer = rec_frac * act_layer + (1.0 - rec_frac) * act_layer_none
+    act_moe = rec_frac * act_moe + (1.0 - rec_frac) * act_moe_none
+
+    def moe_share(dense, layers):
+        return vec.where(f["moe_layers"] > 0, 1.0 - dense / vec.maximum(layers, 1.0), 0.0)
+
+    d_first, d_second, d_last = dense_by_rank
+    share_first = moe_share(d_first, f["layers_first"])
+    share_second = moe_share(d_second, f["layers_mid"])
+    share_last = moe_share(d_last, f["layers_last"])
     M = f["grad_accum"]
     gpipe = f.get("gpipe", False)
     # the first rank holds the most micro-batches; with three or more ranks the second, holding
     # one fewer, peaks instead when it holds more layers (a lighter first stage, the embedding slot)
-    first = f["layers_first"] * act_layer * inflight_microbatches(pp, vpp, M, f["interleaved"], gpipe)
-    second = vec.where(pp >= 3, f["layers_mid"] * act_layer * second_rank_inflight_microbatches(
-        pp, vpp, M, f["interleaved"], gpipe), 0.0)
+    # or more MoE layers (a MoE model's leading dense layers sit on the first)
+    first = (f["layers_first"] * (act_layer + share_first * act_moe)
+             * inflight_microbatches(pp, vpp, M, f["interleaved"], gpipe))
+    second = vec.where(pp >= 3, f["layers_mid"] * (act_layer + share_second * act_moe)
+                       * second_rank_inflight_microbatches(pp, vpp, M, f["interleaved"], gpipe), 0.0)
+    second_peaks = second > first
     first = vec.maximum(first, second)
     # GPipe keeps every micro-batch's loss residuals until the first backward (the JAX pipelines
     # apply the head and loss to all outputs at once; PyTorch's keeps each micro-batch's graph)
     logits = m_tok * vec.where(gpipe, M, 1.0) * f["vocab"] / t * f["loss_bytes_per_logit"]
-    last = last_rank_inflight_layers(pp, vpp, M, f["layers_last"], f["interleaved"], gpipe) * act_layer
+    last = (last_rank_inflight_layers(pp, vpp, M, f["layers_last"], f["interleaved"], gpipe)
+            * (act_layer + share_last * act_moe))
     # one stage is both the first and the last rank; with pp > 1 the busier of the two sets the peak
     last_peaks = vec.where(pp > 1, last + logits > first, False)
     activations = vec.where(last_peaks, last, first)
     logits_on_peak = vec.where(pp > 1, vec.where(last_peaks, logits, 0.0), logits)
-    # a recomputed layer's tensors are live again during its backward: one layer's full set, which
-    # also stands in for the backward's own temporaries (activation gradients) beside what it
-    # kept; this is what matched the published torchtitan peaks (tests/test_memory_model.py)
-    working = act_layer_none if rc.stores_less else rc.attention_core * scores
+    # a recomputed layer's tensors are live again during its backward: one layer's full set (of
+    # the peak rank's average layer), which also stands in for the backward's own temporaries
+    # (activation gradients) beside what it kept; this is what matched the published torchtitan
+    # peaks (tests/test_memory_model.py)
+    share_peak = vec.where(last_peaks, share_last, vec.where(second_peaks, share_second, share_first))
+    working = act_layer_none + share_peak * act_moe_none if rc.stores_less else rc.attention_core * scores
     buffers = vec.where(t > 1, 2.0 * tp_buf, 0.0) + vec.where(plain_dp, 2.0 * 25e6 * grad_bytes, 0.0)
     # taken once: what a preallocating runtime leaves outside its pool holds the context,
     # workspaces and collective buffers the reserve stands for

@@ -108,7 +108,13 @@ class ModelSpec:
     moe_shared_experts: int = 0
     """Always-active shared experts per MoE layer (DeepSeek), each ``moe_expert_ffn`` wide."""
     moe_dense_layers: int = 0
-    """Leading layers that keep a dense MLP of width ``ffn_hidden`` (DeepSeek-V3: 3)."""
+    """Layers that keep a dense MLP of width ``ffn_hidden``: the leading ones (DeepSeek-V3: 3)
+    unless ``moe_dense_interleaved``."""
+    moe_dense_interleaved: bool = False
+    """The dense layers are spread among the MoE layers (Llama 4's ``interleave_moe_layer_step``,
+    Qwen-MoE's ``decoder_sparse_step``, DeepSeek's ``moe_layer_freq``), not leading. Counts and
+    FLOPs are the same; a pipeline stage's mix of dense and MoE layers is not: leading dense
+    layers all sit on the first stage, interleaved ones on every stage alike."""
     # --- multi-head latent attention (DeepSeek-V2/V3) -----------------------------------------
     attention: AttentionKind = "mha"
     """``mha`` covers MHA/GQA/MQA; ``mla`` is DeepSeek's multi-head latent attention."""
@@ -196,7 +202,8 @@ class ModelSpec:
                      "v_head_dim", "sliding_window", "sliding_window_layers", "norms_per_layer",
                      "attention_chunk", "chunked_attention_layers"):
             _non_negative(name, getattr(self, name))
-        for name in ("attn_bias", "mlp_bias", "lm_head_bias", "moe_shared_expert_gate", "moe_router_bias"):
+        for name in ("attn_bias", "mlp_bias", "lm_head_bias", "moe_shared_expert_gate", "moe_router_bias",
+                     "moe_dense_interleaved"):
             if not isinstance(getattr(self, name), bool):
                 raise SpecError(name, getattr(self, name), "true or false")
         if self.norm_bias is not None and not isinstance(self.norm_bias, bool):

@@ -128,7 +128,9 @@ class ParallelPlan:
                 raise SpecError("parallel.pp", pp, f"pp*vpp={chunks} must divide layers + embedding/loss "
                                 f"slots = {slots} (account_for_*_in_pipeline_split)")
             per_rank = self.vpp * slots // chunks
-            return per_rank - emb, per_rank, per_rank - loss
+            lead, tail = per_rank - emb, per_rank - loss
+            # two ranks have no middle one: the busier of the two stands in
+            return lead, (max(lead, tail) if pp == 2 else per_rank), tail
         first, last = self.first_stage_layers, self.last_stage_layers
         if first is None and last is None:
             even = -(-layers // pp)

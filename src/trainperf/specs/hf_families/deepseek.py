@@ -79,7 +79,8 @@ def _mla_moe(c: HFConfig, *, router_bias: bool) -> dict[str, Any]:
         moe_router_bias=router_bias,
     )
     if freq != 1:
-        note(f, f"moe_layer_freq={freq}: dense layers counted as leading dense layers")
+        f["moe_dense_interleaved"] = True
+        note(f, f"moe_layer_freq={freq}: dense layers interleaved with the MoE layers")
     return f
 
 

@@ -55,8 +55,10 @@ def llama4_text(c: HFConfig) -> dict[str, Any]:
                  moe_topk=c.integer("num_experts_per_tok", bound=EXPERTS),
                  moe_expert_ffn=expert_ffn, moe_shared_experts=1, moe_dense_layers=layers - n_moe)
         if layers - n_moe:
-            note(f, f"{layers - n_moe} dense layers interleaved with MoE layers (counted as leading "
-                    "dense layers; counts and FLOPs are the same)")
+            leading = set(moe_layers) == set(range(layers - n_moe, layers))
+            f["moe_dense_interleaved"] = not leading
+            note(f, f"{layers - n_moe} dense layers " + ("before the MoE layers" if leading
+                                                          else "interleaved with the MoE layers"))
     types = layer_types(c, layers, ("full_attention", "chunked_attention"))
     if types is not None:
         chunked = types.count("chunked_attention")

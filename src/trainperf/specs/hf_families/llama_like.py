@@ -71,14 +71,17 @@ def qwen_moe(c: HFConfig, f: dict[str, Any]) -> None:
     f["moe_expert_ffn"] = c.integer("moe_intermediate_size")
     step = c.integer("decoder_sparse_step", 1, Bound(1, LAYERS.hi, LAYERS.why))
     mlp_only = set(c.integer_list("mlp_only_layers", Bound(0, layers - 1, "a layer index")) or [])
-    dense = sum(1 for i in range(layers) if i in mlp_only or (i + 1) % step != 0)
+    dense_at = [i for i in range(layers) if i in mlp_only or (i + 1) % step != 0]
+    dense = len(dense_at)
     if dense >= layers:
         raise SpecError(c.field("mlp_only_layers"), sorted(mlp_only),
                         "leave at least one MoE layer (else use a dense model_type)")
     if dense:
         f["moe_dense_layers"] = dense
-        note(f, f"{dense} dense-MLP layers (mlp_only_layers/decoder_sparse_step) counted as leading "
-                "dense layers")
+        leading = dense_at == list(range(dense))
+        f["moe_dense_interleaved"] = not leading
+        note(f, f"{dense} dense-MLP layers (mlp_only_layers/decoder_sparse_step), "
+                + ("the leading ones" if leading else "interleaved with the MoE layers"))
 
 
 def llama(c: HFConfig) -> dict[str, Any]:
