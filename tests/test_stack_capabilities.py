@@ -346,6 +346,7 @@ def test_plan_with_a_stack_release_searches_that_release(capsys):
                                "'megatron-core 0.12'"),
     ("torchtitan", "NeMo 24.09", "a release of torchtitan with its version or date, e.g. 'torchtitan 2025-04'"),
     ("llm-foundry", "NeMo 24.09", "the llm-foundry stack dates none of its capabilities"),
+    ("torchtitan", "torchtitan 2024-13", "a date as YYYY-MM or YYYY-MM-DD with a month 1-12"),
 ])
 def test_a_stack_release_naming_no_dated_product_is_a_usage_error(capsys, stack, release, needle):
     rc = main(["plan", "--model", "mixtral-8x7b", "--device", "h100-sxm", "--num-devices", "16", "--seq-len",

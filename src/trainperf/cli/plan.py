@@ -206,17 +206,25 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
 def _check_release(stack: str, release: str) -> None:
     """A ``--stack-release`` must name a version of a product the stack's profile dates its
     capabilities by; anything else would silently search the current release."""
-    from trainperf.predict.stack_capabilities import capabilities_of, describe_release, release_named
+    from trainperf.predict.stack_capabilities import (
+        capabilities_of,
+        describe_release,
+        release_kind,
+        release_named,
+    )
 
     caps = capabilities_of(stack)
     firsts = {p: first for _key, _value, rels in caps.introduced for p, first in rels}
     if not firsts:
         raise SpecError("stack_release", release, f"nothing: the {caps.stack} stack dates none of its "
                         "capabilities (leave --stack-release out)")
-    if not any(release_named(release, p) is not None for p in firsts):
+    named = [v for v in (release_named(release, p) for p in firsts) if v is not None]
+    if not named:
         product, first = next(iter(firsts.items()))
         raise SpecError("stack_release", release, f"a release of {' or '.join(sorted(firsts))} with its "
                         f"version or date, e.g. '{product} {describe_release(first)}'")
+    if any(release_kind(v) == 2 and not (1 <= v[1] <= 12 and 0 <= v[2] <= 31) for v in named):
+        raise SpecError("stack_release", release, "a date as YYYY-MM or YYYY-MM-DD with a month 1-12")
 
 
 def _policies(text: str | None, stack: str, default: tuple[str, ...], release: str = "",
