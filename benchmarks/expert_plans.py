@@ -98,8 +98,9 @@ def judge(run: Any, memory_margin: float | None = None) -> dict[str, Any]:
     rank = 1 + int((res.tokens_per_s > expert_tps * (1 + 1e-9)).sum())
     from trainperf.plan.search import describe_plan, workload_of
 
-    row.update(best=describe_plan(workload_of(w.model, w.hardware, space, res.ranked, 0)), best_step_s=best_t,
-               ratio=best_t / expert.step_time_s, rank=rank)
+    best_w = workload_of(w.model, w.hardware, space, res.ranked, 0)
+    row.update(best=describe_plan(best_w), best_step_s=best_t, ratio=best_t / expert.step_time_s, rank=rank,
+               differs=differences(w, best_w))
     # the plan as the source states it: what the row leaves unstated (filled with the stack's
     # defaults when it was read) is free, at its best completion in the planner's list
     free = run.unstated_plan_fields
@@ -107,6 +108,23 @@ def judge(run: Any, memory_margin: float | None = None) -> dict[str, Any]:
     row.update(unstated=sorted(free), stated_rank=1 + int((res.tokens_per_s > stated_tps * (1 + 1e-9)).sum()),
                stated_ratio=best_t * stated_tps / w.tokens_per_step)
     return row
+
+
+def differences(expert: Any, best: Any) -> str:
+    """What the planner's best changes in the expert plan (``AC full->none, tp 4->1``)."""
+    def fields(w: Any) -> dict[str, Any]:
+        p = w.plan
+        return {"AC": w.activation_checkpointing, "mbs": w.micro_batch, "tp": p.tp, "pp": p.pp, "vpp": p.vpp,
+                "cp": p.cp, "ep": p.ep, "etp": p.expert_tp, "fsdp": p.fsdp, "dp": p.dp,
+                "sp": "on" if p.sequence_parallel else "off", "zero": p.zero_stage,
+                "slots": (p.account_for_embedding_in_pipeline_split, p.account_for_loss_in_pipeline_split,
+                          p.first_stage_layers, p.last_stage_layers)}
+    a, b = fields(expert), fields(best)
+    skip = {"slots"} | (set() if expert.model.is_moe else {"etp"}) | ({"sp"} if 1 in (expert.plan.tp, best.plan.tp) else set())
+    out = [f"{k} {a[k]}->{b[k]}" for k in a if a[k] != b[k] and k not in skip]
+    if a["slots"] != b["slots"]:
+        out.append("pipeline split")
+    return ", ".join(out) or "none"
 
 
 def _best_stated_tps(res: Any, w: Any, free: frozenset[str]) -> float:
@@ -180,6 +198,12 @@ def main(argv: list[str] | None = None) -> int:
           f"{max((r['search_s'] for r in rows), default=0.0):.2f} s", file=out)
     print(f"  strictly (the fields a row leaves unstated held at the stack defaults it was read with): "
           f"{pct(strict, rows)}", file=out)
+    bad = [r for r in rows if r["rank"] is not None and r not in good]
+    if bad and not args.json:
+        print("\nwhere the planner's best departs from the expert plans it disagrees with:", file=out)
+        for r in bad:
+            print(f"  row {r['row']:>4} {r['stack']:<16} {r['model'][:24]:<24}{' (proxy)' if r['proxy'] else '':<8} "
+                  f"{r['differs']}", file=out)
     full = [r for r in rows if not r["proxy"]]
     print(f"  without the {len(rows) - len(full)} reduced-depth proxies: {pct([r for r in full if r in good], full)}", file=out)
     per_stack: dict[str, list[dict[str, Any]]] = {}
