@@ -193,6 +193,11 @@ def test_fix_names_the_infeasible_value(capsys):
         rc, _, err = _plan(capsys, *base, "--fix", fix)
         assert rc == 1 and needle in err, err
         assert "change: or" not in err and err.count("\n") == 1
+    # with a stack, plans its space refuses outnumber the others; the reason is still the fixed value's
+    for fix, needle in (("micro_batch=3", "micro_batch=3: micro batch does not divide the local batch"),
+                        ("tp=16", "tp=16: tp larger than the scale-up")):
+        rc, _, err = _plan(capsys, *base, "--fix", fix, "--stack", "megatron-core")
+        assert rc == 1 and needle in err, err
     moe = ["--model", "mixtral-8x7b", "--device", "h100-sxm", "--num-devices", "16", "--seq-len", "4096",
            "--global-batch", "256"]
     for args, needle in (([*base, "--fix", "etp=2"], "etp=2: the model has no experts"),

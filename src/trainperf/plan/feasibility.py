@@ -215,12 +215,14 @@ def fixed_refusal(result: Any) -> str | None:
     reasons = [(k, n) for k, n in result.rejected.most_common() if k not in ("fixed", "oom")]
     if not reasons:
         return f"{_fixed_text(fixed)}: no plan has all of these values"
-    key, _ = reasons[0]
+    # a rule about a fixed value says more than the stack's space, which names every column
+    about_fixed = [k for k, _ in reasons if k != "stack" and set(_REASON_FIELD.get(k, ())) & set(fixed)]
+    key = about_fixed[0] if about_fixed else reasons[0][0]
     blamed = [k for k in _REASON_FIELD.get(key, ()) if k in fixed]
     what = _fixed_text(fixed, tuple(blamed)) if blamed else _fixed_text(fixed)
     extra = ""
     if key == "mbs_local":
-        extra = f" (global batch {'/'.join(map(str, sp.global_batches))} split over the data-parallel ranks)"
+        extra = f" for any dp*fsdp (global batch {'/'.join(map(str, sp.global_batches))})"
     return f"{what}: {REASONS.get(key, key)}{extra}"
 
 
