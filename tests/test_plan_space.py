@@ -259,3 +259,26 @@ def test_a_lighter_first_stage_relieves_the_rank_holding_the_most_micro_batches(
     assert predict(lighter).step_time_s > predict(even).step_time_s  # the other ranks carry more
     c2 = enumerate_candidates(m, H100, dataclasses.replace(space, stack="torchtitan"))
     assert not (c2["slots"] >> SLOT_FIRST_SHIFT).any()
+
+
+def test_each_pipeline_split_is_listed_once():
+    """A last (first) stage one layer lighter is the split Megatron's loss (embedding) slot gives;
+    the planner lists it once, as the slot, where the stack has slots, and as the lighter stage
+    where it has only uneven stages."""
+    import numpy as np
+
+    from trainperf.plan.space import SLOT_EMBEDDING, SLOT_LOSS, stage_layer_arrays, vpp_slot_pairs
+
+    all_slots = (0, SLOT_EMBEDDING, SLOT_LOSS, SLOT_EMBEDDING | SLOT_LOSS)
+    for layers, pp in ((61, 2), (61, 31), (95, 4), (126, 16), (80, 3)):
+        pairs = vpp_slot_pairs(layers, pp, 8, all_slots, lighter_last=20, lighter_first=20)
+        splits = np.stack([pairs[:, 0], *stage_layer_arrays(layers, np.full(len(pairs), pp), pairs[:, 0],
+                                                              pairs[:, 1])], axis=1)
+        assert len(np.unique(splits, axis=0)) == len(splits), (layers, pp)
+    # a last stage 1 lighter: the loss slot's split where the stack has slots, kept where it has none
+    from trainperf.plan.space import SLOT_LIGHTER_SHIFT
+
+    one_lighter = (1, 1 << SLOT_LIGHTER_SHIFT)
+    assert one_lighter in map(tuple, vpp_slot_pairs(61, 2, 1, (0,), lighter_last=4).tolist())
+    assert one_lighter not in map(tuple, vpp_slot_pairs(61, 2, 1, all_slots, lighter_last=4).tolist())
+    assert (1, SLOT_LOSS) in map(tuple, vpp_slot_pairs(61, 2, 1, all_slots, lighter_last=4).tolist())

@@ -454,12 +454,17 @@ def vpp_slot_pairs(layers: int, pp: int, max_vpp: int, slot_options: tuple[int, 
     out = [(1, 0)]
     if pp <= 1:
         return np.asarray(out, dtype=np.int64)
+    # a stage one layer lighter is the split Megatron's loss (embedding) slot gives: listed once, as the slot
+    loss_slot = any(o & SLOT_LOSS for o in slot_options)
+    emb_slot = any(o & SLOT_EMBEDDING for o in slot_options)
     for v in range(1, max_vpp + 1):
         if lighter_last:
-            out.extend((v, d << SLOT_LIGHTER_SHIFT) for d in lighter_last_options(layers, pp, v, lighter_last))
+            out.extend((v, d << SLOT_LIGHTER_SHIFT) for d in lighter_last_options(layers, pp, v, lighter_last)
+                       if not (d == 1 and loss_slot))
         if lighter_first and v == 1:
             # the largest within the bound: nearest the split where rank 0 stops being the peak
-            out.extend((v, d << SLOT_FIRST_SHIFT) for d in lighter_last_options(layers, pp, v, lighter_first)[-1:])
+            out.extend((v, d << SLOT_FIRST_SHIFT) for d in lighter_last_options(layers, pp, v, lighter_first)[-1:]
+                       if not (d == 1 and emb_slot))
         for slots in slot_options:
             if v == 1 and slots == 0:
                 continue
