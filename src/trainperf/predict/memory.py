@@ -212,15 +212,13 @@ def largest_matrix_params(f, t):
     return big / t
 
 
-def mlp_kept_widths(f, rc, moe_share=None):
+def mlp_kept_widths(f, rc, moe_share):
     """``rc.widths`` with its MLP-wide counts turned into elements per token of a layer that is a
-    MoE layer ``moe_share`` of the time (None: the model's average layer; pass ``ffn = 1``): a dense
+    MoE layer ``moe_share`` of the time (0: a dense layer, 1: a MoE layer; pass ``ffn = 1``): a dense
     layer's MLP (``ffn`` wide), a MoE layer's ``topk`` routed and its shared experts
     (``expert_ffn`` wide each), each with what the policy keeps of it
     (:class:`~trainperf.accounting.recompute.LayerRecompute`: Megatron-Core's ``mlp``, ``moe``,
     ``moe_act`` and ``shared_experts`` modules treat them apart)."""
-    if moe_share is None:
-        moe_share = f["moe_layers"] / f["layers"]
     dense = (1.0 - moe_share) * f["ffn"]
     moe = moe_share * f["expert_ffn"]
     ffn = (dense * rc.widths.ffn
