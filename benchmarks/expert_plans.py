@@ -11,6 +11,7 @@ row when several share the workload), this script
 * reports the expert plan's rank in the planner's list (1 + the plans predicted faster; the list
   shows each layout once, with its best ZeRO stage) and the planner's best / expert predicted
   step-time ratio (< 1: the planner found something it predicts faster);
+* lists, for each expert plan it disagrees with, what the planner's best changes in it;
 * judges the plan as its source states it: a choice the row leaves unstated (the table reader
   filled it with the stack's default and said so in the row's assumptions, e.g. PaxML's
   checkpointing policy, the SC21 micro batch) is not the experts' and is held free, at its best
