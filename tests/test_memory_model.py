@@ -415,3 +415,31 @@ def test_leading_dense_layers_sit_on_the_first_pipeline_rank():
     assert predict(dataclasses.replace(lead, plan=dataclasses.replace(lead.plan, **one))).step_time_s == \
         pytest.approx(predict(dataclasses.replace(spread, plan=dataclasses.replace(spread.plan, **one))).step_time_s,
                       rel=1e-12)
+
+
+def test_dense_layers_per_rank_stay_within_each_rank():
+    """Over many splits: no rank holds more dense layers than layers or than the model has, none
+    fewer than zero, and a single stage holds them all."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from trainperf.predict.core import dense_layers_per_rank
+
+    @settings(max_examples=300, deadline=None)
+    @given(layers=st.integers(2, 128), pp=st.integers(1, 32), vpp=st.integers(1, 8), dense=st.integers(0, 127),
+           interleaved=st.booleans())
+    def check(layers, pp, vpp, dense, interleaved):
+        dense = min(dense, layers - 1)
+        plan = ParallelPlan(pp=min(pp, layers), vpp=1)
+        first, mid, last = plan.stage_layers(layers)
+        v = vpp if first % vpp == 0 and mid % vpp == 0 and last % vpp == 0 else 1
+        f = {"pp": float(plan.pp), "vpp": float(v), "layers": float(layers), "dense_layers": float(dense),
+             "moe_layers": float(layers - dense), "layers_first": float(first), "layers_mid": float(mid),
+             "layers_last": float(last), "dense_interleaved": interleaved}
+        got = [float(x) for x in dense_layers_per_rank(f)]
+        for d, n in zip(got, (first, mid, mid, last), strict=True):
+            assert -1e-9 <= d <= min(n, dense) + 1e-9
+        if plan.pp == 1:
+            assert got == pytest.approx([dense] * 4)
+
+    check()
