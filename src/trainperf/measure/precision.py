@@ -81,22 +81,28 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def matmul_time_ratio(device: str = "cpu", n: int = TIMING_SIZE, repeats: int = 3) -> float:
-    """Best time of an ``n^3`` bf16 matmul over the best time of the same fp32 matmul."""
-    best: dict[torch.dtype, float] = {}
-    for dtype in (torch.float32, torch.bfloat16):
+def matmul_time_ratio(device: str = "cpu", n: int = TIMING_SIZE, repeats: int = 5) -> float:
+    """Best time of an ``n^3`` bf16 matmul over the best time of the same fp32 matmul.
+
+    The two dtypes are timed in alternation, ``repeats`` rounds, so that a burst of load from
+    other processes slows both rather than one (a loaded machine must not flip the choice)."""
+    dtypes = (torch.float32, torch.bfloat16)
+    ops = {}
+    for dtype in dtypes:
         a = torch.randn(n, n, device=device).to(dtype)
         b = torch.randn(n, n, device=device).to(dtype)
-        torch.matmul(a, b)
-        _sync(device)
-        times = []
-        for _ in range(repeats):
+        torch.matmul(a, b)  # warm-up
+        ops[dtype] = (a, b)
+    _sync(device)
+    best = dict.fromkeys(dtypes, float("inf"))
+    for _ in range(repeats):
+        for dtype in dtypes:
+            a, b = ops[dtype]
             t = time.perf_counter()
             torch.matmul(a, b)
             _sync(device)
-            times.append(time.perf_counter() - t)
-        best[dtype] = max(min(times), 1e-9)
-    return best[torch.bfloat16] / best[torch.float32]
+            best[dtype] = min(best[dtype], time.perf_counter() - t)
+    return max(best[torch.bfloat16], 1e-9) / max(best[torch.float32], 1e-9)
 
 
 def detect_native_bf16(device_type: str = "cpu") -> NativeBf16:
