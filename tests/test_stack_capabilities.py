@@ -180,6 +180,28 @@ def test_collectives_are_priced_by_the_domain_they_span():
     assert q.step_time_s > p.step_time_s  # the same group over the network is slower
 
 
+
+def test_tpu_slices_talk_over_the_data_center_network():
+    """Chips of one TPU slice talk over ICI (the scale-up domain); slices talk over the DCN, at the
+    catalog's DCN rate per chip, which is far below ICI (it used to repeat the ICI figure)."""
+    from trainperf.predict import predict
+
+    for dev in ("tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e"):
+        hw = get_hardware(dev)
+        assert 10 * hw.inter_node_link_GB_per_s < hw.intra_node_link_GB_per_s, dev
+    v5e = get_hardware("tpu-v5e")
+    w = Workload(model=get_model("llama2-7b"), hardware=v5e, num_devices=512, seq_len=2048, global_batch=1024,
+                 micro_batch=2, plan=ParallelPlan(dp=2, fsdp=256), activation_checkpointing="full", stack="maxtext")
+    p = predict(w)
+    dp = next(c for c in p.collectives if c.name == "dp all-reduce")
+    fsdp = next(c for c in p.collectives if c.name == "fsdp all-gather")
+    assert "inter" in dp.link and "intra" in fsdp.link  # a replica per slice; each fsdp group is one slice
+    assert dp.time_s >= dp.bytes_per_device / (v5e.inter_node_link_GB_per_s * 1e9)  # no faster than the wire
+    ici = dataclasses.replace(v5e, inter_node_link_GB_per_s=v5e.intra_node_link_GB_per_s)
+    q = predict(dataclasses.replace(w, hardware=ici, notes=()))
+    assert dp.time_s > 10 * next(c for c in q.collectives if c.name == "dp all-reduce").time_s
+    assert p.step_time_s > q.step_time_s
+
 def test_fix_names_the_infeasible_value(capsys):
     base = ["--model", "gpt3-175b", "--device", "h100-sxm", "--num-devices", "128", "--seq-len", "2048",
             "--global-batch", "256"]

@@ -27,7 +27,8 @@ Conventions (the catalog follows them; custom devices should too):
     Per device, ONE direction, of the typical scale-out NIC: one 400 Gb/s InfiniBand/RoCE NIC
     per GPU is 50 GB/s (DGX H100), 200 Gb/s HDR is 25 GB/s (DGX A100). Where a NIC is shared,
     its bandwidth is divided among the devices it serves. TPU chips on different hosts of one
-    slice talk over ICI, so TPU entries repeat the ICI figure (DCN matters only for multislice).
+    slice talk over ICI (the scale-up domain); this field is a TPU's data-center network (DCN)
+    bandwidth per chip, what traffic between slices (multislice) crosses.
 ``devices_per_node``
     The typical node (one OS host): 8 for HGX/DGX, 4 MI250(X) cards or 8 of their GCDs, 4 TPU
     chips per host, 4 GPUs per GB200 NVL72 compute tray. A job fills whole nodes.
