@@ -734,8 +734,10 @@ def format_hardware_detail(hw: Hardware) -> str:
     labels = {
         "hbm_GB": "memory (GB)",
         "hbm_bandwidth_GB_per_s": "memory bandwidth (GB/s)",
-        "intra_node_link_GB_per_s": "intra-node link (GB/s, per device, one direction)",
-        "inter_node_link_GB_per_s": "inter-node link (GB/s, per device, one direction)",
+        "intra_node_link_GB_per_s": ("ICI within a slice" if hw.kind == "tpu" else "intra-node link")
+        + " (GB/s, per device, one direction)",
+        "inter_node_link_GB_per_s": ("DCN between slices" if hw.kind == "tpu" else "inter-node link")
+        + " (GB/s, per device, one direction)",
         "devices_per_node": "devices per node",
         "tdp_W": "TDP (W)",
     }
