@@ -10,6 +10,10 @@ some) an fp8 or attention ratio; they are the check of a stack on a GPU nobody f
   presumed"; torchtitan's own H100s are 500 W HBM2e parts, ``h100-sxm-hbm2e``), MI300X and a
   power-limited B200 (cap not stated). The fp8 rows of these tables set the rowwise fp8 factor
   and are not repeated here.
+* torchao's MoE training README (``pytorch/ao@36027d8:torchao/prototype/moe_training/README.md``,
+  "End-to-end training benchmark with TorchTitan"): Llama 4 Scout cut to 2 layers, 4 B200, FSDP 4,
+  EP 4, no AC, compile, batch 8 x seq 8192, bf16 baseline, median tokens/s (per GPU, as torchtitan
+  logs it). The routed experts run grouped GEMMs, which no kernel measurement here covers.
 * stas00/ml-engineering ``insights/when-to-upgrade-gpus`` ("Step decomposition @ 8k", total
   row): DeepSpeed ZeRO-2, Llama-3.1-8B, seq 8K, no activation checkpointing, 8 GPUs, model
   TFLOP/s per GPU on H200 and B200 (micro batch not stated: 1 assumed; the page's FA4/FA3
@@ -41,6 +45,8 @@ RUNS: tuple[dict[str, Any], ...] = (
      "tokens_per_s_per_device": 5376.5},
     {"name": "torchtitan Llama3-8B bf16 (torchao, power-limited)", "device": "b200", "source": TORCHAO,
      "tokens_per_s_per_device": 8307.5},
+    {"name": "torchtitan Llama 4 Scout, 2 layers, bf16 (torchao MoE)", "device": "b200", "source": TORCHAO,
+     "tokens_per_s_per_device": 49381.0, "moe": True},
     {"name": "DeepSpeed ZeRO-2 Llama-3.1-8B bf16 (ml-engineering)", "device": "h200-sxm", "source": MLENG,
      "tflops_per_device": 461.0},
     {"name": "DeepSpeed ZeRO-2 Llama-3.1-8B bf16 (ml-engineering)", "device": "b200", "source": MLENG,
@@ -51,6 +57,12 @@ RUNS: tuple[dict[str, Any], ...] = (
 def workload(run: dict[str, Any]) -> Any:
     from trainperf.specs.workload_file import workload_from_dict
 
+    if run.get("moe"):
+        return workload_from_dict({
+            "model": {"preset": "llama4-scout", "layers": 2},
+            "hardware": {"device": run["device"], "num_devices": 4}, "parallel": {"fsdp": 4, "ep": 4},
+            "training": {"seq_len": 8192, "global_batch": 32, "micro_batch": 8, "precision": "bf16",
+                         "activation_checkpointing": "none", "compile": True, "stack": "torchtitan"}})
     if "tokens_per_s_per_device" in run:
         return workload_from_dict({
             "model": {"preset": "llama3-8b"}, "hardware": {"device": run["device"], "num_devices": 8},

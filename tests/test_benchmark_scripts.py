@@ -28,8 +28,10 @@ def test_new_silicon_reads_the_published_figures():
     # inverse of the TFLOP/s ratio
     from trainperf.predict import predict
 
-    p = predict(mod.workload(mod.RUNS[4]))
+    p = predict(mod.workload(next(r for r in mod.RUNS if r["device"] == "h200-sxm")))
     assert h200["published_s"] / h200["predicted_s"] == pytest.approx(p.tflops_per_device / 461.0)
+    scout = rows[("torchtitan Llama 4 Scout, 2 layers, bf16 (torchao MoE)", "b200")]
+    assert scout["published_s"] == pytest.approx(8 * 8192 / 49381.0)  # 8 sequences of 8192 a GPU
     for r in rows.values():
         lo, hi = r["range_s"]
         assert lo < r["predicted_s"] < hi and r["in_range"] == (lo <= r["published_s"] <= hi)

@@ -134,3 +134,21 @@ def test_preset_missing_source_is_rejected():
     with pytest.raises(SpecError) as info:
         _build("x", {"layers": 1, "hidden": 8, "heads": 1, "ffn_hidden": 8, "vocab": 8})
     assert "source" in info.value.field
+
+
+@pytest.mark.parametrize(("model_id", "layers", "field", "expected"), [
+    # Llama 4: 3 of every 4 layers chunked; a 2-layer proxy (torchao's MoE benchmark) has two
+    ("llama4-scout", 2, "chunked_attention_layers", 2),
+    ("llama4-scout", 6, "chunked_attention_layers", 5),  # layers 0-2, 4, 5; layer 3 global
+    ("llama4-maverick", 4, "moe_dense_layers", 2),  # interleaved dense MLPs: every other layer
+    ("gemma2-9b", 4, "sliding_window_layers", 2),  # alternating local/global
+    ("deepseek-v3", 10, "moe_dense_layers", 3),  # the leading 3 dense layers stay
+    ("deepseek-v3", 2, "moe_dense_layers", 1),  # ... but one MoE layer remains
+])
+def test_fewer_layers_keep_the_layer_mix(model_id, layers, field, expected):
+    """``--layers N`` on a preset (a reduced-depth proxy) keeps its mix of layer kinds instead of
+    refusing the preset's counts."""
+    m = get_model(model_id).replace(layers=layers)
+    assert m.layers == layers and getattr(m, field) == expected
+    # a count given with the change is taken as given
+    assert get_model("llama4-scout").replace(layers=4, chunked_attention_layers=1).chunked_attention_layers == 1

@@ -14,6 +14,7 @@ counts; FLOPs are those of the text model.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -483,7 +484,26 @@ class ModelSpec:
 
     # --- construction helpers -------------------------------------------------------------------
     def replace(self, **changes: Any) -> ModelSpec:
-        """A copy with some fields changed (validated again)."""
+        """A copy with some fields changed (validated again).
+
+        A new ``layers`` (a reduced-depth proxy: ``--layers 2`` on Llama 4 Scout) keeps the layer
+        mix unless the change gives the counts itself: sliding-window and chunked-attention layers
+        and interleaved dense-MLP layers in the same proportion (rounded half up), leading dense
+        layers (DeepSeek-V3's first 3) as they are, and always one MoE layer at least.
+        """
+        layers = changes.get("layers")
+        if isinstance(layers, int) and not isinstance(layers, bool) and 0 < layers != self.layers:
+            def scaled(n: int) -> int:
+                return math.floor(n * layers / self.layers + 0.5)
+
+            if self.sliding_window_layers and "sliding_window_layers" not in changes:
+                changes["sliding_window_layers"] = min(layers, scaled(self.sliding_window_layers))
+            if self.chunked_attention_layers and "chunked_attention_layers" not in changes:
+                window = changes.get("sliding_window_layers", self.sliding_window_layers)
+                changes["chunked_attention_layers"] = min(layers - window, scaled(self.chunked_attention_layers))
+            if self.moe_dense_layers and "moe_dense_layers" not in changes:
+                kept = scaled(self.moe_dense_layers) if self.moe_dense_interleaved else self.moe_dense_layers
+                changes["moe_dense_layers"] = min(layers - 1, kept)
         if "heads" in changes and "head_dim" not in changes and self.head_dim == self.hidden // self.heads:
             changes.setdefault("head_dim", None)
         if "hidden" in changes and "head_dim" not in changes and self.head_dim == self.hidden // self.heads:
