@@ -6,6 +6,8 @@ import tomllib
 from importlib import resources
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from trainperf.errors import SpecError, UnknownNameError
 from trainperf.specs.model import ModelSpec
@@ -152,3 +154,22 @@ def test_fewer_layers_keep_the_layer_mix(model_id, layers, field, expected):
     assert m.layers == layers and getattr(m, field) == expected
     # a count given with the change is taken as given
     assert get_model("llama4-scout").replace(layers=4, chunked_attention_layers=1).chunked_attention_layers == 1
+
+
+@given(st.sampled_from(["llama4-scout", "llama4-maverick", "gemma2-9b", "deepseek-v3", "qwen3-30b-a3b"]),
+       st.integers(min_value=1, max_value=256))
+@settings(max_examples=200, deadline=None)
+def test_any_layer_count_keeps_a_valid_mix(model_id, layers):
+    """Any ``layers`` gives a valid model whose layer kinds keep the preset's proportions to within
+    one layer (leading dense layers kept as they are, one MoE layer at least)."""
+    base = get_model(model_id)
+    m = base.replace(layers=layers)
+    assert m.layers == layers
+    assert m.sliding_window_layers + m.chunked_attention_layers <= layers
+    for name in ("sliding_window_layers", "chunked_attention_layers"):
+        share = getattr(base, name) / base.layers
+        assert abs(getattr(m, name) - share * layers) <= 1.0
+    if base.moe_dense_layers:
+        assert m.moe_dense_layers < layers
+        if not base.moe_dense_interleaved:
+            assert m.moe_dense_layers == min(base.moe_dense_layers, layers - 1)

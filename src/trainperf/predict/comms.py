@@ -149,8 +149,12 @@ def _all_to_all_s(per_call, n, k, nodes, intra_bw, inter_bw, up: tuple, out: tup
     return vec.where(n > 1, calls * vec.maximum(t_intra, t_inter), 0.0)
 
 
-def link_name(nodes) -> str:
-    """'inter-node' when the group spans several nodes, else 'intra-node' (scalar input)."""
+def link_name(nodes, kind: str = "gpu") -> str:
+    """'inter-node' when the group spans several scale-up domains, else 'intra-node' (scalar
+    input); on a TPU (``kind`` 'tpu') the domain is a slice: 'DCN (inter-slice)' / 'ICI
+    (intra-slice)'."""
+    if kind == "tpu":
+        return "DCN (inter-slice)" if float(nodes) > 1 else "ICI (intra-slice)"
     return "inter-node" if float(nodes) > 1 else "intra-node"
 
 

@@ -270,7 +270,7 @@ def assemble(w: Any, r: Mapping[str, Any], k: Knobs, *, convention: str = DEFAUL
     def add(name, algo, nodes_key, size, bytes_key, time_key, exp_key):
         t = _f(r[time_key])
         if t > 0:
-            colls.append(Collective(name, algo, core.comms.link_name(_f(r[nodes_key])), int(size),
+            colls.append(Collective(name, algo, core.comms.link_name(_f(r[nodes_key]), w.hardware.kind), int(size),
                                     _f(r[bytes_key]), t, _f(r[exp_key])))
 
     tp_name = "tp all-gather/reduce-scatter" if p.sequence_parallel else "tp all-reduce"
