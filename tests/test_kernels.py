@@ -67,6 +67,56 @@ def test_peak_fractions_average_the_measured_skus_of_a_silicon():
     assert gemm.peak_fraction("cdna4", "fp8") == pytest.approx(3293.2 / 5033.2, rel=1e-3)
 
 
+def test_grouped_gemm_fraction_is_torchaos_b200_times_over_the_dense_law():
+    # torchao's torch._grouped_mm bf16 forward+backward on B200, e.g. Llama 4 Scout shapes
+    # M=128000, N=8192, K=5120 in one group: 43,140.2 us for 6MNK FLOPs = 746.7 TFLOP/s
+    (g1,) = [r for r in _rows("gemm", use="grouped") if r["sweep"].endswith("G1") and r["n"] == "8192"]
+    assert float(g1["tflops"]) == pytest.approx(6 * 128000 * 8192 * 5120 / 43140.2e-6 / 1e12, rel=1e-3)
+    ratios = []
+    for r in _rows("gemm", use="grouped"):
+        groups = int(r["sweep"].rsplit("-G", 1)[1])
+        dense = gemm.efficiency("blackwell", "bf16", int(r["m"]) / groups, int(r["n"]), int(r["k"])) * 2250.0
+        ratios.append(float(r["tflops"]) / dense)
+    assert len(ratios) == 8 and min(ratios) > 0.4 and max(ratios) < 0.6  # about half the dense law
+    assert gemm.grouped_fraction("blackwell", "bf16", "torch-grouped-mm") == pytest.approx(mean(ratios), rel=1e-3)
+    # nothing measured: the dense law
+    assert gemm.grouped_fraction("hopper", "bf16", "torch-grouped-mm") == 1.0
+    assert gemm.grouped_fraction("blackwell", "fp8", "torch-grouped-mm") == 1.0
+    assert gemm.grouped_fraction("blackwell", "bf16", "te-grouped") == 1.0
+    with pytest.raises(UnknownNameError):
+        gemm.grouped_fraction("blackwell", "bf16", "cublas-grouped")
+
+
+def test_routed_experts_run_the_stacks_grouped_gemm(monkeypatch):
+    """The routed experts' GEMM time scales as 1 / grouped_fraction and nothing else does: the
+    matmul time at a fraction f is t(1) + (1/f - 1) * (t(1/2) - t(1))."""
+    from trainperf.predict import core, predict
+    from trainperf.specs.workload_file import workload_from_dict
+
+    w = workload_from_dict({
+        "model": {"preset": "llama4-scout", "layers": 2}, "hardware": {"device": "b200", "num_devices": 4},
+        "parallel": {"fsdp": 4, "ep": 4},
+        "training": {"seq_len": 8192, "global_batch": 32, "micro_batch": 8, "precision": "bf16",
+                     "activation_checkpointing": "none", "compile": True, "stack": "torchtitan"}})
+    measured = gemm.grouped_fraction("blackwell", "bf16", "torch-grouped-mm")
+    p = predict(w)
+    assert p.extra["kernels"]["grouped_fraction"] == measured
+    times = {}
+    for f in (1.0, 0.5):
+        monkeypatch.setattr(core.k_gemm, "grouped_fraction", lambda *a, f=f: f)
+        times[f] = predict(w).compute_breakdown["matmul"]
+    assert p.compute_breakdown["matmul"] == pytest.approx(
+        times[1.0] + (1 / measured - 1) * (times[0.5] - times[1.0]), rel=1e-6)
+    assert times[0.5] > times[1.0]
+    # a dense model has no routed experts: the fraction changes nothing
+    dense = workload_from_dict({"model": {"preset": "llama3-8b"}, "hardware": {"device": "b200", "num_devices": 8},
+                                "parallel": {"fsdp": 8},
+                                "training": {"seq_len": 8192, "global_batch": 8, "stack": "torchtitan"}})
+    monkeypatch.setattr(core.k_gemm, "grouped_fraction", lambda *a: 1.0)
+    t_dense_1 = predict(dense).step_time_s
+    monkeypatch.setattr(core.k_gemm, "grouped_fraction", lambda *a: 0.25)
+    assert predict(dense).step_time_s == t_dense_1
+
 def test_gemm_shape_law_reproduces_the_large_sweep_points():
     # the Azure cuBLASLt fp8 sweeps on H100 and H200: shapes of >= 4096 within 12% once the per-call
     # overhead (5 us, charged separately) and the sweep's own plateau are accounted for

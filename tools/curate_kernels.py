@@ -108,6 +108,7 @@ GEMM_SKU: list[tuple[str, str | None, str]] = [
     ("MI355X", "mi355x", "cdna4"),
     ("MI325X", "mi325x", "cdna3"),
     ("MI300X", "mi300x", "cdna3"),
+    ("B200", "b200", "blackwell"),  # torchao's grouped-GEMM tables say just "B200" (after GB200 above)
 ]
 
 
@@ -193,8 +194,17 @@ def curate_gemm(c: Curation, rows: list[Row]) -> None:
                         "grouped MoE layouts: no dense-GEMM class uses them (cited in docs for blockwise)")
         elif q.startswith(("Fprop GEMM time", "per-layer GEMM time")):
             continue  # fp8 recipe rows, curated by curate_fp8
+        elif q.startswith("grouped GEMM fwd+bwd time (bf16 torch._grouped_mm)"):
+            # the routed-expert GEMM PyTorch-native MoE stacks (torchtitan) call: forward plus the
+            # two backward GEMMs of M tokens x (K -> N) over G groups, 6*M*N*K FLOPs in all
+            sku, silicon = _sku(dev, GEMM_SKU)
+            m, n, k, g = (int(x) for x in re.search(r"M=(\d+),N=(\d+),K=(\d+),G=(\d+)", p).groups())
+            tflops = 6.0 * m * n * k / (_num(r["value"]) * 1e-6) / 1e12
+            c.keep("gemm", r, silicon=silicon, sku=sku, dtype_key="bf16", use="grouped",
+                   sweep=f"torch-grouped-mm-G{g}", m=m, n=n, k=k, tflops=f"{tflops:.1f}")
         elif "grouped" in q.lower() or "MoE layer" in q or "mxfp8 GEMM speedup" in q:
-            c.reject(r, "grouped MoE GEMMs / claims: no grouped-GEMM class in the API yet")
+            c.reject(r, "grouped MoE GEMMs in mxfp8 or claims: the grouped-GEMM class holds bf16 "
+                        "torch._grouped_mm only (no mxfp8 recipe for MoE experts in the API)")
         elif q.startswith("SwiGLU MLP matmul TFLOPS"):
             c.reject(r, "shape incomplete: the token count (M) of the SwiGLU MLP benchmark is not stated")
         elif "GB300" in dev:

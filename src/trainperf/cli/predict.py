@@ -86,7 +86,9 @@ def render(p) -> str:
     if kinfo:
         out.append(f"kernels ({kinfo['silicon']}): GEMMs at {100 * kinfo['gemm_peak_fraction']:.0f}% of peak at best, "
                    f"attention {kinfo['attn_family']}, memory-bound ops {kinfo['elementwise_impl']}"
-                   + (f", fp8 {kinfo['fp8_recipe']} scaling" if kinfo.get("fp8_recipe") else ""))
+                   + (f", fp8 {kinfo['fp8_recipe']} scaling" if kinfo.get("fp8_recipe") else "")
+                   + (f", routed experts' grouped GEMMs at {kinfo['grouped_fraction']:.2f} of the dense law (measured)"
+                      if w.model.is_moe and kinfo.get("grouped_fraction", 1.0) != 1.0 else ""))
     out.append(f"stack shares of the kernels' speed: {p.knobs.device} (matmul {p.knobs.matmul_fraction:.3g}, "
                f"attention {p.knobs.attention_fraction:.3g}, memory-bound {p.knobs.memory_bound_fraction:.3g}, "
                f"overlap {p.knobs.overlap:.3g}, {p.knobs.op_overhead_us:.3g} us per kernel)")

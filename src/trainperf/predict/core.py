@@ -193,6 +193,8 @@ def kernel_features(w: Any) -> dict[str, Any]:
         "gemm_half_dim": float(k_gemm.half_dim(sil, gdt)),
         # the LM head's GEMM dtype (HEAD_16BIT_UNDER_FP8): the 16-bit fraction under fp8/fp4
         "head_gemm_peak_fraction": float(k_gemm.peak_fraction(sil, _head_dtype(hw, precision))),
+        # routed experts run the stack's grouped GEMM: its speed over the dense law where measured
+        "grouped_fraction": float(k_gemm.grouped_fraction(sil, "bf16" if gdt == "fp16" else gdt, sk.grouped_gemm)),
         "hbm_fraction": float(k_memory.hbm_fraction(sil)),
         "tp_overlap_rule": sk.tp_overlap,
         # a runtime that preallocates a share of a GPU's memory (JAX/XLA) leaves the rest unused
@@ -407,7 +409,7 @@ def step_core(f: dict[str, Any], k: dict[str, float]) -> dict[str, Any]:
         for (i, o, split, _), redo, redo_sh in zip(f["expert_mats"], rc.expert, rc.shared, strict=True):
             n, kk = col_row(i, o, split, etp)
             n_s, k_s = col_row(i, o, split)  # shared experts follow tp
-            te = compute.matmul_time_s(m_e, n, kk, peak, mm_eff, half, hbm, elem)
+            te = compute.matmul_time_s(m_e, n, kk, peak, mm_eff * f["grouped_fraction"], half, hbm, elem)
             ts = f["moe_shared"] / local_experts * compute.matmul_time_s(m_tok, n_s, k_s, peak, mm_eff, half,
                                                                          hbm, elem)
             t_exp = t_exp + te + ts

@@ -15,6 +15,7 @@ predicted from that silicon's kernels. The facts::
                                            # sequence-parallel (when sp is on) | always
     gpu_memory_fraction = 0.9              # share of a GPU's memory the runtime lets the program
                                            # use (JAX/XLA preallocation); 1: all of it
+    grouped_gemm = "torch-grouped-mm"      # the routed experts' grouped GEMM (kernels.gemm.GROUPED_IMPLS)
     [kernels.sources]
     attention = "..."
 
@@ -36,11 +37,12 @@ from trainperf.errors import SpecError
 ELEMENTWISE = ("eager", "fused", "compiled")
 TP_OVERLAP = ("never", "async-tp", "sequence-parallel", "always")
 KEYS = ("attention", "attention_by_silicon", "elementwise", "compiled", "fp8_recipe", "tp_overlap",
-        "gpu_memory_fraction", "sources")
+        "gpu_memory_fraction", "grouped_gemm", "sources")
 
 BUILTIN: dict[str, Any] = {
     "attention": "fa2", "attention_by_silicon": {}, "elementwise": "eager", "compiled": False,
     "fp8_recipe": "tensorwise", "tp_overlap": "async-tp", "gpu_memory_fraction": 1.0,
+    "grouped_gemm": "other",
 }
 """What a stack with no facts at all is taken to run: PyTorch eager with FlashAttention-2."""
 
@@ -63,6 +65,10 @@ class StackKernels:
     """Share of a GPU's memory the stack's runtime lets the program allocate: JAX/XLA preallocates
     ``XLA_PYTHON_CLIENT_MEM_FRACTION`` of it and allocates inside that pool; 1 for a caching
     allocator that grows to what the device exposes (PyTorch). Not applied to TPUs or CPUs."""
+    grouped_gemm: str = "other"
+    """The grouped GEMM the routed experts of an MoE layer run
+    (:data:`trainperf.predict.kernels.gemm.GROUPED_IMPLS`); its speed where measured is
+    :func:`~trainperf.predict.kernels.gemm.grouped_fraction`, the dense GEMM law elsewhere."""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def elementwise_impl(self, compile_flag: bool) -> str:
@@ -105,6 +111,11 @@ def validate_table(body: Mapping[str, Any], where: str) -> dict[str, Any]:
         raise UnknownNameError(f"{where} [kernels].tp_overlap", out["tp_overlap"], TP_OVERLAP)
     if "compiled" in out and not isinstance(out["compiled"], bool):
         raise SpecError(f"{where} [kernels].compiled", out["compiled"], "true or false")
+    if "grouped_gemm" in out:
+        from trainperf.predict.kernels.gemm import GROUPED_IMPLS
+
+        if out["grouped_gemm"] not in GROUPED_IMPLS:
+            raise UnknownNameError(f"{where} [kernels].grouped_gemm", out["grouped_gemm"], GROUPED_IMPLS)
     if "gpu_memory_fraction" in out:
         v = out["gpu_memory_fraction"]
         if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 < v <= 1.0:
@@ -138,7 +149,8 @@ def resolve(profile: Any, silicon: str, generic: Any = None) -> StackKernels:
     return StackKernels(stack=getattr(profile, "name", "generic"), silicon=silicon, attention=used,
                         elementwise=str(facts["elementwise"]), compiled=bool(facts["compiled"]),
                         fp8_recipe=str(facts["fp8_recipe"]), tp_overlap=str(facts["tp_overlap"]),
-                        gpu_memory_fraction=float(facts["gpu_memory_fraction"]), sources=sources)
+                        gpu_memory_fraction=float(facts["gpu_memory_fraction"]),
+                        grouped_gemm=str(facts["grouped_gemm"]), sources=sources)
 
 
 @lru_cache(maxsize=256)

@@ -247,7 +247,7 @@ def predict(w: Any, *, knobs: Knobs | None = None,
 
 
 KERNEL_INFO: tuple[str, ...] = ("silicon", "attn_family", "elementwise_impl", "gemm_peak_fraction", "fp8_recipe",
-                                "tp_overlap_rule")
+                                "tp_overlap_rule", "grouped_fraction")
 """Kernel facts of a prediction shown beside it (which kernels, at what measured speed)."""
 
 

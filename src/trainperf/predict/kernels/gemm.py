@@ -9,8 +9,9 @@ of the SKU that was measured, averaged over the silicon's measured SKUs, so it t
 SKU of the silicon; a power-capped SKU's lower clock is the catalog's ``sustained_clock_fraction``,
 applied by the caller to the peak. ``half_dim`` is fitted on the silicon's square and rectangular
 sweeps with the vendor's per-kernel overhead charged separately: the caller adds that overhead
-(``op_overhead_us``) per GEMM; this efficiency does not contain it. Not modelled: wave
-quantisation (tile counts against SM counts), layouts/transposes, batched and grouped GEMMs,
+(``op_overhead_us``) per GEMM; this efficiency does not contain it. Grouped GEMMs (an MoE
+layer's routed experts) run at :func:`grouped_fraction` of this law where measured. Not
+modelled: wave quantisation (tile counts against SM counts), layouts/transposes, batched GEMMs,
 K-bound output writes of very skinny GEMMs. Fitting, data and fallbacks: docs/KERNELS.md.
 """
 
@@ -83,3 +84,23 @@ def efficiency(silicon: str, dtype: str, m: Any, n: Any, k: Any) -> Any:
     if (m <= 0).any() or (n <= 0).any() or (k <= 0).any():
         raise SpecError("gemm shape", "array", "positive dimensions m, n, k")
     return pf * (m / (m + h)) * (n / (n + h)) * (k / (k + h))
+
+
+GROUPED_IMPLS = ("torch-grouped-mm", "te-grouped", "other")
+"""Grouped-GEMM implementations the routed experts of an MoE layer may run: PyTorch's
+``torch._grouped_mm`` (torchtitan), Transformer Engine's GroupedLinear (Megatron-Core
+``--moe-grouped-gemm``), anything else."""
+
+
+def grouped_fraction(silicon: str, dtype: str, impl: str) -> float:
+    """Speed of the ``impl`` grouped GEMM over the dense GEMM law at the same shapes (each group its
+    own M), measured on ``silicon`` in ``dtype``; 1.0 (the dense law) where nothing was measured.
+
+    Measured: torch._grouped_mm in bf16 on B200 (torchao's Llama 4 Scout and DeepSeek-V3 expert
+    shapes, 1-8 groups, torch 2.10 nightly): about half the dense law. Unmeasured: every other
+    silicon, dtype and implementation (docs/KERNELS.md)."""
+    check_silicon(silicon)
+    if impl not in GROUPED_IMPLS:
+        raise UnknownNameError("grouped GEMM", impl, GROUPED_IMPLS)
+    entry = params()["gemm"].get("grouped", {}).get(silicon, {}).get(dtype, {}).get(impl)
+    return float(entry["value"]) if entry else 1.0
