@@ -47,6 +47,9 @@ def describe(silicon: str) -> list[KernelFact]:
     for dt, e in g["peak_fraction"][silicon].items():
         facts.append(_fact(silicon, "gemm", f"peak_fraction[{dt}]", e, f"fraction of the dense {dt} peak"))
     facts.append(_fact(silicon, "gemm", "half_dim", g["half_dim"][silicon], "elements (s(d) = d/(d+half_dim))"))
+    for dt, impls in g.get("grouped", {}).get(silicon, {}).items():
+        for impl, e in impls.items():
+            facts.append(_fact(silicon, "gemm", f"grouped_fraction[{dt} {impl}]", e, "fraction of the dense GEMM law"))
     for fam, e in sorted(p["attention"][silicon].items()):
         from trainperf.predict.kernels.attention import _curves
 
