@@ -158,26 +158,25 @@ def grouped(rows: list[Row], fractions: dict[str, dict[str, Param]], halves: dic
     the dense law's at the same shapes (each of the G groups M/G rows), mean over the measured
     shapes. Only measured entries are stored; elsewhere the expert GEMMs run at the dense law
     (:func:`trainperf.predict.kernels.gemm.grouped_fraction` returns 1)."""
-    by: dict[tuple[str, str, str], list[tuple[float, Row]]] = defaultdict(list)
+    by: dict[tuple[str, str, str], list[tuple[float, str, Row]]] = defaultdict(list)
     for r in rows:
         if r["use"] != "grouped":
             continue
         sil, dt = r["silicon"], r["dtype_key"]
-        impl = r["sweep"].rsplit("-G", 1)[0]
-        groups = int(r["sweep"].rsplit("-G", 1)[1])
-        m, n, k = float(r["m"]) / groups, float(r["n"]), float(r["k"])
+        impl, groups = r["sweep"].rsplit("-G", 1)  # curate_kernels names the sweep <impl>-G<groups>
+        m, n, k = float(r["m"]) / int(groups), float(r["n"]), float(r["k"])
         h = halves[sil]["value"]
         dense = fractions[sil][dt]["value"] * (m / (m + h)) * (n / (n + h)) * (k / (k + h))
-        by[(sil, dt, impl)].append((float(r["tflops"]) / peak(r["sku"], dt) / dense, r))
+        by[(sil, dt, impl)].append((float(r["tflops"]) / peak(r["sku"], dt) / dense, groups, r))
     out: dict[str, dict[str, dict[str, Param]]] = {}
     for (sil, dt, impl), pts in sorted(by.items()):
-        ratios = [x for x, _ in pts]
-        detail = "; ".join(f"{r['m']}x{r['n']}x{r['k']} G={r['sweep'].rsplit('-G', 1)[1]}: {r['tflops']} TFLOP/s "
-                           f"= {x:.3f} of the dense law" for x, r in pts)
+        ratios = [x for x, _, _ in pts]
+        detail = "; ".join(f"{r['m']}x{r['n']}x{r['k']} G={g}: {r['tflops']} TFLOP/s = {x:.3f} of the dense law"
+                           for x, g, r in pts)
         out.setdefault(sil, {}).setdefault(dt, {})[impl] = param(
             sum(ratios) / len(ratios), True,
             f"mean over {len(pts)} shapes of the {impl} grouped GEMM's forward+backward TFLOP/s (6MNK / time) "
-            f"over the dense law at M/G x N x K ({cite(pts[0][1])}): {detail}")
+            f"over the dense law at M/G x N x K ({cite(pts[0][2])}): {detail}")
     return out
 
 
