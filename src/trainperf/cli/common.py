@@ -216,11 +216,23 @@ def print_json(obj: Any, *, lines: bool = False) -> None:
         print(json.dumps(_clean(obj), indent=2, default=str))
 
 
-def table(rows: Iterable[Sequence[Any]], headers: Sequence[str], floatfmt: str = ",.4g") -> str:
-    """tabulate's "simple" table, numeric strings aligned as numbers (without importing tabulate)."""
+def table(rows: Iterable[Sequence[Any]], headers: Sequence[str], floatfmt: str = ",.4g",
+          numparse: bool = True) -> str:
+    """tabulate's "simple" table, numeric strings aligned as numbers (without importing tabulate);
+    ``numparse=False`` leaves every cell as formatted. Text cells go through the terminal's
+    escaper (:func:`shown`): a name with a newline or an escape sequence stays in its cell."""
     from trainperf.text_table import format_table
 
-    return format_table(rows, headers, floatfmt=floatfmt)
+    rows = [[shown(c) if isinstance(c, str) else c for c in r] for r in rows]
+    return format_table(rows, [shown(h) for h in headers], floatfmt=floatfmt, numparse=numparse)
+
+
+def shown(value: Any) -> str:
+    """A value as the terminal shows it: control characters (newlines included) as visible
+    escapes, never sent (:func:`trainperf.safe_text.terminal_text`)."""
+    from trainperf.safe_text import terminal_text
+
+    return terminal_text(value)
 
 
 def eprint(*a: Any) -> None:

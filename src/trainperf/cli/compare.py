@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from trainperf.accounting.plausibility import check_mfu
-from trainperf.cli.common import add_convention_argument, add_json_argument, print_json
+from trainperf.cli.common import add_convention_argument, add_json_argument, print_json, shown
+from trainperf.cli.common import table as common_table
 from trainperf.errors import InputFileError
 from trainperf.numbers import fmt
 from trainperf.records.jsonl import is_trainperf_jsonl
@@ -145,9 +146,7 @@ def load_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def table(rows: Any, headers: list[str]) -> str:
     """A plain table of already formatted cells (no re-parsing of numbers)."""
-    from tabulate import tabulate
-
-    return tabulate(list(rows), headers=headers, disable_numparse=True)
+    return common_table(rows, headers, floatfmt="g", numparse=False)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -168,12 +167,12 @@ def run(args: argparse.Namespace) -> int:
                  "TFLOP/s/dev", "MFU", "claimed TFLOP/s", "claimed MFU"]))
     for r in rows:
         if r["mfu_impossible"]:
-            print(f"note: {r['run']}: {r['mfu_impossible']}")
+            print(f"note: {shown(r['run'])}: {shown(r['mfu_impossible'])}")
         for w in r.get("warnings") or ():
             print(f"warning: {w}")
     for r in rows:
         for n in r["notes"]:
-            print(f"note: {n}")
+            print(f"note: {shown(n)}")
     missing: dict[str, list[str]] = {}
     for r in rows:
         if r["mfu_pct"] is None:

@@ -10,9 +10,10 @@ become one line on stderr and exit code 2; a run interrupted with Ctrl-C exits 1
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from trainperf import __version__
 from trainperf.errors import TrainperfError, one_line
@@ -142,11 +143,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         atexit.register(gc.freeze)
     if command is not None and command not in COMMANDS:
         command = None  # let argparse report the unknown command
-    parser = build_parser(command)
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 2
+    with terminal_streams():
+        parser = build_parser(command)
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return 2
+        return _run_command(args)
+
+
+@contextlib.contextmanager
+def terminal_streams() -> Iterator[None]:
+    """Everything the command prints goes through the terminal's escaper
+    (:class:`~trainperf.safe_text.TerminalStream`): a name holding an escape sequence is shown,
+    not sent to the terminal. JSON output is unchanged (it escapes control characters itself)."""
+    from trainperf.safe_text import TerminalStream
+
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = TerminalStream(out), TerminalStream(err)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = out, err
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    """Run the parsed command; a user mistake is one line on stderr and its exit code."""
     module = importlib.import_module(COMMANDS[args.command][0])
     try:
         return int(module.run(args) or 0)

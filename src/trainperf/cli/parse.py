@@ -18,7 +18,9 @@ from trainperf.cli.common import (
     add_workload_arguments,
     overrides_from_args,
     print_json,
+    shown,
 )
+from trainperf.cli.common import table as common_table
 from trainperf.errors import InputFileError
 from trainperf.numbers import fmt
 
@@ -212,9 +214,7 @@ def run(args: argparse.Namespace) -> int:
 
 def table(rows: Any, headers: list[str]) -> str:
     """A plain table of already formatted cells (no re-parsing of numbers)."""
-    from tabulate import tabulate
-
-    return tabulate(list(rows), headers=headers, disable_numparse=True)
+    return common_table(rows, headers, floatfmt="g", numparse=False)
 
 
 def _pct(x: float | None) -> str:
@@ -261,7 +261,7 @@ def _print_human(o: dict[str, Any]) -> None:
     if o["workload_fields"]:
         print(table(sorted(o["workload_fields"].items()), ["field", "from"]))
     for n in o["workload_notes"]:
-        print(f"  note: {n}")
+        print(f"  note: {shown(n)}")
     print()
     rows = [
         ("step time median (s)", fmt(o["step_time_median_s"])),
@@ -288,4 +288,4 @@ def _print_human(o: dict[str, Any]) -> None:
                      for r in o["by_convention"]],
                     ["convention", "FLOPs/token", "TFLOP/s/device", "MFU", "log TFLOP/s / this"]))
     for n in o["notes"]:
-        print(f"note: {n}")
+        print(f"note: {shown(n)}")

@@ -10,6 +10,7 @@ from trainperf.cli.common import (
     add_json_argument,
     add_output_arguments,
     print_json,
+    shown,
     table,
 )
 from trainperf.errors import SpecError
@@ -101,5 +102,5 @@ def run(args: argparse.Namespace) -> int:
     print(f"\nwrote {rep.html_path} ({', '.join(sections)}; {fmt(len(rep.figures))} figures), "
           f"{rep.markdown_path}")
     for note in rep.notes:
-        print(f"note: {note}")
+        print(f"note: {shown(note)}")
     return 0

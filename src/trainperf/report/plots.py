@@ -38,10 +38,38 @@ def _figure(width_in: float, height_in: float, rows: int = 1, cols: int = 1, **k
     return fig, axes
 
 
+def _inert_text(fig: Any) -> None:
+    """Every text of ``fig`` (titles, labels, legends, ticks) as written: control characters
+    shown (:func:`~trainperf.safe_text.terminal_text`, the figure's own line breaks kept) and
+    no mathtext, so a run named ``$\\foo$`` is drawn as those characters, not parsed (and not
+    refused by the math parser). Tick labels are drawn later, from their formatter: the
+    functions give them as :func:`_tick` made them."""
+    from matplotlib.text import Text
+
+    from trainperf.safe_text import terminal_text
+
+    for t in fig.findobj(Text):
+        t.set_parse_math(False)
+        text = t.get_text()
+        if text:
+            t.set_text(terminal_text(text, newlines=True))
+
+
+def _tick(text: str) -> str:
+    """A tick label made of a name: control characters shown (see :func:`_inert_text`)."""
+    from trainperf.safe_text import terminal_text
+
+    return terminal_text(text, newlines=True)
+
+
 def _save(fig: Any, path: Path) -> Path:
+    import matplotlib
+
     from trainperf.records.output_path import atomic_write
 
-    with atomic_write(path, what="figure", force=True, parents=True, mode="wb", encoding=None) as f:
+    _inert_text(fig)
+    with atomic_write(path, what="figure", force=True, parents=True, mode="wb", encoding=None) as f, \
+            matplotlib.rc_context({"text.parse_math": False}):  # the tick labels made while drawing
         fig.savefig(f, format="png", dpi=DPI, facecolor="white")
     return path
 
@@ -181,7 +209,7 @@ def plot_predicted_vs_measured(rows: list[Any], path: Path, title: str) -> Path:
         end = max(r.predicted_step_time_s, r.measured_step_time_s) * scale
         ax.text(end + 0.01 * top, yi - h / 2, note, va="center", fontsize=7,
                 color="#d62728" if r.unexplained_s < 0 else "#333333")
-    ax.set_yticks(y, [r.name for r in rows], fontsize=8)
+    ax.set_yticks(y, [_tick(r.name) for r in rows], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlim(0, top * 1.3)
     ax.set_xlabel(f"step time ({unit})")
@@ -237,7 +265,7 @@ def plot_sweep(sweep: Any, path: Path) -> Path:
 def plot_comparison(comp: Any, path: Path) -> Path:
     """MFU and TFLOP/s per device of the user's runs and the published ones, one convention."""
     rows = [r for r in comp.rows if r.mfu_pct is not None or r.tflops_per_device is not None]
-    labels = [f"{r.name}\n{r.device} x{r.num_devices}" for r in rows]
+    labels = [f"{_tick(r.name)}\n{_tick(r.device)} x{r.num_devices}" for r in rows]
     colors = ["#1f77b4" if r.mine else "#ff7f0e" for r in rows]
     fig, axes = _figure(10.0, 1.4 + 0.55 * len(rows), rows=1, cols=2, sharey=True)
     y = list(range(len(rows)))

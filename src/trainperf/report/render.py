@@ -1,17 +1,23 @@
 """Write a built :class:`~trainperf.report.build.Report` as one self-contained HTML page
 (inline CSS, figures embedded as base64 PNG data URIs, no script, no network) and as Markdown
-that links the PNGs beside it."""
+that links the PNGs beside it.
+
+Names, paths, titles and notes come from the inputs, so every value goes through the output's
+one escaper (:mod:`trainperf.safe_text`): :func:`_h` in HTML, :func:`_m` in Markdown. The page
+also carries a Content-Security-Policy that forbids any script, so a name that reached the page
+unescaped still could not run."""
 
 from __future__ import annotations
 
 import base64
-import html
+import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from trainperf.numbers import fmt as _fmt
 from trainperf.report.explain import Explanation
+from trainperf.safe_text import REPORT_CSP, html_text, markdown_text
 
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;margin:0;
@@ -153,7 +159,8 @@ def _unused(sweep: Any) -> str:
 
 # ---------------------------------------------------------------------------------- HTML
 def _h(x: Any) -> str:
-    return html.escape(str(x), quote=True)
+    """The page's one escaper: every value (text or attribute) goes through it."""
+    return html_text(x)
 
 
 def _html_table(headers: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1,
@@ -209,7 +216,7 @@ def render_html(report: Any) -> str:
         s = sec.summary
         tag = '<span class="tag warn">interrupted</span>' if s.interrupted else ""
         parts.append(f"<h3>{_h(s.name)}<span class=\"tag\">{_h(sec.run.source)}</span>{tag}</h3>")
-        parts.append(f'<p class="meta">From {_h(sec.loaded.origin)}. {s.warmup_steps} warm-up step(s) '
+        parts.append(f'<p class="meta">From {_h(sec.loaded.origin)}. {_h(s.warmup_steps)} warm-up step(s) '
                      f"excluded ({_h(s.warmup_rule)}).</p>")
         if sec.figures:
             parts.append(_html_figure(sec.figures[0]))
@@ -240,7 +247,7 @@ def render_html(report: Any) -> str:
             h, rows = sweep_table(sw)
             parts.append(_html_table(h, rows))
             parts.append(f'<p class="meta">Efficiency: {_h(sw.basis)}, relative to the '
-                         f"{sw.base.num_devices}-device run.{_unused(sw)}</p>")
+                         f"{_h(sw.base.num_devices)}-device run.{_h(_unused(sw))}</p>")
     if report.comparisons:
         parts.append('<h2 id="published">Compared with published results</h2>')
         for c, fig in report.comparisons:
@@ -256,6 +263,7 @@ def render_html(report: Any) -> str:
         parts.append('<h2 id="notes">Notes</h2><ul class="notes">'
                      + "".join(f"<li>{_h(n)}</li>" for n in report.notes) + "</ul>")
     return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f'<meta http-equiv="Content-Security-Policy" content="{_h(REPORT_CSP)}">'
             '<meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<title>{_h(report.title)}</title><style>{CSS}</style></head>"
             f"<body><main>{''.join(parts)}</main></body></html>\n")
@@ -269,10 +277,13 @@ def write_html(report: Any, path: Path) -> Path:
 
 
 # ------------------------------------------------------------------------------ Markdown
-def _md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    def cell(c: Any) -> str:
-        return str(c).replace("|", "\\|").replace("\n", " ")
+def _m(x: Any, line_start: bool = False) -> str:
+    """report.md's one escaper: every value goes through it."""
+    return markdown_text(x, line_start=line_start)
 
+
+def _md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    cell = _m
     lines = ["| " + " | ".join(cell(h) for h in headers) + " |",
              "|" + "|".join(":---" if i == 0 else "---:" for i in range(len(headers))) + "|"]
     lines += ["| " + " | ".join(cell(c) for c in r) + " |" for r in rows]
@@ -284,21 +295,21 @@ def _md_figure(fig: Any, base: Path) -> str:
         rel = Path(fig.path).relative_to(base)
     except ValueError:
         rel = Path(fig.path)
-    cap = f"\n\n*{fig.caption}*" if fig.caption else ""
-    return f"![{fig.title}]({rel.as_posix()}){cap}"
+    cap = f"\n\n*{_m(fig.caption)}*" if fig.caption else ""
+    return f"![{_m(fig.title)}]({urllib.parse.quote(rel.as_posix())}){cap}"
 
 
 def render_markdown(report: Any) -> str:
     base = Path(report.out_dir)
-    out = [f"# {report.title}", "",
-           f"Generated {report.created_utc} by trainperf. FLOP convention for every TFLOP/s and MFU "
-           f"figure: **{report.convention}**. Warm-up steps are excluded from every statistic.", "",
+    out = [f"# {_m(report.title)}", "",
+           f"Generated {_m(report.created_utc)} by trainperf. FLOP convention for every TFLOP/s and MFU "
+           f"figure: **{_m(report.convention)}**. Warm-up steps are excluded from every statistic.", "",
            "## Summary", ""]
     h, rows = summary_table(report)
     out += [_md_table(h, rows), ""]
     peaks = _peaks(report)
     if peaks:
-        out += ["Peaks used for MFU: " + "; ".join(peaks) + ".", ""]
+        out += ["Peaks used for MFU: " + "; ".join(_m(p) for p in peaks) + ".", ""]
     out += ["## Runs", ""]
     plain = [sec for sec in report.runs if not sec.figures]
     if plain:
@@ -309,8 +320,9 @@ def render_markdown(report: Any) -> str:
         if not sec.figures:
             continue
         s = sec.summary
-        out += [f"### {s.name} ({sec.run.source}{', interrupted' if s.interrupted else ''})", "",
-                f"From `{sec.loaded.origin}`. {s.warmup_steps} warm-up step(s) excluded ({s.warmup_rule}).", ""]
+        out += [f"### {_m(s.name)} ({_m(sec.run.source)}{', interrupted' if s.interrupted else ''})", "",
+                f"From {_m(sec.loaded.origin)}. {_m(s.warmup_steps)} warm-up step(s) excluded "
+                f"({_m(s.warmup_rule)}).", ""]
         out += [x for f in sec.figures for x in (_md_figure(f, base), "")]
     if report.explanations:
         out += ["## Predicted vs measured step time", "",
@@ -325,22 +337,22 @@ def render_markdown(report: Any) -> str:
     if report.sweeps:
         out += ["## Scaling", ""]
         for sw, fig in report.sweeps:
-            out += [f"### {sw.title}", ""]
+            out += [f"### {_m(sw.title)}", ""]
             if fig is not None:
                 out += [_md_figure(fig, base), ""]
             h, rows = sweep_table(sw)
-            out += [_md_table(h, rows), "", f"Efficiency: {sw.basis}, relative to the "
-                    f"{sw.base.num_devices}-device run.{_unused(sw)}", ""]
+            out += [_md_table(h, rows), "", f"Efficiency: {_m(sw.basis)}, relative to the "
+                    f"{_m(sw.base.num_devices)}-device run.{_m(_unused(sw))}", ""]
     if report.comparisons:
         out += ["## Compared with published results", ""]
         for c, fig in report.comparisons:
-            out += [f"### {c.title}", ""]
+            out += [f"### {_m(c.title)}", ""]
             if fig is not None:
                 out += [_md_figure(fig, base), ""]
             h, rows = comparison_table(c)
             out += [_md_table(h, rows), ""]
     if report.notes:
-        out += ["## Notes", ""] + [f"- {n}" for n in report.notes] + [""]
+        out += ["## Notes", ""] + [f"- {_m(n, line_start=True)}" for n in report.notes] + [""]
     return "\n".join(out)
 
 
