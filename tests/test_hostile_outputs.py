@@ -162,3 +162,76 @@ def test_a_named_run_is_shown_not_sent_by_every_printing_command(tmp_path, capsy
         main(argv)
         out, err = capsys.readouterr()
         assert "\x1b" not in out + err and "\x07" not in out + err, argv
+
+
+# ------------------------------------------------------------------------------ sbatch script
+def _script(**values) -> list[str]:
+    from trainperf.measure.launch import SlurmSpec, sbatch_script
+
+    values = {"partition": "gpu", "account": "acct", **values}
+    out = values.pop("out_dir", "/scratch/run")
+    spec = SlurmSpec(nodes=2, gpus_per_node=8, config_path=f"{out}/run_config.json", out_dir=out, **values)
+    return sbatch_script(spec, python="/opt/py 3/bin/python").splitlines()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(field=st.sampled_from(["job_name", "time_limit", "partition", "account", "out_dir"]),
+       value=st.one_of(names, st.sampled_from(["x\ntouch PWNED", "00:10:00\ntouch PWNED", "a;b", "$(id)", "`id`",
+                                               "/tmp/a b", "/tmp/a\rb", '/tmp/"q"', "/tmp/50%", "1-00:00:00"])))
+def test_any_value_is_refused_or_written_inside_its_own_line(field, value):
+    """Whatever the value: a one-line refusal naming the flag, or the same script with the value
+    inside its own line: an ``#SBATCH --key=`` line keeps its key, a shell line its words."""
+    import shlex
+
+    from trainperf.errors import SpecError
+
+    base = _script()
+    try:
+        lines = _script(**{field: value})
+    except SpecError as e:
+        assert "\n" not in str(e) and e.field.startswith("--")
+        return
+    assert len(lines) == len(base)  # no line added: nothing the script was not asked to run
+    for old, new in zip(base, lines, strict=True):
+        if old == new:
+            continue
+        if old.startswith("#SBATCH"):
+            assert new.split("=", 1)[0] == old.split("=", 1)[0] and "\r" not in new, (old, new)
+        else:
+            assert len(shlex.split(new, comments=True)) == len(shlex.split(old, comments=True)), (old, new)
+    if field != "out_dir":  # a Slurm name or time is checked against Slurm's syntax: nothing to quote
+        assert re.fullmatch(r"[A-Za-z0-9_.+@:=,-]+", value), value
+
+
+def test_the_audit_s_injections_are_one_line_and_exit_2(tmp_path, capsys):
+    for flag, value in [("--job-name", "x\ntouch PWNED"), ("--time", "00:10:00\ntouch PWNED"),
+                        ("--partition", "gpu\ntouch PWNED"), ("--time", "banana"), ("--account", "a b"),
+                        ("--out", str(tmp_path / "o\ntouch PWNED"))]:
+        argv = ["slurm", "--nodes", "2", "--device", "h100-sxm", "--out", str(tmp_path / "run"), flag, value]
+        assert main(argv) == 2, (flag, value)
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"{flag}=" in err, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_every_path_in_the_script_is_quoted(tmp_path):
+    lines = _script(out_dir=str(tmp_path / "a b%c"))
+    out = [x for x in lines if x.startswith("#SBATCH --output=")]
+    assert out == [f'#SBATCH --output="{tmp_path}/a b%%c/slurm-%j.out"']
+    assert f"OUT='{tmp_path}/a b%c'" in lines
+    assert any(x.startswith("srun --kill-on-bad-exit=1 '/opt/py 3/bin/python' -m") for x in lines)
+    assert any(x.startswith("'/opt/py 3/bin/python' -m trainperf.measure.results") for x in lines)
+
+
+@pytest.mark.parametrize(("value", "ok"), [
+    ("00:30:00", True), ("30", True), ("30:15", True), ("1-0", True), ("2-12:30", True), ("7-23:59:59", True),
+    ("UNLIMITED", True), ("infinite", True), ("banana", False), ("1-24", False), ("10:60", False),
+    ("1:2:3:4", False), ("-5", False), ("", False), ("00:30:00 ", False)])
+def test_time_limits_follow_slurm_s_formats(value, ok):
+    from trainperf.errors import SpecError
+
+    if ok:
+        _script(time_limit=value)
+    else:
+        with pytest.raises(SpecError, match="--time"):
+            _script(time_limit=value)

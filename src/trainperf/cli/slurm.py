@@ -42,12 +42,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from trainperf.cli.bench import bench_workload, precheck
-    from trainperf.measure.launch import SlurmSpec, sbatch_script
+    from trainperf.measure.launch import SlurmSpec, check_slurm_values, sbatch_script
     from trainperf.measure.limits import check_bound
     from trainperf.measure.runner import BenchOptions, default_out_dir, prepare
     from trainperf.specs.bounds import BENCH_NNODES, BENCH_NPROC
 
     check_bound("--nodes", args.nodes, BENCH_NNODES)
+    out = os.path.abspath(args.out or default_out_dir())
+    check_slurm_values(job_name=args.job_name, time_limit=args.time, partition=args.partition,
+                       account=args.account, out_dir=out)  # before any work: the script's every value
     if args.gpus_per_node is not None:
         check_bound("--gpus-per-node", args.gpus_per_node, BENCH_NPROC)
     if args.device is None and not args.workload:
@@ -66,7 +69,6 @@ def run(args: argparse.Namespace) -> int:
     args.rdzv_endpoint = "head-node:0"  # placeholder for validation; the script finds the head node
     precheck(args)
     workload, launch, peak_given, precision = bench_workload(args, local=False)
-    out = os.path.abspath(args.out or default_out_dir())
     opts = BenchOptions(steps=args.steps, warmup=args.warmup, launch=launch, out_dir=out, data=args.data,
                         seed=args.seed, compile=args.compile, convention=args.convention,
                         checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,

@@ -10,6 +10,7 @@ stop signals reach every process of the job step, which finishes its step and st
 from __future__ import annotations
 
 import math
+import re
 import shlex
 import sys
 from dataclasses import dataclass
@@ -108,11 +109,72 @@ class SlurmSpec:
         check_bound("--nodes", self.nodes, BENCH_NNODES)
         check_bound("--gpus-per-node", self.gpus_per_node, BENCH_NPROC)
         check_bound("--port", self.port, Bound(1, 65535, "a TCP port"))
+        check_slurm_values(job_name=self.job_name, time_limit=self.time_limit, partition=self.partition,
+                           account=self.account, out_dir=self.out_dir, config_path=self.config_path)
 
     @property
     def signal_lead_s(self) -> int:
         """How long before the time limit the job's processes get SIGTERM."""
         return max(60, math.ceil(self.stop_grace_s) + SLURM_SIGNAL_MARGIN_S)
+
+
+_SLURM_JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+@:=,-]{0,127}")
+_SLURM_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}"
+_SLURM_PARTITION = re.compile(rf"{_SLURM_NAME}(?:,{_SLURM_NAME}){{0,31}}")
+_SLURM_ACCOUNT = re.compile(_SLURM_NAME)
+_SLURM_TIME = re.compile(r"(?:(\d{1,5})-(\d{1,2})(?::(\d{1,2})(?::(\d{1,2}))?)?"  # days-hours[:minutes[:seconds]]
+                         r"|(\d{1,7})(?::(\d{1,2})(?::(\d{1,2}))?)?)")  # minutes[:seconds] | hours:minutes:seconds
+_PATH_REFUSED = re.compile(r'[\x00-\x1f\x7f"\\]')
+
+
+def check_slurm_values(*, job_name: str, time_limit: str, partition: str | None, account: str | None,
+                       out_dir: str, config_path: str | None = None) -> None:
+    """Refuse, in one line, a value the sbatch script would write that Slurm does not accept or
+    that could end its line: every value of an ``#SBATCH`` line is checked against Slurm's own
+    syntax (job name, time limit, partition list, account), and paths may not hold a control
+    character (a newline would start a command of its own), a double quote or a backslash
+    (the ``#SBATCH`` parser's quote and escape). The script quotes every path besides."""
+    if not isinstance(job_name, str) or not _SLURM_JOB_NAME.fullmatch(job_name):
+        raise SpecError("--job-name", job_name, "1 to 128 letters, digits and ._+@:=,- (starting with a letter "
+                                                "or digit)")
+    if not isinstance(time_limit, str) or not _valid_time(time_limit):
+        raise SpecError("--time", time_limit, "a Slurm time limit: MINUTES, MINUTES:SECONDS, HOURS:MINUTES:SECONDS, "
+                                              "DAYS-HOURS, DAYS-HOURS:MINUTES or DAYS-HOURS:MINUTES:SECONDS, e.g. "
+                                              "00:30:00, or UNLIMITED")
+    if partition is not None and not _SLURM_PARTITION.fullmatch(partition):
+        raise SpecError("--partition", partition, "a Slurm partition name (letters, digits and _.-), or several "
+                                                  "joined by commas")
+    if account is not None and not _SLURM_ACCOUNT.fullmatch(account):
+        raise SpecError("--account", account, "a Slurm account name (letters, digits and _.-)")
+    for field, path in (("--out", out_dir), ("--out", config_path)):
+        if path is not None and _PATH_REFUSED.search(path):
+            raise SpecError(field, path, "a path without control characters (a newline), double quotes or "
+                                         "backslashes: the sbatch script's #SBATCH lines cannot hold them")
+
+
+def _valid_time(text: str) -> bool:
+    """A Slurm ``--time`` value (``UNLIMITED``/``INFINITE`` too), hours below 24 after days and
+    minutes and seconds below 60 after a larger unit."""
+    if text.upper() in ("UNLIMITED", "INFINITE"):
+        return True
+    m = _SLURM_TIME.fullmatch(text)
+    if m is None:
+        return False
+    days, hours, minutes, seconds, _minutes_or_hours, mid, last = m.groups()
+    if days is not None:
+        if int(hours) >= 24:
+            return False
+        below_60 = [minutes, seconds]
+    else:  # MINUTES | MINUTES:SECONDS | HOURS:MINUTES:SECONDS
+        below_60 = [mid, last] if last is not None else [mid]
+    return all(x is None or int(x) < 60 for x in below_60)
+
+
+def _sbatch_path(directory: str, pattern: str) -> str:
+    """The file ``pattern`` (a Slurm filename pattern, e.g. ``slurm-%j.out``) in ``directory``, for
+    an ``#SBATCH`` line: double-quoted (a space stays in it) and the directory's ``%`` doubled (a
+    literal percent sign, not a pattern); :func:`check_slurm_values` refused the rest."""
+    return '"' + directory.replace("%", "%%") + "/" + pattern + '"'
 
 
 def sbatch_script(spec: SlurmSpec, python: str = "python") -> str:
@@ -128,13 +190,14 @@ def sbatch_script(spec: SlurmSpec, python: str = "python") -> str:
     job's life (``flock``, where the util-linux tool exists).
     """
     q = shlex.quote
+    py = q(python)
     lines = [
         "#!/bin/bash",
         f"#SBATCH --job-name={spec.job_name}",
         f"#SBATCH --nodes={spec.nodes}",
         "#SBATCH --ntasks-per-node=1",
         f"#SBATCH --time={spec.time_limit}",
-        f"#SBATCH --output={spec.out_dir}/slurm-%j.out",
+        f"#SBATCH --output={_sbatch_path(spec.out_dir, 'slurm-%j.out')}",
         f"#SBATCH --signal=TERM@{spec.signal_lead_s}",
     ]
     if not spec.cpu:
@@ -162,14 +225,14 @@ def sbatch_script(spec: SlurmSpec, python: str = "python") -> str:
         f"RDZV_PORT={spec.port}",
         f"export TRAINPERF_RANK_LOGS=1 TORCH_ELASTIC_SHUTDOWN_TIMEOUT={grace + 1}",
         "status=0",
-        f"srun --kill-on-bad-exit=1 {python} -m trainperf.measure.agent --report \"$OUT/failures-{{host}}.json\" -- \\",
+        f"srun --kill-on-bad-exit=1 {py} -m trainperf.measure.agent --report \"$OUT/failures-{{host}}.json\" -- \\",
         "    --nnodes=\"$SLURM_NNODES\" "
         f"--nproc-per-node={spec.gpus_per_node} --max-restarts=0 \\",
         "    --rdzv-backend=c10d --rdzv-endpoint=\"$HEAD_NODE:$RDZV_PORT\" --rdzv-id=\"$SLURM_JOB_ID\" \\",
         f"    -m trainperf.measure.trainer {q(spec.config_path)} || status=$?",
         "# Summary from the run record (also after a failure or a stop: the finished steps are kept),",
         "# with one line naming a worker that died (rank, signal or exit code, its log rank<k>.log).",
-        f'{python} -m trainperf.measure.results "$OUT" --exit-code "$status"',
+        f'{py} -m trainperf.measure.results "$OUT" --exit-code "$status"',
         'exit "$status"',
         "",
     ]
