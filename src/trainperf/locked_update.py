@@ -108,8 +108,13 @@ def new_file_mode(p: Path) -> int:
         return 0o666 & ~umask
 
 
-def _write_replace(p: Path, data: bytes) -> None:
-    """Write ``data`` to a temporary file beside ``p``, fsync it, rename it over ``p``, fsync the directory."""
+def write_replace(p: Path, data: bytes) -> Path:
+    """Write ``data`` to a temporary file beside ``p``, fsync it, rename it over ``p``, fsync the directory.
+
+    The temporary file is created by :func:`tempfile.mkstemp`: a random name in ``p``'s directory,
+    opened ``O_CREAT|O_EXCL`` (and ``O_NOFOLLOW`` where the OS has it), mode 0600 until it takes
+    the replaced file's mode, so nothing planted beside ``p`` -- a link, a FIFO, another user's
+    file -- is written through. A failed write removes it and leaves ``p`` as it was."""
     fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -128,6 +133,7 @@ def _write_replace(p: Path, data: bytes) -> None:
             os.fsync(dfd)
         finally:
             os.close(dfd)
+    return p
 
 
 def update_file(path: str | os.PathLike[str], merge: Callable[[bytes | None], bytes | str], *,
@@ -164,7 +170,7 @@ def update_file(path: str | os.PathLike[str], merge: Callable[[bytes | None], by
         new = merge(old)
         data = new.encode("utf-8") if isinstance(new, str) else new
         try:
-            _write_replace(p, data)
+            write_replace(p, data)
         except OSError as e:
             raise InputFileError(one_line(f"cannot write {what} {str(p)!r}: {e.strerror or e}")) from None
     return p

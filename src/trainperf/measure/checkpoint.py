@@ -6,19 +6,22 @@ without a process group). A directory is complete once its ``.done`` marker exis
 rank 0 after ``dcp.save`` returns on every rank, so a run killed mid-save resumes from the
 previous complete step. Nothing else needs saving: the data order and the learning rate are
 functions of the step index (see :mod:`trainperf.measure.data`, :mod:`trainperf.measure.trainer`).
+
+Before the ``.done`` marker, rank 0 writes a signed manifest of every file the save wrote
+(:mod:`trainperf.measure.checkpoint_manifest`), and :func:`load` verifies it before torch opens
+anything: DCP reads its metadata with ``pickle``, so a checkpoint trainperf did not write, or
+one changed since, is refused in one line rather than unpickled.
 """
 
 from __future__ import annotations
 
-import re
 import warnings
 from pathlib import Path
 
 import torch
 from torch import nn
 
-_STEP_DIR = re.compile(r"^step-(\d+)$")
-_DONE = ".done"
+from trainperf.measure.checkpoint_manifest import DONE, latest_complete_step, verify, write_manifest
 
 
 def _barrier() -> None:
@@ -36,12 +39,7 @@ def _rank() -> int:
 
 def latest_step(directory: str | Path) -> int | None:
     """The highest step with a complete checkpoint under ``directory``, or None."""
-    d = Path(directory)
-    if not d.is_dir():
-        return None
-    steps = [int(m.group(1)) for p in d.iterdir()
-             if (m := _STEP_DIR.match(p.name)) and (p / _DONE).exists()]
-    return max(steps) if steps else None
+    return latest_complete_step(directory)
 
 
 def save(directory: str | Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer) -> Path:
@@ -56,7 +54,10 @@ def save(directory: str | Path, step: int, model: nn.Module, optimizer: torch.op
         dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(path))
     _barrier()
     if _rank() == 0:
-        (path / _DONE).write_text(f"{step}\n")
+        write_manifest(path, step)  # what every rank wrote, signed; then the checkpoint is complete
+        from trainperf.locked_update import write_replace
+
+        write_replace(path / DONE, f"{step}\n".encode())
     _barrier()
     return path
 
@@ -67,6 +68,7 @@ def load(directory: str | Path, step: int, model: nn.Module, optimizer: torch.op
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     path = Path(directory) / f"step-{step}"
+    verify(path, step)  # before torch unpickles its metadata: trainperf wrote it, and nothing changed since
     model_sd, optim_sd = get_state_dict(model, optimizer, options=_options())
     state = {"model": model_sd, "optim": optim_sd}
     with warnings.catch_warnings():

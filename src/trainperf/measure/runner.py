@@ -281,8 +281,9 @@ def prepare(workload: Workload, opts: BenchOptions, say: Callable[[str], None] =
 
         if not peft_available():
             raise SpecError("--lora-rank", workload.lora.rank, "needs the peft package (pip install peft)")
-    if opts.resume and opts.checkpoint_dir and not Path(opts.checkpoint_dir).is_dir():
-        raise SpecError("--checkpoint-dir", opts.checkpoint_dir, "an existing directory to --resume from")
+    from trainperf.measure.checkpoint_manifest import check_checkpoint_dir
+
+    check_checkpoint_dir(opts.checkpoint_dir, resume=opts.resume)  # a --resume checkpoint: verified, unread
     threads = (opts.threads or _threads_per_process(opts.launch.nproc_per_node)) if device_type == "cpu" else None
     peaks = resolve_peaks(workload, opts, threads, say) if local else []
     if local and workload.hardware.kind == "cpu" and not opts.peak_tflops_given:

@@ -1,0 +1,138 @@
+"""Files trainperf did not write are neither read as its own nor written through nor removed
+(issue 30): a checkpoint is resumed only if its signed manifest matches, cache and temporary
+files are created under random names and never through a link, a cache that fails validation is
+rebuilt, ``--force`` removes only what the earlier run's manifest lists, and a report is built
+aside and swapped in under the directory's one-writer lock."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainperf.cli.main import main
+from trainperf.measure.checkpoint_manifest import (
+    MANIFEST,
+    CheckpointError,
+    check_checkpoint_dir,
+    key_path,
+    verify,
+    write_manifest,
+)
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="O_NOFOLLOW, flock as on Linux")
+
+
+class _Payload:
+    """Unpickling this creates the file ``marker``: what a crafted ``.metadata`` could do."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRAINPERF_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _checkpoint(root: Path, step: int = 3) -> Path:
+    """A checkpoint as a save leaves it: shards, metadata, the signed manifest."""
+    d = root / "ck" / f"step-{step}"
+    d.mkdir(parents=True)
+    (d / ".metadata").write_bytes(pickle.dumps({"state": [1, 2, 3]}))
+    (d / "__0_0.distcp").write_bytes(os.urandom(4096))
+    write_manifest(d, step)
+    (d / ".done").write_text(f"{step}\n")
+    return d
+
+
+# ------------------------------------------------------------------------------ checkpoints
+def test_a_checkpoint_trainperf_wrote_verifies(tmp_path, cache):
+    d = _checkpoint(tmp_path)
+    verify(d, 3)
+    check_checkpoint_dir(str(d.parent), resume=True)
+    key = key_path()
+    assert key.stat().st_mode & 0o777 == 0o600 and len(key.read_bytes()) == 32
+    listed = {e["path"] for e in json.loads((d / MANIFEST).read_text())["files"]}
+    assert listed == {".metadata", "__0_0.distcp"}
+
+
+@pytest.mark.parametrize("damage", ["metadata", "extra", "missing", "link", "manifest", "forged", "no_key",
+                                    "key_mode", "step"])
+def test_a_changed_or_foreign_checkpoint_is_refused_before_it_is_read(tmp_path, cache, damage):
+    d = _checkpoint(tmp_path)
+    marker = tmp_path / "PWNED"
+    m = json.loads((d / MANIFEST).read_text())
+    if damage == "metadata":
+        (d / ".metadata").write_bytes(pickle.dumps(_Payload(marker)))
+    elif damage == "extra":
+        (d / "__1_0.distcp").write_bytes(b"x")
+    elif damage == "missing":
+        (d / "__0_0.distcp").unlink()
+    elif damage == "link":
+        (d / ".metadata").unlink()
+        (tmp_path / "elsewhere").write_bytes(pickle.dumps(_Payload(marker)))
+        (d / ".metadata").symlink_to(tmp_path / "elsewhere")
+    elif damage == "manifest":
+        (d / MANIFEST).unlink()
+    elif damage == "forged":  # a manifest listing the crafted file, signed with another key
+        (d / ".metadata").write_bytes(pickle.dumps(_Payload(marker)))
+        key_path().unlink()
+        write_manifest(d, 3)
+        key_path().unlink()
+        key_path().write_bytes(os.urandom(32))
+        key_path().chmod(0o600)
+    elif damage == "no_key":
+        key_path().unlink()
+    elif damage == "key_mode":
+        key_path().chmod(0o644)
+    elif damage == "step":
+        (d / MANIFEST).write_text(json.dumps({**m, "step": 2}))
+    with pytest.raises(CheckpointError) as e:
+        verify(d, 3)
+    assert "\n" not in str(e.value) and str(d) in str(e.value)
+    with pytest.raises(CheckpointError):
+        check_checkpoint_dir(str(d.parent), resume=True)
+    assert not marker.exists()
+
+
+def test_bench_resume_refuses_a_crafted_metadata_in_one_line_and_never_unpickles_it(tmp_path, cache, capsys):
+    d = _checkpoint(tmp_path)
+    marker = tmp_path / "PWNED"
+    (d / ".metadata").write_bytes(pickle.dumps(_Payload(marker)))
+    argv = ["bench", "--steps", "4", "--checkpoint-dir", str(d.parent), "--resume", "--out", str(tmp_path / "run")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "changed since trainperf wrote it" in err
+    assert not marker.exists() and not (tmp_path / "run").exists()
+
+
+def test_checkpoint_load_verifies_before_torch_reads(tmp_path, cache):
+    torch = pytest.importorskip("torch")
+    from trainperf.measure import checkpoint as ckpt
+
+    d = _checkpoint(tmp_path)
+    marker = tmp_path / "PWNED"
+    (d / MANIFEST).unlink()
+    (d / ".metadata").write_bytes(pickle.dumps(_Payload(marker)))
+    model = torch.nn.Linear(2, 2)
+    with pytest.raises(CheckpointError, match="has no trainperf manifest"):
+        ckpt.load(d.parent, 3, model, torch.optim.AdamW(model.parameters()))
+    assert not marker.exists()
+
+
+def test_checkpoint_dir_that_is_a_file_is_one_line(tmp_path, capsys):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    for extra in (["--checkpoint-every", "1"], ["--resume"]):
+        assert main(["bench", "--steps", "1", "--checkpoint-dir", str(f), *extra, "--out", str(tmp_path / "r")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--checkpoint-dir=" in err and "is not one" in err
