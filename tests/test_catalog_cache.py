@@ -36,7 +36,7 @@ def test_a_cache_file_that_is_not_the_catalog_is_never_served(tmp_path, monkeypa
     (path,) = cache_dir().glob("trainperf.specs.models.toml.*.json")
     path.write_text("{ not json", encoding="utf-8")
     assert read_catalog("trainperf.specs", "models.toml", "catalog") == parsed  # corrupt: parsed again
-    assert json.loads(path.read_text(encoding="utf-8")) == parsed  # and rewritten
+    assert json.loads(path.read_text(encoding="utf-8"))["catalog"] == parsed  # and rewritten
     path.write_text("[1, 2]", encoding="utf-8")
     assert read_catalog("trainperf.specs", "models.toml", "catalog") == parsed
 
@@ -71,3 +71,43 @@ def test_cache_directory_that_is_a_file_only_costs_the_parse(tmp_path, monkeypat
     monkeypatch.setenv("TRAINPERF_CACHE_DIR", str(blocker))
     assert read_catalog("trainperf.specs", "models.toml", "catalog") == \
         read_package_toml("trainperf.specs", "models.toml", "catalog")
+
+
+def test_a_cache_that_fails_validation_is_ignored_rebuilt_and_said_once(tmp_path, monkeypatch, capsys):
+    """Issue 30: a cache file holding ``{}`` was trusted, and every preset became unknown."""
+    from trainperf.specs.presets import get_model
+
+    monkeypatch.setenv("TRAINPERF_CACHE_DIR", str(tmp_path))
+    parsed = read_package_toml("trainperf.specs", "models.toml", "catalog")
+    read_catalog("trainperf.specs", "models.toml", "catalog")
+    (path,) = cache_dir().glob("trainperf.specs.models.toml.*.json")
+    for bad in ("{}", json.dumps({"format": 2, "sha256": "0" * 64, "catalog": {}}), '{"a": [[[[', "\0" * 100):
+        path.write_text(bad, encoding="utf-8")
+        capsys.readouterr()
+        assert read_catalog("trainperf.specs", "models.toml", "catalog") == parsed
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "ignored and rebuilt" in err and str(path) in err
+        assert read_catalog("trainperf.specs", "models.toml", "catalog") == parsed
+        assert capsys.readouterr().err == ""  # rebuilt: said once
+    assert get_model("llama3-8b").layers == 32
+
+
+def test_the_cache_is_never_written_through_a_link(tmp_path, monkeypatch):
+    """Issue 30: a link planted at the old ``.NAME.PID.tmp`` name, or at the cache's own name,
+    must not lead the write to another file."""
+    import os
+
+    monkeypatch.setenv("TRAINPERF_CACHE_DIR", str(tmp_path))
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    parsed = read_package_toml("trainperf.specs", "models.toml", "catalog")
+    read_catalog("trainperf.specs", "models.toml", "catalog")
+    (path,) = cache_dir().glob("trainperf.specs.models.toml.*.json")
+    path.unlink()
+    (path.parent / f".{path.name}.{os.getpid()}.tmp").symlink_to(victim)
+    path.symlink_to(victim)
+    assert read_catalog("trainperf.specs", "models.toml", "catalog") == parsed
+    assert victim.read_text() == "precious"
+    assert path.is_file() and not path.is_symlink()
+    assert json.loads(path.read_text())["catalog"] == parsed
+    assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp") and not p.is_symlink()]

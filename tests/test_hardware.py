@@ -10,7 +10,7 @@ from importlib import resources
 
 import pytest
 
-from trainperf.errors import InputFileError, SpecError, UnknownNameError
+from trainperf.errors import SpecError, UnknownNameError
 from trainperf.specs import cpu_calibration
 from trainperf.specs.cpu_calibration import CpuCalibration, load_calibration, save_calibration
 from trainperf.specs.hardware import (
@@ -483,30 +483,40 @@ def test_default_path_and_cpu_fill(monkeypatch):
     "content",
     ["{not json", "[]", '{"version": 1}', '{"version": 99, "entries": {}}', "\x00\x01"],
 )
-def test_corrupt_cache_is_one_line_input_error(tmp_path, content):
+def test_corrupt_cache_is_ignored_with_one_line(tmp_path, content, capsys):
+    """Issue 30: a cache that fails validation is ignored (as if missing) with one line saying
+    so and how it is rebuilt -- never an error that `trainperf calibrate` itself then hits."""
     path = tmp_path / "calibration.json"
     path.write_text(content)
-    with pytest.raises(InputFileError) as info:
-        load_calibration(path, cpu_model="x")
-    msg = str(info.value)
-    assert "\n" not in msg and str(path) in msg
+    assert load_calibration(path, cpu_model="x") is None
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(path) in err and "`trainperf calibrate`" in err
+    assert load_calibration(path, cpu_model="x") is None
+    assert capsys.readouterr().err == ""  # said once per process
+    save_calibration(_cal("x"), path)
+    assert load_calibration(path, cpu_model="x") == _cal("x")
 
 
-def test_invalid_entry_is_input_error(tmp_path):
+@pytest.mark.parametrize("peaks", [{"fp32": -1}, {"fp32": 1e300}, {"fp32": float("nan")}, {"fp32": True},
+                                   {"fp32": 1e-300}])
+def test_an_invalid_entry_is_ignored_and_the_others_kept(tmp_path, peaks, capsys):
     path = tmp_path / "calibration.json"
     bad = _cal("X (1 core)").to_dict()
-    bad["peak_tflops"] = {"fp32": -1}
-    path.write_text(json.dumps({"version": 1, "entries": {"X (1 core)": bad}}))
-    with pytest.raises(InputFileError, match="peak_tflops"):
-        load_calibration(path, cpu_model="X (1 core)")
+    bad["peak_tflops"] = peaks
+    good = _cal("X (1 core)", threads=2).to_dict()
+    path.write_text(json.dumps({"version": 1, "entries": {"X (1 core) [1 thread]": bad,
+                                                          "X (1 core) [2 threads]": good}}))
+    assert load_calibration(path, cpu_model="X (1 core)").threads == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "peak_tflops" in err and "ignored" in err
 
 
-def test_corrupt_default_cache_surfaces_in_get_hardware():
+def test_corrupt_default_cache_is_ignored_by_get_hardware(capsys):
     path = cpu_calibration.cache_path()
     path.parent.mkdir(parents=True)
     path.write_text("garbage")
-    with pytest.raises(InputFileError):
-        get_hardware("cpu")
+    assert not get_hardware("cpu").calibrated
+    assert "ignored" in capsys.readouterr().err
     # Saving a new calibration replaces the corrupt file.
     save_calibration(_cal(cpu_calibration.cpu_model_name()))
     assert get_hardware("cpu").calibrated

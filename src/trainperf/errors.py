@@ -50,3 +50,11 @@ class InputFileError(TrainperfError):
 def one_line(message: str) -> str:
     """Collapse a message onto one line (parsers' messages may span several)."""
     return " ".join(str(message).split())
+
+
+def note(message: str) -> None:
+    """One line on stderr about something trainperf worked around on its own (a damaged cache
+    it ignored and rebuilt): not an error, but not silent either."""
+    import sys
+
+    print(f"trainperf: note: {one_line(message)}", file=sys.stderr, flush=True)

@@ -33,6 +33,9 @@ except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
     import msvcrt
 
+_NO_LINK = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+"""Open flags that refuse a symbolic link (and do not block on a FIFO) where the OS has them."""
+
 LOCK_TIMEOUT_S = 60.0
 """How long :func:`locked` waits for another process before giving up with one line. A cache
 update holds the lock for milliseconds; a minute means a stuck process, not contention."""
@@ -71,15 +74,22 @@ def locked(path: str | os.PathLike[str], *, timeout_s: float = LOCK_TIMEOUT_S, w
 
     Waits up to ``timeout_s`` (polling, backing off from 1 ms to 50 ms); then, or when the lock
     file cannot be created, one :class:`~trainperf.errors.InputFileError` line naming ``what``.
-    The parent directory is created if missing.
+    The parent directory is created if missing. A link, FIFO or device at the lock's name is
+    refused (one line), never opened through.
     """
     lp = lock_path(path)
     try:
         lp.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lp, os.O_RDWR | os.O_CREAT, 0o666)
+        # never through a link, FIFO or device planted at the lock's name
+        fd = os.open(lp, os.O_RDWR | os.O_CREAT | _NO_LINK, 0o666)
     except OSError as e:
+        why = "it is a symbolic link" if e.errno == errno.ELOOP else e.strerror or e
         raise InputFileError(one_line(f"{what} {str(path)!r}: cannot create its lock file {str(lp)!r}: "
-                                      f"{e.strerror or e}")) from None
+                                      f"{why}")) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise InputFileError(f"{what} {str(path)!r}: its lock file {str(lp)!r} is not a regular file; refusing "
+                             "to use it (remove it)")
     try:
         deadline = time.monotonic() + timeout_s
         pause = 0.001

@@ -9,9 +9,11 @@ MFU. bf16 is measured by default only where the CPU computes it natively (``--dt
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from trainperf.cli.common import add_json_argument, eprint, print_json, table
 from trainperf.errors import SpecError
+from trainperf.specs.bounds import CALIBRATE_REPEATS, CALIBRATE_SIZE, CALIBRATE_SIZE_COUNT, Bound
 
 HELP = "measure this machine's matmul TFLOP/s per dtype and memory bandwidth (the CPU peak for MFU)"
 
@@ -29,6 +31,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_json_argument(parser)
 
 
+def _cores_used() -> int:
+    from trainperf.specs.cpu_calibration import _cores_used as cores
+
+    return cores()
+
+
+def _checked_sizes_and_repeats(args: argparse.Namespace) -> dict[str, Any]:
+    """``--sizes`` and ``--repeats`` within their bounds (:mod:`trainperf.specs.bounds`), and the
+    largest matmul's three fp32 matrices within half this machine's memory; one line otherwise,
+    before torch is imported."""
+    from trainperf.measure.limits import physical_memory_bytes
+
+    out: dict[str, Any] = {}
+    if args.sizes:
+        try:
+            sizes = tuple(int(x) for x in args.sizes.split(","))
+        except ValueError:
+            raise SpecError("--sizes", args.sizes, "comma-separated positive integers, e.g. 2048,4096") from None
+        CALIBRATE_SIZE_COUNT.check("--sizes", len(sizes))
+        for n in sizes:
+            CALIBRATE_SIZE.check("--sizes", n)
+        ram = physical_memory_bytes()
+        if ram and 12 * max(sizes) ** 2 > ram // 2:
+            most = int((ram // 24) ** 0.5)
+            raise SpecError("--sizes", max(sizes), f"at most {most:,} here: three {max(sizes):,}^2 fp32 matrices "
+                                                   f"need {12 * max(sizes) ** 2 / 2**30:,.1f} GiB, over half of "
+                                                   f"this machine's {ram / 2**30:,.1f} GiB")
+        out["sizes"] = sizes
+    if args.repeats is not None:
+        out["repeats"] = CALIBRATE_REPEATS.check("--repeats", args.repeats)
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     import dataclasses
 
@@ -36,18 +71,7 @@ def run(args: argparse.Namespace) -> int:
     from trainperf.specs.cpu_calibration import save_calibration
 
     plan = CalibrationPlan.quick() if args.quick else CalibrationPlan()
-    if args.sizes:
-        try:
-            sizes = tuple(int(x) for x in args.sizes.split(","))
-        except ValueError:
-            raise SpecError("--sizes", args.sizes, "comma-separated positive integers, e.g. 2048,4096") from None
-        if not sizes or min(sizes) <= 0:
-            raise SpecError("--sizes", args.sizes, "comma-separated positive integers")
-        plan = dataclasses.replace(plan, sizes=sizes)
-    if args.repeats is not None:
-        if args.repeats < 1:
-            raise SpecError("--repeats", args.repeats, "a positive integer")
-        plan = dataclasses.replace(plan, repeats=args.repeats)
+    plan = dataclasses.replace(plan, **_checked_sizes_and_repeats(args))
     if args.device == "cuda":
         from trainperf.measure.runner import local_device_type
 
@@ -64,8 +88,10 @@ def run(args: argparse.Namespace) -> int:
 
         dtypes = ("fp32", "bf16") if detect_native_bf16(args.device).native else ("fp32",)
     plan = dataclasses.replace(plan, dtypes=dtypes)
-    if args.threads is not None and args.threads < 1:
-        raise SpecError("--threads", args.threads, "a positive integer")
+    if args.threads is not None:
+        cores = _cores_used()
+        Bound(1, cores, f"the {cores} core(s) this process may use: more threads than cores time their "
+                        "contention, not the peak").check("--threads", args.threads)
     say = eprint if args.json else print
     cal = calibrate(plan, threads=args.threads, device=args.device, progress=say)
     if not args.dry_run:  # keep the other dtypes already measured with this CPU and thread count

@@ -111,8 +111,11 @@ MICRO_BATCH = Bound(1, 1 << 12, "trainperf's bound on sequences per device per p
 PARALLEL_DEGREE = Bound(1, NUM_DEVICES.hi, "trainperf's bound on devices")
 VPP = Bound(1, 128, "trainperf's bound on virtual pipeline stages per rank: ~10x the largest of "
                    "the published runs, 12")
-PEAK_TFLOPS = RealBound(0.0, 1e7, "trainperf's bound on a device peak: ~80x the largest chip, "
-                        "Cerebras WSE-3 at 125,000 TFLOP/s", unit=" TFLOP/s")
+PEAK_TFLOPS = RealBound(1e-6, 1e7, "trainperf's bound on a device peak: from 1 MFLOP/s, below any device "
+                        "a step can be timed on, to ~80x the largest chip, Cerebras WSE-3 at 125,000 TFLOP/s",
+                        unit=" TFLOP/s", lo_open=False)
+MEMORY_BANDWIDTH_GB_PER_S = RealBound(1e-3, 1e6, "trainperf's bound on a memory bandwidth: ~125x the fastest "
+                                      "HBM, 8,000 GB/s", unit=" GB/s", lo_open=False)
 
 WORKLOAD_FIELD_BOUNDS: dict[str, Bound | RealBound] = {
     "hardware.num_devices": NUM_DEVICES, "hardware.devices_per_node": DEVICES_PER_NODE,
@@ -153,6 +156,12 @@ BENCH_THREADS = Bound(1, 4096, "trainperf's bound on CPU threads per process (4,
 BENCH_REPEATS = Bound(1, 1000, "trainperf's bound on sweep repeats per configuration (1,000)")
 BENCH_STOP_GRACE_S = Bound(1, 3600, "trainperf's bound on the seconds a stopped run's step may take to "
                                     "finish (1 hour; Slurm gives 30 s by default)")
+BENCH_LR = RealBound(0.0, 10.0, "trainperf's bound on the bench's AdamW learning rate; LLMs train at "
+                                "1e-5 to 1e-2, and a rate above 10 only diverges")
+CALIBRATE_SIZE = Bound(1, 8192, "trainperf's bound on a calibration matmul size: three n x n fp32 matrices "
+                                "hold 805 MB at 8,192, and one matmul is 1.1e12 FLOPs (about 20 s on a slow CPU)")
+CALIBRATE_REPEATS = Bound(1, 100, "trainperf's bound on timed repeats per size (each lasts at least 0.25 s)")
+CALIBRATE_SIZE_COUNT = Bound(1, 16, "trainperf's bound on matmul sizes per calibration (each is measured)")
 BENCH_MICRO_TOKENS = Bound(1, 1 << 24, "trainperf's bound on tokens per micro-batch (micro_batch x seq_len, "
                                        "16,777,216); published runs use up to ~1M, and the activations grow "
                                        "with it")

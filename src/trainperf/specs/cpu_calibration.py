@@ -22,7 +22,6 @@ Pure Python: no torch, no numpy.
 from __future__ import annotations
 
 import json
-import math
 import os
 import platform
 from dataclasses import asdict, dataclass, field
@@ -30,7 +29,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from trainperf.errors import InputFileError, one_line
+from trainperf.errors import InputFileError, note, one_line
+from trainperf.specs.bounds import MEMORY_BANDWIDTH_GB_PER_S, PEAK_TFLOPS, RealBound
 
 CACHE_ENV = "TRAINPERF_CACHE_DIR"
 CACHE_FILE = "calibration.json"
@@ -144,12 +144,13 @@ class CpuCalibration:
         for dtype, value in self.peak_tflops.items():
             if dtype not in _PRECISIONS:
                 raise ValueError(f"peak_tflops key {dtype!r} is not one of {', '.join(_PRECISIONS)}")
-            if not _positive_number(value):
-                raise ValueError(f"peak_tflops.{dtype}={value!r} must be a positive number")
-        if not _positive_number(self.memory_bandwidth_GB_per_s):
-            raise ValueError(
-                f"memory_bandwidth_GB_per_s={self.memory_bandwidth_GB_per_s!r} must be a positive number"
-            )
+            if not _within(value, PEAK_TFLOPS):
+                raise ValueError(f"peak_tflops.{dtype}={value!r} must be {PEAK_TFLOPS.valid()}")
+        if not _within(self.memory_bandwidth_GB_per_s, MEMORY_BANDWIDTH_GB_PER_S):
+            raise ValueError(f"memory_bandwidth_GB_per_s={self.memory_bandwidth_GB_per_s!r} must be "
+                             f"{MEMORY_BANDWIDTH_GB_PER_S.valid()}")
+        if self.threads > 1 << 20:
+            raise ValueError(f"threads={self.threads!r} must be at most {1 << 20:,}")
         try:
             datetime.fromisoformat(self.measured_at)
         except (TypeError, ValueError):
@@ -191,10 +192,12 @@ class CpuCalibration:
         )
 
 
-def _positive_number(value: Any) -> bool:
-    return (
-        not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value) and value > 0
-    )
+def _within(value: Any, bound: RealBound) -> bool:
+    try:
+        bound.check("value", value)
+    except ValueError:
+        return False
+    return True
 
 
 CACHE_MAX_BYTES = 8 << 20
@@ -203,7 +206,8 @@ and thread-count entries; a larger file is not a cache trainperf wrote."""
 
 
 def _read_entries(path: Path) -> dict[str, dict[str, Any]]:
-    """The file's entries keyed by cpu_model; raises InputFileError if unreadable or malformed."""
+    """The file's entries keyed by cpu_model; raises InputFileError (the reason) if it cannot be
+    read or is not a cache trainperf wrote."""
     from trainperf.specs.datafiles import read_user_bytes
 
     return _parse_entries(read_user_bytes(path, "calibration cache", max_bytes=CACHE_MAX_BYTES), path)
@@ -211,21 +215,27 @@ def _read_entries(path: Path) -> dict[str, dict[str, Any]]:
 
 def _parse_entries(raw: bytes, path: Path) -> dict[str, dict[str, Any]]:
     """The entries of a cache file's bytes; one InputFileError line if it is not a cache."""
-    hint = f"delete it or re-run `trainperf calibrate` (cache {path})"
     try:
         data = json.loads(raw.decode("utf-8"))
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, 4300-digit ints
-        raise InputFileError(
-            one_line(f"calibration cache {path} is not valid JSON ({exc}); {hint}")
-        ) from None
+        raise InputFileError(one_line(f"calibration cache {path} is not valid JSON ({str(exc)[:120]})")) from None
     if not isinstance(data, dict) or not isinstance(data.get("entries"), dict):
-        raise InputFileError(one_line(f"calibration cache {path} has no 'entries' table; {hint}"))
+        raise InputFileError(f"calibration cache {path} has no 'entries' table")
     version = data.get("version", FORMAT_VERSION)
     if version != FORMAT_VERSION:
-        raise InputFileError(
-            one_line(f"calibration cache {path} has version {version!r}, expected {FORMAT_VERSION}; {hint}")
-        )
+        raise InputFileError(one_line(f"calibration cache {path} has version {version!r}, expected {FORMAT_VERSION}"))
     return data["entries"]
+
+
+_NOTED: set[str] = set()
+"""The notes already given in this process (a command may look up the calibration many times)."""
+
+
+def _ignored(message: str) -> None:
+    """Say once per process that a damaged cache, or entry, is ignored, and how it is rebuilt."""
+    if message not in _NOTED:
+        _NOTED.add(message)
+        note(f"{message}; ignored (`trainperf calibrate` measures this machine again and rewrites it)")
 
 
 def load_calibration(path: Path | None = None, cpu_model: str | None = None,
@@ -235,30 +245,33 @@ def load_calibration(path: Path | None = None, cpu_model: str | None = None,
     ``cpu_model`` defaults to :func:`cpu_model_name`. With ``threads``, only a calibration
     measured with exactly that many threads is returned; without, the one measured with as many
     threads as this process has cores, else the one with the most threads. None when the file
-    does not exist or holds no such entry. A corrupt or malformed file (or entry of this CPU)
-    raises a one-line :class:`~trainperf.errors.InputFileError` naming the file.
+    does not exist or holds no such entry. A cache that fails validation -- not JSON, not
+    trainperf's layout, too large, not a regular file, or an entry of this CPU with a value out
+    of bounds (a peak of 1e300 TFLOP/s) -- is ignored like a missing one, with one line on stderr
+    saying so; ``trainperf calibrate`` then replaces it.
     """
     path = Path(path) if path is not None else cache_path()
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
-    entries = _read_entries(path)
+    try:
+        entries = _read_entries(path)
+    except InputFileError as e:
+        _ignored(str(e))
+        return None
     model = cpu_model if cpu_model is not None else cpu_model_name()
     found: list[CpuCalibration] = []
     for key, entry in entries.items():
+        mine = key == model or key.startswith(f"{model} [")
         if not isinstance(entry, dict):
-            if key == model or key.startswith(f"{model} ["):
-                raise InputFileError(one_line(f"calibration cache {path}: entry {key!r} is not a table"))
+            if mine:
+                _ignored(f"calibration cache {path}: entry {key!r} is not a table")
             continue
         if entry.get("cpu_model") != model:
             continue
         try:
             found.append(CpuCalibration.from_dict(entry))
         except (TypeError, ValueError) as exc:
-            raise InputFileError(
-                one_line(
-                    f"calibration cache {path}: entry {key!r} is invalid ({exc}); re-run `trainperf calibrate`"
-                )
-            ) from None
+            _ignored(one_line(f"calibration cache {path}: entry {key!r} is invalid ({exc})"))
     if threads is not None:
         return next((c for c in found if c.threads == threads), None)
     if not found:
