@@ -25,6 +25,7 @@ from trainperf.measure.failures import (
 from trainperf.measure.results import build_summary
 from trainperf.records.output_path import (
     RUN_LOCK_NAME,
+    RUN_MANIFEST_NAME,
     OutputPathError,
     check_run_dir,
     claim_run_dir,
@@ -78,14 +79,24 @@ def test_a_lock_held_by_a_killed_process_is_not_stale(tmp_path):
         assert claim.fd is not None
 
 
+def _earlier_run(run: Path, files: list[str]) -> None:
+    """A run that took ``run`` and wrote ``files`` (its manifest lists them when it lets go)."""
+    with claim_run_dir(run, parents=True):
+        for name in files:
+            (run / name).write_text("old\n")
+
+
 def test_an_earlier_run_needs_force_and_force_replaces_only_its_files(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
+    # The user's files, there before the run; the first two matched the old glob patterns (issue 30).
+    for name in ("ranking.log", "failures-analysis.json", "torchrun-notes.log", "notes.txt"):
+        (run / name).write_text("mine\n")
     files = ["steps.jsonl", "summary.json", "workload.toml", "run_config.json", "torchrun.log", "rank0.log",
              "rank1.log", "failures.json"]
-    for name in files:
-        (run / name).write_text("old\n")
-    (run / "notes.txt").write_text("mine\n")
+    _earlier_run(run, files)
+    manifest = json.loads((run / RUN_MANIFEST_NAME).read_text())
+    assert set(manifest["files"]) >= set(files) and "ranking.log" in manifest["before"]
     before = _snapshot(tmp_path)
     with pytest.raises(OutputPathError, match=r"holds an earlier run \(steps.jsonl\).*--force"):
         check_run_dir(run)
@@ -93,16 +104,34 @@ def test_an_earlier_run_needs_force_and_force_replaces_only_its_files(tmp_path):
         claim_run_dir(run)
     assert _snapshot(tmp_path) == before
     with claim_run_dir(run, force=True):
-        assert sorted(p.name for p in run.iterdir()) == [RUN_LOCK_NAME, "notes.txt"]
+        left = sorted(p.name for p in run.iterdir() if not p.name.startswith("."))
+        assert left == ["failures-analysis.json", "notes.txt", "ranking.log", "torchrun-notes.log"]
+    assert all((run / n).read_text() == "mine\n" for n in left)
+
+
+def test_force_without_a_manifest_removes_nothing(tmp_path, capsys):
+    """A record no trainperf manifest describes (written by hand, or by an older trainperf): --force
+    cannot know which files are that run's, so it refuses in one line and removes nothing."""
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in ("steps.jsonl", "rank0.log", "ranking.log", "failures-analysis.json"):
+        (run / name).write_text("old\n")
+    before = _snapshot(tmp_path)
+    with pytest.raises(OutputPathError, match="no manifest of the files it wrote"):
+        claim_run_dir(run, force=True)
+    assert main(["bench", "--out", str(run), "--force"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--force removes only what a manifest lists" in err
+    assert _snapshot(tmp_path) == before
 
 
 @pytest.mark.parametrize("kind", ["symlink", "fifo", "dir"])
 def test_force_never_removes_what_is_not_a_regular_file(tmp_path, kind):
     run = tmp_path / "run"
-    run.mkdir()
-    (run / "summary.json").write_text("{}\n")
+    _earlier_run(run, ["summary.json", "steps.jsonl"])
     target = tmp_path / "precious"
     target.write_text("keep\n")
+    (run / "steps.jsonl").unlink()
     if kind == "symlink":
         (run / "steps.jsonl").symlink_to(target)
     elif kind == "fifo":
@@ -113,6 +142,20 @@ def test_force_never_removes_what_is_not_a_regular_file(tmp_path, kind):
     with pytest.raises(OutputPathError, match=r"steps\.jsonl' is a"):
         claim_run_dir(run, force=True)
     assert _snapshot(tmp_path) == before and target.read_text() == "keep\n"
+
+
+@pytest.mark.parametrize("content", ["", "{}", '{"files": ["../../victim"], "before": []}',
+                                     '{"files": ["/etc/passwd"], "before": []}', "[" * 10000])
+def test_a_manifest_trainperf_did_not_write_is_refused(tmp_path, content):
+    run = tmp_path / "run"
+    _earlier_run(run, ["steps.jsonl"])
+    victim = tmp_path / "victim"
+    victim.write_text("keep\n")
+    (run / RUN_MANIFEST_NAME).write_text(content)
+    before = _snapshot(tmp_path)
+    with pytest.raises(OutputPathError, match="not a run manifest trainperf wrote"):
+        claim_run_dir(run, force=True)
+    assert _snapshot(tmp_path) == before
 
 
 @pytest.mark.parametrize("kind", ["symlink", "fifo"])

@@ -136,3 +136,73 @@ def test_checkpoint_dir_that_is_a_file_is_one_line(tmp_path, capsys):
         assert main(["bench", "--steps", "1", "--checkpoint-dir", str(f), *extra, "--out", str(tmp_path / "r")]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "--checkpoint-dir=" in err and "is not one" in err
+
+
+# ------------------------------------------------------------------------------ run records
+def test_a_failed_write_never_leaves_half_a_line(tmp_path, monkeypatch):
+    """Issue 30: a full disk cut steps.jsonl mid-line. A write that fails part-way is cut back to
+    the last whole line and is one line naming what is kept."""
+    import errno
+
+    from trainperf.records import RunRecord, StepRecord
+    from trainperf.records.jsonl import JsonlWriter, read_run
+    from trainperf.records.output_path import OutputPathError
+
+    w = JsonlWriter(tmp_path / "steps.jsonl")
+    w.header(RunRecord("bench", meta={"name": "x"}))
+    w.step(StepRecord(step=1, step_time_s=1.0))
+    real_write = os.write
+
+    def full_disk(fd, data):
+        real_write(fd, data[: len(data) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full_disk)
+    with pytest.raises(OutputPathError, match=r"No space left on device\); the 2 line\(s\) before are kept whole"):
+        w.step(StepRecord(step=2, step_time_s=1.0))
+    monkeypatch.setattr(os, "write", real_write)
+    w.close()
+    text = (tmp_path / "steps.jsonl").read_text()
+    assert text.endswith("}\n") and text.count("\n") == 2
+    run = read_run(tmp_path / "steps.jsonl")
+    assert [s.step for s in run.steps] == [1] and run.meta["skipped_lines"] == 0
+
+
+@pytest.mark.slow
+def test_bench_on_a_full_disk_is_one_line_and_keeps_whole_lines(tmp_path):
+    """The whole bench with every file capped at 6 kB (what a full disk looks like to write())."""
+    import resource
+    import signal
+    import subprocess
+
+    from trainperf.measure.testing import TINY_FLAGS
+
+    def cap() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (6000, 6000))
+
+    env = {**os.environ, "TRAINPERF_CACHE_DIR": str(tmp_path / "cache"), "TRAINPERF_NATIVE_BF16": "0"}
+    from trainperf.measure.testing import fake_calibration
+
+    fake_calibration(tmp_path / "cache")
+    out = tmp_path / "run"
+    p = subprocess.run([sys.executable, "-m", "trainperf", "bench", *TINY_FLAGS, "--precision", "fp32",
+                        "--steps", "40", "--out", str(out)], preexec_fn=cap, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert p.stderr.count("\n") == 1 and "could not be written" in p.stderr and "Traceback" not in p.stderr
+    text = (out / "steps.jsonl").read_text()
+    assert text.endswith("}\n") and all(json.loads(line) for line in text.splitlines())
+
+
+def test_a_run_directory_removed_mid_run_is_said_so(tmp_path):
+    from trainperf.records.output_path import OutputPathError, claim_run_dir
+
+    run = tmp_path / "run"
+    with claim_run_dir(run) as claim:
+        claim.check_still_there()
+        import shutil
+
+        shutil.rmtree(run)
+        with pytest.raises(OutputPathError, match=r"was removed .* while the run was using it"):
+            claim.check_still_there()

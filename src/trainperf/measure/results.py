@@ -8,6 +8,7 @@ crash, or by the sbatch script (``python -m trainperf.measure.results OUT_DIR``)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
@@ -189,6 +190,10 @@ def main(argv: list[str] | None = None) -> int:
         print(failure_line(failures, a.out_dir, steps_kept=d["steps_completed"], last_step=d["last_step"]),
               file=sys.stderr)
     print(summary_text(d, a.out_dir))
+    from trainperf.records.output_path import record_run_files
+
+    with contextlib.suppress(OSError, TrainperfError):  # the job's rank logs and failure reports: its own
+        record_run_files(a.out_dir)
     return 0
 
 

@@ -353,6 +353,7 @@ def execute(workload: Workload, cfg: BenchConfig, launch: LaunchSpec,
                 stop, rc = e.signum, e.exit_code
             except KeyboardInterrupt:
                 stop, rc = signal.SIGINT, 128 + signal.SIGINT
+        claim.check_still_there()  # a directory removed mid-run: said so, not "failed before its first step"
         if not (out / "steps.jsonl").exists():
             if failures:
                 raise RunFailedError(failure_line(failures, out, steps_kept=0, last_step=None))

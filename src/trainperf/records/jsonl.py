@@ -6,6 +6,7 @@ reading tolerates a truncated last line for the same reason.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterable, Iterator
@@ -27,24 +28,47 @@ def _workload_dict(workload: Any) -> dict[str, Any] | None:
 
 
 class JsonlWriter:
-    """Append-only writer: ``header()`` once, ``step()`` per step, ``end()`` at the end."""
+    """Append-only writer: ``header()`` once, ``step()`` per step, ``end()`` at the end.
+
+    Each line is written whole or not at all: a write that fails part-way (a full disk, a file
+    size limit) is cut back to the end of the previous line, and the failure is one
+    :class:`~trainperf.records.output_path.OutputPathError` line saying what is kept, so the
+    record never ends in half a step."""
 
     def __init__(self, path: str | Path, *, fsync: bool = False) -> None:
+        from trainperf.records.output_path import OutputPathError
+
         self.path = Path(path)
         if os.path.lexists(self.path) and not (self.path.is_file() and not self.path.is_symlink()):
-            from trainperf.records.output_path import OutputPathError
-
             raise OutputPathError(f"run record {str(self.path)!r} exists and is not a regular file; "
                                   "refusing to write through it")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._f: IO[str] = self.path.open("a", encoding="utf-8")
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         self._fsync = fsync
+        self.lines = 0
+        """Lines written whole."""
 
     def _write(self, obj: dict[str, Any]) -> None:
-        self._f.write(_line(obj))
-        self._f.flush()
-        if self._fsync:
-            os.fsync(self._f.fileno())
+        from trainperf.records.output_path import OutputPathError
+
+        if self._fd is None:
+            raise OutputPathError(f"run record {str(self.path)!r} is closed")
+        data = _line(obj).encode("utf-8")
+        start = os.fstat(self._fd).st_size
+        try:
+            done = 0
+            while done < len(data):
+                done += os.write(self._fd, data[done:])
+            if self._fsync:
+                os.fsync(self._fd)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, start)  # no half line: the record ends with the last whole one
+            raise OutputPathError(f"run record {str(self.path)!r} could not be written ({e.strerror or e}); the "
+                                  f"{self.lines} line(s) before are kept whole; once there is space, "
+                                  f"`python -m trainperf.measure.results {str(self.path.parent)!r}` writes the "
+                                  "summary") from None
+        self.lines += 1
 
     def header(self, run: RunRecord) -> None:
         self._write({"type": "run", "schema": SCHEMA_VERSION, "source": run.source,
@@ -57,8 +81,9 @@ class JsonlWriter:
         self._write({"type": "end", **fields})
 
     def close(self) -> None:
-        if not self._f.closed:
-            self._f.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def __enter__(self) -> JsonlWriter:
         return self

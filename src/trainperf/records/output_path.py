@@ -13,9 +13,10 @@ Rules, the same for ``parse --save``, ``report --out``, ``calibrate-model -o``, 
   write leaves the old file untouched.
 * No parent directory is created beyond the one named: a file's parent must exist; an output
   directory may be created, but its parent must exist -- unless ``parents`` (``--parents``).
-* A run directory (``bench``/``sweep --out``) has one writer: the run holds an exclusive lock
-  on it for its whole life (:func:`claim_run_dir`), and a directory that holds an earlier run's
-  record is not appended to; ``--force`` replaces that run's files.
+* A run directory (``bench``/``sweep --out``, a report's ``--out``) has one writer: the run holds
+  an exclusive lock on it for its whole life (:func:`claim_run_dir`), and a directory that holds
+  an earlier run's record is not appended to; ``--force`` replaces that run's files -- only those
+  its manifest (:data:`RUN_MANIFEST_NAME`) lists, never a file the run did not write.
 
 Every refusal is an :class:`OutputPathError`: one line, exit code 2.
 """
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import socket
 import stat
@@ -33,7 +35,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from trainperf.errors import TrainperfError, one_line
 from trainperf.locked_update import new_file_mode
@@ -262,9 +264,16 @@ RUN_LOCK_NAME = ".trainperf-run.lock"
 two different files of the same name)."""
 RUN_RECORD_NAMES = ("steps.jsonl", "summary.json")
 """Files whose presence means the directory holds a run (finished or interrupted)."""
-RUN_FILE_PATTERNS = ("steps.jsonl", "summary.json", "workload.toml", "run_config.json", "torchrun*.log",
-                     "rank*.log", "failures*.json")
-"""Every file a run writes into its directory: what ``--force`` removes before a new run."""
+RUN_OWN_NAMES = ("steps.jsonl", "summary.json", "workload.toml", "run_config.json", "bench.sbatch", "torchrun.log")
+"""The files a run writes under fixed names (listed in its manifest when it takes the directory)."""
+RUN_FILE_PATTERNS = (*RUN_OWN_NAMES, "torchrun*.log", "rank*.log", "failures*.json")
+"""Every file a run may write into its directory. Those that appear while the run holds the
+directory, and were not there when it took it, are added to its manifest when it lets go."""
+RUN_MANIFEST_NAME = ".trainperf-run.json"
+"""The run's manifest: the names of the files it wrote (``files``) and of the files matching
+:data:`RUN_FILE_PATTERNS` that were there before it (``before``, never its own). ``--force``
+removes what ``files`` lists and nothing else."""
+_MANIFEST_MAX_BYTES = 1 << 20
 _HOLDER_BYTES = 4096
 
 
@@ -284,10 +293,28 @@ class RunDirClaim:
     """Held shared (the nodes of one multi-node run share a directory) instead of exclusive."""
 
     def release(self) -> None:
+        """Add the files the run wrote to its manifest (:func:`record_run_files`), then let the
+        directory go."""
         if self.fd is not None:
+            with contextlib.suppress(OSError, TrainperfError):
+                record_run_files(self.path)
             with contextlib.suppress(OSError):
                 os.close(self.fd)  # closing the last descriptor releases the flock
             self.fd = None
+
+    def check_still_there(self, what: str = "--out") -> None:
+        """One line if the directory was removed or replaced while the run held it (its record
+        then went with it), rather than a run "failed before its first step"."""
+        if self.fd is None:
+            return
+        try:
+            st = os.stat(self.path / RUN_LOCK_NAME, follow_symlinks=False)
+            held = os.fstat(self.fd)
+        except OSError:
+            st = None
+        if st is None or (st.st_dev, st.st_ino) != (held.st_dev, held.st_ino):
+            raise OutputPathError(f"{what} {str(self.path)!r} was removed (or replaced) while the run was using it; "
+                                  "the run's record went with it")
 
     def __enter__(self) -> RunDirClaim:
         return self
@@ -296,13 +323,74 @@ class RunDirClaim:
         self.release()
 
 
-def _run_files(p: Path) -> list[Path]:
-    """The files of an earlier run in directory ``p`` (see :data:`RUN_FILE_PATTERNS`)."""
-    found: dict[str, Path] = {}
-    for pattern in RUN_FILE_PATTERNS:
-        for f in p.glob(pattern):
-            found[f.name] = f
-    return [found[k] for k in sorted(found)]
+def _pattern_files(p: Path) -> set[str]:
+    """The names in directory ``p`` matching :data:`RUN_FILE_PATTERNS` (regular files or not)."""
+    return {f.name for pattern in RUN_FILE_PATTERNS for f in p.glob(pattern)}
+
+
+def _plain_name(name: object) -> bool:
+    return (isinstance(name, str) and bool(name) and "/" not in name and "\0" not in name
+            and name not in (".", "..", RUN_LOCK_NAME, RUN_MANIFEST_NAME) and len(name) <= 255)
+
+
+def read_run_manifest(p: Path, what: str = "--out") -> dict[str, list[str]] | None:
+    """The manifest of the run that wrote directory ``p`` (None when there is none); one line if
+    it is not one trainperf wrote (a link, not JSON, a name with a ``/``)."""
+    path = p / RUN_MANIFEST_NAME
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise OutputPathError(f"{what} {str(p)!r}: its run manifest {str(path)!r} cannot be read "
+                              f"({one_line(e.strerror or str(e))}; a link is refused)") from None
+    with os.fdopen(fd, "rb") as f:
+        raw = f.read(_MANIFEST_MAX_BYTES + 1) if stat.S_ISREG(os.fstat(f.fileno()).st_mode) else b""
+    try:
+        data = json.loads(raw.decode("utf-8")) if len(raw) <= _MANIFEST_MAX_BYTES else None
+    except (ValueError, RecursionError):
+        data = None
+    if not (isinstance(data, dict) and all(isinstance(data.get(k), list) and all(map(_plain_name, data[k]))
+                                           for k in ("files", "before"))):
+        raise OutputPathError(f"{what} {str(p)!r}: {str(path)!r} is not a run manifest trainperf wrote; remove "
+                              "the earlier run's files yourself (and that file), or give another directory")
+    return {"files": list(data["files"]), "before": list(data["before"])}
+
+
+def _write_run_manifest(p: Path, files: set[str], before: set[str] | None) -> None:
+    """Merge ``files`` into the manifest of ``p`` (``before`` kept from the first writer; the
+    nodes of a multi-node run share one), under its lock, atomically, never through a link."""
+    from trainperf.locked_update import update_file
+
+    def merge(old: bytes | None) -> str:
+        try:
+            earlier = json.loads(old.decode("utf-8")) if old else {}
+        except (ValueError, RecursionError):
+            earlier = {}
+        if not isinstance(earlier, dict):
+            earlier = {}
+        kept = [n for n in earlier.get("files", []) if _plain_name(n)] if isinstance(earlier.get("files"), list) \
+            else []
+        was: list[Any] = earlier["before"] if isinstance(earlier.get("before"), list) else sorted(before or ())
+        return json.dumps({"version": 1, "files": sorted(set(kept) | files), "before": sorted(set(was))},
+                          indent=1) + "\n"
+
+    update_file(p / RUN_MANIFEST_NAME, merge, max_bytes=_MANIFEST_MAX_BYTES, what="run manifest")
+
+
+def record_run_files(path: str | os.PathLike[str]) -> None:
+    """Add to the manifest of run directory ``path`` every file matching :data:`RUN_FILE_PATTERNS`
+    that is there now and was not when the run took the directory: the files the run wrote
+    (rank logs, failure reports). Called when a run lets its directory go, and by the summary
+    step of a Slurm job."""
+    p = Path(path)
+    manifest = read_run_manifest(p)
+    if manifest is None:
+        return
+    before = set(manifest["before"])
+    mine = {n for n in _pattern_files(p) if n not in before and (p / n).is_file() and not (p / n).is_symlink()}
+    if not mine <= set(manifest["files"]):
+        _write_run_manifest(p, mine, None)
 
 
 def _holder(lock_path: Path) -> str:
@@ -394,15 +482,24 @@ def check_run_dir(path: str | os.PathLike[str], *, what: str = "--out",
 
 
 def _check_earlier_run(p: Path, what: str, force: bool) -> list[Path]:
-    """The earlier run's files to remove (``force``), after refusing without ``force`` or when
-    one of them is not a regular file."""
+    """The earlier run's files to remove (``force``): those its manifest lists that are still
+    there. Refused (one line): an earlier run without ``force``; with ``force``, a record
+    without a manifest (nothing says which files that run wrote), a manifest trainperf did not
+    write, or a listed name that is not a regular file."""
     name = _earlier_run(p)
     if name is not None and not force:
         raise OutputPathError(f"{what} {str(p)!r} holds an earlier run ({name}); give a new or empty directory, "
                               "or --force to replace that run")
     if not force:
         return []
-    files = _run_files(p)
+    manifest = read_run_manifest(p, what)
+    if manifest is None:
+        if name is None:
+            return []
+        raise OutputPathError(f"{what} {str(p)!r} holds an earlier run ({name}) but no manifest of the files it "
+                              f"wrote ({RUN_MANIFEST_NAME}); --force removes only what a manifest lists: remove that "
+                              "run's files yourself, or give another directory")
+    files = [p / n for n in manifest["files"] if os.path.lexists(p / n)]
     for f in files:
         st = _stat(f, what, follow_links=False)
         if st is not None and not stat.S_ISREG(st.st_mode):
@@ -418,8 +515,9 @@ def claim_run_dir(path: str | os.PathLike[str], *, what: str = "--out",
 
     Refused (:class:`OutputPathError`, nothing changed): an unsafe path (:func:`check_output_dir`),
     a directory another run holds now, or one holding an earlier run's record (``steps.jsonl``
-    or ``summary.json``) unless ``force``. With ``force`` the earlier run's files
-    (:data:`RUN_FILE_PATTERNS`, regular files only) are removed once the directory is held.
+    or ``summary.json``) unless ``force``. With ``force`` the earlier run's files -- those its
+    manifest lists, regular files only -- are removed once the directory is held; then this
+    run's manifest is written (:data:`RUN_MANIFEST_NAME`).
     ``shared``: the nodes of one multi-node run each hold it shared; a single-node run, which
     holds it exclusively, then cannot enter it (and the reverse).
     """
@@ -436,6 +534,8 @@ def claim_run_dir(path: str | os.PathLike[str], *, what: str = "--out",
         for f in _check_earlier_run(p, what, force):  # again, now that no other run can enter
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(f)
+        # the files this run writes under fixed names; the others when it lets the directory go
+        _write_run_manifest(p, set(RUN_OWN_NAMES), _pattern_files(p) - set(RUN_OWN_NAMES))
         if taken and not shared:
             holder = (f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}: "
                       f"{' '.join(sys.argv)[:200]}\n")
