@@ -206,3 +206,80 @@ def test_a_run_directory_removed_mid_run_is_said_so(tmp_path):
         shutil.rmtree(run)
         with pytest.raises(OutputPathError, match=r"was removed .* while the run was using it"):
             claim.check_still_there()
+
+
+# ------------------------------------------------------------------------------ reports
+def _two_runs(root: Path) -> list[Path]:
+    from trainperf.records import RunRecord, StepRecord
+    from trainperf.records.jsonl import write_run
+
+    out = []
+    for name in ("a", "b"):
+        d = root / name
+        d.mkdir(parents=True)
+        steps = [StepRecord(step=k, step_time_s=1.0 + 0.01 * k, tokens=1000) for k in range(1, 6)]
+        write_run(RunRecord("bench", steps, None, {"name": name}), d / "steps.jsonl")
+        out.append(d)
+    return out
+
+
+def _files(d: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in d.iterdir() if p.is_file() and p.name != ".trainperf-run.lock"}
+
+
+@pytest.fixture
+def earlier_report(tmp_path):
+    pytest.importorskip("matplotlib")
+    runs = _two_runs(tmp_path / "runs")
+    out = tmp_path / "rep"
+    argv = ["report", *map(str, runs), "--out", str(out), "--no-published", "--no-predict"]
+    assert main(argv) == 0
+    (out / "sweep07.png").write_bytes(b"the user's own figure")  # a report's name, not this report's file
+    (out / "notes.txt").write_text("mine")
+    return runs, out, argv
+
+
+def test_a_report_that_fails_part_way_leaves_the_earlier_one_whole(earlier_report, monkeypatch, capsys):
+    """Issue 30: a report --force that failed (disk full) left the old index.html beside the new
+    report.md and figures."""
+    import errno
+
+    from trainperf.report import render
+
+    runs, out, argv = earlier_report
+    before = _files(out)
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(render, "write_html", full)
+    capsys.readouterr()
+    with pytest.raises(OSError):
+        main([*argv[:1], str(runs[0]), *argv[3:], "--force"])
+    assert _files(out) == before
+    assert not [p for p in out.iterdir() if p.name.startswith(".trainperf-report-")]
+
+
+def test_a_second_report_into_the_same_directory_is_refused_while_one_is_written(earlier_report, capsys):
+    from trainperf.records.output_path import claim_run_dir
+
+    _runs, out, argv = earlier_report
+    before = _files(out)
+    with claim_run_dir(out, run=False):  # a report being written
+        assert main([*argv, "--force"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "in use by another run" in err
+    assert _files(out) == before
+
+
+def test_force_replaces_only_what_the_earlier_report_wrote(earlier_report, capsys):
+    runs, out, _argv = earlier_report
+    first = set(json.loads((out / ".trainperf-report.json").read_text())["files"])
+    assert {"index.html", "report.md"} <= first and any(n.endswith("-timeline.png") for n in first)
+    # one run now: the second run's figures go, the user's files stay
+    assert main(["report", str(runs[0]), "--out", str(out), "--no-published", "--no-predict", "--force"]) == 0
+    second = set(json.loads((out / ".trainperf-report.json").read_text())["files"])
+    names = {p.name for p in out.iterdir() if not p.name.startswith(".")}
+    assert names == second | {"sweep07.png", "notes.txt"}
+    assert (out / "sweep07.png").read_bytes() == b"the user's own figure"
+    assert not [p for p in out.iterdir() if p.name.startswith(".trainperf-report-")]

@@ -124,7 +124,7 @@ _SLURM_PARTITION = re.compile(rf"{_SLURM_NAME}(?:,{_SLURM_NAME}){{0,31}}")
 _SLURM_ACCOUNT = re.compile(_SLURM_NAME)
 _SLURM_TIME = re.compile(r"(?:(\d{1,5})-(\d{1,2})(?::(\d{1,2})(?::(\d{1,2}))?)?"  # days-hours[:minutes[:seconds]]
                          r"|(\d{1,7})(?::(\d{1,2})(?::(\d{1,2}))?)?)")  # minutes[:seconds] | hours:minutes:seconds
-_PATH_REFUSED = re.compile(r'[\x00-\x1f\x7f"\\]')
+_PATH_REFUSED = re.compile(r'[\x00-\x1f\x7f-\x9f\u2028\u2029"\\]')
 
 
 def check_slurm_values(*, job_name: str, time_limit: str, partition: str | None, account: str | None,

@@ -291,13 +291,16 @@ class RunDirClaim:
     """The lock file's descriptor; None where the filesystem or platform has no locks."""
     shared: bool = False
     """Held shared (the nodes of one multi-node run share a directory) instead of exclusive."""
+    run: bool = True
+    """Held by a run (its files are added to the run manifest when it lets go), not a report."""
 
     def release(self) -> None:
         """Add the files the run wrote to its manifest (:func:`record_run_files`), then let the
         directory go."""
         if self.fd is not None:
-            with contextlib.suppress(OSError, TrainperfError):
-                record_run_files(self.path)
+            if self.run:
+                with contextlib.suppress(OSError, TrainperfError):
+                    record_run_files(self.path)
             with contextlib.suppress(OSError):
                 os.close(self.fd)  # closing the last descriptor releases the flock
             self.fd = None
@@ -510,7 +513,7 @@ def _check_earlier_run(p: Path, what: str, force: bool) -> list[Path]:
 
 def claim_run_dir(path: str | os.PathLike[str], *, what: str = "--out",
                   inputs: Iterable[str | os.PathLike[str] | None] = (), parents: bool = False,
-                  force: bool = False, shared: bool = False) -> RunDirClaim:
+                  force: bool = False, shared: bool = False, run: bool = True) -> RunDirClaim:
     """Create (if needed) and take the run directory ``path`` for this process; one line if not.
 
     Refused (:class:`OutputPathError`, nothing changed): an unsafe path (:func:`check_output_dir`),
@@ -519,10 +522,12 @@ def claim_run_dir(path: str | os.PathLike[str], *, what: str = "--out",
     manifest lists, regular files only -- are removed once the directory is held; then this
     run's manifest is written (:data:`RUN_MANIFEST_NAME`).
     ``shared``: the nodes of one multi-node run each hold it shared; a single-node run, which
-    holds it exclusively, then cannot enter it (and the reverse).
+    holds it exclusively, then cannot enter it (and the reverse). ``run=False`` takes only the
+    one-writer lock, for another writer into the directory (a report): no earlier run is
+    looked for and no run manifest written.
     """
     check_output_dir(path, what=what, inputs=inputs, parents=parents)
-    if Path(path).is_dir():
+    if run and Path(path).is_dir():
         _check_earlier_run(Path(path), what, force)  # refuse before creating the lock file
     p = make_output_dir(path, what=what, parents=parents)
     fd = _open_lock(p, what, create=True)
@@ -531,11 +536,12 @@ def claim_run_dir(path: str | os.PathLike[str], *, what: str = "--out",
         taken = _try_lock(fd, shared)
         if taken is False:
             raise _busy(p, what)
-        for f in _check_earlier_run(p, what, force):  # again, now that no other run can enter
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(f)
-        # the files this run writes under fixed names; the others when it lets the directory go
-        _write_run_manifest(p, set(RUN_OWN_NAMES), _pattern_files(p) - set(RUN_OWN_NAMES))
+        if run:
+            for f in _check_earlier_run(p, what, force):  # again, now that no other run can enter
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(f)
+            # the files this run writes under fixed names; the others when it lets the directory go
+            _write_run_manifest(p, set(RUN_OWN_NAMES), _pattern_files(p) - set(RUN_OWN_NAMES))
         if taken and not shared:
             holder = (f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}: "
                       f"{' '.join(sys.argv)[:200]}\n")
@@ -546,5 +552,5 @@ def claim_run_dir(path: str | os.PathLike[str], *, what: str = "--out",
         raise
     if not taken:  # a filesystem without locks: the meter's exclusive creation of the record remains
         os.close(fd)
-        return RunDirClaim(path=p, fd=None, shared=shared)
-    return RunDirClaim(path=p, fd=fd, shared=shared)
+        return RunDirClaim(path=p, fd=None, shared=shared, run=run)
+    return RunDirClaim(path=p, fd=fd, shared=shared, run=run)

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import json
+import os
 import re
+import shutil
+import stat
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -183,20 +188,45 @@ def build_report(
     an earlier report's files in ``out_dir``; ``parents`` allows creating its missing parents
     (both true for library callers; the CLI passes its ``--force`` / ``--parents``).
     """
-    from trainperf.records.output_path import check_output_dir, check_output_file, make_output_dir
+    from trainperf.records.output_path import check_output_dir, claim_run_dir
 
     get_convention(convention)
     out = check_output_dir(out_dir, what="--out", parents=parents)
+    inputs = [p for p in paths if not Path(p).is_dir()]  # a run directory may hold the report
     if out.is_dir():  # refuse before anything changes: an earlier report, an input, a FIFO...
-        inputs = [p for p in paths if not Path(p).is_dir()]  # a run directory may hold the report
-        for p in [out / "index.html", out / "report.md", *_own_figures(out)]:
-            check_output_file(p, what="--out", inputs=inputs, force=force)
+        _check_replaceable(out, inputs, force)
     loaded = list(runs) if runs is not None else load_paths(list(paths), workload=workload)
-    make_output_dir(out, what="--out", parents=parents)
+    # One writer: the directory's lock (the one runs take), so two reports cannot mix their files.
+    with claim_run_dir(out, what="--out", parents=parents, run=False):
+        _check_replaceable(out, inputs, force)
+        report = _build(loaded, out, convention=convention, peak_tflops=peak_tflops, warmup=warmup,
+                        published=published, use_published=use_published, use_predictor=use_predictor,
+                        title=title, calibration=calibration)
+        _write_aside_and_swap(report, out, inputs, force)
+    return report
+
+
+def _build(loaded: list[LoadedRun], out: Path, *, convention: str, peak_tflops: float | None, warmup: int | None,
+           published: list[RunRecord] | None, use_published: bool, use_predictor: bool, title: str | None,
+           calibration: Any) -> Report:
+    """The report's content (summaries, explanations, sweeps, comparisons, notes); no file yet."""
     report = Report(
         title=title or _default_title(loaded),
         convention=convention, out_dir=out,
         created_utc=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"))
+    _add_runs(report, loaded, convention, peak_tflops, warmup)
+    pairs = [(r.run, r.summary) for r in report.runs]
+    if use_predictor:
+        report.explanations, notes = explain_runs(pairs, calibration=calibration, convention=convention)
+        report.notes += notes
+    report.sweeps = [(s, None) for s in find_sweeps(pairs)]
+    if use_published:
+        _add_comparisons(report, pairs, published, convention)
+    return report
+
+
+def _add_runs(report: Report, loaded: list[LoadedRun], convention: str, peak_tflops: float | None,
+              warmup: int | None) -> None:
     for lr in loaded:
         report.notes += lr.notes  # lines skipped in reading it, an interrupted run
         if not lr.run.steps:
@@ -215,56 +245,104 @@ def build_report(
                 report.notes.append(f"{s.name}: {verdict.reason}")
     if not report.runs:
         raise InputFileError("none of the runs given has a recorded step")
-    pairs = [(r.run, r.summary) for r in report.runs]
 
-    if use_predictor:
-        report.explanations, notes = explain_runs(pairs, calibration=calibration, convention=convention)
-        report.notes += notes
-    report.sweeps = [(s, None) for s in find_sweeps(pairs)]
-    if use_published:
-        if published is None:
-            published, why = load_published()
-            if why:
-                report.notes.append(f"no comparison with published results: {why}")
-        pub_pairs = []
-        for r in published or []:
-            if r.steps and r.workload is not None:
-                try:
-                    pub_pairs.append((r, summarize(r, convention=convention, warmup=0)))
-                except TrainperfError as e:
-                    report.notes.append(f"published {r.name}: left out ({e})")
-        report.comparisons = [(c, None) for c in find_comparisons(pairs, pub_pairs)]
-        if published and not report.comparisons and any(r.workload is not None for r, _ in pairs):
-            report.notes.append("no published result of the same model class as these runs")
 
+def _add_comparisons(report: Report, pairs: list[tuple[RunRecord, Summary]], published: list[RunRecord] | None,
+                     convention: str) -> None:
+    if published is None:
+        published, why = load_published()
+        if why:
+            report.notes.append(f"no comparison with published results: {why}")
+    pub_pairs = []
+    for r in published or []:
+        if r.steps and r.workload is not None:
+            try:
+                pub_pairs.append((r, summarize(r, convention=convention, warmup=0)))
+            except TrainperfError as e:
+                report.notes.append(f"published {r.name}: left out ({e})")
+    report.comparisons = [(c, None) for c in find_comparisons(pairs, pub_pairs)]
+    if published and not report.comparisons and any(r.workload is not None for r, _ in pairs):
+        report.notes.append("no published result of the same model class as these runs")
+
+
+REPORT_MANIFEST = ".trainperf-report.json"
+"""The files the last report wrote into its directory: what the next one replaces or removes
+(never a file it did not write)."""
+
+
+def _check_replaceable(out: Path, inputs: list[Any], force: bool) -> None:
+    """Refuse (one line) before any work: an earlier report's files without ``force``, an input
+    of this command, a link, FIFO or directory where a file of the report goes."""
+    from trainperf.records.output_path import check_output_file
+
+    earlier = _earlier_report(out)
+    for name in dict.fromkeys(["index.html", "report.md", *(p.name for p in _own_figures(out)), *earlier]):
+        check_output_file(out / name, what="--out", inputs=inputs, force=force)
+
+
+def _earlier_report(out: Path) -> list[str]:
+    """The files the earlier report's manifest lists (plain names), or none."""
+    try:
+        fd = os.open(out / REPORT_MANIFEST, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return []
+    with os.fdopen(fd, "rb") as f:
+        raw = f.read(1 << 20) if stat.S_ISREG(os.fstat(f.fileno()).st_mode) else b""
+    try:
+        files = json.loads(raw.decode("utf-8")).get("files")
+    except (ValueError, RecursionError, AttributeError):
+        return []
+    ok = isinstance(files, list) and all(isinstance(n, str) and "/" not in n and _REPORT_FILE.fullmatch(n)
+                                         for n in files)
+    return list(files) if ok else []
+
+
+def _write_aside_and_swap(report: Report, out: Path, inputs: list[Any], force: bool) -> None:
+    """Draw and write every file into a temporary directory inside ``out``, then rename them into
+    place (figures first, the page last) and remove what only the earlier report had: a report
+    that fails part-way (a full disk, a stop signal) leaves the earlier report whole and no
+    temporary file behind."""
+    from trainperf.locked_update import write_replace
+    from trainperf.records.output_path import check_output_file
     from trainperf.report.plots import matplotlib_available
-
-    _remove_stale_figures(out)
-    if matplotlib_available():
-        _draw_all(report, out)
-    else:
-        report.notes.append("no figures: matplotlib is not installed (pip install 'trainperf[plot]')")
-
     from trainperf.report.render import write_html, write_markdown
 
-    report.markdown_path = write_markdown(report, out / "report.md")
-    report.html_path = write_html(report, out / "index.html")
-    return report
+    tmp = Path(tempfile.mkdtemp(dir=out, prefix=".trainperf-report-"))
+    try:
+        if matplotlib_available():
+            _draw_all(report, tmp)
+        else:
+            report.notes.append("no figures: matplotlib is not installed (pip install 'trainperf[plot]')")
+        report.out_dir = tmp
+        write_markdown(report, tmp / "report.md")
+        write_html(report, tmp / "index.html")
+        names = [f.path.name for f in report.figures] + ["report.md", "index.html"]
+        earlier = _earlier_report(out)
+        for name in names:
+            check_output_file(out / name, what="--out", inputs=inputs, force=force)
+            os.replace(tmp / name, out / name)
+        write_replace(out / REPORT_MANIFEST, json.dumps({"version": 1, "files": names}).encode("utf-8"))
+        for name in set(earlier) - set(names):  # the earlier report's figures this one has not
+            p = out / name
+            if p.is_file() and not p.is_symlink():
+                p.unlink()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        report.out_dir = out
+        for f in report.figures:
+            f.path = out / f.path.name
+    report.markdown_path, report.html_path = out / "report.md", out / "index.html"
 
 
-# Names of the PNGs a report writes; stale ones from an earlier report in the same directory
-# are removed so report.md never sits beside figures of other runs.
+# Names of the PNGs a report writes. An existing one is replaced only with --force; the earlier
+# report's figures that the new one does not draw are removed (only those its manifest lists), so
+# report.md never sits beside figures of other runs.
 _OWN_PNG = re.compile(r"(run\d{2}-.*-(timeline|loss|memory)|sweep\d{2}|comparison\d{2}|predicted-vs-measured)\.png")
+_REPORT_FILE = re.compile(rf"index\.html|report\.md|{_OWN_PNG.pattern}")
 
 
 def _own_figures(out: Path) -> list[Path]:
     return [p for p in out.glob("*.png") if _OWN_PNG.fullmatch(p.name)]
-
-
-def _remove_stale_figures(out: Path) -> None:
-    for p in _own_figures(out):
-        if p.is_file() and not p.is_symlink():  # never unlink anything but a regular file
-            p.unlink()
 
 
 def _draw_all(report: Report, out: Path) -> None:
