@@ -48,7 +48,7 @@ from trainperf.ingest.reader import (
 )
 from trainperf.ingest.registry import detect_format, get_parser
 from trainperf.ingest.templates import DIGITS_TO_ZERO, RANK_RE, Templates, read_fields
-from trainperf.records.run_record import RunRecord, StepRecord
+from trainperf.records.run_record import MAX_STEP_INDEX, MAX_TOKENS_PER_STEP, RunRecord, StepRecord
 from trainperf.records.step_columns import StepColumns, StepColumnsBuilder
 
 SAMPLE_LINES = 5_000
@@ -67,6 +67,29 @@ def strip_rank(line: str) -> tuple[str, int | None]:
             g = m.group(1) or m.group(2) or m.group(3)
             return line[m.end():], int(g)
     return line, None
+
+
+def _storable(rec: StepRecord) -> bool:
+    """Whether a parsed step's index and token count are ones a step can have (within 64 bits;
+    tokens within :data:`~trainperf.records.run_record.MAX_TOKENS_PER_STEP`), so it neither wraps
+    around in the step columns nor outweighs every other step."""
+    step, tokens = rec.step, rec.tokens
+    return (isinstance(step, int) and not isinstance(step, bool) and abs(step) <= MAX_STEP_INDEX
+            and (tokens is None or (isinstance(tokens, int) and not isinstance(tokens, bool)
+                                    and 0 <= tokens <= MAX_TOKENS_PER_STEP)))
+
+
+def _columns_storable(cols: dict[str, Any]) -> bool:
+    """:func:`_storable` for a block of step columns (the token column's ``None`` sentinel aside)."""
+    import numpy as np
+
+    from trainperf.records.step_columns import INT_NONE
+
+    tokens = cols.get("tokens")
+    if tokens is None or not isinstance(tokens, np.ndarray) or tokens.dtype.kind != "i":
+        return True
+    given = tokens[tokens != INT_NONE]
+    return bool(((given >= 0) & (given <= MAX_TOKENS_PER_STEP)).all())
 
 
 @dataclass
@@ -250,6 +273,9 @@ class _Feeder:
             return
         finally:
             state.partial = False
+        if rec is not None and not _storable(rec):  # a 27-digit step index, 1e26 tokens: a damaged line
+            state.malformed_lines += 1
+            return
         if rec is not None:
             self.used += 1
             self.col.add(rec, self.total)
@@ -364,6 +390,8 @@ class _Feeder:
                 state.rank = None if rank == _UNPREFIXED else rank
                 line = block[int(starts[last]) + int(prefix[last]):int(ends[last]) - 1].decode("utf-8", errors="replace")
                 cols = self.parser.block_arrays({f: v[idx] for f, v in vals.items()}, line, state)
+                if cols is not None and not _columns_storable(cols):
+                    cols = None  # a token count no step has: line by line, where it is counted malformed
                 if cols is None:  # the parser declines (e.g. a count beyond int64): these lines one by one
                     self.other -= (s1 - s0) - len(idx)
                     for i in range(lo, b):

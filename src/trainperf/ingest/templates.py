@@ -153,7 +153,7 @@ def _plan(f: BlockField, text: str, start: int) -> _Plan:
         return p
     if f.kind == "int":
         m = _INT_SHAPE.fullmatch(text)
-        if m is None:
+        if m is None or len(m.group(2)) > 18:  # more digits than int64 holds: read (and refused) line by line
             p.mode = "py"
             return p
         p.mode = "int"

@@ -60,12 +60,68 @@ class StepRecord:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StepRecord:
+        """A step from a record's line; every field type- and range-checked (:func:`check_step_fields`):
+        a line with a field no step can have (``tokens`` of -5, ``true`` or 1e26, a step index of
+        27 digits) is one :class:`SpecError`, which readers count as a skipped line."""
         names = {f.name for f in dataclasses.fields(cls)}
         known = {k: v for k, v in d.items() if k in names}
         extra = {k: v for k, v in d.items() if k not in names and k != "type"}
         if extra:
+            if not isinstance(known.get("extra", {}), dict):
+                raise SpecError("extra", known["extra"], "a table")
             known.setdefault("extra", {}).update(extra)
-        return cls(**known)
+        return cls(**check_step_fields(known))
+
+
+MAX_STEP_INDEX = (1 << 63) - 1
+"""Largest step index (a signed 64-bit integer, what every framework counts steps in)."""
+MAX_TOKENS_PER_STEP = 1 << 47
+"""Largest token count of one step: trainperf's bounds on global batch (2**20 sequences) times
+sequence length (2**27 tokens)."""
+_RATE_FIELDS = ("memory_GiB", "claimed_tokens_per_s", "claimed_tokens_per_s_per_device",
+                "claimed_tflops_per_device", "claimed_mfu_pct")
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+def check_step_fields(f: dict[str, Any]) -> dict[str, Any]:
+    """``f`` (a step's fields as read) if each has a type and range a step can have, else one
+    :class:`SpecError` naming the field: ``step`` an integer within 64 bits; ``tokens`` absent or
+    an integer from 0 to :data:`MAX_TOKENS_PER_STEP` (an integral float is taken as one);
+    ``loss``/``grad_norm`` numbers (a diverged run's NaN included); memory and claimed rates
+    finite, non-negative numbers; ``breakdown`` a table of numbers; ``rank`` a non-negative
+    integer; ``flag`` text. ``step_time_s`` is checked by the record itself."""
+    step = f.get("step")
+    if not isinstance(step, int) or isinstance(step, bool) or abs(step) > MAX_STEP_INDEX:
+        raise SpecError("step", step, "an integer step index within 64 bits")
+    if not _number(f.get("step_time_s")):
+        raise SpecError("step_time_s", f.get("step_time_s"), "a number of seconds")
+    tokens = f.get("tokens")
+    if isinstance(tokens, float) and math.isfinite(tokens) and tokens.is_integer():
+        f["tokens"] = tokens = int(tokens)
+    if tokens is not None and (not isinstance(tokens, int) or isinstance(tokens, bool)
+                               or not 0 <= tokens <= MAX_TOKENS_PER_STEP):
+        raise SpecError("tokens", tokens, f"an integer from 0 to {MAX_TOKENS_PER_STEP:,} (tokens of one step)")
+    for name in ("loss", "grad_norm"):
+        if f.get(name) is not None and not _number(f[name]):
+            raise SpecError(name, f[name], "a number")
+    for name in _RATE_FIELDS:
+        x = f.get(name)
+        if x is not None and not (_number(x) and math.isfinite(x) and x >= 0):
+            raise SpecError(name, x, "a finite number >= 0")
+    bd = f.get("breakdown")
+    if bd is not None and not (isinstance(bd, dict) and all(isinstance(k, str) and _number(v) for k, v in bd.items())):
+        raise SpecError("breakdown", bd, "a table of component -> seconds")
+    rank = f.get("rank")
+    if rank is not None and (not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < 1 << 31):
+        raise SpecError("rank", rank, "an integer >= 0")
+    if f.get("flag") is not None and not isinstance(f["flag"], str):
+        raise SpecError("flag", f["flag"], "text")
+    if not isinstance(f.get("extra", {}), dict):
+        raise SpecError("extra", f["extra"], "a table")
+    return f
 
 
 @dataclass
