@@ -68,6 +68,12 @@ def _run_table(args: argparse.Namespace) -> int:
     if args.json:
         print_json(d)
         return 0
+    if not d["rows_predicted"]:
+        from trainperf.errors import InputFileError
+
+        why = next((r["exclude_reason"] for r in d["rows"] if r.get("exclude_reason")), "no row was read")
+        raise InputFileError(f"runs file {args.data or 'packaged'!r}: none of its {d['rows_total']} row(s) can be "
+                             f"predicted (first reason: {str(why)[:200]}); `--json` lists each row's")
     if args.data:
         _print_rows_read(v, readings)
     rows = []

@@ -12,6 +12,7 @@ hold; where it interprets (tokens vs sequences, a range's midpoint), it returns 
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -88,6 +89,8 @@ def read_count(cell: str | None, key: str = "") -> int | None:
     v = read_number(s, binary=True)
     if v is None:
         return None
+    if not math.isfinite(v):  # a 400-digit count reads as inf
+        raise CellError(f"{str(cell).strip()[:40]!r} is not a finite number")
     if v != round(v):
         raise CellError(f"{str(cell).strip()!r} is not a whole number")
     return round(v)
@@ -164,6 +167,8 @@ def read_seconds(cell: str | None) -> tuple[float | None, str]:
         scale = next((f for u, f in _TIME_UNITS if word == u), 1.0)
     if value <= 0:
         raise CellError(f"step time {str(cell).strip()!r} is not positive")
+    if not 1e-6 <= value * scale <= 1e7:  # below 1 us or above 4 months: not a step time (inf, 1e-320)
+        raise CellError(f"step time {str(cell).strip()[:40]!r} is not between 1 us and 10,000,000 s")
     return value * scale, note
 
 

@@ -37,10 +37,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from trainperf.errors import InputFileError, SpecError, UnknownNameError, one_line
+from trainperf.errors import InputFileError, SpecError, UnknownNameError
 from trainperf.predict.efficiency import Knobs, check_knob_name, knobs_for
 from trainperf.specs.catalog_cache import read_catalog
-from trainperf.specs.datafiles import read_user_text
+from trainperf.specs.datafiles import parse_user_data, read_user_text
 
 DEFAULT_STACK = "generic"
 STACKS: tuple[str, ...] = ("generic", "megatron-core", "megatron-lm-2021", "maxtext", "paxml", "torchtitan",
@@ -268,14 +268,8 @@ def packaged_profile(name: str) -> Profile:
 
 def read_profile_file(path: str | Path) -> Profile:
     """A user profile file (same format as the packaged ones)."""
-    import tomllib  # here, not at the top: the packaged profiles come from a JSON cache
-
     p = Path(path)
-    text = read_user_text(p, "stack profile")
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise InputFileError(f"stack profile {str(p)!r} cannot be read: {one_line(str(e))}") from None
+    data = parse_user_data(read_user_text(p, "stack profile"), p, "stack profile", toml=True)
     return profile_from_dict(data, str(p), path=str(p))
 
 

@@ -11,7 +11,6 @@ convention and peak).
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +22,7 @@ from trainperf.errors import InputFileError, SpecError
 from trainperf.predict import core
 from trainperf.predict.efficiency import KNOB_NAMES, Knobs, knobs_from_mapping
 from trainperf.predict.memory import GiB
-from trainperf.specs.datafiles import read_user_text
+from trainperf.specs.datafiles import parse_user_data, read_user_text
 
 BREAKDOWN_KEYS: tuple[tuple[str, str], ...] = (
     ("forward", "forward_s"),
@@ -183,10 +182,7 @@ def check_plan(w: Any) -> None:
 def load_calibration(path: str | Path) -> dict[str, dict[str, float]]:
     """Read a calibration file written by ``trainperf calibrate-model``: device id -> knob values."""
     p = Path(path)
-    try:
-        data = json.loads(read_user_text(p, "calibration file"))
-    except json.JSONDecodeError as e:
-        raise InputFileError(f"calibration file {str(p)!r} is not valid JSON: {e}") from None
+    data = parse_user_data(read_user_text(p, "calibration file"), p, "calibration file", toml=False)
     devices = data.get("devices") if isinstance(data, dict) else None
     if not isinstance(devices, dict):
         raise InputFileError(f"calibration file {str(p)!r}: expected an object with 'devices'")

@@ -100,3 +100,53 @@ def read_user_text(path: str | Path, what: str, *, max_bytes: int | None = None)
         return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
     except UnicodeDecodeError as e:
         raise InputFileError(f"{what} {str(path)!r} cannot be read: {one_line(str(e))}") from None
+
+
+MAX_NESTING = 64
+"""Deepest nesting of tables/arrays read from a user's TOML or JSON file: a workload is 2 levels
+deep, a Hugging Face config of a multimodal model about 5; deeper is not a file trainperf reads
+(and 5,000 levels would exhaust Python's recursion before any check)."""
+
+
+def too_deep(obj: Any, limit: int = MAX_NESTING) -> bool:
+    """Whether ``obj`` nests tables/arrays more than ``limit`` levels (walked without recursion)."""
+    stack: list[tuple[Any, int]] = [(obj, 1)]
+    while stack:
+        o, depth = stack.pop()
+        if isinstance(o, dict):
+            children: Any = o.values()
+        elif isinstance(o, list):
+            children = o
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((c, depth + 1) for c in children)
+    return False
+
+
+def parse_user_data(text: str, path: str | Path, what: str, *, toml: bool) -> Any:
+    """``text`` of the user's file ``path`` parsed as TOML (``toml``) or JSON, its nesting capped
+    at :data:`MAX_NESTING`; malformed, too deep (a ``RecursionError`` included) or holding an
+    integer of thousands of digits: one ``InputFileError`` line naming ``what`` it should hold."""
+    import json
+
+    p = str(path)
+    try:
+        if toml:
+            import tomllib
+
+            data = tomllib.loads(text)
+        else:
+            data = json.loads(text)
+    except RecursionError:
+        data = None
+        deep = True
+    except ValueError as e:  # TOMLDecodeError, JSONDecodeError, a > 4300-digit integer
+        raise InputFileError(f"{what} {p!r} is malformed: {one_line(str(e))[:200]}") from None
+    else:
+        deep = too_deep(data)
+    if deep:
+        raise InputFileError(f"{what} {p!r} nests tables or arrays more than {MAX_NESTING} levels deep; "
+                             "trainperf reads no such file")
+    return data

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from trainperf.errors import InputFileError, SpecError
-from trainperf.specs.datafiles import read_user_text
+from trainperf.specs.datafiles import MAX_NESTING, read_user_text, too_deep
 from trainperf.specs.hf_families import READERS
 from trainperf.specs.hf_families.base import HFConfig
 from trainperf.specs.model import ModelSpec
@@ -57,6 +57,9 @@ def _load(path_or_dict: Any) -> tuple[dict[str, Any], str | None]:
             f"{path}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     except (ValueError, RecursionError) as exc:  # an integer of > 4300 digits, nesting too deep
         raise InputFileError(f"{path}: unreadable JSON: {str(exc).splitlines()[0][:120]}") from None
+    if too_deep(data):
+        raise InputFileError(f"{path}: nests objects or arrays more than {MAX_NESTING} levels deep; not a "
+                             "Hugging Face config")
     if not isinstance(data, dict):
         raise InputFileError(f"{path}: expected a JSON object, got {type(data).__name__}")
     return data, str(path)

@@ -23,9 +23,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainperf.errors import InputFileError, SpecError, TrainperfError, UnknownNameError, one_line
+from trainperf.errors import InputFileError, SpecError, TrainperfError, UnknownNameError
 from trainperf.specs.bounds import PEAK_TFLOPS, SEQ_LEN, WORKLOAD_FIELD_BOUNDS
-from trainperf.specs.datafiles import read_user_text
+from trainperf.specs.datafiles import parse_user_data, read_user_text
 from trainperf.specs.hardware import Hardware, get_hardware, hardware_from_dict
 from trainperf.specs.model import ModelSpec
 from trainperf.specs.parallel import ParallelPlan
@@ -47,19 +47,11 @@ _HW_WORKLOAD_KEYS = frozenset({"device", "num_devices", "devices_per_node", "pea
 
 def read_workload_file(path: str | Path) -> dict[str, Any]:
     """Parse a ``.toml`` or ``.json`` workload file into a dict (no validation beyond syntax)."""
-    import tomllib  # here, not at the top: a command given only flags never parses TOML
-
     p = Path(path)
     text = read_user_text(p, "workload file")
-    try:
-        if p.suffix.lower() == ".json":
-            data = json.loads(text)
-        elif p.suffix.lower() == ".toml":
-            data = tomllib.loads(text)
-        else:
-            raise InputFileError(f"workload file {str(p)!r}: the extension must be .toml or .json")
-    except (ValueError, RecursionError) as e:  # TOML/JSON syntax, an integer of > 4300 digits, deep nesting
-        raise InputFileError(f"workload file {str(p)!r} is malformed: {one_line(str(e))[:200]}") from None
+    if p.suffix.lower() not in (".json", ".toml"):
+        raise InputFileError(f"workload file {str(p)!r}: the extension must be .toml or .json")
+    data = parse_user_data(text, p, "workload file", toml=p.suffix.lower() == ".toml")
     if not isinstance(data, dict):
         raise InputFileError(f"workload file {str(p)!r}: the top level must be a table/object")
     check_schema(data, where=str(p))
