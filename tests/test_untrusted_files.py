@@ -283,3 +283,51 @@ def test_force_replaces_only_what_the_earlier_report_wrote(earlier_report, capsy
     assert names == second | {"sweep07.png", "notes.txt"}
     assert (out / "sweep07.png").read_bytes() == b"the user's own figure"
     assert not [p for p in out.iterdir() if p.name.startswith(".trainperf-report-")]
+
+
+# ------------------------------------------------------------------------------ stop signals
+def test_sigterm_during_parse_save_leaves_no_temporary_file(tmp_path, monkeypatch, capsys):
+    """Issue 30: SIGTERM during `parse --save` left hidden .NAME.*.tmp files (up to 27 MB)."""
+    import signal
+
+    from trainperf.records import jsonl
+
+    log = Path(__file__).parent / "fixtures" / "logs" / "maxtext_llama2_70b_64xh100.log"
+    out = tmp_path / "run.jsonl"
+    out.write_text("the earlier record\n")
+    real_line, written = jsonl._line, []
+
+    def line_then_stop(obj):
+        written.append(obj)
+        if len(written) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real_line(obj)
+
+    monkeypatch.setattr(jsonl, "_line", line_then_stop)
+    assert main(["parse", str(log), "--device", "h100-sxm", "--save", str(out), "--force"]) == 128 + signal.SIGTERM
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "stopped by SIGTERM" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.jsonl"]
+    assert out.read_text() == "the earlier record\n"
+
+
+def test_sigterm_during_report_leaves_the_earlier_report_and_no_temporary_directory(earlier_report, monkeypatch,
+                                                                                   capsys):
+    import signal
+
+    from trainperf.report import render
+
+    runs, out, argv = earlier_report
+    before = _files(out)
+    real = render.render_markdown
+
+    def stop(report):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real(report)
+
+    monkeypatch.setattr(render, "render_markdown", stop)
+    capsys.readouterr()
+    assert main([*argv, "--force"]) == 128 + signal.SIGTERM
+    assert "stopped by SIGTERM" in capsys.readouterr().err
+    assert _files(out) == before
+    assert not [p for p in out.iterdir() if p.name.startswith(".trainperf-report-")]

@@ -150,13 +150,14 @@ def precheck(args: argparse.Namespace) -> None:
     stop grace, processes and nodes, and the workload's sequence length and micro-batches per
     step (on the workload with the device as given, else ``cpu``, and fp32)."""
     from trainperf.measure.limits import check_bound, check_stop_grace, check_work_bounds
-    from trainperf.specs.bounds import BENCH_STEPS, BENCH_THREADS
+    from trainperf.specs.bounds import BENCH_LR, BENCH_STEPS, BENCH_THREADS
     from trainperf.specs.workload_file import workload_from_dict
 
     check_bound("--steps", args.steps, BENCH_STEPS)
     if args.threads is not None:
         check_bound("--threads", args.threads, BENCH_THREADS)
     check_stop_grace(args.stop_grace)
+    BENCH_LR.check("--lr", args.lr)
     data, ov, launch = _workload_inputs(args)
     if "hardware.device" not in ov and "device" not in data.get("hardware", {}):
         ov["hardware.device"] = "cpu"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -53,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
     inputs = [*args.runs, *args.holdout, args.calibration]
     safe = {"what": "--output", "inputs": inputs, "force": args.force, "parents": args.parents}
     check_output_file(args.output, **safe)  # refuse before fitting (one line, exit 2)
+    _check_knobs_and_name(args)
     unread: list[dict] = []
     load = _table_loader(args.data, unread, load_runs)
     obs = [observation_from_run(r, statistic=args.statistic) for spec in args.runs for r in load(spec)]
@@ -98,6 +100,32 @@ def run(args: argparse.Namespace) -> int:
           + (f"; held-out MAPE {out['holdout_mape_pct']:.2f}%" if held_rows else ""))
     print(f"wrote {args.output} (use: trainperf predict ... --calibration {args.output})")
     return 0
+
+
+PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+@-]{0,63}")
+"""A profile's name: what ``--stack`` names it by and the TOML file's ``name``."""
+
+
+def _check_knobs_and_name(args: argparse.Namespace) -> None:
+    """Before any fit (one line, exit 2): ``--knobs`` names knobs a .json calibration can fit (a
+    .toml profile fits its own shares: ``--knobs`` is refused there rather than ignored), and
+    the profile's name (``--name``, else the output's stem) is one a profile file can carry."""
+    from trainperf.errors import SpecError
+    from trainperf.predict.efficiency import KNOB_NAMES
+
+    toml = str(args.output).endswith(".toml")
+    if args.knobs is not None:
+        if toml:
+            raise SpecError("--knobs", args.knobs, "only with a .json --output: a .toml profile fits the GEMM, "
+                                                   "attention, memory-bound, overhead and overlap shares itself")
+        for k in args.knobs.split(","):
+            if k.strip() not in KNOB_NAMES:
+                raise SpecError("--knobs", k.strip(), f"comma-separated, of {', '.join(KNOB_NAMES)}")
+    if toml:
+        name = args.name if args.name is not None else Path(args.output).stem
+        if not PROFILE_NAME.fullmatch(name):
+            flag = "--name" if args.name is not None else "--name (the output file's stem is not one)"
+            raise SpecError(flag, name, "1 to 64 letters, digits and ._+@- (starting with a letter or digit)")
 
 
 def _write_profile(args: argparse.Namespace, obs: list, held: list, safe: dict) -> int:

@@ -168,10 +168,22 @@ def terminal_streams() -> Iterator[None]:
 
 
 def _run_command(args: argparse.Namespace) -> int:
-    """Run the parsed command; a user mistake is one line on stderr and its exit code."""
+    """Run the parsed command; a user mistake is one line on stderr and its exit code.
+
+    SIGTERM and SIGHUP stop the command as Ctrl-C does (:func:`~trainperf.measure.stop.stop_signals_raise`):
+    an exception, so every file being written is removed by the code writing it (a temporary
+    file, a report's temporary directory) and what was there before stays whole; the exit code
+    is 128 + the signal's number. ``bench`` and ``sweep`` handle the signals their own way."""
+    from trainperf.measure.stop import RunStopped, signal_name, stop_signals_raise
+
     module = importlib.import_module(COMMANDS[args.command][0])
     try:
-        return int(module.run(args) or 0)
+        with stop_signals_raise():
+            return int(module.run(args) or 0)
+    except RunStopped as e:
+        why = "interrupted" if e.signum == 2 else f"stopped by {signal_name(e.signum)}"
+        print(f"trainperf {args.command}: {why}; no partial output was left", file=sys.stderr)
+        return e.exit_code
     except ImportError as e:  # ModuleNotFoundError included
         missing = (e.name or "").split(".")[0]
         extra = OPTIONAL_EXTRAS.get(missing)

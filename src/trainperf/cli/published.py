@@ -31,6 +31,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_json_argument(parser)
 
 
+def _check_filters(args: argparse.Namespace) -> None:
+    """A ``--precision`` no device computes is a typo: one line naming the valid ones (an empty
+    table would look like "no published run")."""
+    from trainperf.errors import UnknownNameError
+    from trainperf.specs.hardware import PRECISIONS
+
+    if args.precision is not None and args.precision.lower() not in PRECISIONS:
+        raise UnknownNameError("--precision", args.precision, PRECISIONS)
+
+
 def _matches(r, args: argparse.Namespace) -> bool:
     def has(needle: str | None, *hay: str) -> bool:
         return needle is None or any(needle.lower() in h.lower() for h in hay)
@@ -72,6 +82,7 @@ def _row_dict(r) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    _check_filters(args)
     if not args.documents:
         return _run_table(args)
     return _run_documents(args)

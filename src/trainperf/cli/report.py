@@ -13,8 +13,8 @@ from trainperf.cli.common import (
     shown,
     table,
 )
-from trainperf.errors import SpecError
 from trainperf.numbers import fmt
+from trainperf.specs.bounds import PEAK_TFLOPS, WARMUP_STEPS
 
 HELP = "write a self-contained HTML report (plus Markdown and PNGs) of runs, sweeps and published comparisons"
 
@@ -67,8 +67,10 @@ def refuse_file_as_out_dir(out: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from trainperf.report import build_report
 
-    if args.warmup is not None and args.warmup < 0:
-        raise SpecError("--warmup", args.warmup, "an integer >= 0")
+    if args.warmup is not None:
+        WARMUP_STEPS.check("--warmup", args.warmup)
+    if args.peak_tflops is not None:
+        PEAK_TFLOPS.check("--peak-tflops", args.peak_tflops)
     refuse_file_as_out_dir(args.out)
     workload = None
     if args.workload:

@@ -31,6 +31,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from trainperf.specs.bounds import NUM_DEVICES
+
+    NUM_DEVICES.check("--base-devices", args.base_devices)
+    NUM_DEVICES.check("--devices", args.devices)
     if args.base_per_device is not None and args.per_device is not None:
         eff, basis = per_device_efficiency(args.base_per_device, args.per_device), "per-device throughput ratio"
     elif args.mode == "strong" and args.base_step_time is not None and args.step_time is not None:

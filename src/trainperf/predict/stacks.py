@@ -31,6 +31,7 @@ named stack (all generations, then the device's generation).
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -134,8 +135,8 @@ class Profile:
 
     def to_toml(self) -> str:
         """The profile as a TOML file :func:`load_profile` reads back."""
-        def q(s: str) -> str:
-            return '"' + str(s).replace("\\", "\\\\").replace('"', '\\"') + '"'
+        def q(s: str) -> str:  # a TOML basic string: JSON's escapes are TOML's (a newline too), DEL escaped
+            return json.dumps(str(s), ensure_ascii=False).replace("\x7f", "\\u007f")
 
         out = [f"name = {q(self.name)}", f"description = {q(self.description)}",
                "frameworks = [" + ", ".join(q(f) for f in self.frameworks) + "]", ""]

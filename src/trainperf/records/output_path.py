@@ -69,6 +69,8 @@ def _kind(mode: int) -> str:
         return "a socket"
     if stat.S_ISLNK(mode):
         return "a symbolic link"
+    if stat.S_ISREG(mode):
+        return "a regular file"
     return "not a regular file"
 
 

@@ -156,6 +156,7 @@ BENCH_THREADS = Bound(1, 4096, "trainperf's bound on CPU threads per process (4,
 BENCH_REPEATS = Bound(1, 1000, "trainperf's bound on sweep repeats per configuration (1,000)")
 BENCH_STOP_GRACE_S = Bound(1, 3600, "trainperf's bound on the seconds a stopped run's step may take to "
                                     "finish (1 hour; Slurm gives 30 s by default)")
+WARMUP_STEPS = Bound(0, 1_000_000, "steps left out as warm-up: at most trainperf's bound on bench steps")
 BENCH_LR = RealBound(0.0, 10.0, "trainperf's bound on the bench's AdamW learning rate; LLMs train at "
                                 "1e-5 to 1e-2, and a rate above 10 only diverges")
 CALIBRATE_SIZE = Bound(1, 8192, "trainperf's bound on a calibration matmul size: three n x n fp32 matrices "
