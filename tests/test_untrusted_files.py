@@ -317,7 +317,7 @@ def test_sigterm_during_report_leaves_the_earlier_report_and_no_temporary_direct
 
     from trainperf.report import render
 
-    runs, out, argv = earlier_report
+    _runs, out, argv = earlier_report
     before = _files(out)
     real = render.render_markdown
 
