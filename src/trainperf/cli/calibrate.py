@@ -67,11 +67,16 @@ def _checked_sizes_and_repeats(args: argparse.Namespace) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     import dataclasses
 
+    checked = _checked_sizes_and_repeats(args)  # before torch is imported: a refusal is instant
+    if args.threads is not None:
+        cores = _cores_used()
+        Bound(1, cores, f"the {cores} core(s) this process may use: more threads than cores time their "
+                        "contention, not the peak").check("--threads", args.threads)
     from trainperf.measure.calibrate import CalibrationPlan, calibrate
     from trainperf.specs.cpu_calibration import save_calibration
 
     plan = CalibrationPlan.quick() if args.quick else CalibrationPlan()
-    plan = dataclasses.replace(plan, **_checked_sizes_and_repeats(args))
+    plan = dataclasses.replace(plan, **checked)
     if args.device == "cuda":
         from trainperf.measure.runner import local_device_type
 
@@ -88,10 +93,6 @@ def run(args: argparse.Namespace) -> int:
 
         dtypes = ("fp32", "bf16") if detect_native_bf16(args.device).native else ("fp32",)
     plan = dataclasses.replace(plan, dtypes=dtypes)
-    if args.threads is not None:
-        cores = _cores_used()
-        Bound(1, cores, f"the {cores} core(s) this process may use: more threads than cores time their "
-                        "contention, not the peak").check("--threads", args.threads)
     say = eprint if args.json else print
     cal = calibrate(plan, threads=args.threads, device=args.device, progress=say)
     if not args.dry_run:  # keep the other dtypes already measured with this CPU and thread count

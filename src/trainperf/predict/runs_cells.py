@@ -68,7 +68,10 @@ def read_number(cell: str | None, *, binary: bool = False) -> float | None:
     if not m:
         return None
     mult = (_BINARY if binary else _DECIMAL)[m.group(2)]
-    return float(m.group(1)) * mult
+    v = float(m.group(1)) * mult
+    if not math.isfinite(v):  # "9" * 400 reads as inf: no cell states that
+        raise CellError(f"{str(cell).strip()[:40]!r} is not a finite number")
+    return v
 
 
 def read_count(cell: str | None, key: str = "") -> int | None:
@@ -119,6 +122,8 @@ def read_global_batch(cell: str | None, seq_len: int | None) -> tuple[int | None
     if not m:
         return None, ""
     value, suffix = float(m.group(1)), m.group(2)
+    if not math.isfinite(value * _BINARY["b"]):  # a 400-digit batch (or 1e308k) reads as inf
+        raise CellError(f"global batch {str(cell).strip()[:40]!r} is not a finite number")
     says_tokens = bool(re.match(r"\s*(?:tokens?|tok)\b", s[m.end():]))  # the number itself is in tokens
     if not says_tokens and suffix not in ("m", "b", "g"):
         seqs = value * _BINARY[suffix]

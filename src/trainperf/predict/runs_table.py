@@ -205,10 +205,15 @@ def _cell(r: Mapping[str, str], col: str) -> str:
 
 
 def _count(r: Mapping[str, str], col: str, key: str = "") -> int | None:
+    """The count a cell states; a negative one, or 0 where only a positive count means anything
+    (every column but the MoE ones, where 0 reads as dense), skips the row."""
     try:
-        return read_count(_cell(r, col), key)
+        v = read_count(_cell(r, col), key)
     except CellError as e:
         raise _Skip("cell", f"{col}: {e}") from None
+    if v is not None and (v < 0 or (v == 0 and not col.startswith("moe_"))):
+        raise _Skip("cell", f"{col}: {_cell(r, col)[:40]!r} is not a positive count")
+    return v
 
 
 def _default(d: Any, key: str, what: str, notes: list[str], params_B: float | None = None) -> Any:
@@ -497,6 +502,8 @@ def _plan(r: Mapping[str, str], n: int, dpn: int, d: Any, notes: list[str]) -> d
         sp = bool(_default(d, "sequence_parallel", "sequence parallelism", notes)) if tp > 1 else False
     sp = sp and tp > 1
     model_par = tp * pp * cp
+    if model_par < 1 or min(tp, pp, cp) < 1 or n < 1:  # a degree of 0 or -1: not a plan
+        raise _Skip("plan", f"tp={tp}, pp={pp}, cp={cp} on {n} devices: every degree must be at least 1")
     if n % model_par:
         raise _Skip("plan", f"{n} devices are not a multiple of tp*pp*cp={model_par}")
     data = n // model_par
@@ -718,6 +725,8 @@ def _row(r: Mapping[str, str]) -> TableRun:
             gbs, gbs_note = read_global_batch(_cell(r, "global_batch_seqs"), seq)
         except CellError as e:
             raise _Skip("batch", f"global_batch_seqs: {e}") from None
+        if gbs is not None and gbs < 1:
+            raise _Skip("batch", f"global_batch_seqs: {_cell(r, 'global_batch_seqs')[:40]!r} is not a positive batch")
         if gbs_note:
             notes.append(gbs_note)
         if not seq:

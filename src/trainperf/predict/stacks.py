@@ -239,8 +239,12 @@ def profile_from_dict(data: Mapping[str, Any], where: str, path: str = "") -> Pr
         gens[str(gen)] = vals
         sources.update({f"{gen}.{k}": v for k, v in gsrc.items()})
     fws = data.get("frameworks", [])
-    if not isinstance(fws, list):
+    if not isinstance(fws, list) or not all(isinstance(f, str) for f in fws):
         raise SpecError(f"{where} frameworks", fws, "a list of strings")
+    for key, kind, what in (("name", str, "a string"), ("description", str, "a string"),
+                            ("fit", Mapping, "a table")):
+        if key in data and not isinstance(data[key], kind):
+            raise SpecError(f"{where} {key}", data[key], what)
     facts: dict[str, dict[str, Any]] = {}
     for table in ("kernels", "capabilities", "defaults"):
         body = data.get(table, {})
