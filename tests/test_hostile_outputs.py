@@ -235,3 +235,36 @@ def test_time_limits_follow_slurm_s_formats(value, ok):
     else:
         with pytest.raises(SpecError, match="--time"):
             _script(time_limit=value)
+
+
+# ------------------------------------------------------------------------------ other name fields
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=names)
+def test_a_profile_name_is_refused_or_read_back_as_written(name):
+    """``calibrate-model --name``: a name the profile file can carry, which ``--stack`` reads back
+    (issue 30: a newline wrote a profile its own --stack rejected)."""
+    import tomllib
+
+    from trainperf.cli.calibrate_model import PROFILE_NAME
+    from trainperf.predict.stacks import Profile, profile_from_dict
+
+    if PROFILE_NAME.fullmatch(name):
+        text = Profile(name=name, description=name).to_toml()
+        assert profile_from_dict(tomllib.loads(text), "x.toml").name == name
+    else:
+        assert "\n" in name or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+@-]{0,63}", name)
+
+
+def test_a_profile_file_round_trips_any_description():
+    import tomllib
+
+    from trainperf.predict.stacks import Profile
+
+    text = "a\nb\x7f\"c\\\x00\u2028"
+    assert tomllib.loads(Profile(name="p", description=text).to_toml())["description"] == text
+
+
+def test_an_error_line_shows_the_value_s_escape_sequences_not_sends_them(capsys):
+    assert main(["predict", "--model", "\x1b]0;PWNED\x07\x1b[2J", "--device", "h100-sxm"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "\x1b" not in err and "\\x1b]0;PWNED\\x07" in err
