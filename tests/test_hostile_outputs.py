@@ -130,8 +130,8 @@ def test_report_md_opens_no_tag_link_or_row(hostile_report):
 def test_the_terminal_gets_no_escape_sequence_and_no_forged_line(hostile_report, capsys):
     runs = Path(hostile_report.out_dir).parent / "sweep"
     for argv in (["compare", str(runs / "r3"), str(runs / "r0")],
-                 ["report", str(runs), "--out", str(Path(hostile_report.out_dir).parent / "again"),
-                  "--no-published", "--no-predict"]):
+                 ["report", str(runs / "r3"), str(runs / "r0"), "--out",
+                  str(Path(hostile_report.out_dir).parent / "again"), "--no-published", "--no-predict"]):
         assert main(argv) == 0
         out, err = capsys.readouterr()
         for stream in (out, err):
