@@ -57,8 +57,11 @@ def run(args: argparse.Namespace) -> int:
     _check_knobs_and_name(args)
     unread: list[dict] = []
     load = _table_loader(args.data, unread, load_runs)
-    obs = [observation_from_run(r, statistic=args.statistic) for spec in args.runs for r in load(spec)]
-    held = [observation_from_run(r, statistic=args.statistic) for spec in args.holdout for r in load(spec)]
+    fit_runs = [r for spec in args.runs for r in load(spec)]
+    held_runs = [r for spec in args.holdout for r in load(spec)]
+    _say_skipped([*fit_runs, *held_runs], args.json)
+    obs = [observation_from_run(r, statistic=args.statistic) for r in fit_runs]
+    held = [observation_from_run(r, statistic=args.statistic) for r in held_runs]
     args.unread = unread
     if unread and not args.json:
         print(f"not used ({len(unread)} rows of the selected tables could not be read):")
@@ -100,6 +103,18 @@ def run(args: argparse.Namespace) -> int:
           + (f"; held-out MAPE {out['holdout_mape_pct']:.2f}%" if held_rows else ""))
     print(f"wrote {args.output} (use: trainperf predict ... --calibration {args.output})")
     return 0
+
+
+def _say_skipped(runs: list, quiet: bool) -> None:
+    """One note per run record with damaged lines (skipped, not fitted on), as compare and report say."""
+    from trainperf.cli.common import eprint, shown
+    from trainperf.records.jsonl import describe_skipped
+
+    for r in runs:
+        said = describe_skipped(r.meta.get("skip_reasons") or {}) if isinstance(r.meta.get("skip_reasons"), dict) \
+            else ""
+        if said:
+            (eprint if quiet else print)(f"note: {shown(r.name)}: {said}")
 
 
 PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+@-]{0,63}")
