@@ -32,7 +32,7 @@ from trainperf.ingest.base import (
     to_time,
 )
 from trainperf.ingest.templates import BlockField
-from trainperf.records.run_record import StepRecord
+from trainperf.records.run_record import MAX_TOKENS_PER_STEP, StepRecord, storable_step
 
 if TYPE_CHECKING:
     import numpy as np
@@ -72,7 +72,8 @@ class MaxTextParser(LogParser):
 
     def block_valid(self, vals: dict[str, np.ndarray]) -> np.ndarray | None:
         secs = vals["secs"]
-        return (secs >= 1e-6) & (secs <= 1e7)  # else parse_line flags the step
+        # else parse_line flags the step, or (a token count no step has) counts the line malformed
+        return (secs >= 1e-6) & (secs <= 1e7) & (vals["weights"] <= MAX_TOKENS_PER_STEP)
 
     def block_arrays(self, vals: dict[str, np.ndarray], last_line: str, state: ParseState
                      ) -> dict[str, np.ndarray | None] | None:
@@ -108,6 +109,9 @@ class MaxTextParser(LogParser):
         m = _FAST.match(line, i)
         if m is not None:
             secs = float(m.group(2))
+            if not storable_step(int(m.group(1)), int(m.group(5))):
+                state.malformed_lines += 1  # a 27-digit step, 1e20 tokens: damage, not a step
+                return None
             if 1e-6 <= secs <= 1e7:
                 weights = int(m.group(5))
                 tok_dev = float(m.group(4))
@@ -136,6 +140,9 @@ class MaxTextParser(LogParser):
         tflops = to_float(kv.get("TFLOP/s/device") or kv.get("TFLOP/s"))
         tok_dev = to_float(kv.get("Tokens/s/device"))
         weights = to_int(kv.get("total_weights"))
+        if step is not None and not storable_step(step, weights if weights and weights > 0 else None):
+            state.malformed_lines += 1
+            return None
         loss = to_float(kv.get("loss", "").split(" ", 1)[0]) if "loss" in kv else None
         rec = make_step(step, seconds, state, tokens=weights if weights and weights > 0 else None,
                         loss=loss, claimed_tflops_per_device=tflops,

@@ -48,7 +48,7 @@ from trainperf.ingest.reader import (
 )
 from trainperf.ingest.registry import detect_format, get_parser
 from trainperf.ingest.templates import DIGITS_TO_ZERO, RANK_RE, Templates, read_fields
-from trainperf.records.run_record import MAX_STEP_INDEX, MAX_TOKENS_PER_STEP, RunRecord, StepRecord
+from trainperf.records.run_record import MAX_TOKENS_PER_STEP, RunRecord, StepRecord, storable_step
 from trainperf.records.step_columns import StepColumns, StepColumnsBuilder
 
 SAMPLE_LINES = 5_000
@@ -70,13 +70,8 @@ def strip_rank(line: str) -> tuple[str, int | None]:
 
 
 def _storable(rec: StepRecord) -> bool:
-    """Whether a parsed step's index and token count are ones a step can have (within 64 bits;
-    tokens within :data:`~trainperf.records.run_record.MAX_TOKENS_PER_STEP`), so it neither wraps
-    around in the step columns nor outweighs every other step."""
-    step, tokens = rec.step, rec.tokens
-    return (isinstance(step, int) and not isinstance(step, bool) and abs(step) <= MAX_STEP_INDEX
-            and (tokens is None or (isinstance(tokens, int) and not isinstance(tokens, bool)
-                                    and 0 <= tokens <= MAX_TOKENS_PER_STEP)))
+    """:func:`~trainperf.records.run_record.storable_step` of a parsed step."""
+    return storable_step(rec.step, rec.tokens)
 
 
 def _columns_storable(cols: dict[str, Any]) -> bool:

@@ -82,6 +82,15 @@ _RATE_FIELDS = ("memory_GiB", "claimed_tokens_per_s", "claimed_tokens_per_s_per_
                 "claimed_tflops_per_device", "claimed_mfu_pct")
 
 
+def storable_step(step: Any, tokens: Any) -> bool:
+    """Whether a step index and token count are ones a step can have: the index within 64 bits,
+    the tokens absent or from 0 to :data:`MAX_TOKENS_PER_STEP` (a parser's line with others is
+    damaged: it would wrap around in the step columns, or outweigh every other step)."""
+    return (isinstance(step, int) and not isinstance(step, bool) and abs(step) <= MAX_STEP_INDEX
+            and (tokens is None or (isinstance(tokens, int) and not isinstance(tokens, bool)
+                                    and 0 <= tokens <= MAX_TOKENS_PER_STEP)))
+
+
 def _number(x: Any) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool)
 
