@@ -208,9 +208,7 @@ class Transformer(nn.Module):
             if isinstance(m, nn.Linear | nn.Embedding):
                 nn.init.normal_(m.weight, mean=0.0, std=INIT_STD)
             elif isinstance(m, GroupedExperts):
-                for w in (m.w1, m.w2, m.w3):
-                    if w is not None:
-                        nn.init.normal_(w, mean=0.0, std=INIT_STD)
+                m.reset_parameters()
             elif isinstance(m, RMSNorm):
                 nn.init.ones_(m.weight)
 

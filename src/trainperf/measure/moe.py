@@ -254,6 +254,16 @@ class GroupedExperts(nn.Module):
         self.w3 = nn.Parameter(torch.empty(experts, h, f)) if spec.gated_mlp else None
         self.use_grouped = False
         """torch._grouped_mm (True) or a loop over the experts (False); set by the trainer."""
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Normal(0, 0.02), as every linear of the reference model."""
+        from trainperf.measure.model import INIT_STD
+
+        for w in (self.w1, self.w2, self.w3):
+            if w is not None:
+                nn.init.normal_(w, mean=0.0, std=INIT_STD)
 
     def _weights(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
         """x and the weights in the compute dtype: autocast's when it is on (the weights are
