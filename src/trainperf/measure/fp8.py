@@ -90,12 +90,12 @@ class Fp8Conversion:
                 "torchao": self.torchao}
 
     def describe(self) -> str:
-        kept = ", ".join(_group_names(self.kept)) or "none"
+        kept = ", ".join(group_names(self.kept)) or "none"
         return (f"Float8 {self.recipe} (torchao {self.torchao}): {len(self.converted)} linears converted; "
                 f"kept in 16-bit: {kept}")
 
 
-def _group_names(kept: dict[str, str]) -> list[str]:
+def group_names(kept: dict[str, str]) -> list[str]:
     """``layers.1.moe.router.gate``, ``layers.2.moe.router.gate`` (same reason) ->
     ``layers.*.moe.router.gate x2 (reason)``."""
     import re

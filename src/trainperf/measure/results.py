@@ -190,13 +190,16 @@ def _feature_lines(d: dict[str, Any]) -> list[str]:
     lines = []
     fp8 = d.get("fp8")
     if fp8:
-        kept = ", ".join(f"{k} ({why})" for k, why in (fp8.get("kept_16bit") or {}).items()) or "none"
+        from trainperf.measure.fp8 import group_names
+
+        kept = ", ".join(group_names(fp8.get("kept_16bit") or {})) or "none"
         lines.append(f"Float8: {fp8.get('recipe')} recipe (torchao {fp8.get('torchao')}), "
                      f"{fp8.get('converted_linears')} linears converted; kept in 16-bit: {kept}")
     moe = d.get("moe")
     if moe:
         a2a = moe.get("all_to_all_pct_median")
-        lines.append(f"MoE: experts by {moe.get('experts_gemm')}; load max/mean (median over steps) "
+        how = "grouped GEMMs (torch._grouped_mm)" if moe.get("experts_gemm") == "grouped" else "a loop over experts"
+        lines.append(f"MoE: experts as {how}; load max/mean (median over steps) "
                      f"{_f(moe.get('imbalance_median'), '.2f')} (worst layer {_f(moe.get('imbalance_max_median'), '.2f')})"
                      + (f"; all-to-all {a2a:.1f}% of the step" if a2a is not None else "")
                      + (f"; dropped {moe['dropped_pct_median']:.2f}% of assignments"
