@@ -442,7 +442,7 @@ class MoE(nn.Module):
     def _experts(self, x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         if self.ep_size == 1:
             return self.experts(x, counts)
-        timer = _Timer(self.stats if not _in_backward() else None, x.device)
+        timer = _Timer(self.stats, x.device)  # a checkpointed layer's re-run all-to-alls take time too
         local = self.experts.num_experts
         with timer:
             recv_counts = _all_to_all_rows(counts, [local] * self.ep_size, [local] * self.ep_size, self.ep_group)
