@@ -48,8 +48,7 @@ def hostile_runs(root: Path) -> Path:
         d = sweep / f"r{i}"
         d.mkdir(parents=True)
         n = 16 if name == "base16" else 8
-        steps = [StepRecord(step=k + 1, step_time_s=3.0 if k == 0 else 1.0 + 0.1 * (n == 16), loss=5.0,
-                            memory_GiB=30.0) for k in range(6)]
+        steps = [StepRecord(step=k + 1, step_time_s=3.0 if k == 0 else 1.0 + 0.1 * (n == 16)) for k in range(6)]
         write_run(RunRecord("bench", steps, workload(n), {"name": name}), d / "steps.jsonl")
     return sweep
 
