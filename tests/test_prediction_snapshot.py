@@ -5,7 +5,9 @@ The snapshot (``tests/fixtures/prediction_snapshot.json``, written by
 rows of the packaged published-runs table, of the 22 runs read from the five public documents and
 six planner searches. Numbers must agree to 1e-9 relative; text (bottleneck, notes, links) exactly.
 A difference that is a fixed bug is listed in :data:`FIXED` with the rule that gives the new
-value from the old one, and why.
+value from the old one, and why. A change meant to move predictions raises
+:data:`trainperf.predict.holdout.MODEL_VERSION` (caches of derived figures key on it), refits the
+profiles (``python -m trainperf.predict.fit_profiles``) and writes the snapshot anew.
 """
 
 from __future__ import annotations
