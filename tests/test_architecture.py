@@ -1,6 +1,6 @@
 """Keeps DESIGN.md's layer rules and the CLI table honest.
 
-Layers, lower never imports higher: errors, numbers, locked_update < specs < records < accounting < ingest < measure <
+Layers, lower never imports higher: errors, numbers, vec, locked_update < specs < records < accounting < ingest < measure <
 predict < plan < report < cli. torch only under trainperf/measure (and the thin wrappers that
 re-export it); measure never imports predict or plan; predict, plan, ingest and everything
 below work without torch.
@@ -18,12 +18,12 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "trainperf"
 LAYERS = {
-    "__init__": 0, "errors": 0, "numbers": 0, "text_table": 0, "locked_update": 0, "specs": 1, "records": 2, "accounting": 3, "ingest": 4,
+    "__init__": 0, "errors": 0, "numbers": 0, "vec": 0, "text_table": 0, "locked_update": 0, "specs": 1, "records": 2, "accounting": 3, "ingest": 4,
     "measure": 5, "meter": 5, "integrations": 5, "predict": 6, "plan": 7, "report": 8, "cli": 9,
     "__main__": 9,
 }
 # Packages that must import (and run) without torch.
-TORCH_FREE = {"errors", "numbers", "text_table", "locked_update", "specs", "records", "accounting", "ingest", "predict", "plan", "report"}
+TORCH_FREE = {"errors", "numbers", "vec", "text_table", "locked_update", "specs", "records", "accounting", "ingest", "predict", "plan", "report"}
 TORCH_MODULES = {"torch", "transformers", "lightning", "pytorch_lightning"}
 
 

@@ -90,7 +90,8 @@ def test_grouped_gemm_fraction_is_torchaos_b200_times_over_the_dense_law():
 def test_routed_experts_run_the_stacks_grouped_gemm(monkeypatch):
     """The routed experts' GEMM time scales as 1 / grouped_fraction and nothing else does: the
     matmul time at a fraction f is t(1) + (1/f - 1) * (t(1/2) - t(1))."""
-    from trainperf.predict import core, predict
+    from trainperf.predict import predict
+    from trainperf.predict.step_model import kernel_physics
     from trainperf.specs.workload_file import workload_from_dict
 
     w = workload_from_dict({
@@ -100,10 +101,12 @@ def test_routed_experts_run_the_stacks_grouped_gemm(monkeypatch):
                      "activation_checkpointing": "none", "compile": True, "stack": "torchtitan"}})
     measured = gemm.grouped_fraction("blackwell", "bf16", "torch-grouped-mm")
     p = predict(w)
+    # kernel physics are cached per device and stack: uncached while the fraction is patched
+    monkeypatch.setattr(kernel_physics, "_kernels", kernel_physics._kernels.__wrapped__)
     assert p.extra["kernels"]["grouped_fraction"] == measured
     times = {}
     for f in (1.0, 0.5):
-        monkeypatch.setattr(core.k_gemm, "grouped_fraction", lambda *a, f=f: f)
+        monkeypatch.setattr(kernel_physics.k_gemm, "grouped_fraction", lambda *a, f=f: f)
         times[f] = predict(w).compute_breakdown["matmul"]
     assert p.compute_breakdown["matmul"] == pytest.approx(
         times[1.0] + (1 / measured - 1) * (times[0.5] - times[1.0]), rel=1e-6)
@@ -112,9 +115,9 @@ def test_routed_experts_run_the_stacks_grouped_gemm(monkeypatch):
     dense = workload_from_dict({"model": {"preset": "llama3-8b"}, "hardware": {"device": "b200", "num_devices": 8},
                                 "parallel": {"fsdp": 8},
                                 "training": {"seq_len": 8192, "global_batch": 8, "stack": "torchtitan"}})
-    monkeypatch.setattr(core.k_gemm, "grouped_fraction", lambda *a: 1.0)
+    monkeypatch.setattr(kernel_physics.k_gemm, "grouped_fraction", lambda *a: 1.0)
     t_dense_1 = predict(dense).step_time_s
-    monkeypatch.setattr(core.k_gemm, "grouped_fraction", lambda *a: 0.25)
+    monkeypatch.setattr(kernel_physics.k_gemm, "grouped_fraction", lambda *a: 0.25)
     assert predict(dense).step_time_s == t_dense_1
 
 def test_gemm_shape_law_reproduces_the_large_sweep_points():

@@ -102,9 +102,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _write_profile(args: argparse.Namespace, obs: list, held: list, safe: dict) -> int:
     """Fit a stack profile (over generic and a starting stack) and write it as TOML."""
-    from trainperf.predict import core
     from trainperf.predict.fit_profiles import FitRow, Prediction, fit_user_profile, summarize
     from trainperf.predict.stacks import DEFAULT_STACK, knobs_with_profiles, load_profile, packaged_profile
+    from trainperf.predict.step import as_float
+    from trainperf.predict.step_model import layout_of, step_time_s
 
     name = args.name or Path(args.output).stem
     start = args.stack or next((getattr(o.workload, "stack", "") for o in obs
@@ -121,8 +122,7 @@ def _write_profile(args: argparse.Namespace, obs: list, held: list, safe: dict) 
     held_preds = []
     for o in held:
         k = knobs_with_profiles(o.workload.hardware, [base[0], prof])
-        p = core.as_float(core.step_core(core.workload_features(o.workload, o.trainable_fraction),
-                                         k.values())["step_time_s"])
+        p = as_float(step_time_s(layout_of(o.workload, o.trainable_fraction), k.numbers()))
         held_preds.append(Prediction(o.name, o.name, name, o.measured_step_time_s, p))
     fit_s, held_s = summarize(fit_preds), summarize(held_preds)
     out = {"format": "trainperf-stack-profile", "output": args.output, "name": name, "base": [p.name for p in base],

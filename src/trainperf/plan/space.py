@@ -28,6 +28,7 @@ from typing import Any, TypedDict
 
 import numpy as np
 
+from trainperf import vec
 from trainperf.specs.hardware import Hardware
 from trainperf.specs.model import ModelSpec
 
@@ -479,24 +480,19 @@ def vpp_slot_pairs(layers: int, pp: int, max_vpp: int, slot_options: tuple[int, 
     return np.asarray(out, dtype=np.int64)
 
 
-def stage_layer_arrays(layers: int, pp: np.ndarray, vpp: np.ndarray, slots: np.ndarray):
-    """Layers on the first, busiest middle and last pipeline rank, as arrays: the planner's
-    mirror of :meth:`~trainperf.specs.parallel.ParallelPlan.stage_layers`."""
-    e = (slots & SLOT_EMBEDDING).astype(np.float64)
-    lo = ((slots & SLOT_LOSS) >> 1).astype(np.float64)
-    d = ((slots >> SLOT_LIGHTER_SHIFT) & SLOT_LIGHTER_MASK).astype(np.float64)
-    d1 = (slots >> SLOT_FIRST_SHIFT).astype(np.float64)
-    ppf = pp.astype(np.float64)
-    even = np.ceil(layers / ppf)
-    per_rank = (layers + e + lo + d + d1) / ppf
-    has = slots > 0
-    first = np.where(has, per_rank - e - d1, even)
-    last = np.where(has, per_rank - lo - d, even)
-    # two ranks have no middle one: the busier of the two stands in
-    mid = np.where(has, np.where(pp == 2, np.maximum(first, last), per_rank), even)
-    one = pp <= 1
-    return (np.where(one, float(layers), first), np.where(one, float(layers), mid),
-            np.where(one, float(layers), last))
+def slot_stages(layers: Any, pp: Any, slots: Any) -> tuple[Any, Any, Any, Any]:
+    """What a ``slots`` code stands for, as :func:`~trainperf.specs.parallel.stage_layer_split`'s
+    ``(emb, loss, first, last)``: Megatron's embedding and loss slots (bits), a last stage ``d``
+    layers lighter (``(slots >> 2) & 63``), a first stage ``d`` layers lighter (``slots >> 8``);
+    the other ranks hold ``(layers + d) / pp`` layers, and ``first`` / ``last`` are -1 where
+    not set. Numbers or numpy arrays (one element per plan)."""
+    emb = slots & SLOT_EMBEDDING
+    loss = (slots & SLOT_LOSS) >> 1
+    d_last = (slots >> SLOT_LIGHTER_SHIFT) & SLOT_LIGHTER_MASK
+    d_first = slots >> SLOT_FIRST_SHIFT
+    per_rank = (layers + d_last + d_first) // pp
+    return (emb, loss, vec.where(d_first > 0, per_rank - d_first, -1),
+            vec.where(d_last > 0, per_rank - d_last, -1))
 
 
 def zero_stage_allowed(caps: Any, cols: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -683,7 +679,7 @@ def enumerate_candidates(model: ModelSpec, hardware: Hardware, space: SearchSpac
     counter = _Counter(weight)
     parts = []
     kv = model.kv_heads or model.heads
-    domain = hardware.scale_up_domain or space.devices_per_node  # as workload_features prices it
+    domain = hardware.scale_up_domain or space.devices_per_node  # as layout_of prices it
     layout_base = 0
     for n in sorted(set(space.num_devices)):
         c = _mesh(n)

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from trainperf.errors import InputFileError, SpecError
-from trainperf.predict import core
-from trainperf.predict.efficiency import KNOB_BOUNDS, KNOB_NAMES, Knobs
+from trainperf.predict.efficiency import KNOB_BOUNDS, KNOB_NAMES, Knobs, KnobValues
+from trainperf.predict.step import as_float
+from trainperf.predict.step_model import layout_of, step_time_s
 
 DEFAULT_FIT_KNOBS: tuple[str, ...] = ("matmul_fraction", "op_overhead_us", "memory_bound_fraction")
 """Knobs fitted when none are named: the first one for one run, two for two runs, all three for
@@ -115,8 +116,8 @@ def nelder_mead(fun: Callable[[list[float]], float], x0: Sequence[float], step: 
 # ------------------------------------------------------------------------------------- fit
 def predict_with(knobs: Knobs, observations: Sequence[Observation]) -> list[float]:
     """Predicted step times of the observations under ``knobs``."""
-    return [core.as_float(core.step_core(core.workload_features(o.workload, o.trainable_fraction),
-                                         knobs.values())["step_time_s"]) for o in observations]
+    kn = knobs.numbers()
+    return [as_float(step_time_s(layout_of(o.workload, o.trainable_fraction), kn)) for o in observations]
 
 
 def error_rows(knobs: Knobs, observations: Sequence[Observation]) -> tuple[dict[str, Any], ...]:
@@ -138,7 +139,7 @@ def fit_knobs(observations: Sequence[Observation], base: Knobs, free: Sequence[s
         if name not in KNOB_NAMES:
             raise SpecError("knobs", name, f"one of {', '.join(KNOB_NAMES)}")
     free = tuple(dict.fromkeys(free))
-    feats = [core.workload_features(o.workload, o.trainable_fraction) for o in observations]
+    feats = [layout_of(o.workload, o.trainable_fraction) for o in observations]
     meas = [o.measured_step_time_s for o in observations]
     base_vals = base.values()
     x0 = [_to_x(n, base_vals[n]) for n in free]
@@ -148,8 +149,9 @@ def fit_knobs(observations: Sequence[Observation], base: Knobs, free: Sequence[s
         for n, xi in zip(free, x, strict=True):
             vals[n] = _from_x(n, xi)
         err = 0.0
+        kn = KnobValues(**vals)
         for f, m in zip(feats, meas, strict=True):
-            p = core.as_float(core.step_core(f, vals)["step_time_s"])
+            p = as_float(step_time_s(f, kn))
             if not p > 0:
                 return 1e9
             err += math.log(p / m) ** 2

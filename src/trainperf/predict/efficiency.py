@@ -144,6 +144,36 @@ class Knobs:
         return {n: getattr(self, n) for n in KNOB_NAMES}
 
 
+    def numbers(self) -> KnobValues:
+        """The values as the step model reads them (made once per Knobs)."""
+        got: KnobValues | None = self.__dict__.get("_numbers")
+        if got is None:
+            got = KnobValues(*(getattr(self, n) for n in KNOB_NAMES))
+            object.__setattr__(self, "_numbers", got)
+        return got
+
+
+@dataclass(frozen=True, slots=True)
+class KnobValues:
+    """The knobs' values as the step model reads them: floats, or numpy arrays with one value per
+    row when many published rows are predicted at once (the profile fit). See :class:`Knobs` for
+    what each one means; validated there, where a value enters."""
+
+    matmul_fraction: Any
+    fp8_matmul_fraction: Any
+    attention_fraction: Any
+    memory_bound_fraction: Any
+    link_fraction: Any
+    overlap: Any
+    op_overhead_us: Any
+    reserve_GiB: Any
+    compile_overhead_factor: Any
+    async_tp_overlap: Any
+
+
+assert tuple(KnobValues.__dataclass_fields__) == KNOB_NAMES  # Knobs.numbers passes them in this order
+
+
 BUILTIN = Knobs(sources={n: "trainperf built-in default (a typical GPU; no device data)" for n in KNOB_NAMES})
 
 

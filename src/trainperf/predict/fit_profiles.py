@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from trainperf.predict import batch, core, intervals
+from trainperf.predict import batch, intervals
 from trainperf.predict.efficiency import KNOB_BOUNDS, KNOB_NAMES, knobs_for
 from trainperf.predict.holdout import (
     PACKAGED_CACHE,
@@ -43,6 +43,8 @@ from trainperf.predict.holdout import (
     summarize,
 )
 from trainperf.predict.stacks import DEFAULT_STACK, Profile, generation_of
+from trainperf.predict.step_model import Layout, layout_of
+from trainperf.predict.step_model.tensor_parallel import overlapped
 
 GENERATION_KNOBS: tuple[str, ...] = ("matmul_fraction", "fp8_matmul_fraction")
 """Fitted per GPU generation (generic) and per stack and generation (deviations): the share of
@@ -61,13 +63,15 @@ FIT_START: dict[str, float] = {"async_tp_overlap": 0.5}
 _FEATURE_OF: dict[str, str] = {"compile_overhead_factor": "compiled", "async_tp_overlap": "tp_overlap"}
 
 
-def _uses(f: Mapping[str, Any], feature: str) -> bool:
-    """Whether a row (its :func:`~trainperf.predict.core.workload_features`) uses ``feature``."""
+"""Knob -> the feature a row must have for the knob to move it (:func:`_uses`)."""
+
+
+def _uses(lay: Layout, feature: str) -> bool:
+    """Whether a row (its :class:`~trainperf.predict.step_model.layout.Layout`) uses ``feature``:
+    ``compiled`` (a compiled step) or ``tp_overlap`` (TP collectives the stack overlaps)."""
     if feature == "tp_overlap":
-        return bool(core._tp_overlapped(f["tp_overlap_rule"], f["async_tp"], f["sp"]))
-    return bool(f.get(feature, False))
-"""Knob -> the workload feature (:func:`~trainperf.predict.core.workload_features`) a row must
-have for the knob to move it."""
+        return bool(overlapped(lay.kernels.tp_overlap_rule, lay.run.async_tp, lay.mesh.sp))
+    return bool(lay.kernels.compiled)
 PRIOR_GENERIC = 1e-3
 """Pull of generic's parameters towards the vendor defaults (per unit logit, squared)."""
 GENERATION_PRIOR = 1e-2
@@ -166,8 +170,8 @@ def build_problem(rows: Sequence[FitRow], *, base: Sequence[Profile] = (), gener
     ``stacks``: which levels are free.
     """
     rows = list(rows)
-    feats = [core.workload_features(r.workload, r.trainable_fraction) for r in rows]
-    groups = batch.group_features(feats)
+    feats = [layout_of(r.workload, r.trainable_fraction) for r in rows]
+    groups = batch.group_layouts(feats)
     start = _base_values(rows, base)
     fitted = tuple(dict.fromkeys((*generation_knobs, *global_knobs, *generic_only_knobs,
                                   *(generic_global_knobs if generic else ()))))
@@ -194,7 +198,7 @@ def build_problem(rows: Sequence[FitRow], *, base: Sequence[Profile] = (), gener
     stack_arr = np.array([r.stack for r in rows])
     fp8_arr = np.array([r.fp8 for r in rows])
     for knob in generation_knobs:
-        # fp8 rows read matmul_fraction too: their LM head is a 16-bit GEMM (core.HEAD_16BIT_UNDER_FP8)
+        # fp8 rows read matmul_fraction too: their LM head is a 16-bit GEMM (layout.HEAD_16BIT_UNDER_FP8)
         sel = fp8_arr if knob == "fp8_matmul_fraction" else np.ones(len(rows), bool)
         if generic:
             # one share for every silicon (what a stack on new silicon starts from), plus each

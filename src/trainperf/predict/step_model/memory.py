@@ -17,16 +17,23 @@ hidden ``h``, heads ``a``, tensor parallel ``t``):
 * full recomputation: the layer input only, ``2*s*b*h`` (``/t`` with SP).
 
 ``5as/h`` is the materialised attention score, softmax and dropout mask; fused (flash)
-attention never stores them, which :func:`activation_bytes_per_layer` assumes; a stack that runs
-attention unfused (``eager``) keeps them (:func:`eager_attention_score_bytes`). That function
-also generalises the ``34`` to GQA widths and gated MLPs (see its docstring).
+attention never stores them, which :func:`saved_activation_bytes_per_layer` assumes; a stack that
+runs attention unfused (``eager``) keeps them (:func:`eager_attention_score_bytes`). The kept
+tensors of each width come from the policy (:class:`~trainperf.accounting.recompute.SavedWidths`),
+which generalises the ``34`` to GQA widths and gated MLPs.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
-from trainperf.predict import vec
+from trainperf import vec
+from trainperf.accounting import recompute
+from trainperf.predict.efficiency import KnobValues
+from trainperf.predict.step_model.data_parallel import GRAD_REDUCE_BYTES, PARAM_GATHER_BYTES
+from trainperf.predict.step_model.layout import Layout, Num
+from trainperf.predict.step_model.stage import Stage
 
 GiB = float(1 << 30)
 
@@ -36,46 +43,11 @@ STATE_BYTES: dict[str, tuple[float, float, float]] = {
     "fp32": (4.0, 4.0, 8.0),
 }
 
-
-def korthikanti_activation_bytes(s, b, h, a, t=1, sequence_parallel=False, policy="none"):
-    """Activation bytes of ONE transformer layer, exactly as Korthikanti et al. (2022) write them
-    (GPT block: MHA, 4h GELU MLP, dropout, materialised attention scores)."""
-    sbh = s * b * h
-    if policy == "full":
-        return 2.0 * sbh / (t if sequence_parallel else 1)
-    base = 34.0 / t if sequence_parallel else 10.0 + 24.0 / t
-    if policy == "selective":
-        return sbh * base
-    if policy == "none":
-        return sbh * (base + 5.0 * a * s / (h * t))
-    raise ValueError(f"unknown policy {policy!r}")
+DDP_BUCKET_BYTES = 25e6
+"""DDP's gradient bucket (``bucket_cap_mb=25``): two are live while one reduces."""
 
 
-def activation_bytes_per_layer(s, b, h, q_dim, kv_dim, ffn, gated, t, sp, policy, flash=True,
-                               heads=1.0, act_bytes=2.0):
-    """Stored activation bytes of one layer per micro-batch, generalised from Korthikanti et al.
-
-    Per token (16-bit): two norm inputs ``4h``; attention: QKV input ``2h``, Q ``2q``, K and V
-    ``4kv``, output-projection input ``2q``; MLP: input ``2h``, then gated ``6f`` (gate, up and
-    activation outputs) or plain ``4f`` (GELU input and output). With MHA, ``f = 4h`` GELU and
-    Korthikanti's two ``h``-byte dropout masks added, this is exactly ``34h``. Without sequence
-    parallelism the norm-region terms (norm inputs, QKV and MLP inputs: ``8h``) are replicated on
-    every tp rank; everything else is split ``t`` ways. ``flash=False`` adds the materialised
-    ``5*a*s`` scores per token (divided by ``t``). ``full`` keeps only the layer input.
-    """
-    tokens = s * b
-    act_f = vec.where(gated, 3.0, 2.0) * ffn
-    split = act_bytes * (2.0 * q_dim + 2.0 * kv_dim + act_f) / t
-    norm_region = act_bytes * 4.0 * h
-    norm_region = vec.where(sp, norm_region / t, norm_region)
-    per_token = split + norm_region
-    if not flash:
-        per_token = per_token + 5.0 * heads * s / t
-    full_input = act_bytes * h / vec.where(sp, t, 1.0)
-    per_token = vec.where(vec.equals(policy, "full"), full_input, per_token)
-    return tokens * per_token
-
-
+# ----------------------------------------------------------------------------- formulas
 def saved_activation_bytes_per_layer(s, b, h, q_dim, kv_dim, ffn, t, sp, widths, act_bytes=2.0,
                                      gemm_in_bytes=None, core_recomputed=False):
     """Activation bytes one layer keeps per micro-batch under a checkpointing policy.
@@ -134,12 +106,6 @@ def eager_attention_score_bytes(q_tokens, b, kv_len, heads_local, act_bytes=2.0)
     attention still materialises the whole square) at :data:`EAGER_SCORE_BYTES` (doubled for
     32-bit activations)."""
     return b * q_tokens * kv_len * heads_local * EAGER_SCORE_BYTES * act_bytes / 2.0
-
-
-def state_bytes(params, precision_kind, shards_weights, shards_grads, shards_optimizer):
-    """(weights, gradients, optimizer) bytes on one device for ``params`` parameters."""
-    w, g, o = STATE_BYTES[precision_kind]
-    return params * w / shards_weights, params * g / shards_grads, params * o / shards_optimizer
 
 
 def inflight_microbatches(pp, vpp, grad_accum, schedule_interleaved, schedule_gpipe=False):
@@ -203,135 +169,177 @@ def fsdp_unsharded_bytes(p_layer_local, p_edge_local, train_frac, gather_bytes, 
     return vec.maximum(block, edge)
 
 
-def largest_matrix_params(f, t):
+def largest_matrix_params(lay: Layout) -> Num:
     """Parameters per device of a layer's largest weight matrix (attention, dense MLP, or one
-    routed expert's), split ``t`` ways (tensor parallelism)."""
+    routed expert's), split ``tp`` ways (tensor parallelism)."""
+    ms = lay.model
     big = 0.0
-    for i, o, _split, _name in (*f["attn_mats"], *f["mlp_mats"], *f["expert_mats"]):
-        big = vec.maximum(big, i * o)  # arrays when many rows are predicted at once
-    return big / t
+    for mat in (*ms.attn_mats, *ms.mlp_mats, *ms.expert_mats):
+        big = vec.maximum(big, mat.in_features * mat.out_features)  # arrays when many rows are predicted at once
+    return big / lay.mesh.tp
 
 
-def mlp_kept_widths(f, rc, moe_share):
+def mlp_kept_widths(lay: Layout, rc: recompute.LayerRecompute, moe_share: float) -> recompute.SavedWidths:
     """``rc.widths`` with its MLP-wide counts turned into elements per token of a layer that is a
     MoE layer ``moe_share`` of the time (0: a dense layer, 1: a MoE layer; pass ``ffn = 1``): a dense
     layer's MLP (``ffn`` wide), a MoE layer's ``topk`` routed and its shared experts
     (``expert_ffn`` wide each), each with what the policy keeps of it
     (:class:`~trainperf.accounting.recompute.LayerRecompute`: Megatron-Core's ``mlp``, ``moe``,
     ``moe_act`` and ``shared_experts`` modules treat them apart)."""
-    dense = (1.0 - moe_share) * f["ffn"]
-    moe = moe_share * f["expert_ffn"]
+    ms = lay.model
+    dense = (1.0 - moe_share) * ms.ffn
+    moe = moe_share * ms.expert_ffn
     ffn = (dense * rc.widths.ffn
-           + moe * (f["moe_topk"] * rc.expert_ffn[0] + f["moe_shared"] * rc.shared_ffn[0]))
+           + moe * (ms.moe_topk * rc.expert_ffn[0] + ms.moe_shared * rc.shared_ffn[0]))
     gin = (dense * rc.widths.gemm_in_ffn
-           + moe * (f["moe_topk"] * rc.expert_ffn[1] + f["moe_shared"] * rc.shared_ffn[1]))
+           + moe * (ms.moe_topk * rc.expert_ffn[1] + ms.moe_shared * rc.shared_ffn[1]))
     return dataclasses.replace(rc.widths, ffn=ffn, gemm_in_ffn=gin)
 
 
-def device_memory_bytes(f, k, *, p_stage, p_layer_local, sharded, zero3, rc, rec_frac, kv_local, dense_by_rank,
-                        m_tok, tp_buf, plain_dp, gather_bytes, grad_bytes):
-    """Memory per device (bytes) by category, the total and the capacity it must fit in.
+# ------------------------------------------------------------------------ per device
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """Memory per device at its peak, by category (bytes)."""
 
-    ``f``: :func:`~trainperf.predict.core.workload_features`; ``k``: knob values; the rest are
-    the step model's per-stage parameter counts and layout terms. Counted:
+    weights_bytes: Num
+    grads_bytes: Num
+    optimizer_bytes: Num
+    gathered_bytes: Num
+    """FSDP / ZeRO-3 units held unsharded."""
+    activations_bytes: Num
+    """Kept activations of the peak rank, and the working set of the layer in its backward."""
+    logits_bytes: Num
+    buffers_bytes: Num
+    """Tensor-parallel collective buffers and DDP's gradient buckets."""
+    reserve_bytes: Num
+    total_bytes: Num
+    capacity_bytes: Num
+    """What the device exposes to a process."""
 
-    * model states of the busiest stage (:data:`STATE_BYTES`) under the plan's shard counts
-      (which span dp x cp: :attr:`~trainperf.specs.parallel.ParallelPlan.shards_optimizer`);
-    * FSDP / ZeRO-3 unsharded units (:func:`fsdp_unsharded_bytes`);
-    * activations: the first rank's in-flight micro-batches (:func:`inflight_microbatches`) x its
-      layers x the policy's kept bytes (a dense and a MoE layer's apart: ``dense_by_rank``, the
-      dense layers on the first, second and last rank), plus one layer's full set while a recomputed layer runs
-      its backward; the last rank's (:func:`last_rank_inflight_layers`) plus the logits at the
-      loss (``loss_bytes_per_logit`` of the stack); the larger of the two ranks;
-    * communication buffers: the tp all-gather/reduce-scatter input and output, DDP's buckets;
-    * the framework reserve (``reserve_GiB``: driver carve-out, CUDA/ROCm context, library
-      workspaces, collective buffers), or, when larger, the share of the device a preallocating
-      runtime leaves outside its pool (``memory_fraction``: JAX/XLA on a GPU).
 
-    Left out: allocator fragmentation beyond the reserve, optimizer-step temporaries (they live
-    when activations are freed), and CPU offload.
-    """
-    t, pp, vpp, s, b, cp = f["tp"], f["pp"], f["vpp"], f["seq_len"], f["micro_batch"], f["cp"]
-    sp, act_b, train_frac = f["sp"], f["act_bytes"], f["trainable_fraction"]
-    w_b, g_b, o_b = STATE_BYTES[f["state_kind"]]
-    weights = sharded(p_stage, f["shards_params"]) * w_b
-    grads = sharded(p_stage, f["shards_grads"]) * train_frac * g_b
-    optim = sharded(p_stage, f["shards_optimizer"]) * train_frac * o_b
-    p_edge_local = vec.maximum(f["params_embedding"], f["params_head"]) / t
-    grad_unit = largest_matrix_params(f, t) if f.get("fsdp_grad_per_tensor") else None
-    gathered = vec.where(zero3, fsdp_unsharded_bytes(p_layer_local, p_edge_local, train_frac, gather_bytes,
-                                                     grad_bytes, grad_unit), 0.0)
-    gin_b = f.get("fp8_gemm_input_bytes")  # None unless an fp8 run of a stack that keeps fp8 inputs
-    ffn_moe = (f["moe_topk"] + f["moe_shared"]) * f["expert_ffn"]
-    # a dense layer's kept bytes (share 0) and a MoE layer's (share 1); a rank's layer mixes them
+def _states(lay: Layout, st: Stage) -> tuple[Num, Num, Num]:
+    """(weights, gradients, optimizer states) of the busiest stage under the plan's shard counts
+    (:data:`STATE_BYTES`; they span dp x cp: :attr:`~trainperf.specs.parallel.ParallelPlan.shards_optimizer`)."""
+    m, train = lay.mesh, lay.run.trainable_fraction
+    w_b, g_b, o_b = STATE_BYTES[lay.run.state_kind]
+    return (st.sharded(st.p_stage, m.shards_params) * w_b, st.sharded(st.p_stage, m.shards_grads) * train * g_b,
+            st.sharded(st.p_stage, m.shards_optimizer) * train * o_b)
+
+
+def _gathered(lay: Layout, st: Stage) -> Num:
+    """FSDP / ZeRO-3 unsharded units (:func:`fsdp_unsharded_bytes`)."""
+    ms = lay.model
+    p_edge_local = vec.maximum(ms.params_embedding, ms.params_head) / lay.mesh.tp
+    grad_unit = largest_matrix_params(lay) if lay.kernels.fsdp_grad_per_tensor else None
+    return vec.where(st.zero3, fsdp_unsharded_bytes(st.p_layer_local, p_edge_local, lay.run.trainable_fraction,
+                                                    PARAM_GATHER_BYTES, GRAD_REDUCE_BYTES, grad_unit), 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    """Activation bytes one layer keeps per micro-batch: a dense layer's and what an MoE layer
+    keeps beyond it, under the policy and without recomputation."""
+
+    layer: Num
+    moe: Num
+    layer_none: Num
+    moe_none: Num
+    scores: Num
+    """Attention scores an unfused attention materialises (0 when fused)."""
+
+
+def _kept(lay: Layout, st: Stage) -> _Kept:
+    """:class:`_Kept` of the stage's layers (over the share the policy covers)."""
+    ms, m, rc, act_b = lay.model, lay.mesh, st.rc, lay.run.act_bytes
+    gin_b, t = lay.kernels.fp8_gemm_input_bytes, m.tp
     kept_none, kept = [], []
-    for share in (0.0, 1.0):
-        ffn_eff = (1.0 - share) * f["ffn"] + share * ffn_moe
-        kept_none.append(saved_activation_bytes_per_layer(s / cp, b, f["hidden"], f["q_dim"], kv_local * t,
-                                                          ffn_eff, t, sp, rc.widths_none, act_b, gin_b, False))
-        kept.append(saved_activation_bytes_per_layer(s / cp, b, f["hidden"], f["q_dim"], kv_local * t,
-                                                     1.0, t, sp, mlp_kept_widths(f, rc, share), act_b, gin_b,
-                                                     bool(rc.attention_core)))
-    act_layer_none, act_layer = kept_none[0], kept[0]
-    act_moe_none, act_moe = kept_none[1] - kept_none[0], kept[1] - kept[0]
+    for share in (0.0, 1.0):  # a dense layer, an MoE layer
+        ffn = (1.0 - share) * ms.ffn + share * (ms.moe_topk + ms.moe_shared) * ms.expert_ffn
+        kept_none.append(saved_activation_bytes_per_layer(ms.seq_len / m.cp, m.micro_batch, ms.hidden, ms.q_dim,
+                                                          st.kv_local * t, ffn, t, m.sp, rc.widths_none, act_b,
+                                                          gin_b, False))
+        kept.append(saved_activation_bytes_per_layer(ms.seq_len / m.cp, m.micro_batch, ms.hidden, ms.q_dim,
+                                                     st.kv_local * t, 1.0, t, m.sp, mlp_kept_widths(lay, rc, share),
+                                                     act_b, gin_b, bool(rc.attention_core)))
+    layer_none, layer = kept_none[0], kept[0]
+    moe_none, moe = kept_none[1] - kept_none[0], kept[1] - kept[0]
     # unfused (eager) attention materialises the scores; a policy that keeps the attention core
     # keeps them for the backward, one that recomputes it holds one layer's again while it does.
     # On a CPU "eager" names the speed only: PyTorch's SDPA runs its CPU flash kernel there.
-    scores = 0.0
-    if f.get("attn_family") == "eager" and f.get("silicon") != "cpu":
-        scores = eager_attention_score_bytes(s / cp, b, f["seq_len"], f["heads"] / t, act_b)
-        act_layer_none = act_layer_none + scores
-        act_layer = act_layer + (1.0 - rc.attention_core) * scores
+    scores: Num = 0.0
+    if lay.kernels.attn_family == "eager" and lay.kernels.silicon != "cpu":
+        scores = eager_attention_score_bytes(ms.seq_len / m.cp, m.micro_batch, ms.seq_len, ms.heads / t, act_b)
+        layer_none = layer_none + scores
+        layer = layer + (1.0 - rc.attention_core) * scores
     # routed experts keep their own inputs: the dispatched, gathered rows (topk copies) the expert
     # FC1 saves, and the expert outputs the unpermute's weighting by router probabilities saves
     # for their gradient, unless the policy re-runs the MLP region
-    if f["expert_mats"]:
-        moe = routed_activation_bytes(m_tok, f["moe_topk"], f["hidden"], f["etp"], t, sp, act_b, gin_b)
-        act_moe_none = act_moe_none + moe
-        act_moe = act_moe + (1.0 - rc.moe_region) * moe
-    act_layer = rec_frac * act_layer + (1.0 - rec_frac) * act_layer_none
-    act_moe = rec_frac * act_moe + (1.0 - rec_frac) * act_moe_none
+    if ms.expert_mats:
+        routed = routed_activation_bytes(st.m_tok, ms.moe_topk, ms.hidden, m.etp, t, m.sp, act_b, gin_b)
+        moe_none = moe_none + routed
+        moe = moe + (1.0 - rc.moe_region) * routed
+    r = st.rec_frac
+    return _Kept(r * layer + (1.0 - r) * layer_none, r * moe + (1.0 - r) * moe_none, layer_none, moe_none, scores)
 
-    def moe_share(dense, layers):
-        return vec.where(f["moe_layers"] > 0, 1.0 - dense / vec.maximum(layers, 1.0), 0.0)
 
-    d_first, d_second, d_last = dense_by_rank
-    share_first = moe_share(d_first, f["layers_first"])
-    share_second = moe_share(d_second, f["layers_mid"])
-    share_last = moe_share(d_last, f["layers_last"])
-    M = f["grad_accum"]
-    gpipe = f.get("gpipe", False)
-    # the first rank holds the most micro-batches; with three or more ranks the second, holding
-    # one fewer, peaks instead when it holds more layers (a lighter first stage, the embedding slot)
-    # or more MoE layers (a MoE model's leading dense layers sit on the first)
-    first = (f["layers_first"] * (act_layer + share_first * act_moe)
-             * inflight_microbatches(pp, vpp, M, f["interleaved"], gpipe))
-    second = vec.where(pp >= 3, f["layers_mid"] * (act_layer + share_second * act_moe)
-                       * second_rank_inflight_microbatches(pp, vpp, M, f["interleaved"], gpipe), 0.0)
+def _moe_share(lay: Layout, dense: Num, layers: Num) -> Num:
+    """Share of MoE layers among a rank's ``layers``, of which ``dense`` are dense."""
+    return vec.where(lay.model.moe_layers > 0, 1.0 - dense / vec.maximum(layers, 1.0), 0.0)
+
+
+def _peak_activations(lay: Layout, st: Stage, kept: _Kept) -> tuple[Num, Num]:
+    """(activations with the working set, logits) on the rank whose sum peaks.
+
+    The first rank holds the most micro-batches (:func:`inflight_microbatches`); with three or
+    more ranks the second, holding one fewer, peaks instead when it holds more layers (a lighter
+    first stage, the embedding slot) or more MoE layers (a MoE model's leading dense layers sit on
+    the first); the last rank holds fewer (:func:`last_rank_inflight_layers`) plus the logits at
+    the loss. A recomputed layer's tensors are live again during its backward: one layer's full
+    set (of the peak rank's average layer), which also stands in for the backward's own
+    temporaries (activation gradients) beside what it kept; this is what matched the published
+    torchtitan peaks (tests/test_memory_model.py)."""
+    m, M = lay.mesh, lay.mesh.grad_accum
+    sh_first = _moe_share(lay, st.dense_first, m.layers_first)
+    sh_second = _moe_share(lay, st.dense_second, m.layers_mid)
+    sh_last = _moe_share(lay, st.dense_last, m.layers_last)
+    first = m.layers_first * (kept.layer + sh_first * kept.moe) * inflight_microbatches(
+        m.pp, m.vpp, M, m.interleaved, m.gpipe)
+    second = vec.where(m.pp >= 3, m.layers_mid * (kept.layer + sh_second * kept.moe)
+                       * second_rank_inflight_microbatches(m.pp, m.vpp, M, m.interleaved, m.gpipe), 0.0)
     second_peaks = second > first
     first = vec.maximum(first, second)
     # GPipe keeps every micro-batch's loss residuals until the first backward (the JAX pipelines
     # apply the head and loss to all outputs at once; PyTorch's keeps each micro-batch's graph)
-    logits = m_tok * vec.where(gpipe, M, 1.0) * f["vocab"] / t * f["loss_bytes_per_logit"]
-    last = (last_rank_inflight_layers(pp, vpp, M, f["layers_last"], f["interleaved"], gpipe)
-            * (act_layer + share_last * act_moe))
+    logits = (st.m_tok * vec.where(m.gpipe, M, 1.0) * lay.model.vocab / m.tp * lay.kernels.loss_bytes_per_logit)
+    last = (last_rank_inflight_layers(m.pp, m.vpp, M, m.layers_last, m.interleaved, m.gpipe)
+            * (kept.layer + sh_last * kept.moe))
     # one stage is both the first and the last rank; with pp > 1 the busier of the two sets the peak
-    last_peaks = vec.where(pp > 1, last + logits > first, False)
-    activations = vec.where(last_peaks, last, first)
-    logits_on_peak = vec.where(pp > 1, vec.where(last_peaks, logits, 0.0), logits)
-    # a recomputed layer's tensors are live again during its backward: one layer's full set (of
-    # the peak rank's average layer), which also stands in for the backward's own temporaries
-    # (activation gradients) beside what it kept; this is what matched the published torchtitan
-    # peaks (tests/test_memory_model.py)
-    share_peak = vec.where(last_peaks, share_last, vec.where(second_peaks, share_second, share_first))
-    working = act_layer_none + share_peak * act_moe_none if rc.stores_less else rc.attention_core * scores
-    buffers = vec.where(t > 1, 2.0 * tp_buf, 0.0) + vec.where(plain_dp, 2.0 * 25e6 * grad_bytes, 0.0)
-    # taken once: what a preallocating runtime leaves outside its pool holds the context,
-    # workspaces and collective buffers the reserve stands for
-    reserve = vec.maximum(k["reserve_GiB"] * GiB, (1.0 - f.get("memory_fraction", 1.0)) * f["hbm_capacity_bytes"])
-    total = weights + grads + optim + gathered + activations + working + logits_on_peak + buffers + reserve
-    return {
-        "mem_weights": weights, "mem_grads": grads, "mem_optimizer": optim, "mem_gathered": gathered,
-        "mem_activations": activations + working, "mem_logits": logits_on_peak, "mem_buffers": buffers,
-        "mem_reserve": reserve + 0.0 * weights, "mem_total": total, "mem_capacity": f["hbm_capacity_bytes"],
-    }
+    last_peaks = vec.where(m.pp > 1, last + logits > first, False)
+    share = vec.where(last_peaks, sh_last, vec.where(second_peaks, sh_second, sh_first))
+    working = kept.layer_none + share * kept.moe_none if st.rc.stores_less else st.rc.attention_core * kept.scores
+    return (vec.where(last_peaks, last, first) + working,
+            vec.where(m.pp > 1, vec.where(last_peaks, logits, 0.0), logits))
+
+
+def memory(lay: Layout, st: Stage, kn: KnobValues) -> Memory:
+    """Memory per device by category, the total and the capacity it must fit in.
+
+    Counted: model states (:func:`_states`), FSDP / ZeRO-3 unsharded units, activations of the
+    peak rank (:func:`_peak_activations`), communication buffers (the tp all-gather/reduce-scatter
+    input and output, DDP's buckets), and the framework reserve (``reserve_GiB``: driver
+    carve-out, CUDA/ROCm context, library workspaces, collective buffers), or, when larger, the
+    share of the device a preallocating runtime leaves outside its pool (JAX/XLA on a GPU): what
+    it leaves holds the context, workspaces and buffers the reserve stands for, so it is taken
+    once. Left out: allocator fragmentation beyond the reserve, optimizer-step temporaries (they
+    live when activations are freed), and CPU offload.
+    """
+    weights, grads, optim = _states(lay, st)
+    gathered = _gathered(lay, st)
+    activations, logits = _peak_activations(lay, st, _kept(lay, st))
+    buffers = (vec.where(lay.mesh.tp > 1, 2.0 * st.tp_buf, 0.0)
+               + vec.where(st.plain_dp, 2.0 * DDP_BUCKET_BYTES * GRAD_REDUCE_BYTES, 0.0))
+    capacity = lay.device.hbm_capacity_bytes
+    reserve = vec.maximum(kn.reserve_GiB * GiB, (1.0 - lay.kernels.memory_fraction) * capacity)
+    total = weights + grads + optim + gathered + activations + logits + buffers + reserve
+    return Memory(weights, grads, optim, gathered, activations, logits, buffers, reserve + 0.0 * weights, total,
+                  capacity)

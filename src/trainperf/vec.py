@@ -1,7 +1,9 @@
 """Scalar-or-array helpers: numpy semantics for arrays, plain Python speed for scalars.
 
-The step model is written once for both uses: one prediction (Python floats, where a numpy
-call on a scalar costs ~1 us each) and the planner's vectorised search (numpy arrays). numpy is
+The step model (:mod:`trainperf.predict.step_model`) and the plan rules it reads
+(:mod:`trainperf.specs.parallel`) are written once for both uses: one prediction (Python floats,
+where a numpy call on a scalar costs ~1 us each) and the planner's vectorised search (numpy
+arrays). numpy is
 imported only when an array (or a numpy scalar) is met, so one prediction never loads it (its
 import is most of a cold ``trainperf predict``).
 """
