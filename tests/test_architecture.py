@@ -101,3 +101,22 @@ def test_cli_table_and_modules_in_sync():
     on_disk = {p.stem for p in (SRC / "cli").glob("*.py")} - {"__init__", "main", "common"}
     listed = {m.rsplit(".", 1)[1] for m, _ in COMMANDS.values()}
     assert on_disk <= listed, f"command modules not in the COMMANDS table: {sorted(on_disk - listed)}"
+
+
+LONG_FUNCTION_LINES = 80
+"""The most lines a function of predict/ or plan/ may take (issue 28: a reader finds where a
+step's exposed TP time is computed in one short function)."""
+
+
+@pytest.mark.parametrize("package", ["predict", "plan"])
+def test_no_long_functions_in_the_model_and_the_planner(package):
+    long = []
+    for path in sorted((SRC / package).rglob("*.py")):
+        if "fitting" in path.parts:  # offline kernel fitting: moves to tools/ (issue 28, item 6)
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                n = (node.end_lineno or node.lineno) - node.lineno + 1
+                if n > LONG_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(SRC)}:{node.lineno} {node.name} ({n} lines)")
+    assert not long, "split these functions: " + ", ".join(long)

@@ -105,3 +105,10 @@ def equals(a: Any, value: Any) -> Any:
     if isinstance(a, str) or type(a) in _PY_NUMBERS or is_number(a):
         return a == value
     return (_np or _numpy()).asarray(a) == value
+
+
+def isin(a: Any, values: Any) -> Any:
+    """Elementwise ``a in values`` (a scalar bool for a scalar ``a``)."""
+    if type(a) in _PY_NUMBERS or is_number(a):
+        return a in values
+    return (_np or _numpy()).isin(a, values)
