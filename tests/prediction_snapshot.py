@@ -98,11 +98,11 @@ def capture_table() -> dict[str, Any]:
 
 
 def document_runs() -> list[tuple[str, dict[str, Any], float]]:
-    """(id, workload-file dict, trainable fraction) of every run of the documents' catalog."""
-    from trainperf.predict.published import published_runs
-    from trainperf.specs.workload_file import workload_to_dict
-
-    return [(r.id, workload_to_dict(r.workload), r.trainable_fraction) for r in published_runs()]
+    """(id, workload-file dict, trainable fraction) of every run of the five documents: read from
+    the snapshot itself (their catalog, ``predict/data/published.toml``, was retired in issue 28;
+    the workloads were written out when the snapshot was first taken)."""
+    old = json.loads(SNAPSHOT.read_text(encoding="utf-8"))["documents"]
+    return [(rid, case["workload"], case["trainable_fraction"]) for rid, case in old.items()]
 
 
 def predict_document(wdict: dict[str, Any], trainable_fraction: float) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -120,3 +121,44 @@ def test_no_long_functions_in_the_model_and_the_planner(package):
                 if n > LONG_FUNCTION_LINES:
                     long.append(f"{path.relative_to(SRC)}:{node.lineno} {node.name} ({n} lines)")
     assert not long, "split these functions: " + ", ".join(long)
+
+
+UNUSED_ALLOWED: dict[str, str] = {
+    "measure.procs.parent_of": "measure/ is being reworked on its own issue (the launcher on torchrun): left to it",
+    "measure.lora.adapter_parameters": "measure/ is being reworked on its own issue: left to it",
+    "measure.data.stdlib_text_dir": "measure/ is being reworked on its own issue: left to it",
+    "measure.failures.REPORT_NAME": "measure/ is being reworked on its own issue: left to it",
+    "measure.launch.torchrun_command": "measure/ is being reworked on its own issue: left to it",
+    "measure.model.num_params": "measure/ is being reworked on its own issue: left to it",
+    "measure.testing.TINY_FLAGS": "a helper for the tests of the bench (measure/testing.py is their support module)",
+    "measure.testing.tiny_workload_dict": "a helper for the tests of the bench",
+}
+"""Public names no code uses, each with the reason it stays."""
+
+
+def test_every_public_name_is_used():
+    """A public module-level function, class or constant of the package that nothing in src/,
+    benchmarks/ or tools/ names (its definition aside; the tests do not count) is dead code."""
+    root = SRC.parent.parent
+    text = "\n".join(p.read_text(encoding="utf-8") for d in ("src", "benchmarks", "tools")
+                     for p in (root / d).rglob("*.py"))
+    counts: dict[str, int] = {}
+    for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text):
+        counts[word] = counts.get(word, 0) + 1
+    unused = []
+    for module, path in _modules():
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.FunctionDef | ast.ClassDef):
+                names = [node.name]
+            elif isinstance(node, ast.Assign | ast.AnnAssign):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names = [t.id for t in targets if isinstance(t, ast.Name)]
+            else:
+                continue
+            for name in names:
+                if name.startswith("_") or name in ("HELP", "main", "run", "add_arguments", "__all__"):
+                    continue
+                qual = f"{module.removeprefix('trainperf.')}.{name}"
+                if counts.get(name, 0) <= 1 and qual not in UNUSED_ALLOWED:
+                    unused.append(qual)
+    assert not unused, "delete these unused public names (or use them): " + ", ".join(unused)

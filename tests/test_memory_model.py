@@ -263,9 +263,9 @@ def test_gspmd_reduce_scatters_one_weight_gradient_at_a_time():
     """MaxText (GSPMD) holds one weight's unsharded fp32 gradient before its reduce-scatter, not
     a whole layer's: MaxText's 32B on 256 TPU v5e (published rows 408-409, which ran in 16 GB)
     fits only so. The difference is (layer parameters - the largest matrix's) x 4 bytes."""
-    from trainperf.predict.runs_table import get_table_run
+    from trainperf.predict.runs_table import packaged_runs, select_runs
 
-    w = get_table_run("408").workload
+    w = select_runs(packaged_runs(), "row:408")[0].workload
     tensor = predict(w)
     assert tensor.fits
     layer = predict(dataclasses.replace(w, stack="generic"))  # PyTorch FSDP units: a layer's gradients

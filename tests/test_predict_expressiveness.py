@@ -9,7 +9,7 @@ import pytest
 
 from trainperf.errors import SpecError, UnknownNameError
 from trainperf.predict import predict
-from trainperf.predict.efficiency import knobs_for
+from trainperf.predict.efficiency import vendor_knobs
 from trainperf.predict.step_model import layout_of, step_costs
 from trainperf.predict.step_model.layout import model_shape
 from trainperf.specs.hardware import get_hardware
@@ -29,7 +29,7 @@ def _w(model="llama2-7b", n=8, plan=None, **kw):
 
 
 def _core(w, **knob_extra):
-    k = knobs_for(w.hardware.id, w.hardware.vendor).replace(**knob_extra)
+    k = vendor_knobs(w.hardware.vendor).replace(**knob_extra)
     return step_costs(layout_of(w), k.numbers())
 
 

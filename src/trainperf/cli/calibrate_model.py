@@ -15,8 +15,7 @@ HELP = "fit a software-stack profile (.toml, for --stack) or device knobs (.json
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("runs", nargs="+", metavar="RUN",
                         help="bench run directories, JSONL run files, row:<row_id> / table:<table_id> of the "
-                             "published-runs table, or published:<id|vendor|device|all> (the runs of "
-                             "`trainperf published --documents`)")
+                             "published-runs table, or published:<row|table|device|vendor|all> (its rows)")
     parser.add_argument("--data", metavar="FILE.csv",
                         help="a runs file with the packaged table's columns: row:<row_id> and table:<table_id> "
                              "name its rows (read as `trainperf validate --data` reads them; a table's unread "

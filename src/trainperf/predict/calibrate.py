@@ -204,32 +204,22 @@ def observation_from_run(run: Any, name: str | None = None, statistic: str = "me
 def _table_runs(spec: str) -> list[Any]:
     """Rows of the packaged published-runs table as run records (``row:<row_id>`` or
     ``table:<table_id>``)."""
-    from trainperf.errors import UnknownNameError
-    from trainperf.predict.runs_table import packaged_runs
+    from trainperf.predict.runs_table import packaged_runs, select_runs
 
-    kind, key = spec.split(":", 1)
-    runs = packaged_runs()
-    field_ = "row_id" if kind == "row" else "table_id"
-    picked = [r for r in runs if getattr(r, field_).strip() == key.strip()]
-    if not picked:
-        raise UnknownNameError(f"published-runs {kind}", key, sorted({getattr(r, field_) for r in runs}))
-    return [r.to_run_record() for r in picked]
+    return [r.to_run_record() for r in select_runs(packaged_runs(), spec, "published-runs")]
 
 
 def load_runs(spec: str) -> list[Any]:
-    """Run records named by ``spec``: ``published:all``, ``published:<id>``, ``published:<vendor>``
-    or ``published:<device id>`` (the seed catalog), ``row:<row_id>`` or ``table:<table_id>`` (the
-    published-runs table), a JSONL run file, or a bench run directory (its steps.jsonl)."""
+    """Run records named by ``spec``: ``published:all`` or ``published:<row | table | device id |
+    vendor>`` (rows of the packaged published-runs table,
+    :func:`~trainperf.predict.runs_table.published_records`), ``row:<row_id>`` or
+    ``table:<table_id>``, a JSONL run file, or a bench run directory (its steps.jsonl)."""
     if spec.startswith(("row:", "table:")):
         return _table_runs(spec)
     if spec.startswith("published:"):
-        from trainperf.predict.published import get_published, published_runs
+        from trainperf.predict.runs_table import published_records
 
-        key = spec.split(":", 1)[1]
-        runs = [r for r in published_runs() if key == "all" or key in (r.vendor, r.workload.hardware.id)]
-        if not runs:
-            runs = [get_published(key)]
-        return [r.to_run_record() for r in runs if r.validate or key == r.id]
+        return published_records(spec.split(":", 1)[1])
     from trainperf.records.jsonl import read_run
 
     p = Path(spec)
@@ -237,7 +227,7 @@ def load_runs(spec: str) -> list[Any]:
         p = p / "steps.jsonl"
     if not p.is_file():
         raise InputFileError(f"run {spec!r}: no such file (give a JSONL run, a bench run directory, "
-                             "or published:<id|vendor|device|all>)")
+                             "or published:<row|table|device|vendor|all>)")
     run = read_run(p)
     run.meta.setdefault("name", str(spec))
     return [run]

@@ -45,7 +45,7 @@ the kernel at its measured microbenchmark speed):
 
 The vendor tables of ``data/efficiency.toml`` also hold *fallback kernel physics* (the
 ``PHYSICS_KEYS``: GEMM, attention, memory and link efficiencies) for silicon with no kernel
-measurement at all; :mod:`trainperf.predict.kernels` reads them, never the knobs.
+measurement at all; the kernel fit reads them, never the knobs.
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ def _table() -> dict[str, Any]:
 
 def _apply(base: Knobs, entry: Mapping[str, Any], label: str, physics_ok: bool = False) -> Knobs:
     values = {k: v for k, v in entry.items() if k in KNOB_NAMES}
-    allowed = set(KNOB_NAMES) | {"sources", "fitted", "notes"} | (set(PHYSICS_KEYS) if physics_ok else set())
+    allowed = set(KNOB_NAMES) | {"sources"} | (set(PHYSICS_KEYS) if physics_ok else set())
     for k in entry:
         if k not in allowed:
             check_knob_name(str(k), f"efficiency[{label}]")
@@ -195,42 +195,14 @@ def _apply(base: Knobs, entry: Mapping[str, Any], label: str, physics_ok: bool =
     return dataclasses.replace(base, **values, device=label, sources=srcs)
 
 
-def knobs_for(hardware_id: str, vendor: str) -> Knobs:
-    """Knobs of a device: its own entry over its vendor's defaults over :data:`BUILTIN`."""
-    return _knobs_for(str(hardware_id), str(vendor))
-
-
-@lru_cache(maxsize=256)
-def _knobs_for(hardware_id: str, vendor: str) -> Knobs:
-    table = _table()
-    k = BUILTIN
-    vend = table.get("vendors", {}).get(vendor)
-    if vend:
-        k = _apply(k, vend, f"vendor:{vendor}", physics_ok=True)
-    dev = table.get("devices", {}).get(hardware_id)
-    if dev:
-        k = _apply(k, dev, hardware_id, physics_ok=True)
-    return k
-
-
-def fitted_knobs(hardware_id: str) -> tuple[str, ...]:
-    """Names of the knobs whose values in efficiency.toml were fitted to published rows."""
-    dev = _table().get("devices", {}).get(hardware_id, {})
-    return tuple(dev.get("fitted", ()))
-
-
-def device_entries() -> dict[str, dict[str, Any]]:
-    """The per-device entries of efficiency.toml (for reports)."""
-    return dict(_table().get("devices", {}))
+@lru_cache(maxsize=64)
+def vendor_knobs(vendor: str) -> Knobs:
+    """Knobs of a vendor's devices: its ``[vendors.<vendor>]`` entry of efficiency.toml over
+    :data:`BUILTIN` (stack profiles go on top: :func:`trainperf.predict.stacks.stack_knobs`)."""
+    vend = _table().get("vendors", {}).get(str(vendor))
+    return _apply(BUILTIN, vend, f"vendor:{vendor}", physics_ok=True) if vend else BUILTIN
 
 
 def knobs_from_mapping(base: Knobs, values: Mapping[str, Any], label: str) -> Knobs:
     """``base`` with some knobs replaced (a calibration file's values)."""
     return _apply(base, values, label)
-
-
-def vendor_physics(vendor: str) -> dict[str, float]:
-    """The fallback kernel physics of a vendor table (``PHYSICS_KEYS``), for silicon with no
-    kernel measurement; empty when the vendor states none."""
-    vend = _table().get("vendors", {}).get(vendor, {})
-    return {k: float(v) for k, v in vend.items() if k in PHYSICS_KEYS}

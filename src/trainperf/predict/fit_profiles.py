@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from trainperf.predict import batch, intervals
-from trainperf.predict.efficiency import KNOB_BOUNDS, KNOB_NAMES, knobs_for
+from trainperf.predict.efficiency import KNOB_BOUNDS, KNOB_NAMES, vendor_knobs
 from trainperf.predict.holdout import (
     PACKAGED_CACHE,
     Prediction,
@@ -150,7 +150,7 @@ def _base_values(rows: Sequence[FitRow], base: Sequence[Profile]) -> list[dict[s
     out = []
     for r in rows:
         hw = r.workload.hardware
-        vals = knobs_for("", hw.vendor).values()
+        vals = vendor_knobs(hw.vendor).values()
         gen = generation_of(hw)
         for prof in base:
             vals.update(prof.values_for(gen))
@@ -406,7 +406,7 @@ def profiles_from_fit(pb: Problem, theta: np.ndarray) -> dict[str, Profile]:
             elif key.endswith("*") and knob in GENERATION_KNOBS:
                 # for silicon the fit has no row of: the all-silicon share (generic) and the stack's
                 # shared deviation, without any generation's residual
-                start = _to_x(knob, getattr(knobs_for("", "nvidia"), knob))
+                start = _to_x(knob, getattr(vendor_knobs("nvidia"), knob))
                 x = start + sum(t for (lv, k2, kn), t in zip(pb.params, theta_of(level), strict=True)
                                 if kn == knob and (k2 == "*" or (level == "stack" and k2 == f"{stack}/*")))
                 knobs[knob] = float(_from_x(knob, np.array(x)))

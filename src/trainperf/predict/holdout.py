@@ -23,7 +23,7 @@ import hashlib
 import json
 import os
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -133,7 +133,9 @@ stack profiles, fitted kernel parameters, the device and model catalogs. The row
 
 
 def data_hash() -> str:
-    """Hash of :data:`DATA_FILES` (a folder: every file in it, by name)."""
+    """Hash of the content of :data:`DATA_FILES` (a folder: every file in it, by name), as parsed:
+    a comment or a re-ordering of a TOML or JSON file leaves it alone."""
+    import tomllib
     from importlib import resources
 
     h = hashlib.sha256()
@@ -141,8 +143,10 @@ def data_hash() -> str:
         node = resources.files(package).joinpath(rel)
         files = sorted(node.iterdir(), key=lambda p: p.name) if node.is_dir() else [node]
         for f in files:
+            text = f.read_text(encoding="utf-8")
+            data = tomllib.loads(text) if f.name.endswith(".toml") else json.loads(text)
             h.update(f"{package}/{rel}/{f.name}".encode())
-            h.update(f.read_bytes())
+            h.update(json.dumps(data, sort_keys=True).encode())
     return h.hexdigest()[:16]
 
 
@@ -229,7 +233,3 @@ def by(preds: Sequence[Prediction], key: str) -> dict[str, dict[str, Any]]:
     """:func:`summarize` per ``table``, ``stack`` or ``group``."""
     keys = list(dict.fromkeys(getattr(p, key) for p in preds))
     return {k: summarize([p for p in preds if getattr(p, key) == k]) for k in keys}
-
-
-def per_key(preds: Sequence[Prediction]) -> Mapping[str, Prediction]:
-    return {p.name: p for p in preds}

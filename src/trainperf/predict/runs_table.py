@@ -852,9 +852,25 @@ def included(runs: Sequence[TableRun]) -> list[TableRun]:
     return [r for r in runs if r.included]
 
 
-def table_run_records() -> list[Any]:
-    """The mapped rows of the packaged table as published run records."""
-    return [r.to_run_record() for r in packaged_runs() if r.included]
+def published_records(key: str = "") -> list[Any]:
+    """Mapped rows of the packaged table as published run records (named ``row:<row_id>``): all
+    of them, or those ``key`` names: a row (``12`` or ``row:12``), a table (``table:<id>`` or
+    its id), a device id or vendor (``h100-sxm``, ``amd``), or a shell-style pattern over the
+    records' names (``row:1?``). A key naming none is a one-line error listing the rows."""
+    import fnmatch
+
+    from trainperf.errors import UnknownNameError
+
+    runs = included(packaged_runs())
+    key = key.strip()
+    if key and key != "all":
+        bare = key.removeprefix("row:").removeprefix("table:")
+        runs = ([r for r in runs if r.row_id == bare or r.table_id.strip() == bare]
+                or [r for r in runs if key in (r.workload.hardware.id, r.workload.hardware.vendor)]
+                or [r for r in runs if fnmatch.fnmatchcase(f"row:{r.row_id}", key)])
+        if not runs:
+            raise UnknownNameError("published row", key, [f"row:{r.row_id}" for r in included(packaged_runs())])
+    return [r.to_run_record() for r in runs]
 
 
 def select_runs(runs: Sequence[TableRun], spec: str, where: str = "published-runs") -> list[TableRun]:
@@ -870,11 +886,6 @@ def select_runs(runs: Sequence[TableRun], spec: str, where: str = "published-run
     if not picked:
         raise UnknownNameError(f"{where} {kind}", key, sorted({getattr(r, field_) for r in runs}))
     return picked
-
-
-def get_table_run(row_id: str) -> TableRun:
-    """One row of the packaged table by ``row_id`` (``row:`` prefix allowed)."""
-    return select_runs(packaged_runs(), "row:" + row_id.removeprefix("row:"), "published row")[0]
 
 
 # ------------------------------------------------------------------------------ reading report

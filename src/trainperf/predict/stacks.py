@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from trainperf.errors import InputFileError, SpecError, UnknownNameError, one_line
-from trainperf.predict.efficiency import Knobs, check_knob_name, knobs_for
+from trainperf.predict.efficiency import Knobs, check_knob_name, vendor_knobs
 from trainperf.specs.catalog_cache import read_catalog
 from trainperf.specs.datafiles import read_user_text
 
@@ -294,7 +294,7 @@ def load_profile(name_or_file: str | None) -> Profile:
 def knobs_with_profiles(hardware: Any, profiles: tuple[Profile, ...] | list[Profile]) -> Knobs:
     """Vendor defaults, then each profile's values for the device's generation, in order."""
     gen = generation_of(hardware)
-    k = knobs_for("", str(getattr(hardware, "vendor", "")))
+    k = vendor_knobs(str(getattr(hardware, "vendor", "")))
     vals = k.values()
     srcs = dict(k.sources)
     for prof in profiles:

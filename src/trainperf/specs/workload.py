@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from trainperf.errors import SpecError
 from trainperf.specs.bounds import DEVICES_PER_NODE, WORKLOAD_FIELD_BOUNDS
@@ -20,10 +20,6 @@ from trainperf.specs.parallel import ParallelPlan
 if TYPE_CHECKING:  # imported where a workload has adapters (most have none)
     from trainperf.specs.lora import LoraSpec
 
-Checkpointing = Literal["none", "selective", "full"]
-CHECKPOINTING: tuple[str, ...] = ("none", "selective", "full")
-"""The three classic policies; every accepted name is in
-:data:`trainperf.accounting.recompute.POLICY_NAMES`."""
 FP8_RECIPES: tuple[str, ...] = ("tensorwise", "rowwise", "delayed", "blockwise", "mxfp8")
 """FP8 scaling recipes (torchtitan/torchao ``tensorwise`` and ``rowwise``; Transformer Engine ``delayed``)."""
 # Dtypes a CPU can train in with PyTorch; the rest are accelerator formats.

@@ -30,13 +30,6 @@ def bubble_time_s(pp: Num, vpp: Num, microbatch_time_s: Num) -> Num:
     return (pp - 1.0) / vpp * microbatch_time_s
 
 
-def bubble_fraction_of_step(pp: Num, grad_accum: Num, vpp: Num = 1) -> Num:
-    """Bubble as a fraction of the whole step: ``(p-1)/(m+p-1)`` for 1F1B (``v = 1``), and
-    ``((p-1)/v) / (m + (p-1)/v)`` interleaved."""
-    b = (pp - 1.0) / vpp
-    return b / (grad_accum + b)
-
-
 @dataclass(frozen=True, slots=True)
 class Pipeline:
     """The step's pipeline costs."""
