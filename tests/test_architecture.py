@@ -113,8 +113,6 @@ step's exposed TP time is computed in one short function)."""
 def test_no_long_functions_in_the_model_and_the_planner(package):
     long = []
     for path in sorted((SRC / package).rglob("*.py")):
-        if "fitting" in path.parts:  # offline kernel fitting: moves to tools/ (issue 28, item 6)
-            continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 n = (node.end_lineno or node.lineno) - node.lineno + 1

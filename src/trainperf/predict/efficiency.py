@@ -43,9 +43,8 @@ the kernel at its measured microbenchmark speed):
     With async TP / TP communication overlap: the fraction of tensor-parallel collective time
     hidden behind GEMMs.
 
-The vendor tables of ``data/efficiency.toml`` also hold *fallback kernel physics* (the
-``PHYSICS_KEYS``: GEMM, attention, memory and link efficiencies) for silicon with no kernel
-measurement at all; the kernel fit reads them, never the knobs.
+Fallback kernel physics for silicon no kernel was measured on (trainperf 0.1's absolute
+efficiencies) live with the kernel fit, ``tools/kernel_fitting/fallbacks.toml``.
 """
 
 from __future__ import annotations
@@ -78,11 +77,6 @@ KNOB_BOUNDS: dict[str, tuple[float, float]] = {
     "compile_overhead_factor": (0.05, 2.0),
     "async_tp_overlap": (0.0, 1.0),
 }
-PHYSICS_KEYS: tuple[str, ...] = (
-    "matmul_efficiency", "fp8_matmul_efficiency", "matmul_half_dim", "attention_efficiency",
-    "memory_efficiency", "link_efficiency", "link_latency_us", "attention_half_kv",
-)
-"""Fallback kernel physics a vendor table may state (read by :mod:`trainperf.predict.kernels`)."""
 RETIRED_KNOBS: dict[str, str] = {
     "matmul_efficiency": "matmul_fraction", "fp8_matmul_efficiency": "fp8_matmul_fraction",
     "attention_efficiency": "attention_fraction", "memory_efficiency": "memory_bound_fraction",
@@ -182,15 +176,15 @@ def _table() -> dict[str, Any]:
     return read_catalog("trainperf.predict", "efficiency.toml", "efficiency table")
 
 
-def _apply(base: Knobs, entry: Mapping[str, Any], label: str, physics_ok: bool = False) -> Knobs:
+def _apply(base: Knobs, entry: Mapping[str, Any], label: str) -> Knobs:
     values = {k: v for k, v in entry.items() if k in KNOB_NAMES}
-    allowed = set(KNOB_NAMES) | {"sources"} | (set(PHYSICS_KEYS) if physics_ok else set())
+    allowed = set(KNOB_NAMES) | {"sources"}
     for k in entry:
         if k not in allowed:
             check_knob_name(str(k), f"efficiency[{label}]")
     srcs = dict(base.sources)
     given = dict(entry.get("sources", {}))
-    for k in values:  # (physics keys' sources stay in the table for the kernel fallback)
+    for k in values:
         srcs[k] = str(given.get(k, f"efficiency.toml [{label}]"))
     return dataclasses.replace(base, **values, device=label, sources=srcs)
 
@@ -200,7 +194,7 @@ def vendor_knobs(vendor: str) -> Knobs:
     """Knobs of a vendor's devices: its ``[vendors.<vendor>]`` entry of efficiency.toml over
     :data:`BUILTIN` (stack profiles go on top: :func:`trainperf.predict.stacks.stack_knobs`)."""
     vend = _table().get("vendors", {}).get(str(vendor))
-    return _apply(BUILTIN, vend, f"vendor:{vendor}", physics_ok=True) if vend else BUILTIN
+    return _apply(BUILTIN, vend, f"vendor:{vendor}") if vend else BUILTIN
 
 
 def knobs_from_mapping(base: Knobs, values: Mapping[str, Any], label: str) -> Knobs:

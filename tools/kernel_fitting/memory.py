@@ -14,7 +14,7 @@ import re
 from collections import defaultdict
 from statistics import median
 
-from trainperf.predict.kernels.fitting.common import (
+from .common import (
     NEIGHBOUR,
     Param,
     Row,

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from trainperf.predict.kernels.fitting.common import (
+from .common import (
     NEIGHBOUR,
     Param,
     Row,
