@@ -1,4 +1,4 @@
-"""Keeps DESIGN.md's layer rules and the CLI table honest.
+"""Keeps docs/DESIGN.md's layer rules and the CLI table honest.
 
 Layers, lower never imports higher: errors, numbers, vec, locked_update < specs < records < accounting < ingest < measure <
 predict < plan < report < cli. torch only under trainperf/measure (and the thin wrappers that

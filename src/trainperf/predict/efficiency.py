@@ -1,6 +1,6 @@
 """Efficiency knobs: the few fitted numbers on top of device and kernel physics.
 
-A prediction stands on three kinds of numbers, kept apart (``DESIGN.md``, "Predict"):
+A prediction stands on three kinds of numbers, kept apart (docs/DESIGN.md, "Predict"):
 
 * device physics: datasheet peaks, HBM and link bandwidths (:mod:`trainperf.specs.hardware`);
 * kernel physics: what a silicon achieves per kernel class, measured by others -- GEMM efficiency

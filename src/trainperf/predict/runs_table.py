@@ -1,7 +1,7 @@
 """A runs table (the packaged ``data/published_runs.csv`` or any CSV with its columns) as
 workloads the predictor can run.
 
-The packaged CSV (169 rows from 30 public tables, see ``../shared/published/README.md``) keeps
+The packaged CSV (169 rows from 30 public tables; its columns: docs/PUBLISHED_RUNS.md) keeps
 each measurement as published; tables other people write with the same columns spell things as
 they please. :func:`load_table_runs` maps every row either to a :class:`TableRun` with a
 :class:`~trainperf.specs.workload.Workload` and a step time, or to an exclusion whose one-line

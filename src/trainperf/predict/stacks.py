@@ -1,12 +1,14 @@
 """Software-stack profiles: how well a framework turns a device's physics into throughput.
 
 Device physics (peaks per dtype, HBM size and bandwidth, link bandwidths) lives in the device
-catalog; SKUs of one silicon differ only there. A *stack profile* holds the few software numbers
-on top of it: GEMM efficiency by dtype (and the shape penalty), attention kernel efficiency,
-collective overlap, the fixed per-kernel cost and memory-bound throughput -- the knobs of
-:mod:`trainperf.predict.efficiency` -- where a value depends on the GPU generation, per
-generation (``ampere``, ``hopper``, ...), never per SKU. Each value carries its source: the
-published tables it was fitted on, with the leave-one-table-out error of that fit.
+catalog; SKUs of one silicon differ only there, and what a silicon's kernels achieve is kernel
+physics (:mod:`trainperf.predict.kernels`). A *stack profile* holds the few software numbers on
+top of them -- the knobs of :mod:`trainperf.predict.efficiency`: the share of the measured GEMM,
+attention, memory-bound and collective speed the stack keeps, the overlap of its collectives, its
+fixed per-kernel cost -- where a value depends on the GPU generation, per generation
+(``ampere``, ``hopper``, ...), never per SKU; and the facts of what it runs (``[kernels]``,
+``[capabilities]``, ``[defaults]``). Each fitted value carries its source: the published tables
+it was fitted on, with the held-out error of that fit.
 
 A profile is a TOML file (the packaged ones are ``data/stacks/<name>.toml``; a user's profile,
 e.g. written by ``trainperf calibrate-model``, has the same format)::
@@ -19,9 +21,9 @@ e.g. written by ``trainperf calibrate-model``, has the same format)::
     [knobs.sources]
     overlap = "fitted on ..."
     [generations.hopper]                     # one generation
-    matmul_efficiency = 0.78
+    matmul_fraction = 0.95
     [generations.hopper.sources]
-    matmul_efficiency = "fitted on tables ...: N rows, leave-one-table-out MAPE Z%"
+    matmul_fraction = "fitted on tables ...: N rows, leave-one-table-out MAPE Z%"
 
 Knobs resolve, later entries winning: built-in defaults, the device vendor's defaults
 (``data/efficiency.toml``), ``generic`` (all generations, then the device's generation), the

@@ -57,16 +57,18 @@ class Workload:
     """Software stack the run uses: a profile name (``megatron-core``, ``maxtext``, ``torchtitan``,
     ``llm-foundry``, ``deepspeed``, ``paxml``, ``generic``) or a profile file (``trainperf.predict.stacks``)."""
     compile: bool = False
-    """The model is compiled (torch.compile / a fused graph): the profile's
-    ``compile_memory_bound_factor`` and ``compile_overhead_factor`` apply to memory-bound ops and
-    per-kernel overhead."""
+    """The model is compiled (torch.compile / a fused graph): memory-bound ops run at the silicon's
+    measured compiled bandwidth (kernel physics) and the profile's ``compile_overhead_factor``
+    scales the per-kernel overhead."""
     async_tp: bool = False
     """Asynchronous tensor parallelism (torchtitan async TP, Megatron TP comm overlap): the
     profile's ``async_tp_overlap`` fraction of the TP collectives hides behind GEMMs. Needs tp > 1."""
     fp8_recipe: str | None = None
     """FP8 scaling recipe: ``tensorwise`` (dynamic per-tensor), ``rowwise`` (per-row scales) or
-    ``delayed`` (amax history, Transformer Engine); ``None``: not stated (the profile's fp8
-    efficiency applies unscaled). Only with precision fp8 or fp4."""
+    ``delayed`` (amax history, Transformer Engine), ``blockwise`` or ``mxfp8``; ``None``: not
+    stated (the stack's own recipe, ``[kernels] fp8_recipe`` of its profile). The recipe's
+    quantisation cost on the silicon is kernel physics (:mod:`trainperf.predict.kernels.fp8`).
+    Only with precision fp8 or fp4."""
     lora: LoraSpec | None = None
     """LoRA fine-tune: the base is frozen and only these adapters train; None: full training."""
     notes: tuple[str, ...] = field(default=(), compare=False)

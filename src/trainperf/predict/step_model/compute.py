@@ -4,7 +4,8 @@ launches; per layer, for the LM head and loss, and on the slowest pipeline rank.
 Formulas (every argument a float or a numpy array):
 
 * A GEMM ``(m x k) @ (k x n)`` does ``2*m*n*k`` FLOPs (Kaplan et al. 2020) at
-  ``peak * matmul_efficiency * s(m) * s(n) * s(k)`` with the shape factor
+  ``peak * efficiency * s(m) * s(n) * s(k)`` (the silicon's measured GEMM efficiency times the
+  share the stack keeps, :func:`gemm_speed`) with the shape factor
   ``s(d) = d / (d + matmul_half_dim)`` (small or skinny GEMMs cannot fill the tensor cores),
   but never faster than moving its operands through HBM (roofline, Williams et al. 2009).
 * Fused (flash) attention: forward ``4 * b * s_q * s_k_avg * heads * head_dim`` FLOPs,
