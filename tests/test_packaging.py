@@ -91,7 +91,7 @@ def test_metadata_states_licence_python_and_extras(built):
     assert not [c for c in classifiers if c.startswith("License ::")]  # PEP 639: the expression says it
     requires = meta.get_all("Requires-Dist")
     core = sorted(r for r in requires if "extra ==" not in r)
-    assert core == ["numpy>=1.24", "tabulate>=0.10"]
+    assert core == ["numpy>=1.24", "scipy>=1.17", "tabulate>=0.10", "tomli-w>=1.2"]
     torch = [r for r in requires if r.startswith("torch")]
     assert torch == ['torch>=2.6; extra == "bench"']  # no upper cap: newer torch releases install
     assert "trainperf = trainperf.cli.main:main" in entry_points

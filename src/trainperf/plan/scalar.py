@@ -11,6 +11,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from trainperf.predict import predict as _predict
+from trainperf.predict.step import resolve_knobs
+from trainperf.predict.step_model import layout_of
 from trainperf.specs.hardware import Hardware
 from trainperf.specs.model import ModelSpec
 from trainperf.specs.parallel import ParallelPlan
@@ -51,7 +54,6 @@ def knob_values(hardware: Hardware, calibration: Mapping[str, Mapping[str, float
     """The efficiency knob values :func:`trainperf.predict.predict` uses for ``hardware``
     (``calibration``: device id -> knob values, as :func:`~trainperf.predict.step.load_calibration`
     returns)."""
-    from trainperf.predict.step import resolve_knobs
 
     w = _single(model or ModelSpec.preset("debug"), hardware, 8, "fp32" if hardware.kind == "cpu" else
                 next(p for p in ("bf16", "fp16", "fp32") if hardware.supports(p)))
@@ -64,7 +66,6 @@ def representative(model: ModelSpec, hardware: Hardware, seq_len: int, precision
     """The :class:`~trainperf.predict.step_model.layout.Layout` of a single-device workload under
     ``stack``: the model, precision, device and kernel physics; the planner replaces its mesh with
     the candidates' plans as arrays."""
-    from trainperf.predict.step_model import layout_of
 
     return layout_of(_single(model, hardware, seq_len, precision, stack))
 
@@ -72,7 +73,6 @@ def representative(model: ModelSpec, hardware: Hardware, seq_len: int, precision
 def predict(w: Workload, calibration: Mapping[str, Mapping[str, float]] | None = None,
             convention: str | None = None) -> ScalarFigures:
     """The scalar predictor's figures for one workload (:func:`trainperf.predict.predict`)."""
-    from trainperf.predict import predict as _predict
 
     kw: dict[str, Any] = {"convention": convention} if convention else {}
     p = _predict(w, calibration=calibration, **kw)

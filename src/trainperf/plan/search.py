@@ -32,7 +32,7 @@ from trainperf.plan.space import (
     enumerate_candidates,
     slot_stages,
 )
-from trainperf.predict.stack_capabilities import stacks_for
+from trainperf.predict.stack_capabilities import capabilities_of, stacks_for
 from trainperf.specs.hardware import PRECISIONS, Hardware
 from trainperf.specs.model import ModelSpec
 from trainperf.specs.parallel import ParallelPlan, PipelineSchedule
@@ -204,7 +204,6 @@ def describe_plan(w: Workload) -> str:
 def workload_of(model: ModelSpec, hardware: Hardware, space: SearchSpace, cands: Candidates,
                 i: int) -> Workload:
     """The validated :class:`Workload` of candidate row ``i``."""
-    from trainperf.predict.stack_capabilities import capabilities_of
 
     r = cands.row(i)
     slots = int(r["slots"])

@@ -29,6 +29,15 @@ from typing import Any, TypedDict
 import numpy as np
 
 from trainperf import vec
+from trainperf.errors import SpecError
+from trainperf.predict.stack_capabilities import (
+    PlanFacts,
+    capabilities_of,
+    capability_rules,
+    packaged_capabilities,
+)
+from trainperf.specs.bounds import MEMORY_MARGIN
+from trainperf.specs.checkpointing import get_policy, policy_for_model
 from trainperf.specs.hardware import Hardware
 from trainperf.specs.model import ModelSpec
 
@@ -215,8 +224,6 @@ class SearchSpace:
                 "fp8_recipe": self.fp8_recipe if precision in ("fp8", "fp4") else None, "stack": self.stack}
 
     def __post_init__(self) -> None:
-        from trainperf.errors import SpecError
-
         for n in self.num_devices:
             if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n < 2**31:
                 raise SpecError("hardware.num_devices", n, "a positive integer below 2**31")
@@ -231,7 +238,6 @@ class SearchSpace:
             raise SpecError("training.seq_len", self.seq_len, "a positive integer")
         if self.devices_per_node < 1:
             raise SpecError("hardware.devices_per_node", self.devices_per_node, "a positive integer")
-        from trainperf.specs.checkpointing import get_policy
 
         canon = []
         for p in self.checkpointing:
@@ -242,7 +248,6 @@ class SearchSpace:
         object.__setattr__(self, "checkpointing", tuple(canon))  # Megatron modules in canonical order
         if self.max_micro_batch < 1:
             raise SpecError("max_micro_batch", self.max_micro_batch, "a positive integer")
-        from trainperf.specs.bounds import MEMORY_MARGIN
 
         MEMORY_MARGIN.check("memory_margin", self.memory_margin)
         if isinstance(self.max_vpp, bool) or not isinstance(self.max_vpp, int) or self.max_vpp < 0:
@@ -500,7 +505,6 @@ def plan_facts(caps: Any, cols: Mapping[str, np.ndarray]) -> Any:
     columns the table has so far (``None`` for the others). Experts split like the dense layers
     (``etp = tp``) count as not set apart; a row's schedule is the one the stack runs it under
     (:meth:`~trainperf.predict.stack_capabilities.Capabilities.schedule_for`)."""
-    from trainperf.predict.stack_capabilities import PlanFacts
 
     def col(name: str) -> Any:
         return cols.get(name)
@@ -521,7 +525,6 @@ def stack_allows(caps: Any, cols: Mapping[str, np.ndarray], layers: int, skip: s
     has (:func:`~trainperf.predict.stack_capabilities.capability_rules`, the rules
     :func:`~trainperf.predict.stack_capabilities.plan_refusal` applies to one plan); ``skip``:
     indices of rules already applied, to which the ones applied here are added."""
-    from trainperf.predict.stack_capabilities import capability_rules
 
     facts = plan_facts(caps, cols)
     n = cols["dp"].shape[0]
@@ -548,7 +551,6 @@ def runnable(caps: Any, cols: Mapping[str, np.ndarray], layers: int) -> np.ndarr
 
 def _for_model(model: ModelSpec, policy: str) -> str:
     """``policy`` as it acts on ``model`` (:func:`~trainperf.specs.checkpointing.policy_for_model`)."""
-    from trainperf.specs.checkpointing import policy_for_model
 
     return policy_for_model(policy, moe=model.is_moe, mla=model.attention == "mla",
                             shared_experts=bool(model.moe_shared_experts), dense_layers=model.dense_layers > 0)
@@ -575,7 +577,6 @@ def searched_policies(model: ModelSpec, caps: Any) -> tuple[str, ...]:
     re-runs memory-bound ops and the up-projections only, and that set's ``moe`` variant. A
     smaller output-discarding set saves less memory for about the same time, and each policy
     tried costs a full evaluation of the layouts (a user may still name any of them)."""
-    from trainperf.specs.checkpointing import get_policy
 
     lean = ({"layernorm"} | ({"moe_act"} if model.is_moe else set())
             | ({"mla_up_proj"} if model.attention == "mla" else set()))
@@ -614,8 +615,6 @@ class _Enumeration:
     each weighted by the plans it would have expanded into."""
 
     def __init__(self, model: ModelSpec, hardware: Hardware, space: SearchSpace) -> None:
-        from trainperf.predict.stack_capabilities import capabilities_of
-
         self.model, self.space = model, space
         self.caps = caps = capabilities_of(space.stack).as_of(space.release)
         self.fixed = dict(space.fixed)
@@ -789,7 +788,6 @@ class _Enumeration:
 
     def _some_stack_runs(self, cols: dict[str, np.ndarray], groups: np.ndarray) -> np.ndarray:
         """Rows of the product table (group-major) that at least one packaged stack can run."""
-        from trainperf.predict.stack_capabilities import packaged_capabilities
 
         others = packaged_capabilities()
         layout_ok = [runnable(other, cols, self.model.layers) for other in others]

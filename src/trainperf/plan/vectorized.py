@@ -21,7 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from trainperf.plan import scalar
 from trainperf.plan.space import AC_POLICIES, Candidates, SoftwareFields, slot_stages
+from trainperf.predict.stack_capabilities import capabilities_of
+from trainperf.predict.step_model import memory_only, step_costs
 from trainperf.predict.step_model.layout import Layout, Mesh
 from trainperf.specs.hardware import Hardware
 from trainperf.specs.model import ModelSpec
@@ -78,7 +81,6 @@ def _group_layout(model: ModelSpec, hardware: Hardware, seq_len: int, precision:
     """The layout of a (policy, precision) group but its mesh: a single-device workload's, with
     the group's checkpointing and software settings (async TP counts for tp > 1 only: with tp = 1
     there is no TP collective to hide, so the flag is a no-op there)."""
-    from trainperf.plan import scalar
     from trainperf.predict.step_model.kernel_physics import software_fields
 
     stack = software("bf16", 1).get("stack") if software is not None else None
@@ -105,9 +107,6 @@ def evaluate(c: Candidates, model: ModelSpec, hardware: Hardware, seq_len: int, 
     plans whose memory fits the device (the memory is computed for every plan first); the others
     get an infinite step time. A search ranks only plans that fit, and most do not.
     """
-    from trainperf.plan import scalar
-    from trainperf.predict.stack_capabilities import capabilities_of
-    from trainperf.predict.step_model import memory_only, step_costs
 
     n = len(c)
     domain = scale_up_domain or hardware.scale_up_domain or devices_per_node  # as layout_of reads it

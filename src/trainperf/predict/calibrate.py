@@ -4,8 +4,8 @@ The fit minimises the mean squared log error of predicted vs measured step time,
 ``mean(log(pred/meas)^2)``, over the chosen knobs of one device, plus a weak pull towards the
 starting values (so knobs the data cannot tell apart stay at their public defaults). Each knob
 is searched in an unbounded transform of its allowed range (logit of the position between its
-bounds), with a small Nelder-Mead simplex (Nelder & Mead 1965; the adaptive coefficients of
-Gao & Han 2012); scipy is not needed.
+bounds), with scipy's Nelder-Mead (Nelder & Mead 1965; the adaptive coefficients of Gao & Han
+2012).
 """
 
 from __future__ import annotations
@@ -67,50 +67,20 @@ def _from_x(name: str, x: float) -> float:
 
 def nelder_mead(fun: Callable[[list[float]], float], x0: Sequence[float], step: float = 0.5,
                 max_iter: int = 400, tol: float = 1e-10) -> tuple[list[float], float, int]:
-    """Minimise ``fun`` from ``x0``; returns (x, f(x), iterations). Adaptive coefficients."""
+    """Minimise ``fun`` from ``x0`` with :func:`scipy.optimize.minimize`'s Nelder-Mead (adaptive
+    coefficients), starting from a simplex of ``step`` along each axis; returns (x, f(x),
+    iterations). scipy is imported here: it takes a second to import, which only a fit pays."""
     n = len(x0)
     if n == 0:
         return [], fun([]), 0
-    alpha, gamma = 1.0, 1.0 + 2.0 / n
-    rho, sigma = 0.75 - 1.0 / (2 * n), 1.0 - 1.0 / n
-    simplex = [list(map(float, x0))]
-    for i in range(n):
-        x = list(map(float, x0))
-        x[i] += step
-        simplex.append(x)
-    values = [fun(x) for x in simplex]
-    it = 0
-    while it < max_iter:
-        it += 1
-        order = sorted(range(n + 1), key=values.__getitem__)
-        simplex = [simplex[i] for i in order]
-        values = [values[i] for i in order]
-        if abs(values[-1] - values[0]) <= tol * (1.0 + abs(values[0])):
-            break
-        centroid = [sum(x[j] for x in simplex[:-1]) / n for j in range(n)]
-        worst = simplex[-1]
-        xr = [c + alpha * (c - w) for c, w in zip(centroid, worst, strict=True)]
-        fr = fun(xr)
-        if fr < values[0]:
-            xe = [c + gamma * (r - c) for c, r in zip(centroid, xr, strict=True)]
-            fe = fun(xe)
-            simplex[-1], values[-1] = (xe, fe) if fe < fr else (xr, fr)
-        elif fr < values[-2]:
-            simplex[-1], values[-1] = xr, fr
-        else:
-            outside = fr < values[-1]
-            target = xr if outside else worst
-            xc = [c + rho * (t - c) for c, t in zip(centroid, target, strict=True)]
-            fc = fun(xc)
-            if fc < (fr if outside else values[-1]):
-                simplex[-1], values[-1] = xc, fc
-            else:
-                best = simplex[0]
-                simplex = [best] + [[b + sigma * (x - b) for b, x in zip(best, xs, strict=True)]
-                                    for xs in simplex[1:]]
-                values = [values[0]] + [fun(x) for x in simplex[1:]]
-    i = min(range(n + 1), key=values.__getitem__)
-    return simplex[i], values[i], it
+    from scipy.optimize import minimize
+
+    start = [list(map(float, x0))] + [[float(v) + (step if j == i else 0.0) for j, v in enumerate(x0)]
+                                      for i in range(n)]
+    res = minimize(lambda x: fun(list(x)), start[0], method="Nelder-Mead",
+                   options={"adaptive": True, "initial_simplex": start, "maxiter": max_iter, "xatol": 1e-8,
+                            "fatol": tol})
+    return [float(v) for v in res.x], float(res.fun), int(res.nit)
 
 
 # ------------------------------------------------------------------------------------- fit

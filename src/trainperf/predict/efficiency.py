@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from trainperf.errors import SpecError
+from trainperf.errors import SpecError, UnknownNameError
 from trainperf.specs.catalog_cache import read_catalog
 
 KNOB_NAMES: tuple[str, ...] = (
@@ -97,7 +97,6 @@ def check_knob_name(name: str, where: str) -> None:
         raise SpecError(where, name, f"a knob of this version: {name!r} was an absolute efficiency; "
                         f"trainperf now fits {RETIRED_KNOBS[name]!r}, a share of the silicon's measured "
                         "kernel speed -- refit with `trainperf calibrate-model`")
-    from trainperf.errors import UnknownNameError
 
     raise UnknownNameError(where, name, KNOB_NAMES)
 

@@ -25,6 +25,7 @@ import os
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +76,7 @@ def leave_out(rows: Sequence[Any], key: Callable[[Any], str], **kw: Any) -> list
     the vendor defaults). Parameters the reduced fit has no data for (the held-out stack's own
     deviation when the stack appears nowhere else) stay at zero: the rows are then predicted by
     ``generic``."""
-    from trainperf.predict import fit_profiles as fp
+    from trainperf.predict import fit_profiles as fp  # fit_profiles imports this module
 
     rows = list(rows)
     keys = [key(r) for r in rows]
@@ -136,7 +137,6 @@ def data_hash() -> str:
     """Hash of the content of :data:`DATA_FILES` (a folder: every file in it, by name), as parsed:
     a comment or a re-ordering of a TOML or JSON file leaves it alone."""
     import tomllib
-    from importlib import resources
 
     h = hashlib.sha256()
     for package, rel in DATA_FILES:

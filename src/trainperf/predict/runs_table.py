@@ -45,7 +45,8 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainperf.errors import InputFileError, SpecError, TrainperfError
+from trainperf.accounting.conventions import model_flops_per_token
+from trainperf.errors import InputFileError, SpecError, TrainperfError, UnknownNameError
 from trainperf.predict.runs_cells import (
     CellError,
     read_count,
@@ -58,7 +59,11 @@ from trainperf.predict.runs_cells import (
     read_seconds,
     unstated,
 )
+from trainperf.predict.step import check_plan
+from trainperf.specs.checkpointing import POLICIES, RECOMPUTE_MODULES, get_policy
 from trainperf.specs.datafiles import read_user_text
+from trainperf.specs.hardware import get_hardware
+from trainperf.specs.model import MLP_KINDS, ModelSpec
 
 if TYPE_CHECKING:
     from trainperf.predict.stack_defaults import StackDefaults
@@ -229,7 +234,6 @@ def _default_is_on(d: StackDefaults, key: str) -> bool:
 def _policy(cell: str, stack: str, d: Any, precision: str, params_B: float, notes: list[str]) -> str:
     """The activation-checkpointing policy of a cell (policy names of the workload schema); a
     cell that states nothing takes the stack's default for the model's size."""
-    from trainperf.specs.checkpointing import POLICIES, get_policy
 
     low = cell.lower()
 
@@ -304,7 +308,6 @@ def _recompute_modules(low: str) -> str | None:
     """``selective:M1+M2`` for a cell naming Megatron-Core's recompute modules ("recompute_modules:
     core_attn, moe_act", "selective (layernorm, mla_up_proj)"), else None. The plain words ``mlp``
     and ``moe`` count only after ``recompute_modules``, ``recompute-modules`` or ``selective``."""
-    from trainperf.specs.checkpointing import RECOMPUTE_MODULES, get_policy
 
     m = re.search(r"recompute[_ -]modules?\W*(.*)", low)
     named = m is not None
@@ -318,8 +321,6 @@ def _recompute_modules(low: str) -> str | None:
 
 
 def _mlp(arch: str) -> str:
-    from trainperf.specs.model import MLP_KINDS
-
     low = arch.lower()
     if "swiglu" in low:
         return "swiglu"
@@ -369,8 +370,6 @@ def _preset_values(preset: Any, column: str) -> tuple[Any, ...]:
 
 
 def _model(r: Mapping[str, str], notes: list[str]) -> dict[str, Any]:
-    from trainperf.specs.model import ModelSpec
-
     layers, hidden, ffn, vocab = (_count(r, c) for c in ("layers", "hidden", "ffn_hidden", "vocab"))
     preset = _preset_named(_cell(r, "model"))
     if preset is not None and (not layers or layers == preset.layers) and (not hidden or hidden == preset.hidden):
@@ -579,7 +578,6 @@ def _batches(r: Mapping[str, str], gbs: int | None, gbs_cell: str, plan: dict[st
 
 def _flops_per_step(r: Mapping[str, str], w: Any, d: Any, notes: list[str]) -> tuple[float, str]:
     """FLOPs per step under the convention the row's TFLOP/s figure used (else the stack's)."""
-    from trainperf.accounting.conventions import model_flops_per_token
 
     basis = _cell(r, "mfu_basis").lower() + " " + _cell(r, "framework").lower()
     m = w.model
@@ -737,9 +735,6 @@ def _figures(r: Mapping[str, str], reading: Any, notes: list[str]) -> tuple[Any,
 def _mapped(r: Mapping[str, str], stack: str, d: Any, reading: Any, prec: Any,
             notes: list[str]) -> tuple[Any, float, str]:
     """(workload, step seconds, where the step time came from) of a row that can be predicted."""
-    from trainperf.predict.step import check_plan
-    from trainperf.specs.hardware import get_hardware
-    from trainperf.specs.model import ModelSpec
     from trainperf.specs.workload_file import workload_from_dict
 
     step, tps, tflops, n, gbs, seq = _figures(r, reading, notes)
@@ -859,7 +854,6 @@ def published_records(key: str = "") -> list[Any]:
     records' names (``row:1?``). A key naming none is a one-line error listing the rows."""
     import fnmatch
 
-    from trainperf.errors import UnknownNameError
 
     runs = included(packaged_runs())
     key = key.strip()
@@ -876,7 +870,6 @@ def published_records(key: str = "") -> list[Any]:
 def select_runs(runs: Sequence[TableRun], spec: str, where: str = "published-runs") -> list[TableRun]:
     """The rows ``row:<row_id>`` or ``table:<table_id>`` names (an unknown id is a one-line
     error listing the nearest ones)."""
-    from trainperf.errors import UnknownNameError
 
     kind, _, key = spec.partition(":")
     if kind not in ("row", "table"):

@@ -45,6 +45,7 @@ from typing import Any
 
 from trainperf import vec
 from trainperf.errors import SpecError, TrainperfError, UnknownNameError
+from trainperf.specs.checkpointing import POLICY_NAMES
 from trainperf.specs.parallel import PipelineSchedule
 
 PARALLELISMS: tuple[str, ...] = ("dp", "fsdp", "tp", "pp", "vpp", "cp", "ep")
@@ -240,7 +241,6 @@ def _str_list(v: Any, stack: str, key: str, allowed: tuple[str, ...] | None = No
 
 def capabilities_from_table(stack: str, table: Mapping[str, Any]) -> Capabilities:
     """Validate a ``[capabilities]`` table (one-line errors naming the key and value)."""
-    from trainperf.specs.checkpointing import POLICY_NAMES
 
     kw: dict[str, Any] = {}
     for key, v in table.items():
@@ -354,7 +354,7 @@ def fsdp_grad_per_tensor(stack: Any) -> bool:
         return False
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True, eq=False)
 class PlanFacts:
     """What a stack's capabilities are checked against: Python numbers and bools for one plan
     (:meth:`of`), numpy arrays with one element per candidate for the planner. Fields left
@@ -411,6 +411,7 @@ def _pipeline_stage(f: PlanFacts) -> Any:
     return vec.where(f.fsdp > 1, 3, vec.where(f.dp > 1, f.zero_stage, 0))
 
 
+@lru_cache(maxsize=256)
 def capability_rules(caps: Capabilities, layers: int) -> tuple[Rule, ...]:
     """The rules a plan must pass for ``caps.stack`` to run it, in the order :func:`plan_refusal`
     reports them; the one definition the planner applies to its candidate arrays too

@@ -135,72 +135,26 @@ class Profile:
         return None
 
     def to_toml(self) -> str:
-        """The profile as a TOML file :func:`load_profile` reads back."""
-        def q(s: str) -> str:
-            return '"' + str(s).replace("\\", "\\\\").replace('"', '\\"') + '"'
+        """The profile as a TOML file :func:`load_profile` reads back (tomli-w; fitted numbers to
+        6 significant digits)."""
+        import tomli_w
 
-        out = [f"name = {q(self.name)}", f"description = {q(self.description)}",
-               "frameworks = [" + ", ".join(q(f) for f in self.frameworks) + "]", ""]
-        out.append("[knobs]")
-        out += [f"{k} = {v:.6g}" for k, v in self.knobs.items()]
-        out.append("[knobs.sources]")
-        out += [f"{k} = {q(self.sources.get(k, ''))}" for k in self.knobs]
-        for gen, vals in self.generations.items():
-            out += ["", f"[generations.{gen}]"]
-            out += [f"{k} = {v:.6g}" for k, v in vals.items()]
-            out.append(f"[generations.{gen}.sources]")
-            out += [f"{k} = {q(self.sources.get(f'{gen}.{k}', ''))}" for k in vals]
-        for table, body in (("kernels", self.kernels), ("capabilities", self.capabilities),
-                            ("defaults", self.defaults)):
-            if body:
-                out += ["", *_toml_table(table, body)]
+        def six(v: float) -> float:
+            return float(f"{v:.6g}")
+
+        doc: dict[str, Any] = {
+            "name": self.name, "description": self.description, "frameworks": list(self.frameworks),
+            "knobs": {**{k: six(v) for k, v in self.knobs.items()},
+                      "sources": {k: self.sources.get(k, "") for k in self.knobs}},
+            "generations": {gen: {**{k: six(v) for k, v in vals.items()},
+                                  "sources": {k: self.sources.get(f"{gen}.{k}", "") for k in vals}}
+                            for gen, vals in self.generations.items()},
+        }
+        doc.update({name: dict(body) for name, body in (("kernels", self.kernels), ("capabilities", self.capabilities),
+                                                         ("defaults", self.defaults)) if body})
         if self.fit:
-            out += ["", "[fit]"]
-            for k, v in self.fit.items():
-                if isinstance(v, str):
-                    out.append(f"{k} = {q(v)}")
-                elif isinstance(v, bool):
-                    out.append(f"{k} = {'true' if v else 'false'}")
-                elif isinstance(v, int | float):
-                    out.append(f"{k} = {v:.6g}")
-                elif isinstance(v, list | tuple):
-                    out.append(f"{k} = [" + ", ".join(q(x) for x in v) + "]")
-        return "\n".join(out) + "\n"
-
-
-def _toml_value(v: Any) -> str:
-    """One TOML value (string, bool, number, list or inline table) as text."""
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int | float):
-        return repr(v) if isinstance(v, int) else repr(float(v))
-    if isinstance(v, list | tuple):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    if isinstance(v, Mapping):
-        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + "}"
-    raise SpecError("profile value", v, "a string, bool, number, list or table")
-
-
-def _toml_key(k: Any) -> str:
-    k = str(k)
-    return k if k and all(c.isalnum() or c in "-_" for c in k) else _toml_value(k)
-
-
-def _toml_table(name: str, body: Mapping[str, Any]) -> list[str]:
-    """``[name]`` with its scalar/list/inline entries, then one ``[name.sub]`` per sub-table
-    (``sources`` included), so :func:`tomllib.loads` gives ``body`` back."""
-    out = [f"[{name}]"]
-    subs = []
-    for k, v in body.items():
-        if isinstance(v, Mapping):
-            subs.append((k, v))
-        else:
-            out.append(f"{_toml_key(k)} = {_toml_value(v)}")
-    for k, v in subs:
-        out += ["", *_toml_table(f"{name}.{_toml_key(k)}", v)]
-    return out
+            doc["fit"] = {k: (six(v) if isinstance(v, float) else v) for k, v in self.fit.items()}
+        return tomli_w.dumps(doc)
 
 
 def _knob_table(body: Any, where: str) -> tuple[dict[str, float], dict[str, str]]:

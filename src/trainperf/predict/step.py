@@ -22,6 +22,7 @@ from trainperf.accounting.conventions import DEFAULT_CONVENTION
 from trainperf.accounting.throughput import throughput
 from trainperf.errors import InputFileError, SpecError
 from trainperf.predict.efficiency import KNOB_NAMES, Knobs, knobs_from_mapping
+from trainperf.predict.stack_capabilities import apply_stack
 from trainperf.predict.step_model import StepCosts, layout_of, step_costs
 from trainperf.predict.step_model.collectives import CommCost, link_name
 from trainperf.predict.step_model.layout import KernelPhysics
@@ -202,7 +203,6 @@ def predict(w: Any, *, knobs: Knobs | None = None,
     ``trainable_fraction`` < 1 models LoRA-style fine-tuning: frozen weights need no weight
     gradients, gradient buffers or optimizer states (compute of the activation gradients stays).
     """
-    from trainperf.predict.stack_capabilities import apply_stack
 
     w = apply_stack(w)
     check_plan(w)

@@ -22,7 +22,7 @@ from trainperf.predict.holdout import Prediction, by, cached_holdouts, group_key
 from trainperf.predict.intervals import LEVEL, group_out_coverage, interval_for
 from trainperf.predict.runs_table import TableRun, load_table_runs
 from trainperf.predict.stacks import generation_of
-from trainperf.predict.step import as_float
+from trainperf.predict.step import as_float, resolve_knobs
 from trainperf.predict.step_model import layout_of, step_time_s
 
 
@@ -117,7 +117,6 @@ class RunsValidation:
 
 def predict_row(run: TableRun, stack: Any = None) -> float:
     """Predicted step seconds of a mapped row with the packaged profiles (or ``stack``)."""
-    from trainperf.predict.step import resolve_knobs
 
     w = run.workload
     k = resolve_knobs(w, stack=stack if stack is not None else run.stack)

@@ -37,7 +37,7 @@ VOLUME: dict[str, float] = {
 """Bus-volume factor of each collective, in units of ``(n-1)/n * S``."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Group:
     """A process group of the mesh."""
 
@@ -48,7 +48,7 @@ class Group:
     """Scale-up domains the group spans."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Fabric:
     """The links a layout's collectives cross and how fast the stack drives them."""
 
@@ -79,7 +79,7 @@ def fabric_of(lay: Layout, link_fraction: Num) -> Fabric:
                   lay.kernels.link_out, link_fraction, lay.mesh.scale_up_domain)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class CommCost:
     """One kind of collective over a step: what it takes and what of it the step waits for."""
 
@@ -91,7 +91,7 @@ class CommCost:
     group: Group
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class OnCriticalPath:
     """A collective that runs between a micro-batch's kernels, with nothing to hide behind."""
 

@@ -119,7 +119,7 @@ def exposed_launch_s(device_s: Num, launch_s: Num) -> Num:
 
 
 # ------------------------------------------------------------------------------ GEMMs
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class GemmSpeed:
     """What every GEMM of the layout is priced with."""
 
@@ -299,7 +299,7 @@ def memory_bound(lay: Layout, st: Stage, kn: KnobValues) -> tuple[Num, Num]:
 
 
 # ------------------------------------------------------------------------- the layer
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class LayerTimes:
     """Seconds of the stage's average layer per micro-batch, by kind of work."""
 
@@ -341,7 +341,7 @@ def layer_times(lay: Layout, st: Stage, kn: KnobValues, g: GemmSpeed) -> LayerTi
                       dev_fwd + l_fwd, dev_bwd + l_bwd, st.rec_frac * (dev_rec + l_rec))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class HeadTimes:
     """The LM head and loss of the last stage, per micro-batch."""
 
@@ -369,7 +369,7 @@ def head_times(lay: Layout, st: Stage, kn: KnobValues, g: GemmSpeed) -> HeadTime
 
 
 # --------------------------------------------------------------------- the slowest rank
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Compute:
     """Compute of one micro-batch on the slowest pipeline rank."""
 

@@ -37,7 +37,7 @@ DDP_BUCKETS = 8.0
 """Gradient all-reduce calls per stage at most (DDP / Megatron buckets of ~25-40 MB)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class DataParallel:
     """The step's data-parallel collectives."""
 
@@ -49,7 +49,7 @@ class DataParallel:
     """ZeRO-1/2 all-gather of the updated parameters."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class _Sharded:
     """One micro-batch's FSDP / ZeRO-3 traffic (0 without sharded parameters)."""
 

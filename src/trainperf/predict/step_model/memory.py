@@ -197,7 +197,7 @@ def mlp_kept_widths(lay: Layout, rc: recompute.LayerRecompute, moe_share: float)
 
 
 # ------------------------------------------------------------------------ per device
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Memory:
     """Memory per device at its peak, by category (bytes)."""
 
@@ -235,7 +235,7 @@ def _gathered(lay: Layout, st: Stage) -> Num:
                                                     PARAM_GATHER_BYTES, GRAD_REDUCE_BYTES, grad_unit), 0.0)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class _Kept:
     """Activation bytes one layer keeps per micro-batch: a dense layer's and what an MoE layer
     keeps beyond it, under the policy and without recomputation."""

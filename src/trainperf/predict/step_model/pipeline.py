@@ -30,7 +30,7 @@ def bubble_time_s(pp: Num, vpp: Num, microbatch_time_s: Num) -> Num:
     return (pp - 1.0) / vpp * microbatch_time_s
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Pipeline:
     """The step's pipeline costs."""
 

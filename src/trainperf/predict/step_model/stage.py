@@ -18,7 +18,7 @@ _NONE = 1e18
 """Stands for "no such rank" in a minimum over ranks."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Stage:
     """The busiest pipeline stage of a layout (numbers or arrays, as the layout's)."""
 

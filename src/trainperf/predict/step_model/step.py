@@ -28,7 +28,7 @@ from trainperf.predict.step_model.stage import Stage, busiest_stage
 from trainperf.predict.step_model.tensor_parallel import tensor_parallel
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class StepCosts:
     """A step's time by component, every collective, and memory per device."""
 
