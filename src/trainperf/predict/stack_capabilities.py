@@ -397,13 +397,14 @@ Rule = tuple[tuple[str, ...], Callable[[PlanFacts], Any], Callable[[PlanFacts], 
 
 
 def _degree_rule(caps: Capabilities, name: str) -> Rule:
-    """A degree above 1 needs the parallelism (ZeRO-3 over dp is FSDP)."""
-    if name in caps.parallelisms:
-        return ((name,), lambda f: True, lambda f: "")
+    """A degree above 1 needs the parallelism (ZeRO-3 over dp is FSDP; the planner, whose
+    ZeRO stage is not known when it lays out the mesh, enumerates that plan as fsdp)."""
     fsdp_over_dp = name == "dp" and "fsdp" in caps.parallelisms
-    reads = ("dp", "zero_stage") if fsdp_over_dp else (name,)
-    return (reads, lambda f: vec.where(getattr(f, name) <= 1, True, fsdp_over_dp and f.zero_stage >= 3),
-            lambda f: f"{caps.stack} has no {name} (runs {', '.join(caps.parallelisms)})")
+
+    def ok(f: PlanFacts) -> Any:
+        return (getattr(f, name) <= 1) | (fsdp_over_dp and f.zero_stage is not None and f.zero_stage >= 3)
+
+    return ((name,), ok, lambda f: f"{caps.stack} has no {name} (runs {', '.join(caps.parallelisms)})")
 
 
 def _pipeline_stage(f: PlanFacts) -> Any:
@@ -411,42 +412,64 @@ def _pipeline_stage(f: PlanFacts) -> Any:
     return vec.where(f.fsdp > 1, 3, vec.where(f.dp > 1, f.zero_stage, 0))
 
 
+def _data_rules(caps: Capabilities) -> list[Rule]:
+    """Replicas of a sharded group, ZeRO stages over dp, sequence parallelism."""
+    fsdp_ok = "fsdp" in caps.parallelisms
+    rules: list[Rule] = []
+    if not caps.hybrid_shard:
+        rules.append((("dp", "fsdp"), lambda f: (f.dp <= 1) | (f.fsdp <= 1),
+                      lambda f: f"{caps.stack} shards over every data-parallel rank (no replicas of an fsdp group)"))
+    if not set(caps.zero_stages) >= {0, 1, 2, 3}:
+        rules.append((("dp", "fsdp", "zero_stage"),
+                      lambda f: ((f.dp <= 1) | vec.isin(f.zero_stage, caps.zero_stages)
+                                 | (fsdp_ok & (f.zero_stage == 3) & (f.fsdp == 1))),
+                      lambda f: (f"{caps.stack} runs ZeRO stage {'/'.join(map(str, caps.zero_stages))} over dp, "
+                                 f"not {f.zero_stage}")))
+    if caps.sequence_parallel == "always":
+        rules.append((("tp", "sp"), lambda f: (f.tp <= 1) | f.sp,
+                      lambda f: f"{caps.stack}'s tensor parallelism always shards the sequence (sp)"))
+    if caps.sequence_parallel == "never":
+        rules.append((("sp",), lambda f: vec.where(f.sp, False, True),
+                      lambda f: f"{caps.stack} has no Megatron-style sequence parallelism"))
+    return rules
+
+
+def _pipeline_rules(caps: Capabilities, layers: int) -> list[Rule]:
+    """What a plan with pp > 1 needs: its ZeRO stage beside the pipeline, its schedule, its vpp,
+    the embedding/loss slots and uneven stages it uses."""
+    rules: list[Rule] = []
+    if not set(caps.pipeline_zero_stages) >= {0, 1, 2, 3}:
+        rules.append((("pp", "dp", "fsdp", "zero_stage"),
+                      lambda f: (f.pp <= 1) | vec.isin(_pipeline_stage(f), caps.pipeline_zero_stages),
+                      lambda f: (f"{caps.stack} runs no {'fsdp' if f.fsdp > 1 else f'ZeRO stage {_pipeline_stage(f)}'}"
+                                 " with pipeline parallelism")))
+    rules += [
+        (("pp", "schedule_ok"), lambda f: (f.pp <= 1) | f.schedule_ok,
+         lambda f: f"{caps.stack} has no {f.schedule} pipeline schedule"),
+        (("pp", "vpp"), lambda f: (f.pp <= 1) | (f.vpp <= caps.vpp_limit(layers, f.pp)),
+         lambda f: f"{caps.stack} runs vpp up to {caps.vpp_limit(layers, f.pp)} here"),
+    ]
+    if not caps.pipeline_slots:
+        rules.append((("pp", "slots"), lambda f: vec.where(f.slots, f.pp <= 1, True),
+                      lambda f: f"{caps.stack} has no embedding/loss pipeline slots"))
+    if not caps.uneven_stages:
+        rules.append((("pp", "uneven"), lambda f: vec.where(f.uneven, f.pp <= 1, True),
+                      lambda f: f"{caps.stack} cannot set first/last stage layers"))
+    return rules
+
+
 @lru_cache(maxsize=256)
 def capability_rules(caps: Capabilities, layers: int) -> tuple[Rule, ...]:
     """The rules a plan must pass for ``caps.stack`` to run it, in the order :func:`plan_refusal`
     reports them; the one definition the planner applies to its candidate arrays too
-    (:func:`trainperf.plan.space.runnable`). The checkpointing policy is checked apart
+    (:func:`trainperf.plan.space.stack_allows`). A rule this stack cannot fail (a parallelism it
+    has, every ZeRO stage) is left out. The checkpointing policy is checked apart
     (:meth:`Capabilities.allows_policy`): the planner tries policies as groups, not rows."""
-    fsdp_ok = "fsdp" in caps.parallelisms
-    no_pp: Callable[[PlanFacts], Any] = lambda f: f.pp <= 1  # noqa: E731
-    return (
-        *(_degree_rule(caps, n) for n in ("dp", "fsdp", "tp", "pp", "vpp", "cp", "ep")),
-        (("dp", "fsdp"), lambda f: vec.where(f.dp <= 1, True, vec.where(f.fsdp <= 1, True, caps.hybrid_shard)),
-         lambda f: f"{caps.stack} shards over every data-parallel rank (no replicas of an fsdp group)"),
-        (("dp", "fsdp", "zero_stage"),
-         lambda f: vec.where(f.dp <= 1, True, vec.where(vec.isin(f.zero_stage, caps.zero_stages), True,
-                                                        vec.where(f.zero_stage == 3, fsdp_ok and f.fsdp == 1, False))),
-         lambda f: f"{caps.stack} runs ZeRO stage {'/'.join(map(str, caps.zero_stages))} over dp, not {f.zero_stage}"),
-        (("tp", "sp"), lambda f: vec.where(f.tp <= 1, True, vec.where(f.sp, True, caps.sequence_parallel != "always")),
-         lambda f: f"{caps.stack}'s tensor parallelism always shards the sequence (sp)"),
-        (("sp",), lambda f: vec.where(f.sp, caps.sequence_parallel != "never", True),
-         lambda f: f"{caps.stack} has no Megatron-style sequence parallelism"),
-        (("pp", "dp", "fsdp", "zero_stage"),
-         lambda f: vec.where(no_pp(f), True, vec.isin(_pipeline_stage(f), caps.pipeline_zero_stages)),
-         lambda f: f"{caps.stack} runs no {'fsdp' if f.fsdp > 1 else f'ZeRO stage {_pipeline_stage(f)}'} with "
-                   "pipeline parallelism"),
-        (("pp", "schedule_ok"), lambda f: vec.where(no_pp(f), True, f.schedule_ok),
-         lambda f: f"{caps.stack} has no {f.schedule} pipeline schedule"),
-        (("pp", "vpp"), lambda f: vec.where(no_pp(f), True, f.vpp <= caps.vpp_limit(layers, f.pp)),
-         lambda f: f"{caps.stack} runs vpp up to {caps.vpp_limit(layers, f.pp)} here"),
-        (("pp", "slots"), lambda f: vec.where(no_pp(f), True, vec.where(f.slots, caps.pipeline_slots, True)),
-         lambda f: f"{caps.stack} has no embedding/loss pipeline slots"),
-        (("pp", "uneven"), lambda f: vec.where(no_pp(f), True, vec.where(f.uneven, caps.uneven_stages, True)),
-         lambda f: f"{caps.stack} cannot set first/last stage layers"),
-        (("ep", "etp", "etp_given", "tp"),
-         lambda f: vec.where(vec.where(f.ep > 1, True, f.etp_given), caps.allows_expert_tp(f.etp, f.tp), True),
-         lambda f: f"{caps.stack} splits routed experts {' or '.join(caps.expert_tp)} ways, not etp={f.etp}"),
-    )
+    degrees = [_degree_rule(caps, n) for n in ("dp", "fsdp", "tp", "pp", "vpp", "cp", "ep") if n not in caps.parallelisms]
+    experts: Rule = (("ep", "etp", "etp_given", "tp"),
+                     lambda f: vec.where((f.ep > 1) | f.etp_given, caps.allows_expert_tp(f.etp, f.tp), True),
+                     lambda f: f"{caps.stack} splits routed experts {' or '.join(caps.expert_tp)} ways, not etp={f.etp}")
+    return (*degrees, *_data_rules(caps), *_pipeline_rules(caps, layers), experts)
 
 
 def plan_refusal(caps: Capabilities, w: Any) -> str | None:
