@@ -32,7 +32,7 @@ from trainperf import vec
 from trainperf.accounting import recompute
 from trainperf.predict.efficiency import KnobValues
 from trainperf.predict.step_model.data_parallel import GRAD_REDUCE_BYTES, PARAM_GATHER_BYTES
-from trainperf.predict.step_model.layout import Layout, Num
+from trainperf.predict.step_model.layout import Flag, Layout, Num
 from trainperf.predict.step_model.stage import Stage
 
 GiB = float(1 << 30)
@@ -48,8 +48,9 @@ DDP_BUCKET_BYTES = 25e6
 
 
 # ----------------------------------------------------------------------------- formulas
-def saved_activation_bytes_per_layer(s, b, h, q_dim, kv_dim, ffn, t, sp, widths, act_bytes=2.0,
-                                     gemm_in_bytes=None, core_recomputed=False):
+def saved_activation_bytes_per_layer(s: Num, b: Num, h: Num, q_dim: Num, kv_dim: Num, ffn: Num, t: Num, sp: Flag,
+                                     widths: recompute.SavedWidths, act_bytes: Num = 2.0,
+                                     gemm_in_bytes: Num | None = None, core_recomputed: Flag = False) -> Num:
     """Activation bytes one layer keeps per micro-batch under a checkpointing policy.
 
     ``widths`` (:class:`trainperf.accounting.recompute.SavedWidths`) counts the kept tensors of
@@ -75,7 +76,8 @@ def saved_activation_bytes_per_layer(s, b, h, q_dim, kv_dim, ffn, t, sp, widths,
     return total - s * b * (cheaper * gin + ctx)
 
 
-def routed_activation_bytes(tokens, topk, hidden, etp, t, sp, act_bytes=2.0, gemm_in_bytes=None):
+def routed_activation_bytes(tokens: Num, topk: Num, hidden: Num, etp: Num, t: Num, sp: Flag, act_bytes: Num = 2.0,
+                            gemm_in_bytes: Num | None = None) -> Num:
     """Bytes one MoE block keeps per micro-batch, beyond a dense block's, for its routed tokens.
 
     Counted (Megatron-Core 0.9-0.12 alltoall dispatcher, ``moe_utils.unpermute`` and the expert
@@ -100,7 +102,7 @@ and the dropout output (2). Without attention dropout PyTorch eager code that ru
 in fp32 keeps about as much (its fp32 output, 4, and the 16-bit cast the second matmul saves, 2)."""
 
 
-def eager_attention_score_bytes(q_tokens, b, kv_len, heads_local, act_bytes=2.0):
+def eager_attention_score_bytes(q_tokens: Num, b: Num, kv_len: Num, heads_local: Num, act_bytes: Num = 2.0) -> Num:
     """Bytes of attention scores one layer keeps per micro-batch when attention is not fused:
     ``b * q_tokens * kv_len * heads_local`` scores (the full ``kv_len``: an unfused causal
     attention still materialises the whole square) at :data:`EAGER_SCORE_BYTES` (doubled for
@@ -108,7 +110,8 @@ def eager_attention_score_bytes(q_tokens, b, kv_len, heads_local, act_bytes=2.0)
     return b * q_tokens * kv_len * heads_local * EAGER_SCORE_BYTES * act_bytes / 2.0
 
 
-def inflight_microbatches(pp, vpp, grad_accum, schedule_interleaved, schedule_gpipe=False):
+def inflight_microbatches(pp: Num, vpp: Num, grad_accum: Num, schedule_interleaved: Flag,
+                          schedule_gpipe: Flag = False) -> Num:
     """Micro-batches whose activations the first pipeline stage holds at once.
 
     1F1B: ``min(pp, m)``; interleaved 1F1B holds ``1 + (pp-1)/(pp*v)`` times more
@@ -123,7 +126,8 @@ def inflight_microbatches(pp, vpp, grad_accum, schedule_interleaved, schedule_gp
     return vec.where(schedule_gpipe, grad_accum, base * factor)
 
 
-def second_rank_inflight_microbatches(pp, vpp, grad_accum, schedule_interleaved, schedule_gpipe=False):
+def second_rank_inflight_microbatches(pp: Num, vpp: Num, grad_accum: Num, schedule_interleaved: Flag,
+                                      schedule_gpipe: Flag = False) -> Num:
     """Micro-batches whose activations the second pipeline rank (the first middle one) holds.
 
     1F1B: ``min(pp - 1, m)``. Interleaved 1F1B: Megatron-Core's warm-up at rank ``r`` is
@@ -137,7 +141,8 @@ def second_rank_inflight_microbatches(pp, vpp, grad_accum, schedule_interleaved,
     return vec.where(schedule_gpipe, grad_accum, vec.where(schedule_interleaved, chunks, one_f_one_b))
 
 
-def last_rank_inflight_layers(pp, vpp, grad_accum, layers_last, schedule_interleaved, schedule_gpipe=False):
+def last_rank_inflight_layers(pp: Num, vpp: Num, grad_accum: Num, layers_last: Num, schedule_interleaved: Flag,
+                              schedule_gpipe: Flag = False) -> Num:
     """Layer-micro-batches of activations the LAST pipeline rank holds at its peak.
 
     1F1B: the last stage runs each micro-batch's backward right after its forward: one in
@@ -151,7 +156,8 @@ def last_rank_inflight_layers(pp, vpp, grad_accum, layers_last, schedule_interle
     return chunks * layers_last / vpp
 
 
-def fsdp_unsharded_bytes(p_layer_local, p_edge_local, train_frac, gather_bytes, grad_bytes, grad_unit=None):
+def fsdp_unsharded_bytes(p_layer_local: Num, p_edge_local: Num, train_frac: Num, gather_bytes: Num, grad_bytes: Num,
+                         grad_unit: Num | None = None) -> Num:
     """Bytes of parameters FSDP / ZeRO-3 holds unsharded at once, per device.
 
     A transformer block: its gathered 16-bit weights, the next block's prefetched ones (FSDP2 and
