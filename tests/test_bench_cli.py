@@ -85,17 +85,25 @@ def test_quick_calibration_when_none_is_cached(tmp_path, monkeypatch, capsys):
 @pytest.mark.parametrize("flags, field", [
     (["--nproc", "3", "--tp", "3"], "parallel.tp"),                 # tp does not divide heads=4
     (["--nproc", "4", "--dp", "1", "--tp", "2"], "parallel"),       # more processes than the plan's degrees
-    (["--precision", "fp8"], "training.precision"),                 # GPU-only precision on a CPU
+    (["--precision", "fp4"], "training.precision"),                 # GPU-only precision on a CPU
+    (["--fp8-recipe", "delayed"], "training.fp8_recipe"),           # Transformer Engine's: not in the bench
     (["--data", "/nonexistent/corpus.txt"], "--data"),              # unreadable data
     (["--data", "SHORT"], "--data"),                                # shorter than one sequence
     (["--device", "h100-sxm"], "hardware.device"),                  # no GPU here
     (["--nproc", "2", "--pp", "2"], "training.global_batch"),       # 1 micro-batch cannot fill 2 stages
-    (["--nproc", "2", "--cp", "2"], "parallel.cp"),                 # not implemented: said so
+    (["--nproc", "3", "--cp", "3"], "parallel.cp"),                 # 2*cp must divide seq_len=32
+    (["--nproc", "4", "--cp", "2", "--tp", "2"], "parallel.tp"),    # cp with tp: not combined in the bench
+    (["--nproc", "2", "--ep", "2"], "parallel.ep"),                 # expert parallel on a dense model
+    (["--moe-capacity-factor", "1.25"], "--moe-capacity-factor"),   # MoE option on a dense model
+    (["--model", "debug-moe", "--nproc", "2", "--ep", "3"], "parallel.ep"),   # 3 does not divide 8 experts
+    (["--model", "debug-moe", "--nproc", "4", "--ep", "8"], "parallel.ep"),   # more than dp*fsdp=4 ranks
+    (["--model", "debug-moe", "--moe-aux-loss-coef", "-1"], "--moe-aux-loss-coef"),
+    (["--model", "debug-moe", "--nproc", "2", "--ep", "2", "--checkpoint-dir", "CK"], "--checkpoint-dir"),
 ])
 def test_bad_input_stops_before_any_process(tmp_path, calibrated, capsys, flags, field):
     short = tmp_path / "short.txt"
     short.write_text("too short")
-    flags = [str(short) if f == "SHORT" else f for f in flags]
+    flags = [str(short) if f == "SHORT" else str(tmp_path / "ck") if f == "CK" else f for f in flags]
     out = tmp_path / "never"
     assert _bench(*TINY_FLAGS, *flags, "--out", str(out)) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -49,3 +49,23 @@ def test_tpu_multislice_slowdowns():
     assert all(b >= a - 1e-9 for v in pred.values() for a, b in itertools.pairwise(v))
     at_ici = mod.slowdowns(200.0)  # the old assumption: DCN as fast as ICI
     assert max(at_ici["128B"]) < 1.01
+
+
+def test_gpu_check_dry_run_lists_every_run(capsys):
+    mod = _load("gpu_check")
+    assert mod.main(["--dry-run", "--out", "/nonexistent/gc"]) == 0
+    out = capsys.readouterr().out
+    for name, _flags, _limit in mod.RUNS:
+        assert f"{name} (limit" in out and "--json" in out
+    assert "--fp8-recipe tensorwise" in out and "--fp8-recipe rowwise" in out and "--model debug-moe" in out
+    assert "llama3.2-1b --seq-len 4096" in out and "--compile" in out and "--no-compile" in out
+    assert not Path("/nonexistent/gc").exists()
+
+
+@pytest.mark.torch
+def test_moe_speed_compares_grouped_and_loop(capsys):
+    pytest.importorskip("torch")
+    mod = _load("moe_speed")
+    assert mod.main(["--tokens", "64", "--hidden", "32", "--expert-ffn", "32", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "8 experts top-2" in out and "64 experts top-8" in out and "outputs agree" in out

@@ -90,8 +90,8 @@ def test_flop_counter_default_cpu_attention_is_uncounted():
 
 
 def test_unsupported_features_are_named():
-    with pytest.raises(SpecError, match="moe_experts"):
-        build_model(ModelSpec(layers=1, hidden=32, heads=2, ffn_hidden=64, vocab=50, moe_experts=4, moe_topk=2))
+    with pytest.raises(SpecError, match="attention"):
+        build_model(ModelSpec.preset("deepseek-v3").replace(layers=4, moe_dense_layers=1))  # MLA
     with pytest.raises(SpecError, match="norm"):
         build_model(ModelSpec(layers=1, hidden=32, heads=2, ffn_hidden=64, vocab=50, norm="layernorm"))
 

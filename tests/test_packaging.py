@@ -92,8 +92,10 @@ def test_metadata_states_licence_python_and_extras(built):
     requires = meta.get_all("Requires-Dist")
     core = sorted(r for r in requires if "extra ==" not in r)
     assert core == ["numpy>=1.24", "scipy>=1.17", "tabulate>=0.10", "tomli-w>=1.2"]
-    torch = [r for r in requires if r.startswith("torch")]
+    torch = [r for r in requires if r.startswith("torch") and not r.startswith("torchao")]
     assert torch == ['torch>=2.6; extra == "bench"']  # no upper cap: newer torch releases install
+    # torchao states no torch requirement, so the fp8 extra never pulls another torch
+    assert 'torchao>=0.18; extra == "fp8"' in requires
     assert "trainperf = trainperf.cli.main:main" in entry_points
     assert (ROOT / "LICENSE").read_text().startswith("\n                                 Apache License")
 

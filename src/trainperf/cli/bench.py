@@ -62,7 +62,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     r.add_argument("--data", metavar="PATH", help="UTF-8 text file or directory (byte tokens); default synthetic")
     r.add_argument("--seed", type=int, default=0, help="model init and data order (default 0)")
     r.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (default 1e-3)")
-    r.add_argument("--compile", action="store_true", help="torch.compile each transformer block")
+    r.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="torch.compile each transformer block (default: on for fp8 on a GPU, as torchtitan "
+                        "runs Float8, else off)")
+    r.add_argument("--fp8-recipe", metavar="NAME",
+                   help="train the linears in Float8 with torchao: tensorwise | rowwise (implies --precision "
+                        "fp8; needs torchao: pip install 'trainperf[fp8]')")
     r.add_argument("--threads", type=int, metavar="N",
                    help="CPU threads per process (default: cores / processes; the peak is scaled to match)")
     add_convention_argument(parser)
@@ -70,6 +75,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     c.add_argument("--checkpoint-dir", metavar="DIR", help="torch.distributed.checkpoint directory")
     c.add_argument("--checkpoint-every", type=int, default=0, metavar="N", help="save every N steps (0: never)")
     c.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --checkpoint-dir")
+    me = parser.add_argument_group("mixture of experts (MoE models, e.g. --model debug-moe)")
+    me.add_argument("--moe-aux-loss-coef", type=float, metavar="C",
+                    help="load-balancing auxiliary loss weight (default 0.01; 0: off)")
+    me.add_argument("--moe-bias-update-rate", type=float, metavar="R",
+                    help="DeepSeek's auxiliary-loss-free bias step (default 0.001 where the model has the "
+                         "router bias, else 0: off)")
+    me.add_argument("--moe-capacity-factor", type=float, metavar="F",
+                    help="drop assignments beyond F x an even share per expert (default: dropless)")
+    me.add_argument("--moe-grouped-gemm", metavar="HOW",
+                    help="auto (default: torch._grouped_mm where it runs here) | grouped | loop")
     lo = parser.add_argument_group("LoRA fine-tune (override [lora]; needs peft)")
     lo.add_argument("--lora-rank", type=int, metavar="R", help="train rank-R LoRA adapters, the base frozen")
     lo.add_argument("--lora-alpha", type=float, metavar="A", help="adapter scaling alpha/R (default alpha = R)")
@@ -122,9 +137,13 @@ def _workload_inputs(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str
     ov = overrides_from_args(args)
     ov.update({f"lora.{k}": getattr(args, f"lora_{k}") for k in ("rank", "alpha", "targets")
                if getattr(args, f"lora_{k}", None) is not None})
+    if getattr(args, "compile", None):
+        ov["training.compile"] = True  # the workload the run writes says so (predict reads it)
     default_model = not _has_model(data, ov)
     if default_model:
         ov["model.preset"] = DEFAULT_MODEL
+    # the tiny presets' default batch: the bench's default model, and its MoE twin by name
+    if default_model or ov.get("model.preset", data.get("model", {}).get("preset")) == "debug-moe":
         for k, v in DEFAULT_TRAINING.items():
             if k.split(".", 1)[1] not in data.get("training", {}):
                 ov.setdefault(k, v)
@@ -161,6 +180,8 @@ def precheck(args: argparse.Namespace) -> None:
     if "hardware.device" not in ov and "device" not in data.get("hardware", {}):
         ov["hardware.device"] = "cpu"
     ov["training.precision"] = "fp32"  # any device computes it; "auto" is resolved later
+    ov.pop("training.fp8_recipe", None)
+    data = {**data, "training": {k: v for k, v in data.get("training", {}).items() if k != "fp8_recipe"}}
     check_work_bounds(workload_from_dict(data, ov), launch, local=False)
 
 
@@ -174,11 +195,27 @@ def bench_workload(args: argparse.Namespace, *, local: bool = True):
     if "hardware.device" not in ov and "device" not in hw:
         ov["hardware.device"] = default_device_id()
     peak_given = "hardware.peak_tflops" in ov or "peak_tflops" in hw
-    requested = ov.get("training.precision", data.get("training", {}).get("precision"))
+    training = data.get("training", {})
+    requested = ov.get("training.precision", training.get("precision"))
+    recipe = ov.get("training.fp8_recipe", training.get("fp8_recipe"))
+    if recipe is not None and (requested is None or str(requested).lower() == "auto"):
+        requested = "fp8"  # --fp8-recipe alone asks for Float8; auto never picks it by itself
+    if str(requested).lower() == "fp8" and recipe is None:
+        from trainperf.measure.fp8 import DEFAULT_RECIPE
+
+        ov["training.fp8_recipe"] = DEFAULT_RECIPE
     choice = bench_precision(requested, ov.get("hardware.device", hw.get("device", "cpu")), local=local,
                              nodes=launch.nnodes)
     ov["training.precision"] = choice.precision
     return workload_from_dict(data, ov), launch, peak_given, choice
+
+
+def moe_flags(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The MoE router options given on the command line (None: none given)."""
+    given = {k: getattr(args, f"moe_{k}", None)
+             for k in ("aux_loss_coef", "bias_update_rate", "capacity_factor", "grouped_gemm")}
+    given = {k: v for k, v in given.items() if v is not None}
+    return given or None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -213,7 +250,7 @@ def _run(args: argparse.Namespace) -> int:
         checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, resume=args.resume,
         tensorboard=args.tensorboard, lr=args.lr, quiet=args.json, threads=args.threads,
         peak_tflops_given=peak_given, precision=precision.to_dict(), stop_grace_s=args.stop_grace,
-        force=args.force,
+        force=args.force, moe=moe_flags(args),
     )
     workload, cfg = prepare(workload, opts, say)
     summary, rc = execute(workload, cfg, launch, say, force=opts.force)

@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sizes", metavar="N,N", help="matmul sizes (default 2048,4096; quick 1536)")
     parser.add_argument("--repeats", type=int, metavar="N", help="timed repeats per size (default 5)")
     parser.add_argument("--dtypes", metavar="D,D",
-                        help="dtypes to measure, of fp32,bf16 (default: fp32, plus bf16 where the device "
+                        help="dtypes to measure, of fp32,bf16,fp8 (fp8: torch._scaled_mm; default: fp32, plus bf16 where the device "
                              "computes it natively; emulated bf16 can take minutes at the default sizes)")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="what to measure (default cpu)")
     parser.add_argument("--dry-run", action="store_true", help="measure and print, do not write the cache")

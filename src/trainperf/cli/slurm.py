@@ -41,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainperf.cli.bench import bench_workload, precheck
+    from trainperf.cli.bench import bench_workload, moe_flags, precheck
     from trainperf.measure.launch import SlurmSpec, sbatch_script
     from trainperf.measure.limits import check_bound
     from trainperf.measure.runner import BenchOptions, default_out_dir, prepare
@@ -71,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
                         seed=args.seed, compile=args.compile, convention=args.convention,
                         checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
                         resume=args.resume, tensorboard=None, lr=args.lr, peak_tflops_given=peak_given,
-                        precision=precision.to_dict(), stop_grace_s=args.stop_grace, force=args.force)
+                        precision=precision.to_dict(), stop_grace_s=args.stop_grace, force=args.force,
+                        moe=moe_flags(args))
     workload, cfg = prepare(workload, opts, local=False)
     if workload.hardware.kind == "gpu":
         from trainperf.accounting.throughput import resolve_peak

@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from trainperf.accounting.scaling import strong_scaling_efficiency, weak_scaling_efficiency
-    from trainperf.cli.bench import bench_workload, precheck
+    from trainperf.cli.bench import bench_workload, moe_flags, precheck
     from trainperf.measure.limits import check_bound
     from trainperf.records.output_path import check_run_dir, claim_run_dir
     from trainperf.specs.bounds import BENCH_REPEATS
@@ -136,7 +136,7 @@ def _run(args: argparse.Namespace) -> int:
                                  data=args.data, seed=args.seed, compile=args.compile, convention=args.convention,
                                  lr=args.lr, quiet=True, threads=args.threads,
                                  peak_tflops_given=peak_given, precision=precision.to_dict(),
-                                 stop_grace_s=args.stop_grace, force=args.force)
+                                 stop_grace_s=args.stop_grace, force=args.force, moe=moe_flags(args))
                     for k in range(args.repeats)]
             planned.append((n, workload, launch, opts))
     for _n, _w, _l, opts in planned:  # no run starts unless every run's directory is free

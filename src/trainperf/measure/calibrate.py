@@ -30,7 +30,10 @@ import torch
 
 from trainperf.specs.cpu_calibration import CpuCalibration, cpu_model_name, save_calibration
 
-DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16}
+DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
+"""The dtypes calibrated; ``fp8`` is timed as ``torch._scaled_mm`` of e4m3 operands (what torchao's
+Float8 linears run), bf16 out on CUDA, fp32 out on a CPU (which has no fp8 units: its reference
+kernel is what an fp8 run gets there)."""
 
 
 @dataclass(frozen=True)
@@ -114,10 +117,20 @@ def matmul_tflops(dtype: torch.dtype, sizes: Sequence[int] = (2048,), repeats: i
         g = torch.Generator(device=device).manual_seed(0)
         a = torch.randn(m, k, generator=g, device=device).to(dtype)
         b = torch.randn(k, n, generator=g, device=device).to(dtype)
-        out = torch.empty(m, n, dtype=dtype, device=device)
-        best = max(best, _best_rate(functools.partial(torch.matmul, a, b, out=out),
-                                    2.0 * m * k * n, repeats, min_time_s, device))
+        if dtype == torch.float8_e4m3fn:
+            fn = _scaled_mm_call(a, b, device)
+        else:
+            fn = functools.partial(torch.matmul, a, b, out=torch.empty(m, n, dtype=dtype, device=device))
+        best = max(best, _best_rate(fn, 2.0 * m * k * n, repeats, min_time_s, device))
     return best / 1e12
+
+
+def _scaled_mm_call(a: torch.Tensor, b: torch.Tensor, device: str) -> Callable[[], torch.Tensor]:
+    """An fp8 GEMM as torchao issues it: e4m3 operands, ``b`` column-major, per-tensor scales."""
+    one = torch.ones((), dtype=torch.float32, device=device)
+    out = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    b = b.t().contiguous().t()
+    return functools.partial(torch._scaled_mm, a, b, scale_a=one, scale_b=one, out_dtype=out)
 
 
 def memory_bandwidth_GB_per_s(size_MB: int = 256, repeats: int = 5, device: str = "cpu") -> float:

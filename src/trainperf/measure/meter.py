@@ -226,10 +226,13 @@ class ThroughputMeter:
     def is_warmup(self, step: int) -> bool:
         return step - self._first_step < self.warmup_steps
 
-    def step(self, tokens: int, loss: Any = None, grad_norm: Any = None, **extra: Any) -> StepRecord:
+    def step(self, tokens: int, loss: Any = None, grad_norm: Any = None,
+             breakdown: dict[str, float] | None = None, **extra: Any) -> StepRecord:
         """Close the current step: ``tokens`` this process consumed, optional loss / grad norm.
 
         ``loss`` and ``grad_norm`` may be tensors (read with ``float()``, after the clock).
+        ``breakdown``: seconds of named parts of the step (e.g. ``moe_all_to_all``), stored in
+        the record's ``breakdown`` and, as ``<name>_pct`` of the step time, in ``extra``.
         Extra keyword values are stored in the record's ``extra``.
         """
         self._synchronize()
@@ -243,6 +246,8 @@ class ThroughputMeter:
         tflops = mfu = None
         warm = self.is_warmup(step)
         ext = dict(extra)
+        for name, seconds in (breakdown or {}).items():
+            ext[f"{name}_pct"] = 100.0 * seconds / dt
         if warm:
             ext["warmup"] = True
         if self.flops_per_token is not None:
@@ -257,7 +262,7 @@ class ThroughputMeter:
             grad_norm=None if grad_norm is None else float(grad_norm),
             memory_GiB=peak_memory_GiB(self.device),
             claimed_tokens_per_s=global_tokens / dt, claimed_tokens_per_s_per_device=tps_dev,
-            claimed_tflops_per_device=tflops, claimed_mfu_pct=mfu,
+            claimed_tflops_per_device=tflops, claimed_mfu_pct=mfu, breakdown=dict(breakdown) if breakdown else None,
             rank=self.rank, extra=ext,
         )
         self.records.append(rec)

@@ -6,13 +6,15 @@ module's parameter count is ``ModelSpec.total_params`` and its matmuls are those
 
 Covered: RMSNorm pre-norms, rotary positions (rotate-half form, theta 10000), grouped-query
 attention (``kv_heads <= heads``) through ``F.scaled_dot_product_attention`` with the causal
-mask, gated (SwiGLU/GeGLU) or plain (GELU/ReLU) MLPs, tied or untied embeddings, no biases.
-Not covered (a :class:`~trainperf.errors.SpecError` says so): MoE, MLA, biases, LayerNorm,
+mask, gated (SwiGLU/GeGLU) or plain (GELU/ReLU) MLPs, tied or untied embeddings, no biases,
+and mixture-of-experts MLPs (:mod:`trainperf.measure.moe`: routed, shared and gated-shared
+experts, leading or interleaved dense layers, DeepSeek's router bias).
+Not covered (a :class:`~trainperf.errors.SpecError` says so): MLA, biases, LayerNorm,
 qk-norm, learned/ALiBi positions, sliding windows.
 
 Module names follow torchtitan (``tok_embeddings``, ``layers.N.attention.wq`` ...,
-``feed_forward.w1/w2/w3``, ``norm``, ``output``) so that its tensor-parallel plan applies
-unchanged. Parallelism lives in :mod:`trainperf.measure.parallelize`, never here.
+``feed_forward.w1/w2/w3`` or ``moe.router/experts/shared_experts``, ``norm``, ``output``) so
+that its tensor-parallel plan applies unchanged. Parallelism lives in :mod:`trainperf.measure.parallelize`, never here.
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ INIT_STD = 0.02
 def check_supported(spec: ModelSpec) -> None:
     """Raise SpecError for a ModelSpec feature the reference model does not implement."""
     unsupported = [
-        ("moe_experts", spec.moe_experts, 0, "0 (the bench model is dense; MoE is not implemented)"),
         ("attention", spec.attention, "mha", "'mha' (MLA is not implemented in the bench model)"),
         ("bias", spec.bias, False, "false (the bench model has no biases)"),
         ("qkv_bias", spec.qkv_bias, False, "false (the bench model has no biases)"),
@@ -124,19 +125,22 @@ class Attention(nn.Module):
         return self.wo(out.transpose(1, 2).reshape(b, s, -1))
 
 
-_ACTIVATIONS = {"swiglu": F.silu, "geglu": F.gelu, "gelu": F.gelu, "relu": F.relu}
+ACTIVATIONS = {"swiglu": F.silu, "geglu": F.gelu, "gelu": F.gelu, "relu": F.relu}
+"""The MLP activation of each ``ModelSpec.mlp`` the bench implements."""
 
 
 class FeedForward(nn.Module):
-    """Gated MLP ``w2(act(w1 x) * w3 x)`` (Shazeer 2020) or plain ``w2(act(w1 x))``."""
+    """Gated MLP ``w2(act(w1 x) * w3 x)`` (Shazeer 2020) or plain ``w2(act(w1 x))``, ``ffn``
+    wide (default the model's ``ffn_hidden``; an MoE layer's shared experts pass theirs)."""
 
-    def __init__(self, spec: ModelSpec) -> None:
+    def __init__(self, spec: ModelSpec, ffn: int | None = None) -> None:
         super().__init__()
-        self.act = _ACTIVATIONS[spec.mlp]
+        ffn = ffn or spec.ffn_hidden
+        self.act = ACTIVATIONS[spec.mlp]
         self.gated = spec.gated_mlp
-        self.w1 = nn.Linear(spec.hidden, spec.ffn_hidden, bias=False)
-        self.w2 = nn.Linear(spec.ffn_hidden, spec.hidden, bias=False)
-        self.w3 = nn.Linear(spec.hidden, spec.ffn_hidden, bias=False) if self.gated else None
+        self.w1 = nn.Linear(spec.hidden, ffn, bias=False)
+        self.w2 = nn.Linear(ffn, spec.hidden, bias=False)
+        self.w3 = nn.Linear(spec.hidden, ffn, bias=False) if self.gated else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         a = self.act(self.w1(x))
@@ -146,20 +150,26 @@ class FeedForward(nn.Module):
 
 
 class TransformerBlock(nn.Module):
-    """Pre-norm block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))``."""
+    """Pre-norm block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))``; the MLP is ``moe`` (an
+    :class:`~trainperf.measure.moe.MoE`) in an MoE layer, ``feed_forward`` otherwise."""
 
-    def __init__(self, spec: ModelSpec) -> None:
+    def __init__(self, spec: ModelSpec, layer_id: int = 0) -> None:
         super().__init__()
+        from trainperf.measure.moe import MoE
+
         self.attention_norm = RMSNorm(spec.hidden)
         self.attention = Attention(spec)
         self.ffn_norm = RMSNorm(spec.hidden)
-        self.feed_forward = FeedForward(spec)
+        is_moe = spec.layer_is_moe(layer_id)
+        self.feed_forward = None if is_moe else FeedForward(spec)
+        self.moe = MoE(spec, layer_id) if is_moe else None
         self.checkpoint = False
         """Full activation checkpointing: keep only the block input, recompute the rest."""
 
     def _forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         x = x + self.attention(self.attention_norm(x), cos, sin)
-        return x + self.feed_forward(self.ffn_norm(x))
+        mlp: nn.Module = self.moe if self.moe is not None else self.feed_forward
+        return x + mlp(self.ffn_norm(x))
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         if self.checkpoint and torch.is_grad_enabled():
@@ -178,7 +188,7 @@ class Transformer(nn.Module):
         check_supported(spec)
         self.spec = spec
         self.tok_embeddings = nn.Embedding(spec.vocab, spec.hidden)
-        self.layers = nn.ModuleList(TransformerBlock(spec) for _ in range(spec.layers))
+        self.layers = nn.ModuleList(TransformerBlock(spec, i) for i in range(spec.layers))
         self.norm = RMSNorm(spec.hidden)
         self.output = nn.Linear(spec.hidden, spec.vocab, bias=False)
         if spec.tied_embeddings:
@@ -191,10 +201,14 @@ class Transformer(nn.Module):
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
-        """Normal(0, 0.02) weights, unit norms (GPT-2 / Llama reference initialisation)."""
+        """Normal(0, 0.02) weights (experts' too), unit norms (GPT-2 / Llama reference initialisation)."""
+        from trainperf.measure.moe import GroupedExperts
+
         for m in self.modules():
             if isinstance(m, nn.Linear | nn.Embedding):
                 nn.init.normal_(m.weight, mean=0.0, std=INIT_STD)
+            elif isinstance(m, GroupedExperts):
+                m.reset_parameters()
             elif isinstance(m, RMSNorm):
                 nn.init.ones_(m.weight)
 
@@ -223,13 +237,14 @@ class Transformer(nn.Module):
 
 
 def build_model(spec: ModelSpec, *, seq_len: int | None = None, seed: int = 0,
-                device: str | torch.device = "cpu") -> Transformer:
+                device: str | torch.device = "cpu", exact_rope: bool = False) -> Transformer:
     """The reference model for ``spec``, initialised identically on every rank from ``seed``.
 
     ``seq_len`` longer than ``spec.max_seq_len`` raises the RoPE table's size (the shape, and so
-    the parameter count, is unchanged).
+    the parameter count, is unchanged); ``exact_rope``: the table is exactly ``seq_len`` long
+    (context parallel shards it along the sequence like the tokens).
     """
-    if seq_len is not None and seq_len > spec.max_seq_len:
+    if seq_len is not None and (seq_len > spec.max_seq_len or exact_rope):
         spec = spec.replace(max_seq_len=seq_len)
     torch.manual_seed(seed)
     with torch.device(device):

@@ -62,6 +62,8 @@ class PrecisionChoice:
     """Measured bf16 / fp32 matmul time, when timed."""
     warning: str | None = None
     """Shown once before the run: an explicit bf16 on a device that emulates it."""
+    fp8_base: str | None = None
+    """For fp8: the dtype of everything but the fp8 GEMMs (bf16; fp32 on a CPU without native bf16)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -138,6 +140,8 @@ def resolve_precision(requested: str | None, device_type: str = "cpu") -> Precis
         nb = detect_native_bf16(device_type)
         prec = "bf16" if nb.native else "fp32"
         return PrecisionChoice(prec, AUTO, f"auto: {nb.why} -> {prec}", nb.native, nb.bf16_over_fp32_time)
+    if requested == "fp8":
+        return _fp8_choice(device_type)
     if requested != "bf16":
         return PrecisionChoice(requested, requested, f"{requested} as requested")
     nb = detect_native_bf16(device_type)
@@ -150,3 +154,12 @@ def resolve_precision(requested: str | None, device_type: str = "cpu") -> Precis
     warning = (f"warning: --precision bf16 on a device without native bf16 ({nb.why}): {cost}; "
                "the run will be slow (--precision auto or fp32 runs fp32)")
     return PrecisionChoice("bf16", "bf16", f"bf16 as requested, not native ({nb.why})", False, ratio, warning)
+
+
+def _fp8_choice(device_type: str) -> PrecisionChoice:
+    """fp8 as requested: Float8 linears, the rest in bf16 where it is native, else fp32 (a CPU
+    without bf16 instructions would emulate every bf16 op about 100 times slower)."""
+    nb = detect_native_bf16(device_type)
+    base = "bf16" if nb.native else "fp32"
+    return PrecisionChoice("fp8", "fp8", f"fp8 as requested (Float8 linears; other ops in {base}: {nb.why})",
+                           nb.native, nb.bf16_over_fp32_time, fp8_base=base)

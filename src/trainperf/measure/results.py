@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import json
 import math
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -76,8 +77,21 @@ def build_summary(out_dir: str | Path, *, exit_code: int = 0) -> dict[str, Any]:
     d["precision_reason"] = choice.get("reason")
     d["parallelism"] = meta.get("parallelism")
     d["data"] = meta.get("data")
+    d["fp8"] = meta.get("fp8")
+    d["moe"] = _moe_summary(meta.get("moe"), measured.steps[warmup:] if measured is run else [])
     d["workload"] = run.workload.describe() if run.workload is not None else None
     return _clean(d)
+
+
+def _moe_summary(options: dict[str, Any] | None, steps: list[Any]) -> dict[str, Any] | None:
+    """An MoE run's router options and the medians of its measured steps' MoE figures."""
+    if options is None:
+        return None
+    out = dict(options)
+    for key in ("moe_imbalance", "moe_imbalance_max", "moe_dropped_pct", "moe_aux_loss", "moe_all_to_all_pct"):
+        values = [s.extra[key] for s in steps if isinstance((s.extra or {}).get(key), int | float)]
+        out[key.removeprefix("moe_") + "_median"] = statistics.median(values) if values else None
+    return out
 
 
 def _warmup(run: RunRecord) -> tuple[int, str]:
@@ -146,8 +160,9 @@ def summary_text(d: dict[str, Any], out_dir: str | Path | None = None) -> str:
         lines.append(f"tokens/s: {_f(d['tokens_per_s'], ',.1f')} global, "
                      f"{_f(d['tokens_per_s_per_device'], ',.1f')} per device "
                      f"({d.get('num_devices')} device(s), {_f(d.get('tokens_per_step'), ',')} tokens/step)")
+        active = ", active parameters: top-k + shared experts" if d.get("moe") else ""
         lines.append(f"model TFLOP/s per device: {_f(d['tflops_per_device'], '.4f')} "
-                     f"(convention {d['convention']}, {_f(d.get('model_flops_per_token'), '.4g')} FLOPs/token)")
+                     f"(convention {d['convention']}, {_f(d.get('model_flops_per_token'), '.4g')} FLOPs/token{active})")
         if d["mfu_by_peak"]:
             for p in d["mfu_by_peak"]:
                 if p.get("mfu_invalid"):
@@ -158,6 +173,7 @@ def summary_text(d: dict[str, Any], out_dir: str | Path | None = None) -> str:
             lines.append(f"MFU: unavailable ({d.get('peak_source')})")
         if d.get("hfu_pct") is not None and d.get("hfu_pct") != d.get("mfu_pct"):
             lines.append(f"HFU (with recompute): {d['hfu_pct']:.2f}%")
+        lines += _feature_lines(d)
         lines.append(f"loss (last): {_f(d.get('loss_last'), '.4f')}; peak memory per process: "
                      f"{_f(d.get('memory_max_GiB'), '.3f')} GiB")
     if d.get("interrupted"):
@@ -167,6 +183,29 @@ def summary_text(d: dict[str, Any], out_dir: str | Path | None = None) -> str:
     if out_dir is not None:
         lines.append(f"files: {Path(out_dir) / 'steps.jsonl'}, summary.json, workload.toml")
     return "\n".join(lines)
+
+
+def _feature_lines(d: dict[str, Any]) -> list[str]:
+    """Float8 and MoE lines of the summary (none for a plain run)."""
+    lines = []
+    fp8 = d.get("fp8")
+    if fp8:
+        from trainperf.measure.fp8 import group_names
+
+        kept = ", ".join(group_names(fp8.get("kept_16bit") or {})) or "none"
+        lines.append(f"Float8: {fp8.get('recipe')} recipe (torchao {fp8.get('torchao')}), "
+                     f"{fp8.get('converted_linears')} linears converted; kept in 16-bit: {kept}")
+    moe = d.get("moe")
+    if moe:
+        a2a = moe.get("all_to_all_pct_median")
+        how = "grouped GEMMs (torch._grouped_mm)" if moe.get("experts_gemm") == "grouped" else "a loop over experts"
+        lines.append(f"MoE: experts as {how}; load max/mean (median over steps) "
+                     f"{_f(moe.get('imbalance_median'), '.2f')} (worst layer {_f(moe.get('imbalance_max_median'), '.2f')})"
+                     + (f"; all-to-all {a2a:.1f}% of the step" if a2a is not None else "")
+                     + (f"; dropped {moe['dropped_pct_median']:.2f}% of assignments"
+                        if moe.get("capacity_factor") is not None and moe.get("dropped_pct_median") is not None
+                        else "; dropless"))
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -118,7 +118,8 @@ class BenchOptions:
     out_dir: str = ""
     data: str | None = None
     seed: int = 0
-    compile: bool = False
+    compile: bool | None = False
+    """torch.compile each block; None: on for fp8 on a GPU (torchtitan's Float8 setup), else off."""
     convention: str = "megatron"
     checkpoint_dir: str | None = None
     checkpoint_every: int = 0
@@ -136,6 +137,8 @@ class BenchOptions:
     """Seconds the step in progress may take to finish after a stop signal (``--stop-grace``)."""
     force: bool = False
     """Replace the run record of an earlier run in ``out_dir`` (``--force``)."""
+    moe: dict[str, Any] | None = None
+    """MoE router options given (:class:`~trainperf.measure.moe.MoEOptions` fields); None: defaults."""
 
     def __post_init__(self) -> None:
         check_bound("--steps", self.steps, BENCH_STEPS)
@@ -179,11 +182,13 @@ def resolve_peaks(workload: Workload, opts: BenchOptions, threads: int | None,
                  f"calibration {when})")
         return [{"kind": "calibrated", "tflops": cal.peak_tflops[prec], "label": label}]
     peaks = []
-    try:
-        p = resolve_peak(hw, prec)
-        peaks.append({"kind": "datasheet", "tflops": p.tflops, "label": p.source})
-    except TrainperfError as e:
-        say(f"note: no datasheet peak: {e}")
+    for dtype in (prec, "bf16") if prec == "fp8" else (prec,):
+        try:
+            p = resolve_peak(hw, dtype)
+            label = p.source if dtype == prec else f"{p.source}; torchtitan's MFU for Float8 runs uses the bf16 peak"
+            peaks.append({"kind": "datasheet", "tflops": p.tflops, "label": label})
+        except TrainperfError as e:
+            say(f"note: no datasheet {dtype} peak: {e}")
     try:
         import torch
 
@@ -218,6 +223,19 @@ def calibrate_cpu_peak(workload: Workload, threads: int, say: Callable[[str], No
         torch.set_num_threads(before)
     say(f"  {prec} {cal.peak_tflops[prec]:.4f} TFLOP/s with {cal.threads} thread(s); saved to {path}")
     return cal, path
+
+
+def _run_cpu(precision: str, peak: dict[str, Any], threads: int | None):
+    """The ``cpu`` entry as this run's processes see it: the calibration cached for this machine
+    (the entry now carries it) with the run's own dtype peak, measured at its threads per
+    process, so that ``workload.toml`` records the peak the run was measured against and
+    ``trainperf predict`` on it uses the same."""
+    from trainperf.specs.hardware import get_hardware
+
+    hw = get_hardware("cpu")
+    sources = {**hw.sources, f"peak_tflops.{precision}": f"{peak['label']} (the run's {threads} thread(s) per process)"}
+    return dataclasses.replace(hw, peak_tflops={**hw.peak_tflops, precision: peak["tflops"]}, sources=sources,
+                               calibrated=True)
 
 
 def _threads_per_process(nproc_per_node: int) -> int:
@@ -267,6 +285,12 @@ def prepare(workload: Workload, opts: BenchOptions, say: Callable[[str], None] =
     from trainperf.measure.model import check_supported
 
     check_supported(workload.model)
+    moe = check_features(workload, opts, device_type, local)
+    compile_ = opts.compile
+    if compile_ is None:
+        compile_ = workload.precision == "fp8" and device_type == "cuda"
+        if compile_:
+            say("compile: on (Float8 on a GPU runs compiled, as torchtitan does; --no-compile for eager)")
     if opts.data:
         from trainperf.measure.data import TextDataset
 
@@ -286,15 +310,12 @@ def prepare(workload: Workload, opts: BenchOptions, say: Callable[[str], None] =
     threads = (opts.threads or _threads_per_process(opts.launch.nproc_per_node)) if device_type == "cpu" else None
     peaks = resolve_peaks(workload, opts, threads, say) if local else []
     if local and workload.hardware.kind == "cpu" and not opts.peak_tflops_given:
-        from trainperf.specs.hardware import get_hardware
-
-        # The entry now carries the calibration (workload_to_dict must see the catalog's own entry).
-        workload = workload.replace(hardware=get_hardware("cpu"))
+        workload = workload.replace(hardware=_run_cpu(workload.precision, peaks[0], threads))
     seq = workload.seq_len
     convention = lora_convention(workload, opts.convention, say)
     return workload, BenchConfig(
         workload=workload_to_dict(workload), steps=opts.steps, warmup=opts.warmup, seed=opts.seed,
-        data=os.path.abspath(opts.data) if opts.data else None, compile=opts.compile, lr=opts.lr,
+        data=os.path.abspath(opts.data) if opts.data else None, compile=bool(compile_), lr=opts.lr,
         out_dir=os.path.abspath(opts.out_dir), device_type=device_type, threads=threads,
         flops_per_token=model_flops_per_token(workload.model, seq, convention, lora=workload.lora),
         hardware_flops_per_token=hardware_flops_per_token(workload.model, seq, workload.activation_checkpointing,
@@ -305,7 +326,34 @@ def prepare(workload: Workload, opts: BenchOptions, say: Callable[[str], None] =
         checkpoint_every=opts.checkpoint_every, resume=opts.resume, tensorboard=opts.tensorboard,
         quiet=opts.quiet, stop_grace_s=float(opts.stop_grace_s), meta={"peaks": peaks, "warmup_given": opts.warmup, "command": " ".join(sys.argv),
                                 "precision": opts.precision},
+        fp8_base=(opts.precision or {}).get("fp8_base"), moe=moe,
     )
+
+
+def check_features(workload: Workload, opts: BenchOptions, device_type: str, local: bool) -> dict[str, Any] | None:
+    """Float8, context parallel and MoE checks that need the device or the bench's options;
+    returns the MoE options as a dict (None for a dense model)."""
+    if workload.precision == "fp8" and local:
+        from trainperf.measure import fp8
+
+        fp8.check_available(device_type)
+    if workload.plan.cp > 1 and local:
+        from trainperf.measure import context_parallel
+
+        context_parallel.check_available(device_type)
+    if workload.plan.ep > 1 and opts.checkpoint_dir:
+        raise SpecError("--checkpoint-dir", opts.checkpoint_dir, "omitted with ep > 1 (each rank's experts "
+                        "would be saved under the same names; checkpointing expert parallel is not implemented)")
+    if not workload.model.is_moe:
+        if opts.moe:
+            flag = f"--moe-{next(iter(opts.moe)).replace('_', '-')}"
+            raise SpecError(flag, next(iter(opts.moe.values())),
+                            f"omitted for {workload.model.name}, a dense model (MoE options need an MoE "
+                            "model, e.g. --model debug-moe)")
+        return None
+    from trainperf.measure.moe import MoEOptions
+
+    return MoEOptions.for_model(workload.model, **(opts.moe or {})).to_dict()
 
 
 def execute(workload: Workload, cfg: BenchConfig, launch: LaunchSpec,

@@ -26,7 +26,20 @@ def step_line(rec: StepRecord, warmup: bool = False) -> str:
             f"TFLOP/s/device: {_num(rec.claimed_tflops_per_device, '.3f')}, "
             f"Tokens/s/device: {_num(rec.claimed_tokens_per_s_per_device, '.1f')}, "
             f"loss: {_num(rec.loss, '.4f')}, mfu: {mfu}")
-    return line + ("  (warm-up, not in the summary)" if warmup else "")
+    return line + moe_fields(rec.extra or {}) + ("  (warm-up, not in the summary)" if warmup else "")
+
+
+def moe_fields(extra: dict[str, Any]) -> str:
+    """An MoE step's figures for the step line: the experts' load (max / mean assignments,
+    mean over layers), the share of the step in all-to-all, dropped assignments if any."""
+    if "moe_imbalance" not in extra:
+        return ""
+    text = f", experts max/mean: {extra['moe_imbalance']:.2f}"
+    if "moe_all_to_all_pct" in extra:
+        text += f", all-to-all: {extra['moe_all_to_all_pct']:.1f}%"
+    if extra.get("moe_dropped_pct"):
+        text += f", dropped: {extra['moe_dropped_pct']:.2f}%"
+    return text
 
 
 class ConsoleSink:

@@ -9,7 +9,7 @@ from typing import Any
 
 from trainperf.specs.cpu_calibration import CpuCalibration, cpu_model_name, save_calibration
 
-FAKE_PEAKS = {"fp32": 0.1, "bf16": 0.4}
+FAKE_PEAKS = {"fp32": 0.1, "bf16": 0.4, "fp8": 0.05}
 """Calibrated TFLOP/s written by :func:`fake_calibration` (round numbers, so MFU is checkable)."""
 
 

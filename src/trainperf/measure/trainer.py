@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from trainperf.errors import one_line
+from trainperf.errors import SpecError, one_line
 from trainperf.measure import checkpoint as ckpt
 from trainperf.measure import procs
 from trainperf.measure.data import Batches, TextDataset
@@ -97,6 +97,11 @@ class BenchConfig:
     stop_grace_s: float = DEFAULT_GRACE_S
     """Seconds the step in progress may take to finish after a stop signal."""
     meta: dict[str, Any] = field(default_factory=dict)
+    fp8_base: str | None = None
+    """The 16-bit (or fp32) dtype of an fp8 run's other work: ``bf16``, or ``fp32`` on a CPU
+    without native bf16; None: bf16."""
+    moe: dict[str, Any] | None = None
+    """:class:`~trainperf.measure.moe.MoEOptions` as a dict (MoE models)."""
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2)
@@ -127,47 +132,68 @@ def lr_at(step: int, cfg: BenchConfig) -> float:
     return cfg.lr * min(1.0, step / cfg.lr_warmup_steps)
 
 
-def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float, extra_group=None) -> float:
+def _by_mesh(tensors: list[torch.Tensor]) -> list[list[torch.Tensor]]:
+    """DTensors grouped by mesh, plain tensors apart: multi-tensor kernels and
+    ``get_total_norm`` refuse a mix."""
+    from torch.distributed.tensor import DTensor
+
+    groups: dict[int, list[torch.Tensor]] = {}
+    for t in tensors:
+        groups.setdefault(id(t.device_mesh) if isinstance(t, DTensor) else 0, []).append(t)
+    return list(groups.values())
+
+
+def _sum_squares(grads: list[torch.Tensor]) -> torch.Tensor:
+    """Sum of squared gradient entries, each mesh's norm made whole over its mesh."""
+    from torch.distributed.tensor import DTensor
+
+    sq = torch.zeros((), dtype=torch.float32)
+    for group in _by_mesh(grads):
+        n = torch.nn.utils.get_total_norm(group, 2.0)
+        n = n.full_tensor() if isinstance(n, DTensor) else n
+        sq = sq + n.float().cpu() ** 2
+    return sq
+
+
+def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float, extra_group=None,
+                   expert_params: list[torch.nn.Parameter] | None = None, ep_group=None) -> float:
     """Total L2 norm of the gradients, then scale them to at most ``max_norm``.
 
     ``torch.nn.utils.clip_grad_norm_`` refuses a mix of DTensor and plain gradients, which
     tensor parallel without sequence parallel produces (the norms stay plain, replicated
-    tensors); the two groups are summed here, each counted once. ``extra_group`` (the
-    pipeline group) holds disjoint parameters whose squared norms are summed across it.
+    tensors), and DTensors of different meshes (expert parallel's experts); each group is
+    summed apart, each counted once. ``extra_group`` (the pipeline group) holds disjoint
+    parameters whose squared norms are summed across it; ``expert_params`` are different on each
+    rank of ``ep_group``, so theirs are summed across that group.
     """
-    from torch.distributed.tensor import DTensor
+    import torch.distributed as dist
 
-    grads = [p.grad for p in params if p.grad is not None]
-    dt = [g for g in grads if isinstance(g, DTensor)]
-    plain = [g for g in grads if not isinstance(g, DTensor)]
-    sq = torch.zeros((), dtype=torch.float32)
-    if dt:
-        n = torch.nn.utils.get_total_norm(dt, 2.0)
-        sq = sq + n.full_tensor().float().cpu() ** 2
-    if plain:
-        sq = sq + torch.nn.utils.get_total_norm(plain, 2.0).float().cpu() ** 2
+    experts = {id(p) for p in expert_params or []}
+    grads = [p.grad for p in params if p.grad is not None and id(p) not in experts]
+    expert_grads = [p.grad for p in expert_params or [] if p.grad is not None]
+    sq = _sum_squares(grads)
+    if expert_grads:
+        esq = _sum_squares(expert_grads)
+        if ep_group is not None:
+            dist.all_reduce(esq, group=ep_group)
+        sq = sq + esq
     if extra_group is not None:
-        import torch.distributed as dist
-
         dist.all_reduce(sq, group=extra_group)
     total = float(sq.sqrt())
     coef = max_norm / (total + 1e-6)
     if coef < 1.0 and math.isfinite(total):
-        for group in (dt, plain):
-            if group:
-                torch._foreach_mul_(group, coef)
+        for group in _by_mesh(grads + expert_grads):
+            torch._foreach_mul_(group, coef)
     return total
 
 
 def make_optimizer(model: torch.nn.Module, lr: float) -> torch.optim.Optimizer:
     """AdamW with the fused kernel when this torch supports it for these parameters."""
-    from torch.distributed.tensor import DTensor
-
     params = [p for p in model.parameters() if p.requires_grad]
     # The multi-tensor kernels refuse a mix of DTensor and plain tensors in one group (tensor
-    # parallel without sequence parallel leaves the norms plain): one group each.
-    groups = [{"params": g} for g in ([p for p in params if isinstance(p, DTensor)],
-                                      [p for p in params if not isinstance(p, DTensor)]) if g]
+    # parallel without sequence parallel leaves the norms plain), and DTensors of different
+    # meshes (expert parallel's experts): one group each.
+    groups = [{"params": g} for g in _by_mesh(params)]
     try:
         opt = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
     except (RuntimeError, TypeError, ValueError):
@@ -237,6 +263,17 @@ def _init_distributed(cfg: BenchConfig) -> tuple[int, int]:
     return 0, 1
 
 
+def _gather_int(value: int) -> list[int]:
+    """``value`` of every rank, in rank order (``[value]`` in one process)."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return [value]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, value)
+    return [int(v) for v in out]
+
+
 def lora_flop_check(run: BenchRun, say: Callable[[str], None]) -> dict[str, Any]:
     """torch's FlopCounterMode on this (LoRA) model's training step, next to the convention's
     count that MFU uses: both go into the run's metadata, the difference is printed."""
@@ -277,15 +314,26 @@ class BenchRun:
         self.workload = workload = workload_from_dict(cfg.workload)
         self.device = torch.device(cfg.device_type, int(os.environ.get("LOCAL_RANK", "0"))) \
             if cfg.device_type == "cuda" else torch.device("cpu")
-        out(f"building {workload.model.name} ({workload.model.total_params / 1e6:.2f}M params) ...")
-        self.model = build_model(workload.model, seq_len=workload.seq_len, seed=cfg.seed, device=self.device)
+        m = workload.model
+        active = f", {m.active_params / 1e6:.2f}M active" if m.is_moe else ""
+        out(f"building {m.name} ({m.total_params / 1e6:.2f}M params{active}) ...")
+        self.model = build_model(m, seq_len=workload.seq_len, seed=cfg.seed, device=self.device,
+                                 exact_rope=workload.plan.cp > 1)
+        if workload.precision == "fp8":
+            from trainperf.measure.fp8 import DEFAULT_RECIPE, convert
+
+            conv = convert(self.model, workload.fp8_recipe or DEFAULT_RECIPE, cfg.device_type)
+            out(conv.describe())
+            cfg.meta["fp8"] = conv.to_dict()
+        self.moe_stats, self.moe_options = self._setup_moe(out)
         if workload.lora is not None:
             from trainperf.measure.lora import apply_lora
 
             n = apply_lora(self.model, workload.lora)
             out(f"{workload.lora.describe()}: {n / 1e6:.3f}M trainable parameters, the base frozen")
             cfg.meta["lora"] = {**workload.lora.to_dict(), "trainable_params": n, **lora_flop_check(self, out)}
-        self.setup = parallelize(self.model, workload, device_type=cfg.device_type, compile=cfg.compile)
+        self.setup = parallelize(self.model, workload, device_type=cfg.device_type, compile=cfg.compile,
+                                 fp8_base=cfg.fp8_base)
         out(f"parallelism: {self.setup.description}")
         plan = workload.plan
         self.pp = plan.pp
@@ -295,7 +343,16 @@ class BenchRun:
         self.trained = self.model if plan.pp == 1 else torch.nn.ModuleDict(
             {f"stage{sid}": m for sid, m in self.setup.stages})
         self.opt = make_optimizer(self.trained, cfg.lr)
-        self.amp = autocast_dtype(workload, self.setup)
+        self.amp = autocast_dtype(workload, self.setup, cfg.fp8_base)
+        from trainperf.measure.moe import moe_layers
+
+        self.moe_layers = moe_layers(self.trained)
+        self.expert_params = [p for layer in self.moe_layers for p in layer.experts.parameters()]
+        if self.moe_layers:
+            # a DTensor's numel is its size over the FSDP mesh: this rank's experts, whole
+            cfg.meta["moe"]["expert_params_per_rank"] = _gather_int(sum(p.numel() for p in self.expert_params))
+        self.last_moe: Any = None
+        """The last step's :class:`~trainperf.measure.moe.StepMoE` (MoE models)."""
         dataset = TextDataset.from_path(cfg.data, workload.seq_len, workload.model.vocab) if cfg.data else None
         self.batches = Batches(vocab=workload.model.vocab, seq_len=workload.seq_len,
                                micro_batch=workload.micro_batch, global_batch=workload.global_batch,
@@ -343,6 +400,38 @@ class BenchRun:
             recalibrate=self._recalibrate, warn=out, exclusive=True,
         )
 
+    def _setup_moe(self, out: Callable[[str], None]) -> tuple[Any, Any]:
+        """Give the MoE layers their options, statistics and expert GEMM (grouped or a loop);
+        (None, None) for a dense model."""
+        from trainperf.measure.moe import MoEOptions, MoEStats, grouped_mm_runs, moe_layers
+        from trainperf.measure.parallelize import compute_dtype
+
+        layers = moe_layers(self.model)
+        if not layers:
+            return None, None
+        w, cfg = self.workload, self.cfg
+        opts = MoEOptions(**cfg.moe) if cfg.moe else MoEOptions.for_model(w.model)
+        runs, why = grouped_mm_runs(self.device, compute_dtype(w.precision, cfg.fp8_base))
+        grouped = opts.grouped_gemm == "grouped" or (opts.grouped_gemm == "auto" and runs)
+        if opts.grouped_gemm == "grouped" and not runs:
+            raise SpecError("--moe-grouped-gemm", "grouped", f"loop or auto here: {why}")
+        how = "torch._grouped_mm (one grouped GEMM per projection)" if grouped else \
+            f"a loop over the experts ({'asked' if opts.grouped_gemm == 'loop' else why})"
+        stats = MoEStats()
+        for layer in layers:
+            layer.options, layer.stats, layer.aux_scale = opts, stats, 1.0 / w.grad_accum_steps
+            layer.experts.use_grouped = grouped
+        m = w.model
+        out(f"MoE: {len(layers)} of {m.layers} layers, {m.moe_experts} experts top-{m.moe_topk}"
+            + (f" + {m.moe_shared_experts} shared" if m.moe_shared_experts else "")
+            + f"; experts computed by {how}; "
+            + ("dropless" if opts.capacity_factor is None else f"capacity factor {opts.capacity_factor:g}")
+            + f"; aux loss x{opts.aux_loss_coef:g}"
+            + (f"; aux-loss-free bias rate {opts.bias_update_rate:g}" if opts.bias_update_rate else ""))
+        cfg.meta["moe"] = {**opts.to_dict(), "experts_gemm": "grouped" if grouped else "loop",
+                           "experts_gemm_note": how}
+        return stats, opts
+
     def _recalibrate(self, measured_tflops: float) -> tuple[float, str] | None:
         """The meter's hook when a step beat the peak: re-measure a calibrated CPU peak once
         (the run's dtype, square and own GEMM shapes, best kept and cached); None otherwise."""
@@ -375,22 +464,53 @@ class BenchRun:
             return self._pipeline_step(step, amp)
         for micro in range(self.accum):
             x, y = self.batches.get(step - 1, micro, self.device)
-            if self.fused_head:
-                with torch.autocast(self.device.type, dtype=amp or torch.float32, enabled=amp is not None):
-                    h = self.model.features(x)
-                loss = linear_cross_entropy(h, self.model.output.weight, y, compute_dtype=amp) / self.accum
-            else:
-                with torch.autocast(self.device.type, dtype=amp or torch.float32, enabled=amp is not None):
-                    logits = self.model(x)
-                loss = self.loss_fn(logits, y) / self.accum
-            loss.backward()
-            loss_sum += loss.detach()
-        gnorm = clip_grad_norm(self.params, GRAD_CLIP)
+            loss_sum += self._forward_backward(x, y, amp)
+        gnorm = clip_grad_norm(self.params, GRAD_CLIP, expert_params=self.expert_params,
+                               ep_group=self.setup.ep_group)
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
+        if self.moe_layers:
+            from trainperf.measure.moe import end_step
+
+            self.last_moe = end_step(self.moe_layers, self.moe_stats, self.workload.model.layers, self.accum,
+                                     self.moe_options, self.device)
         if dist.is_initialized() and self.world > 1:
             loss_sum = self._all_reduce_with_stop(loss_sum) / self.world
         return loss_sum, gnorm
+
+    def _forward_backward(self, x: torch.Tensor, y: torch.Tensor, amp: torch.dtype | None) -> torch.Tensor:
+        """One micro-batch's forward and backward; returns its loss (divided by the micro-batches).
+
+        Under context parallel both run inside :func:`~trainperf.measure.context_parallel.sharded`
+        (this rank's share of the sequence, ring attention), as torchtitan's train step does."""
+        ctx: Any = contextlib.nullcontext()
+        if self.setup.cp_mesh is not None:
+            from trainperf.measure.context_parallel import sharded
+
+            x, y = x.clone(), y.clone()  # sharded in place: not views of one row buffer
+            ctx = sharded(self.setup.cp_mesh, x, y, [self.model.rope_cos, self.model.rope_sin])
+        with ctx:
+            with torch.autocast(self.device.type, dtype=amp or torch.float32, enabled=amp is not None):
+                if self.fused_head:
+                    h = self.model.features(x)
+                else:
+                    logits = self.model(x)
+            if self.fused_head:
+                loss = linear_cross_entropy(h, self.model.output.weight, y, compute_dtype=amp) / self.accum
+            else:
+                loss = self.loss_fn(logits, y) / self.accum
+            loss.backward()
+        return loss.detach()
+
+    def step_extras(self) -> dict[str, Any]:
+        """What the last step adds to its record: MoE figures (extra) and the all-to-all seconds
+        (breakdown); empty for a dense model."""
+        moe = self.last_moe
+        if moe is None:
+            return {}
+        if self.setup.ep_size == 1:
+            return moe.extra()
+        return {**moe.extra(), "breakdown": {"moe_all_to_all": moe.all_to_all_s}}
 
     def _all_reduce_with_stop(self, loss: torch.Tensor) -> torch.Tensor:
         """Sum ``loss`` over all ranks, and with it the ranks' stop requests: every rank then
@@ -456,7 +576,7 @@ class BenchRun:
                             loss, gnorm = self.train_step(step)
                     else:
                         loss, gnorm = self.train_step(step)
-                    meter.step(tokens=self.tokens_local, loss=loss, grad_norm=gnorm)
+                    meter.step(tokens=self.tokens_local, loss=loss, grad_norm=gnorm, **self.step_extras())
                     if cfg.checkpoint_dir and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
                         with meter.paused():
                             ckpt.save(cfg.checkpoint_dir, step, self.trained, self.opt)

@@ -260,6 +260,18 @@ class ModelSpec:
         """Number of layers whose MLP is a mixture of experts."""
         return self.layers - self.moe_dense_layers if self.is_moe else 0
 
+    def layer_is_moe(self, i: int) -> bool:
+        """Whether layer ``i`` (0-based) has an MoE MLP: after the ``moe_dense_layers`` leading
+        dense layers, or, with ``moe_dense_interleaved``, spread evenly among the dense ones:
+        layer i is MoE when ``floor((i+1) m / L) > floor(i m / L)`` for m MoE of L layers (every
+        second layer for Llama 4 Maverick's ``interleave_moe_layer_step = 2``)."""
+        if not self.is_moe:
+            return False
+        if not self.moe_dense_interleaved:
+            return i >= self.moe_dense_layers
+        m, n = self.moe_layers, self.layers
+        return (i + 1) * m // n > i * m // n
+
     @property
     def dense_layers(self) -> int:
         """Number of layers with a dense MLP."""
