@@ -22,7 +22,6 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from trainperf.predict import core
 from trainperf.predict.fit_profiles import (
     FitRow,
     build_problem,
@@ -33,6 +32,8 @@ from trainperf.predict.fit_profiles import (
 )
 from trainperf.predict.runs_table import packaged_runs
 from trainperf.predict.stacks import DEFAULT_STACK, STACKS, knobs_with_profiles, packaged_profile
+from trainperf.predict.step import as_float
+from trainperf.predict.step_model import layout_of, step_time_s
 
 MIN_ROWS = 4
 _fits: dict[tuple[str, str], dict[str, Any]] = {}
@@ -74,7 +75,7 @@ def two_point(rows: Sequence[FitRow], table: str, fast: bool = False) -> dict[st
     errs = []
     for r in rest:
         k = knobs_with_profiles(r.workload.hardware, [base[0], prof])
-        p = core.as_float(core.step_core(core.workload_features(r.workload), k.values())["step_time_s"])
+        p = as_float(step_time_s(layout_of(r.workload), k.numbers()))
         errs.append(100.0 * (p / r.measured_step_time_s - 1.0))
     return {"table": table, "stack": mine[0].stack, "fit": [r.name for r in fit], "rows": len(rest),
             "mape_pct": statistics.fmean(abs(e) for e in errs), "mean_signed_pct": statistics.fmean(errs)}

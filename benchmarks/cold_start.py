@@ -1,4 +1,5 @@
-"""Cold start of the light commands, as whole processes (goal: median under 100 ms).
+"""Cold start of the light commands, as whole processes (goal: median under 150 ms: issue 28 let
+them rise from 100 ms for a step model built of typed records).
 
 Starts a fresh interpreter (``sys.executable``, not a shim on PATH) for ``trainperf --help``,
 ``flops``, ``mfu`` and ``predict`` exactly as the ``trainperf`` console script does (import
@@ -10,7 +11,7 @@ machine) and PASS/FAIL against the goal (wall-time medians). Every command's out
 fast failure cannot pass. The first (untimed) run of each command writes the bytecode caches
 (``__pycache__``, as ``pip install`` does), even where ``PYTHONDONTWRITEBYTECODE`` is set.
 
-    python benchmarks/cold_start.py [--runs 15] [--src OLD/src --src src] [--goal-ms 100]
+    python benchmarks/cold_start.py [--runs 15] [--src OLD/src --src src] [--goal-ms 150]
 
 ``--src`` picks the source tree to time (default: this checkout's ``src``); given twice, both
 trees are timed in one sitting, their runs interleaved, so load on the machine hits both alike. ``--importtime CMD`` prints the 15
@@ -86,7 +87,7 @@ def main() -> int:
     ap.add_argument("--src", type=Path, action="append",
                     help="source tree to time (PYTHONPATH); give it twice to compare two trees, "
                          "measured interleaved (default: this checkout's src)")
-    ap.add_argument("--goal-ms", type=float, default=100.0)
+    ap.add_argument("--goal-ms", type=float, default=150.0)
     ap.add_argument("--importtime", choices=sorted(COMMANDS), help="show where one command's imports go")
     args = ap.parse_args()
     trees = [p.resolve() for p in (args.src or [Path(__file__).resolve().parents[1] / "src"])]

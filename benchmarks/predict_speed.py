@@ -1,6 +1,7 @@
 """How long one prediction takes, once imported (goal: under 0.3 ms of CPU).
 
-Times ``trainperf.predict.predict`` on several published workloads (median of many repeats,
+Times ``trainperf.predict.predict`` on published workloads, one row of the packaged published-runs
+table per (device, software stack) (median of many repeats,
 ``time.process_time`` so other processes' load counts less) and, in the same run, a fixed
 pure-Python baseline, so a loaded machine shows up as a slow baseline too. Prints per-call
 microseconds, the ratio to the baseline, and PASS/FAIL against the 0.3 ms goal.
@@ -40,10 +41,9 @@ def main() -> int:
     args = ap.parse_args()
 
     from trainperf.predict import predict
-    from trainperf.predict.published import published_runs
+    from trainperf.predict.runs_table import included, packaged_runs
 
-    runs = [r for r in published_runs() if r.validate]
-    picks = {r.workload.hardware.id: r for r in runs}  # one per device
+    picks = {(r.workload.hardware.id, r.stack): r for r in included(packaged_runs())}  # one per device and stack
     base = _per_call_s(_baseline, args.repeats)
     print(f"baseline (20k float ops in Python): {base * 1e6:8.1f} us per call")
     worst = 0.0
@@ -52,7 +52,7 @@ def main() -> int:
         predict(w)  # warm caches (catalog, presets)
         t = _per_call_s(lambda w=w: predict(w), args.repeats)
         worst = max(worst, t)
-        print(f"predict {w.model.name:15s} {w.num_devices:5d}x {w.hardware.id:14s} {t * 1e6:8.1f} us "
+        print(f"predict {w.model.name[:15]:15s} {w.num_devices:5d}x {w.hardware.id:14s} {r.stack:16s} {t * 1e6:8.1f} us "
               f"per call ({t / base:5.2f}x baseline)")
     ok = worst * 1e3 < args.goal_ms
     print(f"slowest prediction {worst * 1e3:.3f} ms (goal < {args.goal_ms} ms): {'PASS' if ok else 'FAIL'}")

@@ -34,6 +34,7 @@ BASE = {
              "--global-batch", "128"],
 }
 POSITIVE = RealBound(0.0, math.inf, "positive")  # checked as positive and finite, no upper bound
+FRACTION = RealBound(0.0, 1.0, "a fraction", lo_open=False)
 MODEL = {"--layers": bounds.LAYERS, "--hidden": bounds.WIDTH, "--heads": bounds.HEADS,
          "--kv-heads": bounds.HEADS, "--head-dim": bounds.WIDTH, "--ffn-hidden": bounds.WIDTH,
          "--vocab": bounds.VOCAB}
@@ -48,8 +49,8 @@ FIELDS: dict[str, dict[str, Bound | RealBound]] = {
         "--train-tokens": POSITIVE, "--trainable-fraction": RealBound(0.0, 1.0, "fraction")},
     "mfu": MODEL | TRAINING | HARDWARE | PARALLEL | {
         "--step-time": POSITIVE, "--train-tokens": POSITIVE, "--model-flops-per-seq": POSITIVE,
-        "--usd-per-device-hour": POSITIVE, "--lora-fraction": bounds.FRACTION},
-    "flops": MODEL | TRAINING | {"--lora-fraction": bounds.FRACTION},
+        "--usd-per-device-hour": POSITIVE, "--lora-fraction": FRACTION},
+    "flops": MODEL | TRAINING | {"--lora-fraction": FRACTION},
     "plan": {"--num-devices": bounds.NUM_DEVICES, "--global-batch": bounds.GLOBAL_BATCH,
              "--seq-len": bounds.SEQ_LEN, "--devices-per-node": bounds.DEVICES_PER_NODE,
              "--max-micro-batch": bounds.MICRO_BATCH, "--max-vpp": Bound(0, bounds.VPP.hi, "0 = up to layers/pp"), "--top": bounds.SEARCH_RESULTS,

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from trainperf.predict import predict
-from trainperf.predict.memory import GiB, inflight_microbatches, last_rank_inflight_layers
+from trainperf.predict.step_model.memory import GiB, inflight_microbatches, last_rank_inflight_layers
 from trainperf.specs.hardware import get_hardware
 from trainperf.specs.parallel import ParallelPlan
 from trainperf.specs.presets import get_model
@@ -51,7 +51,7 @@ def test_pipeline_ranks_hold_what_the_schedule_keeps():
     assert last_rank_inflight_layers(8, 1, 64, 10, False) == 10
     # the second rank: pp - 1 under 1F1B; Megatron-Core's interleaved warm-up (pp - 2) * 2 +
     # (v - 1) * pp chunks + the running one, in micro-batches; GPipe every micro-batch
-    from trainperf.predict.memory import second_rank_inflight_microbatches
+    from trainperf.predict.step_model.memory import second_rank_inflight_microbatches
 
     assert second_rank_inflight_microbatches(8, 1, 64, False) == 7
     assert second_rank_inflight_microbatches(8, 12, 64, True) == pytest.approx((6 * 2 + 11 * 8 + 1) / 12)
@@ -263,9 +263,9 @@ def test_gspmd_reduce_scatters_one_weight_gradient_at_a_time():
     """MaxText (GSPMD) holds one weight's unsharded fp32 gradient before its reduce-scatter, not
     a whole layer's: MaxText's 32B on 256 TPU v5e (published rows 408-409, which ran in 16 GB)
     fits only so. The difference is (layer parameters - the largest matrix's) x 4 bytes."""
-    from trainperf.predict.runs_table import get_table_run
+    from trainperf.predict.runs_table import packaged_runs, select_runs
 
-    w = get_table_run("408").workload
+    w = select_runs(packaged_runs(), "row:408")[0].workload
     tensor = predict(w)
     assert tensor.fits
     layer = predict(dataclasses.replace(w, stack="generic"))  # PyTorch FSDP units: a layer's gradients
@@ -282,7 +282,7 @@ def test_moe_blocks_keep_their_routed_tokens():
     combine weights by router probabilities. Mixtral 8x7B, 32 layers, tp 4 sp, ep 8, seq 4096,
     micro batch 1, no pipeline (one micro-batch in flight): per layer and device, 4096 x 2 x 4 / 4
     received rows and 2 copies of the 4096 / 4 dispatched tokens, 4096 wide, 2 bytes each."""
-    from trainperf.predict.memory import routed_activation_bytes
+    from trainperf.predict.step_model.memory import routed_activation_bytes
 
     def w(ac, etp=4):
         return workload_from_dict({
@@ -352,9 +352,15 @@ def test_recomputing_the_moe_block_redoes_its_all_to_all():
 
 
 def _features(**kw):
+    """The fields of a layout dense_layers_per_rank reads (model and mesh), as namespaces."""
+    from types import SimpleNamespace
+
     base = {"pp": 16.0, "vpp": 1.0, "layers": 61.0, "dense_layers": 3.0, "moe_layers": 58.0,
             "layers_first": 4.0, "layers_mid": 4.0, "layers_last": 4.0, "dense_interleaved": False}
-    return {**base, **kw}
+    f = {**base, **kw}
+    model = ("layers", "dense_layers", "moe_layers", "dense_interleaved")
+    return SimpleNamespace(model=SimpleNamespace(**{k: f[k] for k in model}),
+                           mesh=SimpleNamespace(**{k: v for k, v in f.items() if k not in model}))
 
 
 @pytest.mark.parametrize(("kw", "expected"), [
@@ -377,7 +383,7 @@ def _features(**kw):
       "layers_mid": 8.0, "layers_last": 8.0}, (8, 8, 8, 8)),
 ])
 def test_dense_layers_per_pipeline_rank(kw, expected):
-    from trainperf.predict.core import dense_layers_per_rank
+    from trainperf.predict.step_model.stage import dense_layers_per_rank
 
     assert tuple(float(x) for x in dense_layers_per_rank(_features(**kw))) == pytest.approx(expected)
 
@@ -397,13 +403,14 @@ def test_leading_dense_layers_sit_on_the_first_pipeline_rank():
     is less: the first rank, which holds the most micro-batches in flight (16), keeps 3 dense
     layers' activations; the second, with 15 in flight and 4 MoE layers, may peak instead.
     Spread evenly (the average layer, as before), the busiest rank would hold 3.8 MoE layers."""
-    from trainperf.predict.core import layout_terms, workload_features
+    from trainperf.predict.step_model import layout_of
+    from trainperf.predict.step_model.stage import busiest_stage
 
     lead, all_moe = _dsv3(), _dsv3(moe_dense_layers=0)
     spread = _dsv3(moe_dense_interleaved=True)
-    lt = layout_terms(workload_features(lead))
-    assert float(lt["moe_frac"]) == 1.0 and float(lt["dense_frac"]) == 0.0
-    assert float(layout_terms(workload_features(spread))["moe_frac"]) == pytest.approx(58 / 61)
+    st = busiest_stage(layout_of(lead))
+    assert float(st.moe_frac) == 1.0 and float(st.dense_frac) == 0.0
+    assert float(busiest_stage(layout_of(spread)).moe_frac) == pytest.approx(58 / 61)
     p_lead, p_all, p_spread = predict(lead), predict(all_moe), predict(spread)
     assert p_lead.step_time_s == pytest.approx(p_all.step_time_s, rel=1e-12)
     assert p_spread.step_time_s < p_lead.step_time_s
@@ -423,7 +430,7 @@ def test_dense_layers_per_rank_stay_within_each_rank():
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from trainperf.predict.core import dense_layers_per_rank
+    from trainperf.predict.step_model.stage import dense_layers_per_rank
 
     @settings(max_examples=300, deadline=None)
     @given(layers=st.integers(2, 128), pp=st.integers(1, 32), vpp=st.integers(1, 8), dense=st.integers(0, 127),
@@ -433,9 +440,9 @@ def test_dense_layers_per_rank_stay_within_each_rank():
         plan = ParallelPlan(pp=min(pp, layers), vpp=1)
         first, mid, last = plan.stage_layers(layers)
         v = vpp if first % vpp == 0 and mid % vpp == 0 and last % vpp == 0 else 1
-        f = {"pp": float(plan.pp), "vpp": float(v), "layers": float(layers), "dense_layers": float(dense),
-             "moe_layers": float(layers - dense), "layers_first": float(first), "layers_mid": float(mid),
-             "layers_last": float(last), "dense_interleaved": interleaved}
+        f = _features(pp=float(plan.pp), vpp=float(v), layers=float(layers), dense_layers=float(dense),
+                      moe_layers=float(layers - dense), layers_first=float(first), layers_mid=float(mid),
+                      layers_last=float(last), dense_interleaved=interleaved)
         got = [float(x) for x in dense_layers_per_rank(f)]
         for d, n in zip(got, (first, mid, mid, last), strict=True):
             assert -1e-9 <= d <= min(n, dense) + 1e-9

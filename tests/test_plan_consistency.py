@@ -1,8 +1,8 @@
 """The planner's vectorised evaluation must equal the scalar predictor, plan for plan.
 
-``trainperf.plan.vectorized`` feeds numpy arrays of plan features to the predictor's own
-``step_core``; only the feature extraction (``workload_features``' plan entries and
-ParallelPlan's shard counts) is mirrored. This test draws a few hundred random executable
+``trainperf.plan.vectorized`` gives the predictor's own step model a layout whose mesh holds the
+candidates' plans as numpy arrays, built with the plan rules ParallelPlan itself uses. This test
+draws a few hundred random executable
 plans across models, devices, precisions and checkpointing policies and checks that step time,
 memory per device and the fit verdict equal :func:`trainperf.predict.predict` to 1e-6.
 """
@@ -17,7 +17,8 @@ import pytest
 from trainperf.plan import vectorized
 from trainperf.plan.search import workload_of
 from trainperf.plan.space import SearchSpace, enumerate_candidates
-from trainperf.predict import core, predict
+from trainperf.predict import predict
+from trainperf.predict.step_model import layout_of
 from trainperf.specs.hardware import get_hardware
 from trainperf.specs.presets import get_model
 
@@ -63,11 +64,12 @@ def test_vectorised_equals_scalar_predictor(case):
         assert ev.capacity_GiB == pytest.approx(p.memory_capacity_GiB, rel=1e-9)
 
 
-def test_mirrored_features_cover_every_plan_dependent_feature():
-    """If the predictor grows a new plan-dependent feature, the planner must mirror it: every
-    feature that differs between two plans of one model/device/precision must be one the
-    planner computes per plan."""
-    from trainperf.plan.space import Candidates
+def test_only_the_mesh_and_policy_depend_on_the_plan():
+    """The planner prices every plan of a (checkpointing, precision) group with one single-device
+    layout whose mesh it replaces: two plans of one model, device and precision must differ in
+    nothing else (a new plan-dependent field belongs in the Mesh)."""
+    import dataclasses
+
     from trainperf.specs.parallel import ParallelPlan
     from trainperf.specs.workload import Workload
 
@@ -78,14 +80,10 @@ def test_mirrored_features_cover_every_plan_dependent_feature():
     b = Workload(model=model, hardware=hw, num_devices=32, seq_len=4096, global_batch=128, micro_batch=2,
                  plan=ParallelPlan(dp=2, zero_stage=2, tp=2, sequence_parallel=True, pp=4, vpp=2, cp=2, ep=2),
                  devices_per_node=8, activation_checkpointing="selective")
-    fa, fb = core.workload_features(a), core.workload_features(b)
-    differing = {k for k in fa if not np.array_equal(np.asarray(fa[k], dtype=object), np.asarray(fb[k], dtype=object))}
-    cols = {k: np.zeros(1, dtype=np.int64) + 1 for k in
-            ("num_devices", "dp", "fsdp", "zero", "tp", "pp", "vpp", "cp", "ep", "etp", "micro_batch",
-             "global_batch", "sp", "ac", "precision", "slots")}
-    mirrored = set(vectorized.plan_features(Candidates(cols, ("bf16",)), np.arange(1), 8)) | {"policy"}
-    assert differing <= mirrored, f"plan-dependent features not mirrored by the planner: {differing - mirrored}"
-    assert set(fa) == set(fb)
+    la, lb = layout_of(a), layout_of(b)
+    assert la.mesh != lb.mesh
+    assert (la.model, la.device, la.kernels) == (lb.model, lb.device, lb.kernels)
+    assert dataclasses.replace(la.run, policy=lb.run.policy) == lb.run
 
 
 def test_calibration_reaches_both_evaluators():
@@ -99,7 +97,7 @@ def test_calibration_reaches_both_evaluators():
     assert (tuned.step_time_s > plain.step_time_s).mean() > 0.9  # slower GEMMs dominate
     from trainperf.plan.scalar import knob_values
 
-    assert np.allclose(tuned.memory_GiB - plain.memory_GiB, 6.0 - knob_values(hw)["reserve_GiB"])  # the reserve
+    assert np.allclose(tuned.memory_GiB - plain.memory_GiB, 6.0 - knob_values(hw).reserve_GiB)  # the reserve
     for i in np.random.default_rng(1).choice(len(cands), 15, replace=False):
         p = predict(workload_of(model, hw, space, cands, int(i)), calibration=cal)
         assert tuned.step_time_s[i] == pytest.approx(p.step_time_s, rel=1e-6)

@@ -267,13 +267,15 @@ def test_each_pipeline_split_is_listed_once():
     where it has only uneven stages."""
     import numpy as np
 
-    from trainperf.plan.space import SLOT_EMBEDDING, SLOT_LOSS, stage_layer_arrays, vpp_slot_pairs
+    from trainperf.plan.space import SLOT_EMBEDDING, SLOT_LOSS, slot_stages, vpp_slot_pairs
+    from trainperf.specs.parallel import stage_layer_split
 
     all_slots = (0, SLOT_EMBEDDING, SLOT_LOSS, SLOT_EMBEDDING | SLOT_LOSS)
     for layers, pp in ((61, 2), (61, 31), (95, 4), (126, 16), (80, 3)):
         pairs = vpp_slot_pairs(layers, pp, 8, all_slots, lighter_last=20, lighter_first=20)
-        splits = np.stack([pairs[:, 0], *stage_layer_arrays(layers, np.full(len(pairs), pp), pairs[:, 0],
-                                                              pairs[:, 1])], axis=1)
+        pp_col = np.full(len(pairs), pp)
+        splits = np.stack([pairs[:, 0], *stage_layer_split(float(layers), pp_col.astype(float),
+                                                           *slot_stages(layers, pp_col, pairs[:, 1]))], axis=1)
         assert len(np.unique(splits, axis=0)) == len(splits), (layers, pp)
     # a last stage 1 lighter: the loss slot's split where the stack has slots, kept where it has none
     from trainperf.plan.space import SLOT_LIGHTER_SHIFT

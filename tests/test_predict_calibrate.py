@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from trainperf.predict.calibrate import Observation, fit_knobs, nelder_mead, predict_with
-from trainperf.predict.efficiency import knobs_for
+from trainperf.predict.efficiency import vendor_knobs
 from trainperf.specs.workload_file import workload_from_dict
 
 
@@ -23,11 +23,11 @@ def _w(hidden, batch):
 
 
 def test_fit_recovers_the_knob_that_generated_the_data():
-    truth = knobs_for("h100-sxm", "nvidia").replace(matmul_fraction=0.65, op_overhead_us=20.0)
+    truth = vendor_knobs("nvidia").replace(matmul_fraction=0.65, op_overhead_us=20.0)
     ws = [_w(4096, 8), _w(2048, 16), _w(3072, 8)]
     times = predict_with(truth, [Observation(str(i), w, 1.0) for i, w in enumerate(ws)])
     obs = [Observation(str(i), w, t) for i, (w, t) in enumerate(zip(ws, times, strict=True))]
-    res = fit_knobs(obs, knobs_for("h100-sxm", "nvidia"), ["matmul_fraction", "op_overhead_us"],
+    res = fit_knobs(obs, vendor_knobs("nvidia"), ["matmul_fraction", "op_overhead_us"],
                     prior_weight=0.0)
     assert res.knobs.matmul_fraction == pytest.approx(0.65, rel=0.02)
     assert res.mape_pct < 0.5

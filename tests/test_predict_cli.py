@@ -63,30 +63,26 @@ def test_predict_bad_input_is_one_line(capsys):
     assert rc == 2 and "parallel" in capsys.readouterr().err
 
 
-def test_published_and_validate_json(capsys):
-    assert main(["published", "--seeds", "--json"]) == 0
-    pub = json.loads(capsys.readouterr().out)
-    assert len(pub["runs"]) >= 21
-    assert main(["validate", "--seeds", "--json"]) == 0
-    v = json.loads(capsys.readouterr().out)
-    assert v["mape_pct"] <= 10 and v["max_abs_pct_error"] <= 25
-    assert {"source", "predicted_step_time_s", "published_step_time_s", "abs_pct_error"} <= set(v["rows"][0])
-    assert main(["validate", "--seeds"]) == 0
-    out = capsys.readouterr().out
-    assert "MAPE" in out and "nvidia" in out and "amd" in out
+def test_the_documents_catalog_and_its_validator_are_gone(capsys):
+    """One published-results catalog (the packaged table) and one validator (issue 28): the five
+    documents' runs it had are rows of the table, or kept by the prediction snapshot."""
+    for argv in (["published", "--documents"], ["validate", "--documents"], ["validate", "--holdout"]):
+        with pytest.raises(SystemExit):
+            main(argv)
+        assert "unrecognized arguments" in capsys.readouterr().err
 
 
 def test_calibrate_model_then_predict_with_it(tmp_path, capsys):
     out = tmp_path / "cal.json"
-    assert main(["calibrate-model", "published:mi250-gcd", "--knobs", "matmul_fraction",
+    assert main(["calibrate-model", "published:a100-sxm-40gb", "--knobs", "matmul_fraction",
                  "-o", str(out), "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
-    assert 0.3 < res["devices"]["mi250-gcd"]["matmul_fraction"] < 1.3  # a share of MI250's measured GEMM speed
-    assert res["fit_mape_pct"] < 10
+    assert 0.3 < res["devices"]["a100-sxm-40gb"]["matmul_fraction"] < 1.3  # a share of A100's measured GEMM speed
+    assert res["fit_mape_pct"] < 15
     cal = json.loads(out.read_text())
-    cal["devices"]["mi250-gcd"]["matmul_fraction"] = 0.25
+    cal["devices"]["a100-sxm-40gb"]["matmul_fraction"] = 0.25
     out.write_text(json.dumps(cal))
-    args = ["predict", "--model", "mpt-7b", "--device", "mi250-gcd", "--num-devices", "8",
+    args = ["predict", "--model", "mpt-7b", "--device", "a100-sxm-40gb", "--num-devices", "8",
             "--seq-len", "2048", "--global-batch", "64", "--json"]
     assert main(args) == 0
     base = json.loads(capsys.readouterr().out)["step_time_s"]
@@ -97,7 +93,6 @@ def test_calibrate_model_then_predict_with_it(tmp_path, capsys):
 
 def test_calibrate_model_reports_held_out_error(tmp_path, capsys):
     out = tmp_path / "cal.json"
-    assert main(["calibrate-model", "published:maxtext-llama2-70b-bf16-64xh100",
-                 "--holdout", "published:maxtext-llama2-70b-bf16-2048xh100", "-o", str(out)]) == 0
+    assert main(["calibrate-model", "published:1", "--holdout", "published:6", "-o", str(out)]) == 0
     text = capsys.readouterr().out
     assert "held out" in text and "held-out MAPE" in text

@@ -8,8 +8,10 @@ import dataclasses
 import pytest
 
 from trainperf.errors import SpecError, UnknownNameError
-from trainperf.predict import core, predict
-from trainperf.predict.efficiency import knobs_for
+from trainperf.predict import predict
+from trainperf.predict.efficiency import vendor_knobs
+from trainperf.predict.step_model import layout_of, step_costs
+from trainperf.predict.step_model.layout import model_shape
 from trainperf.specs.hardware import get_hardware
 from trainperf.specs.parallel import ParallelPlan
 from trainperf.specs.presets import get_model
@@ -27,9 +29,8 @@ def _w(model="llama2-7b", n=8, plan=None, **kw):
 
 
 def _core(w, **knob_extra):
-    k = dict(knobs_for(w.hardware.id, w.hardware.vendor).values())
-    k.update(knob_extra)
-    return core.step_core(core.workload_features(w), k)
+    k = vendor_knobs(w.hardware.vendor).replace(**knob_extra)
+    return step_costs(layout_of(w), k.numbers())
 
 
 # ------------------------------------------------------------------------------ squared ReLU
@@ -42,7 +43,7 @@ def test_nemotron4_presets_and_relu2():
     assert get_model("nemotron4-340b").total_params == pytest.approx(341e9, rel=0.01)
     # non-gated: two matrices, FLOPs as a GELU MLP of the same width
     gelu = dataclasses.replace(m15, mlp="gelu")
-    assert core.model_features(m15, 4096)["mlp_mats"] == core.model_features(gelu, 4096)["mlp_mats"]
+    assert model_shape(m15, 4096).mlp_mats == model_shape(gelu, 4096).mlp_mats
     with pytest.raises(SpecError, match="mlp"):
         dataclasses.replace(m15, mlp="relu3")
 
@@ -75,10 +76,10 @@ def test_moe_folding_changes_expert_sharding_and_all_to_all():
     folded = _w(mix, 16, ParallelPlan(tp=2, ep=8, etp=1), global_batch=16)   # experts whole
     rb, rf = _core(base), _core(folded)
     # etp = 1: each ep rank holds its experts whole (twice the expert bytes of etp = 2) ...
-    assert rf["mem_weights"] > rb["mem_weights"]
+    assert rf.memory.weights_bytes > rb.memory.weights_bytes
     # ... and dispatches only its own (unique) tokens: half the all-to-all bytes
-    assert rf["ep_bytes"] == pytest.approx(rb["ep_bytes"] / 2)
-    assert core.workload_features(base)["etp"] == 2.0
+    assert rf.ep.comm.bytes_per_device == pytest.approx(rb.ep.comm.bytes_per_device / 2)
+    assert layout_of(base).mesh.etp == 2.0
 
 
 def test_an_all_to_all_across_nodes_says_how_it_is_priced():
@@ -120,7 +121,7 @@ def test_uneven_split_uses_the_slowest_stage():
     even = _w(m, 8, ParallelPlan(pp=4, tp=2), global_batch=32)
     slots = _w(m, 8, ParallelPlan(pp=4, tp=2, account_for_embedding_in_pipeline_split=True,
                                   account_for_loss_in_pipeline_split=True), global_batch=32)
-    assert core.workload_features(slots)["layers_last"] == 7.0
+    assert layout_of(slots).mesh.layers_last == 7.0
     # even: 8 layers + LM head on the last rank; slots: max(8 layers, 7 layers + head)
     assert predict(slots).step_time_s < predict(even).step_time_s
     with pytest.raises(SpecError):
@@ -145,9 +146,10 @@ def test_block_recompute_covers_k_layers_per_chunk():
     w = {p: _w("llama2-7b", 8, plan, global_batch=32, activation_checkpointing=p)
          for p in ("none", "full", "full:2", "full:8")}
     r = {p: _core(x) for p, x in w.items()}
-    assert r["full:2"]["recompute_s"] == pytest.approx(r["full"]["recompute_s"] * 2 / 8)
-    assert r["full:8"]["recompute_s"] == pytest.approx(r["full"]["recompute_s"])
-    assert r["none"]["mem_activations"] > r["full:2"]["mem_activations"] > r["full"]["mem_activations"]
+    assert r["full:2"].recompute_s == pytest.approx(r["full"].recompute_s * 2 / 8)
+    assert r["full:8"].recompute_s == pytest.approx(r["full"].recompute_s)
+    assert (r["none"].memory.activations_bytes > r["full:2"].memory.activations_bytes
+            > r["full"].memory.activations_bytes)
 
 
 def test_bad_policy_is_one_line_error():
@@ -162,14 +164,14 @@ def test_compile_async_tp_and_fp8_recipe_apply_profile_keys():
     base = _core(plain)
     r = _core(tuned, compile_overhead_factor=0.5, async_tp_overlap=0.75)
     # async TP hides the profile's share of the TP collectives
-    assert r["tp_s"] == pytest.approx(0.25 * r["tp_total_s"])
-    assert r["tp_total_s"] == pytest.approx(base["tp_s"])
+    assert r.tp.comm.exposed_s == pytest.approx(0.25 * r.tp.comm.time_s)
+    assert r.tp.comm.time_s == pytest.approx(base.tp.comm.exposed_s)
     # compile fuses the eager ops (the generic stack runs them unfused): fewer bytes, fewer launches
-    assert r["memory_bound_s"] < base["memory_bound_s"] and r["overhead_s"] < base["overhead_s"]
+    assert r.memory_bound_s < base.memory_bound_s and r.overhead_s < base.overhead_s
     # rowwise scaling costs more than the stack's default tensorwise quantisation (measured factors)
-    assert r["matmul_s"] > base["matmul_s"]
+    assert r.matmul_s > base.matmul_s
     neutral = _core(tuned, async_tp_overlap=0.0)
-    assert neutral["tp_s"] == pytest.approx(neutral["tp_total_s"])
+    assert neutral.tp.comm.exposed_s == pytest.approx(neutral.tp.comm.time_s)
 
 
 def test_software_fields_validate_and_round_trip():
@@ -196,8 +198,7 @@ def test_software_fields_validate_and_round_trip():
 # ------------------------------------------------------------------------------ device physics
 def test_power_capped_device_computes_at_its_sustained_clock():
     capped = _w(hardware=get_hardware("h100-sxm-94gb"))
-    f = core.workload_features(capped)
-    assert f["peak_flops"] == pytest.approx(989.4e12 * 0.896)
+    assert layout_of(capped).device.peak_flops == pytest.approx(989.4e12 * 0.896)
     p = predict(capped)
     assert p.peak_tflops == pytest.approx(989.4)  # MFU keeps the nominal (datasheet) peak
     uncapped = dataclasses.replace(get_hardware("h100-sxm-hbm2e"), sustained_clock_fraction=1.0,
@@ -260,5 +261,5 @@ def test_sequence_parallel_dispatches_each_ranks_own_share_of_tokens():
     plain = _w(mix, 16, ParallelPlan(tp=2, ep=8), global_batch=16)
     sp = _w(mix, 16, ParallelPlan(tp=2, ep=8, sequence_parallel=True), global_batch=16)
     sp_folded = _w(mix, 16, ParallelPlan(tp=2, ep=8, etp=1, sequence_parallel=True), global_batch=16)
-    assert _core(sp)["ep_bytes"] == pytest.approx(_core(plain)["ep_bytes"] / 2)
-    assert _core(sp_folded)["ep_bytes"] == pytest.approx(_core(sp)["ep_bytes"])
+    assert _core(sp).ep.comm.bytes_per_device == pytest.approx(_core(plain).ep.comm.bytes_per_device / 2)
+    assert _core(sp_folded).ep.comm.bytes_per_device == pytest.approx(_core(sp).ep.comm.bytes_per_device)

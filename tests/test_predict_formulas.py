@@ -7,87 +7,90 @@ import math
 import numpy as np
 import pytest
 
-from trainperf.predict import comms, compute, memory, pipeline
+from trainperf.predict.kernels.collectives import LevelModel
+from trainperf.predict.step_model import collectives as comms
+from trainperf.predict.step_model import compute, memory, pipeline
 
 # --- Korthikanti et al. 2022, activation memory per layer (bytes, 16-bit activations) ------------
 S, B, H, A = 2048, 1, 12288, 96  # GPT-3 175B shape, as in the paper's Table 2 discussion
 
 
-def test_korthikanti_no_recompute_single_device():
-    # sbh(34 + 5as/h)
-    want = S * B * H * (34 + 5 * A * S / H)
-    assert memory.korthikanti_activation_bytes(S, B, H, A) == pytest.approx(want)
-    # numerically: 2048*12288*(34 + 80) = 2,868,903,936 bytes
-    assert want == pytest.approx(2_868_903_936)
+def korthikanti_activation_bytes(s, b, h, a, t=1, sequence_parallel=False, policy="none"):
+    """Activation bytes of ONE transformer layer, exactly as Korthikanti et al. (2022) write them
+    (GPT block: MHA, 4h GELU MLP, dropout, materialised attention scores): the reference."""
+    sbh = s * b * h
+    if policy == "full":
+        return 2.0 * sbh / (t if sequence_parallel else 1)
+    base = 34.0 / t if sequence_parallel else 10.0 + 24.0 / t
+    if policy == "selective":
+        return sbh * base
+    return sbh * (base + 5.0 * a * s / (h * t))
 
 
-def test_korthikanti_tensor_parallel_without_sp():
+def test_korthikanti_reference_by_hand():
+    # sbh(34 + 5as/h) = 2048*12288*(34 + 80) = 2,868,903,936 bytes
+    assert korthikanti_activation_bytes(S, B, H, A) == pytest.approx(2_868_903_936)
     t = 8
-    want = S * B * H * (10 + 24 / t + 5 * A * S / (H * t))
-    assert memory.korthikanti_activation_bytes(S, B, H, A, t=t) == pytest.approx(want)
-
-
-def test_korthikanti_sequence_parallel():
-    t = 8
-    want = S * B * H * (34 / t + 5 * A * S / (H * t))
-    got = memory.korthikanti_activation_bytes(S, B, H, A, t=t, sequence_parallel=True)
-    assert got == pytest.approx(want)
     # with SP everything is split t ways: exactly 1/t of the single-device figure
-    assert got == pytest.approx(memory.korthikanti_activation_bytes(S, B, H, A) / t)
+    assert korthikanti_activation_bytes(S, B, H, A, t=t, sequence_parallel=True) == pytest.approx(
+        korthikanti_activation_bytes(S, B, H, A) / t)
 
 
-def test_korthikanti_selective_and_full():
-    t = 8
-    assert memory.korthikanti_activation_bytes(S, B, H, A, t=t, sequence_parallel=True,
-                                               policy="selective") == pytest.approx(S * B * H * 34 / t)
-    assert memory.korthikanti_activation_bytes(S, B, H, A, t=t, policy="selective") == pytest.approx(
-        S * B * H * (10 + 24 / t))
-    assert memory.korthikanti_activation_bytes(S, B, H, A, policy="full") == pytest.approx(2 * S * B * H)
-    assert memory.korthikanti_activation_bytes(S, B, H, A, t=t, sequence_parallel=True,
-                                               policy="full") == pytest.approx(2 * S * B * H / t)
+def _gpt_widths(policy: str):
+    from trainperf.accounting.recompute import layer_recompute
+    from trainperf.specs.presets import get_model
+
+    m = get_model("gpt3-175b")
+    rc = layer_recompute(policy, tuple(m.attention_matmuls()), tuple(m.dense_mlp_matmuls()), m.gated_mlp)
+    return rc.widths
 
 
-def test_generalised_activations_reduce_to_34h_for_a_gpt_block():
-    # MHA (q = kv = h), 4h GELU MLP: 32h without dropout masks; Korthikanti's 34h has two h-byte masks
-    per_layer = memory.activation_bytes_per_layer(S, B, H, H, H, 4 * H, False, 1, False, "none")
-    assert per_layer == pytest.approx(S * B * H * 32)
-    assert per_layer + 2 * S * B * H == pytest.approx(memory.korthikanti_activation_bytes(S, B, H, A, policy="selective"))
-    # with SP every term is split; full keeps the (split) input only
-    sp = memory.activation_bytes_per_layer(S, B, H, H, H, 4 * H, False, 8, True, "none")
-    assert sp == pytest.approx(per_layer / 8)
-    full = memory.activation_bytes_per_layer(S, B, H, H, H, 4 * H, False, 8, True, "full")
-    assert full == pytest.approx(2 * S * B * H / 8)
+@pytest.mark.parametrize("t,sp", [(1, False), (8, False), (8, True)])
+def test_kept_activations_are_korthikantis_less_dropout_masks(t, sp):
+    # MHA (q = kv = h), 4h GELU MLP: what the model keeps is Korthikanti's selective figure less his
+    # two h-byte dropout masks (dropout is off in modern training; split t ways with SP)
+    kept = memory.saved_activation_bytes_per_layer(S, B, H, H, H, 4 * H, t, sp, _gpt_widths("selective"))
+    masks = 2 * S * B * H / (t if sp else 1)
+    assert kept + masks == pytest.approx(korthikanti_activation_bytes(S, B, H, A, t, sp, "selective"))
+    # with flash attention no policy keeps the scores: "none" keeps what "selective" does
+    assert memory.saved_activation_bytes_per_layer(S, B, H, H, H, 4 * H, t, sp, _gpt_widths("none")) == kept
+    full = memory.saved_activation_bytes_per_layer(S, B, H, H, H, 4 * H, t, sp, _gpt_widths("full"))
+    assert full == pytest.approx(korthikanti_activation_bytes(S, B, H, A, t, sp, "full"))
+
+
+def test_unfused_attention_keeps_korthikantis_scores():
     # materialised scores add 5as per token (per layer, /t)
-    nf = memory.activation_bytes_per_layer(S, B, H, H, H, 4 * H, False, 1, False, "none", flash=False, heads=A)
-    assert nf - per_layer == pytest.approx(S * B * 5 * A * S)
+    assert memory.eager_attention_score_bytes(S, B, S, A) == pytest.approx(S * B * 5 * A * S)
 
 
 # --- ZeRO (Rajbhandari et al. 2020, Figure 1: 7.5B params, 64 GPUs, mixed-precision Adam) ---------
 @pytest.mark.parametrize("stage,want_GB", [(0, 120.0), (1, 31.4), (2, 16.6), (3, 1.9)])
 def test_zero_stage_memory_matches_the_paper(stage, want_GB):
+    from trainperf.specs.parallel import ParallelPlan
+
     n, psi = 64, 7.5e9
-    shards = (1 if stage < 3 else n, 1 if stage < 2 else n, 1 if stage < 1 else n)
-    w, g, o = memory.state_bytes(psi, "mixed", *shards)
-    assert (w + g + o) / 1e9 == pytest.approx(want_GB, abs=0.06)
+    plan = ParallelPlan(dp=n, zero_stage=stage)
+    w, g, o = memory.STATE_BYTES["mixed"]
+    total = psi * (w / plan.shards_params + g / plan.shards_grads + o / plan.shards_optimizer)
+    assert total / 1e9 == pytest.approx(want_GB, abs=0.06)
 
 
 def test_zero_bytes_per_param_are_2_2_12():
-    assert memory.state_bytes(1.0, "mixed", 1, 1, 1) == (2.0, 2.0, 12.0)
-    assert sum(memory.state_bytes(1.0, "fp32", 1, 1, 1)) == 16.0
+    assert memory.STATE_BYTES["mixed"] == (2.0, 2.0, 12.0)
+    assert sum(memory.STATE_BYTES["fp32"]) == 16.0
 
 
 # --- pipeline bubble (Narayanan et al. 2021) -------------------------------------------------------
 def test_1f1b_bubble_fraction():
-    # p = 4 stages, m = 8 micro-batches: (p-1)/(m+p-1) = 3/11 of the step, (p-1)/m of the ideal
-    assert pipeline.bubble_fraction_of_step(4, 8) == pytest.approx(3 / 11)
-    assert pipeline.bubble_fraction_of_ideal(4, 8) == pytest.approx(3 / 8)
-    assert pipeline.bubble_time_s(4, 1, 2.0) == pytest.approx(6.0)
+    # p = 4 stages, m = 8 micro-batches, 2 s each: (p-1)/(m+p-1) = 3/11 of the step, (p-1)/m of the ideal
+    bubble = pipeline.bubble_time_s(4, 1, 2.0)
+    assert bubble == pytest.approx(6.0)
+    assert bubble / (8 * 2.0 + bubble) == pytest.approx(3 / 11) and bubble / (8 * 2.0) == pytest.approx(3 / 8)
 
 
 def test_interleaved_bubble_is_v_times_smaller():
-    assert pipeline.bubble_fraction_of_ideal(8, 16, vpp=4) == pytest.approx(7 / (4 * 16))
     assert pipeline.bubble_time_s(8, 4, 1.0) == pytest.approx(7 / 4)
-    assert pipeline.bubble_fraction_of_step(8, 16, vpp=4) == pytest.approx((7 / 4) / (16 + 7 / 4))
+    assert pipeline.bubble_time_s(8, 4, 1.0) / 16 == pytest.approx(7 / (4 * 16))
 
 
 # --- collectives ----------------------------------------------------------------------------------
@@ -110,11 +113,11 @@ def test_group_layout():
 
 
 def _level(eff: float, half: float, lat_us: float, ref: float = 8.0, p: float = 0.0, mesh: bool = False,
-           nvls_min: float = 0.0, ring: tuple | None = None) -> tuple:
-    """A level model (comms.level_model's shape) with the same parameters for every kind."""
+           nvls_min: float = 0.0, ring: tuple | None = None) -> LevelModel:
+    """A level model with the same parameters for every kind."""
     kinds = tuple((k, eff, half, lat_us) for k in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all",
                                                   "send-recv"))
-    return (ref, p, mesh, nvls_min, ring, kinds)
+    return LevelModel(ref, p, mesh, nvls_min, ring[1:] if ring else None, kinds)
 
 
 def test_collective_time_intra_node_all_reduce_by_hand():
@@ -159,8 +162,8 @@ def test_all_to_all_across_nodes_is_concurrent_sends_through_each_nic():
     buffer leaves through its own NIC, priced as one send/recv of that size; within the node the
     k members exchange S*k/n each as a k-rank all-to-all; the slower sets the time."""
     up = _level(0.8, 10e6, 20.0)
-    out = (32.0, 0.5, False, 0.0, None, (("all-reduce", 0.9, 400e6, 300.0), ("all-to-all", 0.9, 400e6, 300.0),
-                                          ("send-recv", 0.95, 2e6, 5.0)))
+    out = LevelModel(32.0, 0.5, False, 0.0, None, (("all-reduce", 0.9, 400e6, 300.0),
+                                                    ("all-to-all", 0.9, 400e6, 300.0), ("send-recv", 0.95, 2e6, 5.0)))
     # 25 MB a rank, ep = 8 over 4 nodes (2 a node): 3/4 of it crosses the network at 0.95 x 50 GB/s
     t = comms.collective_time_s("all-to-all", 25e6, 8, 2, 4, 450e9, 50e9, up, out)
     assert t == pytest.approx((3 / 4 * 25e6 + 2e6) / (0.95 * 50e9))
@@ -210,8 +213,7 @@ def test_skinny_matmul_is_memory_bound():
 def test_flash_attention_flops_and_backward_factor():
     f = compute.attention_forward_flops(1, 4096, 2048.5, 64, 128, 128)
     assert f == pytest.approx(2 * 4096 * 2048.5 * 64 * 256)
-    fwd, bwd = compute.attention_time_s(1e12, 1e15, 0.5)
-    assert fwd == pytest.approx(2e-3) and bwd == pytest.approx(5e-3)
+    assert compute.FLASH_BACKWARD_FACTOR == 2.5  # FlashAttention-2: five GEMMs backward, two forward
 
 
 def test_elementwise_bytes():
@@ -225,7 +227,7 @@ def test_vectorised_helpers_accept_arrays():
     t = comms.collective_time_s("all-gather", np.array([1e9, 2e9]), np.array([8.0, 1.0]),
                                 np.array([8.0, 1.0]), np.array([1.0, 1.0]), 450e9, 50e9, up, out)
     assert t[0] == pytest.approx(7 / 8 * 1e9 / 450e9) and t[1] == 0.0
-    assert math.isclose(float(pipeline.bubble_fraction_of_step(np.array([4.0]), np.array([8.0]))[0]), 3 / 11)
+    assert math.isclose(float(pipeline.bubble_time_s(np.array([4.0]), np.array([1.0]), 2.0)[0]), 6.0)
 
 
 def test_the_lm_head_runs_in_16_bits_under_fp8(monkeypatch):
@@ -234,8 +236,10 @@ def test_the_lm_head_runs_in_16_bits_under_fp8(monkeypatch):
     H100 (pp = 1: the head is on the only stage), turning that off changes an fp8 step by the
     head's forward and two backward GEMMs, 4 micro-batches, at fp8 speed instead of bf16 (the
     launch-overlap blend moves it by a little), and leaves a bf16 step alone."""
-    from trainperf.predict import core, predict
+    from trainperf.predict import predict
     from trainperf.predict.step import resolve_knobs
+    from trainperf.predict.step_model import layout_of
+    from trainperf.predict.step_model.kernel_physics import head_dtype
     from trainperf.specs.hardware import get_hardware
     from trainperf.specs.workload_file import workload_from_dict
 
@@ -245,16 +249,16 @@ def test_the_lm_head_runs_in_16_bits_under_fp8(monkeypatch):
             "training": {"seq_len": 4096, "global_batch": 4, "micro_batch": 1, "precision": precision,
                          "activation_checkpointing": "full", "stack": "megatron-core"}})
 
-    assert core._head_dtype(get_hardware("b200"), "fp4") == "bf16"
-    assert core._head_dtype(get_hardware("h100-sxm"), "bf16") == "bf16"
+    assert head_dtype(get_hardware("b200"), "fp4") == "bf16"
+    assert head_dtype(get_hardware("h100-sxm"), "bf16") == "bf16"
     bf16_on, fp8_on = predict(w("bf16")).step_time_s, predict(w("fp8")).step_time_s
-    f, k = core.workload_features(w("fp8")), resolve_knobs(w("fp8"))
-    monkeypatch.setattr(core, "HEAD_16BIT_UNDER_FP8", False)
+    lay, k = layout_of(w("fp8")), resolve_knobs(w("fp8"))
+    monkeypatch.setattr(compute, "HEAD_16BIT_UNDER_FP8", False)
     bf16_off, fp8_off = predict(w("bf16")).step_time_s, predict(w("fp8")).step_time_s
     assert bf16_on == bf16_off
-    half, hbm = f["gemm_half_dim"], f["hbm_bytes_per_s"]
-    head16 = compute.matmul_time_s(4096, 128256, 4096, f["attn_peak_flops"],
-                                   f["head_gemm_peak_fraction"] * k.matmul_fraction, half, hbm, 2.0)
-    head8 = compute.matmul_time_s(4096, 128256, 4096, f["peak_flops"],
-                                  f["gemm_peak_fraction"] * k.fp8_matmul_fraction, half, hbm, 1.0)
+    half, hbm = lay.kernels.gemm_half_dim, lay.device.hbm_bytes_per_s
+    head16 = compute.matmul_time_s(4096, 128256, 4096, lay.device.attn_peak_flops,
+                                   lay.kernels.head_gemm_peak_fraction * k.matmul_fraction, half, hbm, 2.0)
+    head8 = compute.matmul_time_s(4096, 128256, 4096, lay.device.peak_flops,
+                                  lay.kernels.gemm_peak_fraction * k.fp8_matmul_fraction, half, hbm, 1.0)
     assert fp8_on - fp8_off == pytest.approx(4 * 3 * (head16 - head8), rel=1e-3)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from trainperf.errors import SpecError, TrainperfError
-from trainperf.predict import core, predict
-from trainperf.predict.efficiency import KNOB_NAMES, knobs_for
+from trainperf.predict import predict
+from trainperf.predict.efficiency import KNOB_NAMES, vendor_knobs
+from trainperf.predict.step_model import layout_of, step_costs
 from trainperf.specs.workload_file import workload_from_dict
 
 
@@ -133,29 +136,25 @@ def test_lora_needs_less_memory_and_time():
         0.01 * full.memory_breakdown_GiB["optimizer states"])
 
 
-def test_core_vectorises_over_plans():
+def test_step_model_vectorises_over_plans():
     w = wl()
-    f = core.workload_features(w)
-    k = knobs_for("h100-sxm", "nvidia").values()
-    scalar = core.step_core(f, k)
-    fa = dict(f)
-    fa["fsdp"] = np.array([64.0, 64.0])
-    fa["shards_params"] = np.array([64.0, 64.0])
-    fa["micro_batch"] = np.array([2.0, 1.0])
-    fa["grad_accum"] = np.array([1.0, 2.0])
-    arr = core.step_core(fa, k)
-    assert arr["step_time_s"][0] == pytest.approx(scalar["step_time_s"])
-    assert arr["mem_total"][0] == pytest.approx(scalar["mem_total"])
-    assert arr["mem_activations"][1] < arr["mem_activations"][0]
+    lay = layout_of(w)
+    k = vendor_knobs("nvidia").numbers()
+    scalar = step_costs(lay, k)
+    mesh = dataclasses.replace(lay.mesh, fsdp=np.array([64.0, 64.0]), shards_params=np.array([64.0, 64.0]),
+                               micro_batch=np.array([2.0, 1.0]), grad_accum=np.array([1.0, 2.0]))
+    arr = step_costs(dataclasses.replace(lay, mesh=mesh), k)
+    assert arr.step_time_s[0] == pytest.approx(scalar.step_time_s)
+    assert arr.memory.total_bytes[0] == pytest.approx(scalar.memory.total_bytes)
+    assert arr.memory.activations_bytes[1] < arr.memory.activations_bytes[0]
     # the same micro batch 1 plan through the scalar path
-    w1 = wl(mb=1)
-    s1 = core.step_core(core.workload_features(w1), k)
-    assert arr["step_time_s"][1] == pytest.approx(s1["step_time_s"])
+    s1 = step_costs(layout_of(wl(mb=1)), k)
+    assert arr.step_time_s[1] == pytest.approx(s1.step_time_s)
 
 
 def test_knobs_have_sources_and_defaults():
-    for dev, vendor in (("h100-sxm", "nvidia"), ("mi300x", "amd"), ("cpu", "cpu"), ("x", "other")):
-        k = knobs_for(dev, vendor)
+    for vendor in ("nvidia", "amd", "cpu", "other"):
+        k = vendor_knobs(vendor)
         assert set(k.values()) == set(KNOB_NAMES)
         assert all(k.sources.get(n) for n in KNOB_NAMES)
 
@@ -176,7 +175,7 @@ def test_properties_hold_over_random_plans():
            ac=st.sampled_from(["none", "selective", "full"]), eff=st.floats(0.3, 0.9))
     def check(fsdp, mb, ac, eff):
         w = wl("llama3-8b", n=64, par={"fsdp": fsdp}, gbs=64 * 4, mb=mb, ac=ac)
-        k = knobs_for("h100-sxm", "nvidia")
+        k = vendor_knobs("nvidia")
         slow = predict(w, knobs=k.replace(matmul_fraction=eff))
         fast = predict(w, knobs=k.replace(matmul_fraction=min(1.0, eff + 0.1)))
         assert fast.step_time_s < slow.step_time_s  # faster GEMMs never slow a step
@@ -219,19 +218,19 @@ def test_moe_dispatcher_gathers_topk_copies_over_the_expert_tp_group():
     tp group and reduce-scatters the expert outputs back: topk copies of [s, h] in 16 bits, not
     hidden by TP comm overlap. With unsplit experts (etp = 1, MoE parallel folding) nothing is
     gathered: the difference is exactly those collectives, by hand from the comms model."""
-    from trainperf.predict import comms
+    from trainperf.predict.step_model.collectives import collective_time_s
 
     par = {"dp": 8, "tp": 4, "ep": 8, "sequence_parallel": True, "zero_stage": 1}
     w = wl("mixtral-8x7b", n=32, par=par, seq=4096, gbs=64, mb=1, ac="none")
     w1 = wl("mixtral-8x7b", n=32, par={**par, "etp": 1}, seq=4096, gbs=64, mb=1, ac="none")
-    k = knobs_for("h100-sxm", "nvidia").values()
-    f, f1 = core.workload_features(w), core.workload_features(w1)
-    split, folded = core.step_core(f, k), core.step_core(f1, k)
+    k = vendor_knobs("nvidia").numbers()
+    lay = layout_of(w)
+    split, folded = step_costs(lay, k).tp.comm, step_costs(layout_of(w1), k).tp.comm
     buf = 4096 * 4096 * 2.0 * 2  # tokens x hidden x bf16 x topk
-    lv = (f["link_up"], f["link_out"])
-    one = sum(comms.collective_time_s(kind, buf, 4.0, 4.0, 1.0, f["intra_bytes_per_s"], f["inter_bytes_per_s"],
-                                      *lv, k["link_fraction"]) for kind in ("all-gather", "reduce-scatter"))
+    d, kp = lay.device, lay.kernels
+    one = sum(collective_time_s(kind, buf, 4.0, 4.0, 1.0, d.intra_bytes_per_s, d.inter_bytes_per_s,
+                                kp.link_up, kp.link_out, k.link_fraction) for kind in ("all-gather", "reduce-scatter"))
     micro_batches, layers, passes = 64 / 8, 32, 2.0  # forward + backward, no recomputation
-    assert split["tp_total_s"] - folded["tp_total_s"] == pytest.approx(micro_batches * layers * passes * one)
-    assert split["tp_s"] - folded["tp_s"] == pytest.approx(micro_batches * layers * passes * one)
-    assert folded["tp_total_s"] > 0  # the attention block's collectives stay
+    assert split.time_s - folded.time_s == pytest.approx(micro_batches * layers * passes * one)
+    assert split.exposed_s - folded.exposed_s == pytest.approx(micro_batches * layers * passes * one)
+    assert folded.time_s > 0  # the attention block's collectives stay

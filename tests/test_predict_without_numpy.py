@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import trainperf
-from trainperf.predict import vec
+from trainperf import vec
 from trainperf.predict.kernels import attention, collectives, gemm
 
 # Each goes through a different branch of the step model: pipeline + interleaving, context

@@ -243,3 +243,17 @@ def test_each_profile_predicts_its_rows_as_its_fit_did():
         assert per_stack[name]["in_sample"]["mape_pct"] == pytest.approx(fit["in_sample_mape_pct"], abs=0.006), name
         checked += 1
     assert checked >= 6
+
+
+def test_holdout_cache_key_follows_model_version_and_data_not_source(monkeypatch):
+    """The hold-out cache keys on the model's version and its data files (issue 28): a refactoring
+    that moves no number keeps the packaged figures; a new version or new data refits."""
+    rows = fit_profiles.rows_from_table(packaged_runs())[:5]
+    key = holdout.cache_key(rows)
+    assert holdout.cache_key(rows) == key
+    monkeypatch.setattr(holdout, "MODEL_VERSION", holdout.MODEL_VERSION + "+1")
+    assert holdout.cache_key(rows) != key
+    monkeypatch.undo()
+    monkeypatch.setattr(holdout, "DATA_FILES", holdout.DATA_FILES[1:])
+    assert holdout.cache_key(rows) != key
+    assert holdout.cache_key(rows[:4]) != key

@@ -232,15 +232,13 @@ def test_report_without_matplotlib_still_writes_tables(tmp_path, monkeypatch):
 
 
 def test_published_selector_builds_the_seed_weak_scaling_table(tmp_path):
-    pytest.importorskip("trainperf.predict.published")
-    from trainperf.predict.published import load_published_runs
+    from trainperf.predict.runs_table import published_records
     from trainperf.report import build_report
 
-    chosen = [r for r in load_published_runs() if re.fullmatch(r"maxtext-llama2-70b-bf16-\d+xh100", r.name)]
-    if len(chosen) < 2:
-        pytest.skip("the published catalog has no MaxText Llama-2-70B bf16 scaling rows")
-    rep = build_report(["published:maxtext-llama2-70b-bf16-*xh100"], tmp_path / "out",
-                       use_predictor=False, use_published=False)
+    table = "table:DGXC-v24.11.1-maxtext-llama2-70b-bf16"
+    chosen = published_records(table)
+    assert len(chosen) == 6  # 64 to 2,048 H100
+    rep = build_report([f"published:{table}"], tmp_path / "out", use_predictor=False, use_published=False)
     sweep = rep.sweeps[0][0]
     base = min(chosen, key=lambda r: r.workload.num_devices)
     x_b = base.workload.tokens_per_step / base.steps[0].step_time_s

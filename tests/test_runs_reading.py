@@ -309,9 +309,9 @@ def test_fixture_rows_take_the_stack_default_for_what_they_leave_unstated(row, d
     ("13", set()),  # NVIDIA's GPT-3 175B recipe states its whole plan
 ])
 def test_the_plan_fields_a_row_leaves_unstated(row_id, unstated):
-    from trainperf.predict.runs_table import get_table_run
+    from trainperf.predict.runs_table import packaged_runs, select_runs
 
-    assert get_table_run(row_id).unstated_plan_fields == frozenset(unstated)
+    assert select_runs(packaged_runs(), f"row:{row_id}")[0].unstated_plan_fields == frozenset(unstated)
 
 
 def test_fixture_units_and_token_batches():

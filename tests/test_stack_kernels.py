@@ -7,9 +7,10 @@ import dataclasses
 import pytest
 
 from trainperf.errors import TrainperfError
-from trainperf.predict import core, stack_kernels
+from trainperf.predict import stack_kernels
 from trainperf.predict.stacks import STACKS, packaged_profile
 from trainperf.predict.step import predict
+from trainperf.predict.step_model import layout_of
 from trainperf.specs.workload_file import workload_from_dict
 
 
@@ -58,12 +59,12 @@ def test_the_stacks_kernels_change_the_prediction_where_physics_says():
     assert tt.compute_breakdown["attention"] > 1.3 * mc.compute_breakdown["attention"]
     assert tt.extra["kernels"]["attn_family"] == "fa2" and mc.extra["kernels"]["attn_family"] == "cudnn"
     # compile turns torchtitan's eager memory-bound ops into fused ones
-    f_eager = core.workload_features(_w("torchtitan"))
-    f_comp = core.workload_features(_w("torchtitan", compile=True))
-    assert f_comp["elementwise_impl"] == "compiled" and f_eager["elementwise_impl"] == "eager"
+    f_eager = layout_of(_w("torchtitan")).kernels
+    f_comp = layout_of(_w("torchtitan", compile=True)).kernels
+    assert f_comp.elementwise_impl == "compiled" and f_eager.elementwise_impl == "eager"
     # unfused Python RMSNorm, RoPE and SwiGLU move their bytes several times (measured fused vs eager)
     for op in ("norm_passes", "rope_passes", "act_passes"):
-        assert f_eager[op] > 1.5 and f_comp[op] == 1.0
+        assert getattr(f_eager, op) > 1.5 and getattr(f_comp, op) == 1.0
     assert predict(_w("torchtitan", compile=True)).compute_breakdown["memory-bound ops"] < \
         0.7 * tt.compute_breakdown["memory-bound ops"]
 

@@ -2,7 +2,7 @@
 
 Reads the collected measurements in ``../shared/kernels/*.csv`` (columns ``quantity, value, unit,
 device, dtype, params, software, source, where, stated_or_read``; see that folder's SOURCES.md)
-and writes the subset the predictor uses to ``src/trainperf/predict/kernels/data/<class>.csv``:
+and writes the subset the predictor's kernel fit uses to ``tools/kernel_fitting/data/<class>.csv``:
 the ten original columns, the source file and line the row came from, the silicon and catalog
 SKU it was measured on, and the parameters parsed into typed columns. Every other row is
 rejected with a reason; ``--rejected`` prints the rejections grouped by reason (docs/KERNELS.md
@@ -11,7 +11,7 @@ carries that table). Each selection rule below says why it keeps what it keeps.
     python tools/curate_kernels.py [--shared /work/shared/kernels] [--rejected]
 
 After curating, regenerate the derived parameters:
-``PYTHONPATH=src python -m trainperf.predict.kernels.build``.
+``PYTHONPATH=src python -m tools.kernel_fitting.build``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 
 ORIGINAL = ["quantity", "value", "unit", "device", "dtype", "params", "software", "source", "where",
             "stated_or_read"]
-OUT_DIR = Path(__file__).resolve().parents[1] / "src" / "trainperf" / "predict" / "kernels" / "data"
+OUT_DIR = Path(__file__).resolve().parent / "kernel_fitting" / "data"
 
 Row = dict[str, str]
 

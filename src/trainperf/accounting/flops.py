@@ -38,12 +38,10 @@ Left out: optimizer arithmetic, dropout, the loss' softmax over the vocabulary (
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
 from trainperf.errors import SpecError
 from trainperf.specs.model import ModelSpec
 
-AttentionMask = Literal["causal", "causal-half", "full"]
 ATTENTION_MASKS: tuple[str, ...] = ("causal", "causal-half", "full")
 MATMUL_OPS: tuple[str, ...] = (
     "attn_qkv", "attn_scores", "attn_values", "attn_out", "mlp", "moe_router", "moe_experts",

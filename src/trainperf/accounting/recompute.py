@@ -151,7 +151,7 @@ class SavedWidths:
 def saved_widths(policy: Policy, model: ModelSpec) -> SavedWidths:
     """How many tensors of each width one layer keeps under ``policy`` (``none``, gated:
     ``h=4, q=2, kv=2, ffn=3``). Bytes per token = act_bytes * (h*hidden + q*q_dim + kv*kv_dim +
-    ffn*ffn_hidden), the split widths divided by tp (:func:`trainperf.predict.memory.saved_activation_bytes_per_layer`)."""
+    ffn*ffn_hidden), the split widths divided by tp (:func:`trainperf.predict.step_model.memory.saved_activation_bytes_per_layer`)."""
     return _widths(_kept(policy, *_names_roles(model), model.gated_mlp))
 
 

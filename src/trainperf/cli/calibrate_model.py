@@ -16,8 +16,7 @@ HELP = "fit a software-stack profile (.toml, for --stack) or device knobs (.json
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("runs", nargs="+", metavar="RUN",
                         help="bench run directories, JSONL run files, row:<row_id> / table:<table_id> of the "
-                             "published-runs table, or published:<id|vendor|device|all> (the runs of "
-                             "`trainperf published --documents`)")
+                             "published-runs table, or published:<row|table|device|vendor|all> (its rows)")
     parser.add_argument("--data", metavar="FILE.csv",
                         help="a runs file with the packaged table's columns: row:<row_id> and table:<table_id> "
                              "name its rows (read as `trainperf validate --data` reads them; a table's unread "
@@ -145,9 +144,10 @@ def _check_knobs_and_name(args: argparse.Namespace) -> None:
 
 def _write_profile(args: argparse.Namespace, obs: list, held: list, safe: dict) -> int:
     """Fit a stack profile (over generic and a starting stack) and write it as TOML."""
-    from trainperf.predict import core
     from trainperf.predict.fit_profiles import FitRow, Prediction, fit_user_profile, summarize
     from trainperf.predict.stacks import DEFAULT_STACK, knobs_with_profiles, load_profile, packaged_profile
+    from trainperf.predict.step import as_float
+    from trainperf.predict.step_model import layout_of, step_time_s
 
     name = args.name or Path(args.output).stem
     start = args.stack or next((getattr(o.workload, "stack", "") for o in obs
@@ -164,8 +164,7 @@ def _write_profile(args: argparse.Namespace, obs: list, held: list, safe: dict) 
     held_preds = []
     for o in held:
         k = knobs_with_profiles(o.workload.hardware, [base[0], prof])
-        p = core.as_float(core.step_core(core.workload_features(o.workload, o.trainable_fraction),
-                                         k.values())["step_time_s"])
+        p = as_float(step_time_s(layout_of(o.workload, o.trainable_fraction), k.numbers()))
         held_preds.append(Prediction(o.name, o.name, name, o.measured_step_time_s, p))
     fit_s, held_s = summarize(fit_preds), summarize(held_preds)
     out = {"format": "trainperf-stack-profile", "output": args.output, "name": name, "base": [p.name for p in base],

@@ -2,16 +2,14 @@
 
 A RUN is a trainperf JSONL run record, a bench output directory (``steps.jsonl`` plus
 ``workload.toml``), another framework's log (parsed as by ``trainperf parse``; append
-``@WORKLOAD.toml`` to complete what the log does not state), or ``published:ID`` /
-``published`` for records of :mod:`trainperf.predict.published` -- that part is optional: it
-is used only when the module is installed (guarded import), otherwise ``published:`` runs are
-refused with a one-line error.
+``@WORKLOAD.toml`` to complete what the log does not state), or ``published`` /
+``published:KEY`` for rows of the packaged published-runs table (a row or table id, a device,
+a vendor or a pattern: :func:`~trainperf.predict.runs_table.published_records`).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +27,7 @@ _WORKLOAD_SUFFIXES = (".toml", ".json")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("runs", nargs="+", metavar="RUN",
-                        help="trainperf JSONL / bench dir / framework log[@WORKLOAD.toml] / published:ID")
+                        help="trainperf JSONL / bench dir / framework log[@WORKLOAD.toml] / published:ROW")
     add_convention_argument(parser)
     parser.add_argument("--warmup", type=int, metavar="N", help="steps to exclude as warm-up (default: 10%%)")
     add_json_argument(parser)
@@ -44,34 +42,11 @@ def _split_workload(arg: str) -> tuple[str, str | None]:
 
 
 def _published(key: str) -> list[Any]:
-    """Published run records (all, or the one whose name/id is ``key``), via a guarded import."""
-    try:
-        mod = importlib.import_module("trainperf.predict.published")
-    except ImportError:
-        raise InputFileError("published records need trainperf.predict.published, which is not "
-                             "available in this installation") from None
-    get_one = getattr(mod, "get_published", None)
-    if key and callable(get_one):
-        return [_as_run(get_one(key))]
-    for name in ("load_published_runs", "published_runs"):
-        fn = getattr(mod, name, None)
-        if callable(fn):
-            runs = [_as_run(r) for r in fn()]
-            break
-    else:
-        raise InputFileError("trainperf.predict.published has no function returning run records")
-    if not key:
-        return runs
-    hits = [r for r in runs if key.lower() == r.name.lower()]
-    if not hits:
-        from trainperf.errors import UnknownNameError
+    """Published run records: every mapped row of the packaged table, or those ``key`` names
+    (:func:`~trainperf.predict.runs_table.published_records`)."""
+    from trainperf.predict.runs_table import published_records
 
-        raise UnknownNameError("published", key, [r.name for r in runs])
-    return hits
-
-
-def _as_run(r: Any) -> Any:
-    return r.to_run_record() if hasattr(r, "to_run_record") else r
+    return published_records(key)
 
 
 def _mfu_warning(name: str, mfu_pct: float | None, peak: float | None, source: str | None,

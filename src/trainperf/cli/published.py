@@ -2,10 +2,7 @@
 
 Each row shows the stack it maps to, its step time, and its MFU recomputed on one convention
 (``--convention``, against the catalog's dense peak) beside the MFU the source claimed on its
-own basis; excluded rows say why. ``--documents``: the runs and claims read from five public
-documents (NVIDIA's MaxText Llama2 70B recipe, torchtitan's performance page, Databricks' MI250
-blog, a forum thread on a 405B LoRA fine-tune, The Next Platform on Frontier), each with its
-citation."""
+own basis; excluded rows say why."""
 
 from __future__ import annotations
 
@@ -18,16 +15,12 @@ HELP = "list published runs (filter by model, device, framework, precision) with
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("id", nargs="?", help="one row id (or, with --documents, run id) to show in full")
+    parser.add_argument("id", nargs="?", help="one row id to show in full")
     parser.add_argument("--model", help="rows whose model contains this (case-insensitive)")
     parser.add_argument("--device", help="rows whose hardware or device id contains this")
     parser.add_argument("--framework", help="rows whose framework or stack contains this")
     parser.add_argument("--precision", help="rows of this precision (bf16, fp16, fp8)")
     parser.add_argument("--convention", default="megatron", help="FLOP convention of the recomputed MFU")
-    parser.add_argument("--documents", action="store_true",
-                        help="instead: the 25 runs and 3 scaling claims read from five public documents "
-                             "(NVIDIA, torchtitan, Databricks, a forum thread, The Next Platform), with citations")
-    parser.add_argument("--seeds", dest="documents", action="store_true", help=argparse.SUPPRESS)  # old name
     add_json_argument(parser)
 
 
@@ -69,26 +62,8 @@ def table_row_dict(r, convention: str = "megatron") -> dict:
     return d
 
 
-def _row_dict(r) -> dict:
-    w = r.workload
-    return {
-        "id": r.id, "document": r.document, "citation": r.citation,
-        "framework": r.framework, "vendor": r.vendor, "device": w.hardware.id,
-        "workload": w.describe(), "published_step_time_s": r.step_time_s,
-        "derived_from": r.derived_from, "tokens_per_step": w.tokens_per_step,
-        "claimed": r.claimed, "convention": r.convention, "assumptions": r.assumptions,
-        "validate": r.validate, "exclude_reason": r.exclude_reason,
-    }
-
-
 def run(args: argparse.Namespace) -> int:
     _check_filters(args)
-    if not args.documents:
-        return _run_table(args)
-    return _run_documents(args)
-
-
-def _run_table(args: argparse.Namespace) -> int:
     from trainperf.accounting.conventions import get_convention
     from trainperf.errors import UnknownNameError
     from trainperf.predict.runs_table import packaged_runs
@@ -134,31 +109,4 @@ def _print_record(d: dict[str, Any], as_json: bool) -> int:
     else:
         for k, v in d.items():
             print(f"{k}: {v}")
-    return 0
-
-
-_PROVENANCE = ("seed", "line")
-"""Keys locating a figure in the developers' copy of its document: for tests, not for users."""
-
-
-def _run_documents(args: argparse.Namespace) -> int:
-    from trainperf.predict.published import get_published, published_claims, published_runs
-
-    if args.id:
-        return _print_record(_row_dict(get_published(args.id)), args.json)
-    runs = published_runs()
-    if args.json:
-        print_json({"runs": [_row_dict(r) for r in runs],
-                    "claims": [{k: v for k, v in c.items() if k not in _PROVENANCE} for c in published_claims()]})
-        return 0
-    print(table([(r.id, r.workload.hardware.id, r.workload.num_devices, f"{r.step_time_s:.4g}",
-                  "derived" if r.derived_from else "published", r.document,
-                  "" if r.validate else "not validated") for r in runs],
-                ["id", "device", "devices", "step s", "step time", "document", ""]))
-    claims = published_claims()
-    if claims:
-        print()
-        print("published figures that are not step times:")
-        for c in claims:
-            print(f"  {c['id']}: {c['metric']} = {c['value']} ({c['document']}) - {c.get('note', '')}")
     return 0

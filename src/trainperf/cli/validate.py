@@ -1,10 +1,9 @@
 """``trainperf validate``: predicted vs published step time for every published run.
 
-Default: the packaged published-runs table (or ``--data FILE.csv``), in-sample with the packaged
-stack profiles, leave-one-table-out (every profile refitted without the table) and
+The packaged published-runs table (or ``--data FILE.csv``), in-sample with the packaged stack
+profiles, leave-one-table-out (every profile refitted without the table) and
 leave-one-(stack, silicon)-out (every table of a software stack on one silicon generation refitted
-out together), overall, per group, per table and per stack. ``--documents``: the runs read from
-five public documents (``trainperf published --documents``)."""
+out together), overall, per group, per table and per stack."""
 
 from __future__ import annotations
 
@@ -24,14 +23,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="predict every row with this stack profile instead of each row's own")
     parser.add_argument("--no-loto", action="store_true",
                         help="skip the held-out checks (they refit every profile once per table and per group; cached)")
-    parser.add_argument("--documents", dest="seeds", action="store_true",
-                        help="validate the runs read from five public documents instead "
-                             "(`trainperf published --documents`)")
-    parser.add_argument("--seeds", dest="seeds", action="store_true", help=argparse.SUPPRESS)  # old name
-    parser.add_argument("--calibration", metavar="FILE",
-                        help="with --documents: knob values from a JSON `trainperf calibrate-model` file")
-    parser.add_argument("--holdout", action="store_true",
-                        help="also leave-one-out: refit each device's knobs without the row, then predict it")
     add_json_argument(parser)
 
 
@@ -44,12 +35,6 @@ def _abs(x: Any) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not args.seeds:
-        return _run_table(args)
-    return _run_seeds(args)
-
-
-def _run_table(args: argparse.Namespace) -> int:
     from trainperf.predict.runs_table import load_table_runs, reading_summary, row_reading
     from trainperf.predict.stacks import load_profile
     from trainperf.predict.validate_runs import validate_runs
@@ -158,50 +143,3 @@ def _print_unread(reading: dict[str, Any]) -> None:
         print(f"rows stating model shape, batch, devices and a time: {reading['rows_stating_essentials']}; "
               f"predicted {reading['rows_stating_essentials_read']} "
               f"({reading['coverage_of_stating_rows_pct']:.1f}%)")
-
-
-def _run_seeds(args: argparse.Namespace) -> int:
-    from trainperf.predict.step import load_calibration
-    from trainperf.predict.validate import validate
-
-    cal = load_calibration(args.calibration) if args.calibration else None
-    v = validate(calibration=cal, holdout=args.holdout)
-    if args.json:
-        print_json(v.to_dict())
-        return 0
-    headers = ["id", "device", "published s", "predicted s", "abs err %"]
-    if args.holdout:
-        headers += ["held-out s", "held-out err %"]
-    for vendor, stats in v.by_vendor().items():
-        rows = []
-        for r in v.rows:
-            if r.vendor != vendor or not r.included:
-                continue
-            row = [r.id + (" *" if r.derived_from else ""), r.device, f"{r.published_step_time_s:.4g}",
-                   f"{r.predicted_step_time_s:.4g}", f"{r.abs_pct_error:.1f}"]
-            if args.holdout:
-                row += [f"{r.holdout_predicted_step_time_s:.4g}", f"{r.holdout_abs_pct_error:.1f}"]
-            rows.append(row)
-        print(f"{vendor}: {int(stats['rows'])} rows, MAPE {stats['mape_pct']:.1f}%, "
-              f"worst {stats['max_abs_pct_error']:.1f}%"
-              + (f", held-out MAPE {stats['holdout_mape_pct']:.1f}%" if "holdout_mape_pct" in stats else ""))
-        print(table(rows, headers))
-        print()
-    excluded = [r for r in v.rows if not r.included]
-    if excluded:
-        print("not averaged (catalog says why):")
-        for r in excluded:
-            print(f"  {r.id}: published {r.published_step_time_s:.4g} s, predicted "
-                  f"{r.predicted_step_time_s:.4g} s ({r.abs_pct_error:.0f}%): {r.exclude_reason}")
-        print()
-    worst = v.worst
-    print(f"MAPE {v.mape_pct:.2f}% over {len(v.included)} rows; worst row {worst.id} "
-          f"{worst.abs_pct_error:.1f}%" if worst else "no rows")
-    if v.holdout_mape_pct is not None:
-        ho = max(v.included, key=lambda r: r.holdout_abs_pct_error or 0.0)
-        print(f"held-out (leave-one-out per device) MAPE {v.holdout_mape_pct:.2f}%; worst {ho.id} "
-              f"{ho.holdout_abs_pct_error:.1f}%")
-    print("knobs fitted per device: " + "; ".join(
-        f"{d}: {', '.join(k) if k else 'none (vendor defaults)'}" for d, k in v.knobs_per_device.items()))
-    print("* step time derived from a published tokens/s or TFLOP/s (see `trainperf published ID`)")
-    return 0

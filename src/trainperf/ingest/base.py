@@ -220,7 +220,6 @@ class LogParser:
 # --- helpers shared by the parsers ---------------------------------------------------------------
 
 _NUM = r"[-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
-NUM_RE = re.compile(_NUM)
 
 
 def json_object(text: str, state: ParseState) -> dict[str, Any] | None:

@@ -11,8 +11,6 @@ from trainperf.accounting.plausibility import check_mfu
 from trainperf.errors import SpecError
 from trainperf.records import StepRecord
 
-LOG_KEYS = ("tokens_per_s", "tokens_per_s_per_device", "tflops_per_device", "mfu_pct", "step_time_s")
-
 
 def batch_tokens(batch: Any, *, count_padding: bool = False) -> tuple[Any, int | None]:
     """Tokens in ``batch`` and its sequence length.

@@ -13,7 +13,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from trainperf.plan.space import AC_POLICIES, REASONS, SearchSpace, mesh_count
+from trainperf.errors import TrainperfError
+from trainperf.plan.search import search
+from trainperf.plan.space import AC_POLICIES, REASONS, SearchSpace, divisors, mesh_count, vpp_slot_pairs
+from trainperf.predict.stack_capabilities import capabilities_of
 
 MAX_DEVICE_FACTOR = 64
 EXPLORE_MESH_ROWS = 20_000
@@ -23,9 +26,6 @@ a second; counts with many divisors are not explored."""
 
 
 def _fits(model: Any, hardware: Any, space: SearchSpace, calibration: Any) -> Any:
-    from trainperf.errors import TrainperfError
-    from trainperf.plan.search import search
-
     try:
         r = search(model, hardware, space, top_k=1, rerank=0, calibration=calibration)
     except TrainperfError:  # a relaxation whose search is beyond the planner's bounds: not tried
@@ -140,8 +140,6 @@ def _fixed_text(fixed: dict[str, int], keys: tuple[str, ...] | None = None) -> s
 
 def _direct_check(model: Any, hardware: Any, space: SearchSpace, fixed: dict[str, int]) -> str | None:
     """A fixed value that no plan can have, judged from the value alone (one phrase), or None."""
-    from trainperf.plan.space import divisors, vpp_slot_pairs
-    from trainperf.predict.stack_capabilities import capabilities_of
 
     caps = capabilities_of(space.stack).as_of(space.release)
     ns = space.num_devices

@@ -1,4 +1,4 @@
-"""The planner's single door into the predictor: knobs, feature templates, scalar predictions.
+"""The planner's single door into the predictor: knobs, layout templates, scalar predictions.
 
 Everything the planner needs from :mod:`trainperf.predict` goes through these three functions,
 so that a change in the predictor's interface is fixed in one place.
@@ -9,12 +9,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from trainperf.predict import predict as _predict
+from trainperf.predict.step import resolve_knobs
+from trainperf.predict.step_model import layout_of
 from trainperf.specs.hardware import Hardware
 from trainperf.specs.model import ModelSpec
 from trainperf.specs.parallel import ParallelPlan
 from trainperf.specs.workload import Workload
+
+if TYPE_CHECKING:
+    from trainperf.predict.efficiency import KnobValues
+    from trainperf.predict.step_model import Layout
 
 GiB = float(1 << 30)
 
@@ -43,36 +50,29 @@ def _single(model: ModelSpec, hardware: Hardware, seq_len: int, precision: str,
 
 
 def knob_values(hardware: Hardware, calibration: Mapping[str, Mapping[str, float]] | None = None,
-                model: ModelSpec | None = None, stack: Any = None) -> dict[str, float]:
+                model: ModelSpec | None = None, stack: Any = None) -> KnobValues:
     """The efficiency knob values :func:`trainperf.predict.predict` uses for ``hardware``
     (``calibration``: device id -> knob values, as :func:`~trainperf.predict.step.load_calibration`
     returns)."""
-    from trainperf.predict.step import resolve_knobs
 
     w = _single(model or ModelSpec.preset("debug"), hardware, 8, "fp32" if hardware.kind == "cpu" else
                 next(p for p in ("bf16", "fp16", "fp32") if hardware.supports(p)))
-    return resolve_knobs(w, calibration, stack=stack).values()
+    return resolve_knobs(w, calibration, stack=stack).numbers()
 
 
 @lru_cache(maxsize=64)
-def _representative(model: ModelSpec, hardware: Hardware, seq_len: int, precision: str,
-                    stack: str | None) -> dict[str, Any]:
-    from trainperf.predict import core
-
-    return core.workload_features(_single(model, hardware, seq_len, precision, stack))
-
-
 def representative(model: ModelSpec, hardware: Hardware, seq_len: int, precision: str,
-                   stack: str | None = None) -> dict[str, Any]:
-    """``workload_features`` of a single-device workload under ``stack``: every model, precision,
-    hardware and stack feature; the planner overwrites the plan-dependent ones with arrays."""
-    return dict(_representative(model, hardware, seq_len, precision, stack))
+                   stack: str | None = None) -> Layout:
+    """The :class:`~trainperf.predict.step_model.layout.Layout` of a single-device workload under
+    ``stack``: the model, precision, device and kernel physics; the planner replaces its mesh with
+    the candidates' plans as arrays."""
+
+    return layout_of(_single(model, hardware, seq_len, precision, stack))
 
 
 def predict(w: Workload, calibration: Mapping[str, Mapping[str, float]] | None = None,
             convention: str | None = None) -> ScalarFigures:
     """The scalar predictor's figures for one workload (:func:`trainperf.predict.predict`)."""
-    from trainperf.predict import predict as _predict
 
     kw: dict[str, Any] = {"convention": convention} if convention else {}
     p = _predict(w, calibration=calibration, **kw)

@@ -26,15 +26,13 @@ from trainperf.plan.space import (
     AC_POLICIES,
     REASONS,
     SLOT_EMBEDDING,
-    SLOT_FIRST_SHIFT,
-    SLOT_LIGHTER_MASK,
-    SLOT_LIGHTER_SHIFT,
     SLOT_LOSS,
     Candidates,
     SearchSpace,
     enumerate_candidates,
+    slot_stages,
 )
-from trainperf.predict.stack_capabilities import stacks_for
+from trainperf.predict.stack_capabilities import capabilities_of, stacks_for
 from trainperf.specs.hardware import PRECISIONS, Hardware
 from trainperf.specs.model import ModelSpec
 from trainperf.specs.parallel import ParallelPlan, PipelineSchedule
@@ -206,16 +204,13 @@ def describe_plan(w: Workload) -> str:
 def workload_of(model: ModelSpec, hardware: Hardware, space: SearchSpace, cands: Candidates,
                 i: int) -> Workload:
     """The validated :class:`Workload` of candidate row ``i``."""
-    from trainperf.predict.stack_capabilities import capabilities_of
 
     r = cands.row(i)
     slots = int(r["slots"])
     sched: PipelineSchedule = capabilities_of(space.stack).schedule_for(int(r["vpp"])) if int(r["pp"]) > 1 else "1f1b"
-    lighter = (slots >> SLOT_LIGHTER_SHIFT) & SLOT_LIGHTER_MASK
-    lighter_first = slots >> SLOT_FIRST_SHIFT
-    per_rank = (model.layers + lighter + lighter_first) // int(r["pp"])
-    last = per_rank - lighter if lighter else None
-    first = per_rank - lighter_first if lighter_first else None
+    _emb, _loss, first_layers, last_layers = slot_stages(model.layers, int(r["pp"]), slots)
+    first = int(first_layers) if first_layers >= 0 else None
+    last = int(last_layers) if last_layers >= 0 else None
     plan = ParallelPlan(dp=int(r["dp"]), fsdp=int(r["fsdp"]), zero_stage=int(r["zero"]), tp=int(r["tp"]),
                         sequence_parallel=bool(r["sp"]), pp=int(r["pp"]), vpp=int(r["vpp"]),
                         cp=int(r["cp"]), ep=int(r["ep"]), pp_schedule=sched,

@@ -22,12 +22,22 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 import numpy as np
 
+from trainperf import vec
+from trainperf.errors import SpecError
+from trainperf.predict.stack_capabilities import (
+    PlanFacts,
+    capabilities_of,
+    capability_rules,
+    packaged_capabilities,
+)
+from trainperf.specs.bounds import MEMORY_MARGIN
+from trainperf.specs.checkpointing import get_policy, policy_for_model
 from trainperf.specs.hardware import Hardware
 from trainperf.specs.model import ModelSpec
 
@@ -214,8 +224,6 @@ class SearchSpace:
                 "fp8_recipe": self.fp8_recipe if precision in ("fp8", "fp4") else None, "stack": self.stack}
 
     def __post_init__(self) -> None:
-        from trainperf.errors import SpecError
-
         for n in self.num_devices:
             if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n < 2**31:
                 raise SpecError("hardware.num_devices", n, "a positive integer below 2**31")
@@ -230,7 +238,6 @@ class SearchSpace:
             raise SpecError("training.seq_len", self.seq_len, "a positive integer")
         if self.devices_per_node < 1:
             raise SpecError("hardware.devices_per_node", self.devices_per_node, "a positive integer")
-        from trainperf.specs.checkpointing import get_policy
 
         canon = []
         for p in self.checkpointing:
@@ -241,7 +248,6 @@ class SearchSpace:
         object.__setattr__(self, "checkpointing", tuple(canon))  # Megatron modules in canonical order
         if self.max_micro_batch < 1:
             raise SpecError("max_micro_batch", self.max_micro_batch, "a positive integer")
-        from trainperf.specs.bounds import MEMORY_MARGIN
 
         MEMORY_MARGIN.check("memory_margin", self.memory_margin)
         if isinstance(self.max_vpp, bool) or not isinstance(self.max_vpp, int) or self.max_vpp < 0:
@@ -479,61 +485,64 @@ def vpp_slot_pairs(layers: int, pp: int, max_vpp: int, slot_options: tuple[int, 
     return np.asarray(out, dtype=np.int64)
 
 
-def stage_layer_arrays(layers: int, pp: np.ndarray, vpp: np.ndarray, slots: np.ndarray):
-    """Layers on the first, busiest middle and last pipeline rank, as arrays: the planner's
-    mirror of :meth:`~trainperf.specs.parallel.ParallelPlan.stage_layers`."""
-    e = (slots & SLOT_EMBEDDING).astype(np.float64)
-    lo = ((slots & SLOT_LOSS) >> 1).astype(np.float64)
-    d = ((slots >> SLOT_LIGHTER_SHIFT) & SLOT_LIGHTER_MASK).astype(np.float64)
-    d1 = (slots >> SLOT_FIRST_SHIFT).astype(np.float64)
-    ppf = pp.astype(np.float64)
-    even = np.ceil(layers / ppf)
-    per_rank = (layers + e + lo + d + d1) / ppf
-    has = slots > 0
-    first = np.where(has, per_rank - e - d1, even)
-    last = np.where(has, per_rank - lo - d, even)
-    # two ranks have no middle one: the busier of the two stands in
-    mid = np.where(has, np.where(pp == 2, np.maximum(first, last), per_rank), even)
-    one = pp <= 1
-    return (np.where(one, float(layers), first), np.where(one, float(layers), mid),
-            np.where(one, float(layers), last))
+def slot_stages(layers: Any, pp: Any, slots: Any) -> tuple[Any, Any, Any, Any]:
+    """What a ``slots`` code stands for, as :func:`~trainperf.specs.parallel.stage_layer_split`'s
+    ``(emb, loss, first, last)``: Megatron's embedding and loss slots (bits), a last stage ``d``
+    layers lighter (``(slots >> 2) & 63``), a first stage ``d`` layers lighter (``slots >> 8``);
+    the other ranks hold ``(layers + d) / pp`` layers, and ``first`` / ``last`` are -1 where
+    not set. Numbers or numpy arrays (one element per plan)."""
+    emb = slots & SLOT_EMBEDDING
+    loss = (slots & SLOT_LOSS) >> 1
+    d_last = (slots >> SLOT_LIGHTER_SHIFT) & SLOT_LIGHTER_MASK
+    d_first = slots >> SLOT_FIRST_SHIFT
+    per_rank = (layers + d_last + d_first) // pp
+    return (emb, loss, vec.where(d_first > 0, per_rank - d_first, -1),
+            vec.where(d_last > 0, per_rank - d_last, -1))
 
 
-def zero_stage_allowed(caps: Any, cols: Mapping[str, np.ndarray]) -> np.ndarray:
-    """Rows whose ZeRO stage the stack runs over dp, and beside pp > 1 (fsdp counting as 3):
-    :func:`~trainperf.predict.stack_capabilities.plan_refusal`'s rules, vectorised."""
-    ok = (cols["dp"] == 1) | np.isin(cols["zero"], caps.zero_stages)
-    stage = np.where(cols["fsdp"] > 1, 3, np.where(cols["dp"] > 1, cols["zero"], 0))
-    return ok & ((cols["pp"] == 1) | np.isin(stage, caps.pipeline_zero_stages))
+def plan_facts(caps: Any, cols: Mapping[str, np.ndarray]) -> Any:
+    """The :class:`~trainperf.predict.stack_capabilities.PlanFacts` of candidate rows: the
+    columns the table has so far (``None`` for the others). Experts split like the dense layers
+    (``etp = tp``) count as not set apart; a row's schedule is the one the stack runs it under
+    (:meth:`~trainperf.predict.stack_capabilities.Capabilities.schedule_for`)."""
+
+    def col(name: str) -> Any:
+        return cols.get(name)
+
+    vpp, slots = col("vpp"), col("slots")
+    has = {sched: sched in caps.pipeline_schedules for sched in (caps.schedule_for(1), caps.schedule_for(2))}
+    return PlanFacts(
+        dp=col("dp"), fsdp=col("fsdp"), tp=col("tp"), pp=col("pp"), vpp=vpp, cp=col("cp"), ep=col("ep"),
+        zero_stage=col("zero"), sp=None if "sp" not in cols else cols["sp"] == 1, etp=col("etp"),
+        etp_given=None if "etp" not in cols else cols["etp"] != cols["tp"],
+        schedule_ok=None if vpp is None else np.where(vpp > 1, has[caps.schedule_for(2)], has[caps.schedule_for(1)]),
+        slots=None if slots is None else (slots & (SLOT_EMBEDDING | SLOT_LOSS)) != 0,
+        uneven=None if slots is None else (slots >> SLOT_LIGHTER_SHIFT) != 0)
 
 
-def runnable(caps, cols: dict[str, np.ndarray], layers: int) -> np.ndarray:
+def stack_allows(caps: Any, cols: Mapping[str, np.ndarray], layers: int, skip: set[int] | None = None) -> np.ndarray:
+    """Rows of a candidate table that pass the stack's capability rules whose columns the table
+    has (:func:`~trainperf.predict.stack_capabilities.capability_rules`, the rules
+    :func:`~trainperf.predict.stack_capabilities.plan_refusal` applies to one plan); ``skip``:
+    indices of rules already applied, to which the ones applied here are added."""
+
+    facts = plan_facts(caps, cols)
+    n = cols["dp"].shape[0]
+    ok = np.ones(n, dtype=bool)
+    for i, (reads, passes, _why) in enumerate(capability_rules(caps, layers)):
+        if (skip is not None and i in skip) or any(getattr(facts, r) is None for r in reads):
+            continue
+        ok &= np.broadcast_to(np.asarray(passes(facts), dtype=bool), (n,))
+        if skip is not None:
+            skip.add(i)
+    return ok
+
+
+def runnable(caps: Any, cols: Mapping[str, np.ndarray], layers: int) -> np.ndarray:
     """Rows of a candidate table that the stack of ``caps``
-    (:class:`~trainperf.predict.stack_capabilities.Capabilities`) can run: the array form of
-    :func:`~trainperf.predict.stack_capabilities.plan_refusal`. Without an ``ac`` column only
-    the layout is judged (checkpointing: :meth:`Capabilities.allows_policy`)."""
-    ok = np.ones(cols["dp"].shape[0], dtype=bool)
-    for name in ("dp", "fsdp", "tp", "pp", "cp", "ep", "vpp"):
-        if name not in caps.parallelisms:
-            ok &= cols[name] == 1
-    ok &= zero_stage_allowed(caps, cols)
-    if not caps.hybrid_shard:
-        ok &= (cols["dp"] == 1) | (cols["fsdp"] == 1)
-    if caps.sequence_parallel == "always":
-        ok &= (cols["tp"] == 1) | (cols["sp"] == 1)
-    elif caps.sequence_parallel == "never":
-        ok &= cols["sp"] == 0
-    if not caps.runs_vpp():
-        ok &= cols["vpp"] == 1
-    elif caps.max_vpp:
-        ok &= cols["vpp"] <= caps.max_vpp  # (layers + 2) / pp is the enumeration's own bound
-    if not caps.pipeline_slots:
-        ok &= (cols["slots"] & (SLOT_EMBEDDING | SLOT_LOSS)) == 0
-    if not caps.uneven_stages:
-        ok &= (cols["slots"] >> SLOT_LIGHTER_SHIFT) == 0
-    if "etp" in cols:
-        split = cols["etp"] == cols["tp"]
-        ok &= (split & ("tp" in caps.expert_tp)) | (~split & (cols["etp"] == 1) & ("1" in caps.expert_tp))
+    (:class:`~trainperf.predict.stack_capabilities.Capabilities`) can run: every capability rule,
+    and, with an ``ac`` column, the checkpointing policy (:meth:`Capabilities.allows_policy`)."""
+    ok = stack_allows(caps, cols, layers)
     if "ac" in cols:
         allowed = [i for i, p in enumerate(AC_POLICIES) if caps.allows_policy(p)]
         ok &= np.isin(cols["ac"], allowed)
@@ -542,7 +551,6 @@ def runnable(caps, cols: dict[str, np.ndarray], layers: int) -> np.ndarray:
 
 def _for_model(model: ModelSpec, policy: str) -> str:
     """``policy`` as it acts on ``model`` (:func:`~trainperf.specs.checkpointing.policy_for_model`)."""
-    from trainperf.specs.checkpointing import policy_for_model
 
     return policy_for_model(policy, moe=model.is_moe, mla=model.attention == "mla",
                             shared_experts=bool(model.moe_shared_experts), dense_layers=model.dense_layers > 0)
@@ -569,7 +577,6 @@ def searched_policies(model: ModelSpec, caps: Any) -> tuple[str, ...]:
     re-runs memory-bound ops and the up-projections only, and that set's ``moe`` variant. A
     smaller output-discarding set saves less memory for about the same time, and each policy
     tried costs a full evaluation of the layouts (a user may still name any of them)."""
-    from trainperf.specs.checkpointing import get_policy
 
     lean = ({"layernorm"} | ({"moe_act"} if model.is_moe else set())
             | ({"mla_up_proj"} if model.attention == "mla" else set()))
@@ -587,171 +594,203 @@ def enumerate_candidates(model: ModelSpec, hardware: Hardware, space: SearchSpac
     Checks here are the ones :class:`~trainperf.specs.workload.Workload` makes (tp divides
     heads / kv heads or is a multiple of them / ffn_hidden, pp <= layers, cp divides the
     sequence, ep divides the experts and the data-parallel ranks, the micro batch divides the
-    local batch), the stack's (:mod:`trainperf.predict.stack_capabilities`: which degrees it has,
-    its ZeRO stages, sequence parallelism, schedules, vpp limit, pipeline slots, checkpointing),
-    and the planner's own: tp within a scale-up domain unless allowed, and an interleaved
-    schedule only when the layers (plus Megatron's embedding/loss slots) split evenly into
-    pp*vpp chunks and the micro-batches per step are a multiple of pp (Megatron-LM's requirement
-    for its interleaved 1F1B schedule). Plain 1F1B may split the layers unevenly, as Workload
-    allows. Memory is checked later, by the evaluator.
+    local batch), the stack's (:func:`stack_allows`: which degrees it has, its ZeRO stages,
+    sequence parallelism, schedules, vpp limit, pipeline slots, checkpointing), and the planner's
+    own: tp within a scale-up domain unless allowed, and an interleaved schedule only when the
+    layers (plus Megatron's embedding/loss slots) split evenly into pp*vpp chunks and the
+    micro-batches per step are a multiple of pp (Megatron-LM's requirement for its interleaved
+    1F1B schedule). Plain 1F1B may split the layers unevenly, as Workload allows. Memory is
+    checked later, by the evaluator.
 
     ``--fix`` values are applied first at each stage, so every other rejection is counted among
     plans that have the fixed values (what :func:`trainperf.plan.feasibility.fixed_refusal` reads).
     """
-    from trainperf.predict.stack_capabilities import capabilities_of
+    return _Enumeration(model, hardware, space).table()
 
-    caps = capabilities_of(space.stack).as_of(space.release)
-    fixed = dict(space.fixed)
-    n_prec = len(space.precisions)
-    policies = _distinct_policies(model, [p for p in space.checkpointing if caps.allows_policy(p)])
-    ac_codes = np.asarray([AC_POLICIES.index(p) for p in policies], dtype=np.int64)
-    n_ac_all = len(space.checkpointing)
-    ep_opts = np.asarray(divisors(model.moe_experts) if model.is_moe else [1], dtype=COLUMN_DTYPE)
-    # experts split like the dense layers (etp = tp), and, where the stack folds its MoE grid,
-    # not split at all (etp = 1): only for a MoE model whose expert FFN etp = tp could not split
-    etp_one = model.is_moe and "1" in caps.expert_tp
-    n_etp = 2 if etp_one else 1
-    gbs_opts = np.asarray(sorted(set(space.global_batches)), dtype=COLUMN_DTYPE)
-    mbs_opts = np.arange(1, space.max_micro_batch + 1, dtype=COLUMN_DTYPE)
-    sp_space = sorted({int(x) for x in space.sequence_parallel}) or [0]
-    sp_opts = np.asarray(sp_space, dtype=COLUMN_DTYPE)
-    zero_opts = np.asarray(sorted(set(space.zero_stages)) or [0], dtype=COLUMN_DTYPE)
-    interleave = caps.runs_vpp()
-    slot_opts = (0, 1, 2, 3) if (caps.pipeline_slots and space.pipeline_slots) else (0,)
-    uneven = caps.uneven_stages and space.uneven_stages
-    lighter = head_layers_bound(model) if uneven else 0
-    L = model.layers
 
-    pair_cache: dict[int, np.ndarray] = {}
+class _Enumeration:
+    """One search space laid out stage by stage: 0 mesh, 1 global batch, 2 micro batch, 3 vpp
+    and slots, 4 ep and etp, 5 sp, 6 ZeRO stage, 7 checkpointing and precision (the product
+    groups). Every stage expands the table by its options, then rejects rows by named reasons,
+    each weighted by the plans it would have expanded into."""
 
-    def vmax_of(pp: int) -> int:
-        vmax = caps.vpp_limit(L, pp) if interleave else 1
-        return min(vmax, space.max_vpp) if space.max_vpp else vmax
+    def __init__(self, model: ModelSpec, hardware: Hardware, space: SearchSpace) -> None:
+        self.model, self.space = model, space
+        self.caps = caps = capabilities_of(space.stack).as_of(space.release)
+        self.fixed = dict(space.fixed)
+        self.n_prec = len(space.precisions)
+        policies = _distinct_policies(model, [p for p in space.checkpointing if caps.allows_policy(p)])
+        self.ac_codes = np.asarray([AC_POLICIES.index(p) for p in policies], dtype=np.int64)
+        self.n_ac_all = len(space.checkpointing)
+        self.ep_opts = np.asarray(divisors(model.moe_experts) if model.is_moe else [1], dtype=COLUMN_DTYPE)
+        # experts split like the dense layers (etp = tp), and, where the stack folds its MoE grid,
+        # not split at all (etp = 1): only for a MoE model whose expert FFN etp = tp could not split
+        self.etp_one = model.is_moe and "1" in caps.expert_tp
+        self.gbs_opts = np.asarray(sorted(set(space.global_batches)), dtype=COLUMN_DTYPE)
+        self.mbs_opts = np.arange(1, space.max_micro_batch + 1, dtype=COLUMN_DTYPE)
+        self.sp_opts = np.asarray(sorted({int(x) for x in space.sequence_parallel}) or [0], dtype=COLUMN_DTYPE)
+        self.zero_opts = np.asarray(sorted(set(space.zero_stages)) or [0], dtype=COLUMN_DTYPE)
+        self.slot_opts = (0, 1, 2, 3) if (caps.pipeline_slots and space.pipeline_slots) else (0,)
+        self.uneven = caps.uneven_stages and space.uneven_stages
+        self.lighter = head_layers_bound(model) if self.uneven else 0
+        self.domain = hardware.scale_up_domain or space.devices_per_node  # as layout_of prices it
+        self.pair_cache: dict[int, np.ndarray] = {}
+        self.counter = _Counter(self.weight)
 
-    def pairs(pp: int) -> np.ndarray:
-        if pp not in pair_cache:
-            pair_cache[pp] = vpp_slot_pairs(L, pp, vmax_of(pp), slot_opts, lighter,
-                                            first_layers_bound(L, pp) if uneven else 0)
-        return pair_cache[pp]
+    # -------------------------------------------------------------------------- options
+    def vmax_of(self, pp: int) -> int:
+        vmax = self.caps.vpp_limit(self.model.layers, pp) if self.caps.runs_vpp() else 1
+        return min(vmax, self.space.max_vpp) if self.space.max_vpp else vmax
 
-    def n_vpp_options(pp: int) -> int:
+    def pairs(self, pp: int) -> np.ndarray:
+        """The (vpp, slots) options of a ``pp``-stage pipeline (:func:`vpp_slot_pairs`)."""
+        if pp not in self.pair_cache:
+            L = self.model.layers
+            self.pair_cache[pp] = vpp_slot_pairs(L, pp, self.vmax_of(pp), self.slot_opts, self.lighter,
+                                                 first_layers_bound(L, pp) if self.uneven else 0)
+        return self.pair_cache[pp]
+
+    def n_vpp_options(self, pp: int) -> int:
         if pp <= 1:
             return 1
         # the lighter first/last options are generated valid, so they count only as what they are
-        n_lighter = int((pairs(pp)[:, 1] >> SLOT_LIGHTER_SHIFT > 0).sum())
-        return vmax_of(pp) * len(slot_opts) + n_lighter
+        n_lighter = int((self.pairs(pp)[:, 1] >> SLOT_LIGHTER_SHIFT > 0).sum())
+        return self.vmax_of(pp) * len(self.slot_opts) + n_lighter
 
-    # Stage order: 0 mesh, 1 gbs, 2 mbs, 3 vpp+slots, 4 ep, 5 sp, 6 zero, 7 ac+precision.
-    def n_options(cols: dict[str, np.ndarray], stage: int) -> np.ndarray:
+    def n_options(self, cols: dict[str, np.ndarray], stage: int) -> np.ndarray:
+        """Options each row has at ``stage``."""
         tp, pp, dp = cols["tp"], cols["pp"], cols["dp"]
         one = np.ones_like(tp)
         if stage == 1:
-            return one * len(gbs_opts)
+            return one * len(self.gbs_opts)
         if stage == 2:
-            return one * len(mbs_opts)
+            return one * len(self.mbs_opts)
         if stage == 3:
             uniq, inv = np.unique(pp, return_inverse=True)
-            return np.asarray([n_vpp_options(int(u)) for u in uniq], dtype=np.int64)[inv]
+            return np.asarray([self.n_vpp_options(int(u)) for u in uniq], dtype=np.int64)[inv]
         if stage == 4:
-            return one * len(ep_opts) * np.where(tp > 1, n_etp, 1)
+            return one * len(self.ep_opts) * np.where(tp > 1, 2 if self.etp_one else 1, 1)
         if stage == 5:
-            return np.where(tp > 1, len(sp_opts), 1)
+            return np.where(tp > 1, len(self.sp_opts), 1)
         if stage == 6:
-            return np.where(dp > 1, len(zero_opts), 1)
-        return one * (n_ac_all * n_prec)
+            return np.where(dp > 1, len(self.zero_opts), 1)
+        return one * (self.n_ac_all * self.n_prec)
 
-    def weight(cols: dict[str, np.ndarray], stage: int) -> np.ndarray:
+    def weight(self, cols: dict[str, np.ndarray], stage: int) -> np.ndarray:
+        """Plans each row of ``stage`` stands for (the product of the later stages' options)."""
         w = np.ones(cols["dp"].shape[0], dtype=np.int64)
         for st in range(stage + 1, 8):
-            w = w * n_options(cols, st)
+            w = w * self.n_options(cols, st)
         return w
 
-    def fix(cols: dict[str, np.ndarray], *names: str) -> tuple[str, np.ndarray]:
+    def fix(self, cols: dict[str, np.ndarray], *names: str) -> tuple[str, np.ndarray]:
+        """Rows with the values ``--fix`` pins for ``names``."""
         ok = np.ones(cols["dp"].shape[0], dtype=bool)
         for name in names:
-            if name in fixed:
-                ok &= cols[name] == fixed[name]
+            if name in self.fixed:
+                ok &= cols[name] == self.fixed[name]
         return ("fixed", ok)
 
-    def stack_ok(cols: dict[str, np.ndarray], *names: str) -> np.ndarray:
-        ok = np.ones(cols["dp"].shape[0], dtype=bool)
-        for name in names:
-            if name not in caps.parallelisms:
-                ok &= cols[name] == 1
-        return ok
+    def stack(self, cols: dict[str, np.ndarray], applied: set[int]) -> tuple[str, np.ndarray]:
+        """Rows that pass the stack's rules their columns allow checking now."""
+        return ("stack", stack_allows(self.caps, cols, self.model.layers, applied))
 
-    counter = _Counter(weight)
-    parts = []
-    kv = model.kv_heads or model.heads
-    domain = hardware.scale_up_domain or space.devices_per_node  # as workload_features prices it
-    layout_base = 0
-    for n in sorted(set(space.num_devices)):
-        c = _mesh(n)
+    # --------------------------------------------------------------------------- stages
+    def mesh(self, n: int, applied: set[int]) -> dict[str, np.ndarray]:
+        """Stage 0: every (dp, fsdp, tp, pp, cp) of ``n`` devices the model and stack allow."""
+        m, c = self.model, _mesh(n)
         tp, pp, cp = c["tp"], c["pp"], c["cp"]
-        c = counter.reject(c, 0, [
-            fix(c, "dp", "fsdp", "tp", "pp", "cp"),
-            ("stack", stack_ok(c, "dp", "fsdp", "tp", "pp", "cp")
-             & (caps.hybrid_shard | (c["dp"] == 1) | (c["fsdp"] == 1))),
-            ("tp_cross_node", (tp <= domain) | space.allow_cross_node_tp),
-            ("tp_heads", model.heads % tp == 0),
-            ("tp_kv_heads", (kv % tp == 0) | (tp % kv == 0)),
-            ("tp_ffn", model.ffn_hidden % tp == 0),
-            ("pp_layers", pp <= L),
-            ("cp_seq", space.seq_len % cp == 0),
-        ])
-        c = _expand(c, "global_batch", gbs_opts)
-        dpr = c["dp"] * c["fsdp"]
-        c = counter.reject(c, 1, [("batch_dp", c["global_batch"] % dpr == 0)])
-        c = _expand(c, "micro_batch", mbs_opts)
+        kv = m.kv_heads or m.heads
+        return self.counter.reject(c, 0, [
+            self.fix(c, "dp", "fsdp", "tp", "pp", "cp"), self.stack(c, applied),
+            ("tp_cross_node", (tp <= self.domain) | self.space.allow_cross_node_tp),
+            ("tp_heads", m.heads % tp == 0), ("tp_kv_heads", (kv % tp == 0) | (tp % kv == 0)),
+            ("tp_ffn", m.ffn_hidden % tp == 0), ("pp_layers", pp <= m.layers),
+            ("cp_seq", self.space.seq_len % cp == 0)])
+
+    def batches(self, c: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Stages 1 and 2: global batches the data-parallel degree divides, micro batches that
+        divide the local batch."""
+        c = _expand(c, "global_batch", self.gbs_opts)
+        c = self.counter.reject(c, 1, [("batch_dp", c["global_batch"] % (c["dp"] * c["fsdp"]) == 0)])
+        c = _expand(c, "micro_batch", self.mbs_opts)
         local = c["global_batch"] // (c["dp"] * c["fsdp"])
-        c = counter.reject(c, 2, [fix(c, "micro_batch"), ("mbs_local", local % c["micro_batch"] == 0)])
-        c = _expand_vpp(c, pairs, counter, n_vpp_options)
+        return self.counter.reject(c, 2, [self.fix(c, "micro_batch"),
+                                          ("mbs_local", local % c["micro_batch"] == 0)])
+
+    def pipeline(self, c: dict[str, np.ndarray], applied: set[int]) -> dict[str, np.ndarray]:
+        """Stage 3: the (vpp, slots) pairs each pp can run; interleaving needs the micro-batches
+        per step to be a multiple of pp."""
+        c = _expand_vpp(c, self.pairs, self.counter, self.n_vpp_options)
         accum = c["global_batch"] // (c["dp"] * c["fsdp"] * c["micro_batch"])
-        c = counter.reject(c, 3, [
-            fix(c, "vpp", "slots"),
-            ("vpp_microbatches", (c["vpp"] == 1) | (accum % c["pp"] == 0)),
-        ])
-        c = _expand(c, "ep", ep_opts)
+        return self.counter.reject(c, 3, [self.fix(c, "vpp", "slots"), self.stack(c, applied),
+                                          ("vpp_microbatches", (c["vpp"] == 1) | (accum % c["pp"] == 0))])
+
+    def experts(self, c: dict[str, np.ndarray], applied: set[int]) -> dict[str, np.ndarray]:
+        """Stage 4: expert parallelism over the ranks the experts fold over (ep x etp covers
+        tp x cp x dp x fsdp), experts split like the dense layers or, where the stack folds, not."""
+        m = self.model
+        c = _expand(c, "ep", self.ep_opts)
         c["etp"] = c["tp"].copy()
-        if etp_one:  # a second copy of every tp > 1 row with unsplit experts
+        if self.etp_one:  # a second copy of every tp > 1 row with unsplit experts
             alt = {k: v[c["tp"] > 1] for k, v in c.items()}
             alt["etp"] = np.ones_like(alt["tp"])
             c = {k: np.concatenate([c[k], alt[k]]) for k in c}
-        grid = np.where(c["etp"] == c["tp"], 1, c["tp"])  # ep x etp covers tp x cp x dp x fsdp
-        c = counter.reject(c, 4, [
-            fix(c, "ep", "etp"),
-            ("fixed", np.full(c["ep"].shape, model.is_moe or "etp" not in fixed)),  # etp of a dense model
-            ("stack", stack_ok(c, "ep")),
+        grid = np.where(c["etp"] == c["tp"], 1, c["tp"])
+        return self.counter.reject(c, 4, [
+            self.fix(c, "ep", "etp"),
+            ("fixed", np.full(c["ep"].shape, m.is_moe or "etp" not in self.fixed)),  # etp of a dense model
+            self.stack(c, applied),
             ("ep_ranks", (c["dp"] * c["fsdp"] * c["cp"] * grid) % c["ep"] == 0),
-            ("etp_ffn", (not model.is_moe) | ((model.moe_expert_ffn or 1) % c["etp"] == 0)),
-        ])
-        c = _expand(c, "sp", sp_opts)
-        c = _filter(c, (c["tp"] > 1) | (c["sp"] == sp_opts[0]))
+            ("etp_ffn", (not m.is_moe) | ((m.moe_expert_ffn or 1) % c["etp"] == 0))])
+
+    def sequence_and_zero(self, c: dict[str, np.ndarray], applied: set[int], layout_base: int) -> dict[str, np.ndarray]:
+        """Stages 5 and 6: sequence parallelism where tp > 1, ZeRO stages where dp > 1; the
+        ``layout`` column numbers the rows before the ZeRO stages are expanded."""
+        c = _expand(c, "sp", self.sp_opts)
+        c = _filter(c, (c["tp"] > 1) | (c["sp"] == self.sp_opts[0]))
         c["sp"] = np.where(c["tp"] > 1, c["sp"], 0)
-        sp_ok = np.ones(c["dp"].shape[0], dtype=bool)
-        if caps.sequence_parallel == "always":
-            sp_ok = (c["tp"] == 1) | (c["sp"] == 1)
-        elif caps.sequence_parallel == "never":
-            sp_ok = c["sp"] == 0
-        c = counter.reject(c, 5, [fix(c, "sp"), ("stack", sp_ok)])
+        c = self.counter.reject(c, 5, [self.fix(c, "sp"), self.stack(c, applied)])
         c["layout"] = layout_base + np.arange(c["dp"].shape[0], dtype=COLUMN_DTYPE)
-        layout_base += c["dp"].shape[0]
-        c = _expand(c, "zero", zero_opts)
-        c = _filter(c, (c["dp"] > 1) | (c["zero"] == zero_opts[0]))
+        c = _expand(c, "zero", self.zero_opts)
+        c = _filter(c, (c["dp"] > 1) | (c["zero"] == self.zero_opts[0]))
         c["zero"] = np.where(c["dp"] > 1, c["zero"], 0)
-        c = counter.reject(c, 6, [fix(c, "zero"), ("stack", zero_stage_allowed(caps, c))])
-        if len(ac_codes) < n_ac_all:  # policies the stack does not have
-            counter.rejected["stack"] += int(c["dp"].shape[0]) * (n_ac_all - len(ac_codes)) * n_prec
-        parts.append(c)
-    layout_cols = tuple(k for k in COLUMNS if k not in _GROUPED)
-    cols = {k: np.concatenate([p[k] for p in parts]) for k in layout_cols}
-    groups = np.asarray([(a, p) for a in ac_codes for p in range(n_prec)], dtype=np.int64).reshape(-1, 2)
-    if caps.stack == "generic" and space.stack == "generic" and space.require_stack:
-        # without a named stack: the plans at least one packaged stack can run
-        from trainperf.predict.stack_capabilities import packaged_capabilities
+        return self.counter.reject(c, 6, [self.fix(c, "zero"), self.stack(c, applied)])
+
+    def layouts(self, n: int, layout_base: int) -> dict[str, np.ndarray]:
+        """Every layout of ``n`` devices (stages 0 to 6)."""
+        applied: set[int] = set()
+        c = self.batches(self.mesh(n, applied))
+        c = self.experts(self.pipeline(c, applied), applied)
+        c = self.sequence_and_zero(c, applied, layout_base)
+        if len(self.ac_codes) < self.n_ac_all:  # policies the stack does not have
+            self.counter.rejected["stack"] += int(c["dp"].shape[0]) * (self.n_ac_all - len(self.ac_codes)) * self.n_prec
+        return c
+
+    # ---------------------------------------------------------------------------- table
+    def table(self) -> Candidates:
+        """The candidates of every device count, as a product with the (policy, precision)
+        groups; with the ``generic`` stack, only the plans some packaged stack runs."""
+        parts, base = [], 0
+        for n in sorted(set(self.space.num_devices)):
+            parts.append(self.layouts(n, base))
+            base += parts[-1]["dp"].shape[0]
+        cols = {k: np.concatenate([p[k] for p in parts]) for k in COLUMNS if k not in _GROUPED}
+        groups = np.asarray([(a, p) for a in self.ac_codes for p in range(self.n_prec)], dtype=np.int64).reshape(-1, 2)
+        rejected = self.counter.rejected
+        if self.caps.stack == "generic" and self.space.stack == "generic" and self.space.require_stack:
+            keep = self._some_stack_runs(cols, groups)
+            rejected["no_stack"] += int((~keep).sum())
+            return Candidates(cols, tuple(self.space.precisions), int(keep.sum()) + sum(rejected.values()),
+                              rejected, groups, None if keep.all() else np.flatnonzero(keep))
+        valid = int(cols["dp"].shape[0]) * int(groups.shape[0])
+        return Candidates(cols, tuple(self.space.precisions), valid + sum(rejected.values()), rejected, groups)
+
+    def _some_stack_runs(self, cols: dict[str, np.ndarray], groups: np.ndarray) -> np.ndarray:
+        """Rows of the product table (group-major) that at least one packaged stack can run."""
 
         others = packaged_capabilities()
-        layout_ok = [runnable(other, cols, L) for other in others]
+        layout_ok = [runnable(other, cols, self.model.layers) for other in others]
         keep_by_group = []
         for a, _p in groups:
             keep = np.zeros(cols["dp"].shape[0], dtype=bool)
@@ -759,16 +798,11 @@ def enumerate_candidates(model: ModelSpec, hardware: Hardware, space: SearchSpac
                 if other.allows_policy(AC_POLICIES[int(a)]):
                     keep |= ok
             keep_by_group.append(keep)
-        keep_all = np.concatenate(keep_by_group) if keep_by_group else np.zeros(0, dtype=bool)
-        counter.rejected["no_stack"] += int((~keep_all).sum())
-        return Candidates(cols, tuple(space.precisions), int(keep_all.sum()) + sum(counter.rejected.values()),
-                          counter.rejected, groups, None if keep_all.all() else np.flatnonzero(keep_all))
-    valid = int(cols["dp"].shape[0]) * int(groups.shape[0])
-    return Candidates(cols, tuple(space.precisions), valid + sum(counter.rejected.values()),
-                      counter.rejected, groups)
+        return np.concatenate(keep_by_group) if keep_by_group else np.zeros(0, dtype=bool)
 
 
-def _expand_vpp(c: dict[str, np.ndarray], pairs, counter: _Counter, n_vpp_options) -> dict[str, np.ndarray]:
+def _expand_vpp(c: dict[str, np.ndarray], pairs: Callable[[int], np.ndarray], counter: _Counter,
+                n_vpp_options: Callable[[int], int]) -> dict[str, np.ndarray]:
     """Expand every row by the ``(vpp, slots)`` pairs its pp can run; the pairs it cannot are
     counted as ``vpp_layers`` (weighted by the plans each would have expanded into)."""
     pp = c["pp"]

@@ -1,23 +1,12 @@
 """Step time and memory per device of many candidate plans at once, with the predictor's model.
 
-The predictor's core, :func:`trainperf.predict.core.step_core`, is written on numbers that may
-be numpy arrays. This module does for a whole candidate table what
-:func:`trainperf.predict.core.workload_features` does for one :class:`Workload`: it builds the
-feature dict with the plan-dependent entries as arrays (one element per candidate) and calls
-``step_core`` once per (checkpointing policy, precision) group — the two features the core
-branches on as Python values. Nothing of the step model is re-implemented here; only the
-feature extraction is mirrored:
-
-* the model, precision and hardware entries (``peak_flops``, ``attn_peak_flops``, ``fp8``,
-  ``state_kind``, ``act_bytes``, bandwidths, capacity, and all of ``model_features``) are
-  ``workload_features`` of one single-device workload of the group's precision, so they cannot
-  drift;
-* the plan entries of ``workload_features`` (``micro_batch``, ``grad_accum``, ``dp``, ``fsdp``,
-  ``zero_stage``, ``tp``, ``sp``, ``pp``, ``vpp``, ``interleaved``, ``cp``, ``ep``, ``etp``,
-  ``layers_first``/``layers_mid``/``layers_last``, ``num_devices``, ``devices_per_node``) and
-  the shard counts of
-  :class:`~trainperf.specs.parallel.ParallelPlan` (``shards_params``, ``shards_grads``,
-  ``shards_optimizer``) are computed on arrays below (:func:`plan_features`).
+The step model (:mod:`trainperf.predict.step_model`) is written on a
+:class:`~trainperf.predict.step_model.layout.Layout` whose numbers may be numpy arrays. This
+module builds, per (checkpointing policy, precision) group of a candidate table, the layout of a
+single-device workload of that precision (model, device and kernel physics: the predictor's own
+:func:`~trainperf.predict.step_model.layout_of`) and replaces its mesh with the candidates' plans
+as arrays (:func:`mesh_arrays`), using the plan rules of :mod:`trainperf.specs.parallel` that
+:class:`~trainperf.specs.parallel.ParallelPlan` itself uses. Nothing is re-implemented here.
 
 ``tests/test_plan_consistency.py`` checks that the result equals the scalar predictor's step
 time and memory to 1e-6 relative on a random sample of plans across models and devices.
@@ -25,20 +14,26 @@ time and memory to 1e-6 relative on a random sample of plans across models and d
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from trainperf.plan.space import AC_POLICIES, Candidates, SoftwareFields, stage_layer_arrays
+from trainperf.plan import scalar
+from trainperf.plan.space import AC_POLICIES, Candidates, SoftwareFields, slot_stages
+from trainperf.predict.stack_capabilities import capabilities_of
+from trainperf.predict.step_model import memory_only, step_costs
+from trainperf.predict.step_model.layout import Layout, Mesh
 from trainperf.specs.hardware import Hardware
 from trainperf.specs.model import ModelSpec
+from trainperf.specs.parallel import shards_grads, shards_optimizer, shards_params, stage_layer_split
 
 GiB = float(1 << 30)
 CHUNK_ROWS = 1 << 14
-"""Candidates per ``step_core`` call: large enough to amortise Python overhead (~1 ms per call),
-small enough that step_core's ~100 intermediates stay near the CPU caches (2**14 rows measured
+"""Candidates per step-model call: large enough to amortise Python overhead (~1 ms per call),
+small enough that the model's ~100 intermediates stay near the CPU caches (2**14 rows measured
 ~20% faster than 2**17 on the 405B table)."""
 
 
@@ -53,102 +48,82 @@ class Evaluation:
     """Device memory, GiB."""
     fits: np.ndarray
     """``memory <= capacity`` (the predictor's fit test)."""
-    parts: dict[str, np.ndarray] | None = None
-    """Every array ``step_core`` returned (only when asked for with ``keep_parts``)."""
 
 
-def plan_features(c: Candidates, idx: np.ndarray, devices_per_node: int, layers: int = 0,
-                  scale_up_domain: int = 0, gpipe: tuple[bool, bool] = (False, False)) -> dict[str, Any]:
-    """The plan-dependent entries of ``workload_features`` for candidate rows ``idx``, as arrays.
+def mesh_arrays(c: Candidates, idx: np.ndarray, layers: int, scale_up_domain: int,
+                gpipe: tuple[bool, bool] = (False, False)) -> Mesh:
+    """The :class:`~trainperf.predict.step_model.layout.Mesh` of candidate rows ``idx``, as arrays.
 
-    Mirrors :func:`trainperf.predict.core.workload_features` and ParallelPlan's shard counts and
-    stage split (:func:`~trainperf.plan.space.stage_layer_arrays`: ``ceil(layers / pp)`` per rank,
-    or Megatron's embedding/loss slots). Experts are split like the dense layers (``etp = tp``) or
-    not at all (``etp = 1``), as the candidate says.
-    ``scale_up_domain``: devices per NVLink/xGMI domain (0: ``devices_per_node``).
-    ``gpipe``: whether the stack pipelines with GPipe at (vpp = 1, vpp > 1)
+    Experts are split like the dense layers (``etp = tp``) or not at all (``etp = 1``), as the
+    candidate says. ``scale_up_domain``: devices per NVLink/xGMI domain. ``gpipe``: whether the
+    stack pipelines with GPipe at (vpp = 1, vpp > 1)
     (:meth:`~trainperf.predict.stack_capabilities.Capabilities.schedule_for`).
     """
     f64 = np.float64
-    n = c["num_devices"][idx].astype(f64)
-    dp = c["dp"][idx].astype(f64)
-    fsdp = c["fsdp"][idx].astype(f64)
-    zero = c["zero"][idx].astype(f64)
-    tp = c["tp"][idx].astype(f64)
-    pp = c["pp"][idx].astype(f64)
-    vpp = c["vpp"][idx].astype(f64)
-    cp = c["cp"][idx].astype(f64)
-    mbs = c["micro_batch"][idx].astype(f64)
-    gbs = c["global_batch"][idx]
-    ga = gbs // (c["micro_batch"][idx] * c["dp"][idx] * c["fsdp"][idx])
-    return {
-        "num_devices": n,
-        "devices_per_node": np.minimum(float(devices_per_node), n),
-        "scale_up_domain": np.minimum(float(scale_up_domain or devices_per_node), n),
-        "micro_batch": mbs, "grad_accum": ga.astype(f64),
-        "dp": dp, "fsdp": fsdp, "zero_stage": zero, "tp": tp, "sp": c["sp"][idx].astype(bool),
-        "pp": pp, "vpp": vpp, "cp": cp,
-        "interleaved": (vpp > 1) & (not gpipe[1]),
-        "gpipe": (pp > 1) & np.where(vpp > 1, gpipe[1], gpipe[0]),
-        "ep": c["ep"][idx].astype(f64),
-        # ParallelPlan.shards_*: the sharded group spans cp as well
-        "shards_params": np.where(fsdp > 1, fsdp * cp, np.where(zero >= 3, dp * cp, 1.0)),
-        "shards_grads": np.where(fsdp > 1, fsdp * cp, 1.0) * np.where(zero >= 2, dp * np.where(fsdp > 1, 1.0, cp), 1.0),
-        "shards_optimizer": np.where(fsdp > 1, fsdp * cp, 1.0) * np.where(zero >= 1, dp * np.where(fsdp > 1, 1.0, cp), 1.0),
-        "etp": c["etp"][idx].astype(f64),
-        **dict(zip(("layers_first", "layers_mid", "layers_last"),
-                   stage_layer_arrays(layers, c["pp"][idx], c["vpp"][idx], c["slots"][idx]), strict=True)),
-    }
+    col = {k: c[k][idx] for k in ("num_devices", "dp", "fsdp", "zero", "tp", "pp", "vpp", "cp", "micro_batch",
+                                  "global_batch", "sp", "ep", "etp", "slots")}
+    dp, fsdp, zero, cp = (col[k].astype(f64) for k in ("dp", "fsdp", "zero", "cp"))
+    pp, vpp = col["pp"].astype(f64), col["vpp"].astype(f64)
+    first, mid, last = stage_layer_split(float(layers), pp, *slot_stages(layers, col["pp"], col["slots"]))
+    return Mesh(
+        micro_batch=col["micro_batch"].astype(f64),
+        grad_accum=(col["global_batch"] // (col["micro_batch"] * col["dp"] * col["fsdp"])).astype(f64),
+        dp=dp, fsdp=fsdp, zero_stage=zero, tp=col["tp"].astype(f64), sp=col["sp"].astype(bool), pp=pp, vpp=vpp,
+        interleaved=(vpp > 1) & (not gpipe[1]), gpipe=(pp > 1) & np.where(vpp > 1, gpipe[1], gpipe[0]), cp=cp,
+        ep=col["ep"].astype(f64), etp=col["etp"].astype(f64), shards_params=shards_params(dp, fsdp, zero, cp),
+        shards_grads=shards_grads(dp, fsdp, zero, cp), shards_optimizer=shards_optimizer(dp, fsdp, zero, cp),
+        layers_first=first, layers_mid=mid, layers_last=last,
+        scale_up_domain=np.minimum(float(scale_up_domain), col["num_devices"].astype(f64)))
+
+
+def _group_layout(model: ModelSpec, hardware: Hardware, seq_len: int, precision: str, policy: str,
+                  software: Callable[[str, int], SoftwareFields] | None) -> Layout:
+    """The layout of a (policy, precision) group but its mesh: a single-device workload's, with
+    the group's checkpointing and software settings (async TP counts for tp > 1 only: with tp = 1
+    there is no TP collective to hide, so the flag is a no-op there)."""
+    from trainperf.predict.step_model.kernel_physics import software_fields
+
+    stack = software("bf16", 1).get("stack") if software is not None else None
+    base = scalar.representative(model, hardware, seq_len, precision, stack)
+    run = dataclasses.replace(base.run, policy=policy)
+    if software is None:
+        return dataclasses.replace(base, run=run)
+    soft = software(precision, 2)
+    kernels = dataclasses.replace(base.kernels, **software_fields(model.norm, model.mlp, base.kernels.silicon, stack, precision,
+                                                                  bool(soft["compile"]), soft["fp8_recipe"]))
+    return dataclasses.replace(base, run=dataclasses.replace(run, async_tp=bool(soft["async_tp"])), kernels=kernels)
 
 
 def evaluate(c: Candidates, model: ModelSpec, hardware: Hardware, seq_len: int, devices_per_node: int,
-             *, calibration: Any = None, keep_parts: bool = False, scale_up_domain: int = 0,
+             *, calibration: Any = None, scale_up_domain: int = 0,
              software: Callable[[str, int], SoftwareFields] | None = None,
              fitting_only: bool = False) -> Evaluation:
     """Predicted step time, memory per device and fit of every candidate in ``c``.
 
     ``calibration``: what ``trainperf.predict`` accepts for its knobs (a calibration file path,
-    a mapping of knob values, or None for the catalog's). See the module docstring for exactly
-    which part is mirrored and which is the predictor's own code. ``software(precision, tp)``
-    gives the ``[training]`` software fields (compile, async_tp, fp8_recipe) of a plan, as
-    :meth:`~trainperf.plan.space.SearchSpace.software` does; async TP is applied only where tp > 1
-    (with tp = 1 there is no TP collective to hide, so the flag is a no-op there).
-    ``fitting_only``: price only the plans whose memory fits the device (the memory is computed
-    for every plan first, :func:`~trainperf.predict.core.memory_core`); the others get an
-    infinite step time. A search ranks only plans that fit, and most do not.
+    a mapping of knob values, or None for the catalog's). ``software(precision, tp)`` gives the
+    ``[training]`` software fields (compile, async_tp, fp8_recipe, stack) of a plan, as
+    :meth:`~trainperf.plan.space.SearchSpace.software` does. ``fitting_only``: price only the
+    plans whose memory fits the device (the memory is computed for every plan first); the others
+    get an infinite step time. A search ranks only plans that fit, and most do not.
     """
-    from trainperf.plan import scalar
-    from trainperf.predict import core, stack_kernels
-    from trainperf.predict.stack_capabilities import capabilities_of, loss_bytes_per_logit
 
     n = len(c)
-    scale_up_domain = scale_up_domain or hardware.scale_up_domain  # as workload_features reads it
-    step = np.empty(n)
-    mem = np.empty(n)
-    parts: dict[str, np.ndarray] = {}
+    domain = scale_up_domain or hardware.scale_up_domain or devices_per_node  # as layout_of reads it
+    step, mem = np.empty(n), np.empty(n)
     stack = software("bf16", 1).get("stack") if software is not None else None
     knobs = scalar.knob_values(hardware, calibration, stack=stack)
     caps = capabilities_of(stack)
     gpipe = (caps.schedule_for(1) == "gpipe", caps.schedule_for(2) == "gpipe")
-    capacity = hardware.usable_memory_bytes
+    capacity = float(hardware.usable_memory_bytes)
     for a, p, pos, lay_idx, lay in _groups(c):
-        base = scalar.representative(model, hardware, seq_len, c.precisions[p], stack)
-        # chunks bound the memory of step_core's ~100 intermediate arrays
+        base = _group_layout(model, hardware, seq_len, c.precisions[p], AC_POLICIES[a], software)
+        # chunks bound the memory of the step model's ~100 intermediate arrays
         for start in range(0, pos.size, CHUNK_ROWS):
             idx, lid = pos[start:start + CHUNK_ROWS], lay_idx[start:start + CHUNK_ROWS]
-            f = dict(base)
-            f.update(plan_features(lay, lid, devices_per_node, model.layers, scale_up_domain, gpipe))
-            f["policy"] = AC_POLICIES[a]
-            if software is not None:
-                soft = software(c.precisions[p], 2)
-                f["compile"], f["async_tp"] = bool(soft["compile"]), bool(soft["async_tp"])
-                f.update(core.software_features(model, base["silicon"], stack_kernels.for_stack(stack, base["silicon"]),
-                                                c.precisions[p], bool(soft["compile"]), soft["fp8_recipe"]))
-                f["loss_bytes_per_logit"] = loss_bytes_per_logit(stack, bool(soft["compile"]))
+            rows = dataclasses.replace(base, mesh=mesh_arrays(lay, lid, model.layers, domain, gpipe))
             if fitting_only:
-                m = core.memory_core(f, knobs)
-                capacity = float(np.asarray(m["mem_capacity"]).max())
-                mem_rows = _full(m["mem_total"], idx.size)
+                mem_rows = _full(memory_only(rows, knobs).total_bytes, idx.size)
                 mem[idx] = mem_rows
                 ok = mem_rows <= capacity
                 step[idx[~ok]] = np.inf
@@ -156,22 +131,17 @@ def evaluate(c: Candidates, model: ModelSpec, hardware: Hardware, seq_len: int, 
                     continue
                 if not ok.all():
                     idx, lid = idx[ok], lid[ok]
-                    f.update(plan_features(lay, lid, devices_per_node, model.layers, scale_up_domain, gpipe))
-            out = core.step_core(f, knobs)
-            step[idx] = _full(out["step_time_s"], idx.size)
-            mem[idx] = _full(out["mem_total"], idx.size)
-            capacity = float(np.asarray(out["mem_capacity"]).max())
-            if keep_parts:
-                for key, v in out.items():
-                    arr = parts.setdefault(key, np.full(n, np.nan))
-                    arr[idx] = _full(v, idx.size)
+                    rows = dataclasses.replace(base, mesh=mesh_arrays(lay, lid, model.layers, domain, gpipe))
+            out = step_costs(rows, knobs)
+            step[idx] = _full(out.step_time_s, idx.size)
+            mem[idx] = _full(out.memory.total_bytes, idx.size)
     mem_gib, cap_gib = mem / GiB, capacity / GiB
-    return Evaluation(step, mem_gib, cap_gib, mem_gib <= cap_gib, parts if keep_parts else None)
+    return Evaluation(step, mem_gib, cap_gib, mem_gib <= cap_gib)
 
 
-def _groups(c: Candidates):
+def _groups(c: Candidates) -> Iterator[tuple[int, int, np.ndarray, np.ndarray, Candidates]]:
     """``(ac code, precision index, table positions, layout rows, layout table)`` per group of
-    rows sharing a checkpointing policy and a precision (what step_core branches on)."""
+    rows sharing a checkpointing policy and a precision (what the step model branches on)."""
     if not len(c):
         return
     if c.groups is None:  # a flat table

@@ -4,8 +4,8 @@ The fit minimises the mean squared log error of predicted vs measured step time,
 ``mean(log(pred/meas)^2)``, over the chosen knobs of one device, plus a weak pull towards the
 starting values (so knobs the data cannot tell apart stay at their public defaults). Each knob
 is searched in an unbounded transform of its allowed range (logit of the position between its
-bounds), with a small Nelder-Mead simplex (Nelder & Mead 1965; the adaptive coefficients of
-Gao & Han 2012); scipy is not needed.
+bounds), with scipy's Nelder-Mead (Nelder & Mead 1965; the adaptive coefficients of Gao & Han
+2012).
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from trainperf.errors import InputFileError, SpecError
-from trainperf.predict import core
-from trainperf.predict.efficiency import KNOB_BOUNDS, KNOB_NAMES, Knobs
+from trainperf.predict.efficiency import KNOB_BOUNDS, KNOB_NAMES, Knobs, KnobValues
+from trainperf.predict.step import as_float
+from trainperf.predict.step_model import layout_of, step_time_s
 
 DEFAULT_FIT_KNOBS: tuple[str, ...] = ("matmul_fraction", "op_overhead_us", "memory_bound_fraction")
 """Knobs fitted when none are named: the first one for one run, two for two runs, all three for
@@ -66,57 +67,27 @@ def _from_x(name: str, x: float) -> float:
 
 def nelder_mead(fun: Callable[[list[float]], float], x0: Sequence[float], step: float = 0.5,
                 max_iter: int = 400, tol: float = 1e-10) -> tuple[list[float], float, int]:
-    """Minimise ``fun`` from ``x0``; returns (x, f(x), iterations). Adaptive coefficients."""
+    """Minimise ``fun`` from ``x0`` with :func:`scipy.optimize.minimize`'s Nelder-Mead (adaptive
+    coefficients), starting from a simplex of ``step`` along each axis; returns (x, f(x),
+    iterations). scipy is imported here: it takes a second to import, which only a fit pays."""
     n = len(x0)
     if n == 0:
         return [], fun([]), 0
-    alpha, gamma = 1.0, 1.0 + 2.0 / n
-    rho, sigma = 0.75 - 1.0 / (2 * n), 1.0 - 1.0 / n
-    simplex = [list(map(float, x0))]
-    for i in range(n):
-        x = list(map(float, x0))
-        x[i] += step
-        simplex.append(x)
-    values = [fun(x) for x in simplex]
-    it = 0
-    while it < max_iter:
-        it += 1
-        order = sorted(range(n + 1), key=values.__getitem__)
-        simplex = [simplex[i] for i in order]
-        values = [values[i] for i in order]
-        if abs(values[-1] - values[0]) <= tol * (1.0 + abs(values[0])):
-            break
-        centroid = [sum(x[j] for x in simplex[:-1]) / n for j in range(n)]
-        worst = simplex[-1]
-        xr = [c + alpha * (c - w) for c, w in zip(centroid, worst, strict=True)]
-        fr = fun(xr)
-        if fr < values[0]:
-            xe = [c + gamma * (r - c) for c, r in zip(centroid, xr, strict=True)]
-            fe = fun(xe)
-            simplex[-1], values[-1] = (xe, fe) if fe < fr else (xr, fr)
-        elif fr < values[-2]:
-            simplex[-1], values[-1] = xr, fr
-        else:
-            outside = fr < values[-1]
-            target = xr if outside else worst
-            xc = [c + rho * (t - c) for c, t in zip(centroid, target, strict=True)]
-            fc = fun(xc)
-            if fc < (fr if outside else values[-1]):
-                simplex[-1], values[-1] = xc, fc
-            else:
-                best = simplex[0]
-                simplex = [best] + [[b + sigma * (x - b) for b, x in zip(best, xs, strict=True)]
-                                    for xs in simplex[1:]]
-                values = [values[0]] + [fun(x) for x in simplex[1:]]
-    i = min(range(n + 1), key=values.__getitem__)
-    return simplex[i], values[i], it
+    from scipy.optimize import minimize
+
+    start = [list(map(float, x0))] + [[float(v) + (step if j == i else 0.0) for j, v in enumerate(x0)]
+                                      for i in range(n)]
+    res = minimize(lambda x: fun(list(x)), start[0], method="Nelder-Mead",
+                   options={"adaptive": True, "initial_simplex": start, "maxiter": max_iter, "xatol": 1e-8,
+                            "fatol": tol})
+    return [float(v) for v in res.x], float(res.fun), int(res.nit)
 
 
 # ------------------------------------------------------------------------------------- fit
 def predict_with(knobs: Knobs, observations: Sequence[Observation]) -> list[float]:
     """Predicted step times of the observations under ``knobs``."""
-    return [core.as_float(core.step_core(core.workload_features(o.workload, o.trainable_fraction),
-                                         knobs.values())["step_time_s"]) for o in observations]
+    kn = knobs.numbers()
+    return [as_float(step_time_s(layout_of(o.workload, o.trainable_fraction), kn)) for o in observations]
 
 
 def error_rows(knobs: Knobs, observations: Sequence[Observation]) -> tuple[dict[str, Any], ...]:
@@ -138,7 +109,7 @@ def fit_knobs(observations: Sequence[Observation], base: Knobs, free: Sequence[s
         if name not in KNOB_NAMES:
             raise SpecError("knobs", name, f"one of {', '.join(KNOB_NAMES)}")
     free = tuple(dict.fromkeys(free))
-    feats = [core.workload_features(o.workload, o.trainable_fraction) for o in observations]
+    feats = [layout_of(o.workload, o.trainable_fraction) for o in observations]
     meas = [o.measured_step_time_s for o in observations]
     base_vals = base.values()
     x0 = [_to_x(n, base_vals[n]) for n in free]
@@ -148,8 +119,9 @@ def fit_knobs(observations: Sequence[Observation], base: Knobs, free: Sequence[s
         for n, xi in zip(free, x, strict=True):
             vals[n] = _from_x(n, xi)
         err = 0.0
+        kn = KnobValues(**vals)
         for f, m in zip(feats, meas, strict=True):
-            p = core.as_float(core.step_core(f, vals)["step_time_s"])
+            p = as_float(step_time_s(f, kn))
             if not p > 0:
                 return 1e9
             err += math.log(p / m) ** 2
@@ -202,32 +174,22 @@ def observation_from_run(run: Any, name: str | None = None, statistic: str = "me
 def _table_runs(spec: str) -> list[Any]:
     """Rows of the packaged published-runs table as run records (``row:<row_id>`` or
     ``table:<table_id>``)."""
-    from trainperf.errors import UnknownNameError
-    from trainperf.predict.runs_table import packaged_runs
+    from trainperf.predict.runs_table import packaged_runs, select_runs
 
-    kind, key = spec.split(":", 1)
-    runs = packaged_runs()
-    field_ = "row_id" if kind == "row" else "table_id"
-    picked = [r for r in runs if getattr(r, field_).strip() == key.strip()]
-    if not picked:
-        raise UnknownNameError(f"published-runs {kind}", key, sorted({getattr(r, field_) for r in runs}))
-    return [r.to_run_record() for r in picked]
+    return [r.to_run_record() for r in select_runs(packaged_runs(), spec, "published-runs")]
 
 
 def load_runs(spec: str) -> list[Any]:
-    """Run records named by ``spec``: ``published:all``, ``published:<id>``, ``published:<vendor>``
-    or ``published:<device id>`` (the seed catalog), ``row:<row_id>`` or ``table:<table_id>`` (the
-    published-runs table), a JSONL run file, or a bench run directory (its steps.jsonl)."""
+    """Run records named by ``spec``: ``published:all`` or ``published:<row | table | device id |
+    vendor>`` (rows of the packaged published-runs table,
+    :func:`~trainperf.predict.runs_table.published_records`), ``row:<row_id>`` or
+    ``table:<table_id>``, a JSONL run file, or a bench run directory (its steps.jsonl)."""
     if spec.startswith(("row:", "table:")):
         return _table_runs(spec)
     if spec.startswith("published:"):
-        from trainperf.predict.published import get_published, published_runs
+        from trainperf.predict.runs_table import published_records
 
-        key = spec.split(":", 1)[1]
-        runs = [r for r in published_runs() if key == "all" or key in (r.vendor, r.workload.hardware.id)]
-        if not runs:
-            runs = [get_published(key)]
-        return [r.to_run_record() for r in runs if r.validate or key == r.id]
+        return published_records(spec.split(":", 1)[1])
     from trainperf.records.jsonl import read_run
 
     p = Path(spec)
@@ -235,7 +197,7 @@ def load_runs(spec: str) -> list[Any]:
         p = p / "steps.jsonl"
     if not p.is_file():
         raise InputFileError(f"run {spec!r}: no such file (give a JSONL run, a bench run directory, "
-                             "or published:<id|vendor|device|all>)")
+                             "or published:<row|table|device|vendor|all>)")
     run = read_run(p)
     run.meta.setdefault("name", str(spec))
     return [run]

@@ -1,6 +1,6 @@
 """Efficiency knobs: the few fitted numbers on top of device and kernel physics.
 
-A prediction stands on three kinds of numbers, kept apart (``DESIGN.md``, "Predict"):
+A prediction stands on three kinds of numbers, kept apart (docs/DESIGN.md, "Predict"):
 
 * device physics: datasheet peaks, HBM and link bandwidths (:mod:`trainperf.specs.hardware`);
 * kernel physics: what a silicon achieves per kernel class, measured by others -- GEMM efficiency
@@ -43,9 +43,8 @@ the kernel at its measured microbenchmark speed):
     With async TP / TP communication overlap: the fraction of tensor-parallel collective time
     hidden behind GEMMs.
 
-The vendor tables of ``data/efficiency.toml`` also hold *fallback kernel physics* (the
-``PHYSICS_KEYS``: GEMM, attention, memory and link efficiencies) for silicon with no kernel
-measurement at all; :mod:`trainperf.predict.kernels` reads them, never the knobs.
+Fallback kernel physics for silicon no kernel was measured on (trainperf 0.1's absolute
+efficiencies) live with the kernel fit, ``tools/kernel_fitting/fallbacks.toml``.
 """
 
 from __future__ import annotations
@@ -56,7 +55,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from trainperf.errors import SpecError
+from trainperf.errors import SpecError, UnknownNameError
 from trainperf.specs.catalog_cache import read_catalog
 
 KNOB_NAMES: tuple[str, ...] = (
@@ -78,11 +77,6 @@ KNOB_BOUNDS: dict[str, tuple[float, float]] = {
     "compile_overhead_factor": (0.05, 2.0),
     "async_tp_overlap": (0.0, 1.0),
 }
-PHYSICS_KEYS: tuple[str, ...] = (
-    "matmul_efficiency", "fp8_matmul_efficiency", "matmul_half_dim", "attention_efficiency",
-    "memory_efficiency", "link_efficiency", "link_latency_us", "attention_half_kv",
-)
-"""Fallback kernel physics a vendor table may state (read by :mod:`trainperf.predict.kernels`)."""
 RETIRED_KNOBS: dict[str, str] = {
     "matmul_efficiency": "matmul_fraction", "fp8_matmul_efficiency": "fp8_matmul_fraction",
     "attention_efficiency": "attention_fraction", "memory_efficiency": "memory_bound_fraction",
@@ -103,7 +97,6 @@ def check_knob_name(name: str, where: str) -> None:
         raise SpecError(where, name, f"a knob of this version: {name!r} was an absolute efficiency; "
                         f"trainperf now fits {RETIRED_KNOBS[name]!r}, a share of the silicon's measured "
                         "kernel speed -- refit with `trainperf calibrate-model`")
-    from trainperf.errors import UnknownNameError
 
     raise UnknownNameError(where, name, KNOB_NAMES)
 
@@ -144,6 +137,36 @@ class Knobs:
         return {n: getattr(self, n) for n in KNOB_NAMES}
 
 
+    def numbers(self) -> KnobValues:
+        """The values as the step model reads them (made once per Knobs)."""
+        got: KnobValues | None = self.__dict__.get("_numbers")
+        if got is None:
+            got = KnobValues(*(getattr(self, n) for n in KNOB_NAMES))
+            object.__setattr__(self, "_numbers", got)
+        return got
+
+
+@dataclass(frozen=True, slots=True)
+class KnobValues:
+    """The knobs' values as the step model reads them: floats, or numpy arrays with one value per
+    row when many published rows are predicted at once (the profile fit). See :class:`Knobs` for
+    what each one means; validated there, where a value enters."""
+
+    matmul_fraction: Any
+    fp8_matmul_fraction: Any
+    attention_fraction: Any
+    memory_bound_fraction: Any
+    link_fraction: Any
+    overlap: Any
+    op_overhead_us: Any
+    reserve_GiB: Any
+    compile_overhead_factor: Any
+    async_tp_overlap: Any
+
+
+assert tuple(KnobValues.__dataclass_fields__) == KNOB_NAMES  # Knobs.numbers passes them in this order
+
+
 BUILTIN = Knobs(sources={n: "trainperf built-in default (a typical GPU; no device data)" for n in KNOB_NAMES})
 
 
@@ -152,55 +175,27 @@ def _table() -> dict[str, Any]:
     return read_catalog("trainperf.predict", "efficiency.toml", "efficiency table")
 
 
-def _apply(base: Knobs, entry: Mapping[str, Any], label: str, physics_ok: bool = False) -> Knobs:
+def _apply(base: Knobs, entry: Mapping[str, Any], label: str) -> Knobs:
     values = {k: v for k, v in entry.items() if k in KNOB_NAMES}
-    allowed = set(KNOB_NAMES) | {"sources", "fitted", "notes"} | (set(PHYSICS_KEYS) if physics_ok else set())
+    allowed = set(KNOB_NAMES) | {"sources"}
     for k in entry:
         if k not in allowed:
             check_knob_name(str(k), f"efficiency[{label}]")
     srcs = dict(base.sources)
     given = dict(entry.get("sources", {}))
-    for k in values:  # (physics keys' sources stay in the table for the kernel fallback)
+    for k in values:
         srcs[k] = str(given.get(k, f"efficiency.toml [{label}]"))
     return dataclasses.replace(base, **values, device=label, sources=srcs)
 
 
-def knobs_for(hardware_id: str, vendor: str) -> Knobs:
-    """Knobs of a device: its own entry over its vendor's defaults over :data:`BUILTIN`."""
-    return _knobs_for(str(hardware_id), str(vendor))
-
-
-@lru_cache(maxsize=256)
-def _knobs_for(hardware_id: str, vendor: str) -> Knobs:
-    table = _table()
-    k = BUILTIN
-    vend = table.get("vendors", {}).get(vendor)
-    if vend:
-        k = _apply(k, vend, f"vendor:{vendor}", physics_ok=True)
-    dev = table.get("devices", {}).get(hardware_id)
-    if dev:
-        k = _apply(k, dev, hardware_id, physics_ok=True)
-    return k
-
-
-def fitted_knobs(hardware_id: str) -> tuple[str, ...]:
-    """Names of the knobs whose values in efficiency.toml were fitted to published rows."""
-    dev = _table().get("devices", {}).get(hardware_id, {})
-    return tuple(dev.get("fitted", ()))
-
-
-def device_entries() -> dict[str, dict[str, Any]]:
-    """The per-device entries of efficiency.toml (for reports)."""
-    return dict(_table().get("devices", {}))
+@lru_cache(maxsize=64)
+def vendor_knobs(vendor: str) -> Knobs:
+    """Knobs of a vendor's devices: its ``[vendors.<vendor>]`` entry of efficiency.toml over
+    :data:`BUILTIN` (stack profiles go on top: :func:`trainperf.predict.stacks.stack_knobs`)."""
+    vend = _table().get("vendors", {}).get(str(vendor))
+    return _apply(BUILTIN, vend, f"vendor:{vendor}") if vend else BUILTIN
 
 
 def knobs_from_mapping(base: Knobs, values: Mapping[str, Any], label: str) -> Knobs:
     """``base`` with some knobs replaced (a calibration file's values)."""
     return _apply(base, values, label)
-
-
-def vendor_physics(vendor: str) -> dict[str, float]:
-    """The fallback kernel physics of a vendor table (``PHYSICS_KEYS``), for silicon with no
-    kernel measurement; empty when the vendor states none."""
-    vend = _table().get("vendors", {}).get(vendor, {})
-    return {k: float(v) for k, v in vend.items() if k in PHYSICS_KEYS}

@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from trainperf.predict import batch, core, intervals
-from trainperf.predict.efficiency import KNOB_BOUNDS, KNOB_NAMES, knobs_for
+from trainperf.predict import batch, intervals
+from trainperf.predict.efficiency import KNOB_BOUNDS, KNOB_NAMES, vendor_knobs
 from trainperf.predict.holdout import (
     PACKAGED_CACHE,
     Prediction,
@@ -43,6 +43,8 @@ from trainperf.predict.holdout import (
     summarize,
 )
 from trainperf.predict.stacks import DEFAULT_STACK, Profile, generation_of
+from trainperf.predict.step_model import Layout, layout_of
+from trainperf.predict.step_model.tensor_parallel import overlapped
 
 GENERATION_KNOBS: tuple[str, ...] = ("matmul_fraction", "fp8_matmul_fraction")
 """Fitted per GPU generation (generic) and per stack and generation (deviations): the share of
@@ -61,13 +63,15 @@ FIT_START: dict[str, float] = {"async_tp_overlap": 0.5}
 _FEATURE_OF: dict[str, str] = {"compile_overhead_factor": "compiled", "async_tp_overlap": "tp_overlap"}
 
 
-def _uses(f: Mapping[str, Any], feature: str) -> bool:
-    """Whether a row (its :func:`~trainperf.predict.core.workload_features`) uses ``feature``."""
+"""Knob -> the feature a row must have for the knob to move it (:func:`_uses`)."""
+
+
+def _uses(lay: Layout, feature: str) -> bool:
+    """Whether a row (its :class:`~trainperf.predict.step_model.layout.Layout`) uses ``feature``:
+    ``compiled`` (a compiled step) or ``tp_overlap`` (TP collectives the stack overlaps)."""
     if feature == "tp_overlap":
-        return bool(core._tp_overlapped(f["tp_overlap_rule"], f["async_tp"], f["sp"]))
-    return bool(f.get(feature, False))
-"""Knob -> the workload feature (:func:`~trainperf.predict.core.workload_features`) a row must
-have for the knob to move it."""
+        return bool(overlapped(lay.kernels.tp_overlap_rule, lay.run.async_tp, lay.mesh.sp))
+    return bool(lay.kernels.compiled)
 PRIOR_GENERIC = 1e-3
 """Pull of generic's parameters towards the vendor defaults (per unit logit, squared)."""
 GENERATION_PRIOR = 1e-2
@@ -146,12 +150,117 @@ def _base_values(rows: Sequence[FitRow], base: Sequence[Profile]) -> list[dict[s
     out = []
     for r in rows:
         hw = r.workload.hardware
-        vals = knobs_for("", hw.vendor).values()
+        vals = vendor_knobs(hw.vendor).values()
         gen = generation_of(hw)
         for prof in base:
             vals.update(prof.values_for(gen))
         out.append(vals)
     return out
+
+
+@dataclass
+class _Layout:
+    """The parameters of a fit as they are added: (level, key, knob), a 0/1 row mask per fitted
+    knob, and each one's prior weight."""
+
+    rows: list[FitRow]
+    fitted: tuple[str, ...]
+    params: list[tuple[str, str, str]] = field(default_factory=list)
+    cols: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    prior: list[float] = field(default_factory=list)
+
+    def add(self, level: str, key: str, knob: str, mask: np.ndarray, weight: float) -> None:
+        """A parameter of ``knob`` moving the rows of ``mask`` (none: no parameter)."""
+        if not mask.any():
+            return
+        self.params.append((level, key, knob))
+        for k in self.fitted:
+            self.cols.setdefault(k, []).append(mask.astype(float) if k == knob else np.zeros(len(self.rows)))
+        self.prior.append(weight)
+
+    def masks(self) -> dict[str, np.ndarray]:
+        n = len(self.rows)
+        return {k: (np.stack(self.cols[k], axis=1) if self.cols.get(k) else np.zeros((n, 0))) for k in self.fitted}
+
+
+def _generation_params(lay: _Layout, generation_knobs: Sequence[str], generic: bool, stacks: bool,
+                       prior_generic: float, prior_stack: float) -> None:
+    """The GEMM shares: generic's for every silicon plus each generation's residual over its
+    kernel physics (pulled towards zero), and each stack's deviation shared by every generation
+    plus a per-generation part shrunk harder (what a framework does better or worse partly
+    carries over)."""
+    rows = lay.rows
+    gens, names = sorted({r.generation for r in rows}), sorted({r.stack for r in rows})
+    gen_arr, stack_arr = np.array([r.generation for r in rows]), np.array([r.stack for r in rows])
+    fp8_arr = np.array([r.fp8 for r in rows])
+    for knob in generation_knobs:
+        # fp8 rows read matmul_fraction too: their LM head is a 16-bit GEMM (layout.HEAD_16BIT_UNDER_FP8)
+        sel = fp8_arr if knob == "fp8_matmul_fraction" else np.ones(len(rows), bool)
+        if generic:
+            lay.add("generic", "*", knob, sel, prior_generic)
+            for g in gens:
+                lay.add("generic", g, knob, (gen_arr == g) & sel, GENERATION_PRIOR)
+        if stacks:
+            for s in names:
+                if s == DEFAULT_STACK:
+                    continue
+                lay.add("stack", f"{s}/*", knob, (stack_arr == s) & sel, prior_stack)
+                for g in gens:
+                    lay.add("stack", f"{s}/{g}", knob, (gen_arr == g) & (stack_arr == s) & sel,
+                            STACK_GENERATION_PRIOR_FACTOR * prior_stack)
+
+
+def _generic_params(lay: _Layout, feats: Sequence[Layout], generic_only_knobs: Sequence[str],
+                    generic_global_knobs: Sequence[str], prior_generic: float) -> None:
+    """Knobs fitted for generic only: per generation, and once on the rows that use the feature
+    (a compiled step, TP overlap with tp > 1)."""
+    rows = lay.rows
+    gen_arr = np.array([r.generation for r in rows])
+    for knob in generic_only_knobs:
+        for g in sorted({r.generation for r in rows}):
+            lay.add("generic", g, knob, gen_arr == g, prior_generic)
+    for knob in generic_global_knobs:
+        feature = _FEATURE_OF.get(knob)
+        uses = np.array([bool(_uses(f, feature)) if feature else True for f in feats])
+        if knob == "async_tp_overlap":
+            uses &= np.array([r.workload.plan.tp > 1 for r in rows])
+        lay.add("generic", "*", knob, uses, prior_generic)
+
+
+def _global_params(lay: _Layout, global_knobs: Sequence[str], generic: bool, stacks: bool, prior_generic: float,
+                   prior_stack: float) -> None:
+    """Knobs fitted once for generic and once per stack, for every generation."""
+    stack_arr = np.array([r.stack for r in lay.rows])
+    for knob in global_knobs:
+        if generic:
+            lay.add("generic", "*", knob, np.ones(len(lay.rows), bool), prior_generic)
+        if stacks:
+            for s in sorted({r.stack for r in lay.rows}):
+                if s != DEFAULT_STACK:
+                    lay.add("stack", f"{s}/*", knob, stack_arr == s, prior_stack)
+
+
+def _param_groups(masks: Mapping[str, np.ndarray], groups: Sequence[batch.Group], n_rows: int,
+                  n_params: int) -> list[list[int]]:
+    """The row groups each parameter touches (a Jacobian column re-evaluates only those)."""
+    group_of = np.empty(n_rows, int)
+    for gi, grp in enumerate(groups):
+        group_of[grp.index] = gi
+    out = []
+    for j in range(n_params):
+        touched = np.zeros(n_rows, bool)
+        for m in masks.values():
+            touched |= m[:, j] != 0
+        out.append(sorted(set(group_of[touched].tolist())))
+    return out
+
+
+def _table_weights(rows: Sequence[FitRow]) -> np.ndarray:
+    """Every table weighted equally (its rows share one weight), averaging 1 over tables."""
+    tables = [r.table for r in rows]
+    counts = {t: tables.count(t) for t in set(tables)}
+    weights = np.array([1.0 / counts[t] for t in tables])
+    return weights * (len(counts) / weights.sum())
 
 
 def build_problem(rows: Sequence[FitRow], *, base: Sequence[Profile] = (), generic: bool = True,
@@ -166,8 +275,8 @@ def build_problem(rows: Sequence[FitRow], *, base: Sequence[Profile] = (), gener
     ``stacks``: which levels are free.
     """
     rows = list(rows)
-    feats = [core.workload_features(r.workload, r.trainable_fraction) for r in rows]
-    groups = batch.group_features(feats)
+    feats = [layout_of(r.workload, r.trainable_fraction) for r in rows]
+    groups = batch.group_layouts(feats)
     start = _base_values(rows, base)
     fitted = tuple(dict.fromkeys((*generation_knobs, *global_knobs, *generic_only_knobs,
                                   *(generic_global_knobs if generic else ()))))
@@ -176,75 +285,15 @@ def build_problem(rows: Sequence[FitRow], *, base: Sequence[Profile] = (), gener
     base_x = {k: np.array([_to_x(k, FIT_START.get(k, s[k]) if s[k] in KNOB_BOUNDS[k] else s[k]) for s in start])
               for k in fitted}
     fixed = {k: np.array([s[k] for s in start]) for k in KNOB_NAMES if k not in fitted}
-    params: list[tuple[str, str, str]] = []
-    cols: dict[str, list[np.ndarray]] = {k: [] for k in fitted}
-    prior: list[float] = []
-
-    def add(level: str, key: str, knob: str, mask: np.ndarray, weight: float) -> None:
-        if not mask.any():
-            return
-        params.append((level, key, knob))
-        for k in fitted:
-            cols[k].append(mask.astype(float) if k == knob else np.zeros(len(rows)))
-        prior.append(weight)
-
-    gens = sorted({r.generation for r in rows})
-    names = sorted({r.stack for r in rows})
-    gen_arr = np.array([r.generation for r in rows])
-    stack_arr = np.array([r.stack for r in rows])
-    fp8_arr = np.array([r.fp8 for r in rows])
-    for knob in generation_knobs:
-        # fp8 rows read matmul_fraction too: their LM head is a 16-bit GEMM (core.HEAD_16BIT_UNDER_FP8)
-        sel = fp8_arr if knob == "fp8_matmul_fraction" else np.ones(len(rows), bool)
-        if generic:
-            # one share for every silicon (what a stack on new silicon starts from), plus each
-            # generation's residual over its kernel physics, pulled towards zero
-            add("generic", "*", knob, sel, prior_generic)
-            for g in gens:
-                add("generic", g, knob, (gen_arr == g) & sel, GENERATION_PRIOR)
-        if stacks:
-            for s in names:
-                if s == DEFAULT_STACK:
-                    continue
-                # a stack's deviation shared by every generation, plus a per-generation part
-                # shrunk harder: what a framework does better or worse partly carries over
-                add("stack", f"{s}/*", knob, (stack_arr == s) & sel, prior_stack)
-                for g in gens:
-                    add("stack", f"{s}/{g}", knob, (gen_arr == g) & (stack_arr == s) & sel,
-                        STACK_GENERATION_PRIOR_FACTOR * prior_stack)
+    lay = _Layout(rows, fitted)
+    _generation_params(lay, generation_knobs, generic, stacks, prior_generic, prior_stack)
     if generic:
-        for knob in generic_only_knobs:
-            for g in gens:
-                add("generic", g, knob, gen_arr == g, prior_generic)
-        for knob in generic_global_knobs:
-            feature = _FEATURE_OF.get(knob)
-            uses = np.array([bool(_uses(f, feature)) if feature else True for f in feats])
-            if knob == "async_tp_overlap":
-                uses &= np.array([r.workload.plan.tp > 1 for r in rows])
-            add("generic", "*", knob, uses, prior_generic)
-    for knob in global_knobs:
-        if generic:
-            add("generic", "*", knob, np.ones(len(rows), bool), prior_generic)
-        if stacks:
-            for s in names:
-                if s != DEFAULT_STACK:
-                    add("stack", f"{s}/*", knob, stack_arr == s, prior_stack)
-    masks = {k: (np.stack(cols[k], axis=1) if cols[k] else np.zeros((len(rows), 0))) for k in fitted}
-    group_of = np.empty(len(rows), int)
-    for gi, grp in enumerate(groups):
-        group_of[grp.index] = gi
-    param_groups = []
-    for j in range(len(params)):
-        touched = np.zeros(len(rows), bool)
-        for k in fitted:
-            touched |= masks[k][:, j] != 0
-        param_groups.append(sorted(set(group_of[touched].tolist())))
-    tables = [r.table for r in rows]
-    counts = {t: tables.count(t) for t in set(tables)}
-    weights = np.array([1.0 / counts[t] for t in tables])
-    weights *= len(counts) / weights.sum()
-    return Problem(rows=rows, groups=groups, base_x=base_x, fixed=fixed, params=params, masks=masks,
-                   param_groups=param_groups, prior=np.array(prior), weights=weights,
+        _generic_params(lay, feats, generic_only_knobs, generic_global_knobs, prior_generic)
+    _global_params(lay, global_knobs, generic, stacks, prior_generic, prior_stack)
+    masks = lay.masks()
+    return Problem(rows=rows, groups=groups, base_x=base_x, fixed=fixed, params=lay.params, masks=masks,
+                   param_groups=_param_groups(masks, groups, len(rows), len(lay.params)),
+                   prior=np.array(lay.prior), weights=_table_weights(rows),
                    measured=np.array([r.measured_step_time_s for r in rows]))
 
 
@@ -357,7 +406,7 @@ def profiles_from_fit(pb: Problem, theta: np.ndarray) -> dict[str, Profile]:
             elif key.endswith("*") and knob in GENERATION_KNOBS:
                 # for silicon the fit has no row of: the all-silicon share (generic) and the stack's
                 # shared deviation, without any generation's residual
-                start = _to_x(knob, getattr(knobs_for("", "nvidia"), knob))
+                start = _to_x(knob, getattr(vendor_knobs("nvidia"), knob))
                 x = start + sum(t for (lv, k2, kn), t in zip(pb.params, theta_of(level), strict=True)
                                 if kn == knob and (k2 == "*" or (level == "stack" and k2 == f"{stack}/*")))
                 knobs[knob] = float(_from_x(knob, np.array(x)))

@@ -11,9 +11,10 @@ from the vendor defaults without the held-out rows, then predicting them:
   other silicon, what other stacks did on this silicon, and the kernel physics; this is the
   honest proxy for "a stack on a GPU nobody gave us", and the figure fitting choices are made on.
 
-Both are costly (one refit per table or group), so they are cached: a packaged result keyed by a
-hash of the model's code and data (``data/holdout_cache.json``, written with the profiles by
-``python -m trainperf.predict.fit_profiles``), else a per-user cache file, else computed.
+Both are costly (one refit per table or group), so they are cached: a packaged result keyed by the
+model's version (:data:`MODEL_VERSION`) and a hash of its data files (``data/holdout_cache.json``,
+written with the profiles by ``python -m trainperf.predict.fit_profiles``), else a per-user cache
+file, else computed.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ import hashlib
 import json
 import os
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +33,7 @@ import numpy as np
 
 PACKAGED_CACHE = "holdout_cache.json"
 """Hold-out predictions of the packaged table, written with the profiles and used only while the
-model's code and data hash to the key stored in it (any change to them recomputes)."""
+model's version and data hash to the key stored in it (any change to them recomputes)."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,7 @@ def leave_out(rows: Sequence[Any], key: Callable[[Any], str], **kw: Any) -> list
     the vendor defaults). Parameters the reduced fit has no data for (the held-out stack's own
     deviation when the stack appears nowhere else) stay at zero: the rows are then predicted by
     ``generic``."""
-    from trainperf.predict import fit_profiles as fp
+    from trainperf.predict import fit_profiles as fp  # fit_profiles imports this module
 
     rows = list(rows)
     keys = [key(r) for r in rows]
@@ -112,36 +114,48 @@ def _cache_dir() -> Path:
     return Path(base) / "trainperf"
 
 
-_HASHED_MODULES = ("core.py", "compute.py", "comms.py", "memory.py", "pipeline.py", "fit_profiles.py",
-                   "holdout.py", "batch.py", "runs_table.py", "efficiency.py", "stacks.py")
+MODEL_VERSION = "2026.11.1"
+"""Version of the step model and of the fit: raise it with every change to the code that moves a
+prediction or a fitted number (``tests/test_prediction_snapshot.py`` fails on such a change, and
+``tests/test_published_runs.py`` on a packaged hold-out cache that no longer matches). Caches of
+derived figures key on it and on the data files (:func:`data_hash`), not on source bytes: a
+comment or a refactoring that leaves every number alone keeps them."""
+
+DATA_FILES: tuple[tuple[str, str], ...] = (
+    ("trainperf.predict", "data/efficiency.toml"),
+    ("trainperf.predict", "data/stacks"),
+    ("trainperf.predict.kernels", "data/params.json"),
+    ("trainperf.specs", "data/devices.toml"),
+    ("trainperf.specs", "data/models.toml"),
+)
+"""The packaged data a hold-out prediction reads (package, file or folder): efficiency defaults,
+stack profiles, fitted kernel parameters, the device and model catalogs. The rows themselves
+(their workloads and measured times) enter :func:`cache_key` directly."""
 
 
-def _code_hash() -> str:
-    """Hash of everything a hold-out prediction depends on: the step model, the fit, the
-    packaged data (profiles, kernel tables), the specs and the accounting."""
+def data_hash() -> str:
+    """Hash of the content of :data:`DATA_FILES` (a folder: every file in it, by name), as parsed:
+    a comment or a re-ordering of a TOML or JSON file leaves it alone."""
+    import tomllib
+
     h = hashlib.sha256()
-    here = Path(__file__).parent
-    for name in _HASHED_MODULES:
-        p = here / name
-        if p.is_file():
-            h.update(p.read_bytes())
-    for sub in ("data", "kernels"):
-        for p in sorted((here / sub).rglob("*")):
-            if (p.is_file() and p.name not in (PACKAGED_CACHE, "intervals.json")
-                    and p.suffix in (".py", ".toml", ".json", ".csv")):
-                h.update(p.read_bytes())
-    for p in sorted((here.parent / "specs").rglob("*")):
-        if p.is_file() and p.suffix in (".py", ".toml"):
-            h.update(p.read_bytes())
-    for p in sorted((here.parent / "accounting").rglob("*.py")):
-        h.update(p.read_bytes())
+    for package, rel in DATA_FILES:
+        node = resources.files(package).joinpath(rel)
+        files = sorted(node.iterdir(), key=lambda p: p.name) if node.is_dir() else [node]
+        for f in files:
+            text = f.read_text(encoding="utf-8")
+            data = tomllib.loads(text) if f.name.endswith(".toml") else json.loads(text)
+            h.update(f"{package}/{rel}/{f.name}".encode())
+            h.update(json.dumps(data, sort_keys=True).encode())
     return h.hexdigest()[:16]
 
 
 def cache_key(rows: Sequence[Any], key_extra: str = "") -> str:
-    """Key of a hold-out result: the code and data hash plus every row's identity and workload."""
+    """Key of a hold-out result: :data:`MODEL_VERSION`, :func:`data_hash` and every row's identity
+    and workload."""
     h = hashlib.sha256()
-    h.update(_code_hash().encode())
+    h.update(MODEL_VERSION.encode())
+    h.update(data_hash().encode())
     h.update(key_extra.encode())
     for r in rows:
         h.update(f"{r.name}|{r.table}|{r.stack}|{r.measured_step_time_s!r}|{r.workload!r}".encode())
@@ -219,7 +233,3 @@ def by(preds: Sequence[Prediction], key: str) -> dict[str, dict[str, Any]]:
     """:func:`summarize` per ``table``, ``stack`` or ``group``."""
     keys = list(dict.fromkeys(getattr(p, key) for p in preds))
     return {k: summarize([p for p in preds if getattr(p, key) == k]) for k in keys}
-
-
-def per_key(preds: Sequence[Prediction]) -> Mapping[str, Prediction]:
-    return {p.name: p for p in preds}

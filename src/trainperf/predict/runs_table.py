@@ -1,7 +1,7 @@
 """A runs table (the packaged ``data/published_runs.csv`` or any CSV with its columns) as
 workloads the predictor can run.
 
-The packaged CSV (169 rows from 30 public tables, see ``../shared/published/README.md``) keeps
+The packaged CSV (169 rows from 30 public tables; its columns: docs/PUBLISHED_RUNS.md) keeps
 each measurement as published; tables other people write with the same columns spell things as
 they please. :func:`load_table_runs` maps every row either to a :class:`TableRun` with a
 :class:`~trainperf.specs.workload.Workload` and a step time, or to an exclusion whose one-line
@@ -45,7 +45,8 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainperf.errors import InputFileError, SpecError, TrainperfError
+from trainperf.accounting.conventions import model_flops_per_token
+from trainperf.errors import InputFileError, SpecError, TrainperfError, UnknownNameError
 from trainperf.predict.runs_cells import (
     CellError,
     read_count,
@@ -58,7 +59,11 @@ from trainperf.predict.runs_cells import (
     read_seconds,
     unstated,
 )
+from trainperf.predict.step import check_plan
+from trainperf.specs.checkpointing import POLICIES, RECOMPUTE_MODULES, get_policy
 from trainperf.specs.datafiles import read_user_text
+from trainperf.specs.hardware import get_hardware
+from trainperf.specs.model import MLP_KINDS, ModelSpec
 
 if TYPE_CHECKING:
     from trainperf.predict.stack_defaults import StackDefaults
@@ -234,7 +239,6 @@ def _default_is_on(d: StackDefaults, key: str) -> bool:
 def _policy(cell: str, stack: str, d: Any, precision: str, params_B: float, notes: list[str]) -> str:
     """The activation-checkpointing policy of a cell (policy names of the workload schema); a
     cell that states nothing takes the stack's default for the model's size."""
-    from trainperf.specs.checkpointing import POLICIES, get_policy
 
     low = cell.lower()
 
@@ -309,7 +313,6 @@ def _recompute_modules(low: str) -> str | None:
     """``selective:M1+M2`` for a cell naming Megatron-Core's recompute modules ("recompute_modules:
     core_attn, moe_act", "selective (layernorm, mla_up_proj)"), else None. The plain words ``mlp``
     and ``moe`` count only after ``recompute_modules``, ``recompute-modules`` or ``selective``."""
-    from trainperf.specs.checkpointing import RECOMPUTE_MODULES, get_policy
 
     m = re.search(r"recompute[_ -]modules?\W*(.*)", low)
     named = m is not None
@@ -323,8 +326,6 @@ def _recompute_modules(low: str) -> str | None:
 
 
 def _mlp(arch: str) -> str:
-    from trainperf.specs.model import MLP_KINDS
-
     low = arch.lower()
     if "swiglu" in low:
         return "swiglu"
@@ -374,8 +375,6 @@ def _preset_values(preset: Any, column: str) -> tuple[Any, ...]:
 
 
 def _model(r: Mapping[str, str], notes: list[str]) -> dict[str, Any]:
-    from trainperf.specs.model import ModelSpec
-
     layers, hidden, ffn, vocab = (_count(r, c) for c in ("layers", "hidden", "ffn_hidden", "vocab"))
     preset = _preset_named(_cell(r, "model"))
     if preset is not None and (not layers or layers == preset.layers) and (not hidden or hidden == preset.hidden):
@@ -586,7 +585,6 @@ def _batches(r: Mapping[str, str], gbs: int | None, gbs_cell: str, plan: dict[st
 
 def _flops_per_step(r: Mapping[str, str], w: Any, d: Any, notes: list[str]) -> tuple[float, str]:
     """FLOPs per step under the convention the row's TFLOP/s figure used (else the stack's)."""
-    from trainperf.accounting.conventions import model_flops_per_token
 
     basis = _cell(r, "mfu_basis").lower() + " " + _cell(r, "framework").lower()
     m = w.model
@@ -682,23 +680,18 @@ def _essentials(r: Mapping[str, str]) -> bool:
 
 
 def _row(r: Mapping[str, str]) -> TableRun:
+    """One row of a runs table: its workload and step time, or why it is excluded."""
     from trainperf.predict.stack_defaults import stack_defaults
-    from trainperf.predict.step import check_plan
     from trainperf.specs.device_names import read_device
-    from trainperf.specs.hardware import get_hardware
-    from trainperf.specs.workload_file import workload_from_dict
 
-    rid = _cell(r, "row_id")
     stack = read_framework(r.get("framework"))
-    d = stack_defaults(stack)
     reading = read_device(_cell(r, "hardware"))
     try:
-        prec = read_precision(_cell(r, "precision"))
-        prec_error = ""
+        prec, prec_error = read_precision(_cell(r, "precision")), ""
     except CellError as e:
         prec, prec_error = None, str(e)
     base: dict[str, Any] = {
-        "row_id": rid, "table_id": _cell(r, "table_id"),
+        "row_id": _cell(r, "row_id"), "table_id": _cell(r, "table_id"),
         "source": f"{_cell(r, 'source')} ({_cell(r, 'source_table')})",
         "framework": _cell(r, "framework"), "stack": stack,
         "model": _cell(r, "model"), "hardware": _cell(r, "hardware"),
@@ -708,98 +701,114 @@ def _row(r: Mapping[str, str]) -> TableRun:
     }
     notes: list[str] = []
     try:
-        step, tps, tflops = _times(r, notes)
-        if (_cell(r, "tflops_per_gpu").lower().startswith("up to") and step is None and tps is None):
-            raise _Skip("time", "only a best-case 'up to' TFLOP/s figure published; no step time or tokens/s")
-        if step is None and tps is None and tflops is None:
-            raise _Skip("time", "no step time, tokens/s or TFLOP/s published")
-        n = _num_devices(r, notes)
-        if not n:
-            raise _Skip("devices", "device count not stated for this figure")
-        if tps is not None and tps < 0:
-            tps = -tps * n
-            if step is None:
-                notes.append(f"tokens/s given per device: x {n} devices")
-        seq = _count(r, "seq_len")
-        try:
-            gbs, gbs_note = read_global_batch(_cell(r, "global_batch_seqs"), seq)
-        except CellError as e:
-            raise _Skip("batch", f"global_batch_seqs: {e}") from None
-        if gbs is not None and gbs < 1:
-            raise _Skip("batch", f"global_batch_seqs: {_cell(r, 'global_batch_seqs')[:40]!r} is not a positive batch")
-        if gbs_note:
-            notes.append(gbs_note)
-        if not seq:
-            raise _Skip("batch", "sequence length or global batch not stated")
-        if not reading.resolved:
-            raise _Skip("hardware", f"hardware {_cell(r, 'hardware')[:80]!r}: {reading.how}")
-        hw = get_hardware(reading.device_id)
         if prec_error:
+            _figures(r, reading, notes)  # a row that states no time says so before its precision
             raise _Skip("precision", prec_error)
-        if prec is None:
-            from trainperf.predict.runs_cells import Precision
-
-            prec = Precision(_default(d, "precision", f"precision ({_cell(r, 'precision')[:30]!r})", notes))
-        precision = prec.precision
-        if prec.note:
-            notes.append(prec.note)
-        model = _model(r, notes)
-        from trainperf.specs.model import ModelSpec
-
-        params_B = ModelSpec(**model).total_params / 1e9
-        dpn = _devices_per_node(r, n, hw, notes)
-        plan = _plan(r, n, dpn, d, notes)
-        gbs, mb, corrected = _batches(r, gbs, _cell(r, "global_batch_seqs"), plan, n, d, notes)
-        policy = _policy(_cell(r, "act_ckpt"), stack, d, precision, params_B, notes)
-        training: dict[str, Any] = {"seq_len": seq, "global_batch": gbs, "micro_batch": mb,
-                                    "precision": precision, "activation_checkpointing": policy}
-        fw = _cell(r, "framework").lower()
-        if re.search(r"compile|inductor", fw):
-            training["compile"] = True
-        elif _default_is_on(d, "compile"):
-            training["compile"] = _default(d, "compile", "compilation", notes)
-        if "asynctp" in re.sub(r"[\s_-]", "", fw):
-            training["async_tp"] = True
-        elif plan["tp"] > 1 and _default_is_on(d, "async_tp"):
-            training["async_tp"] = _default(d, "async_tp", "async tensor parallelism", notes)
-        if (stack == "torchtitan" and not training.get("compile")
-                and (precision == "fp8" or training.get("async_tp"))):
-            # torchtitan's async TP is built on torch.compile's micro-pipelining, and its float8
-            # recipes are meant to run compiled (the casts fuse into the neighbouring ops)
-            training["compile"] = True
-            notes.append("compile not stated: torch.compile assumed, as torchtitan's async TP requires it and its "
-                         "float8 training is run compiled (torchtitan docs/float8.md, docs/async_tp.md; read from "
-                         "memory of the repository, not verified against the current release)")
-        if prec.fp8_recipe:
-            training["fp8_recipe"] = prec.fp8_recipe
-        elif precision == "fp8" and not prec.note and d.get("fp8_recipe") is not None:
-            training["fp8_recipe"] = _default(d, "fp8_recipe", "fp8 recipe", notes)
-        hw_cfg: dict[str, Any] = {"device": reading.device_id, "num_devices": n, "devices_per_node": dpn}
-        hw_cfg.update(_network(r, hw, n, dpn, notes))
-        try:
-            w = workload_from_dict({"model": model, "hardware": hw_cfg, "parallel": plan, "training": training})
-        except TrainperfError as e:
-            raise _Skip("plan", f"workload does not validate: {e}") from None
-        w = _with_stack(w, stack)
-        try:
-            check_plan(w)
-        except TrainperfError as e:
-            raise _Skip("plan", f"plan does not validate: {e}") from None
-        step_cell = _cell(r, "step_time_s")
-        if step is not None and not (corrected and tps is not None and "derived" in step_cell):
-            src = "step_time_s" + (" (derived)" if "derived" in step_cell else "")
-        elif tps is not None:
-            step = w.tokens_per_step / tps
-            src = f"tokens_per_s_global={tps:g}"
-        else:
-            assert tflops is not None  # the row was skipped above when it states no time at all
-            flops, how = _flops_per_step(r, w, d, notes)
-            step = flops / (float(tflops) * 1e12 * n)
-            src = f"tflops_per_gpu={tflops:g} under {how}"
-        return TableRun(**base, workload=w, step_time_s=float(step), step_time_from=src,
-                        assumptions=tuple(notes))
+        w, step, src = _mapped(r, stack, stack_defaults(stack), reading, prec, notes)
+        return TableRun(**base, workload=w, step_time_s=float(step), step_time_from=src, assumptions=tuple(notes))
     except _Skip as e:
         return TableRun(**base, exclude_reason=str(e), exclude_kind=e.kind, assumptions=tuple(notes))
+
+
+def _figures(r: Mapping[str, str], reading: Any, notes: list[str]) -> tuple[Any, ...]:
+    """(step time, tokens/s, TFLOP/s, devices, global batch, sequence) as the row states them;
+    raises :class:`_Skip` for a row that cannot be predicted (no time, devices, batch, device)."""
+    step, tps, tflops = _times(r, notes)
+    if _cell(r, "tflops_per_gpu").lower().startswith("up to") and step is None and tps is None:
+        raise _Skip("time", "only a best-case 'up to' TFLOP/s figure published; no step time or tokens/s")
+    if step is None and tps is None and tflops is None:
+        raise _Skip("time", "no step time, tokens/s or TFLOP/s published")
+    n = _num_devices(r, notes)
+    if not n:
+        raise _Skip("devices", "device count not stated for this figure")
+    if tps is not None and tps < 0:
+        tps = -tps * n
+        if step is None:
+            notes.append(f"tokens/s given per device: x {n} devices")
+    seq = _count(r, "seq_len")
+    try:
+        gbs, gbs_note = read_global_batch(_cell(r, "global_batch_seqs"), seq)
+    except CellError as e:
+        raise _Skip("batch", f"global_batch_seqs: {e}") from None
+    if gbs is not None and gbs < 1:
+        raise _Skip("batch", f"global_batch_seqs: {_cell(r, 'global_batch_seqs')[:40]!r} is not a positive batch")
+    if gbs_note:
+        notes.append(gbs_note)
+    if not seq:
+        raise _Skip("batch", "sequence length or global batch not stated")
+    if not reading.resolved:
+        raise _Skip("hardware", f"hardware {_cell(r, 'hardware')[:80]!r}: {reading.how}")
+    return step, tps, tflops, n, gbs, seq
+
+
+def _mapped(r: Mapping[str, str], stack: str, d: Any, reading: Any, prec: Any,
+            notes: list[str]) -> tuple[Any, float, str]:
+    """(workload, step seconds, where the step time came from) of a row that can be predicted."""
+    from trainperf.specs.workload_file import workload_from_dict
+
+    step, tps, tflops, n, gbs, seq = _figures(r, reading, notes)
+    hw = get_hardware(reading.device_id)
+    if prec is None:
+        from trainperf.predict.runs_cells import Precision
+
+        prec = Precision(_default(d, "precision", f"precision ({_cell(r, 'precision')[:30]!r})", notes))
+    if prec.note:
+        notes.append(prec.note)
+    model = _model(r, notes)
+    dpn = _devices_per_node(r, n, hw, notes)
+    plan = _plan(r, n, dpn, d, notes)
+    gbs, mb, corrected = _batches(r, gbs, _cell(r, "global_batch_seqs"), plan, n, d, notes)
+    policy = _policy(_cell(r, "act_ckpt"), stack, d, prec.precision, ModelSpec(**model).total_params / 1e9, notes)
+    training = _training(r, stack, d, prec, plan["tp"], notes)
+    training.update(seq_len=seq, global_batch=gbs, micro_batch=mb, activation_checkpointing=policy)
+    hw_cfg: dict[str, Any] = {"device": reading.device_id, "num_devices": n, "devices_per_node": dpn,
+                              **_network(r, hw, n, dpn, notes)}
+    try:
+        w = workload_from_dict({"model": model, "hardware": hw_cfg, "parallel": plan, "training": training})
+    except TrainperfError as e:
+        raise _Skip("plan", f"workload does not validate: {e}") from None
+    w = _with_stack(w, stack)
+    try:
+        check_plan(w)
+    except TrainperfError as e:
+        raise _Skip("plan", f"plan does not validate: {e}") from None
+    step_cell = _cell(r, "step_time_s")
+    if step is not None and not (corrected and tps is not None and "derived" in step_cell):
+        return w, step, "step_time_s" + (" (derived)" if "derived" in step_cell else "")
+    if tps is not None:
+        return w, w.tokens_per_step / tps, f"tokens_per_s_global={tps:g}"
+    assert tflops is not None  # the row was skipped when it states no time at all
+    flops, how = _flops_per_step(r, w, d, notes)
+    return w, flops / (float(tflops) * 1e12 * n), f"tflops_per_gpu={tflops:g} under {how}"
+
+
+def _training(r: Mapping[str, str], stack: str, d: Any, prec: Any, tp: int, notes: list[str]) -> dict[str, Any]:
+    """The ``[training]`` software fields of a row: precision, compilation, async TP, fp8 recipe
+    (what the framework cell says, else the stack's defaults, each noted)."""
+    precision = prec.precision
+    training: dict[str, Any] = {"precision": precision}
+    fw = _cell(r, "framework").lower()
+    if re.search(r"compile|inductor", fw):
+        training["compile"] = True
+    elif _default_is_on(d, "compile"):
+        training["compile"] = _default(d, "compile", "compilation", notes)
+    if "asynctp" in re.sub(r"[\s_-]", "", fw):
+        training["async_tp"] = True
+    elif tp > 1 and _default_is_on(d, "async_tp"):
+        training["async_tp"] = _default(d, "async_tp", "async tensor parallelism", notes)
+    if (stack == "torchtitan" and not training.get("compile")
+            and (precision == "fp8" or training.get("async_tp"))):
+        # torchtitan's async TP is built on torch.compile's micro-pipelining, and its float8
+        # recipes are meant to run compiled (the casts fuse into the neighbouring ops)
+        training["compile"] = True
+        notes.append("compile not stated: torch.compile assumed, as torchtitan's async TP requires it and its "
+                     "float8 training is run compiled (torchtitan docs/float8.md, docs/async_tp.md; read from "
+                     "memory of the repository, not verified against the current release)")
+    if prec.fp8_recipe:
+        training["fp8_recipe"] = prec.fp8_recipe
+    elif precision == "fp8" and not prec.note and d.get("fp8_recipe") is not None:
+        training["fp8_recipe"] = _default(d, "fp8_recipe", "fp8 recipe", notes)
+    return training
 
 
 def _claimed_mfu(r: Mapping[str, str]) -> float | None:
@@ -847,15 +856,29 @@ def included(runs: Sequence[TableRun]) -> list[TableRun]:
     return [r for r in runs if r.included]
 
 
-def table_run_records() -> list[Any]:
-    """The mapped rows of the packaged table as published run records."""
-    return [r.to_run_record() for r in packaged_runs() if r.included]
+def published_records(key: str = "") -> list[Any]:
+    """Mapped rows of the packaged table as published run records (named ``row:<row_id>``): all
+    of them, or those ``key`` names: a row (``12`` or ``row:12``), a table (``table:<id>`` or
+    its id), a device id or vendor (``h100-sxm``, ``amd``), or a shell-style pattern over the
+    records' names (``row:1?``). A key naming none is a one-line error listing the rows."""
+    import fnmatch
+
+
+    runs = included(packaged_runs())
+    key = key.strip()
+    if key and key != "all":
+        bare = key.removeprefix("row:").removeprefix("table:")
+        runs = ([r for r in runs if r.row_id == bare or r.table_id.strip() == bare]
+                or [r for r in runs if key in (r.workload.hardware.id, r.workload.hardware.vendor)]
+                or [r for r in runs if fnmatch.fnmatchcase(f"row:{r.row_id}", key)])
+        if not runs:
+            raise UnknownNameError("published row", key, [f"row:{r.row_id}" for r in included(packaged_runs())])
+    return [r.to_run_record() for r in runs]
 
 
 def select_runs(runs: Sequence[TableRun], spec: str, where: str = "published-runs") -> list[TableRun]:
     """The rows ``row:<row_id>`` or ``table:<table_id>`` names (an unknown id is a one-line
     error listing the nearest ones)."""
-    from trainperf.errors import UnknownNameError
 
     kind, _, key = spec.partition(":")
     if kind not in ("row", "table"):
@@ -865,11 +888,6 @@ def select_runs(runs: Sequence[TableRun], spec: str, where: str = "published-run
     if not picked:
         raise UnknownNameError(f"{where} {kind}", key, sorted({getattr(r, field_) for r in runs}))
     return picked
-
-
-def get_table_run(row_id: str) -> TableRun:
-    """One row of the packaged table by ``row_id`` (``row:`` prefix allowed)."""
-    return select_runs(packaged_runs(), "row:" + row_id.removeprefix("row:"), "published row")[0]
 
 
 # ------------------------------------------------------------------------------ reading report

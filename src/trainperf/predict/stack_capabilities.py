@@ -38,12 +38,14 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from trainperf import vec
 from trainperf.errors import SpecError, TrainperfError, UnknownNameError
+from trainperf.specs.checkpointing import POLICY_NAMES
 from trainperf.specs.parallel import PipelineSchedule
 
 PARALLELISMS: tuple[str, ...] = ("dp", "fsdp", "tp", "pp", "vpp", "cp", "ep")
@@ -129,9 +131,11 @@ class Capabilities:
         token = {"full": "K", "full-every": "N", "selective": "MODULES"}.get(head)
         return bool(sep) and token is not None and f"{head}:{token}" in self.checkpointing
 
-    def allows_expert_tp(self, etp: int, tp: int) -> bool:
-        """Whether the stack splits routed experts ``etp`` ways beside tensor parallelism ``tp``."""
-        return (etp == tp and "tp" in self.expert_tp) or (etp == 1 and "1" in self.expert_tp)
+    def allows_expert_tp(self, etp: Any, tp: Any) -> Any:
+        """Whether the stack splits routed experts ``etp`` ways beside tensor parallelism ``tp``
+        (numbers, or arrays of them)."""
+        return (vec.where(etp == tp, "tp" in self.expert_tp, False)
+                | vec.where(etp == 1, "1" in self.expert_tp, False))
 
     def schedule_for(self, vpp: int) -> PipelineSchedule:
         """The schedule a plan with ``pp > 1`` and ``vpp`` layer chunks per rank runs under here:
@@ -146,10 +150,11 @@ class Capabilities:
         """Whether a rank may hold several layer chunks (interleaved 1F1B or circular GPipe)."""
         return "vpp" in self.parallelisms and self.schedule_for(2) in self.pipeline_schedules
 
-    def vpp_limit(self, layers: int, pp: int) -> int:
-        """Largest vpp this stack runs with ``pp`` stages of a ``layers``-layer model."""
-        top = max(1, (layers + 2) // max(pp, 1))  # + the embedding and loss slots
-        return min(top, self.max_vpp) if self.max_vpp else top
+    def vpp_limit(self, layers: int, pp: Any) -> Any:
+        """Largest vpp this stack runs with ``pp`` stages (a number or an array) of a
+        ``layers``-layer model."""
+        top = vec.maximum(1, (layers + 2) // vec.maximum(pp, 1))  # + the embedding and loss slots
+        return vec.minimum(top, self.max_vpp) if self.max_vpp else top
 
 
 LIST_KEYS: tuple[str, ...] = ("parallelisms", "pipeline_schedules", "checkpointing", "expert_tp")
@@ -236,7 +241,6 @@ def _str_list(v: Any, stack: str, key: str, allowed: tuple[str, ...] | None = No
 
 def capabilities_from_table(stack: str, table: Mapping[str, Any]) -> Capabilities:
     """Validate a ``[capabilities]`` table (one-line errors naming the key and value)."""
-    from trainperf.specs.checkpointing import POLICY_NAMES
 
     kw: dict[str, Any] = {}
     for key, v in table.items():
@@ -350,41 +354,130 @@ def fsdp_grad_per_tensor(stack: Any) -> bool:
         return False
 
 
+@dataclass(slots=True, eq=False)
+class PlanFacts:
+    """What a stack's capabilities are checked against: Python numbers and bools for one plan
+    (:meth:`of`), numpy arrays with one element per candidate for the planner. Fields left
+    ``None`` are not known yet (the planner checks a rule once its columns exist)."""
+
+    dp: Any = None
+    fsdp: Any = None
+    tp: Any = None
+    pp: Any = None
+    vpp: Any = None
+    cp: Any = None
+    ep: Any = None
+    zero_stage: Any = None
+    sp: Any = None
+    """Sequence parallelism is on."""
+    etp: Any = None
+    etp_given: Any = None
+    """The experts' tp degree is set apart from tp (MoE parallel folding)."""
+    schedule_ok: Any = None
+    """The stack has the pipeline schedule the plan runs."""
+    schedule: str = ""
+    """That schedule's name (one plan only: for the message)."""
+    slots: Any = None
+    """Megatron's embedding or loss takes a pipeline layer slot."""
+    uneven: Any = None
+    """The first or last stage's layers are set apart (an uneven split)."""
+
+    @classmethod
+    def of(cls, caps: Capabilities, w: Any) -> PlanFacts:
+        p = w.plan
+        return cls(dp=p.dp or 1, fsdp=p.fsdp, tp=p.tp, pp=p.pp, vpp=p.vpp, cp=p.cp, ep=p.ep, zero_stage=p.zero_stage,
+                   sp=p.sequence_parallel, etp=p.expert_tp, etp_given=p.etp is not None,
+                   schedule_ok=p.pp_schedule in caps.pipeline_schedules, schedule=p.pp_schedule,
+                   slots=p.account_for_embedding_in_pipeline_split or p.account_for_loss_in_pipeline_split,
+                   uneven=p.first_stage_layers is not None or p.last_stage_layers is not None)
+
+
+Rule = tuple[tuple[str, ...], Callable[[PlanFacts], Any], Callable[[PlanFacts], str]]
+"""(the facts a rule reads, whether a plan passes it (a bool or an array), why not)."""
+
+
+def _degree_rule(caps: Capabilities, name: str) -> Rule:
+    """A degree above 1 needs the parallelism (ZeRO-3 over dp is FSDP; the planner, whose
+    ZeRO stage is not known when it lays out the mesh, enumerates that plan as fsdp)."""
+    fsdp_over_dp = name == "dp" and "fsdp" in caps.parallelisms
+
+    def ok(f: PlanFacts) -> Any:
+        return (getattr(f, name) <= 1) | (fsdp_over_dp and f.zero_stage is not None and f.zero_stage >= 3)
+
+    return ((name,), ok, lambda f: f"{caps.stack} has no {name} (runs {', '.join(caps.parallelisms)})")
+
+
+def _pipeline_stage(f: PlanFacts) -> Any:
+    """The ZeRO stage beside the pipeline, fsdp counting as 3."""
+    return vec.where(f.fsdp > 1, 3, vec.where(f.dp > 1, f.zero_stage, 0))
+
+
+def _data_rules(caps: Capabilities) -> list[Rule]:
+    """Replicas of a sharded group, ZeRO stages over dp, sequence parallelism."""
+    fsdp_ok = "fsdp" in caps.parallelisms
+    rules: list[Rule] = []
+    if not caps.hybrid_shard:
+        rules.append((("dp", "fsdp"), lambda f: (f.dp <= 1) | (f.fsdp <= 1),
+                      lambda f: f"{caps.stack} shards over every data-parallel rank (no replicas of an fsdp group)"))
+    if not set(caps.zero_stages) >= {0, 1, 2, 3}:
+        rules.append((("dp", "fsdp", "zero_stage"),
+                      lambda f: ((f.dp <= 1) | vec.isin(f.zero_stage, caps.zero_stages)
+                                 | (fsdp_ok & (f.zero_stage == 3) & (f.fsdp == 1))),
+                      lambda f: (f"{caps.stack} runs ZeRO stage {'/'.join(map(str, caps.zero_stages))} over dp, "
+                                 f"not {f.zero_stage}")))
+    if caps.sequence_parallel == "always":
+        rules.append((("tp", "sp"), lambda f: (f.tp <= 1) | f.sp,
+                      lambda f: f"{caps.stack}'s tensor parallelism always shards the sequence (sp)"))
+    if caps.sequence_parallel == "never":
+        rules.append((("sp",), lambda f: vec.where(f.sp, False, True),
+                      lambda f: f"{caps.stack} has no Megatron-style sequence parallelism"))
+    return rules
+
+
+def _pipeline_rules(caps: Capabilities, layers: int) -> list[Rule]:
+    """What a plan with pp > 1 needs: its ZeRO stage beside the pipeline, its schedule, its vpp,
+    the embedding/loss slots and uneven stages it uses."""
+    rules: list[Rule] = []
+    if not set(caps.pipeline_zero_stages) >= {0, 1, 2, 3}:
+        rules.append((("pp", "dp", "fsdp", "zero_stage"),
+                      lambda f: (f.pp <= 1) | vec.isin(_pipeline_stage(f), caps.pipeline_zero_stages),
+                      lambda f: (f"{caps.stack} runs no {'fsdp' if f.fsdp > 1 else f'ZeRO stage {_pipeline_stage(f)}'}"
+                                 " with pipeline parallelism")))
+    rules += [
+        (("pp", "schedule_ok"), lambda f: (f.pp <= 1) | f.schedule_ok,
+         lambda f: f"{caps.stack} has no {f.schedule} pipeline schedule"),
+        (("pp", "vpp"), lambda f: (f.pp <= 1) | (f.vpp <= caps.vpp_limit(layers, f.pp)),
+         lambda f: f"{caps.stack} runs vpp up to {caps.vpp_limit(layers, f.pp)} here"),
+    ]
+    if not caps.pipeline_slots:
+        rules.append((("pp", "slots"), lambda f: vec.where(f.slots, f.pp <= 1, True),
+                      lambda f: f"{caps.stack} has no embedding/loss pipeline slots"))
+    if not caps.uneven_stages:
+        rules.append((("pp", "uneven"), lambda f: vec.where(f.uneven, f.pp <= 1, True),
+                      lambda f: f"{caps.stack} cannot set first/last stage layers"))
+    return rules
+
+
+@lru_cache(maxsize=256)
+def capability_rules(caps: Capabilities, layers: int) -> tuple[Rule, ...]:
+    """The rules a plan must pass for ``caps.stack`` to run it, in the order :func:`plan_refusal`
+    reports them; the one definition the planner applies to its candidate arrays too
+    (:func:`trainperf.plan.space.stack_allows`). A rule this stack cannot fail (a parallelism it
+    has, every ZeRO stage) is left out. The checkpointing policy is checked apart
+    (:meth:`Capabilities.allows_policy`): the planner tries policies as groups, not rows."""
+    degrees = [_degree_rule(caps, n) for n in ("dp", "fsdp", "tp", "pp", "vpp", "cp", "ep") if n not in caps.parallelisms]
+    experts: Rule = (("ep", "etp", "etp_given", "tp"),
+                     lambda f: vec.where((f.ep > 1) | f.etp_given, caps.allows_expert_tp(f.etp, f.tp), True),
+                     lambda f: f"{caps.stack} splits routed experts {' or '.join(caps.expert_tp)} ways, not etp={f.etp}")
+    return (*degrees, *_data_rules(caps), *_pipeline_rules(caps, layers), experts)
+
+
 def plan_refusal(caps: Capabilities, w: Any) -> str | None:
     """Why ``caps.stack`` cannot run workload ``w``'s plan (one phrase), or ``None``."""
-    p = w.plan
-    degrees = {"dp": p.dp or 1, "fsdp": p.fsdp, "tp": p.tp, "pp": p.pp, "vpp": p.vpp, "cp": p.cp, "ep": p.ep}
-    for name, v in degrees.items():
-        if v > 1 and name not in caps.parallelisms:
-            if name == "dp" and p.zero_stage >= 3 and "fsdp" in caps.parallelisms:
-                continue  # ZeRO-3 over dp is FSDP
-            return f"{caps.stack} has no {name} (runs {', '.join(caps.parallelisms)})"
-    if (p.dp or 1) > 1 and p.fsdp > 1 and not caps.hybrid_shard:
-        return f"{caps.stack} shards over every data-parallel rank (no replicas of an fsdp group)"
-    zero3_is_fsdp = p.zero_stage == 3 and p.fsdp == 1 and "fsdp" in caps.parallelisms
-    if (p.dp or 1) > 1 and p.zero_stage not in caps.zero_stages and not zero3_is_fsdp:
-        return f"{caps.stack} runs ZeRO stage {'/'.join(map(str, caps.zero_stages))} over dp, not {p.zero_stage}"
-    if p.tp > 1 and caps.sequence_parallel == "always" and not p.sequence_parallel:
-        return f"{caps.stack}'s tensor parallelism always shards the sequence (sp)"
-    if p.sequence_parallel and caps.sequence_parallel == "never":
-        return f"{caps.stack} has no Megatron-style sequence parallelism"
-    if p.pp > 1:
-        stage = 3 if p.fsdp > 1 else (p.zero_stage if (p.dp or 1) > 1 else 0)
-        if stage not in caps.pipeline_zero_stages:
-            what = "fsdp" if p.fsdp > 1 else f"ZeRO stage {stage}"
-            return f"{caps.stack} runs no {what} with pipeline parallelism"
-        sched = p.pp_schedule  # "interleaved" whenever vpp > 1, unless circular "gpipe"
-        if sched not in caps.pipeline_schedules:
-            return f"{caps.stack} has no {sched} pipeline schedule"
-        if p.vpp > caps.vpp_limit(w.model.layers, p.pp):
-            return f"{caps.stack} runs vpp up to {caps.vpp_limit(w.model.layers, p.pp)} here"
-        slots = p.account_for_embedding_in_pipeline_split or p.account_for_loss_in_pipeline_split
-        if slots and not caps.pipeline_slots:
-            return f"{caps.stack} has no embedding/loss pipeline slots"
-        if (p.first_stage_layers is not None or p.last_stage_layers is not None) and not caps.uneven_stages:
-            return f"{caps.stack} cannot set first/last stage layers"
-    if (p.ep > 1 or p.etp is not None) and not caps.allows_expert_tp(p.expert_tp, p.tp):
-        return f"{caps.stack} splits routed experts {' or '.join(caps.expert_tp)} ways, not etp={p.expert_tp}"
+    f = PlanFacts.of(caps, w)
+    for _reads, ok, why in capability_rules(caps, w.model.layers):
+        if not ok(f):
+            return why(f)
     if not caps.allows_policy(w.activation_checkpointing):
         return f"{caps.stack} has no checkpointing policy {w.activation_checkpointing}"
     return None

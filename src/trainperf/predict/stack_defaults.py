@@ -29,7 +29,12 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from trainperf.accounting.conventions import CONVENTIONS
 from trainperf.errors import SpecError, UnknownNameError
+from trainperf.specs.checkpointing import get_policy
+from trainperf.specs.hardware import PRECISIONS
+from trainperf.specs.parallel import PIPELINE_SCHEDULES
+from trainperf.specs.workload import FP8_RECIPES
 
 DEFAULT_KEYS: dict[str, str] = {
     "activation_checkpointing": "checkpointing policy name (trainperf.specs.checkpointing), or a table "
@@ -102,12 +107,6 @@ class StackDefaults:
 
 
 def _check_value(key: str, v: Any, where: str) -> Any:
-    from trainperf.accounting.conventions import CONVENTIONS
-    from trainperf.specs.checkpointing import get_policy
-    from trainperf.specs.hardware import PRECISIONS
-    from trainperf.specs.parallel import PIPELINE_SCHEDULES
-    from trainperf.specs.workload import FP8_RECIPES
-
     def pos_int(x: Any) -> int:
         if isinstance(x, bool) or not isinstance(x, int) or x < 1:
             raise SpecError(where, x, "a positive integer")
@@ -140,8 +139,6 @@ def _check_value(key: str, v: Any, where: str) -> Any:
 
 
 def _size_table(body: Mapping[str, Any], where: str) -> tuple[tuple[float, str], ...]:
-    from trainperf.specs.checkpointing import get_policy
-
     out: list[tuple[float, str]] = []
     for k, v in body.items():
         try:

@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from trainperf.errors import SpecError
+from trainperf.errors import SpecError, UnknownNameError
+from trainperf.predict.kernels import attention
 
 ELEMENTWISE = ("eager", "fused", "compiled")
 TP_OVERLAP = ("never", "async-tp", "sequence-parallel", "always")
@@ -88,8 +89,6 @@ class StackKernels:
 
 def validate_table(body: Mapping[str, Any], where: str) -> dict[str, Any]:
     """Check a ``[kernels]`` table (unknown keys and bad values are one-line errors)."""
-    from trainperf.errors import UnknownNameError
-    from trainperf.predict.kernels import attention
 
     out = {}
     for k, v in body.items():
@@ -126,7 +125,6 @@ def validate_table(body: Mapping[str, Any], where: str) -> dict[str, Any]:
 def resolve(profile: Any, silicon: str, generic: Any = None) -> StackKernels:
     """The kernels ``profile`` (a :class:`~trainperf.predict.stacks.Profile`) runs on ``silicon``,
     its missing facts taken from ``generic`` and then :data:`BUILTIN`."""
-    from trainperf.predict.kernels import attention
 
     facts: dict[str, Any] = dict(BUILTIN)
     sources: dict[str, str] = {k: "trainperf default for a stack with no stated facts" for k in BUILTIN}

@@ -1,12 +1,14 @@
 """Software-stack profiles: how well a framework turns a device's physics into throughput.
 
 Device physics (peaks per dtype, HBM size and bandwidth, link bandwidths) lives in the device
-catalog; SKUs of one silicon differ only there. A *stack profile* holds the few software numbers
-on top of it: GEMM efficiency by dtype (and the shape penalty), attention kernel efficiency,
-collective overlap, the fixed per-kernel cost and memory-bound throughput -- the knobs of
-:mod:`trainperf.predict.efficiency` -- where a value depends on the GPU generation, per
-generation (``ampere``, ``hopper``, ...), never per SKU. Each value carries its source: the
-published tables it was fitted on, with the leave-one-table-out error of that fit.
+catalog; SKUs of one silicon differ only there, and what a silicon's kernels achieve is kernel
+physics (:mod:`trainperf.predict.kernels`). A *stack profile* holds the few software numbers on
+top of them -- the knobs of :mod:`trainperf.predict.efficiency`: the share of the measured GEMM,
+attention, memory-bound and collective speed the stack keeps, the overlap of its collectives, its
+fixed per-kernel cost -- where a value depends on the GPU generation, per generation
+(``ampere``, ``hopper``, ...), never per SKU; and the facts of what it runs (``[kernels]``,
+``[capabilities]``, ``[defaults]``). Each fitted value carries its source: the published tables
+it was fitted on, with the held-out error of that fit.
 
 A profile is a TOML file (the packaged ones are ``data/stacks/<name>.toml``; a user's profile,
 e.g. written by ``trainperf calibrate-model``, has the same format)::
@@ -19,9 +21,9 @@ e.g. written by ``trainperf calibrate-model``, has the same format)::
     [knobs.sources]
     overlap = "fitted on ..."
     [generations.hopper]                     # one generation
-    matmul_efficiency = 0.78
+    matmul_fraction = 0.95
     [generations.hopper.sources]
-    matmul_efficiency = "fitted on tables ...: N rows, leave-one-table-out MAPE Z%"
+    matmul_fraction = "fitted on tables ...: N rows, leave-one-table-out MAPE Z%"
 
 Knobs resolve, later entries winning: built-in defaults, the device vendor's defaults
 (``data/efficiency.toml``), ``generic`` (all generations, then the device's generation), the
@@ -31,7 +33,6 @@ named stack (all generations, then the device's generation).
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -39,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from trainperf.errors import InputFileError, SpecError, UnknownNameError
-from trainperf.predict.efficiency import Knobs, check_knob_name, knobs_for
+from trainperf.predict.efficiency import Knobs, check_knob_name, vendor_knobs
 from trainperf.specs.catalog_cache import read_catalog
 from trainperf.specs.datafiles import parse_user_data, read_user_text
 
@@ -134,72 +135,26 @@ class Profile:
         return None
 
     def to_toml(self) -> str:
-        """The profile as a TOML file :func:`load_profile` reads back."""
-        def q(s: str) -> str:  # a TOML basic string: JSON's escapes are TOML's (a newline too), DEL escaped
-            return json.dumps(str(s), ensure_ascii=False).replace("\x7f", "\\u007f")
+        """The profile as a TOML file :func:`load_profile` reads back (tomli-w; fitted numbers to
+        6 significant digits)."""
+        import tomli_w
 
-        out = [f"name = {q(self.name)}", f"description = {q(self.description)}",
-               "frameworks = [" + ", ".join(q(f) for f in self.frameworks) + "]", ""]
-        out.append("[knobs]")
-        out += [f"{k} = {v:.6g}" for k, v in self.knobs.items()]
-        out.append("[knobs.sources]")
-        out += [f"{k} = {q(self.sources.get(k, ''))}" for k in self.knobs]
-        for gen, vals in self.generations.items():
-            out += ["", f"[generations.{gen}]"]
-            out += [f"{k} = {v:.6g}" for k, v in vals.items()]
-            out.append(f"[generations.{gen}.sources]")
-            out += [f"{k} = {q(self.sources.get(f'{gen}.{k}', ''))}" for k in vals]
-        for table, body in (("kernels", self.kernels), ("capabilities", self.capabilities),
-                            ("defaults", self.defaults)):
-            if body:
-                out += ["", *_toml_table(table, body)]
+        def six(v: float) -> float:
+            return float(f"{v:.6g}")
+
+        doc: dict[str, Any] = {
+            "name": self.name, "description": self.description, "frameworks": list(self.frameworks),
+            "knobs": {**{k: six(v) for k, v in self.knobs.items()},
+                      "sources": {k: self.sources.get(k, "") for k in self.knobs}},
+            "generations": {gen: {**{k: six(v) for k, v in vals.items()},
+                                  "sources": {k: self.sources.get(f"{gen}.{k}", "") for k in vals}}
+                            for gen, vals in self.generations.items()},
+        }
+        doc.update({name: dict(body) for name, body in (("kernels", self.kernels), ("capabilities", self.capabilities),
+                                                         ("defaults", self.defaults)) if body})
         if self.fit:
-            out += ["", "[fit]"]
-            for k, v in self.fit.items():
-                if isinstance(v, str):
-                    out.append(f"{k} = {q(v)}")
-                elif isinstance(v, bool):
-                    out.append(f"{k} = {'true' if v else 'false'}")
-                elif isinstance(v, int | float):
-                    out.append(f"{k} = {v:.6g}")
-                elif isinstance(v, list | tuple):
-                    out.append(f"{k} = [" + ", ".join(q(x) for x in v) + "]")
-        return "\n".join(out) + "\n"
-
-
-def _toml_value(v: Any) -> str:
-    """One TOML value (string, bool, number, list or inline table) as text."""
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int | float):
-        return repr(v) if isinstance(v, int) else repr(float(v))
-    if isinstance(v, list | tuple):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    if isinstance(v, Mapping):
-        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + "}"
-    raise SpecError("profile value", v, "a string, bool, number, list or table")
-
-
-def _toml_key(k: Any) -> str:
-    k = str(k)
-    return k if k and all(c.isalnum() or c in "-_" for c in k) else _toml_value(k)
-
-
-def _toml_table(name: str, body: Mapping[str, Any]) -> list[str]:
-    """``[name]`` with its scalar/list/inline entries, then one ``[name.sub]`` per sub-table
-    (``sources`` included), so :func:`tomllib.loads` gives ``body`` back."""
-    out = [f"[{name}]"]
-    subs = []
-    for k, v in body.items():
-        if isinstance(v, Mapping):
-            subs.append((k, v))
-        else:
-            out.append(f"{_toml_key(k)} = {_toml_value(v)}")
-    for k, v in subs:
-        out += ["", *_toml_table(f"{name}.{_toml_key(k)}", v)]
-    return out
+            doc["fit"] = {k: (six(v) if isinstance(v, float) else v) for k, v in self.fit.items()}
+        return tomli_w.dumps(doc)
 
 
 def _knob_table(body: Any, where: str) -> tuple[dict[str, float], dict[str, str]]:
@@ -293,7 +248,7 @@ def load_profile(name_or_file: str | None) -> Profile:
 def knobs_with_profiles(hardware: Any, profiles: tuple[Profile, ...] | list[Profile]) -> Knobs:
     """Vendor defaults, then each profile's values for the device's generation, in order."""
     gen = generation_of(hardware)
-    k = knobs_for("", str(getattr(hardware, "vendor", "")))
+    k = vendor_knobs(str(getattr(hardware, "vendor", "")))
     vals = k.values()
     srcs = dict(k.sources)
     for prof in profiles:

@@ -1,16 +1,17 @@
 """``predict(workload)``: a :class:`Prediction` of step time, throughput and memory, explained.
 
-The arithmetic lives in :mod:`trainperf.predict.core` (pure functions of numbers); this module
-checks what a plan needs beyond the workload's own validation, picks the efficiency knobs,
-and turns the core's numbers into a report: breakdown per component, each collective with its
-bytes, link, algorithm and hidden fraction, memory by category, fit, bottleneck, and the
-throughput figures of :func:`trainperf.accounting.throughput.throughput` (MFU/HFU under a named
-convention and peak).
+The arithmetic lives in :mod:`trainperf.predict.step_model` (one module per cost component);
+this module checks what a plan needs beyond the workload's own validation, picks the efficiency
+knobs, and turns the step model's typed costs into a report: breakdown per component, each
+collective with its bytes, link, algorithm and hidden fraction, memory by category, fit,
+bottleneck, and the throughput figures of :func:`trainperf.accounting.throughput.throughput`
+(MFU/HFU under a named convention and peak).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,38 +20,13 @@ from typing import Any
 from trainperf.accounting.conventions import DEFAULT_CONVENTION
 from trainperf.accounting.throughput import throughput
 from trainperf.errors import InputFileError, SpecError
-from trainperf.predict import core
 from trainperf.predict.efficiency import KNOB_NAMES, Knobs, knobs_from_mapping
-from trainperf.predict.memory import GiB
+from trainperf.predict.stack_capabilities import apply_stack
+from trainperf.predict.step_model import StepCosts, layout_of, step_costs
+from trainperf.predict.step_model.collectives import CommCost, link_name
+from trainperf.predict.step_model.layout import KernelPhysics
+from trainperf.predict.step_model.memory import GiB, Memory
 from trainperf.specs.datafiles import parse_user_data, read_user_text
-
-BREAKDOWN_KEYS: tuple[tuple[str, str], ...] = (
-    ("forward", "forward_s"),
-    ("backward", "backward_s"),
-    ("recompute", "recompute_s"),
-    ("tp comm", "tp_s"),
-    ("ep all-to-all", "ep_s"),
-    ("fsdp all-gather (exposed)", "fsdp_allgather_exposed_s"),
-    ("fsdp reduce-scatter (exposed)", "fsdp_reducescatter_exposed_s"),
-    ("dp grad sync (exposed)", "dp_grad_exposed_s"),
-    ("zero param all-gather (exposed)", "zero_allgather_exposed_s"),
-    ("cp ring (exposed)", "cp_exposed_s"),
-    ("pp send/recv (exposed)", "pp_exposed_s"),
-    ("pipeline bubble", "bubble_s"),
-    ("optimizer", "optimizer_s"),
-)
-"""Components of the step, in display order; they sum to the step time."""
-
-MEMORY_KEYS: tuple[tuple[str, str], ...] = (
-    ("weights", "mem_weights"),
-    ("gradients", "mem_grads"),
-    ("optimizer states", "mem_optimizer"),
-    ("gathered params (fsdp)", "mem_gathered"),
-    ("activations", "mem_activations"),
-    ("logits", "mem_logits"),
-    ("comm buffers", "mem_buffers"),
-    ("framework reserve", "mem_reserve"),
-)
 
 
 @dataclass(frozen=True)
@@ -223,18 +199,16 @@ def predict(w: Any, *, knobs: Knobs | None = None,
     ``trainable_fraction`` < 1 models LoRA-style fine-tuning: frozen weights need no weight
     gradients, gradient buffers or optimizer states (compute of the activation gradients stays).
     """
-    from trainperf.predict.stack_capabilities import apply_stack
 
     w = apply_stack(w)
     check_plan(w)
     if not 0.0 < trainable_fraction <= 1.0:
         raise SpecError("trainable_fraction", trainable_fraction, "a fraction in (0, 1]")
     k = resolve_knobs(w, calibration, knobs, stack)
-    feats = core.workload_features(w, trainable_fraction)
-    r = core.step_core(feats, k.values())
-    p = assemble(w, r, k, convention=convention, train_tokens=train_tokens,
+    lay = layout_of(w, trainable_fraction)
+    p = assemble(w, step_costs(lay, k.numbers()), k, convention=convention, train_tokens=train_tokens,
                  lora_fraction=trainable_fraction if trainable_fraction < 1 else 0.0)
-    p.extra["kernels"] = {key: feats[key] for key in KERNEL_INFO}
+    p.extra["kernels"] = kernel_info(lay.kernels)
     from trainperf.predict.intervals import interval_for
 
     st = stack if stack is not None else getattr(w, "stack", None)
@@ -242,71 +216,103 @@ def predict(w: Any, *, knobs: Knobs | None = None,
     return dataclasses.replace(p, interval=interval_for(p.step_time_s, w, str(name) if name else None))
 
 
-KERNEL_INFO: tuple[str, ...] = ("silicon", "attn_family", "elementwise_impl", "gemm_peak_fraction", "fp8_recipe",
-                                "tp_overlap_rule", "grouped_fraction")
-"""Kernel facts of a prediction shown beside it (which kernels, at what measured speed)."""
+def kernel_info(k: KernelPhysics) -> dict[str, Any]:
+    """Kernel facts of a prediction shown beside it (which kernels, at what measured speed)."""
+    return {"silicon": k.silicon, "attn_family": k.attn_family, "elementwise_impl": k.elementwise_impl,
+            "gemm_peak_fraction": k.gemm_peak_fraction, "fp8_recipe": k.fp8_recipe,
+            "tp_overlap_rule": k.tp_overlap_rule, "grouped_fraction": k.grouped_fraction}
 
 
-def _f(x: Any) -> float:
-    return core.as_float(x)
+def as_float(x: Any) -> float:
+    """A scalar result as a Python float (0-d arrays and numpy scalars included); NaN for an
+    infinite one."""
+    v = x if type(x) is float else float(x)
+    return v if math.isfinite(v) else float("nan")
 
 
-def assemble(w: Any, r: Mapping[str, Any], k: Knobs, *, convention: str = DEFAULT_CONVENTION,
-             train_tokens: float = 1e12, lora_fraction: float = 0.0) -> Prediction:
-    """Build a :class:`Prediction` from :func:`core.step_core`'s numbers (scalars)."""
-    step = _f(r["step_time_s"])
-    breakdown = {name: _f(r[key]) for name, key in BREAKDOWN_KEYS}
-    breakdown = {n: v for n, v in breakdown.items() if v > 0 or n in ("forward", "backward")}
-    comp = {"matmul": _f(r["matmul_s"]), "attention": _f(r["attention_s"]),
-            "memory-bound ops": _f(r["memory_bound_s"]), "kernel overhead": _f(r["overhead_s"]),
-            "optimizer": _f(r["optimizer_s"])}
-    p = w.plan
-    colls = []
+def breakdown(s: StepCosts) -> dict[str, float]:
+    """Seconds per component of the step, in display order; they add up to the step time.
+    Components that cost nothing are left out (forward and backward always shown)."""
+    dp = s.dp
+    parts = {
+        "forward": s.forward_s, "backward": s.backward_s, "recompute": s.recompute_s,
+        "tp comm": s.tp.comm.exposed_s, "ep all-to-all": s.ep.comm.exposed_s,
+        "fsdp all-gather (exposed)": dp.fsdp_allgather.exposed_s,
+        "fsdp reduce-scatter (exposed)": dp.fsdp_reducescatter.exposed_s,
+        "dp grad sync (exposed)": dp.grad_sync.exposed_s,
+        "zero param all-gather (exposed)": dp.zero_allgather.exposed_s,
+        "cp ring (exposed)": s.cp.exposed_s, "pp send/recv (exposed)": s.pp.sends.exposed_s,
+        "pipeline bubble": s.pp.bubble_s, "optimizer": s.optimizer_s,
+    }
+    out = {name: as_float(v) for name, v in parts.items()}
+    return {n: v for n, v in out.items() if v > 0 or n in ("forward", "backward")}
 
-    def add(name, algo, nodes_key, size, bytes_key, time_key, exp_key):
-        t = _f(r[time_key])
-        if t > 0:
-            colls.append(Collective(name, algo, core.comms.link_name(_f(r[nodes_key]), w.hardware.kind), int(size),
-                                    _f(r[bytes_key]), t, _f(r[exp_key])))
 
-    tp_name = "tp all-gather/reduce-scatter" if p.sequence_parallel else "tp all-reduce"
-    add(tp_name, "ring" + (" (async tp)" if w.async_tp else ""), "tp_nodes", p.tp, "tp_bytes",
-        "tp_total_s", "tp_s")
-    add("ep all-to-all", "pairwise", "ep_nodes", p.ep, "ep_bytes", "ep_s", "ep_s")
+def compute_breakdown(s: StepCosts) -> dict[str, float]:
+    """Compute seconds per op class."""
+    return {"matmul": as_float(s.matmul_s), "attention": as_float(s.attention_s),
+            "memory-bound ops": as_float(s.memory_bound_s), "kernel overhead": as_float(s.overhead_s),
+            "optimizer": as_float(s.optimizer_s)}
+
+
+def memory_breakdown_GiB(m: Memory) -> dict[str, float]:
+    """Memory per device by category, GiB."""
+    parts = {"weights": m.weights_bytes, "gradients": m.grads_bytes, "optimizer states": m.optimizer_bytes,
+             "gathered params (fsdp)": m.gathered_bytes, "activations": m.activations_bytes,
+             "logits": m.logits_bytes, "comm buffers": m.buffers_bytes, "framework reserve": m.reserve_bytes}
+    return {name: as_float(v) / GiB for name, v in parts.items()}
+
+
+def collectives(w: Any, s: StepCosts) -> list[Collective]:
+    """Each kind of collective the step runs (those that take time), with its group and link."""
+    p, dp = w.plan, s.dp
     fs_label = "fsdp" if p.fsdp > 1 else "zero-3"
-    add(f"{fs_label} all-gather", "hierarchical ring", "fsdp_nodes", _f(r["fsdp_degree"]),
-        "fsdp_allgather_bytes", "fsdp_allgather_s", "fsdp_allgather_exposed_s")
-    add(f"{fs_label} reduce-scatter", "hierarchical ring", "fsdp_nodes", _f(r["fsdp_degree"]),
-        "fsdp_reducescatter_bytes", "fsdp_reducescatter_s", "fsdp_reducescatter_exposed_s")
-    dp_name = "zero reduce-scatter" if (p.zero_stage in (1, 2) and p.fsdp == 1) else "dp all-reduce"
-    add(dp_name, "hierarchical ring", "dp_nodes", p.dp or 1, "dp_grad_bytes", "dp_grad_s", "dp_grad_exposed_s")
-    add("zero param all-gather", "hierarchical ring", "dp_nodes", p.dp or 1, "dp_grad_bytes",
-        "zero_allgather_s", "zero_allgather_exposed_s")
-    add("cp ring exchange", "ring (send/recv)", "cp_nodes", p.cp, "cp_bytes", "cp_s", "cp_exposed_s")
-    add("pp send/recv", "point-to-point", "pp_nodes", p.pp, "pp_bytes", "pp_s", "pp_exposed_s")
+    rows: list[tuple[str, str, CommCost]] = [
+        ("tp all-gather/reduce-scatter" if p.sequence_parallel else "tp all-reduce",
+         "ring" + (" (async tp)" if w.async_tp else ""), s.tp.comm),
+        ("ep all-to-all", "pairwise", s.ep.comm),
+        (f"{fs_label} all-gather", "hierarchical ring", dp.fsdp_allgather),
+        (f"{fs_label} reduce-scatter", "hierarchical ring", dp.fsdp_reducescatter),
+        ("zero reduce-scatter" if (p.zero_stage in (1, 2) and p.fsdp == 1) else "dp all-reduce", "hierarchical ring",
+         dp.grad_sync),
+        ("zero param all-gather", "hierarchical ring", dp.zero_allgather),
+        ("cp ring exchange", "ring (send/recv)", s.cp),
+        ("pp send/recv", "point-to-point", s.pp.sends),
+    ]
+    out = []
+    for name, algo, c in rows:
+        t = as_float(c.time_s)
+        if t > 0:
+            out.append(Collective(name, algo, link_name(as_float(c.group.nodes), w.hardware.kind),
+                                  int(as_float(c.group.size)), as_float(c.bytes_per_device), t, as_float(c.exposed_s)))
+    return out
 
-    mem = {name: _f(r[key]) / GiB for name, key in MEMORY_KEYS}
-    mem_total = _f(r["mem_total"]) / GiB
-    capacity = _f(r["mem_capacity"]) / GiB
+
+def assemble(w: Any, s: StepCosts, k: Knobs, *, convention: str = DEFAULT_CONVENTION,
+             train_tokens: float = 1e12, lora_fraction: float = 0.0) -> Prediction:
+    """Build a :class:`Prediction` from the step model's costs (scalars)."""
+    step = as_float(s.step_time_s)
+    parts, comp, colls = breakdown(s), compute_breakdown(s), collectives(w, s)
+    mem = memory_breakdown_GiB(s.memory)
+    mem_total, capacity = as_float(s.memory.total_bytes) / GiB, as_float(s.memory.capacity_bytes) / GiB
     tp_ = throughput(w, step_time_s=step, convention=convention, train_tokens=train_tokens,
                      lora_fraction=lora_fraction)
     notes = list(w.notes)
-    if p.ep > 1 and _f(r["ep_nodes"]) > 1:
+    if w.plan.ep > 1 and as_float(s.ep.comm.group.nodes) > 1:
         notes.append("the expert all-to-all crosses nodes: no all-to-all across nodes is measured, so it is "
                      "priced from all-reduce measurements, likely on the slow side (docs/KERNELS.md)")
     if mem_total > capacity:
         notes.append(f"does not fit: {mem_total:.1f} GiB needed per device, {capacity:.1f} GiB "
                      f"available ({mem_total - capacity:.1f} GiB over)")
-    bottleneck = _bottleneck(step, breakdown, comp, colls, tp_.mfu_pct)
     return Prediction(
-        workload=w, step_time_s=step, breakdown=breakdown, compute_breakdown=comp,
+        workload=w, step_time_s=step, breakdown=parts, compute_breakdown=comp,
         collectives=tuple(colls), memory_breakdown_GiB=mem, memory_per_device_GiB=mem_total,
         memory_capacity_GiB=capacity, tokens_per_s=tp_.tokens_per_s,
         tokens_per_s_per_device=tp_.tokens_per_s_per_device, tflops_per_device=tp_.tflops_per_device,
         mfu_pct=tp_.mfu_pct, hfu_pct=tp_.hfu_pct, convention=tp_.convention,
         peak_tflops=tp_.peak_tflops, days_to_train=tp_.days_to_train, train_tokens=train_tokens,
-        bottleneck=bottleneck, knobs=k, notes=tuple(notes),
-        extra={"microbatch_s": _f(r["microbatch_s"]), "grad_accum_steps": w.grad_accum_steps},
+        bottleneck=_bottleneck(step, parts, comp, colls, tp_.mfu_pct), knobs=k, notes=tuple(notes),
+        extra={"microbatch_s": as_float(s.microbatch_s), "grad_accum_steps": w.grad_accum_steps},
     )
 
 

@@ -17,12 +17,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from trainperf.predict import core
 from trainperf.predict.fit_profiles import rows_from_table
 from trainperf.predict.holdout import Prediction, by, cached_holdouts, group_key, summarize
 from trainperf.predict.intervals import LEVEL, group_out_coverage, interval_for
 from trainperf.predict.runs_table import TableRun, load_table_runs
 from trainperf.predict.stacks import generation_of
+from trainperf.predict.step import as_float, resolve_knobs
+from trainperf.predict.step_model import layout_of, step_time_s
 
 
 @dataclass(frozen=True)
@@ -116,11 +117,10 @@ class RunsValidation:
 
 def predict_row(run: TableRun, stack: Any = None) -> float:
     """Predicted step seconds of a mapped row with the packaged profiles (or ``stack``)."""
-    from trainperf.predict.step import resolve_knobs
 
     w = run.workload
     k = resolve_knobs(w, stack=stack if stack is not None else run.stack)
-    return core.as_float(core.step_core(core.workload_features(w), k.values())["step_time_s"])
+    return as_float(step_time_s(layout_of(w), k.numbers()))
 
 
 def validate_runs(data: str | Path | None = None, stack: str | None = None,

@@ -180,8 +180,8 @@ def build_report(
 ) -> Report:
     """Build the report of the runs at ``paths`` (or of ``runs``) into ``out_dir``.
 
-    ``published`` replaces the published catalog (``None``: load it when
-    :mod:`trainperf.predict.published` exists); ``use_published=False`` leaves comparisons
+    ``published`` replaces the published runs (``None``: the packaged published-runs table's
+    mapped rows, :func:`trainperf.predict.runs_table.published_records`); ``use_published=False`` leaves comparisons
     out, ``use_predictor=False`` the predicted-vs-measured section. ``workload`` completes
     framework logs that do not state the model or device. ``calibration`` (a loaded
     ``trainperf calibrate-model`` file) is handed to the predictor. ``force`` allows replacing

@@ -7,28 +7,28 @@ A path given to ``trainperf report`` may be:
 * a bench output directory (``steps.jsonl``, ``summary.json``, ``workload.toml``); the workload
   file fills in the workload when the record's header has none;
 * a directory of such directories or records (a sweep): each one is a run;
-* ``published:PATTERN``: runs of the published catalog whose id matches the shell-style
-  pattern (``published:maxtext-llama2-70b-bf16-*``);
+* ``published:KEY``: rows of the packaged published-runs table: a row or table id, a device,
+  a vendor, or a shell-style pattern over the rows' names (``published:row:1?``,
+  :func:`trainperf.predict.runs_table.published_records`);
 * any other file or directory: a framework log, parsed by :func:`trainperf.ingest.parse_log`.
 
-Published results come from :mod:`trainperf.predict.published` when it exists.
+Published results come from :mod:`trainperf.predict.runs_table` when it exists.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainperf.errors import InputFileError, TrainperfError, UnknownNameError
+from trainperf.errors import InputFileError, TrainperfError
 from trainperf.records.jsonl import describe_skipped, is_trainperf_jsonl, read_run
 from trainperf.records.run_record import RunRecord
 
 WORKLOAD_FILES = ("workload.toml", "workload.json")
 PUBLISHED_PREFIX = "published:"
-"""A path starting with this selects runs of the published catalog by id (shell-style pattern)."""
+"""A path starting with this selects rows of the published-runs table."""
 
 
 @dataclass
@@ -105,15 +105,13 @@ def _read_log(path: Path, workload: Any = None) -> LoadedRun:
     return LoadedRun(run, str(path), f"log:{parsed.format or 'detected'}")
 
 
-def _select_published(pattern: str) -> list[LoadedRun]:
-    """Catalog runs whose id matches the shell-style ``pattern`` (``maxtext-llama2-70b-bf16-*``)."""
-    runs, why = load_published()
-    if why:
-        raise InputFileError(f"{PUBLISHED_PREFIX}{pattern}: {why}")
-    chosen = [r for r in runs if fnmatch.fnmatchcase(r.name, pattern or "*")]
-    if not chosen:
-        raise UnknownNameError("published run", pattern, [r.name for r in runs])
-    return [LoadedRun(r, f"published catalog: {r.meta.get('citation', r.name)}", "published") for r in chosen]
+def _select_published(key: str) -> list[LoadedRun]:
+    """Rows of the published-runs table ``key`` names (all for an empty key)."""
+    try:
+        from trainperf.predict.runs_table import published_records
+    except ImportError as e:
+        raise InputFileError(f"{PUBLISHED_PREFIX}{key}: no published-runs table ({e})") from None
+    return [LoadedRun(r, f"published: {r.meta.get('citation', r.name)}", "published") for r in published_records(key)]
 
 
 def load_path(path: str | Path, *, workload: Any = None) -> list[LoadedRun]:
@@ -162,12 +160,13 @@ def load_paths(paths: list[str | Path], *, workload: Any = None) -> list[LoadedR
 
 
 def load_published() -> tuple[list[RunRecord], str | None]:
-    """Published results as run records, and why there are none when the catalog is absent."""
+    """Published results as run records (the packaged table's mapped rows), and why there are
+    none when the table is absent."""
     try:
-        from trainperf.predict.published import load_published_runs
+        from trainperf.predict.runs_table import published_records
     except ImportError as e:
-        return [], f"no published catalog (trainperf.predict.published not available: {e})"
+        return [], f"no published-runs table (trainperf.predict.runs_table not available: {e})"
     try:
-        return list(load_published_runs()), None
+        return published_records(), None
     except TrainperfError as e:
-        return [], f"the published catalog could not be loaded: {e}"
+        return [], f"the published-runs table could not be loaded: {e}"

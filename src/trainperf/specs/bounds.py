@@ -133,7 +133,6 @@ TRAIN_TOKENS = RealBound(0.0, 1e17, "trainperf's bound on tokens to train: ~2,50
 DAYS = RealBound(0.0, 36_500.0, "trainperf's bound on a training time (100 years)", unit=" days")
 USD_PER_DEVICE_HOUR = RealBound(0.0, 1e6, "trainperf's bound on a price per device-hour", unit=" USD",
                                 lo_open=False)
-FRACTION = RealBound(0.0, 1.0, "a fraction", lo_open=False)
 MEMORY_MARGIN = RealBound(0.0, 0.5, "a fraction of the device's usable memory; over half left free "
                           "would waste the device", lo_open=False)
 SEARCH_VALUES = Bound(1, 64, "trainperf's bound on the values of one search list or range: "

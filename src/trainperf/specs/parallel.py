@@ -11,9 +11,11 @@ torchtitan do, so it does not multiply the device count; with an expert tensor-p
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from trainperf import vec
 from trainperf.errors import SpecError
 
 PipelineSchedule = Literal["1f1b", "interleaved", "gpipe"]
@@ -108,41 +110,28 @@ class ParallelPlan:
         return self.tp if self.etp is None else self.etp
 
     def stage_layers(self, layers: int) -> tuple[int, int, int]:
-        """Transformer layers on ``(the first, the busiest middle, the last)`` pipeline rank.
+        """Transformer layers on ``(the first, the busiest middle, the last)`` pipeline rank
+        (:func:`stage_layer_split`). Raises :class:`SpecError` for a split that does not add up."""
+        return _stage_layers(self, layers)
 
-        Counts every virtual chunk of a rank. Even split: ``ceil(layers / pp)`` each. Explicit
-        ``first_stage_layers`` / ``last_stage_layers``: the rest split evenly (ceil) over the
-        other ranks. Megatron's ``account_for_embedding/loss_in_pipeline_split``: ``layers + e + l``
-        slots over ``pp * vpp`` chunks of ``c`` slots; a rank holds ``vpp * c`` slots, the first
-        one fewer layer (the embedding's slot), the last one fewer (the loss'). With ``pp = 1``
-        the one stage holds every layer. Raises :class:`SpecError` for a split that does not add up.
-        """
+    def _stage_layers(self, layers: int) -> tuple[int, int, int]:
         pp = self.pp
-        if pp == 1:
-            return layers, layers, layers
         emb = int(self.account_for_embedding_in_pipeline_split)
         loss = int(self.account_for_loss_in_pipeline_split)
-        if emb or loss:
-            slots, chunks = layers + emb + loss, pp * self.vpp
-            if slots % chunks:
-                raise SpecError("parallel.pp", pp, f"pp*vpp={chunks} must divide layers + embedding/loss "
-                                f"slots = {slots} (account_for_*_in_pipeline_split)")
-            per_rank = self.vpp * slots // chunks
-            lead, tail = per_rank - emb, per_rank - loss
-            # two ranks have no middle one: the busier of the two stands in
-            return lead, (max(lead, tail) if pp == 2 else per_rank), tail
         first, last = self.first_stage_layers, self.last_stage_layers
-        if first is None and last is None:
-            even = -(-layers // pp)
-            return even, even, even
-        rest = layers - (first or 0) - (last or 0)
-        ranks = pp - (first is not None) - (last is not None)
-        if rest < 0 or (ranks == 0 and rest) or (ranks > 0 and rest < ranks):
-            raise SpecError("parallel.first_stage_layers", first,
-                            f"first/last stage layers ({first}, {last}) must leave at least one layer per "
-                            f"other rank and add up to layers={layers} over pp={pp}")
-        mid = -(-rest // ranks) if ranks else 0
-        return (mid if first is None else first), mid, (mid if last is None else last)
+        if pp > 1 and (emb or loss) and (layers + emb + loss) % (pp * self.vpp):
+            raise SpecError("parallel.pp", pp, f"pp*vpp={pp * self.vpp} must divide layers + embedding/loss "
+                            f"slots = {layers + emb + loss} (account_for_*_in_pipeline_split)")
+        if pp > 1 and (first is not None or last is not None):
+            rest = layers - (first or 0) - (last or 0)
+            ranks = pp - (first is not None) - (last is not None)
+            if rest < 0 or (ranks == 0 and rest) or (ranks > 0 and rest < ranks):
+                raise SpecError("parallel.first_stage_layers", first,
+                                f"first/last stage layers ({first}, {last}) must leave at least one layer per "
+                                f"other rank and add up to layers={layers} over pp={pp}")
+        split = stage_layer_split(layers, pp, emb, loss, -1 if first is None else first, -1 if last is None else last)
+        a, b, c = (int(x) for x in split)
+        return a, b, c
 
     @property
     def model_parallel(self) -> int:
@@ -159,32 +148,20 @@ class ParallelPlan:
         """Product of the mesh degrees (dp must be set)."""
         return (self.dp or 1) * self.fsdp * self.tp * self.pp * self.cp
 
-    # Sharded states span the context-parallel ranks too: cp ranks hold the same parameters, and
-    # every stack that runs cp shards over them (Megatron-Core's distributed optimizer uses the
-    # data-parallel group *with* context parallelism, ``get_data_parallel_group(
-    # with_context_parallel=True)``; torchtitan's FSDP2 mesh is ``dp_shard_cp`` = dp_shard x cp;
-    # MaxText shards parameters over its ``context`` axis as over ``fsdp``).
     @property
     def shards_params(self) -> int:
-        """How many ways parameters are sharded beyond tp/pp: the fsdp group (or dp at ZeRO-3),
-        times cp; 1 when parameters are replicated."""
-        if self.fsdp > 1:
-            return self.fsdp * self.cp
-        return (self.dp or 1) * self.cp if self.zero_stage >= 3 else 1
+        """How many ways parameters are sharded beyond tp/pp (:func:`shards_params`)."""
+        return int(shards_params(self.dp or 1, self.fsdp, self.zero_stage, self.cp))
 
     @property
     def shards_grads(self) -> int:
-        """Ways gradients are sharded: fsdp (x dp at ZeRO >= 2) x cp; 1 when replicated."""
-        if self.fsdp > 1:
-            return self.fsdp * self.cp * ((self.dp or 1) if self.zero_stage >= 2 else 1)
-        return (self.dp or 1) * self.cp if self.zero_stage >= 2 else 1
+        """Ways gradients are sharded (:func:`shards_grads`)."""
+        return int(shards_grads(self.dp or 1, self.fsdp, self.zero_stage, self.cp))
 
     @property
     def shards_optimizer(self) -> int:
-        """Ways optimizer states are sharded: fsdp (x dp at ZeRO >= 1) x cp; 1 when replicated."""
-        if self.fsdp > 1:
-            return self.fsdp * self.cp * ((self.dp or 1) if self.zero_stage >= 1 else 1)
-        return (self.dp or 1) * self.cp if self.zero_stage >= 1 else 1
+        """Ways optimizer states are sharded (:func:`shards_optimizer`)."""
+        return int(shards_optimizer(self.dp or 1, self.fsdp, self.zero_stage, self.cp))
 
     def resolve(self, num_devices: int) -> ParallelPlan:
         """Fill in ``dp`` for ``num_devices`` and check that the degrees multiply to it."""
@@ -239,3 +216,69 @@ class ParallelPlan:
 
             raise UnknownNameError(f"parallel.{unknown[0]}", unknown[0], names)
         return cls(**data)
+
+
+@functools.lru_cache(maxsize=4096)
+def _stage_layers(plan: ParallelPlan, layers: int) -> tuple[int, int, int]:
+    """:meth:`ParallelPlan.stage_layers`, cached (every prediction asks)."""
+    return plan._stage_layers(layers)
+
+
+# ----------------------------------------------------------------------------------------
+# The plan's rules as functions of numbers: Python ints for one plan (ParallelPlan's properties
+# above), numpy arrays for the planner's candidate table; one definition for both.
+#
+# Sharded states span the context-parallel ranks too: cp ranks hold the same parameters, and
+# every stack that runs cp shards over them (Megatron-Core's distributed optimizer uses the
+# data-parallel group *with* context parallelism, ``get_data_parallel_group(
+# with_context_parallel=True)``; torchtitan's FSDP2 mesh is ``dp_shard_cp`` = dp_shard x cp;
+# MaxText shards parameters over its ``context`` axis as over ``fsdp``).
+def shards_params(dp: Any, fsdp: Any, zero_stage: Any, cp: Any) -> Any:
+    """How many ways parameters are sharded beyond tp/pp: the fsdp group (or dp at ZeRO-3),
+    times cp; 1 when parameters are replicated."""
+    return vec.where(fsdp > 1, fsdp * cp, vec.where(zero_stage >= 3, dp * cp, 1))
+
+
+def _shards_from(stage: int, dp: Any, fsdp: Any, zero_stage: Any, cp: Any) -> Any:
+    """Ways a state is sharded that ZeRO shards over dp from ``stage`` on: fsdp (x dp at that
+    stage) x cp; 1 when replicated."""
+    at = zero_stage >= stage
+    return vec.where(fsdp > 1, fsdp * cp * vec.where(at, dp, 1), vec.where(at, dp * cp, 1))
+
+
+def shards_grads(dp: Any, fsdp: Any, zero_stage: Any, cp: Any) -> Any:
+    """Ways gradients are sharded: fsdp (x dp at ZeRO >= 2) x cp; 1 when replicated."""
+    return _shards_from(2, dp, fsdp, zero_stage, cp)
+
+
+def shards_optimizer(dp: Any, fsdp: Any, zero_stage: Any, cp: Any) -> Any:
+    """Ways optimizer states are sharded: fsdp (x dp at ZeRO >= 1) x cp; 1 when replicated."""
+    return _shards_from(1, dp, fsdp, zero_stage, cp)
+
+
+def stage_layer_split(layers: Any, pp: Any, emb: Any, loss: Any, first: Any, last: Any) -> tuple[Any, Any, Any]:
+    """Transformer layers on ``(the first, the busiest middle, the last)`` pipeline rank, counting
+    every virtual chunk of a rank.
+
+    Even split: ``ceil(layers / pp)`` each. Megatron's ``account_for_embedding/loss_in_pipeline_
+    split`` (``emb``, ``loss``: 0 or 1): ``layers + emb + loss`` slots split evenly, ``(layers +
+    emb + loss) / pp`` a rank, the first one fewer layer (the embedding's slot), the last one fewer
+    (the loss'). Explicit ``first`` / ``last`` stage layers (-1: not given): the rest split evenly
+    (ceil) over the other ranks. Two ranks have no middle one: the busier of the two stands in.
+    With ``pp = 1`` the one stage holds every layer. Arguments are numbers or numpy arrays; the
+    split is assumed valid (:meth:`ParallelPlan.stage_layers` checks it).
+    """
+    even = vec.ceil(layers / pp)
+    per_rank = (layers + emb + loss) / pp
+    has_first, has_last = first >= 0, last >= 0
+    rest = layers - vec.maximum(first, 0) - vec.maximum(last, 0)
+    ranks = pp - vec.where(has_first, 1, 0) - vec.where(has_last, 1, 0)
+    mid = vec.where(ranks > 0, vec.ceil(rest / vec.maximum(ranks, 1)), 0.0)
+    explicit = vec.where(has_first, True, has_last)
+    slots = vec.where(emb > 0, True, loss > 0)
+    lead = vec.where(slots, per_rank - emb, vec.where(explicit, vec.where(has_first, first, mid), even))
+    tail = vec.where(slots, per_rank - loss, vec.where(explicit, vec.where(has_last, last, mid), even))
+    middle = vec.where(slots, vec.where(pp == 2, vec.maximum(lead, tail), per_rank),
+                       vec.where(explicit, mid, even))
+    one = pp <= 1
+    return vec.where(one, layers, lead), vec.where(one, layers, middle), vec.where(one, layers, tail)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from trainperf.errors import SpecError
 from trainperf.specs.bounds import DEVICES_PER_NODE, WORKLOAD_FIELD_BOUNDS
@@ -20,10 +20,6 @@ from trainperf.specs.parallel import ParallelPlan
 if TYPE_CHECKING:  # imported where a workload has adapters (most have none)
     from trainperf.specs.lora import LoraSpec
 
-Checkpointing = Literal["none", "selective", "full"]
-CHECKPOINTING: tuple[str, ...] = ("none", "selective", "full")
-"""The three classic policies; every accepted name is in
-:data:`trainperf.accounting.recompute.POLICY_NAMES`."""
 FP8_RECIPES: tuple[str, ...] = ("tensorwise", "rowwise", "delayed", "blockwise", "mxfp8")
 """FP8 scaling recipes (torchtitan/torchao ``tensorwise`` and ``rowwise``; Transformer Engine ``delayed``)."""
 # Dtypes a CPU can train in with PyTorch; the rest are accelerator formats.
@@ -64,16 +60,18 @@ class Workload:
     """Software stack the run uses: a profile name (``megatron-core``, ``maxtext``, ``torchtitan``,
     ``llm-foundry``, ``deepspeed``, ``paxml``, ``generic``) or a profile file (``trainperf.predict.stacks``)."""
     compile: bool = False
-    """The model is compiled (torch.compile / a fused graph): the profile's
-    ``compile_memory_bound_factor`` and ``compile_overhead_factor`` apply to memory-bound ops and
-    per-kernel overhead."""
+    """The model is compiled (torch.compile / a fused graph): memory-bound ops run at the silicon's
+    measured compiled bandwidth (kernel physics) and the profile's ``compile_overhead_factor``
+    scales the per-kernel overhead."""
     async_tp: bool = False
     """Asynchronous tensor parallelism (torchtitan async TP, Megatron TP comm overlap): the
     profile's ``async_tp_overlap`` fraction of the TP collectives hides behind GEMMs. Needs tp > 1."""
     fp8_recipe: str | None = None
     """FP8 scaling recipe: ``tensorwise`` (dynamic per-tensor), ``rowwise`` (per-row scales) or
-    ``delayed`` (amax history, Transformer Engine); ``None``: not stated (the profile's fp8
-    efficiency applies unscaled). Only with precision fp8 or fp4."""
+    ``delayed`` (amax history, Transformer Engine), ``blockwise`` or ``mxfp8``; ``None``: not
+    stated (the stack's own recipe, ``[kernels] fp8_recipe`` of its profile). The recipe's
+    quantisation cost on the silicon is kernel physics (:mod:`trainperf.predict.kernels.fp8`).
+    Only with precision fp8 or fp4."""
     lora: LoraSpec | None = None
     """LoRA fine-tune: the base is frozen and only these adapters train; None: full training."""
     notes: tuple[str, ...] = field(default=(), compare=False)

@@ -18,7 +18,6 @@ flags become ``overrides`` keyed ``"section.key"`` and win over the file.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -264,27 +263,9 @@ def _only_peaks_differ(a: Hardware, b: Hardware) -> bool:
 
 
 def dump_workload_toml(w: Any) -> str:
-    """Write a workload as TOML (flat tables of scalars; no third-party writer needed)."""
-    lines: list[str] = []
-    for section, body in workload_to_dict(w).items():
-        lines.append(f"[{section}]")
-        for key, value in body.items():
-            if value is None or (isinstance(value, dict | list) and not value):
-                continue
-            lines.append(f"{key} = {_toml_value(value)}")
-        lines.append("")
-    return "\n".join(lines)
+    """Write a workload as TOML (tomli-w), leaving out unset and empty values."""
+    import tomli_w
 
-
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int | float):
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, Mapping):
-        return "{ " + ", ".join(f"{json.dumps(str(k))} = {_toml_value(x)}" for k, x in v.items()) + " }"
-    if isinstance(v, list | tuple):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    raise TypeError(f"cannot write {type(v).__name__} to TOML")
+    doc = {section: {k: v for k, v in body.items() if v is not None and not (isinstance(v, dict | list) and not v)}
+           for section, body in workload_to_dict(w).items()}
+    return tomli_w.dumps(doc)

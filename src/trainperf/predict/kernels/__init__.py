@@ -11,12 +11,12 @@ the silicon:
 * :mod:`.memory_bound` -- STREAM-like HBM bandwidth and elementwise kernels (eager/fused/compiled);
 * :mod:`.fp8` -- what fp8 scaling recipes add to a GEMM.
 
-The numbers come from ``data/params.json``, derived by :mod:`.build` from the curated
-measurements in ``data/*.csv`` (each row with its source), and are read once, at first use.
-Where a silicon has no measurement of a class the value follows a documented rule (the nearest
-measured silicon of the vendor, or the vendor default of predict/data/efficiency.toml) and is
-flagged ``measured=False``; :func:`describe` lists every number with its source. docs/KERNELS.md
-says which data were used, which were rejected and why.
+The numbers come from ``data/params.json``, which the kernel fit (``tools/kernel_fitting/``, a
+developer tool) derives from curated measurements, each with its source; they are read once, at
+first use. Where a silicon has no measurement of a class the value follows a documented rule
+(the nearest measured silicon of the vendor, or a vendor fallback) and is flagged
+``measured=False``; :func:`describe` lists every number with its source. docs/KERNELS.md says
+which data were used, which were rejected and why.
 
 :class:`KernelFact` and :func:`describe` live in :mod:`.facts` and are loaded on first use (PEP
 562): the step model imports the kernel-class modules, never this list.

@@ -1,4 +1,5 @@
-"""Lazy, once-only access to ``data/params.json`` (written by :mod:`.build`), and silicon checks."""
+"""Lazy, once-only access to ``data/params.json`` (written by ``tools/kernel_fitting/build.py``),
+and silicon checks."""
 
 from __future__ import annotations
 

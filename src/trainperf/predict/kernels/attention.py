@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainperf.errors import SpecError, UnknownNameError
 from trainperf.predict.kernels._params import check_silicon, params
-from trainperf.predict.vec import is_nonbool_number
+from trainperf.vec import is_nonbool_number
 
 if TYPE_CHECKING:
     import numpy as np

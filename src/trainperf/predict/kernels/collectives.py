@@ -31,12 +31,14 @@ Fitting, data and fallbacks: docs/KERNELS.md.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from typing import Any
 
+from trainperf import vec
 from trainperf.errors import SpecError, UnknownNameError
 from trainperf.predict.kernels._params import check_silicon, params
-from trainperf.predict.vec import is_nonbool_number
+from trainperf.vec import is_nonbool_number
 
 LEVELS = ("scale-up", "scale-out")
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "send-recv")
@@ -60,52 +62,62 @@ def link_params(silicon: str, level: str, kind: str, ranks: Any = None) -> tuple
     level: 'scale-up' or 'scale-out'; kind: all-reduce | all-gather | reduce-scatter | all-to-all |
     send-recv. ``ranks``: the group size (default: the reference group the values were fitted on,
     8 GPUs within a node, 32 = 4 nodes x 8 across nodes), an integer or a numpy array of them (the
-    three results are then arrays); see the module docstring for what it changes. Bus bandwidth of
+    three results are then arrays); see :func:`at_group` for what it changes. Bus bandwidth of
     S bytes = eff_max * link * S / (S + half_bytes).
     """
-    if ranks is None or is_nonbool_number(ranks):
-        return _link_params(silicon, level, kind, None if ranks is None else int(ranks))
+    if kind not in KINDS:
+        raise UnknownNameError("collective kind", kind, KINDS)
+    model = level_model(silicon, level)
+    if ranks is None:
+        return model.by_kind[kind]
+    if is_nonbool_number(ranks):
+        if ranks < 2:
+            raise SpecError("ranks", ranks, "an integer group size of at least 2 (or None for the reference group)")
+        return _link_params(model, kind, int(ranks), level == "scale-out")
     import numpy as np
 
     n = np.asarray(ranks)
     if n.dtype.kind not in "iuf" or (n < 2).any() or (n != np.round(n)).any():
         raise SpecError("ranks", "array", "integer group sizes of at least 2")
-    lvl = _level(silicon, level)
-    ref = lvl["ref_ranks"]
-    base = np.array(_link_params(silicon, level, kind, None))
-    out = np.broadcast_to(base, (*n.shape, 3)).copy()
-    if kind == "all-reduce" and lvl.get("ring_all_reduce") and lvl.get("nvls_min_ranks"):
-        ring = np.array(_triple(lvl["ring_all_reduce"]))
-        out = np.where((n < lvl["nvls_min_ranks"])[..., None], ring, out)
-    if kind != "send-recv":
-        out[..., 1] *= ((n - 1) / (ref - 1)) ** lvl["half_bytes_exponent"]["value"]
-        if level == "scale-out":
-            out[..., 2] *= (n - 1) / (ref - 1)
-        elif lvl.get("mesh"):
-            out[..., 0] *= np.where(n < ref, (n - 1) / (ref - 1), 1.0)
-    return out[..., 0], out[..., 1], out[..., 2]
+    e, h, lat = (np.broadcast_to(np.asarray(x, float), n.shape)
+                 for x in at_group(model, kind, n.astype(float), level == "scale-out"))
+    return e, h, lat
 
 
 @lru_cache(maxsize=4096)
-def _link_params(silicon: str, level: str, kind: str, ranks: int | None) -> tuple[float, float, float]:
-    lvl = _level(silicon, level)
-    if kind not in KINDS:
-        raise UnknownNameError("collective kind", kind, KINDS)
-    ref = lvl["ref_ranks"]
-    if ranks is not None and ranks < 2:
-        raise SpecError("ranks", ranks, "an integer group size of at least 2 (or None for the reference group)")
-    n = ref if ranks is None else ranks
-    if kind == "all-reduce" and lvl.get("ring_all_reduce") and n < (lvl.get("nvls_min_ranks") or 0):
-        eff, half, lat = _triple(lvl["ring_all_reduce"])
+def _link_params(model: LevelModel, kind: str, ranks: int, scale_out: bool) -> tuple[float, float, float]:
+    eff, half, lat = at_group(model, kind, float(ranks), scale_out)
+    return float(eff), float(half), float(lat)
+
+
+def at_group(model: LevelModel, kind: str, ranks: Any, scale_out: bool) -> tuple[Any, Any, Any]:
+    """(eff_max, half_bytes, latency_us) of ``kind`` at a group of ``ranks`` (a float, or a numpy
+    array of them) on one level, scaled from the reference group: half size grows as
+    ((ranks-1)/(ref-1))^p; latency across nodes with the ring steps; an xGMI mesh keeps
+    (ranks-1)/(ref-1) of its links below the full node; NVSwitch all-reduce is NVLS from
+    ``nvls_min_ranks`` GPUs and a ring below; send/recv is the same at any size. A group of one
+    is priced as two (the step model zeroes it). The one definition of these rules: the step
+    model and :func:`link_params` both call it."""
+    eff, half, lat = model.by_kind[kind]
+    ring = model.ring_all_reduce if kind == "all-reduce" else None
+    if type(ranks) is float or type(ranks) is int:  # one group: plain Python (a prediction)
+        if ring is not None and ranks < model.nvls_min_ranks:
+            eff, half, lat = ring
+        if kind == "send-recv":
+            return eff, half, lat
+        steps = (ranks - 1.0 if ranks > 2.0 else 1.0) / (model.ref_ranks - 1.0)
     else:
-        eff, half, lat = _triple(lvl["kinds"][kind])
-    if kind == "send-recv" or n == ref:
-        return eff, half, lat
-    half *= ((n - 1) / (ref - 1)) ** lvl["half_bytes_exponent"]["value"]
-    if level == "scale-out":
-        lat *= (n - 1) / (ref - 1)
-    elif lvl.get("mesh") and n < ref:
-        eff *= (n - 1) / (ref - 1)
+        if ring is not None and model.nvls_min_ranks:
+            below = ranks < model.nvls_min_ranks
+            eff, half, lat = (vec.where(below, r, x) for r, x in zip(ring, (eff, half, lat), strict=True))
+        if kind == "send-recv":
+            return eff, half, lat
+        steps = vec.maximum(ranks - 1.0, 1.0) / (model.ref_ranks - 1.0)
+    half = half * steps ** model.half_exponent
+    if scale_out:
+        lat = lat * steps
+    elif model.mesh:
+        eff = eff * vec.minimum(steps, 1.0)
     return eff, half, lat
 
 
@@ -125,15 +137,34 @@ def busbw_fraction(silicon: str, level: str, kind: str, size_bytes: Any, ranks: 
     return eff * s / (s + half)
 
 
+@dataclass(frozen=True)
+class LevelModel:
+    """One link level's measured collective behaviour on a silicon, at the reference group
+    (:func:`at_group` scales it to a group)."""
+
+    ref_ranks: float
+    """The group the values were fitted on (8 GPUs of a node; 4 nodes x 8 across nodes)."""
+    half_exponent: float
+    """``p`` of the half size's growth with the ring steps, ((ranks-1)/(ref-1))^p."""
+    mesh: bool
+    """xGMI mesh (CDNA): a smaller group uses fewer of each GPU's links."""
+    nvls_min_ranks: float
+    """NVSwitch in-switch all-reduce (NVLS) from this many GPUs of a node (0: none)."""
+    ring_all_reduce: tuple[float, float, float] | None
+    """(eff_max, half_bytes, latency_us) of the ring all-reduce below ``nvls_min_ranks``."""
+    kinds: tuple[tuple[str, float, float, float], ...]
+    """(kind, eff_max, half_bytes, latency_us) of each collective kind."""
+    by_kind: dict[str, tuple[float, float, float]] = field(init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "by_kind", {k[0]: (k[1], k[2], k[3]) for k in self.kinds})
+
+
 @lru_cache(maxsize=256)
-def level_model(silicon: str, level: str) -> tuple[Any, ...]:
-    """One level's collective parameters at the reference group, as a hashable tuple for the
-    vectorised step model: ``(ref_ranks, half_bytes_exponent, mesh, nvls_min_ranks,
-    ring_all_reduce, kinds)``, ``ring_all_reduce`` ``("all-reduce", eff_max, half_bytes, latency_us)``
-    or ``None``, ``kinds`` one such tuple per kind. :func:`link_params` applies the same group-size
-    rules to one integer group."""
+def level_model(silicon: str, level: str) -> LevelModel:
+    """The :class:`LevelModel` of one level ('scale-up' or 'scale-out') of a silicon."""
     lvl = _level(silicon, level)
     ring = lvl.get("ring_all_reduce")
-    return (float(lvl["ref_ranks"]), float(lvl["half_bytes_exponent"]["value"]), bool(lvl.get("mesh")),
-            float(lvl.get("nvls_min_ranks") or 0.0), ("all-reduce", *_triple(ring)) if ring else None,
-            tuple((k, *_triple(lvl["kinds"][k])) for k in KINDS))
+    return LevelModel(float(lvl["ref_ranks"]), float(lvl["half_bytes_exponent"]["value"]), bool(lvl.get("mesh")),
+                      float(lvl.get("nvls_min_ranks") or 0.0), _triple(ring) if ring else None,
+                      tuple((k, *_triple(lvl["kinds"][k])) for k in KINDS))

@@ -22,7 +22,7 @@ from typing import Any
 
 from trainperf.errors import SpecError, UnknownNameError
 from trainperf.predict.kernels._params import check_silicon, params
-from trainperf.predict.vec import is_nonbool_number
+from trainperf.vec import is_nonbool_number
 
 DTYPES = ("bf16", "fp16", "fp8", "tf32", "fp32")
 

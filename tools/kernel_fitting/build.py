@@ -1,13 +1,15 @@
-"""Regenerate ``data/params.json`` from the curated measurements ``data/*.csv`` (build time only).
+"""Regenerate the predictor's ``predict/kernels/data/params.json`` from the curated measurements
+``tools/kernel_fitting/data/*.csv`` (a developer tool: the package ships only the result).
 
 The curated CSVs hold the kernel measurements others published, one row each with its source
 (``tools/curate_kernels.py`` selects them from the shared collection; docs/KERNELS.md says what
-was kept and rejected). The fits in :mod:`trainperf.predict.kernels.fitting` turn them into the
-numbers the run-time modules read, each with the rows it came from, and apply the documented
-fallback rule to every (silicon, kernel class) without a measurement.
+was kept and rejected). The fits of this package (``gemm.py``, ``attention.py``,
+``collectives.py``, ``memory.py``, ``fp8.py``) turn them into the numbers the run-time modules
+read, each with the rows it came from, and apply the documented fallback rule
+(``fallbacks.toml``) to every (silicon, kernel class) without a measurement.
 
-    python -m trainperf.predict.kernels.build           # rewrite data/params.json
-    python -m trainperf.predict.kernels.build --check   # exit 1 if data/params.json is not current
+    PYTHONPATH=src python -m tools.kernel_fitting.build           # rewrite params.json
+    PYTHONPATH=src python -m tools.kernel_fitting.build --check   # exit 1 if params.json is not current
 
 Conventions: an efficiency is achieved / the catalog figure of the SKU that was measured (dense
 peak of the dtype, nominal HBM bandwidth, per-device link bandwidth), divided by that SKU's
@@ -21,11 +23,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from trainperf.predict.kernels.fitting import attention, collectives, common, fp8, gemm, memory
+from . import attention, collectives, common, fp8, gemm, memory
 
 PARAMS_FILE = "params.json"
 SCHEMA = 1
@@ -37,7 +38,7 @@ def build() -> dict[str, Any]:
     gemm_params = gemm.params(common.read_rows("gemm"))
     return intern({
         "schema": SCHEMA,
-        "generated_by": "python -m trainperf.predict.kernels.build (from data/*.csv and specs/data/devices.toml)",
+        "generated_by": "python -m tools.kernel_fitting.build (from tools/kernel_fitting/data/*.csv and specs/data/devices.toml)",
         "silicons": common.silicons(),
         "gemm": gemm_params,
         "attention": attention.params(common.read_rows("attention")),
@@ -93,11 +94,12 @@ def dumps(params: dict[str, Any]) -> str:
 
 
 def params_path() -> Path:
-    return Path(str(resources.files(common.DATA).joinpath("data", PARAMS_FILE)))
+    """The predictor's parameters file in this checkout."""
+    return Path(__file__).resolve().parents[2] / "src" / "trainperf" / "predict" / "kernels" / "data" / PARAMS_FILE
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m trainperf.predict.kernels.build",
+    ap = argparse.ArgumentParser(prog="python -m tools.kernel_fitting.build",
                                  description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="exit 1 if data/params.json is not current")
     args = ap.parse_args(argv)
@@ -106,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         current = path.read_text(encoding="utf-8") if path.exists() else ""
         if current != text:
-            print(f"{path} is out of date: run python -m trainperf.predict.kernels.build", file=sys.stderr)
+            print(f"{path} is out of date: run python -m tools.kernel_fitting.build", file=sys.stderr)
             return 1
         print(f"{path} is current")
         return 0

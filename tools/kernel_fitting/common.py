@@ -1,19 +1,20 @@
-"""What every fit shares: the curated rows, the catalog figures they are normalised by, citations,
-the vendor defaults fallbacks end in, and the rounding of the shipped numbers."""
+"""What every fit shares: the curated rows (``data/*.csv``), the catalog figures they are
+normalised by, citations, the vendor defaults fallbacks end in (``fallbacks.toml``), and the
+rounding of the shipped numbers."""
 
 from __future__ import annotations
 
 import csv
 import math
 import re
+import tomllib
 from functools import cache
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from trainperf.specs.datafiles import read_package_toml
 from trainperf.specs.hardware import Hardware, get_hardware, hardware_ids
 
-DATA = "trainperf.predict.kernels"
 SIG = 4
 """Significant digits kept in params.json (the measurements themselves carry 3-4)."""
 
@@ -25,15 +26,15 @@ NEIGHBOUR = {"volta": "ampere", "ada": "ampere", "cdna2": "cdna3", "cdna4": "cdn
 """A silicon without its own measurement of a class -> the nearest measured silicon of the same
 vendor (by architecture), whose fraction of its own catalog figure is used (ratio 1)."""
 
-BUILTIN_KNOBS = {"matmul_efficiency": 0.70, "fp8_matmul_efficiency": 0.55, "matmul_half_dim": 64.0,
-                 "attention_efficiency": 0.45, "memory_efficiency": 0.80, "link_efficiency": 0.80,
-                 "link_latency_us": 10.0, "op_overhead_us": 5.0}
-"""trainperf.predict.efficiency.BUILTIN's values (kept here so the fit does not import the model)."""
+DATA_DIR = Path(__file__).with_name("data")
+"""The curated measurements, one CSV per kernel class (``tools/curate_kernels.py`` writes them)."""
+FALLBACKS = Path(__file__).with_name("fallbacks.toml")
+"""Fallback kernel physics per vendor, for a (silicon, kernel class) nobody measured."""
 
 
 def read_rows(name: str) -> list[Row]:
     """The curated rows of ``data/<name>.csv``."""
-    text = resources.files(DATA).joinpath("data", f"{name}.csv").read_text(encoding="utf-8")
+    text = (DATA_DIR / f"{name}.csv").read_text(encoding="utf-8")
     return list(csv.DictReader(text.splitlines()))
 
 
@@ -64,18 +65,35 @@ def peak(sku: str, dtype: str) -> float:
 
 
 @cache
-def _vendor_table() -> dict[str, dict[str, Any]]:
+def _efficiency_vendors() -> dict[str, dict[str, Any]]:
     return read_package_toml("trainperf.predict", "efficiency.toml", "efficiency table")["vendors"]
 
 
+@cache
+def _fallbacks() -> dict[str, Any]:
+    return tomllib.loads(FALLBACKS.read_text(encoding="utf-8"))
+
+
 def vendor_knob(vendor: str, knob: str) -> tuple[float, str]:
-    """A knob of predict/data/efficiency.toml's vendor table, else the built-in default, and its source."""
-    entry = _vendor_table().get(vendor, {})
+    """A vendor's default and its source: the per-kernel overhead (``op_overhead_us``) from the
+    predictor's efficiency.toml, fallback kernel physics from :data:`FALLBACKS` (else its
+    ``[builtin]`` value)."""
+    if knob == "op_overhead_us":
+        entry = _efficiency_vendors().get(vendor, {})
+        if knob in entry:
+            return float(entry[knob]), (f"vendor default {knob} = {entry[knob]} from predict/data/efficiency.toml "
+                                        f"[vendors.{vendor}] ({entry['sources'][knob]})")
+        from trainperf.predict.efficiency import BUILTIN
+
+        return BUILTIN.op_overhead_us, (f"built-in default {knob} = {BUILTIN.op_overhead_us} "
+                                        f"(predict/data/efficiency.toml has no [vendors.{vendor}] {knob})")
+    entry = _fallbacks()["vendors"].get(vendor, {})
     if knob in entry:
-        return float(entry[knob]), (f"vendor default {knob} = {entry[knob]} from predict/data/efficiency.toml "
+        return float(entry[knob]), (f"vendor default {knob} = {entry[knob]} from tools/kernel_fitting/fallbacks.toml "
                                     f"[vendors.{vendor}] ({entry['sources'][knob]})")
-    return BUILTIN_KNOBS[knob], (f"built-in default {knob} = {BUILTIN_KNOBS[knob]} (predict/data/efficiency.toml "
-                                 f"has no [vendors.{vendor}] {knob})")
+    builtin = _fallbacks()["builtin"]
+    return float(builtin[knob]), (f"built-in default {knob} = {builtin[knob]} (tools/kernel_fitting/fallbacks.toml "
+                                  f"has no [vendors.{vendor}] {knob}; {builtin['sources']['all']})")
 
 
 def cite(row: Row) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from trainperf.predict.kernels.fitting.common import Param, Row, borrowed, cite, param, silicons
+from .common import Param, Row, borrowed, cite, param, silicons
 
 RECIPES = ("tensorwise", "rowwise", "delayed", "blockwise", "mxfp8")
 MX_SILICONS = ("blackwell", "cdna4")

@@ -1,7 +1,9 @@
 """Scalar-or-array helpers: numpy semantics for arrays, plain Python speed for scalars.
 
-The step model is written once for both uses: one prediction (Python floats, where a numpy
-call on a scalar costs ~1 us each) and the planner's vectorised search (numpy arrays). numpy is
+The step model (:mod:`trainperf.predict.step_model`) and the plan rules it reads
+(:mod:`trainperf.specs.parallel`) are written once for both uses: one prediction (Python floats,
+where a numpy call on a scalar costs ~1 us each) and the planner's vectorised search (numpy
+arrays). numpy is
 imported only when an array (or a numpy scalar) is met, so one prediction never loads it (its
 import is most of a cold ``trainperf predict``).
 """
@@ -103,3 +105,15 @@ def equals(a: Any, value: Any) -> Any:
     if isinstance(a, str) or type(a) in _PY_NUMBERS or is_number(a):
         return a == value
     return (_np or _numpy()).asarray(a) == value
+
+
+def isin(a: Any, values: Any) -> Any:
+    """Elementwise ``a in values`` (a scalar bool for a scalar ``a``; for an array, one
+    comparison per value: faster than ``numpy.isin`` for the handful of values this is for)."""
+    if type(a) in _PY_NUMBERS or is_number(a):
+        return a in values
+    np = _np or _numpy()
+    out = np.zeros(np.shape(a), dtype=bool)
+    for v in values:
+        out |= a == v
+    return out

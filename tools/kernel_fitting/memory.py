@@ -14,7 +14,7 @@ import re
 from collections import defaultdict
 from statistics import median
 
-from trainperf.predict.kernels.fitting.common import (
+from .common import (
     NEIGHBOUR,
     Param,
     Row,
@@ -28,9 +28,6 @@ from trainperf.predict.kernels.fitting.common import (
 )
 
 IMPLEMENTATIONS = ("eager", "fused", "compiled")
-ELEMENTWISE_NEIGHBOUR = {"blackwell": "hopper", "cdna3": "cdna4", "cdna2": "cdna4", "volta": "ampere", "ada": "ampere"}
-"""Elementwise kernels without a measurement on a silicon -> the measured silicon of the vendor whose
-fraction is used (ratio 1): Blackwell from Hopper, CDNA2/3 from CDNA4 (the only AMD sweeps)."""
 
 
 def ideal_bytes(r: Row) -> tuple[float, str]:

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from trainperf.predict.kernels.fitting.common import (
+from .common import (
     NEIGHBOUR,
     Param,
     Row,
@@ -353,7 +353,7 @@ def steps(kind: str, n: int) -> int:
 def _vendor_default(sil: str, vendor: str, level: str, table: dict) -> dict[str, dict[str, Param]]:
     """No measurement at this level: eff_max = the vendor's link_efficiency; half size from the
     measured reference silicon; latency = the vendor's per-step link_latency_us x the ring steps of
-    the reference group (x 0.25 within a node, as predict/comms.py charges intra-node steps)."""
+    the reference group (x 0.25 within a node, as predict/step_model/collectives.py charges intra-node steps)."""
     eff, eff_src = vendor_knob(vendor, "link_efficiency")
     step, lat_src = vendor_knob(vendor, "link_latency_us")
     frac = 0.25 if level == "scale-up" else 1.0

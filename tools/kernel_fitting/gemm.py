@@ -7,7 +7,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from trainperf.predict.kernels.fitting.common import (
+from .common import (
     NEIGHBOUR,
     Param,
     Row,

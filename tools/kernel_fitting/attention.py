@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from trainperf.predict.kernels.fitting.common import Row, cite, peak, sig, silicons, vendor_knob
+from .common import Row, cite, peak, sig, silicons, vendor_knob
 
 BWD_FLOPS = 2.5
 Key = tuple[int, bool]  # (head_dim, causal)

@@ -1,0 +1,400 @@
+"""Compute time of one device: the GEMMs by shape, fused attention, memory-bound ops, kernel
+launches; per layer, for the LM head and loss, and on the slowest pipeline rank.
+
+Formulas (every argument a float or a numpy array):
+
+* A GEMM ``(m x k) @ (k x n)`` does ``2*m*n*k`` FLOPs (Kaplan et al. 2020) at
+  ``peak * efficiency * s(m) * s(n) * s(k)`` (the silicon's measured GEMM efficiency times the
+  share the stack keeps, :func:`gemm_speed`) with the shape factor
+  ``s(d) = d / (d + matmul_half_dim)`` (small or skinny GEMMs cannot fill the tensor cores),
+  but never faster than moving its operands through HBM (roofline, Williams et al. 2009).
+* Fused (flash) attention: forward ``4 * b * s_q * s_k_avg * heads * head_dim`` FLOPs,
+  backward 2.5x the forward (FlashAttention-2 runs five GEMMs backward versus two forward,
+  Dao 2023), at ``peak * attention_efficiency``.
+* Memory-bound ops take ``bytes / (hbm_bandwidth * memory_efficiency)``.
+
+Per micro-batch and layer: backward is 2x the GEMMs (activation and weight gradients; LoRA skips
+the frozen weights' gradients), 2.5x attention, 2x the elementwise bytes; recomputation re-runs
+what the checkpointing policy says (:mod:`trainperf.accounting.recompute`: the GEMMs it re-runs,
+the attention core, the elementwise ops) over the share of layers it covers. A layer takes its
+device time or its launch time, whichever is longer, blended smoothly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from trainperf import vec
+from trainperf.predict.efficiency import KnobValues
+from trainperf.predict.kernels import attention as k_attention
+from trainperf.predict.step_model.layout import COLUMN, HEAD_16BIT_UNDER_FP8, KV, ROW, Layout, Matmul, Num
+from trainperf.predict.step_model.stage import Stage
+
+FLASH_BACKWARD_FACTOR = 2.5
+"""Backward/forward FLOP ratio of FlashAttention-2 (5 GEMMs vs 2, Dao 2023)."""
+
+KERNELS_PER_LAYER_FWD = 14.0
+"""Kernels one layer launches forward in an eager framework: ~7 GEMMs, 2 norms, 2 adds, RoPE,
+activation, attention."""
+
+LOSS_BYTES_PER_LOGIT = 16.0
+"""Cross-entropy, forward and backward, per logit: write bf16 logits (2), fp32 softmax read and
+write (8), gradient write and read (6)."""
+
+
+# ----------------------------------------------------------------------------- formulas
+def shape_factor(d: Num, half_dim: Num) -> Num:
+    """``d / (d + half_dim)``: the fraction of peak a GEMM dimension of size ``d`` allows."""
+    return d / (d + half_dim)
+
+
+def matmul_time_s(m: Num, n: Num, k: Num, peak_flops: Num, efficiency: Num, half_dim: Num, hbm_bytes_per_s: Num,
+                  bytes_per_elem: Num = 2.0) -> Num:
+    """Seconds for one ``(m x k) @ (k x n)`` GEMM: compute at the shaped efficiency, floored by
+    the time to read both operands and write the result once (roofline)."""
+    eff = efficiency * shape_factor(m, half_dim) * shape_factor(n, half_dim) * shape_factor(k, half_dim)
+    t_compute = 2.0 * m * n * k / (peak_flops * eff)
+    t_memory = bytes_per_elem * (m * k + k * n + m * n) / hbm_bytes_per_s
+    return vec.maximum(t_compute, t_memory)
+
+
+def attention_forward_flops(batch: Num, q_len: Num, kv_len_avg: Num, heads: Num, qk_dim: Num, v_dim: Num) -> Num:
+    """Forward FLOPs of the attention core: QK^T and PV, ``2*(qk_dim + v_dim)`` per computed pair.
+
+    ``kv_len_avg`` is the mean number of keys a query attends to (``s/2`` for a causal mask that
+    a fused kernel skips block-wise; the window for sliding-window layers)."""
+    return 2.0 * batch * q_len * kv_len_avg * heads * (qk_dim + v_dim)
+
+
+def elementwise_bytes_per_token(hidden_norm: Num, q_dim: Num, kv_dim: Num, ffn: Num, gated: Any, act_bytes: Num = 2.0,
+                                rope: Any = True, norm_passes: Num = 1.0, rope_passes: Num = 1.0,
+                                act_passes: Num = 1.0) -> Num:
+    """HBM bytes per token moved by the memory-bound ops of one transformer block, forward.
+
+    Counted (bytes of 16-bit activations): two norms (read + write ``h``: 4h each), two residual
+    adds (read 2, write 1: 6h each), RoPE on queries and keys (read + write; only with ``rope``),
+    the MLP activation (gated: read gate and up, write one; plain: read + write). ``hidden_norm``
+    is ``h`` or ``h/tp`` under sequence parallelism; ``q_dim``, ``kv_dim`` and ``ffn`` are
+    per-device (tp-split) widths. ``*_passes``: how many times its ideal bytes unfused code moves
+    for the norm, RoPE and activation (:func:`trainperf.predict.kernels.memory_bound.eager_penalty`;
+    1 when fused or compiled). Left out: dropout (off in modern LLM training), casts fused into
+    GEMMs. Backward moves about twice these bytes.
+    """
+    norms = 2.0 * 2.0 * hidden_norm * norm_passes
+    residual = 2.0 * 3.0 * hidden_norm
+    rope_b = vec.where(rope, 2.0 * (q_dim + kv_dim) * rope_passes, 0.0)
+    act = vec.where(gated, 3.0 * ffn, 2.0 * ffn) * act_passes
+    return act_bytes * (norms + residual + rope_b + act)
+
+
+def moe_routing_bytes(tokens: Num, received: Num, topk: Num, hidden: Num, local_experts: Num,
+                      act_bytes: Num = 2.0) -> Num:
+    """HBM bytes one device moves, forward, to route tokens through one MoE block.
+
+    Counted (Megatron-Core's alltoall dispatcher, ``moe_utils.permute``/``unpermute``): the
+    permutation of the ``tokens`` the device dispatches into expert order, ``topk`` copies
+    (read 1, write ``topk``), and the unpermutation that sums the ``topk`` weighted expert outputs
+    back (read ``topk``, write 1); with more than one local expert, the ``received`` rows are
+    sorted by expert after the all-to-all and back before it (``sort_chunks_by_idxs``: read +
+    write, twice). Left out: the router's softmax/top-k (``experts`` wide, not ``hidden``), the
+    routing maps (integers per token). Backward moves about twice these bytes.
+    """
+    h = hidden * act_bytes
+    permute = 2.0 * tokens * (1.0 + topk) * h
+    sort = vec.where(local_experts > 1, 4.0 * received * h, 0.0)
+    return permute + sort
+
+
+def memory_time_s(nbytes: Num, hbm_bytes_per_s: Num, efficiency: Num) -> Num:
+    """Seconds to move ``nbytes`` through HBM at the achieved fraction of its bandwidth."""
+    return nbytes / (hbm_bytes_per_s * efficiency)
+
+
+def exposed_launch_s(device_s: Num, launch_s: Num) -> Num:
+    """Launch time left exposed beside ``device_s`` of kernels that take ``launch_s`` to launch:
+    ``launch^2 / (device + launch)``, the smooth form of ``max(device, launch) - device``."""
+    total = device_s + launch_s
+    return vec.where(total > 0, launch_s * launch_s / vec.where(total > 0, total, 1.0), 0.0)
+
+
+# ------------------------------------------------------------------------------ GEMMs
+@dataclass(slots=True, eq=False)
+class GemmSpeed:
+    """What every GEMM of the layout is priced with."""
+
+    peak_flops: Num
+    efficiency: Num
+    """Measured GEMM efficiency of the dtype x the share the stack keeps x the fp8 recipe's cost."""
+    half_dim: Num
+    hbm_bytes_per_s: Num
+    elem_bytes: Num
+    """Bytes per operand element (1 under fp8)."""
+
+    def time_s(self, m: Num, n: Num, k: Num, scale: Num = 1.0) -> Num:
+        return matmul_time_s(m, n, k, self.peak_flops, self.efficiency * scale, self.half_dim,
+                             self.hbm_bytes_per_s, self.elem_bytes)
+
+
+def gemm_speed(lay: Layout, kn: KnobValues) -> GemmSpeed:
+    """The silicon's measured GEMM efficiency for the dtype (kernel physics), the share of it the
+    stack keeps (fitted), the fp8 recipe's quantisation cost (kernel physics)."""
+    k, fp8 = lay.kernels, lay.run.fp8
+    share = vec.where(fp8, kn.fp8_matmul_fraction, kn.matmul_fraction)
+    return GemmSpeed(lay.device.peak_flops, k.gemm_peak_fraction * share / k.fp8_recipe_factor, k.gemm_half_dim,
+                     lay.device.hbm_bytes_per_s, vec.where(fp8, 1.0, lay.run.act_bytes))
+
+
+def _local_shape(lay: Layout, mat: Matmul, deg: Num) -> tuple[Num, Num]:
+    """(n, k) of a weight GEMM on one device of a ``deg``-way tensor-parallel group."""
+    if mat.split == ROW:
+        return mat.out_features, mat.in_features / deg
+    if mat.split == KV:  # kv heads are replicated when tp > kv_heads
+        return lay.model.head_dim * vec.maximum(lay.model.kv_heads / deg, 1.0), mat.in_features
+    assert mat.split == COLUMN
+    return mat.out_features / deg, mat.in_features
+
+
+def _dense_gemms(lay: Layout, st: Stage, g: GemmSpeed) -> tuple[Num, Num]:
+    """(forward, recomputed) seconds of one layer's attention and dense-MLP GEMMs (an average
+    layer: a dense MLP weighs ``dense_frac``)."""
+    fwd = rec = 0.0
+    t = lay.mesh.tp
+    for mats, redo, weight in ((lay.model.attn_mats, st.rc.attn, 1.0), (lay.model.mlp_mats, st.rc.mlp, st.dense_frac)):
+        for mat, r in zip(mats, redo, strict=True):
+            n, k = _local_shape(lay, mat, t)
+            tm = weight * g.time_s(st.m_tok, n, k)
+            fwd = fwd + tm
+            rec = rec + r * tm
+    return fwd, rec
+
+
+def _moe_gemms(lay: Layout, st: Stage, g: GemmSpeed) -> tuple[Num, Num]:
+    """(forward, recomputed) seconds of one MoE block's GEMMs: routed experts (split ``etp``
+    ways, MoE parallel folding; each device still does 1/N of the stage's expert FLOPs, so an
+    expert sees ``m_tok * topk * ep * etp / (E * tp)`` rows, at the stack's grouped-GEMM speed),
+    shared experts (split like a dense MLP) and the router."""
+    ms, m, rc = lay.model, lay.mesh, st.rc
+    local_experts = ms.moe_experts / m.ep
+    m_e = st.m_tok * ms.moe_topk * m.ep / ms.moe_experts * (m.etp / m.tp)
+    t_exp = t_rec = 0.0
+    for mat, redo, redo_sh in zip(ms.expert_mats, rc.expert, rc.shared, strict=True):
+        n, k = _local_shape(lay, mat, m.etp)
+        n_s, k_s = _local_shape(lay, mat, m.tp)
+        te = g.time_s(m_e, n, k, lay.kernels.grouped_fraction)
+        ts = ms.moe_shared / local_experts * g.time_s(st.m_tok, n_s, k_s)
+        t_exp = t_exp + te + ts
+        t_rec = t_rec + redo * te + redo_sh * ts
+    t_router = g.time_s(st.m_tok, ms.moe_experts, ms.hidden)
+    return local_experts * t_exp + t_router, local_experts * t_rec + rc.moe_region * t_router
+
+
+def layer_gemms(lay: Layout, st: Stage, g: GemmSpeed) -> tuple[Num, Num]:
+    """(forward, recomputed) GEMM seconds of the stage's average layer, per micro-batch."""
+    fwd, rec = _dense_gemms(lay, st, g)
+    if lay.model.expert_mats:
+        moe_fwd, moe_rec = _moe_gemms(lay, st, g)
+        fwd = fwd + st.moe_frac * moe_fwd
+        rec = rec + st.moe_frac * moe_rec
+    return fwd, rec
+
+
+# -------------------------------------------------------------------------- attention
+def attention_efficiency(lay: Layout, seq: Num, cp: Num, head_dim: Num | None = None) -> tuple[Num, Num]:
+    """(forward, backward) fraction of the 16-bit peak the stack's attention kernel sustains on
+    this silicon at ``seq`` tokens per block: causal for the whole sequence, non-causal blocks for
+    a context-parallel ring (cp > 1). Rows of different head dims are looked up apart."""
+    fam, sil = lay.kernels.attn_family, lay.kernels.silicon
+    hd = lay.model.qk_head_dim if head_dim is None else head_dim
+    if not vec.is_number(hd):
+        import numpy as np
+
+        hds = np.unique(hd)
+        if len(hds) > 1:
+            seq_a = np.broadcast_to(seq, np.shape(hd)).astype(float)
+            cp_a = np.broadcast_to(cp, np.shape(hd)).astype(float)
+            fw, bw = np.empty(np.shape(hd)), np.empty(np.shape(hd))
+            for h in hds:
+                sel = hd == h
+                fw[sel], bw[sel] = attention_efficiency(lay, seq_a[sel], cp_a[sel], float(h))
+            return fw, bw
+        hd = float(hds[0])
+    if vec.is_nonbool_number(cp):
+        return k_attention.efficiency(sil, fam, seq, hd, cp <= 1)
+    cf, cb = k_attention.efficiency(sil, fam, seq, hd, True)
+    nf, nb = k_attention.efficiency(sil, fam, seq, hd, False)
+    return vec.where(cp <= 1, cf, nf), vec.where(cp <= 1, cb, nb)
+
+
+def attention_core(lay: Layout, kn: KnobValues) -> tuple[Num, Num]:
+    """(forward, backward) seconds of one layer's attention core per micro-batch, at the fused
+    kernel's measured efficiency at the length it runs on: the whole causal sequence, or with
+    context parallelism the ``s/cp`` blocks of the ring (load-balanced, so mostly full,
+    non-causal blocks)."""
+    ms, m = lay.model, lay.mesh
+    flops = attention_forward_flops(m.micro_batch, ms.seq_len / m.cp, ms.kv_avg, ms.heads / m.tp, ms.qk_head_dim,
+                                    ms.v_head_dim)
+    a_fwd, a_bwd = attention_efficiency(lay, ms.seq_len / m.cp, m.cp)
+    peak = lay.device.attn_peak_flops
+    return (flops / (peak * a_fwd * kn.attention_fraction),
+            FLASH_BACKWARD_FACTOR * flops / (peak * a_bwd * kn.attention_fraction))
+
+
+# ----------------------------------------------------------------------- memory-bound
+def _routing_bytes(lay: Layout, st: Stage) -> Num:
+    """Bytes one MoE block's routing moves forward: a device dispatches its sequence-parallel
+    share (without SP, etp/tp of the tokens its tp group holds); its experts receive
+    ``m_tok * topk * etp / tp`` rows in all."""
+    ms, m = lay.model, lay.mesh
+    m_route = st.m_tok * vec.where(m.sp, 1.0, m.etp) / m.tp
+    m_disp = st.m_tok * ms.moe_topk * m.etp / m.tp
+    return moe_routing_bytes(m_route, m_disp, ms.moe_topk, ms.hidden, ms.moe_experts / m.ep, lay.run.act_bytes)
+
+
+def _elementwise_bytes(lay: Layout, st: Stage) -> Num:
+    """Bytes the memory-bound ops of the average layer move forward per micro-batch."""
+    ms, m, k = lay.model, lay.mesh, lay.kernels
+    hn = vec.where(m.sp, ms.hidden / m.tp, ms.hidden)
+    b = st.m_tok * elementwise_bytes_per_token(hn, ms.q_dim / m.tp, st.kv_local, st.ffn_eff / m.tp, ms.gated,
+                                               lay.run.act_bytes, ms.rope, k.norm_passes, k.rope_passes,
+                                               k.act_passes)
+    if ms.expert_mats:
+        b = b + st.moe_frac * _routing_bytes(lay, st)
+    return b
+
+
+def _recomputed_op_bytes(lay: Layout, st: Stage) -> Num:
+    """Bytes of the single memory-bound ops Megatron-Core's recompute modules re-run (the norms,
+    RoPE, an MLP's activation, a MoE block's permutations); 0 for the other policies, which
+    re-run all of them (``elementwise``) or none."""
+    ms, m, k, rc = lay.model, lay.mesh, lay.kernels, st.rc
+    act_b, t = lay.run.act_bytes, m.tp
+    if rc.elementwise or not (rc.norms or rc.rope or rc.expert_act or rc.shared_act or rc.dense_act
+                              or rc.moe_region):
+        return 0.0
+    hn = vec.where(m.sp, ms.hidden / t, ms.hidden)
+    zero = 0.0 * hn
+    norms_b = elementwise_bytes_per_token(hn, zero, zero, zero, ms.gated, act_b, False, k.norm_passes, 0.0,
+                                          0.0) - 2.0 * 3.0 * hn * act_b
+    rope_b = elementwise_bytes_per_token(zero, ms.q_dim / t, st.kv_local, zero, ms.gated, act_b, ms.rope, 0.0,
+                                         k.rope_passes, 0.0)
+    act_w = rc.dense_act * st.dense_frac * ms.ffn + st.moe_frac * (rc.expert_act * st.ffn_moe
+                                                                     + rc.shared_act * st.ffn_shared)
+    act_b_tok = elementwise_bytes_per_token(zero, zero, zero, act_w / t, ms.gated, act_b, False, 0.0, 0.0,
+                                            k.act_passes)
+    b = st.m_tok * (rc.norms * norms_b + rc.rope * rope_b + act_b_tok)
+    if ms.expert_mats:
+        b = b + rc.moe_region * st.moe_frac * _routing_bytes(lay, st)
+    return b
+
+
+def memory_bound(lay: Layout, st: Stage, kn: KnobValues) -> tuple[Num, Num]:
+    """(forward, recomputed) seconds of the average layer's memory-bound ops per micro-batch, at
+    the silicon's achieved bandwidth for the stack's implementation."""
+    hbm, eff = lay.device.hbm_bytes_per_s, lay.kernels.elementwise_fraction * kn.memory_bound_fraction
+    fwd = memory_time_s(_elementwise_bytes(lay, st), hbm, eff)
+    rc = st.rc
+    rec = rc.elementwise * fwd + (1.0 - rc.elementwise) * memory_time_s(_recomputed_op_bytes(lay, st), hbm, eff)
+    return fwd, rec
+
+
+# ------------------------------------------------------------------------- the layer
+@dataclass(slots=True, eq=False)
+class LayerTimes:
+    """Seconds of the stage's average layer per micro-batch, by kind of work."""
+
+    gemm_fwd: Num
+    gemm_rec: Num
+    attn_fwd: Num
+    attn_bwd: Num
+    mem_fwd: Num
+    mem_rec: Num
+    launch_fwd: Num
+    """Launch time left exposed forward (beside the device time)."""
+    launch_bwd: Num
+    launch_rec: Num
+    fwd: Num
+    """Forward: device time and exposed launches."""
+    bwd: Num
+    rec: Num
+    """Recomputation, over the share of layers the policy covers."""
+
+
+def layer_times(lay: Layout, st: Stage, kn: KnobValues, g: GemmSpeed) -> LayerTimes:
+    """The stage's average layer. The host launches kernels while the device runs earlier ones:
+    a layer takes its device time or its launch time, whichever is longer, blended smoothly
+    (:func:`exposed_launch_s`); compiling keeps the profile's share of the launch cost."""
+    gemm_fwd, gemm_rec = layer_gemms(lay, st, g)
+    attn_fwd, attn_bwd = attention_core(lay, kn)
+    mem_fwd, mem_rec = memory_bound(lay, st, kn)
+    rc, train = st.rc, lay.run.trainable_fraction
+    launch = KERNELS_PER_LAYER_FWD * kn.op_overhead_us * 1e-6
+    if lay.kernels.compiled:  # fewer, fused kernels: the profile says how much of the launch cost stays
+        launch = launch * kn.compile_overhead_factor
+    dev_fwd = gemm_fwd + attn_fwd + mem_fwd
+    dev_bwd = (1.0 + train) * gemm_fwd + attn_bwd + 2.0 * mem_fwd
+    dev_rec = gemm_rec + rc.attention_core * attn_fwd + mem_rec
+    l_fwd = exposed_launch_s(dev_fwd, launch)
+    l_bwd = exposed_launch_s(dev_bwd, 2.0 * launch)
+    l_rec = exposed_launch_s(dev_rec, rc.elementwise * launch)
+    return LayerTimes(gemm_fwd, gemm_rec, attn_fwd, attn_bwd, mem_fwd, mem_rec, l_fwd, l_bwd, l_rec,
+                      dev_fwd + l_fwd, dev_bwd + l_bwd, st.rec_frac * (dev_rec + l_rec))
+
+
+@dataclass(slots=True, eq=False)
+class HeadTimes:
+    """The LM head and loss of the last stage, per micro-batch."""
+
+    gemm: Num
+    loss: Num
+    """The loss' memory-bound kernels, forward and backward."""
+    fwd: Num
+    bwd: Num
+
+
+def head_times(lay: Layout, st: Stage, kn: KnobValues, g: GemmSpeed) -> HeadTimes:
+    """LM head GEMM (in 16 bits under fp8: :data:`HEAD_16BIT_UNDER_FP8`) and the loss (PyTorch's
+    native log-softmax/NLL kernels, or a fused one: no eager penalty), half of it each way."""
+    ms, d, train = lay.model, lay.device, lay.run.trainable_fraction
+    head_16 = lay.run.fp8 & HEAD_16BIT_UNDER_FP8
+    eff = vec.where(head_16, lay.kernels.head_gemm_peak_fraction * kn.matmul_fraction, g.efficiency)
+    gemm = matmul_time_s(st.m_tok, ms.vocab / lay.mesh.tp, ms.hidden, vec.where(head_16, d.attn_peak_flops, g.peak_flops),
+                         eff, g.half_dim, d.hbm_bytes_per_s, vec.where(head_16, lay.run.act_bytes, g.elem_bytes))
+    loss = memory_time_s(st.m_tok * ms.vocab / lay.mesh.tp * LOSS_BYTES_PER_LOGIT, d.hbm_bytes_per_s,
+                         lay.kernels.elementwise_fraction * kn.memory_bound_fraction)
+    launch = 3 * kn.op_overhead_us * 1e-6
+    fwd = gemm + 0.5 * loss
+    bwd = (1.0 + train) * gemm + 0.5 * loss
+    return HeadTimes(gemm, loss, fwd + exposed_launch_s(fwd, launch), bwd + exposed_launch_s(bwd, launch))
+
+
+# --------------------------------------------------------------------- the slowest rank
+@dataclass(slots=True, eq=False)
+class Compute:
+    """Compute of one micro-batch on the slowest pipeline rank."""
+
+    layer: LayerTimes
+    head: HeadTimes
+    layers: Num
+    """Layers of the slowest rank: the last (with the LM head and loss) or the busiest other."""
+    head_on: Num
+    """1 when the slowest rank runs the LM head and loss, else 0."""
+    fwd_mb: Num
+    bwd_mb: Num
+    rec_mb: Num
+
+    @property
+    def mb_s(self) -> Num:
+        return self.fwd_mb + self.bwd_mb + self.rec_mb
+
+
+def compute(lay: Layout, st: Stage, kn: KnobValues) -> Compute:
+    """Compute per micro-batch of the slowest pipeline rank: the last (its layers plus the LM head
+    and loss) or, with an uneven split, a busier earlier one."""
+    g = gemm_speed(lay, kn)
+    lt, ht, m = layer_times(lay, st, kn, g), head_times(lay, st, kn, g), lay.mesh
+    per_layer = lt.fwd + lt.bwd + lt.rec
+    crit_last = m.layers_last * per_layer + ht.fwd + ht.bwd >= vec.maximum(m.layers_first, m.layers_mid) * per_layer
+    n = vec.where(crit_last, m.layers_last, vec.maximum(m.layers_first, m.layers_mid))
+    on = vec.where(crit_last, 1.0, 0.0)
+    return Compute(lt, ht, n, on, n * lt.fwd + on * ht.fwd, n * lt.bwd + on * ht.bwd, n * lt.rec)

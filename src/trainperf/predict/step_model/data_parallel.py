@@ -1,0 +1,124 @@
+"""Data-parallel communication: FSDP / ZeRO-3 parameter gathers and gradient reduce-scatters,
+the replicated group's gradient all-reduce (DDP) or ZeRO-1/2 reduce-scatter and parameter
+all-gather; and how much of each hides behind compute.
+
+* FSDP / ZeRO-3 (Rajbhandari et al. 2020; PyTorch FSDP, Zhao et al. 2023) all-gathers every
+  layer's parameters forward and again backward (they are resharded after the forward) and
+  reduce-scatters its gradients, every micro-batch, one call per layer. They overlap the
+  micro-batches' compute; the first layer's gather and the last layer's reduce-scatter of a
+  micro-batch cannot hide.
+* The replicated group reduces the gradients once per step, in buckets (DDP / Megatron: ~25-40
+  MB, a handful per stage), behind the last micro-batch's backward; ZeRO-1/2 reduce-scatter them
+  instead and all-gather the updated parameters, behind the first forward.
+
+The data-parallel groups span the ranks outside tp and cp (fsdp inside dp); states sharded
+over them span cp too (:attr:`~trainperf.specs.parallel.ParallelPlan.shards_params`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainperf import vec
+from trainperf.predict.efficiency import KnobValues
+from trainperf.predict.step_model.collectives import CommCost, Fabric, Group, exposed_s, ring_bytes_per_device
+from trainperf.predict.step_model.compute import Compute
+from trainperf.predict.step_model.layout import Layout, Num
+from trainperf.predict.step_model.stage import Stage
+
+GRAD_REDUCE_BYTES = 4.0
+"""Gradients are reduced in fp32 (torchtitan's default reduce dtype, Megatron-LM's fp32 grad
+buffer, PyTorch DDP with fp32 master weights)."""
+
+PARAM_GATHER_BYTES = 2.0
+"""Parameters are gathered in 16-bit (FSDP mixed precision param dtype); fp8 recipes gather fp8."""
+
+DDP_BUCKETS = 8.0
+"""Gradient all-reduce calls per stage at most (DDP / Megatron buckets of ~25-40 MB)."""
+
+
+@dataclass(slots=True, eq=False)
+class DataParallel:
+    """The step's data-parallel collectives."""
+
+    fsdp_allgather: CommCost
+    fsdp_reducescatter: CommCost
+    grad_sync: CommCost
+    """DDP all-reduce, or the ZeRO-1/2 reduce-scatter, over the replicated group."""
+    zero_allgather: CommCost
+    """ZeRO-1/2 all-gather of the updated parameters."""
+
+
+@dataclass(slots=True, eq=False)
+class _Sharded:
+    """One micro-batch's FSDP / ZeRO-3 traffic (0 without sharded parameters)."""
+
+    group: Group
+    allgather_s: Num
+    """One pass of all-gathers over the stage's layers."""
+    reducescatter_s: Num
+    gather_bytes: Num
+    """Bytes of the stage's gathered parameters."""
+    grad_bytes: Num
+
+
+def _sharded(lay: Layout, st: Stage, fab: Fabric) -> _Sharded:
+    """The sharding group (fsdp, else ZeRO-3 over dp) and one micro-batch's traffic over it."""
+    m = lay.mesh
+    fs, dp = fab.group(m.fsdp, m.tp * m.cp), fab.group(m.dp, m.tp * m.cp * m.fsdp)
+    on_fsdp = m.fsdp > 1
+    g = Group(vec.where(on_fsdp, m.fsdp, m.dp), vec.where(on_fsdp, fs.per_node, dp.per_node),
+              vec.where(on_fsdp, fs.nodes, dp.nodes))
+    gather_b = st.p_stage * PARAM_GATHER_BYTES * vec.where(lay.run.fp8, 0.5, 1.0)
+    grad_b = st.p_stage * lay.run.trainable_fraction * GRAD_REDUCE_BYTES
+    return _Sharded(g, fab.time_s("all-gather", gather_b, g, st.layers),
+                    fab.time_s("reduce-scatter", grad_b, g, st.layers), gather_b, grad_b)
+
+
+def _fsdp(lay: Layout, st: Stage, kn: KnobValues, s: _Sharded, c: Compute) -> tuple[CommCost, CommCost]:
+    """(all-gathers, reduce-scatters) of FSDP / ZeRO-3 over the step. The forward gathers hide
+    in the forward compute; the backward gathers and the reduce-scatters share the backward
+    compute (each exposed in proportion); one gather and one reduce-scatter per micro-batch (of
+    one layer each) never hide."""
+    M, ovl = lay.mesh.grad_accum, kn.overlap
+    ag = vec.where(st.zero3, 2.0 * M * s.allgather_s, 0.0)
+    rs = vec.where(st.zero3, M * s.reducescatter_s, 0.0)
+    both = s.allgather_s + s.reducescatter_s
+    edge = vec.where(st.zero3, M * both / vec.maximum(st.layers, 1.0), 0.0)
+    edge_ag = edge * s.allgather_s / vec.where(both > 0, both, 1.0)
+    bwd_comm = 0.5 * ag + rs
+    bwd_exp = exposed_s(bwd_comm, M * (c.bwd_mb + c.rec_mb), ovl)
+    bwd_share = vec.where(bwd_comm > 0, bwd_exp / vec.where(bwd_comm > 0, bwd_comm, 1.0), 0.0)
+    ag_exp = exposed_s(0.5 * ag, M * c.fwd_mb, ovl) + 0.5 * ag * bwd_share + edge_ag
+    ag_bytes = vec.where(st.zero3, 2.0 * M * ring_bytes_per_device("all-gather", s.gather_bytes, s.group.size), 0.0)
+    rs_bytes = vec.where(st.zero3, M * ring_bytes_per_device("reduce-scatter", s.grad_bytes, s.group.size), 0.0)
+    return (CommCost(ag, ag_exp, ag_bytes, s.group),
+            CommCost(rs, rs * bwd_share + (edge - edge_ag), rs_bytes, s.group))
+
+
+def _replicated(lay: Layout, st: Stage, kn: KnobValues, fab: Fabric, c: Compute) -> tuple[CommCost, CommCost]:
+    """(gradient sync, ZeRO-1/2 parameter all-gather) over the replicated dp group: a bucketed
+    all-reduce of the gradients (of the fsdp shard under HSDP) behind the last backward, or with
+    ZeRO-1/2 a reduce-scatter, and an all-gather of the updated parameters behind the first
+    forward."""
+    m, ovl = lay.mesh, kn.overlap
+    dp = fab.group(m.dp, m.tp * m.cp * m.fsdp)
+    trained = st.p_stage * lay.run.trainable_fraction
+    grad = trained * GRAD_REDUCE_BYTES / vec.where(m.fsdp > 1, m.fsdp, 1.0)
+    zero12 = vec.where(st.plain_dp, vec.where(m.fsdp <= 1, m.zero_stage >= 1, False), False)
+    sync = vec.where(st.plain_dp, vec.where(zero12, fab.time_s("reduce-scatter", grad, dp),
+                                            fab.time_s("all-reduce", grad, dp, vec.minimum(st.layers, DDP_BUCKETS))),
+                     0.0)
+    sync_bytes = vec.where(st.plain_dp, ring_bytes_per_device("all-reduce", grad, m.dp) / vec.where(zero12, 2.0, 1.0),
+                           0.0)
+    gather = vec.where(zero12, fab.time_s("all-gather", trained * PARAM_GATHER_BYTES, dp), 0.0)
+    gather_bytes = vec.where(zero12, ring_bytes_per_device("all-gather", trained * PARAM_GATHER_BYTES, m.dp), 0.0)
+    return (CommCost(sync, exposed_s(sync, c.bwd_mb, ovl), sync_bytes, dp),
+            CommCost(gather, exposed_s(gather, c.fwd_mb, ovl), gather_bytes, dp))
+
+
+def data_parallel(lay: Layout, st: Stage, kn: KnobValues, fab: Fabric, c: Compute) -> DataParallel:
+    """The step's data-parallel collectives (see the module docstring)."""
+    ag, rs = _fsdp(lay, st, kn, _sharded(lay, st, fab), c)
+    sync, zero_ag = _replicated(lay, st, kn, fab, c)
+    return DataParallel(ag, rs, sync, zero_ag)

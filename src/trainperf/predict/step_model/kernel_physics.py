@@ -1,0 +1,91 @@
+"""The :class:`~trainperf.predict.step_model.layout.KernelPhysics` of a workload: which kernels its
+software stack runs on its silicon (:mod:`trainperf.predict.stack_kernels`) and how fast the
+silicon runs them (:mod:`trainperf.predict.kernels`)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from trainperf.predict import stack_capabilities, stack_kernels
+from trainperf.predict.kernels import collectives as k_collectives
+from trainperf.predict.kernels import fp8 as k_fp8
+from trainperf.predict.kernels import gemm as k_gemm
+from trainperf.predict.kernels import memory_bound as k_memory
+from trainperf.predict.step_model.layout import ATTENTION_PEAK_PRECISION, HEAD_16BIT_UNDER_FP8, KernelPhysics
+
+
+def gemm_dtype(precision: str) -> str:
+    """The dtype whose GEMM measurements apply: fp4 runs are priced as fp8 (no fp4 GEMM data)."""
+    return "fp8" if precision == "fp4" else precision
+
+
+def head_dtype(hw: Any, precision: str) -> str:
+    """The LM head's GEMM dtype: 16-bit under an fp8/fp4 run (:data:`HEAD_16BIT_UNDER_FP8`)."""
+    gdt = gemm_dtype(precision)
+    if gdt == "fp8" and HEAD_16BIT_UNDER_FP8:
+        alt = ATTENTION_PEAK_PRECISION[precision]
+        return alt if hw.supports(alt) else gdt
+    return gdt
+
+
+def kernels_of(w: Any) -> KernelPhysics:
+    """Kernel physics of a :class:`~trainperf.specs.workload.Workload` under its stack (cached per
+    device, precision, stack profile and software settings: a prediction costs microseconds)."""
+    from trainperf.predict.stacks import profile_cache_key
+
+    stack, mtime = profile_cache_key(getattr(w, "stack", None))
+    return _kernels(w.hardware, w.precision, stack, mtime, bool(w.compile), w.fp8_recipe, w.model.norm, w.model.mlp)
+
+
+@functools.lru_cache(maxsize=512)
+def _kernels(hw: Any, precision: str, stack: str, _mtime: float, compile_flag: bool, fp8_recipe: str | None,
+             norm: str, mlp: str) -> KernelPhysics:
+    from trainperf.predict.stacks import generation_of
+
+    sil = generation_of(hw)
+    sk = stack_kernels.for_stack(stack, sil)
+    gdt = gemm_dtype(precision)
+    return KernelPhysics(
+        silicon=sil, attn_family=sk.attention,
+        gemm_peak_fraction=float(k_gemm.peak_fraction(sil, gdt)), gemm_half_dim=float(k_gemm.half_dim(sil, gdt)),
+        head_gemm_peak_fraction=float(k_gemm.peak_fraction(sil, head_dtype(hw, precision))),
+        # routed experts run the stack's grouped GEMM: its speed over the dense law where measured
+        grouped_fraction=float(k_gemm.grouped_fraction(sil, "bf16" if gdt == "fp16" else gdt, sk.grouped_gemm)),
+        hbm_fraction=float(k_memory.hbm_fraction(sil)), tp_overlap_rule=sk.tp_overlap,
+        # a runtime that preallocates a share of a GPU's memory (JAX/XLA) leaves the rest unused
+        memory_fraction=sk.gpu_memory_fraction if hw.kind == "gpu" else 1.0,
+        link_up=k_collectives.level_model(sil, "scale-up"), link_out=k_collectives.level_model(sil, "scale-out"),
+        fsdp_grad_per_tensor=stack_capabilities.fsdp_grad_per_tensor(stack),
+        fp8_gemm_input_bytes=stack_capabilities.fp8_gemm_input_bytes(stack, precision),
+        **software_fields(norm, mlp, sil, stack, precision, compile_flag, fp8_recipe))
+
+
+def software_fields(norm: str, mlp: str, silicon: str, stack: Any, precision: str, compile_flag: bool,
+                    fp8_recipe: str | None) -> dict[str, Any]:
+    """The fields of :class:`KernelPhysics` a run's software settings (``compile``, ``fp8_recipe``)
+    change (``norm``, ``mlp``: the model's kinds, whose unfused kernels differ): the memory-bound
+    implementation with its bandwidth and per-op passes, the fp8 recipe with its GEMM cost, the
+    loss' live bytes. The planner applies them to a representative
+    workload's kernel physics (keyword arguments of :func:`dataclasses.replace`)."""
+    sk = stack_kernels.for_stack(stack, silicon)
+    fp8 = precision in ("fp8", "fp4")
+    impl = sk.elementwise_impl(compile_flag)
+    recipe = (fp8_recipe or sk.fp8_recipe) if fp8 else ""
+    eager = impl == "eager"
+
+    def passes(op: str) -> float:
+        """Times unfused code moves the op's ideal bytes (per-op penalties measured fused vs eager)."""
+        return float(k_memory.eager_penalty(op)) if eager else 1.0
+
+    return {
+        "compiled": bool(compile_flag) or sk.compiled, "elementwise_impl": impl, "fp8_recipe": recipe,
+        "fp8_recipe_factor": float(k_fp8.recipe_gemm_factor(silicon, recipe)) if fp8 else 1.0,
+        # memory-bound ops run at the fused bandwidth of the silicon; unfused code moves an op's
+        # bytes several times (per-op penalties), native single kernels once
+        "elementwise_fraction": float(k_memory.elementwise_fraction(silicon, "compiled" if impl == "compiled"
+                                                                    else "fused")),
+        "norm_passes": passes("rmsnorm" if norm == "rmsnorm" else "layernorm"), "rope_passes": passes("rope"),
+        "act_passes": passes("swiglu" if mlp in ("swiglu", "geglu") else "gelu"),
+        "loss_bytes_per_logit": stack_capabilities.loss_bytes_per_logit(stack, bool(compile_flag)),
+    }

@@ -1,0 +1,324 @@
+"""The step model's one input: a workload as numbers, for one plan or for millions at once.
+
+A :class:`Layout` holds what a step costs depends on, in five typed parts: the model's shape
+(:class:`ModelShape`), the parallel plan (:class:`Mesh`), the run's settings (:class:`Run`), the
+device's datasheet physics (:class:`DevicePhysics`) and the kernels the stack runs on that
+silicon with their measured speed (:class:`KernelPhysics`). Every numeric field is a ``float``
+for one workload (:func:`layout_of`), or a numpy array with one element per candidate plan (the
+planner replaces :attr:`Layout.mesh` with arrays) or per published row (the fit stacks rows); the
+cost components (:mod:`trainperf.predict.step_model`) are written once for both. Categorical
+fields (strings, the GEMM list's structure) are Python values; rows that differ in them are
+priced in separate calls.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+from trainperf.accounting.flops import attention_pairs
+from trainperf.predict.kernels.collectives import LevelModel
+
+Num: TypeAlias = Any
+"""A float, or a numpy array of floats (one element per plan or per row)."""
+Flag: TypeAlias = Any
+"""A bool, or a numpy array of bools."""
+
+COLUMN, ROW, KV = 0, 1, 2
+"""How tensor parallelism splits a weight GEMM: its output (column-parallel), its input
+(row-parallel), or a key/value projection (column-parallel over kv heads, which replicate when
+tp exceeds them)."""
+
+ATTENTION_PEAK_PRECISION = {"fp8": "bf16", "fp4": "bf16"}
+"""Attention runs in 16-bit even when the GEMMs run in fp8/fp4 (torchtitan's performance page,
+2024, footnote 2: its fused attention is not done in fp8)."""
+
+HEAD_16BIT_UNDER_FP8 = True
+"""The LM head (output projection) runs in 16 bits when the transformer layers' GEMMs run in
+fp8/fp4: Megatron-Core's ``output_layer`` is its own ``ColumnParallelLinear``, not a Transformer
+Engine module, so TE's ``fp8_autocast`` leaves it in bf16 (megatron/core/models/gpt/gpt_model.py);
+torchtitan's float8 conversion skips the ``output`` linear (torchtitan float8 docs: the final
+output layer is excluded for numerics). Read from memory of both repositories; assumed for the
+other stacks."""
+
+
+@dataclass(frozen=True, slots=True)
+class Matmul:
+    """One weight GEMM of a layer, ``in_features -> out_features``."""
+
+    in_features: Num
+    out_features: Num
+    split: int
+    """:data:`COLUMN`, :data:`ROW` or :data:`KV`."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelShape:
+    """The model's numbers a step depends on, at one sequence length (plan-independent)."""
+
+    layers: Num
+    hidden: Num
+    heads: Num
+    kv_heads: Num
+    head_dim: Num
+    q_dim: Num
+    """Width of the queries (heads x query head dim)."""
+    qk_head_dim: Num
+    v_head_dim: Num
+    ffn: Num
+    """Dense MLP hidden width."""
+    gated: bool
+    """The MLP is gated (SwiGLU, GeGLU): three matrices, an activation reading two inputs."""
+    rope: bool
+    """Rotary position embeddings are applied to queries and keys."""
+    vocab: Num
+    moe_layers: Num
+    dense_layers: Num
+    """Layers with a dense MLP (all of a dense model's; an MoE model's leading or interleaved ones)."""
+    dense_interleaved: bool
+    """An MoE model's dense layers are interleaved (Llama 4), not leading (DeepSeek-V3)."""
+    moe_experts: Num
+    moe_topk: Num
+    moe_shared: Num
+    expert_ffn: Num
+    attn_mats: tuple[Matmul, ...]
+    mlp_mats: tuple[Matmul, ...]
+    expert_mats: tuple[Matmul, ...]
+    """One routed expert's MLP matrices (empty for a dense model)."""
+    attn_names: tuple[str, ...]
+    mlp_names: tuple[str, ...]
+    params_attn_layer: Num
+    """Attention and norm parameters of one layer."""
+    params_dense_mlp_layer: Num
+    params_expert: Num
+    params_router_layer: Num
+    params_embedding: Num
+    params_head: Num
+    """LM head and final norm parameters."""
+    kv_avg: Num
+    """Mean keys per query a block-sparse causal kernel computes, over layers
+    (:func:`~trainperf.accounting.flops.attention_pairs`)."""
+    seq_len: Num
+
+    def __post_init__(self) -> None:
+        _check_positive(self, ("layers", "hidden", "heads", "head_dim", "vocab", "seq_len"))
+
+
+@dataclass(frozen=True, slots=True)
+class Mesh:
+    """The parallel plan and batch of a step, as numbers (see
+    :class:`~trainperf.specs.parallel.ParallelPlan` for each degree)."""
+
+    micro_batch: Num
+    grad_accum: Num
+    """Micro-batches per optimizer step on one data-parallel rank."""
+    dp: Num
+    fsdp: Num
+    zero_stage: Num
+    tp: Num
+    sp: Flag
+    """Sequence parallelism over the tp group."""
+    pp: Num
+    vpp: Num
+    interleaved: Flag
+    """Interleaved 1F1B schedule."""
+    gpipe: Flag
+    """GPipe schedule (plain or circular) with pp > 1."""
+    cp: Num
+    ep: Num
+    etp: Num
+    """Tensor-parallel degree of the routed experts."""
+    shards_params: Num
+    shards_grads: Num
+    shards_optimizer: Num
+    layers_first: Num
+    """Transformer layers on the first pipeline rank."""
+    layers_mid: Num
+    """Layers on the busiest middle rank."""
+    layers_last: Num
+    scale_up_domain: Num
+    """Devices per NVLink/xGMI/ICI domain, at most the run's devices."""
+
+    def __post_init__(self) -> None:
+        _check_positive(self, ("micro_batch", "grad_accum", "dp", "fsdp", "tp", "pp", "vpp", "cp", "ep", "etp",
+                               "scale_up_domain"))
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """How the step runs: checkpointing, software switches, precision, what trains."""
+
+    policy: str
+    """Activation-checkpointing policy (:mod:`trainperf.accounting.recompute`)."""
+    async_tp: Flag
+    fp8: bool
+    """The GEMMs run in fp8 or fp4."""
+    state_kind: str
+    """``mixed`` (16-bit weights, fp32 master and optimizer states) or ``fp32``."""
+    act_bytes: Num
+    """Bytes per activation element."""
+    trainable_fraction: Num
+    """Share of the parameters that train (1; < 1 for LoRA: frozen weights get no weight
+    gradients, gradient buffers or optimizer states)."""
+
+    def __post_init__(self) -> None:
+        _check_positive(self, ("act_bytes", "trainable_fraction"))
+
+
+@dataclass(frozen=True, slots=True)
+class DevicePhysics:
+    """Datasheet figures of the device (:class:`~trainperf.specs.hardware.Hardware`)."""
+
+    peak_flops: Num
+    """Dense peak of the GEMM dtype at the clock the part sustains under its power cap."""
+    attn_peak_flops: Num
+    """The same for the dtype attention runs in (:data:`ATTENTION_PEAK_PRECISION`)."""
+    hbm_bytes_per_s: Num
+    intra_bytes_per_s: Num
+    """Scale-up link bandwidth per device and direction."""
+    inter_bytes_per_s: Num
+    """Scale-out (NIC) bandwidth per device and direction."""
+    hbm_capacity_bytes: Num
+    """Memory the device exposes to a process."""
+
+    def __post_init__(self) -> None:
+        _check_positive(self, ("peak_flops", "attn_peak_flops", "hbm_bytes_per_s"))
+
+
+@dataclass(frozen=True, slots=True)
+class KernelPhysics:
+    """What the stack runs on this silicon and how fast the silicon runs it
+    (:mod:`trainperf.predict.kernels`, :mod:`trainperf.predict.stack_kernels`)."""
+
+    silicon: str
+    attn_family: str
+    gemm_peak_fraction: Num
+    """Best measured fraction of peak of the GEMM dtype."""
+    gemm_half_dim: Num
+    """GEMM dimension at which the shape law halves the efficiency."""
+    head_gemm_peak_fraction: Num
+    """The LM head's fraction: 16-bit under fp8 (:data:`HEAD_16BIT_UNDER_FP8`)."""
+    grouped_fraction: Num
+    """The routed experts' grouped GEMM speed over the dense law."""
+    hbm_fraction: Num
+    """STREAM-like fraction of HBM bandwidth (the optimizer step)."""
+    tp_overlap_rule: str
+    """When the stack overlaps TP collectives with GEMMs (:data:`~trainperf.predict.stack_kernels.TP_OVERLAP`)."""
+    memory_fraction: Num
+    """Share of a GPU's memory a preallocating runtime lets the program use."""
+    link_up: LevelModel
+    """Measured collective behaviour within the scale-up domain
+    (:func:`trainperf.predict.kernels.collectives.level_model`)."""
+    link_out: LevelModel
+    """The same across domains."""
+    compiled: bool
+    elementwise_impl: str
+    """How memory-bound ops run: eager, fused or compiled."""
+    fp8_recipe: str
+    fp8_recipe_factor: Num
+    """Slow-down of an fp8 GEMM by the recipe's quantisation (1 without fp8)."""
+    elementwise_fraction: Num
+    """Achieved fraction of HBM bandwidth of the memory-bound implementation."""
+    norm_passes: Num
+    """Times unfused code moves a norm's ideal bytes (1 fused or compiled)."""
+    rope_passes: Num
+    act_passes: Num
+    loss_bytes_per_logit: Num
+    """Live bytes per logit at the loss."""
+    fp8_gemm_input_bytes: float | None
+    """Bytes kept per element of a matmul input under fp8 (None: as the other activations)."""
+    fsdp_grad_per_tensor: bool
+    """FSDP reduce-scatters each weight's gradient on its own (GSPMD), not a block's at once."""
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Everything one step's cost depends on (see the module docstring)."""
+
+    model: ModelShape
+    mesh: Mesh
+    run: Run
+    device: DevicePhysics
+    kernels: KernelPhysics
+
+
+def _check_positive(obj: Any, names: tuple[str, ...]) -> None:
+    """Raise for a field that is not positive (every element, for an array)."""
+    for name in names:
+        v = getattr(obj, name)
+        ok = v > 0 if type(v) is float or type(v) is int else bool((v > 0).all())
+        if not ok:
+            raise ValueError(f"{type(obj).__name__}.{name} must be positive, not {v!r}")
+
+
+# ------------------------------------------------------------------------- from a workload
+def _matmuls(named: dict[str, tuple[int, int]], row: str, kv: tuple[str, ...] = ()) -> tuple[Matmul, ...]:
+    return tuple(Matmul(float(i), float(o), ROW if name == row else (KV if name in kv else COLUMN))
+                 for name, (i, o) in named.items())
+
+
+@functools.lru_cache(maxsize=1024)
+def model_shape(model: Any, seq_len: int) -> ModelShape:
+    """The :class:`ModelShape` of a :class:`~trainperf.specs.model.ModelSpec` at ``seq_len``."""
+    experts = (_matmuls(model.dense_mlp_matmuls(model.moe_expert_ffn), "down_proj") if model.is_moe else ())
+    return ModelShape(
+        layers=float(model.layers), hidden=float(model.hidden), heads=float(model.heads),
+        kv_heads=float(model.kv_heads), head_dim=float(model.head_dim), q_dim=float(model.q_dim),
+        qk_head_dim=float(model.qk_head_dim), v_head_dim=float(model.v_dim_per_head), ffn=float(model.ffn_hidden),
+        gated=bool(model.gated_mlp), rope=model.position == "rope", vocab=float(model.vocab),
+        moe_layers=float(model.moe_layers), dense_layers=float(model.dense_layers),
+        dense_interleaved=bool(model.moe_dense_interleaved), moe_experts=float(model.moe_experts),
+        moe_topk=float(model.moe_topk), moe_shared=float(model.moe_shared_experts),
+        expert_ffn=float(model.moe_expert_ffn or 0),
+        attn_mats=_matmuls(model.attention_matmuls(), "o_proj", ("k_proj", "v_proj")),
+        mlp_mats=_matmuls(model.dense_mlp_matmuls(), "down_proj"), expert_mats=experts,
+        attn_names=tuple(model.attention_matmuls()), mlp_names=tuple(model.dense_mlp_matmuls()),
+        params_attn_layer=float(model.attention_params_per_layer + model.norm_params_per_layer),
+        params_dense_mlp_layer=float(model.dense_mlp_params_per_layer), params_expert=float(model.expert_params),
+        params_router_layer=float(model.router_params_per_layer), params_embedding=float(model.embedding_params),
+        params_head=float(model.lm_head_params + model.final_norm_params),
+        kv_avg=attention_pairs(model, seq_len, "causal") / (seq_len * model.layers), seq_len=float(seq_len))
+
+
+def mesh_of(w: Any) -> Mesh:
+    """The :class:`Mesh` of a :class:`~trainperf.specs.workload.Workload`."""
+    p = w.plan
+    first, mid, last = p.stage_layers(w.model.layers)
+    return Mesh(
+        micro_batch=float(w.micro_batch), grad_accum=float(w.grad_accum_steps), dp=float(p.dp or 1),
+        fsdp=float(p.fsdp), zero_stage=float(p.zero_stage), tp=float(p.tp), sp=bool(p.sequence_parallel),
+        pp=float(p.pp), vpp=float(p.vpp), interleaved=p.pp_schedule == "interleaved",
+        gpipe=p.pp > 1 and p.pp_schedule == "gpipe", cp=float(p.cp), ep=float(p.ep), etp=float(p.expert_tp),
+        shards_params=float(p.shards_params), shards_grads=float(p.shards_grads),
+        shards_optimizer=float(p.shards_optimizer), layers_first=float(first), layers_mid=float(mid),
+        layers_last=float(last), scale_up_domain=float(min(w.hardware.scale_up_domain or w.devices_per_node,
+                                                           w.num_devices)))
+
+
+def run_of(w: Any, trainable_fraction: float = 1.0) -> Run:
+    """The :class:`Run` of a workload."""
+    full = w.precision in ("fp32", "tf32")
+    return Run(policy=w.activation_checkpointing, async_tp=bool(w.async_tp), fp8=w.precision in ("fp8", "fp4"),
+               state_kind="fp32" if full else "mixed", act_bytes=4.0 if full else 2.0,
+               trainable_fraction=float(trainable_fraction))
+
+
+def device_of(hw: Any, precision: str) -> DevicePhysics:
+    """The :class:`DevicePhysics` of a device at a precision: compute at the clock the part
+    sustains under its power cap."""
+    attn_prec = ATTENTION_PEAK_PRECISION.get(precision, precision)
+    if not hw.supports(attn_prec):
+        attn_prec = precision
+    return DevicePhysics(
+        peak_flops=hw.sustained_peak_flops(precision), attn_peak_flops=hw.sustained_peak_flops(attn_prec),
+        hbm_bytes_per_s=hw.hbm_bandwidth_GB_per_s * 1e9, intra_bytes_per_s=hw.intra_node_link_GB_per_s * 1e9,
+        inter_bytes_per_s=hw.inter_node_link_GB_per_s * 1e9, hbm_capacity_bytes=hw.usable_memory_bytes)
+
+
+def layout_of(w: Any, trainable_fraction: float = 1.0) -> Layout:
+    """The :class:`Layout` of a :class:`~trainperf.specs.workload.Workload`."""
+    from trainperf.predict.step_model.kernel_physics import kernels_of
+
+    return Layout(model=model_shape(w.model, w.seq_len), mesh=mesh_of(w), run=run_of(w, trainable_fraction),
+                  device=device_of(w.hardware, w.precision), kernels=kernels_of(w))

@@ -1,0 +1,53 @@
+"""Pipeline parallelism: the bubble of 1F1B, interleaved and GPipe schedules (Narayanan et al.
+2021, section 2.2; Huang et al. 2019) and the stages' point-to-point sends.
+
+With ``p`` stages, ``m`` micro-batches and per-micro-batch stage time ``t``:
+
+* GPipe and 1F1B: the pipeline runs ``(m + p - 1) * t``; the bubble is ``(p - 1) * t``, a
+  fraction ``(p - 1) / (m + p - 1)`` of the step (``(p-1)/m`` of the ideal time).
+* interleaved 1F1B (or circular GPipe) with ``v`` model chunks per device: bubble
+  ``(p - 1) * t / v``, i.e. ``(p - 1) / (v * m)`` of the ideal time.
+
+Each micro-batch sends its activations to the next stage forward and their gradient back,
+once per model chunk: ``[b, s/cp, h]`` (``/tp`` with sequence parallelism). The sends hide in
+what the FSDP traffic leaves of the step's compute. The pp group is the mesh's outermost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainperf import vec
+from trainperf.predict.efficiency import KnobValues
+from trainperf.predict.step_model.collectives import CommCost, Fabric, exposed_s
+from trainperf.predict.step_model.compute import Compute
+from trainperf.predict.step_model.data_parallel import DataParallel
+from trainperf.predict.step_model.layout import Layout, Num
+
+
+def bubble_time_s(pp: Num, vpp: Num, microbatch_time_s: Num) -> Num:
+    """Idle seconds per step: ``(p - 1) / v`` micro-batch times."""
+    return (pp - 1.0) / vpp * microbatch_time_s
+
+
+@dataclass(slots=True, eq=False)
+class Pipeline:
+    """The step's pipeline costs."""
+
+    bubble_s: Num
+    sends: CommCost
+    """Point-to-point activation and gradient sends between stages."""
+
+
+def pipeline(lay: Layout, kn: KnobValues, fab: Fabric, c: Compute, dp: DataParallel, microbatch_s: Num) -> Pipeline:
+    """Bubble (``microbatch_s``: a micro-batch's critical path on one stage, its communication
+    included) and stage-to-stage sends."""
+    m = lay.mesh
+    on, M = m.pp > 1, m.grad_accum
+    pp = fab.group(m.pp, m.tp * m.cp * m.fsdp * m.dp)
+    msg = m.micro_batch * lay.model.seq_len / m.cp * lay.model.hidden * lay.run.act_bytes / vec.where(m.sp, m.tp, 1.0)
+    sends_mb = vec.where(on, 2.0 * m.vpp * fab.time_s("send-recv", msg, pp), 0.0)
+    fsdp_s = dp.fsdp_allgather.time_s + dp.fsdp_reducescatter.time_s
+    left = vec.maximum(0.0, M * c.fwd_mb + M * (c.bwd_mb + c.rec_mb) - kn.overlap * fsdp_s)
+    sends = CommCost(M * sends_mb, exposed_s(M * sends_mb, left, kn.overlap), M * 2.0 * m.vpp * msg * on, pp)
+    return Pipeline(vec.where(on, bubble_time_s(m.pp, m.vpp, microbatch_s), 0.0), sends)

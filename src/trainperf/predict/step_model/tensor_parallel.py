@@ -1,0 +1,80 @@
+"""Tensor- and sequence-parallel communication: on the critical path of every layer.
+
+Per layer forward, attention and a dense MLP each all-reduce their output over the tp group
+(Megatron-LM, Shoeybi et al. 2019), or, with sequence parallelism, all-gather their input and
+reduce-scatter their output (Korthikanti et al. 2022): a ``[b, s/cp, h]`` activation each; the
+same backward, and again per region when recomputation re-runs its input projection. Under fp8
+the gathered inputs are fp8 (torchtitan, Transformer Engine). Nothing else runs while they do,
+so they are exposed in full, less what async TP / TP comm overlap hides behind the GEMMs when the
+stack does it for the plan (the profile's ``async_tp_overlap``).
+
+A MoE block's routed experts are split over the etp group: Megatron-Core's alltoall dispatcher
+all-gathers the tokens it received over that group (topk copies of every token) and
+reduce-scatters the expert outputs back (token_dispatcher.py: gather_from_sequence_parallel_region
+/ reduce_scatter_to_sequence_parallel_region), in 16 bits even under fp8; without sequence
+parallelism the expert outputs are all-reduced over etp. With etp = 1 there is nothing to gather
+(MoE parallel folding). Shared experts follow tp like a dense MLP.
+"""
+
+from __future__ import annotations
+
+from trainperf import vec
+from trainperf.predict.efficiency import KnobValues
+from trainperf.predict.step_model.collectives import (
+    CommCost,
+    Fabric,
+    Group,
+    OnCriticalPath,
+    ring_bytes_per_device,
+)
+from trainperf.predict.step_model.compute import Compute
+from trainperf.predict.step_model.layout import Flag, Layout, Num
+from trainperf.predict.step_model.stage import Stage
+
+
+def overlapped(rule: str, async_tp: Flag, sp: Flag) -> Flag:
+    """Whether the stack overlaps this plan's tensor-parallel collectives with GEMMs
+    (:meth:`~trainperf.predict.stack_kernels.StackKernels.tp_overlapped`, vectorised over ``sp``)."""
+    if rule == "always":
+        return True
+    if rule == "sequence-parallel":
+        return vec.where(sp, True, async_tp)
+    return async_tp
+
+
+def _block_s(lay: Layout, fab: Fabric, g: Group, buf: Num) -> Num:
+    """Seconds of one block's forward collectives over ``g``: an all-reduce, or an all-gather
+    (fp8 inputs under fp8) and a reduce-scatter with sequence parallelism."""
+    gather = vec.where(lay.run.fp8, 0.5, 1.0)
+    agrs = fab.time_s("all-gather", buf * gather, g) + fab.time_s("reduce-scatter", buf, g)
+    return vec.where(lay.mesh.sp, agrs, fab.time_s("all-reduce", buf, g))
+
+
+def _expert_block_s(lay: Layout, fab: Fabric, g: Group, buf: Num) -> Num:
+    """Seconds of one MoE block's forward expert-tp collectives over the etp group ``g`` (the
+    dispatcher's gather and scatter of ``topk`` copies, in 16 bits; 0 with etp = 1)."""
+    m = lay.mesh
+    moe_buf = buf * lay.model.moe_topk
+    agrs = fab.time_s("all-gather", moe_buf, g) + fab.time_s("reduce-scatter", moe_buf, g)
+    return vec.where(m.etp > 1, vec.where(m.sp, agrs, fab.time_s("all-reduce", buf, g)), 0.0)
+
+
+def tensor_parallel(lay: Layout, st: Stage, kn: KnobValues, fab: Fabric, c: Compute) -> OnCriticalPath:
+    """The step's TP collectives on the slowest rank: forward and backward per region (attention,
+    dense MLP, shared experts, routed experts), again where recomputation re-runs the region's
+    input projection."""
+    m, rc, r = lay.mesh, st.rc, st.rec_frac
+    tp, etp = fab.group(m.tp, 1.0), fab.group(m.etp, 1.0)
+    shared_on = st.moe_frac * vec.minimum(lay.model.moe_shared, 1.0)
+    dense_passes = (2.0 + r * rc.attn_region + st.dense_frac * (2.0 + r * rc.mlp_region)
+                    + shared_on * (2.0 + r * rc.shared_region))
+    moe_passes = 2.0 + r * rc.moe_region
+    linear_mb = c.layers * _block_s(lay, fab, tp, st.tp_buf) * dense_passes
+    moe_mb = c.layers * st.moe_frac * _expert_block_s(lay, fab, etp, st.tp_buf) * moe_passes
+    hidden = vec.where(overlapped(lay.kernels.tp_overlap_rule, lay.run.async_tp, m.sp), kn.async_tp_overlap, 0.0)
+    exposed_mb = linear_mb * (1.0 - hidden) + moe_mb
+    bytes_mb = c.layers * (dense_passes * ring_bytes_per_device("all-reduce", st.tp_buf, m.tp)
+                           + st.moe_frac * moe_passes * (m.etp > 1)
+                           * ring_bytes_per_device("all-reduce", st.tp_buf * lay.model.moe_topk, m.etp))
+    M = m.grad_accum
+    return OnCriticalPath(CommCost(M * (linear_mb + moe_mb), M * exposed_mb, M * bytes_mb, tp), exposed_mb)
