@@ -98,7 +98,6 @@ def test_quick_calibration_when_none_is_cached(tmp_path, monkeypatch, capsys):
     (["--model", "debug-moe", "--nproc", "2", "--ep", "3"], "parallel.ep"),   # 3 does not divide 8 experts
     (["--model", "debug-moe", "--nproc", "4", "--ep", "8"], "parallel.ep"),   # more than dp*fsdp=4 ranks
     (["--model", "debug-moe", "--moe-aux-loss-coef", "-1"], "--moe-aux-loss-coef"),
-    (["--model", "debug-moe", "--nproc", "2", "--ep", "2", "--checkpoint-dir", "CK"], "--checkpoint-dir"),
 ])
 def test_bad_input_stops_before_any_process(tmp_path, calibrated, capsys, flags, field):
     short = tmp_path / "short.txt"

@@ -191,3 +191,19 @@ def test_expert_parallel_loss_falls_on_real_text(tmp_path, env):
     assert r.returncode == 0, r.stderr[-3000:]
     losses = [s.loss for s in _steps(tmp_path / "run")]
     assert losses[-1] < losses[0] - 1.0 and all(math.isfinite(x) for x in losses)
+
+
+@pytest.mark.slow
+def test_expert_parallel_checkpoint_resumes_where_it_stopped(tmp_path, env):
+    """Each expert group is saved under its own names (``experts_ep0of2``...): stopped after step
+    2 and resumed, steps 3-4 are those of the uninterrupted run (fp32)."""
+    flags = [*SMALL_MOE, "--precision", "fp32", "--micro-batch", "2", "--nproc", "2", "--ep", "2",
+             "--checkpoint-dir", str(tmp_path / "ck")]
+    full = _bench(env, *flags[:-2], "--steps", "4", "--out", str(tmp_path / "full"))
+    first = _bench(env, *flags, "--steps", "2", "--checkpoint-every", "2", "--out", str(tmp_path / "first"))
+    assert full.returncode == 0 and first.returncode == 0, first.stderr[-3000:]
+    resumed = _bench(env, *flags, "--steps", "4", "--resume", "--out", str(tmp_path / "resumed"))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    losses = {s.step: s.loss for s in _steps(tmp_path / "full")}
+    again = {s.step: s.loss for s in _steps(tmp_path / "resumed")}
+    assert sorted(again) == [3, 4] and [again[k] for k in (3, 4)] == pytest.approx([losses[3], losses[4]], rel=1e-6)

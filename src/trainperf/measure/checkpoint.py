@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -42,16 +43,39 @@ def latest_step(directory: str | Path) -> int | None:
     return latest_complete_step(directory)
 
 
-def save(directory: str | Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer) -> Path:
-    """Save model + optimizer state after ``step`` (collective: every rank must call it)."""
+EXPERTS = ".moe.experts."
+"""Where the routed experts' names start (``layers.N.moe.experts.w1``, and the optimizer's
+``state.layers.N.moe.experts.w1.exp_avg``...)."""
+
+
+def rename_experts(state: dict[str, Any], tag: str | None, *, back: bool = False) -> dict[str, Any]:
+    """``state`` with the routed experts' keys made this expert-parallel rank's own (``tag``,
+    e.g. ``ep1of2``: ``layers.1.moe.experts_ep1of2.w1``), or back (``back=True``).
+
+    Under expert parallel every rank holds *different* experts under the *same* names; DCP takes
+    tensors of one name on several ranks for shards of one tensor (or copies of it) and would
+    keep one rank's experts. Named per rank, each expert group is saved and loaded as its own
+    tensors (by the ranks that hold it), so a checkpoint resumes under the same ``ep`` layout.
+    """
+    if not tag:
+        return state
+    old, new = (f".moe.experts_{tag}.", EXPERTS) if back else (EXPERTS, f".moe.experts_{tag}.")
+    return {k.replace(old, new): v for k, v in state.items()}
+
+
+def save(directory: str | Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
+         expert_tag: str | None = None) -> Path:
+    """Save model + optimizer state after ``step`` (collective: every rank must call it);
+    ``expert_tag``: this rank's experts' own names under expert parallel (:func:`rename_experts`)."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     path = Path(directory) / f"step-{step}"
     model_sd, optim_sd = get_state_dict(model, optimizer, options=_options())
+    state = {"model": rename_experts(model_sd, expert_tag), "optim": rename_experts(optim_sd, expert_tag)}
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*assuming the intent is to save in a single process.*")
-        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(path))
+        dcp.save(state, checkpoint_id=str(path))
     _barrier()
     if _rank() == 0:
         write_manifest(path, step)  # what every rank wrote, signed; then the checkpoint is complete
@@ -62,20 +86,22 @@ def save(directory: str | Path, step: int, model: nn.Module, optimizer: torch.op
     return path
 
 
-def load(directory: str | Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-    """Load the state saved after ``step`` into ``model`` and ``optimizer`` in place."""
+def load(directory: str | Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
+         expert_tag: str | None = None) -> None:
+    """Load the state saved after ``step`` into ``model`` and ``optimizer`` in place
+    (``expert_tag`` as :func:`save` was given it)."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     path = Path(directory) / f"step-{step}"
     verify(path, step)  # before torch unpickles its metadata: trainperf wrote it, and nothing changed since
     model_sd, optim_sd = get_state_dict(model, optimizer, options=_options())
-    state = {"model": model_sd, "optim": optim_sd}
+    state = {"model": rename_experts(model_sd, expert_tag), "optim": rename_experts(optim_sd, expert_tag)}
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*assuming the intent is to load in a single process.*")
         dcp.load(state, checkpoint_id=str(path))
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
-                   options=_options())
+    set_state_dict(model, optimizer, model_state_dict=rename_experts(state["model"], expert_tag, back=True),
+                   optim_state_dict=rename_experts(state["optim"], expert_tag, back=True), options=_options())
 
 
 def _options():

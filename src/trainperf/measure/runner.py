@@ -342,9 +342,6 @@ def check_features(workload: Workload, opts: BenchOptions, device_type: str, loc
         from trainperf.measure import context_parallel
 
         context_parallel.check_available(device_type)
-    if workload.plan.ep > 1 and opts.checkpoint_dir:
-        raise SpecError("--checkpoint-dir", opts.checkpoint_dir, "omitted with ep > 1 (each rank's experts "
-                        "would be saved under the same names; checkpointing expert parallel is not implemented)")
     if not workload.model.is_moe:
         if opts.moe:
             flag = f"--moe-{next(iter(opts.moe)).replace('_', '-')}"

@@ -358,11 +358,17 @@ class BenchRun:
                                micro_batch=workload.micro_batch, global_batch=workload.global_batch,
                                dp_rank=self.setup.dp_rank, dp_size=self.setup.dp_size, seed=cfg.seed,
                                dataset=dataset)
+        self.expert_tag = None
+        """This rank's experts' own names in checkpoints under expert parallel (``ep1of2``)."""
+        if self.setup.ep_group is not None:
+            import torch.distributed as dist
+
+            self.expert_tag = f"ep{dist.get_rank(self.setup.ep_group)}of{self.setup.ep_size}"
         self.start = 1
         if cfg.resume and cfg.checkpoint_dir:
             k = ckpt.latest_step(cfg.checkpoint_dir)
             if k is not None:
-                ckpt.load(cfg.checkpoint_dir, k, self.trained, self.opt)
+                ckpt.load(cfg.checkpoint_dir, k, self.trained, self.opt, self.expert_tag)
                 self.start = k + 1
                 out(f"resumed from {cfg.checkpoint_dir}/step-{k}")
             else:
@@ -579,7 +585,7 @@ class BenchRun:
                     meter.step(tokens=self.tokens_local, loss=loss, grad_norm=gnorm, **self.step_extras())
                     if cfg.checkpoint_dir and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
                         with meter.paused():
-                            ckpt.save(cfg.checkpoint_dir, step, self.trained, self.opt)
+                            ckpt.save(cfg.checkpoint_dir, step, self.trained, self.opt, self.expert_tag)
                     if step < cfg.steps and self.stop_agreed():
                         signum = self.stop.signum or signal.SIGTERM  # a peer's request: ours is on its way
                         recal = {"peaks": cfg.meta["peaks"]} if meter.recalibrated else {}
