@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainperf.errors import InputFileError, SpecError, TrainperfError, UnknownNameError, one_line
-from trainperf.specs.bounds import PEAK_TFLOPS, SEQ_LEN, WORKLOAD_FIELD_BOUNDS
+from trainperf.specs.bounds import PEAK_TFLOPS, WORKLOAD_FIELD_BOUNDS
 from trainperf.specs.datafiles import read_user_text
 from trainperf.specs.hardware import Hardware, get_hardware, hardware_from_dict
 from trainperf.specs.model import ModelSpec
+from trainperf.specs.model_notes import default_training_seq_len
 from trainperf.specs.parallel import ParallelPlan
 
 if TYPE_CHECKING:
@@ -185,10 +186,7 @@ def workload_from_dict(data: Mapping[str, Any], overrides: Mapping[str, Any] | N
     hardware = hardware_from_section(hw_body, precision)
     plan = ParallelPlan.from_dict(dict(data.get("parallel", {})))
     num_devices = hw_body.get("num_devices", 1)
-    seq_len = training.get("seq_len", model.max_seq_len)
-    if "seq_len" not in training and isinstance(seq_len, int) and seq_len > SEQ_LEN.hi:
-        raise SpecError("training.seq_len", None, f"given (--seq-len): its default, the model's max_seq_len "
-                        f"{seq_len:,}, is beyond {SEQ_LEN.valid()}")
+    seq_len = training.get("seq_len", default_training_seq_len(model))
     seq_notes = _seq_len_notes(model, seq_len, defaulted="seq_len" not in training)
     micro = training.get("micro_batch", 1)
     if "global_batch" not in training:
