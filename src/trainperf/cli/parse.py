@@ -210,11 +210,22 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def table(rows: Any, headers: list[str]) -> str:
-    """A plain table of already formatted cells (no re-parsing of numbers)."""
+WRAP_COLUMN = 72
+"""Characters of a long text column (a field's origin, a ratio's reason) per line."""
+
+
+def table(rows: Any, headers: list[str], wrap: int | None = None) -> str:
+    """A plain table of already formatted cells (no re-parsing of numbers); the last column
+    wrapped at ``wrap`` characters (at word boundaries) when given."""
+    import textwrap
+
     from tabulate import tabulate
 
-    return tabulate(list(rows), headers=headers, disable_numparse=True)
+    rows = list(rows)
+    if wrap:
+        rows = [[*r[:-1], "\n".join(textwrap.wrap(str(r[-1]), wrap, break_on_hyphens=False)) or str(r[-1])]
+                for r in rows]
+    return tabulate(rows, headers=headers, disable_numparse=True)
 
 
 def _pct(x: float | None) -> str:
@@ -259,7 +270,7 @@ def _print_human(o: dict[str, Any]) -> None:
     need = "the TFLOP/s and MFU rates need " if o["tokens_per_s"] is not None else "rates need "
     print(f"workload: {o['workload'] or 'unknown -- ' + need + '; '.join(o['workload_missing'])}")
     if o["workload_fields"]:
-        print(table(sorted(o["workload_fields"].items()), ["field", "from"]))
+        print(table(sorted(o["workload_fields"].items()), ["field", "from"], wrap=WRAP_COLUMN))
     for n in o["workload_notes"]:
         print(f"  note: {n}")
     print()
@@ -275,12 +286,12 @@ def _print_human(o: dict[str, Any]) -> None:
          (o["peak_source"] or "-")),
         ("loss (last)", fmt(o["loss_last"])),
     ]
-    print(table(rows, ["summary (trainperf)", "value"]))
+    print(table(rows, ["summary (trainperf)", "value"], wrap=WRAP_COLUMN + 14))
     if o["claims"]:
         print()
         print(table([(c["metric"], fmt(c["trainperf"], 5), fmt(c["claimed"], 5),
                       "-" if c["ratio"] is None else f"x{c['ratio']:.4f}", c["reason"]) for c in o["claims"]],
-                    ["claimed by the log", "trainperf", "log", "log/trainperf", "why"]))
+                    ["claimed by the log", "trainperf", "log", "log/trainperf", "why"], wrap=WRAP_COLUMN - 16))
     if o["by_convention"]:
         print()
         print(table([(r["convention"], f"{r['flops_per_token']:.4e}", fmt(r["tflops_per_device"], 5),
