@@ -101,7 +101,9 @@ class Workload:
             have = ", ".join(p for p in PRECISIONS if self.hardware.supports(p))
             raise SpecError("training.precision", self.precision,
                             f"{self.hardware.id} supports {have}")
-        ac, mapping = framework_policy(self.activation_checkpointing, self.stack)
+        # a framework's own name written out (torchtitan:selective); a stack's plain names
+        # (selective under torchtitan) are read where the user gives both, workload_from_dict
+        ac, mapping = framework_policy(self.activation_checkpointing)
         pol = get_policy(ac)  # raises SpecError naming the valid policies
         if pol.name != self.activation_checkpointing:  # one spelling: a framework's own name, module order
             object.__setattr__(self, "activation_checkpointing", pol.name)
