@@ -49,7 +49,7 @@ def test_torchtitan_checkpointing_line_and_tokens_per_step(capsys, tmp_path, mod
     assert d["workload_fields"]["training.stack"] == "log (a torchtitan log comes from the torchtitan stack)"
     ac_from = d["workload_fields"]["training.activation_checkpointing"]
     if mode is None:
-        assert ac_from == "default (none): the log states no checkpointing"
+        assert ac_from == "default (none; give --activation-checkpointing if the run recomputed)"
     else:
         assert ac_from == f"log (line 9: Applied {mode} activation checkpointing to the model)"
     if mode == "selective":

@@ -41,8 +41,8 @@ def attention_text(m: ModelSpec) -> str:
     kind = m.attention_layout
     if kind in ("mha", "mla"):
         return kind
-    return (f"{kind}: {m.kv_heads} KV head{'s' if m.kv_heads != 1 else ''} for {m.heads} query heads "
-            f"({m.heads // m.kv_heads} each)")
+    kv = m.kv_heads or m.heads
+    return f"{kind}: {kv} KV head{'s' if kv != 1 else ''} for {m.heads} query heads ({m.heads // kv} each)"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -262,9 +262,10 @@ class ModelSpec:
         heads share one; :attr:`attention` says ``mha`` for all three)."""
         if self.attention == "mla":
             return "mla"
-        if self.kv_heads == self.heads:
+        kv = self.kv_heads or self.heads
+        if kv == self.heads:
             return "mha"
-        return "mqa" if self.kv_heads == 1 else "gqa"
+        return "mqa" if kv == 1 else "gqa"
 
     @property
     def moe_layers(self) -> int:
