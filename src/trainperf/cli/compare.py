@@ -143,11 +143,13 @@ def load_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def _label(path: Path, own_name: str) -> str:
-    """A run's row label: the file or directory the user named, and the record's own name when
-    it is another (a parsed log saved as ``titan.jsonl`` is ``titan.jsonl (run of
-    titan_llama3_8b_8xh100.log)``)."""
-    if path.is_dir() or own_name in (path.name, path.stem, "", "bench"):
+    """A run's row label: the directory the user named, the record's own name when it is its
+    file's, else the file and the record's name (a parsed log saved as ``titan.jsonl`` is
+    ``titan.jsonl (run of titan_llama3_8b_8xh100.log)``)."""
+    if path.is_dir() or own_name in ("", "bench"):
         return path.name
+    if own_name in (path.name, path.stem):
+        return own_name
     return f"{path.name} (run of {own_name})"
 
 
