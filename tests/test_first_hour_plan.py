@@ -116,6 +116,13 @@ def test_inverse_output_lists_the_tried_counts_on_their_own_line(capsys):
     lines = out.splitlines()
     assert rc == 0 and lines[1].startswith("smallest device count: ") and lines[2].startswith("tried: ")
     assert "0M tok/s" not in out
+    # the count is chosen on the figures shown: each plan predicted with its fastest stack
+    rc, out, _ = run(capsys, *PLAN_8B, "--global-batch", "64", "--target-days", "30", "--train-tokens", "1e12",
+                     "--top", "1", "--json")
+    inv = json.loads(out)["inverse"]
+    at = {t["num_devices"]: t["tokens_per_s"] for t in inv["tried"]}
+    assert rc == 0 and at[inv["num_devices"]] == pytest.approx(inv["best_plan"]["tokens_per_s"])
+    assert inv["best_plan"]["days_to_train"] <= 30
 
 
 # --- 8: the bottleneck is a line of the breakdown; shares above 1 explained ------------------------
