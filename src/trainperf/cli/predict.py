@@ -55,7 +55,8 @@ def render(p, price: float | None = None) -> str:
     a step time for a plan that cannot run is no answer."""
     w = p.workload
     out = [w.describe()]
-    out += [f"  note: {n}" for n in p.notes]
+    # a plan that does not fit gets its own section below rather than the note
+    out += [f"  note: {n}" for n in p.notes if p.fits or not n.startswith("does not fit:")]
     if not p.fits:
         return "\n".join(out + _does_not_fit(p))
     cost = _cost(p, price)
