@@ -63,7 +63,8 @@ def test_a_multi_process_cpu_run_says_its_peak_is_per_process(tmp_path):
     text = summary_text(build_summary(tmp_path))
     assert "MFU per device: each of the 2 processes is one device running 1 thread(s), and its peak is the " \
            "calibrated matmul rate of 1 thread(s), not of the whole CPU" in text
-    assert "compare them by global tokens/s" in text
+    assert "a run with another --nproc is measured against another peak, so compare --nproc settings by global " \
+           "tokens/s, not MFU" in text
     one = tmp_path / "one"
     one.mkdir()
     _record(one, [5.0] + [0.5] * 6, devices=1, peaks=[{**PEAK, "threads": 2}])

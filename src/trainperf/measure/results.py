@@ -113,9 +113,8 @@ def _per_process_line(d: dict[str, Any], p: dict[str, Any]) -> str | None:
     if not threads or n <= 1:
         return None
     return (f"  MFU per device: each of the {n} processes is one device running {threads} thread(s), and its peak "
-            f"is the calibrated matmul rate of {threads} thread(s), not of the whole CPU; with fewer processes "
-            "each has more threads and a higher peak, so MFU differs between --nproc settings even at the same "
-            "work per core: compare them by global tokens/s")
+            f"is the calibrated matmul rate of {threads} thread(s), not of the whole CPU; a run with another "
+            "--nproc is measured against another peak, so compare --nproc settings by global tokens/s, not MFU")
 
 
 def _moe_summary(options: dict[str, Any] | None, steps: list[Any]) -> dict[str, Any] | None:
