@@ -125,7 +125,8 @@ def test_interleaved_pipeline_matches_single_process_and_resumes(tmp_path, env):
     first = _run(env, *pp, "--steps", "2", "--checkpoint-every", "2", "--out", str(tmp_path / "pp"))
     assert one.returncode == 0 and first.returncode == 0, first.stderr[-3000:]
     s = json.loads((tmp_path / "pp" / "summary.json").read_text())
-    assert s["parallelism"].startswith("PP=2 x vpp=2 (interleaved, stages 0, 2 on this rank)")
+    assert s["parallelism"].startswith("PP=2 x vpp=2 (interleaved: 4 stages, 2 per pipeline rank; "
+                                       "pipeline rank 0 holds stages 0, 2)")
     resumed = _run(env, *pp, "--steps", "4", "--resume", "--out", str(tmp_path / "resumed"))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     ref = _losses(tmp_path / "one")

@@ -252,7 +252,9 @@ def test_malformed_configs_give_one_line_errors(base, edits, model_type):
 def test_predict_and_mfu_state_a_defaulted_seq_len_and_warn_beyond_the_table(capsys):
     code, out, _ = run_cli(capsys, "predict", "--hf-config", path("llama3.1-8b"), "--device", "h100-sxm",
                            "--num-devices", "8", "--fsdp", "8")
-    assert code == 0 and "note: seq_len: 131,072 (default: the model's position table" in out
+    # a training workload's default stops at 8,192 (the table, 131,072, is a long-context extension)
+    assert code == 0 and "note: seq_len: 8,192 (default: the model's position table holds 131,072 tokens" in out
+    assert "seq 8192," in out.splitlines()[0]
     code, out, _ = run_cli(capsys, "predict", "--hf-config", path("llama3.1-8b"), "--device", "h100-sxm",
                            "--num-devices", "8", "--fsdp", "8", "--seq-len", "8192")
     assert code == 0 and "(default" not in out and "position table" not in out

@@ -121,7 +121,7 @@ def test_report_md_opens_no_tag_link_or_row(hostile_report):
         if tag == "a":
             raise AssertionError(f"a link was made: {attrs}")
         if tag == "img":
-            assert re.fullmatch(r"run\d\d-[A-Za-z0-9._-]+\.png|sweep\d\d\.png|predicted-vs-measured\.png",
+            assert re.fullmatch(r"run\d\d-[A-Za-z0-9._-]+\.png|sweep\d\d\.png|runs-overlaid\d\d\.png|predicted-vs-measured\.png",
                                 str(attrs["src"])), attrs
     assert "<script>alert(1)</script>" in "".join(p.text)
 

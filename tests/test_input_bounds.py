@@ -169,13 +169,13 @@ def test_every_workload_bound_is_checked_when_a_workload_is_built():
         assert "\n" not in str(e.value)
 
 
-def test_a_defaulted_sequence_beyond_the_bound_asks_for_seq_len():
+def test_a_defaulted_sequence_stops_at_8192_whatever_the_position_table():
     from trainperf.specs.model import ModelSpec
     from trainperf.specs.workload_file import workload_from_dict
 
     model = ModelSpec.preset("llama3-8b").replace(max_seq_len=1 << 30).to_dict()
-    with pytest.raises(SpecError, match=r"given \(--seq-len\): its default, the model's max_seq_len 1,073,741,824"):
-        workload_from_dict({"model": model, "hardware": {"device": "h100-sxm"}})
+    w = workload_from_dict({"model": model, "hardware": {"device": "h100-sxm"}})
+    assert w.seq_len == 8192 and any("holds 1,073,741,824 tokens" in n for n in w.notes)
 
 
 def test_bench_workload_validation_uses_the_same_bounds():

@@ -46,11 +46,17 @@ def test_predict_json_lines_in_order(tmp_path, capsys):
 
 def test_predict_human_output_and_flags(capsys):
     assert main(["predict", "--model", "llama3.1-405b", "--device", "h100-sxm", "--num-devices", "128",
+                 "--fsdp", "16", "--tp", "8", "--sequence-parallel", "--seq-len", "8192", "--global-batch", "32",
+                 "--micro-batch", "2", "--activation-checkpointing", "full"]) == 0
+    out = capsys.readouterr().out
+    assert "step time breakdown" in out and "█" in out and "bottleneck:" in out
+    assert main(["predict", "--model", "llama3.1-405b", "--device", "h100-sxm", "--num-devices", "128",
                  "--fsdp", "128", "--seq-len", "8192", "--global-batch", "128",
                  "--activation-checkpointing", "full"]) == 0
     out = capsys.readouterr().out
-    assert "step time breakdown" in out and "█" in out and "bottleneck:" in out
-    assert "NO:" in out and "GiB over" in out  # does not fit, says by how much
+    assert "does not fit:" in out and "GiB over" in out  # does not fit, says by how much
+    assert "step time breakdown" not in out and "days to train" not in out  # and predicts no time for it
+    assert "no step time is predicted for a plan that cannot run" in out
 
 
 def test_predict_bad_input_is_one_line(capsys):

@@ -110,11 +110,12 @@ def test_weak_scaling_sweep_efficiency(built):
 def test_strong_scaling_when_global_batch_is_fixed(tmp_path):
     from trainperf.report import build_report
 
-    runs = []
+    runs = tmp_path / "strong"  # a sweep is given as one directory of runs
+    runs.mkdir()
     for n, t in ((8, 2.0), (16, 1.25)):
         w = workload(n, gb_per_device=32 // n)  # global batch 32 in both
-        runs.append(write_run(RunRecord("bench", bench_steps(t), w, {"name": f"s{n}"}), tmp_path / f"s{n}.jsonl"))
-    rep = build_report(runs, tmp_path / "out", use_published=False, use_predictor=False)
+        write_run(RunRecord("bench", bench_steps(t), w, {"name": f"s{n}"}), runs / f"s{n}.jsonl")
+    rep = build_report([runs], tmp_path / "out", use_published=False, use_predictor=False)
     sweep = rep.sweeps[0][0]
     assert sweep.mode == "strong"
     assert sweep.points[1].efficiency_pct == pytest.approx(100 * 2.0 * 8 / (1.25 * 16))  # 80%
@@ -140,8 +141,8 @@ def test_files_written_and_markdown_mirrors_the_page(built):
     assert rep.html_path == out / "index.html" and rep.markdown_path == out / "report.md"
     names = sorted(p.name for p in out.glob("*.png"))
     assert names == sorted(f.path.name for f in rep.figures)
-    # 3 runs x (timeline, loss, memory) + sweep + comparison (+ predicted vs measured if predicting)
-    assert len(names) == 11 + (1 if rep.explanations else 0)
+    # 3 runs x (timeline, loss, memory) + the runs overlaid + sweep + comparison (+ predicted vs measured)
+    assert len(names) == 12 + (1 if rep.explanations else 0)
     md = rep.markdown_path.read_text()
     for name in names:
         assert f"]({name})" in md
@@ -256,7 +257,7 @@ def test_cli_report_json_and_one_line_errors(tmp_path, capsys):
     rc = main(["report", str(sweep), "--out", str(tmp_path / "out"), "--json", "--no-published", "--no-predict"])
     assert rc == 0
     d = json.loads(capsys.readouterr().out)
-    assert Path(d["index_html"]).is_file() and len(d["figures"]) == 10
+    assert Path(d["index_html"]).is_file() and len(d["figures"]) == 11
     assert [p["efficiency_pct"] for p in d["sweeps"][0]["points"]] == pytest.approx([100, 80, 62.5])
     assert main(["report", str(tmp_path / "missing"), "--out", str(tmp_path / "o2")]) == 2
     err = capsys.readouterr().err.strip()

@@ -22,12 +22,13 @@ EXPECTED = {
     "sweep": (10.0 * DPI, 4.2 * DPI),
     "comparison": (10.0 * DPI, (1.4 + 0.55 * 4) * DPI),  # 3 runs + 1 published row
     "predicted-vs-measured": (10.0 * DPI, (1.6 + 0.62 * 3) * DPI),
+    "runs-overlaid": (11.0 * DPI, (1.4 + 2.6 * 2) * DPI),  # 4 panels in 2 rows
 }
 
 
 def _kind(name: str) -> str:
     """``run01-x-timeline.png`` -> ``timeline``; ``sweep01.png`` -> ``sweep``."""
-    for prefix in ("sweep", "comparison", "predicted-vs-measured"):
+    for prefix in ("sweep", "comparison", "predicted-vs-measured", "runs-overlaid"):
         if name.startswith(prefix):
             return prefix
     return name.removesuffix(".png").rsplit("-", 1)[1]

@@ -75,8 +75,9 @@ def test_compare_reports_skips_interruption_and_why_there_is_no_mfu(damaged, tmp
     monkeypatch.setenv("TRAINPERF_CACHE_DIR", str(tmp_path / "no-calibration"))
     assert main(["compare", str(tmp_path / "ok.jsonl"), str(damaged)]) == 0
     out = capsys.readouterr().out
-    assert "r (interrupted)" in out
-    assert f"note: r: {damaged}: 8 lines skipped: " in out
+    # both records name themselves "r": each row is labelled by its file (issue 31)
+    assert "damaged.jsonl (run of r) (interrupted)" in out and "ok.jsonl (run of r) " in out
+    assert f"note: damaged.jsonl (run of r): {damaged}: 8 lines skipped: " in out
     assert "interrupted (no end line); its 7 recorded step(s) are kept" in out
     # the workload is recorded in the header: the reason is the CPU's missing peak, not the workload
     assert "workload unknown" not in out and "MFU not computed (no peak" in out

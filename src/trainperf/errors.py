@@ -26,6 +26,16 @@ class SpecError(TrainperfError):
         super().__init__(f"{field}={value!r} is invalid: {valid}")
 
 
+class MissingFieldError(SpecError):
+    """A field the command needs was given nowhere (no flag, no workload-file key)."""
+
+    def __init__(self, field: str, how: str) -> None:
+        self.field = field
+        self.value = None
+        self.valid = how
+        TrainperfError.__init__(self, f"{field} is not given: {how}")
+
+
 class UnknownNameError(TrainperfError):
     """A catalog id (device, model preset, convention, format...) that does not exist."""
 

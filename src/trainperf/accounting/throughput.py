@@ -164,3 +164,47 @@ def days_to_train(train_tokens: float, tokens_per_s: float) -> float:
     """(total tokens) / (tokens per second) / 86400 (the time-to-train formula of NVIDIA's
     MaxText Llama2 70B recipe)."""
     return _positive("train_tokens", train_tokens) / _positive("tokens_per_s", tokens_per_s) / SECONDS_PER_DAY
+
+
+@dataclass(frozen=True)
+class TimeAndCost:
+    """How long and how much: ``train_tokens`` at ``tokens_per_s`` on ``num_devices`` devices.
+
+    ``days = train_tokens / tokens_per_s / 86400``; ``device_hours = days x 24 x num_devices``;
+    ``cost_usd = device_hours x usd_per_device_hour`` (``None`` without a price);
+    ``usd_per_billion_tokens`` is the price of 1e9 tokens at that rate (``None`` without a price).
+    """
+
+    train_tokens: float
+    tokens_per_s: float
+    num_devices: int
+    days: float
+    device_hours: float
+    usd_per_device_hour: float | None = None
+    cost_usd: float | None = None
+    usd_per_billion_tokens: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def sentence(self) -> str:
+        """One line: ``1.5e+13 tokens in 89.37 days on 2,048 devices = 4,392,960 device-hours =
+        $10,982,400 at $2.50 per device-hour``."""
+        text = (f"{self.train_tokens:.3g} tokens in {self.days:,.2f} days on {self.num_devices:,} "
+                f"device{'s' if self.num_devices != 1 else ''} = {self.device_hours:,.0f} device-hours")
+        if self.cost_usd is not None:
+            text += f" = ${self.cost_usd:,.0f} at ${self.usd_per_device_hour:,.2f} per device-hour"
+        return text
+
+
+def time_and_cost(train_tokens: float, tokens_per_s: float, num_devices: int,
+                  usd_per_device_hour: float | None = None) -> TimeAndCost:
+    """The :class:`TimeAndCost` of training ``train_tokens`` at ``tokens_per_s`` (global) on
+    ``num_devices`` devices, priced at ``usd_per_device_hour`` when given."""
+    days = days_to_train(train_tokens, tokens_per_s)
+    hours = days * 24.0 * num_devices
+    price = None if usd_per_device_hour is None else _positive("usd_per_device_hour", usd_per_device_hour)
+    return TimeAndCost(
+        train_tokens=train_tokens, tokens_per_s=tokens_per_s, num_devices=num_devices, days=days,
+        device_hours=hours, usd_per_device_hour=price, cost_usd=None if price is None else hours * price,
+        usd_per_billion_tokens=None if price is None else price * num_devices * 1e9 / tokens_per_s / 3600.0)

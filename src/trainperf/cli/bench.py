@@ -205,8 +205,12 @@ def bench_workload(args: argparse.Namespace, *, local: bool = True):
         from trainperf.measure.fp8 import DEFAULT_RECIPE
 
         ov["training.fp8_recipe"] = DEFAULT_RECIPE
-    choice = bench_precision(requested, ov.get("hardware.device", hw.get("device", "cpu")), local=local,
-                             nodes=launch.nnodes)
+    device = ov.get("hardware.device", hw.get("device", "cpu"))
+    if local:
+        from trainperf.measure.runner import check_device_here
+
+        check_device_here(str(device))
+    choice = bench_precision(requested, device, local=local, nodes=launch.nnodes)
     ov["training.precision"] = choice.precision
     return workload_from_dict(data, ov), launch, peak_given, choice
 

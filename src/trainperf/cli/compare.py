@@ -106,8 +106,7 @@ def load_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
         if wl is None and is_trainperf_jsonl(p):
             loaded = read_record(p)
             run = loaded.run
-            if p.is_dir():
-                run.meta["name"] = p.name
+            run.meta["name"] = _label(p, run.name)
             s = summarize(run, convention=args.convention, warmup=args.warmup)
             rows.append(_row_from_summary(run, s, run.source, s.claimed, loaded.notes))
             continue
@@ -116,6 +115,27 @@ def load_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
         run = out["_run"]
         rows.append(_row_from_summary(run, out["_summary"], f"log:{out['format']}", out["claimed"],
                                       reading_notes(run, path)))
+    return _unique(rows)
+
+
+def _label(path: Path, own_name: str) -> str:
+    """A run's row label: the directory the user named, the record's own name when it is its
+    file's, else the file and the record's name (a parsed log saved as ``titan.jsonl`` is
+    ``titan.jsonl (run of titan_llama3_8b_8xh100.log)``)."""
+    if path.is_dir() or own_name in ("", "bench"):
+        return path.name
+    if own_name in (path.name, path.stem):
+        return own_name
+    return f"{path.name} (run of {own_name})"
+
+
+def _unique(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows with distinct labels: a label met again gets ``#2``, ``#3``..."""
+    seen: dict[str, int] = {}
+    for r in rows:
+        seen[r["run"]] = seen.get(r["run"], 0) + 1
+        if seen[r["run"]] > 1:
+            r["run"] = f"{r['run']}#{seen[r['run']]}"
     return rows
 
 

@@ -22,9 +22,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _show(m: ModelSpec, as_json: bool) -> None:
     if as_json:
-        print_json({**m.to_dict(), **counts(m), "towers": towers_json(m), "notes": m.extra.get("notes", "")})
+        print_json({**m.to_dict(), "attention_layout": m.attention_layout, **counts(m), "towers": towers_json(m),
+                    "notes": m.extra.get("notes", "")})
         return
-    rows = [(k, v) for k, v in m.to_dict().items() if v not in (None, 0, False, "")]
+    rows = [(k, attention_text(m) if k == "attention" else v) for k, v in m.to_dict().items()
+            if v not in (None, 0, False, "")]
     rows += [(k, fmt(v)) for k, v in counts(m).items() if v or k in ("total_params", "active_params")]
     print(table(rows, ["field", "value"]))
     for line in [buffer_line(m), *tower_lines(m)]:
@@ -32,6 +34,15 @@ def _show(m: ModelSpec, as_json: bool) -> None:
             print(line)
     if m.extra.get("notes"):
         print(f"notes: {m.extra['notes']}")
+
+
+def attention_text(m: ModelSpec) -> str:
+    """``gqa: 4 KV heads for 28 query heads (7 each)``, ``mha``, ``mqa: 1 KV head ...`` or ``mla``."""
+    kind = m.attention_layout
+    if kind in ("mha", "mla"):
+        return kind
+    kv = m.kv_heads or m.heads
+    return f"{kind}: {kv} KV head{'s' if kv != 1 else ''} for {m.heads} query heads ({m.heads // kv} each)"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -212,9 +212,26 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def table(rows: Any, headers: list[str]) -> str:
-    """A plain table of already formatted cells (no re-parsing of numbers)."""
-    return common_table(rows, headers, floatfmt="g", numparse=False)
+WRAP_COLUMN = 72
+"""Characters of a long text column (a field's origin, a ratio's reason) per line."""
+
+
+def table(rows: Any, headers: list[str], wrap: int | None = None) -> str:
+    """A plain table of already formatted cells (no re-parsing of numbers), every text cell
+    through the terminal's escaper; the last column wrapped at ``wrap`` characters (at word
+    boundaries) when given (the only newlines in a cell are then the wrap's)."""
+    if not wrap:
+        return common_table(rows, headers, floatfmt="g", numparse=False)
+    import textwrap
+
+    from tabulate import tabulate
+
+    from trainperf.cli.common import shown
+
+    safe = [[shown(c) if isinstance(c, str) else c for c in r] for r in rows]
+    safe = [[*r[:-1], "\n".join(textwrap.wrap(str(r[-1]), wrap, break_on_hyphens=False)) or str(r[-1])]
+            for r in safe]
+    return tabulate(safe, headers=[shown(h) for h in headers], disable_numparse=True)
 
 
 def _pct(x: float | None) -> str:
@@ -259,7 +276,7 @@ def _print_human(o: dict[str, Any]) -> None:
     need = "the TFLOP/s and MFU rates need " if o["tokens_per_s"] is not None else "rates need "
     print(f"workload: {o['workload'] or 'unknown -- ' + need + '; '.join(o['workload_missing'])}")
     if o["workload_fields"]:
-        print(table(sorted(o["workload_fields"].items()), ["field", "from"]))
+        print(table(sorted(o["workload_fields"].items()), ["field", "from"], wrap=WRAP_COLUMN))
     for n in o["workload_notes"]:
         print(f"  note: {shown(n)}")
     print()
@@ -275,12 +292,12 @@ def _print_human(o: dict[str, Any]) -> None:
          (o["peak_source"] or "-")),
         ("loss (last)", fmt(o["loss_last"])),
     ]
-    print(table(rows, ["summary (trainperf)", "value"]))
+    print(table(rows, ["summary (trainperf)", "value"], wrap=WRAP_COLUMN + 14))
     if o["claims"]:
         print()
         print(table([(c["metric"], fmt(c["trainperf"], 5), fmt(c["claimed"], 5),
                       "-" if c["ratio"] is None else f"x{c['ratio']:.4f}", c["reason"]) for c in o["claims"]],
-                    ["claimed by the log", "trainperf", "log", "log/trainperf", "why"]))
+                    ["claimed by the log", "trainperf", "log", "log/trainperf", "why"], wrap=WRAP_COLUMN - 16))
     if o["by_convention"]:
         print()
         print(table([(r["convention"], f"{r['flops_per_token']:.4e}", fmt(r["tflops_per_device"], 5),

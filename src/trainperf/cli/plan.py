@@ -27,7 +27,7 @@ from trainperf.cli.common import (
     print_json,
     table,
 )
-from trainperf.errors import SpecError
+from trainperf.errors import MissingFieldError, SpecError
 from trainperf.numbers import fmt
 from trainperf.specs.bounds import (
     DAYS,
@@ -102,10 +102,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_json_argument(parser)
 
 
+_COUNT_FLAGS: dict[str, tuple[str, str]] = {
+    "training.global_batch": ("--global-batch N", "[training] global_batch"),
+    "hardware.num_devices": ("--num-devices N", "[hardware] num_devices"),
+}
+"""The flag and the workload-file key of each count the planner needs, for the message that
+says one is missing."""
+
+
 def parse_counts(text: str | int | None, field: str) -> tuple[int, ...]:
     """``"64"``, ``"64,128"`` or ``"64-1024"`` (64, 128, ..., 1024: doubling, HI included)."""
     if text is None:
-        raise SpecError(field, None, "a count, a comma-separated list, or a range LO-HI")
+        flag, key = _COUNT_FLAGS.get(field, (field, field))
+        raise MissingFieldError(field, f"give {flag} (a count, a comma-separated list A,B or a range LO-HI) "
+                                       f"or {key} in the workload file")
     bound = WORKLOAD_FIELD_BOUNDS.get(field, NUM_DEVICES)
     assert isinstance(bound, Bound)  # counts are integer fields
     if isinstance(text, int):
@@ -183,7 +193,9 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
     hw_body.pop("num_devices", None)
     dpn = hw_body.pop("devices_per_node", None)
     hardware = hardware_from_section(hw_body, precisions[0])
-    seq = SEQ_LEN.check("training.seq_len", tr.get("seq_len", model.max_seq_len))
+    from trainperf.specs.model_notes import default_training_seq_len
+
+    seq = SEQ_LEN.check("training.seq_len", tr.get("seq_len", default_training_seq_len(model)))
     gb_text = args.global_batch if args.global_batch is not None else tr.get("global_batch")
     software = {"compile": args.training_compile if args.training_compile is not None else tr.get("compile", False),
                 "async_tp": args.async_tp if args.async_tp is not None else tr.get("async_tp", False),
@@ -192,7 +204,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
     release = getattr(args, "stack_release", "")
     if release:
         _check_release(software["stack"], release)
-    ac = _policies(args.activation_checkpointing, software["stack"], DEFAULT_CHECKPOINTING, release, model)
+    ac, notes = _policies(args.activation_checkpointing, software["stack"], DEFAULT_CHECKPOINTING, release, model)
     if getattr(args, "scale_up_domain", None) is not None:
         dom = args.scale_up_domain
         if isinstance(dom, bool) or dom < 1:
@@ -200,7 +212,8 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
         hardware = dataclasses.replace(hardware, scale_up_domain=dom, sources={
             **hardware.sources, "scale_up_domain": "given by the user (--scale-up-domain)"})
     return {"model": model, "hardware": hardware, "num_text": num_text, "dpn": dpn, "seq": seq,
-            "gb_text": gb_text, "precisions": precisions, "ac": ac, "software": software, "release": release}
+            "gb_text": gb_text, "precisions": precisions, "ac": ac, "software": software, "release": release,
+            "notes": notes}
 
 
 def _check_release(stack: str, release: str) -> None:
@@ -228,26 +241,35 @@ def _check_release(stack: str, release: str) -> None:
 
 
 def _policies(text: str | None, stack: str, default: tuple[str, ...], release: str = "",
-              model: Any = None) -> tuple[str, ...]:
-    """Checkpointing policies to try: the ones named, each checked against the stack's
-    ``[capabilities]`` (as of ``release``); by default the generic three, or the searchable
-    policies of a named stack (:func:`~trainperf.plan.space.searched_policies` for ``model``)."""
+              model: Any = None) -> tuple[tuple[str, ...], list[str]]:
+    """Checkpointing policies to try, and a note per framework name translated: the ones named
+    (a framework's own names as :func:`~trainperf.specs.checkpointing.framework_policy` maps
+    them), each checked against the stack's ``[capabilities]`` (as of ``release``); by default
+    the generic three, or the searchable policies of a named stack
+    (:func:`~trainperf.plan.space.searched_policies` for ``model``)."""
     from trainperf.plan.space import AC_POLICIES, searched_policies
     from trainperf.predict.stack_capabilities import capabilities_of
+    from trainperf.specs.checkpointing import framework_policy, get_policy
 
     caps = capabilities_of(stack).as_of(release)
     if text:
-        named = tuple(p.strip() for p in text.split(",") if p.strip())
-        for p in named:
+        named, notes = [], []
+        for given in (p.strip() for p in text.split(",") if p.strip()):
+            p, mapping = framework_policy(given, stack)
+            p = get_policy(p).name
+            if mapping:
+                notes.append(f"activation checkpointing: {mapping}")
             if not caps.allows_policy(p):
                 have = ", ".join(caps.checkpointing)
-                raise SpecError("training.activation_checkpointing", p, f"one the {caps.stack} stack runs: {have}")
-        return named
+                raise SpecError("training.activation_checkpointing", given,
+                                f"one the {caps.stack} stack runs: {have}")
+            named.append(p)
+        return tuple(dict.fromkeys(named)), notes
     if stack == "generic" or not caps.checkpointing:
-        return default
+        return default, []
     if model is not None:
-        return searched_policies(model, caps)
-    return tuple(p for p in AC_POLICIES if caps.allows_policy(p))
+        return searched_policies(model, caps), []
+    return tuple(p for p in AC_POLICIES if caps.allows_policy(p)), []
 
 
 def _space(args: argparse.Namespace, inp: dict[str, Any], counts: tuple[int, ...]):
@@ -302,8 +324,8 @@ def run(args: argparse.Namespace) -> int:
     space = _space(args, inp, counts)
     obj = Objective(args.objective, train_tokens=args.train_tokens, usd_per_device_hour=args.usd_per_device_hour)
     result = search(inp["model"], inp["hardware"], space, obj, top_k=args.top, rerank=args.rerank,
-                    calibration=cal, convention=args.convention)
-    return _report(args, result, cal)
+                    calibration=cal, convention=args.convention, per_stack=True)
+    return _report(args, result, cal, extra={"notes": inp["notes"]} if inp["notes"] else None)
 
 
 def _report(args: argparse.Namespace, result: Any, cal: Any, extra: dict[str, Any] | None = None) -> int:
@@ -315,6 +337,7 @@ def _report(args: argparse.Namespace, result: Any, cal: Any, extra: dict[str, An
               f"{'/'.join(map(str, result.space.global_batches))}; objective: {result.objective.name}")
     message = None if top else feasibility.infeasible_message(result, calibration=cal)
     why = explain.why_best(result) if top else ""
+    costs = [_time_and_cost(args, p) for p in top]
     if args.json:
         out = {"model": result.model.name, "device": result.hardware.id,
                "num_devices": list(result.space.num_devices),
@@ -323,38 +346,21 @@ def _report(args: argparse.Namespace, result: Any, cal: Any, extra: dict[str, An
                "memory_margin": result.space.memory_margin,
                "considered": result.considered, "feasible": result.feasible,
                "rejected": dict(result.rejected.most_common()), "elapsed_s": result.elapsed_s,
-               "plans": [p.to_dict() for p in top], "why": why, "message": message}
+               "plans": [_plan_dict(p, c) for p, c in zip(top, costs, strict=True)], "why": why,
+               "message": message}
         if extra:
             out.update(extra)
         print_json(out)
     else:
         print(header)
+        for note in (extra or {}).get("notes", []):
+            print(f"note: {note}")
         if extra and "inverse" in extra:
             print(extra["inverse"])
         if top:
-            rows = []
-            for p in top:
-                band = f" ({p.interval_s[0]:.3g}-{p.interval_s[1]:.3g})" if p.interval_s else ""
-                row = [p.rank, p.label, p.workload.num_devices, p.workload.global_batch,
-                       f"{p.step_time_s:.4g}{band}",
-                       fmt(p.tokens_per_s), f"{p.mfu_pct:.1f}", f"{p.memory_GiB:.1f}"]
-                if result.objective.name == "time":
-                    row.append(f"{p.days_to_train:.2f}")
-                if result.objective.name == "cost":
-                    row.append(f"{p.cost_usd:,.0f}")
-                row.append(p.bottleneck)
-                rows.append(row)
-            headers = ["#", "plan", "devices", "GBS", "step s (80% range)", "tokens/s", "MFU %", "GiB/device"]
-            if result.objective.name == "time":
-                headers.append("days")
-            if result.objective.name == "cost":
-                headers.append("USD")
-            headers.append("bottleneck")
-            if result.space.stack == "generic":
-                headers.append("stacks that run it")
-                for row, p in zip(rows, top, strict=True):
-                    row.append(", ".join(p.stacks) or "none packaged")
-            print(table(rows, headers))
+            print(_plans_table(result, top, costs, timed=args.train_tokens is not None))
+            if costs[0] is not None and args.train_tokens:
+                print(f"#1 trains {costs[0].sentence()}")
             print(f"capacity {top[0].capacity_GiB:.1f} GiB per device; {explain.memory_breakdown_line(top[0])} (#1)")
             print("why #1: " + why)
         if args.explain:
@@ -366,25 +372,83 @@ def _report(args: argparse.Namespace, result: Any, cal: Any, extra: dict[str, An
     return 0
 
 
+def _time_and_cost(args: argparse.Namespace, p: Any) -> Any:
+    """How long and how much ``--train-tokens`` take on plan ``p`` (priced with
+    ``--usd-per-device-hour``); with a price but no token count, the price of 1e9 tokens;
+    ``None`` with neither."""
+    from trainperf.accounting.throughput import time_and_cost
+
+    if args.train_tokens is None and args.usd_per_device_hour is None:
+        return None
+    return time_and_cost(args.train_tokens or 1e9, p.tokens_per_s, p.workload.num_devices,
+                         args.usd_per_device_hour)
+
+
+def _plan_dict(p: Any, cost: Any) -> dict[str, Any]:
+    """A ranked plan for ``--json``: its fields, the stack it was predicted with, and its time
+    and cost (``days_to_train``/``cost_usd`` also when the objective is throughput)."""
+    d = p.to_dict()
+    d["stack"] = p.workload.stack
+    if cost is not None:
+        d["time_and_cost"] = cost.to_dict()
+        d["days_to_train"], d["device_hours"], d["cost_usd"] = cost.days, cost.device_hours, cost.cost_usd
+    return d
+
+
+def _plans_table(result: Any, top: list[Any], costs: list[Any], *, timed: bool) -> str:
+    """The ranked plans: layout, figures, time and cost when asked for (``timed``: a token count
+    was given), bottleneck, stack."""
+    headers = ["#", "plan", "devices", "GBS", "step s (80% range)", "tokens/s", "MFU %", "GiB/device"]
+    priced = costs[0] is not None and costs[0].usd_per_device_hour is not None
+    if timed:
+        headers += ["days", "device-hours"]
+    if priced:
+        headers.append("USD" if timed else "USD per 1e9 tokens")
+    headers.append("bottleneck")
+    generic = result.space.stack == "generic"
+    if generic:
+        headers.append("predicted with stack (others that run it)")
+    rows = []
+    for p, c in zip(top, costs, strict=True):
+        band = f" ({p.interval_s[0]:.3g}-{p.interval_s[1]:.3g})" if p.interval_s else ""
+        row = [p.rank, p.label, p.workload.num_devices, p.workload.global_batch, f"{p.step_time_s:.4g}{band}",
+               fmt(p.tokens_per_s), f"{p.mfu_pct:.1f}", f"{p.memory_GiB:.1f}"]
+        if timed:
+            row += [f"{c.days:,.2f}", f"{c.device_hours:,.0f}"]
+        if priced:
+            row.append(f"{c.cost_usd:,.0f}" if timed else f"{c.usd_per_billion_tokens:,.2f}")
+        row.append(p.bottleneck)
+        if generic:
+            row.append(_stack_cell(p))
+        rows.append(row)
+    return table(rows, headers)
+
+
+def _stack_cell(p: Any) -> str:
+    """The stack a plan was predicted with, and the other packaged stacks that run it."""
+    stack = p.workload.stack
+    others = [s for s in p.stacks if s != stack]
+    if stack == "generic":
+        return "generic (no packaged stack runs it)" if not p.stacks else "generic"
+    return stack + (f" ({', '.join(others)})" if others else "")
+
+
 def _run_inverse(args: argparse.Namespace, inp: dict[str, Any], cal: Any) -> int:
     from trainperf.plan.inverse import smallest_device_count
 
     if args.train_tokens is None:
-        raise SpecError("train_tokens", None, "a token count with --target-days (--train-tokens T)")
+        raise MissingFieldError("train_tokens", "give --train-tokens T with --target-days")
     hw = inp["hardware"]
     dpn = inp["dpn"] or hw.devices_per_node
     template = _space(args, inp, (dpn,))
     inv = smallest_device_count(inp["model"], hw, template, target_days=args.target_days,
                                 train_tokens=args.train_tokens, top_k=args.top, calibration=cal,
-                                convention=args.convention)
-    pairs = sorted(inv.tried.items())
-    shown = pairs if len(pairs) <= 8 else [*pairs[:3], *pairs[-5:]]
-    tried = ", ".join(f"{n}: {t / 1e6:.3g}M tok/s" for n, t in shown)
-    if len(pairs) > len(shown):
-        tried = f"{len(pairs)} counts, e.g. " + tried
+                                convention=args.convention, per_stack=True)
+    tried, why_slower = tried_line(inv.tried, inp["gb_text"])
     if inv.num_devices is None:
         line = (f"no device count up to {max(inv.tried) if inv.tried else 0} trains {args.train_tokens:.3g} tokens "
-                f"in {args.target_days:g} days (needs {inv.required_tokens_per_s:,.0f} tokens/s; tried {tried})")
+                f"in {args.target_days:g} days (needs {inv.required_tokens_per_s:,.0f} tokens/s; tried {tried}"
+                + (f"; {why_slower})" if why_slower else ")"))
         fastest = max(inv.tried.items(), key=lambda kv: kv[1]) if inv.tried else (0, 0.0)
         if fastest[1] > 0:
             line += (f"; the fastest is {fastest[0]} devices at {fastest[1]:,.0f} tokens/s "
@@ -398,5 +462,38 @@ def _run_inverse(args: argparse.Namespace, inp: dict[str, Any], cal: Any) -> int
     best = inv.result.top[0]
     line = (f"smallest device count: {inv.num_devices} ({inv.num_devices // dpn} nodes) trains "
             f"{args.train_tokens:.3g} tokens in {best.days_to_train:.2f} days "
-            f"(target {args.target_days:g}; needs {inv.required_tokens_per_s:,.0f} tokens/s; tried {tried})")
-    return _report(args, inv.result, cal, extra={"inverse": line} if not args.json else {"inverse": inv.to_dict()})
+            f"(target {args.target_days:g}; needs {inv.required_tokens_per_s:,.0f} tokens/s)\ntried: {tried}"
+            + (f"\nnote: {why_slower}" if why_slower else ""))
+    extra: dict[str, Any] = {"inverse": line} if not args.json else {"inverse": inv.to_dict()}
+    return _report(args, inv.result, cal, extra={**extra, "notes": inp["notes"]} if inp["notes"] else extra)
+
+
+def tried_line(tried: dict[int, float], global_batch: Any) -> tuple[str, str | None]:
+    """The device counts the inverse search evaluated, each with its best tokens/s or "no plan
+    fits", and, when a count is slower than a smaller one, a note saying why: the best plan
+    depends on how the count factors (dp x tp x pp x cp, dp a divisor of the global batch), not
+    only on its size."""
+    pairs = sorted(tried.items())
+    shown = pairs if len(pairs) <= 8 else [*pairs[:3], *pairs[-5:]]
+    text = ", ".join(f"{n}: {_rate(t)}" for n, t in shown)
+    if len(pairs) > len(shown):
+        text = f"{len(pairs)} counts, e.g. " + text
+    best = 0.0
+    slower = []
+    for n, t in pairs:
+        if t < best:
+            slower.append(n)
+        best = max(best, t)
+    if not slower:
+        return text, None
+    return text, (f"{', '.join(map(str, slower[:4]))}{' ...' if len(slower) > 4 else ''} "
+                  f"{'is' if len(slower) == 1 else 'are'} slower than a smaller count: a count's plans split it "
+                  f"as dp x tp x pp x cp with dp dividing the global batch {global_batch}, so a count with few "
+                  "such factors has few plans, or none")
+
+
+def _rate(tokens_per_s: float) -> str:
+    """Tokens/s in millions, or "no plan fits" for a count where none does."""
+    if tokens_per_s <= 0:
+        return "no plan fits"
+    return f"{tokens_per_s / 1e6:.3g}M tok/s"

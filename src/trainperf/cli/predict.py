@@ -26,7 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="knob values from `trainperf calibrate-model` (JSON)")
     add_convention_argument(parser)
     parser.add_argument("--train-tokens", type=float, default=1e12, metavar="N",
-                        help="tokens to train, for days to train (default 1e12)")
+                        help="tokens to train, for days and device-hours to train (default 1e12)")
+    parser.add_argument("--usd-per-device-hour", type=float, metavar="USD",
+                        help="price of one device for one hour: adds the cost to train --train-tokens")
     parser.add_argument("--trainable-fraction", type=float, default=1.0, metavar="F",
                         help="trainable / total parameters (LoRA-style fine-tuning; default 1 = full)")
     add_json_argument(parser)
@@ -46,11 +48,18 @@ def bar_chart(parts: dict[str, float], total: float, width: int = BAR_WIDTH) -> 
     return "\n".join(lines)
 
 
-def render(p) -> str:
+def render(p, price: float | None = None) -> str:
+    """The prediction for a person: what is predicted, the figures (with how long and how much
+    ``p.train_tokens`` take, priced at ``price`` per device-hour when given), where the step's
+    time goes and the memory per device. A plan that does not fit shows its memory and no time:
+    a step time for a plan that cannot run is no answer."""
     w = p.workload
     out = [w.describe()]
-    out += [f"  note: {n}" for n in p.notes]
-    fit = "yes" if p.fits else f"NO: {p.memory_over_GiB:.1f} GiB over"
+    # a plan that does not fit gets its own section below rather than the note
+    out += [f"  note: {n}" for n in p.notes if p.fits or not n.startswith("does not fit:")]
+    if not p.fits:
+        return "\n".join(out + _does_not_fit(p))
+    cost = _cost(p, price)
     rows = [
         ("step time", f"{p.step_time_s:.4g} s" + (
             f" ({100 * p.interval.level:.0f}% range {p.interval.low_s:.4g}-{p.interval.high_s:.4g} s)"
@@ -60,13 +69,15 @@ def render(p) -> str:
         ("TFLOP/s per device (model)", f"{p.tflops_per_device:,.1f}"),
         (f"MFU / HFU ({p.convention})", f"{p.mfu_pct:.1f}% / {p.hfu_pct:.1f}%"),
         ("memory per device", f"{p.memory_per_device_GiB:.1f} of {p.memory_capacity_GiB:.1f} GiB"),
-        ("fits", fit),
-        (f"days to train {p.train_tokens:.3g} tokens", f"{p.days_to_train:,.2f}"),
+        ("fits", "yes"),
+        (f"days to train {p.train_tokens:.3g} tokens", f"{cost.days:,.2f}"),
+        ("device-hours", f"{cost.device_hours:,.0f}"),
     ]
+    if cost.cost_usd is not None:
+        rows.append((f"cost at ${cost.usd_per_device_hour:,.2f} per device-hour", f"${cost.cost_usd:,.0f}"))
     out.append(table(rows, ["", ""]))
-    out.append("")
-    out.append("step time breakdown:")
-    out.append(bar_chart(p.breakdown, p.step_time_s))
+    out += ["", "step time breakdown:", bar_chart(p.breakdown, p.step_time_s)]
+    out += _compute_lines(p)
     if p.collectives:
         out.append("")
         out.append(table([(c.name, c.link, c.algorithm, c.group_size, f"{c.bytes_per_device / 1e9:.3g}",
@@ -75,13 +86,60 @@ def render(p) -> str:
                          ["collective", "link", "algorithm", "ranks", "GB/device", "time s", "exposed s",
                           "hidden"]))
     out.append("")
-    out.append("memory per device (GiB): " + ", ".join(
-        f"{k} {v:.2f}" for k, v in p.memory_breakdown_GiB.items() if v > 0))
+    out.append(_memory_line(p))
     out.append(f"bottleneck: {p.bottleneck}")
     if p.interval is not None:
         out.append(f"range: {100 * p.interval.level:.0f}% of held-out published runs fell within it "
                    f"({p.interval.basis})" + ("; wider: " + "; ".join(p.interval.widened_by)
                                                if p.interval.widened_by else ""))
+    out += _kernel_lines(p)
+    return "\n".join(out)
+
+
+COMPUTE_PARTS = ("matmul", "attention", "memory-bound ops", "kernel overhead")
+"""The kernel classes the forward, backward and recompute times are made of (the predictor's
+``compute_breakdown``, less the optimizer, which has its own line)."""
+
+
+def _compute_lines(p) -> list[str]:
+    """The forward + backward (+ recompute) time split by kernel class, so that the bottleneck
+    line's "memory-bound ops" or "attention kernels" is a line of the breakdown."""
+    parts = {k: p.compute_breakdown.get(k, 0.0) for k in COMPUTE_PARTS if p.compute_breakdown.get(k, 0.0) > 0}
+    if not parts:
+        return []
+    what = " + ".join(k for k in ("forward", "backward", "recompute") if p.breakdown.get(k, 0.0) > 0)
+    return [f"{what} by kernel class (shares of the step):", bar_chart(parts, p.step_time_s)]
+
+
+def _memory_line(p) -> str:
+    return "memory per device (GiB): " + ", ".join(
+        f"{k} {v:.2f}" for k, v in p.memory_breakdown_GiB.items() if v > 0)
+
+
+def _does_not_fit(p) -> list[str]:
+    """What a plan that does not fit gets instead of a step time: the memory, its largest parts
+    and where to find a plan that fits."""
+    parts = sorted(((v, k) for k, v in p.memory_breakdown_GiB.items() if v > 0), reverse=True)[:3]
+    return ["", f"does not fit: {p.memory_per_device_GiB:.1f} GiB needed per device, "
+                f"{p.memory_capacity_GiB:.1f} GiB available ({p.memory_over_GiB:.1f} GiB over); no step time "
+                "is predicted for a plan that cannot run",
+            _memory_line(p),
+            "largest: " + ", ".join(f"{k} {v:.1f} GiB" for v, k in parts),
+            "to find plans that fit: `trainperf plan` with the same model, --device, --num-devices, --seq-len "
+            "and --global-batch (it shards, splits and recomputes until they fit); --json still gives every "
+            "figure of this one"]
+
+
+def _cost(p, price: float | None):
+    from trainperf.accounting.throughput import time_and_cost
+
+    return time_and_cost(p.train_tokens, p.tokens_per_s, p.workload.num_devices, price)
+
+
+def _kernel_lines(p) -> list[str]:
+    """Which kernels the prediction assumes and the stack's shares of their measured speed."""
+    w = p.workload
+    out = []
     kinfo = p.extra.get("kernels", {})
     if kinfo:
         out.append(f"kernels ({kinfo['silicon']}): GEMMs at {100 * kinfo['gemm_peak_fraction']:.0f}% of peak at best, "
@@ -89,15 +147,27 @@ def render(p) -> str:
                    + (f", fp8 {kinfo['fp8_recipe']} scaling" if kinfo.get("fp8_recipe") else "")
                    + (f", routed experts' grouped GEMMs at {kinfo['grouped_fraction']:.2f} of the dense law (measured)"
                       if w.model.is_moe and kinfo.get("grouped_fraction", 1.0) != 1.0 else ""))
-    out.append(f"stack shares of the kernels' speed: {p.knobs.device} (matmul {p.knobs.matmul_fraction:.3g}, "
-               f"attention {p.knobs.attention_fraction:.3g}, memory-bound {p.knobs.memory_bound_fraction:.3g}, "
-               f"overlap {p.knobs.overlap:.3g}, {p.knobs.op_overhead_us:.3g} us per kernel)")
-    return "\n".join(out)
+    k = p.knobs
+    out.append(f"stack shares of the kernels' speed: {k.device} (matmul {k.matmul_fraction:.3g}, "
+               f"attention {k.attention_fraction:.3g}, memory-bound {k.memory_bound_fraction:.3g}, "
+               f"overlap {k.overlap:.3g}, {k.op_overhead_us:.3g} us per kernel)")
+    above = [f"{name} {v:.3g}" for name, v in (("matmul", k.matmul_fraction), ("attention", k.attention_fraction),
+                                                ("memory-bound", k.memory_bound_fraction)) if v > 1.0]
+    out.append("  a share is the fraction of the kernel's measured (microbenchmark) speed the stack keeps in a "
+               "training step, fitted on published runs; "
+               + (f"above 1 ({', '.join(above)}): the runs it was fitted on went faster than the kernel data "
+                  "predicts (newer kernel releases, shapes the measurements do not cover), and the share carries "
+                  "that" if above else "1 would be the microbenchmark's speed"))
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
     from trainperf.predict.step import load_calibration, predict
+    from trainperf.specs.bounds import TRAIN_TOKENS, USD_PER_DEVICE_HOUR
 
+    TRAIN_TOKENS.check("train_tokens", args.train_tokens)
+    if args.usd_per_device_hour is not None:
+        USD_PER_DEVICE_HOUR.check("usd_per_device_hour", args.usd_per_device_hour)
     calibration = load_calibration(args.calibration) if args.calibration else None
     paths = list(args.workload or []) or [None]
     for i, path in enumerate(paths):
@@ -105,9 +175,10 @@ def run(args: argparse.Namespace) -> int:
         p = predict(w, calibration=calibration, convention=args.convention, train_tokens=args.train_tokens,
                     trainable_fraction=args.trainable_fraction)
         if args.json:
-            print_json(p.to_dict(), lines=len(paths) > 1)
+            print_json({**p.to_dict(), "time_and_cost": _cost(p, args.usd_per_device_hour).to_dict()},
+                       lines=len(paths) > 1)
         else:
             if i:
                 print()
-            print(render(p))
+            print(render(p, args.usd_per_device_hour))
     return 0

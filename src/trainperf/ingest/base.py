@@ -51,7 +51,30 @@ WORKLOAD_FACTS: dict[str, str] = {
     "kv_heads": "model.kv_heads",
     "ffn_hidden": "model.ffn_hidden",
     "vocab": "model.vocab",
+    "activation_checkpointing": "training.activation_checkpointing",
+    "stack": "training.stack",
 }
+
+
+QUOTE_CHARS = 100
+"""The longest quote of a log line in a fact's origin."""
+
+
+_LOG_PREFIX = re.compile(r"^.{0,120}?\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\b(?: -|:)\s+")
+"""Python logging's prefix (``[titan] 2024-03-17 10:00:00,800 - root - INFO - ``), left out of a
+quote so that the message shows."""
+
+
+def quote(line: str, width: int = QUOTE_CHARS) -> str:
+    """``line`` for a fact's origin: the logging prefix dropped, whitespace collapsed, cut at a
+    word boundary with an ellipsis when longer than ``width`` (never mid-word)."""
+    import textwrap
+
+    text = " ".join(_LOG_PREFIX.sub("", line.strip(), count=1).split())
+    if len(text) <= width:
+        return text
+    short = textwrap.shorten(text, width=width, placeholder=" …")
+    return short if short != " …".strip() else text[: width - 1] + "…"
 
 
 @dataclass
@@ -77,7 +100,7 @@ class LogFacts:
                 self.conflicts.append(f"{key}: {old!r} ({self.where.get(key)}) vs {value!r} (line {line_no})")
             return
         self.values[key] = value
-        self.where[key] = f"line {line_no}: {line.strip()[:100]}"
+        self.where[key] = f"line {line_no}: {quote(line)}"
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.values.get(key, default)
@@ -163,6 +186,9 @@ class LogParser:
     """FLOP convention the framework's own TFLOP/s and MFU use, when documented."""
     claimed_scope: ClassVar[str] = ""
     """Whether the framework's tokens/s figure is per device or global, in words."""
+    stack: ClassVar[str | None] = None
+    """The software-stack profile (:mod:`trainperf.predict.stacks`) a log of this format comes
+    from, when the format says which (a torchtitan log is torchtitan's); ``None``: not known."""
 
     def parse_line(self, line: str, state: ParseState) -> StepRecord | None:  # pragma: no cover
         raise NotImplementedError

@@ -36,6 +36,8 @@ def conventions_table(run: RunRecord, summary: Summary) -> list[dict[str, Any]]:
     claimed = summary.claimed.get("tflops_per_device")
     rows = []
     for name in CONVENTIONS:
+        if name == "lora" and getattr(w, "lora", None) is None:
+            continue  # LoRA's count is for fine-tunes; this run trains every parameter
         fpt = model_flops_per_token(w.model, w.seq_len, name)
         tflops = fpt * summary.tokens_per_s_per_device / 1e12
         rows.append({

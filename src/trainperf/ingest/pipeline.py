@@ -497,9 +497,10 @@ _COVERAGE: dict[str, tuple[str, ...]] = {
 
 
 def log_field_coverage(values: dict[str, Any], tokens_per_step: int | None) -> tuple[list[str], list[str]]:
-    """Which workload facts the log itself states, and which it does not."""
+    """Which workload facts the log itself states, and which it does not (tokens per step are
+    stated by a log that states the global batch and the sequence length)."""
     found = [k for k, keys in _COVERAGE.items() if any(x in values for x in keys)
-             or (k == "tokens_per_step" and tokens_per_step)]
+             or (k == "tokens_per_step" and (tokens_per_step or {"seq_len", "global_batch"} <= set(values)))]
     return found, [k for k in _COVERAGE if k not in found]
 
 
@@ -636,6 +637,9 @@ def parse_log(source: str | Path, *, fmt: str | None = None, workload_path: str 
         if gc_was_enabled:
             gc.enable()
     del head
+    if parser.stack and "stack" not in state.facts.values:
+        state.facts.values["stack"] = parser.stack
+        state.facts.where["stack"] = f"a {parser.name} log comes from the {parser.stack} stack"
     steps, dropped = _restart_warmup(col, warmup)
     tokens_per_step = _median_tokens(steps)
     if tokens_per_step is None:

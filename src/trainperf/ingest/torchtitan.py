@@ -16,7 +16,10 @@ window torchtitan averages its own tps over. The first logged step has no predec
 workload), and is dropped otherwise (it is warm-up anyway). Facts: ``Training starts at step
 1, with local batch size B, global batch size G, sequence length S``; ``Building N-D device
 mesh with [names], [sizes]``; ``Peak FLOPS used for computing MFU: 9.890e+14``; the device name
-in ``GPU capacity: NVIDIA H100 80GB HBM3 ...``; the model flavour in ``Building llama3 8B``.
+in ``GPU capacity: NVIDIA H100 80GB HBM3 ...``; the model flavour in ``Building llama3 8B``;
+``Applied selective activation checkpointing to the model`` (torchtitan's ``selective``: its
+per-op option, as its Llama 3 configs set it; the line does not say which option) or ``full``.
+The workload's stack is torchtitan.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ _LOCAL = re.compile(r"local batch size (\d+)")
 _MESH = re.compile(r"device mesh with (\[[^\]]*\]),\s*(\[[^\]]*\])")
 _MESH_NAMES = {"dp": "fsdp", "dp_shard": "fsdp", "dp_replicate": "dp", "tp": "tp", "pp": "pp", "cp": "cp",
                "ep": "ep"}
+_AC = re.compile(r"Applied (selective|full) activation checkpointing", re.IGNORECASE)
 _MODEL = re.compile(r"Building (llama\d(?:\.\d)?) (\d+B)\b", re.IGNORECASE)
 
 
@@ -55,8 +59,10 @@ class TorchtitanParser(LogParser):
     name = "torchtitan"
     step_marker = "step:"
     description = "torchtitan: 'step: N  loss: L  memory: MGiB(P%)  tps: T  tflops: F  mfu: U%'"
-    markers = ("step:", "global batch size", "device mesh", "Peak FLOPS", "capacity:", "Building llama")
+    markers = ("step:", "global batch size", "device mesh", "Peak FLOPS", "capacity:", "Building llama",
+               "activation checkpointing")
     claimed_convention = "palm"
+    stack = "torchtitan"
     claimed_scope = "tps is tokens/s per device; tflops and mfu per device"
 
     def parse_line(self, line: str, state: ParseState) -> StepRecord | None:
@@ -153,6 +159,10 @@ class TorchtitanParser(LogParser):
             m = re.search(r"capacity:\s*(.+?)\s+(?:\(\d+\)\s+)?with\s+[\d.]+\s*GiB", line)
             if m:
                 state.fact("device_name", m.group(1).strip(), line)
+        elif "activation checkpointing" in line:
+            m = _AC.search(line)
+            if m:  # torchtitan's own name: selective is its per-op option unless said otherwise
+                state.fact("activation_checkpointing", f"torchtitan:{m.group(1).lower()}", line)
         elif "Building llama" in line or "Building Llama" in line:
             m = _MODEL.search(line)
             if m:

@@ -220,6 +220,8 @@ def resolve_workload(facts: LogFacts, workload_path: str | None, overrides: dict
             res.missing.append(what)
     if "precision" not in tr:
         origin["training.precision"] = "default (bf16)"
+    if "activation_checkpointing" not in tr:
+        origin["training.activation_checkpointing"] = "default (none; give --activation-checkpointing if the run recomputed)"
     res.fields = dict(sorted(origin.items()))
     if res.missing:
         return res

@@ -51,7 +51,10 @@ def build_summary(out_dir: str | Path, *, exit_code: int = 0) -> dict[str, Any]:
     s = summarize(measured, convention=convention, peak_tflops=primary["tflops"] if primary else None,
                   warmup=warmup if measured is run else 0)
     d = s.to_dict()
+    for key in ("train_tokens", "days_to_train"):  # a default token count the bench never asked about
+        d.pop(key, None)
     d.update(steps_total=len(run.steps), warmup_steps=min(warmup, len(run.steps)), warmup_rule=rule)
+    d["step_time_spread"] = spread(d.get("step_time_p10_s"), d.get("step_time_p90_s"))
     interrupted = bool(run.interrupted or exit_code != 0 or meta.get("interrupted"))
     last = run.steps[-1].step if run.steps else None
     first = int(meta.get("first_step") or 1)
@@ -82,6 +85,37 @@ def build_summary(out_dir: str | Path, *, exit_code: int = 0) -> dict[str, Any]:
     d["moe"] = _moe_summary(meta.get("moe"), measured.steps[warmup:] if measured is run else [])
     d["workload"] = run.workload.describe() if run.workload is not None else None
     return _clean(d)
+
+
+SPREAD_WARNING = 1.5
+"""p90 / p10 of the measured step times above which the summary warns that the steps varied
+(a quiet machine keeps them within a few percent)."""
+
+
+def spread(p10: float | None, p90: float | None) -> float | None:
+    """p90 / p10 of the measured step times (``None`` when either is missing or p10 is 0)."""
+    return p90 / p10 if p10 and p90 is not None and p10 > 0 else None
+
+
+def _spread_line(d: dict[str, Any]) -> str | None:
+    """The warning a wide spread of step times deserves, or ``None``."""
+    r = d.get("step_time_spread")
+    if r is None or r <= SPREAD_WARNING:
+        return None
+    return (f"warning: step times varied widely (p90 is {r:.2f}x p10): other processes were likely using this "
+            "machine's cores; the median is the figure to quote, and a quiet machine runs faster and steadier "
+            "(rerun, or give --steps more steps)")
+
+
+def _per_process_line(d: dict[str, Any], p: dict[str, Any]) -> str | None:
+    """Why a multi-process CPU run's MFU is per process: each process is one device with its
+    share of the cores, and its peak is that share's (``None`` for one process or a GPU)."""
+    threads, n = p.get("threads"), d.get("num_devices") or 1
+    if not threads or n <= 1:
+        return None
+    return (f"  MFU per device: each of the {n} processes is one device running {threads} thread(s), and its peak "
+            f"is the calibrated matmul rate of {threads} thread(s), not of the whole CPU; a run with another "
+            "--nproc is measured against another peak, so compare --nproc settings by global tokens/s, not MFU")
 
 
 def _moe_summary(options: dict[str, Any] | None, steps: list[Any]) -> dict[str, Any] | None:
@@ -158,6 +192,7 @@ def summary_text(d: dict[str, Any], out_dir: str | Path | None = None) -> str:
                      f"({d['warmup_steps']} warm-up excluded: {d['warmup_rule']})")
         lines.append(f"step time: median {_f(d['step_time_median_s'], '.4f')} s, p10 "
                      f"{_f(d['step_time_p10_s'], '.4f')} s, p90 {_f(d['step_time_p90_s'], '.4f')} s")
+        lines += [x for x in (_spread_line(d),) if x]
         lines.append(f"tokens/s: {_f(d['tokens_per_s'], ',.1f')} global, "
                      f"{_f(d['tokens_per_s_per_device'], ',.1f')} per device "
                      f"({d.get('num_devices')} device(s), {_f(d.get('tokens_per_step'), ',')} tokens/step)")
@@ -170,6 +205,7 @@ def summary_text(d: dict[str, Any], out_dir: str | Path | None = None) -> str:
                     lines.append(f"MFU: invalid ({p['mfu_invalid']})")
                 else:
                     lines.append(f"MFU: {_f(p['mfu_pct'], '.2f')}% of {p['tflops']:.4g} TFLOP/s ({p['label']})")
+                    lines += [x for x in (_per_process_line(d, p),) if x]
         else:
             lines.append(f"MFU: unavailable ({d.get('peak_source')})")
         if d.get("hfu_pct") is not None and d.get("hfu_pct") != d.get("mfu_pct"):

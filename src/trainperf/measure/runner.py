@@ -94,6 +94,23 @@ def local_device_type() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def check_device_here(device_id: str) -> None:
+    """A GPU device asked for on a machine whose torch reaches none: one line (exit 2) before
+    anything runs, naming what torch there is and what would work."""
+    if device_id == "cpu":
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    if torch.version.cuda is None and torch.version.hip is None:
+        why = f"this torch ({torch.__version__}) is a CPU-only build"
+    else:
+        why = f"torch {torch.__version__} sees no GPU here (driver, CUDA_VISIBLE_DEVICES)"
+    raise SpecError("hardware.device", device_id, f"a device this machine has: {why}; leave --device out (or give "
+                    "--device cpu) to run on the CPU, or install a CUDA/ROCm build of torch on a GPU machine")
+
+
 def default_device_id() -> str:
     """The catalog id of this machine's accelerator (``cpu`` without one)."""
     import torch
@@ -180,7 +197,7 @@ def resolve_peaks(workload: Workload, opts: BenchOptions, threads: int | None,
         quick = " quick" if cal.extra.get("quick") else ""
         label = (f"cpu {prec} calibrated matmul peak ({cal.cpu_model}, {cal.threads} thread(s),{quick} "
                  f"calibration {when})")
-        return [{"kind": "calibrated", "tflops": cal.peak_tflops[prec], "label": label}]
+        return [{"kind": "calibrated", "tflops": cal.peak_tflops[prec], "label": label, "threads": cal.threads}]
     peaks = []
     for dtype in (prec, "bf16") if prec == "fp8" else (prec,):
         try:

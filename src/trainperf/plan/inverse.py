@@ -19,6 +19,8 @@ from trainperf.plan.search import SECONDS_PER_DAY, Objective, SearchResult, sear
 from trainperf.plan.space import SearchSpace
 
 MAX_DOUBLINGS = 20
+PER_STACK_RERANK = 5
+"""With ``per_stack``: the best plans of each device count re-predicted with their stacks' profiles."""
 
 
 @dataclass
@@ -47,8 +49,10 @@ class InverseResult:
 
 def smallest_device_count(model: Any, hardware: Any, space: SearchSpace, *, target_days: float,
                           train_tokens: float, top_k: int = 5, calibration: Any = None,
-                          max_devices: int = 1 << 20, convention: str | None = None) -> InverseResult:
-    """See the module docstring. ``space.num_devices`` is ignored (the count is the unknown)."""
+                          max_devices: int = 1 << 20, convention: str | None = None,
+                          per_stack: bool = False) -> InverseResult:
+    """See the module docstring. ``space.num_devices`` is ignored (the count is the unknown);
+    ``per_stack`` is :func:`~trainperf.plan.search.search`'s, for the search at the count found."""
     if not target_days > 0:
         raise SpecError("target_days", target_days, "a positive number of days")
     if not train_tokens > 0:
@@ -59,9 +63,12 @@ def smallest_device_count(model: Any, hardware: Any, space: SearchSpace, *, targ
 
     def best_tps(n: int) -> float:
         if n not in tried:
-            r = search(model, hardware, dataclasses.replace(space, num_devices=(n,)), rerank=0,
-                       calibration=calibration)
-            tried[n] = float(r.tokens_per_s.max()) if r.feasible else 0.0
+            r = search(model, hardware, dataclasses.replace(space, num_devices=(n,)),
+                       rerank=PER_STACK_RERANK if per_stack else 0, calibration=calibration, per_stack=per_stack)
+            if per_stack and r.top:  # the figures the answer shows: each plan's fastest stack
+                tried[n] = r.top[0].tokens_per_s
+            else:
+                tried[n] = float(r.tokens_per_s.max()) if r.feasible else 0.0
         return tried[n]
 
     n = unit
@@ -79,7 +86,7 @@ def smallest_device_count(model: Any, hardware: Any, space: SearchSpace, *, targ
     if n > max_devices or best_tps(n) < need:
         fastest = max(tried, key=lambda k: tried[k]) if tried and max(tried.values()) > 0 else None
         res = (search(model, hardware, dataclasses.replace(space, num_devices=(fastest,)), obj, top_k=top_k,
-                      calibration=calibration, convention=convention) if fastest else None)
+                      calibration=calibration, convention=convention, per_stack=per_stack) if fastest else None)
         return InverseResult(target_days, train_tokens, need, None, res, tried)
     hi = n
     while hi - lo > unit:
@@ -91,5 +98,5 @@ def smallest_device_count(model: Any, hardware: Any, space: SearchSpace, *, targ
         else:
             lo = mid
     res = search(model, hardware, dataclasses.replace(space, num_devices=(hi,)), obj, top_k=top_k,
-                 calibration=calibration, convention=convention)
+                 calibration=calibration, convention=convention, per_stack=per_stack)
     return InverseResult(target_days, train_tokens, need, hi, res, tried)

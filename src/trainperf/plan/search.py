@@ -99,7 +99,8 @@ class RankedPlan:
     days_to_train: float | None = None
     cost_usd: float | None = None
     vector_step_time_s: float = float("nan")
-    """The vectorised evaluator's step time for the same plan (equal to ``step_time_s``)."""
+    """The vectorised evaluator's step time for the same plan (equal to ``step_time_s``, except
+    when :func:`search` re-predicted the plan with a stack's profile, ``per_stack``)."""
     stacks: tuple[str, ...] = ()
     """Packaged stacks whose ``[capabilities]`` can run this plan."""
     interval_s: tuple[float, float] | None = None
@@ -258,7 +259,7 @@ def _first_of_each_layout(c: Candidates, rows: np.ndarray, order: np.ndarray) ->
 
 def search(model: ModelSpec, hardware: Hardware, space: SearchSpace, objective: Objective | None = None,
            *, top_k: int = 5, rerank: int = 20, calibration: Any = None,
-           collapse_zero: bool = True, convention: str | None = None) -> SearchResult:
+           collapse_zero: bool = True, convention: str | None = None, per_stack: bool = False) -> SearchResult:
     """Search ``space`` for ``model`` on ``hardware``; see the module docstring for the steps.
 
     ``collapse_zero``: list each layout once, with its best ZeRO stage (the others are counted
@@ -266,6 +267,10 @@ def search(model: ModelSpec, hardware: Hardware, space: SearchSpace, objective: 
 
     ``calibration`` is passed to the predictor (fitted efficiency knobs) for both the vectorised
     and the scalar evaluation; ``convention`` names the FLOP convention of the MFU shown.
+    ``per_stack`` (with the generic profile only): re-predict each of the best ``rerank`` plans
+    with the profile of every packaged stack that runs it and keep the fastest, so the figures
+    and the ranking shown are those ``trainperf predict --stack NAME`` gives for that plan (the
+    workload of each :class:`RankedPlan` then names its stack).
     Returns the result even when nothing fits (``top`` empty, ``closest`` set) so the caller
     can explain why.
     """
@@ -304,7 +309,7 @@ def search(model: ModelSpec, hardware: Hardware, space: SearchSpace, objective: 
                           collapsed=n_fit - order.size)
     if rerank > 0:
         result.top = rescore(result, rerank=max(rerank, top_k, 2), calibration=calibration,
-                             convention=convention)
+                             convention=convention, per_stack=per_stack)
     result.top_k = top_k
     result.elapsed_s = time.perf_counter() - t0
     return result
@@ -315,14 +320,31 @@ def _interval(prediction: Any) -> tuple[float, float] | None:
     return (float(iv.low_s), float(iv.high_s)) if iv is not None else None
 
 
+def _stack_prediction(w: Workload, limit: Any, calibration: Any, convention: str | None) -> tuple[Workload, Any]:
+    """``w`` predicted with the profile of each packaged stack that runs it: the fastest that
+    fits under ``limit`` (a capacity -> GiB function), else the fastest (``w`` itself, generic,
+    when no packaged stack runs it)."""
+    preds = [(ws, scalar.predict(ws, calibration=calibration, convention=convention))
+             for ws in (w.replace(stack=st) for st in stacks_for(w))]
+    if not preds:
+        return w, scalar.predict(w, calibration=calibration, convention=convention)
+    fitting = [(ws, s) for ws, s in preds if s.fits and s.memory_GiB <= limit(s.capacity_GiB)]
+    return min(fitting or preds, key=lambda pair: pair[1].step_time_s)
+
+
 def rescore(result: SearchResult, *, rerank: int, calibration: Any = None,
-            convention: str | None = None) -> list[RankedPlan]:
-    """Predict the best ``rerank`` plans with the scalar predictor; return those that fit, ranked."""
+            convention: str | None = None, per_stack: bool = False) -> list[RankedPlan]:
+    """Predict the best ``rerank`` plans with the scalar predictor; return those that fit, ranked
+    (``per_stack``: see :func:`search`)."""
     out: list[RankedPlan] = []
     obj = result.objective
+    per_stack = per_stack and result.space.stack == "generic"
     for i in range(min(rerank, len(result.ranked))):
         w = workload_of(result.model, result.hardware, result.space, result.ranked, i)
-        s = scalar.predict(w, calibration=calibration, convention=convention)
+        if per_stack:
+            w, s = _stack_prediction(w, result.space.memory_limit_GiB, calibration, convention)
+        else:
+            s = scalar.predict(w, calibration=calibration, convention=convention)
         tps = w.tokens_per_step / s.step_time_s
         days = obj.train_tokens / tps / SECONDS_PER_DAY if obj.train_tokens else None
         cost = (days * 24.0 * w.num_devices * obj.usd_per_device_hour

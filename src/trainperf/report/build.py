@@ -24,7 +24,8 @@ from trainperf.records.summary import Summary
 from trainperf.report.compare import Comparison, find_comparisons
 from trainperf.report.explain import Explanation, explain_runs
 from trainperf.report.load import LoadedRun, load_paths, load_published
-from trainperf.report.series import RunSeries, run_series
+from trainperf.report.panel import RunConfig, run_config
+from trainperf.report.series import RunSeries, run_series, warmup_text
 from trainperf.report.sweep import Sweep, find_sweeps
 
 
@@ -64,6 +65,10 @@ class Report:
     explain_figure: FigureFile | None = None
     sweeps: list[tuple[Sweep, FigureFile | None]] = field(default_factory=list)
     comparisons: list[tuple[Comparison, FigureFile | None]] = field(default_factory=list)
+    configs: list[RunConfig] = field(default_factory=list)
+    """What each run with a workload was (the configuration panel and the runs' differences)."""
+    overlay_figures: list[FigureFile] = field(default_factory=list)
+    """Per model with two runs or more: their per-step curves on one axis per quantity."""
     notes: list[str] = field(default_factory=list)
     """What could not be shown, and why (missing predictor, no workload, no matplotlib...)."""
     html_path: Path | None = None
@@ -71,7 +76,8 @@ class Report:
 
     @property
     def figures(self) -> list[FigureFile]:
-        out = [f for r in self.runs for f in r.figures]
+        out = list(self.overlay_figures)
+        out += [f for r in self.runs for f in r.figures]
         if self.explain_figure is not None:
             out.append(self.explain_figure)
         out += [f for _, f in self.sweeps if f is not None]
@@ -87,6 +93,8 @@ class Report:
             "figures": [str(f.path) for f in self.figures],
             "runs": [{"name": r.summary.name, "origin": r.loaded.origin, "reader": r.loaded.reader,
                       "summary": r.summary.to_dict()} for r in self.runs],
+            "configs": [{"name": c.name, **c.values, "described": c.described, "command": c.command}
+                        for c in self.configs],
             "predicted_vs_measured": [
                 {"name": e.name, "measured_step_time_s": e.measured_step_time_s,
                  "predicted_step_time_s": e.predicted_step_time_s, "unexplained_s": e.unexplained_s,
@@ -139,7 +147,8 @@ def _draw_run(section: RunSection, fig_dir: Path, index: int) -> None:
     p = plots.plot_timeline(series, f"{s.name}{where}: step time, throughput, MFU",
                             fig_dir / f"{stem}-timeline.png")
     section.figures.append(FigureFile(f"{s.name}: per-step timeline", p,
-                                      f"Warm-up shaded ({s.warmup_rule}); dashed: steady-state median."))
+                                      f"Warm-up shaded: {warmup_text(series)} ({s.warmup_rule}); dashed: "
+                                      "steady-state median."))
     if RunSeries.has(series.loss):
         p = plots.plot_single(series, series.loss, title=f"{s.name}: training loss", ylabel="loss (nats/token)",
                               label="loss", path=fig_dir / f"{stem}-loss.png")
@@ -147,7 +156,7 @@ def _draw_run(section: RunSection, fig_dir: Path, index: int) -> None:
     if RunSeries.has(series.memory_GiB):
         p = plots.plot_single(series, series.memory_GiB, title=f"{s.name}: peak memory per device",
                               ylabel="memory (GiB)", label="peak memory per device", color="#8c564b",
-                              path=fig_dir / f"{stem}-memory.png")
+                              path=fig_dir / f"{stem}-memory.png", from_zero=True)
         section.figures.append(FigureFile(f"{s.name}: memory", p,
                                           "Peak memory per device as recorded (CUDA max allocated or CPU RSS high-water)."))
 
@@ -216,10 +225,12 @@ def _build(loaded: list[LoadedRun], out: Path, *, convention: str, peak_tflops: 
         created_utc=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"))
     _add_runs(report, loaded, convention, peak_tflops, warmup)
     pairs = [(r.run, r.summary) for r in report.runs]
+    report.configs = [c for c in (run_config(r.summary.name, r.run) for r in report.runs) if c is not None]
     if use_predictor:
         report.explanations, notes = explain_runs(pairs, calibration=calibration, convention=convention)
         report.notes += notes
-    report.sweeps = [(s, None) for s in find_sweeps(pairs)]
+    report.sweeps = [(s, None) for s in find_sweeps(pairs, [r.loaded.given for r in report.runs])]
+    report.notes += _not_in_a_sweep(report)
     if use_published:
         _add_comparisons(report, pairs, published, convention)
     return report
@@ -334,10 +345,26 @@ def _write_aside_and_swap(report: Report, out: Path, inputs: list[Any], force: b
     report.markdown_path, report.html_path = out / "report.md", out / "index.html"
 
 
+def _not_in_a_sweep(report: Report) -> list[str]:
+    """A note naming the runs at other device counts that are in no sweep, and why."""
+    runs = [r for r in report.runs if r.run.workload is not None]
+    if len({r.run.workload.num_devices for r in runs}) < 2:
+        return []
+    swept = {p.name for sw, _ in report.sweeps for p in sw.points}
+    left = [r for r in runs if r.summary.name not in swept]
+    if not left:
+        return []
+    return [f"no scaling sweep of {', '.join(r.summary.name for r in left)}: a sweep is runs of one layout at "
+            "several device counts given together as one directory of runs (as `trainperf sweep` writes); "
+            "these were given one by one or differ in layout ("
+            + ", ".join(f"{r.summary.name}: {r.run.workload.plan.describe()}" for r in left) + ")"]
+
+
 # Names of the PNGs a report writes. An existing one is replaced only with --force; the earlier
 # report's figures that the new one does not draw are removed (only those its manifest lists), so
 # report.md never sits beside figures of other runs.
-_OWN_PNG = re.compile(r"(run\d{2}-.*-(timeline|loss|memory)|sweep\d{2}|comparison\d{2}|predicted-vs-measured)\.png")
+_OWN_PNG = re.compile(r"(run\d{2}-.*-(timeline|loss|memory)|sweep\d{2}|comparison\d{2}|predicted-vs-measured"
+                      r"|runs-overlaid\d{2})\.png")
 _REPORT_FILE = re.compile(rf"index\.html|report\.md|{_OWN_PNG.pattern}")
 
 
@@ -348,6 +375,15 @@ def _own_figures(out: Path) -> list[Path]:
 def _draw_all(report: Report, out: Path) -> None:
     from trainperf.report import plots
 
+    by_model: dict[str, list[tuple[str, RunSeries, int]]] = {}
+    for r in report.runs:
+        if len(r.run.steps) >= 2:
+            model = r.run.workload.model.name if r.run.workload is not None else "model not known"
+            by_model.setdefault(model, []).append((r.summary.name, r.series, r.summary.num_devices or 1))
+    for i, (model, curves) in enumerate(((m, c) for m, c in by_model.items() if len(c) >= 2), 1):
+        p = plots.plot_overlay(curves, out / f"runs-overlaid{i:02d}.png", title=f"{model}: runs overlaid")
+        report.overlay_figures.append(FigureFile(f"{model}: runs overlaid", p, "Each run's steps on one axis per "
+                                                 "quantity; dotted: its warm-up (excluded from every statistic)."))
     for i, section in enumerate(report.runs, 1):
         if len(section.run.steps) >= 2:  # one step (a published figure) has no curve to show
             _draw_run(section, out, i)

@@ -40,6 +40,9 @@ class LoadedRun:
     """The path (or catalog entry) it was read from."""
     reader: str
     """How it was read: ``trainperf-jsonl``, ``bench-dir``, ``log:<format>`` or ``published``."""
+    given: str = ""
+    """The argument it was found under (runs found under one directory argument were given
+    together: they may form a sweep); empty for runs handed to the report directly."""
 
     @property
     def notes(self) -> list[str]:
@@ -147,7 +150,10 @@ def load_paths(paths: list[str | Path], *, workload: Any = None) -> list[LoadedR
         raise InputFileError("no run given: pass run records, bench output directories or logs")
     runs: list[LoadedRun] = []
     for path in paths:
-        runs.extend(load_path(path, workload=workload))
+        found = load_path(path, workload=workload)
+        for lr in found:
+            lr.given = str(path)
+        runs.extend(found)
     seen: dict[str, int] = {}
     for lr in runs:
         name = lr.run.name

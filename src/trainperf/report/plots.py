@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from trainperf.report.series import RunSeries
+from trainperf.report.series import RunSeries, warmup_text
 
 DPI = 110
 WARMUP_COLOR = "#bbbbbb"
@@ -90,13 +90,13 @@ def _integer_steps(ax: Any) -> None:
 
 
 def _shade_warmup(ax: Any, s: RunSeries) -> None:
+    """Shade the steps the warm-up covers: from the first recorded step to the last warm-up one
+    (a log's record stands for the steps since the record before it)."""
     if s.warmup_steps <= 0 or not s.x:
         return
     k = min(s.warmup_steps, len(s.x))
-    left = s.x[0] - 0.5
-    right = (s.x[k - 1] + s.x[k]) / 2 if k < len(s.x) else s.x[k - 1] + 0.5
-    ax.axvspan(left, right, color=WARMUP_COLOR, alpha=0.35, lw=0,
-               label=f"warm-up ({k} step{'s' if k != 1 else ''}, excluded)")
+    ax.axvspan(s.x[0] - 0.5, s.x[k - 1] + 0.5, color=WARMUP_COLOR, alpha=0.35, lw=0,
+               label=f"warm-up: {warmup_text(s)}, excluded")
 
 
 def _steady_median(s: RunSeries, ys: list[float | None]) -> float | None:
@@ -147,8 +147,9 @@ def plot_timeline(s: RunSeries, title: str, path: Path) -> Path:
 
 
 def plot_single(s: RunSeries, ys: list[float | None], *, title: str, ylabel: str, label: str,
-                path: Path, color: str = "#9467bd") -> Path:
-    """One per-step quantity (loss, memory) over steps, warm-up shaded."""
+                path: Path, color: str = "#9467bd", from_zero: bool = False) -> Path:
+    """One per-step quantity (loss, memory) over steps, warm-up shaded; ``from_zero``: the axis
+    starts at 0 (memory: a flat line must look flat, not zoomed to its noise)."""
     fig, axes = _figure(6.0, 3.4)
     ax = axes[0][0]
     xs, vs = _pairs(s.x, ys)
@@ -157,9 +158,51 @@ def plot_single(s: RunSeries, ys: list[float | None], *, title: str, ylabel: str
     ax.set_xlabel(s.x_label)
     _integer_steps(ax)
     ax.set_ylabel(ylabel)
+    if from_zero:
+        ax.set_ylim(0, max(vs) * 1.15 if vs and max(vs) > 0 else 1.0)
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
     ax.legend(loc="best", fontsize=8)
+    return _save(fig, path)
+
+
+OVERLAY_PANELS: tuple[tuple[str, str, bool], ...] = (
+    ("step_time_s", "step time (s)", False), ("tokens_per_s_per_device", "tokens/s per device", True),
+    ("loss", "loss (nats/token)", False), ("memory_GiB", "peak memory per device (GiB)", True))
+"""The overlay's panels: series, axis label, whether the axis starts at 0."""
+
+
+def plot_overlay(runs: list[tuple[str, RunSeries, int]], path: Path, title: str = "runs overlaid") -> Path:
+    """Every run on one axis per quantity (step time, tokens/s per device, loss, memory), each
+    run one colour, its warm-up drawn thin; ``runs`` are (name, series, devices)."""
+    def values(s: RunSeries, key: str, n: int) -> list[float | None]:
+        if key == "tokens_per_s_per_device":
+            return [None if v is None else v / max(n, 1) for v in s.tokens_per_s]
+        return list(getattr(s, key))
+
+    panels = [p for p in OVERLAY_PANELS if any(RunSeries.has(values(s, p[0], n)) for _, s, n in runs)]
+    fig, axes = _figure(11.0, 1.4 + 2.6 * ((len(panels) + 1) // 2), rows=(len(panels) + 1) // 2, cols=2)
+    for i, (key, ylabel, from_zero) in enumerate(panels):
+        ax = axes[i // 2][i % 2]
+        top = 0.0
+        for j, (name, s, n) in enumerate(runs):
+            xs, vs = _pairs(s.x, values(s, key, n))
+            k = min(s.warmup_steps, len(xs))
+            color = f"C{j % 10}"
+            ax.plot(xs[max(k - 1, 0):], vs[max(k - 1, 0):], lw=1.3, color=color, label=name)
+            if k:
+                ax.plot(xs[:k], vs[:k], lw=0.8, ls=":", color=color)
+            top = max([top, *vs])
+        if from_zero:
+            ax.set_ylim(0, top * 1.15 if top > 0 else 1.0)
+        ax.set_ylabel(ylabel)
+        ax.set_xlabel("step")
+        ax.grid(True, alpha=0.3)
+        _integer_steps(ax)
+    for i in range(len(panels), 2 * len(axes)):
+        axes[i // 2][i % 2].set_visible(False)
+    axes[0][0].legend(loc="best", fontsize=7)
+    fig.suptitle(f"{title} (dotted: warm-up)")
     return _save(fig, path)
 
 

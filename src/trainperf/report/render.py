@@ -17,12 +17,13 @@ from typing import Any
 
 from trainperf.numbers import fmt as _fmt
 from trainperf.report.explain import Explanation
+from trainperf.report.series import warmup_text
 from trainperf.safe_text import REPORT_CSP, html_text, markdown_text
 
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;margin:0;
      background:#f6f7f9;color:#1d2330;line-height:1.45}
-main{max-width:1180px;margin:0 auto;padding:24px 28px 60px}
+main{max-width:1680px;margin:0 auto;padding:24px 28px 60px}
 h1{font-size:1.6em;margin:0 0 4px}
 h2{font-size:1.25em;margin:34px 0 10px;border-bottom:2px solid #d7dbe3;padding-bottom:4px}
 h3{font-size:1.05em;margin:22px 0 8px}
@@ -41,6 +42,8 @@ figcaption{color:#5a6372;font-size:.85em;margin-top:6px}
 .warn{color:#a33}
 nav a{margin-right:14px}
 .pair{display:grid;grid-template-columns:repeat(auto-fit,minmax(420px,1fr));gap:0 14px}
+th.d{background:#fde9c8}
+table.cfg td.l,table.cfg th.l{min-width:4em;max-width:16em}
 """
 
 _DASH = "–"
@@ -67,7 +70,7 @@ def summary_table(report: Any) -> tuple[list[str], list[list[str]]]:
     for sec in report.runs:
         s, run = sec.summary, sec.run
         w = run.workload
-        workload = f"{w.model.name}, {w.hardware.id} ×{w.num_devices}" if w is not None else _DASH
+        workload = f"{w.model.name}, {w.hardware.id} ×{w.num_devices}, {w.plan.describe()}" if w is not None else _DASH
         rows.append([
             s.name, workload,
             f"{s.steps_measured}/{s.steps_total}", fmt(s.step_time_median_s),
@@ -151,6 +154,13 @@ def _peaks(report: Any) -> list[str]:
             for (p, src), names in by_peak.items()]
 
 
+def _left_out(comp: Any) -> str:
+    if not comp.left_out:
+        return ""
+    return (f" {comp.left_out} more published result(s) of this class and precision are not shown (the run's "
+            "device first, then the nearest device counts): `trainperf published` lists them.")
+
+
 def _unused(sweep: Any) -> str:
     if not sweep.unused:
         return ""
@@ -182,13 +192,54 @@ def _html_figure(fig: Any) -> str:
             f'src="data:image/png;base64,{data}">{cap}</figure>')
 
 
+def _layout_sentence(report: Any, name: str) -> str:
+    """`` Layout: dp=2 (data parallel over 2 ranks ...); command: trainperf bench ...`` for a run."""
+    c = next((c for c in report.configs if c.name == name), None)
+    if c is None:
+        return ""
+    text = f" Layout: {c.values['layout']}" + (f" ({c.described})" if c.described else "") + "."
+    return text + (f" Command: {c.command}." if c.command else "")
+
+
+def _html_config(report: Any) -> list[str]:
+    """The "What ran" panel: every run's configuration, the fields that differ highlighted, the
+    differences alone, and what every run shares."""
+    from trainperf.report.panel import config_table, diff_table, differing, shared_text
+
+    if not report.configs:
+        return []
+    diff = set(differing(report.configs))
+    headers, rows = config_table(report.configs)
+
+    def th(h: str) -> str:
+        return f'<th class="l d">{_h(h)} ≠</th>' if h in diff else f'<th class="l">{_h(h)}</th>'
+
+    head = "".join(th(h) for h in headers)
+    body = "".join("<tr>" + "".join(f'<td class="l">{_h(c)}</td>' for c in r) + "</tr>" for r in rows)
+    out = ['<h2 id="config">What ran</h2>',
+           '<p>Each run\'s model, machine, parallel layout, batches, checkpointing, precision and software '
+           "stack (≠: differs between the runs).</p>",
+           f'<div class="tw"><table class="cfg"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>']
+    d = diff_table(report.configs)
+    if d is not None:
+        out += ["<h3>What differs between the runs</h3>", _html_table(*d, left=len(d[0]))]
+    if len(report.configs) > 1:
+        out.append(f'<p class="meta">The same in every run: {_h(shared_text(report.configs)) or "nothing"}.</p>')
+    return out
+
+
 def render_html(report: Any) -> str:
     conv = report.convention
     parts = [f"<h1>{_h(report.title)}</h1>",
              f'<p class="meta">Generated {_h(report.created_utc)} by trainperf. FLOP convention for '
              f"every TFLOP/s and MFU figure: <b>{_h(conv)}</b>. Warm-up steps are excluded from every "
              "statistic (shaded in the plots).</p>"]
-    nav = ['<a href="#summary">summary</a>', '<a href="#runs">runs</a>']
+    nav = ['<a href="#summary">summary</a>']
+    if report.configs:
+        nav.append('<a href="#config">what ran</a>')
+    if report.overlay_figures:
+        nav.append('<a href="#overlay">runs overlaid</a>')
+    nav.append('<a href="#runs">runs</a>')
     if report.explanations:
         nav.append('<a href="#predicted">predicted vs measured</a>')
     if report.sweeps:
@@ -203,6 +254,9 @@ def render_html(report: Any) -> str:
     peaks = _peaks(report)
     if peaks:
         parts.append('<p class="meta">Peaks used for MFU: ' + "; ".join(_h(p) for p in peaks) + ".</p>")
+    parts += _html_config(report)
+    if report.overlay_figures:
+        parts += ['<h2 id="overlay">Runs overlaid</h2>', *(_html_figure(f) for f in report.overlay_figures)]
     parts.append('<h2 id="runs">Runs</h2>')
     plain = [sec for sec in report.runs if not sec.figures]
     if plain:
@@ -216,8 +270,8 @@ def render_html(report: Any) -> str:
         s = sec.summary
         tag = '<span class="tag warn">interrupted</span>' if s.interrupted else ""
         parts.append(f"<h3>{_h(s.name)}<span class=\"tag\">{_h(sec.run.source)}</span>{tag}</h3>")
-        parts.append(f'<p class="meta">From {_h(sec.loaded.origin)}. {_h(s.warmup_steps)} warm-up step(s) '
-                     f"excluded ({_h(s.warmup_rule)}).</p>")
+        parts.append(f'<p class="meta">From {_h(sec.loaded.origin)}. Warm-up excluded: '
+                     f"{_h(warmup_text(sec.series))} ({_h(s.warmup_rule)}).{_h(_layout_sentence(report, s.name))}</p>")
         if sec.figures:
             parts.append(_html_figure(sec.figures[0]))
         if len(sec.figures) > 1:
@@ -258,7 +312,7 @@ def render_html(report: Any) -> str:
             parts.append(_html_table(h, rows, left=3, wide=2))
             parts.append(f'<p class="meta">TFLOP/s and MFU recomputed for every row under {_h(c.convention)} '
                          "with each device's own peak; claimed columns are what each source reported "
-                         "under its own convention.</p>")
+                         f"under its own convention.{_h(_left_out(c))}</p>")
     if report.notes:
         parts.append('<h2 id="notes">Notes</h2><ul class="notes">'
                      + "".join(f"<li>{_h(n)}</li>" for n in report.notes) + "</ul>")
@@ -299,6 +353,23 @@ def _md_figure(fig: Any, base: Path) -> str:
     return f"![{_m(fig.title)}]({urllib.parse.quote(rel.as_posix())}){cap}"
 
 
+def _md_config(report: Any) -> list[str]:
+    """The "What ran" panel in Markdown (see :func:`_html_config`)."""
+    from trainperf.report.panel import config_table, diff_table, differing, shared_text
+
+    if not report.configs:
+        return []
+    diff = set(differing(report.configs))
+    headers, rows = config_table(report.configs)
+    out = ["## What ran", "", _md_table([f"{h} ≠" if h in diff else h for h in headers], rows), ""]
+    d = diff_table(report.configs)
+    if d is not None:
+        out += ["### What differs between the runs", "", _md_table(*d), ""]
+    if len(report.configs) > 1:
+        out += [f"The same in every run: {_m(shared_text(report.configs) or 'nothing')}.", ""]
+    return out
+
+
 def render_markdown(report: Any) -> str:
     base = Path(report.out_dir)
     out = [f"# {_m(report.title)}", "",
@@ -310,6 +381,9 @@ def render_markdown(report: Any) -> str:
     peaks = _peaks(report)
     if peaks:
         out += ["Peaks used for MFU: " + "; ".join(_m(p) for p in peaks) + ".", ""]
+    out += _md_config(report)
+    if report.overlay_figures:
+        out += ["## Runs overlaid", ""] + [x for f in report.overlay_figures for x in (_md_figure(f, base), "")]
     out += ["## Runs", ""]
     plain = [sec for sec in report.runs if not sec.figures]
     if plain:
@@ -321,8 +395,8 @@ def render_markdown(report: Any) -> str:
             continue
         s = sec.summary
         out += [f"### {_m(s.name)} ({_m(sec.run.source)}{', interrupted' if s.interrupted else ''})", "",
-                f"From {_m(sec.loaded.origin)}. {_m(s.warmup_steps)} warm-up step(s) excluded "
-                f"({_m(s.warmup_rule)}).", ""]
+                f"From {_m(sec.loaded.origin)}. Warm-up excluded: {_m(warmup_text(sec.series))} "
+                f"({_m(s.warmup_rule)}).{_m(_layout_sentence(report, s.name))}", ""]
         out += [x for f in sec.figures for x in (_md_figure(f, base), "")]
     if report.explanations:
         out += ["## Predicted vs measured step time", "",

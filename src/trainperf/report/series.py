@@ -72,3 +72,18 @@ def run_series(run: RunRecord, summary: Summary) -> RunSeries:
         mfu_pct=mfu, mfu_label=label, loss=[s.loss for s in steps],
         memory_GiB=[s.memory_GiB for s in steps],
     )
+
+
+def warmup_text(s: RunSeries) -> str:
+    """The warm-up as a person reads it: ``step 1``, ``steps 1-2``, or for a log that records
+    every N-th step ``2 logged steps (steps 1-10)``: a record stands for the steps since the one
+    before it."""
+    k = min(s.warmup_steps, len(s.x))
+    if k <= 0:
+        return "none"
+    first, last = s.x[0], s.x[k - 1]
+    if k == 1 and first == 1:
+        return f"step {first}"
+    if last - first + 1 == k:
+        return f"steps {first}–{last}"
+    return f"{k} logged step{'s' if k != 1 else ''} (steps {first}–{last})"

@@ -216,14 +216,94 @@ POLICY_NAMES: tuple[str, ...] = (*POLICIES, *PARAMETRISED)
 Megatron-Core recompute modules joined by ``+``, e.g. ``selective:core_attn+moe_act``)."""
 
 
+# ------------------------------------------------------------ each framework's own names
+_TT_OP = ('mode = "selective" with selective_ac_option = "op", the option of torchtitan\'s Llama 3 configs; '
+          'an integer option N is full-every:N')
+FRAMEWORK_NAMES: dict[str, dict[str, tuple[str, str]]] = {
+    "torchtitan": {
+        "none": ("none", 'mode = "none"'),
+        "full": ("full", 'mode = "full"'),
+        "selective": ("selective-op", _TT_OP),
+        "selective:op": ("selective-op", 'mode = "selective", selective_ac_option = "op"'),
+        "selective:N": ("full-every:N", 'mode = "selective", selective_ac_option = "N": one block in N fully recomputed'),
+    },
+    "maxtext": {
+        **{name: (name, f"remat_policy={name}") for name in (
+            "full", "minimal", "save_dot_except_mlpwi", "save_dot_except_mlp", "save_qkv_proj",
+            "qkv_proj_offloaded")},
+    },
+    "megatron": {
+        "selective": ("selective", "--recompute-granularity selective (its default --recompute-modules core_attn)"),
+        "full": ("full", "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"),
+        "full:uniform": ("full", "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"),
+        "full:block:K": ("full:K", "--recompute-granularity full --recompute-method block --recompute-num-layers K"),
+        "selective:MODULES": ("selective:MODULES", "--recompute-granularity selective --recompute-modules MODULES"),
+    },
+}
+"""Checkpointing as each framework names it -> (trainperf's policy, the framework's setting in
+words). Written ``FRAMEWORK:NAME`` anywhere (``torchtitan:selective``), or ``NAME`` alone with a
+stack of that framework (:data:`STACK_FRAMEWORK`: ``--stack torchtitan --activation-checkpointing
+selective``). ``N``, ``K``, ``MODULES`` stand for a positive integer and Megatron-Core modules."""
+
+STACK_FRAMEWORK: dict[str, str] = {"torchtitan": "torchtitan", "maxtext": "maxtext",
+                                   "megatron-core": "megatron", "megatron-lm-2021": "megatron"}
+"""The framework whose names a stack profile's runs use."""
+
+
+def framework_policy(name: str, stack: str | None = None,
+                     field: str = "training.activation_checkpointing") -> tuple[str, str | None]:
+    """(trainperf's policy name, the mapping in words or ``None``) for ``name``, which may be a
+    framework's own name (see :data:`FRAMEWORK_NAMES`); a one-line :class:`SpecError` for a
+    framework prefix with a name that framework does not have."""
+    if not isinstance(name, str):
+        return name, None
+    head, sep, tail = name.partition(":")
+    if sep and head in FRAMEWORK_NAMES:
+        return _framework_name(head, tail, field)
+    fw = STACK_FRAMEWORK.get(str(stack))
+    if fw is not None and (name not in POLICIES or FRAMEWORK_NAMES[fw].get(name, (name, ""))[0] != name):
+        try:
+            canonical, how = _framework_name(fw, name, field)
+        except SpecError:
+            return name, None
+        if canonical != name:
+            return canonical, how
+    return name, None
+
+
+def _framework_name(fw: str, name: str, field: str) -> tuple[str, str]:
+    """``name`` in framework ``fw``'s terms -> (trainperf's policy, the mapping in words)."""
+    table = FRAMEWORK_NAMES[fw]
+    head, _, arg = name.partition(":")
+    key, value = name, ""
+    if name not in table:
+        if fw == "torchtitan" and head == "selective" and arg.isdigit() and int(arg) > 0:
+            key, value = "selective:N", arg
+        elif fw == "megatron" and name.startswith("full:block:") and name[11:].isdigit() and int(name[11:]) > 0:
+            key, value = "full:block:K", name[11:]
+        elif fw == "megatron" and head == "selective" and arg:
+            key, value = "selective:MODULES", arg
+        else:
+            raise SpecError(field, f"{fw}:{name}", f"one of {fw}'s names: {', '.join(f'{fw}:{k}' for k in table)}")
+    policy, how = table[key]
+    for symbol in ("N", "K", "MODULES"):
+        if symbol in key.split(":"):
+            policy, how = policy.replace(symbol, value), how.replace(symbol, value)
+    get_policy(policy, field)  # a module list Megatron-Core does not have is refused here
+    return policy, f"{fw}'s {name!r} ({how}) is trainperf's {policy}"
+
+
 @functools.lru_cache(maxsize=64)
 def get_policy(name: str, field: str = "training.activation_checkpointing") -> Policy:
-    """The :class:`Policy` named ``name``; a one-line :class:`SpecError` for anything else."""
+    """The :class:`Policy` named ``name`` (a framework's own name included, ``torchtitan:selective``);
+    a one-line :class:`SpecError` for anything else."""
     if not isinstance(name, str):
         raise SpecError(field, name, f"one of {', '.join(POLICY_NAMES)}")
     if name in POLICIES:
         return POLICIES[name]
     head, sep, tail = name.partition(":")
+    if sep and head in FRAMEWORK_NAMES:
+        return get_policy(_framework_name(head, tail, field)[0], field)
     if sep and head == "selective":
         return _selective_modules(name, tail, field)
     if sep and head in ("full", "full-every") and tail.isdigit() and int(tail) > 0:
@@ -231,7 +311,8 @@ def get_policy(name: str, field: str = "training.activation_checkpointing") -> P
         if head == "full":
             return Policy(name, block_layers=int(tail), **full)
         return Policy(name, every_n_layers=int(tail), **full)
-    raise SpecError(field, name, f"one of {', '.join(POLICY_NAMES)} (K, N positive integers)")
+    raise SpecError(field, name, f"one of {', '.join(POLICY_NAMES)} (K, N positive integers), or a framework's "
+                                 f"own name: {', '.join(f'{fw}:NAME' for fw in FRAMEWORK_NAMES)}")
 
 
 def _selective_modules(name: str, tail: str, field: str) -> Policy:

@@ -664,53 +664,46 @@ def _fmt_num(value: float | None) -> str:
     return f"{value:,.4f}".rstrip("0").rstrip(".")
 
 
+TABLE_FOOTER = (
+    "bf16 fp16 fp8 fp32: dense peak TFLOP/s (no sparsity, boost clock); HBM: GB and GB/s; intra, inter: "
+    "link GB/s per device, one direction, inside a node and across nodes; /node: devices per node; W: TDP. "
+    "'trainperf hw <id>' shows every dtype and the source of each number (for cpu, this machine's "
+    "instruction sets)."
+)
+
+
 def format_hardware_table(hardware_list: Iterable[Hardware]) -> str:
     """One row per device: dense peaks for the training dtypes, memory, links, power.
 
-    Plain text for ``trainperf hw``; a dash means the dtype is unsupported (or, for an
-    uncalibrated ``cpu``, not measured yet).
+    Plain text for ``trainperf hw``, narrow enough for a terminal (units in the footer, not the
+    headers; the CPU's instruction sets only in ``trainperf hw cpu``); a dash means the dtype is
+    unsupported (or, for an uncalibrated ``cpu``, not measured yet).
     """
+    import textwrap
+
     from trainperf.text_table import format_table
 
-    headers = [
-        "id",
-        "name",
-        "silicon",
-        "bf16 TF/s",
-        "fp16 TF/s",
-        "fp8 TF/s",
-        "fp32 TF/s",
-        "HBM GB",
-        "HBM GB/s",
-        "intra GB/s",
-        "inter GB/s",
-        "dev/node",
-        "TDP W",
-    ]
+    headers = ["id", "name", "silicon", "bf16", "fp16", "fp8", "fp32", "HBM GB", "HBM GB/s", "intra", "inter",
+               "/node", "W"]
     rows = []
     for hw in hardware_list:
-        rows.append(
-            [
-                hw.id,
-                hw.name,
-                hw.silicon or "-",
-                _fmt_num(hw.peak_tflops.get("bf16")),
-                _fmt_num(hw.peak_tflops.get("fp16")),
-                _fmt_num(hw.peak_tflops.get("fp8")),
-                _fmt_num(hw.peak_tflops.get("fp32")),
-                _fmt_num(hw.hbm_GB),
-                _fmt_num(hw.hbm_bandwidth_GB_per_s),
-                _fmt_num(hw.intra_node_link_GB_per_s),
-                _fmt_num(hw.inter_node_link_GB_per_s),
-                str(hw.devices_per_node),
-                _fmt_num(hw.tdp_W),
-            ]
-        )
-    footer = (
-        "Dense peaks (no sparsity), at the boost clock. Links: GB/s per device, one direction. "
-        "'trainperf hw <id>' shows every dtype and the source of each number."
-    )
-    return format_table(rows, headers, numparse=False) + "\n" + footer
+        rows.append([
+            hw.id, _table_name(hw), hw.silicon or "-",
+            *(_fmt_num(hw.peak_tflops.get(p)) for p in ("bf16", "fp16", "fp8", "fp32")),
+            _fmt_num(hw.hbm_GB), _fmt_num(hw.hbm_bandwidth_GB_per_s), _fmt_num(hw.intra_node_link_GB_per_s),
+            _fmt_num(hw.inter_node_link_GB_per_s), str(hw.devices_per_node), _fmt_num(hw.tdp_W),
+        ])
+    return format_table(rows, headers, numparse=False) + "\n" + textwrap.fill(TABLE_FOOTER, 100)
+
+
+def _table_name(hw: Hardware) -> str:
+    """A device's name for the table: this machine's CPU without its instruction-set flags."""
+    if hw.kind != "cpu":
+        return hw.name
+    from trainperf.specs.cpu_calibration import isa_tag
+
+    name = hw.name.replace(f", {isa_tag()})", ")")
+    return " ".join(re.sub(r"\((?:R|TM)\)|\bCPU @ [\d.]+GHz", " ", name).split())  # Intel's marks and clock
 
 
 def format_hardware_detail(hw: Hardware) -> str:

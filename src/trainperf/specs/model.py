@@ -256,6 +256,18 @@ class ModelSpec:
         return self.moe_experts > 0
 
     @property
+    def attention_layout(self) -> str:
+        """The attention as people name it: ``mla`` (DeepSeek's latent attention), ``mha`` (a
+        key/value head per query head), ``mqa`` (one key/value head) or ``gqa`` (groups of query
+        heads share one; :attr:`attention` says ``mha`` for all three)."""
+        if self.attention == "mla":
+            return "mla"
+        kv = self.kv_heads or self.heads
+        if kv == self.heads:
+            return "mha"
+        return "mqa" if kv == 1 else "gqa"
+
+    @property
     def moe_layers(self) -> int:
         """Number of layers whose MLP is a mixture of experts."""
         return self.layers - self.moe_dense_layers if self.is_moe else 0

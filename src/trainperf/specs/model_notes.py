@@ -3,9 +3,12 @@
 checkpoint buffers that are not trainable.
 
 Policy for ``seq_len`` (documented in ``trainperf flops --help``): when neither ``--seq-len`` nor
-``[training] seq_len`` is given, the model's position table (``max_position_embeddings``) is used
-and said so on its own line, because attention FLOPs per token grow with it (Llama-3.1-8B at
-131,072 tokens: 2.9x its FLOPs per token at 8,192).
+``[training] seq_len`` is given, ``flops`` and ``models`` count at the model's position table
+(``max_position_embeddings``) and say so on its own line, because attention FLOPs per token grow
+with it (Llama-3.1-8B at 131,072 tokens: 2.9x its FLOPs per token at 8,192). A training workload
+(``predict``, ``plan``, ``mfu``, ``bench``) takes the table capped at
+:data:`TRAINING_SEQ_DEFAULT` tokens, also said on its own line: a long table is a
+long-context extension (RoPE scaling, a last stage of training), not the length most steps run at.
 """
 
 from __future__ import annotations
@@ -20,10 +23,25 @@ SEQ_DEFAULT = "default"
 sources: ``flag``, ``workload file``)."""
 
 
+TRAINING_SEQ_DEFAULT = 8192
+"""The longest default sequence of a training workload (the pretraining length of Llama 3 and
+Llama 3.1, whose position tables hold 8,192 and 131,072 tokens)."""
+
+
+def default_training_seq_len(model: ModelSpec) -> int:
+    """A training workload's sequence length when none is given: the model's position table,
+    at most :data:`TRAINING_SEQ_DEFAULT`."""
+    return min(model.max_seq_len, TRAINING_SEQ_DEFAULT)
+
+
 def seq_len_line(model: ModelSpec, seq_len: int, source: str) -> str | None:
     """The line that states a defaulted sequence length, or ``None`` when the user gave one."""
     if source != SEQ_DEFAULT:
         return None
+    if seq_len < model.max_seq_len:
+        return (f"seq_len: {seq_len:,} (default: the model's position table holds {model.max_seq_len:,} "
+                f"tokens, a long-context extension most training steps do not run at, so the default stops at "
+                f"{TRAINING_SEQ_DEFAULT:,}; pass --seq-len N for your training length)")
     return (f"seq_len: {seq_len:,} (default: the model's position table, max_seq_len; "
             "attention FLOPs per token grow with it; pass --seq-len N for your training length)")
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainperf.errors import SpecError
 from trainperf.specs.bounds import DEVICES_PER_NODE, WORKLOAD_FIELD_BOUNDS
-from trainperf.specs.checkpointing import get_policy
+from trainperf.specs.checkpointing import framework_policy, get_policy
 from trainperf.specs.hardware import PRECISIONS, Hardware
 from trainperf.specs.model import ModelSpec
 from trainperf.specs.parallel import ParallelPlan
@@ -99,9 +99,14 @@ class Workload:
             have = ", ".join(p for p in PRECISIONS if self.hardware.supports(p))
             raise SpecError("training.precision", self.precision,
                             f"{self.hardware.id} supports {have}")
-        pol = get_policy(self.activation_checkpointing)  # raises SpecError naming the valid policies
-        if pol.modules:  # Megatron-Core recompute modules: one spelling (their canonical order)
+        # a framework's own name written out (torchtitan:selective); a stack's plain names
+        # (selective under torchtitan) are read where the user gives both, workload_from_dict
+        ac, mapping = framework_policy(self.activation_checkpointing)
+        pol = get_policy(ac)  # raises SpecError naming the valid policies
+        if pol.name != self.activation_checkpointing:  # one spelling: a framework's own name, module order
             object.__setattr__(self, "activation_checkpointing", pol.name)
+        if mapping:
+            object.__setattr__(self, "notes", (*self.notes, f"activation checkpointing: {mapping}"))
         for name in ("compile", "async_tp"):
             if not isinstance(getattr(self, name), bool):
                 raise SpecError(f"training.{name}", getattr(self, name), "true or false")

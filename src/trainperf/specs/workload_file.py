@@ -23,10 +23,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainperf.errors import InputFileError, SpecError, TrainperfError, UnknownNameError
-from trainperf.specs.bounds import PEAK_TFLOPS, SEQ_LEN, WORKLOAD_FIELD_BOUNDS
+from trainperf.specs.bounds import PEAK_TFLOPS, WORKLOAD_FIELD_BOUNDS
+from trainperf.specs.checkpointing import framework_policy
 from trainperf.specs.datafiles import parse_user_data, read_user_text
 from trainperf.specs.hardware import Hardware, get_hardware, hardware_from_dict
 from trainperf.specs.model import ModelSpec
+from trainperf.specs.model_notes import default_training_seq_len
 from trainperf.specs.parallel import ParallelPlan
 
 if TYPE_CHECKING:
@@ -176,11 +178,12 @@ def workload_from_dict(data: Mapping[str, Any], overrides: Mapping[str, Any] | N
     hardware = hardware_from_section(hw_body, precision)
     plan = ParallelPlan.from_dict(dict(data.get("parallel", {})))
     num_devices = hw_body.get("num_devices", 1)
-    seq_len = training.get("seq_len", model.max_seq_len)
-    if "seq_len" not in training and isinstance(seq_len, int) and seq_len > SEQ_LEN.hi:
-        raise SpecError("training.seq_len", None, f"given (--seq-len): its default, the model's max_seq_len "
-                        f"{seq_len:,}, is beyond {SEQ_LEN.valid()}")
+    seq_len = training.get("seq_len", default_training_seq_len(model))
     seq_notes = _seq_len_notes(model, seq_len, defaulted="seq_len" not in training)
+    stack = str(training.get("stack", "generic"))
+    ac, mapping = framework_policy(training.get("activation_checkpointing", "none"), stack)
+    if mapping:  # the stack's own name (torchtitan's selective): said, and written as trainperf's
+        seq_notes = (*seq_notes, f"activation checkpointing: {mapping}")
     micro = training.get("micro_batch", 1)
     if "global_batch" not in training:
         # One micro-batch per data-parallel rank: the smallest valid global batch.
@@ -193,8 +196,7 @@ def workload_from_dict(data: Mapping[str, Any], overrides: Mapping[str, Any] | N
         model=model, hardware=hardware, num_devices=num_devices,
         devices_per_node=hw_body.get("devices_per_node"), plan=plan, seq_len=seq_len,
         global_batch=training["global_batch"], micro_batch=micro, precision=precision,
-        activation_checkpointing=training.get("activation_checkpointing", "none"), notes=seq_notes,
-        stack=str(training.get("stack", "generic")),
+        activation_checkpointing=ac, notes=seq_notes, stack=stack,
         compile=training.get("compile", False), async_tp=training.get("async_tp", False),
         fp8_recipe=training.get("fp8_recipe"),
         lora=_lora(data.get("lora")),
