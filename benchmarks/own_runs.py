@@ -1,0 +1,105 @@
+"""The predictor on this machine's own bench runs: measured step time against ``trainperf predict``
+of each run's ``workload.toml``.
+
+Runs ``trainperf bench`` on this CPU in the configurations a user first tries -- the default
+(auto precision), fp32, FSDP over 2 processes, TP over 2, PP over 2, a ~100M-parameter model,
+a LoRA fine-tune, the MoE preset with expert parallel over 2 and context parallel over 2 --
+``--repeats`` times each (interleaved, so that load from other processes hits every
+configuration alike), then predicts each run from the ``workload.toml`` it wrote and prints the
+median measured step time, the prediction and the signed error (negative: predicted faster).
+
+    python benchmarks/own_runs.py                 # all, 3 repeats (several minutes)
+    python benchmarks/own_runs.py --only default,fp32 --repeats 1
+
+Timing needs a quiet machine: the script prints the load average before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HUNDRED_M = ["--model", "debug", "--layers", "12", "--hidden", "768", "--heads", "12", "--kv-heads", "12",
+             "--ffn-hidden", "2048"]
+"""The debug preset grown to 85M parameters (GPT-2 small's width and depth, a byte vocabulary)."""
+RUNS: dict[str, list[str]] = {
+    "default": [],
+    "fp32": ["--precision", "fp32"],
+    "fsdp2": ["--nproc", "2", "--fsdp", "2"],
+    "tp2": ["--nproc", "2", "--tp", "2", "--sequence-parallel"],
+    "pp2": ["--nproc", "2", "--pp", "2", "--global-batch", "16", "--micro-batch", "4"],
+    "100m": [*HUNDRED_M, "--seq-len", "256", "--micro-batch", "4", "--global-batch", "4"],
+    "lora": [*HUNDRED_M, "--seq-len", "256", "--micro-batch", "4", "--global-batch", "4", "--lora-rank", "8"],
+    "moe-ep2": ["--model", "debug-moe", "--nproc", "2", "--ep", "2"],
+    "cp2": ["--nproc", "2", "--cp", "2", "--seq-len", "1024", "--micro-batch", "2", "--global-batch", "2"],
+}
+"""Name -> bench flags (on top of ``--steps``)."""
+
+
+def _trainperf(*argv: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "trainperf", *argv], capture_output=True, text=True,
+                          timeout=timeout, check=False, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+
+
+def bench(name: str, flags: list[str], out: Path, steps: int) -> float | None:
+    """Median step time of one run (warm-up excluded), or None if it failed."""
+    r = _trainperf("bench", *flags, "--steps", str(steps), "--out", str(out), "--json")
+    if r.returncode != 0:
+        print(f"  {name}: bench failed ({r.returncode}): {r.stderr.strip().splitlines()[-1:]}", flush=True)
+        return None
+    return json.loads(r.stdout)["step_time_median_s"]
+
+
+def predict(workload: Path) -> float | None:
+    r = _trainperf("predict", str(workload), "--json", timeout=120)
+    if r.returncode != 0:
+        print(f"  predict {workload}: {r.stderr.strip().splitlines()[-1:]}", flush=True)
+        return None
+    return json.loads(r.stdout).get("step_time_s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--only", help="comma-separated names (default: all): " + ", ".join(RUNS))
+    p.add_argument("--repeats", type=int, default=3, help="runs of each configuration (default 3)")
+    p.add_argument("--steps", type=int, default=12, help="steps per run (default 12)")
+    p.add_argument("--out", help="keep the runs here (default: a temporary directory)")
+    a = p.parse_args(argv)
+    names = [n for n in RUNS if not a.only or n in a.only.split(",")]
+    root = Path(a.out) if a.out else Path(tempfile.mkdtemp(prefix="own-runs-"))
+    root.mkdir(parents=True, exist_ok=True)
+    print(f"load average before: {os.getloadavg()[0]:.2f}; runs in {root}", flush=True)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for k in range(a.repeats):
+        for n in names:
+            t = bench(n, RUNS[n], root / f"{n}-{k + 1}", a.steps)
+            if t is not None:
+                times[n].append(t)
+                print(f"  {n} run {k + 1}: {t:.4f} s", flush=True)
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+    print(f"\n{'run':10} {'measured s':>11} {'predicted s':>12} {'error':>8}  flags")
+    errors = []
+    for n in names:
+        if not times[n]:
+            continue
+        measured = statistics.median(times[n])
+        pred = predict(root / f"{n}-1" / "workload.toml")
+        err = f"{100 * (pred / measured - 1):+.1f}%" if pred else "n/a"
+        if pred:
+            errors.append(abs(pred / measured - 1))
+        print(f"{n:10} {measured:11.4f} {pred or float('nan'):12.4f} {err:>8}  {shlex.join(RUNS[n])}")
+    if errors:
+        print(f"\nmean absolute error {100 * statistics.mean(errors):.1f}% over {len(errors)} configurations; "
+              f"within 15%: {sum(e <= 0.15 for e in errors)} of {len(errors)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
