@@ -1,7 +1,8 @@
 """The bench's GPU check: one short script for a machine with one NVIDIA GPU and PyTorch.
 
-Made for a GPU machine that has torch installed and no network (extra wheels, e.g. torchao for
-Float8, may travel with the checkout: ``--wheels DIR``). It installs trainperf from this
+Made for a GPU machine that has torch installed and no network: wheels of what it lacks travel
+with the checkout (``--wheels DIR``): torchao for Float8, and any core dependency of trainperf
+(numpy, tabulate, tomli-w, scipy) the machine's Python does not have (the check names them). It installs trainperf from this
 checkout without dependencies (falling back to ``PYTHONPATH=src`` if pip cannot build it
 offline), then runs, each with its own time limit:
 
@@ -78,6 +79,18 @@ def install(wheels: str | None, say) -> tuple[str | None, dict[str, Any]]:
         done["fallback"] = f"PYTHONPATH={src}"
     say(f"install: {json.dumps(done)[:300]}")
     return site, done
+
+
+CORE_DEPENDENCIES = ("numpy", "tabulate", "tomli_w", "scipy")
+"""What ``pip install trainperf`` brings (pyproject.toml's dependencies), by import name: installed
+here with ``--no-deps``, each must already be there or travel in ``--wheels``."""
+
+
+def missing_dependencies(env: dict[str, str]) -> list[str]:
+    names = ", ".join(repr(m) for m in CORE_DEPENDENCIES)
+    code = f"import importlib.util as u; print(','.join(m for m in ({names},) if u.find_spec(m) is None))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
+    return [m for m in r.stdout.strip().split(",") if m]
 
 
 def device_info(env: dict[str, str]) -> dict[str, Any]:
@@ -178,6 +191,11 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "device": device_info(env),
                               "install": installed, "runs": []}
     say(f"device: {json.dumps(result['device'])}")
+    missing = missing_dependencies(env)
+    if missing:
+        result["missing_dependencies"] = missing
+        say(f"missing: {', '.join(missing)} (core dependencies of trainperf): put their wheels in --wheels "
+            f"(pip download --no-deps --only-binary=:all: NAME on a machine with a network)")
     path = out / "gpu_check.json"
     for name, flags, limit in runs:
         left = a.budget_s - (time.perf_counter() - start)
