@@ -129,6 +129,15 @@ def test_precisions_and_fp8_recipes(cell, precision, recipe):
     ("recompute_modules=[mla_up_proj, moe]", "megatron-core", "selective:mla_up_proj+moe"),
     ("AC: selective, recompute-modules mlp moe", "megatron-core", "selective:mlp+moe"),
     ("selective (core_attn)", "megatron-core", "selective"), ("selective moe", "megatron-core", "selective"),
+    # MaxText's named policies and its custom policy as runs state them (issue 29)
+    ("remat_policy=save_out_proj", "maxtext", "save_out_proj"), ("minimal_flash", "maxtext", "minimal_flash"),
+    ("save_dot_with_context_except_mlp", "maxtext", "save_dot_with_context_except_mlp"),
+    ("custom (save_dot_except_mlpwi-like)", "maxtext", "save_dot_except_mlpwi"),
+    ("remat_policy=custom decoder_layer_input=offload query_proj=device key_proj=device value_proj=device",
+     "maxtext", "custom:decoder_layer_input=offload+query_proj=device+key_proj=device+value_proj=device"),
+    ("custom: qkv/out/mlpwo kept on device", "maxtext", "custom:qkv_proj=device+out_proj=device+mlpwo=device"),
+    ("remat_policy=custom; decoder layer input offloaded to host; qkv_proj and out_proj on device", "maxtext",
+     "custom:decoder_layer_input=offload+qkv_proj=device+out_proj=device"),
 ])
 def test_checkpointing_spellings(cell, stack, policy):
     from trainperf.predict.runs_table import _policy
@@ -481,7 +490,8 @@ _HW = {
                  "DGX H100", "nvidia h100 sxm5 80gb"],
     "a100-sxm-80gb": ["A100-SXM4-80GB", "NVIDIA A100 80GB", "A100 SXM 80GB", "A100s (80GB)"],
     "a100-sxm-40gb": ["A100-SXM4-40GB", "A100 40GB SXM", "NVIDIA A100 40 GB"],
-    "h100-sxm-hbm2e": ["H100 SXM 95GB HBM2e", "H100 94GB (HBM2e, 500 W)", "h100-sxm-96gb"],
+    "h100-sxm-hbm2e": ["H100 SXM 95GB HBM2e", "H100 94GB (HBM2e, 500 W)", "h100-sxm-96gb",
+                       "H100 SXM 96GB HBM2e @ 500W power limit (Meta Grand Teton); peak between SXM and NVL per docs"],
     "tpu-v5e": ["TPU v5e", "Cloud TPU v5 lite", "v5litepod-256"],
     "tpu-v4": ["TPU v4", "Google TPU v4"], "mi250": ["AMD Instinct MI250", "MI250 (OAM)"],
 }
@@ -519,6 +529,16 @@ def test_any_respelling_of_a_packaged_row_reads_the_same(i, data):
             cells[col] = pick(["n/a", "-", "N/A"])
     if cells["sp"].strip().lower() in ("yes", "no") and pick([True, False]):
         cells["sp"] = pick(["✓", "TRUE", "Yes"] if cells["sp"].strip().lower() == "yes" else ["false", "No", "✗"])
+    if re.search(r"nemo|bridge", cells["framework"].lower()) and pick([True, False]):
+        # what NeMo's recipes decide, left unstated: sp with tp > 1, the distributed optimizer
+        if w.plan.sequence_parallel == (w.plan.tp > 1):
+            cells["sp"] = pick(["", "not stated", "-"])
+        if w.plan.zero_stage == 1 and "(as stated" not in cells["dp"]:
+            cells["fsdp_zero"] = pick(["", "n/a"])
+    for col in ("tp", "pp", "vpp"):
+        n = getattr(w.plan, col)
+        if n > 1 and pick([True, False]):
+            cells[col] = pick([f"{col.upper()}{n}", f"{col}={n}", f"{col.upper()} = {n}"])
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=list(cells))
     writer.writeheader()
@@ -647,3 +667,35 @@ def test_the_table_reading_benchmark_reader_is_within_two_points_of_the_facts_by
     assert abs(res["gap_points"]) < 2.0
     d40 = next(t for t in res["twins"] if t["row_id"] == "d40")
     assert d40["differs"] == ["plan.vpp: 20 (by hand 5)"]
+
+
+@pytest.mark.parametrize(("framework", "fsdp", "zero"), [
+    ("PyTorch FSDP", 64, 0), ("HF Accelerate + DeepSpeed ZeRO-3", 64, 0), ("DeepSpeed ZeRO-1", 1, 1),
+    ("PyTorch FSDP (hybrid_shard)", 8, 0), ("HF Trainer", 1, 0),
+])
+def test_sharding_named_in_the_framework_cell_is_the_runs(framework, fsdp, zero):
+    r = _hand_row(model="Llama3-8B", layers="32", hidden="4096", heads="32", kv_heads="8", ffn_hidden="14336",
+                  vocab="128256", num_gpus="64", global_batch_seqs="128", framework=framework, fsdp_zero="")
+    assert r.included, r.exclude_reason
+    assert (r.workload.plan.fsdp, r.workload.plan.zero_stage) == (fsdp, zero)
+    assert any(a.startswith("data-parallel sharding from the framework cell") for a in r.assumptions) == (fsdp > 1 or zero > 0)
+
+
+def test_a_maxtext_custom_policy_row_is_in_the_stacks_space_and_priced_as_stated():
+    """MaxText's custom policy with q/k/v and the layer input offloaded keeps out_proj only on the
+    device: less than save_dot_except_mlpwi by the q, k, v and layer-input widths."""
+    from trainperf.predict import predict
+    from trainperf.predict.stack_capabilities import capabilities_of, plan_refusal
+
+    cells = dict(model="Llama3-70B", layers="80", hidden="8192", heads="64", kv_heads="8", ffn_hidden="28672",
+                 vocab="128256", seq_len="8192", global_batch_seqs="128", micro_batch="2", num_gpus="64",
+                 fsdp_zero="FSDP=64", framework="MaxText", hardware="H100 SXM5 80GB")
+    named = _hand_row(**cells, act_ckpt="remat_policy=save_dot_except_mlpwi")
+    offl = _hand_row(**cells, act_ckpt="remat_policy=custom (decoder_layer_input=offload, qkv_proj=offload, "
+                                      "out_proj=device)")
+    assert offl.workload.activation_checkpointing == "custom:decoder_layer_input=offload+qkv_proj=offload+out_proj=device"
+    assert plan_refusal(capabilities_of("maxtext"), offl.workload) is None
+    a, b = predict(named.workload), predict(offl.workload)
+    # per token per layer: h (layer input) + q + 2 kv = 8192 + 8192 + 2 x 1024 bf16 elements fewer
+    fewer = 80 * 2 * 8192 * 2 * (8192 + 8192 + 2 * 1024) / 2**30
+    assert a.memory_breakdown_GiB["activations"] - b.memory_breakdown_GiB["activations"] == pytest.approx(fewer)

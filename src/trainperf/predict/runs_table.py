@@ -60,7 +60,7 @@ from trainperf.predict.runs_cells import (
     unstated,
 )
 from trainperf.predict.step import check_plan
-from trainperf.specs.checkpointing import POLICIES, RECOMPUTE_MODULES, get_policy
+from trainperf.specs.checkpointing import MAXTEXT_NAMES, POLICIES, RECOMPUTE_MODULES, get_policy
 from trainperf.specs.datafiles import read_user_text
 from trainperf.specs.hardware import get_hardware
 from trainperf.specs.model import MLP_KINDS, ModelSpec
@@ -269,6 +269,15 @@ def _policy(cell: str, stack: str, d: Any, precision: str, params_B: float, note
         return f"full:{m.group(1)}"
     if re.search(r"\buniform\b", low):  # Megatron recompute_method=uniform: every layer fully recomputed
         return "full"
+    custom = _maxtext_custom(low)
+    if custom:
+        return custom
+    named = [n for n in POLICIES if "_" in n and re.search(rf"(?<![a-z_]){n}(?![a-z_])", low)]
+    if named:  # a MaxText policy named anywhere ("custom (save_dot_except_mlpwi-like)")
+        got = max(named, key=len)
+        if not re.match(rf"(?:remat_policy\W*)?{got}\W*$", low):
+            notes.append(f"activation checkpointing {cell[:40]!r}: read as {got}")
+        return got
     if "remat_policy=custom" in low or "custom remat" in low:
         # a custom policy names per-tensor choices the row does not give: a named policy that
         # keeps about as much stands in for it, and the row's assumptions say so
@@ -307,6 +316,43 @@ def _policy(cell: str, stack: str, d: Any, precision: str, params_B: float, note
         return "none"
     raise _Skip("checkpointing", f"activation checkpointing {cell[:60]!r} not readable "
                                  "(none, selective, selective op/layer, full, or a policy name)")
+
+
+_MAXTEXT_ALIASES: dict[str, str] = {
+    **{n: n for n in MAXTEXT_NAMES}, "qkv": "qkv_proj", "query": "query_proj", "key": "key_proj",
+    "value": "value_proj", "out": "out_proj", "layer input": "decoder_layer_input",
+    "decoder layer input": "decoder_layer_input", "layer_input": "decoder_layer_input",
+}
+"""How a cell names MaxText's checkpoint names (its own names, or "qkv/out/mlpwo")."""
+_MAXTEXT_NAME = re.compile(r"(?<![a-z_])(" + "|".join(re.escape(a) for a in sorted(_MAXTEXT_ALIASES, key=len,
+                                                                                       reverse=True))
+                           + r")(?![a-z_])")
+_MAXTEXT_WHERE = re.compile(r"(?<![a-z])(on[ -]device|device|offload(?:ed)?|(?:pinned )?host|remat(?:erializ\w*)?"
+                            r"|recomputed?)(?![a-z])")
+
+
+def _maxtext_custom(low: str) -> str | None:
+    """``custom:NAME=WHERE+...`` for a cell stating MaxText's custom policy with its per-tensor
+    choices, as flags ("remat_policy=custom query_proj=device out_proj=offload") or in words
+    ("custom: qkv/out on device; decoder layer input offloaded to host"): in each clause (split at
+    ``;``), each name takes the place written after it (``=``/``:``), else the clause's one place
+    word. None when the cell names no such choice."""
+    if "custom" not in low:
+        return None
+    where: dict[str, str] = {}
+    for clause in re.split(r"[;|]", low):
+        names = [(m.start(), _MAXTEXT_ALIASES[m.group(1)]) for m in _MAXTEXT_NAME.finditer(clause)]
+        places = [(m.start(), m.group(1)) for m in _MAXTEXT_WHERE.finditer(clause)]
+        if not names or not places:
+            continue
+        for pos, name in names:
+            after = [w for p, w in places if p > pos]
+            word = after[0] if after else places[-1][1]
+            where[name] = ("offload" if "offload" in word or "host" in word else
+                           "remat" if word.startswith(("remat", "recomput")) else "device")
+    if not where:
+        return None
+    return get_policy("custom:" + "+".join(f"{n}={w}" for n, w in where.items())).name
 
 
 def _recompute_modules(low: str) -> str | None:
@@ -514,11 +560,22 @@ def _degree(r: Mapping[str, str], col: str, d: Any, notes: list[str]) -> int:
 _SHARD_DEGREE = re.compile(r"(?:fsdp|dp_shard|shard(?:ing)?)(?:[ _](?:degree|group|size))?\s*(?:[=:]\s*|\s+)(\d+)")
 
 
+_SHARDING_WORDS = re.compile(r"\bhsdp\b|\bfsdp\d?\b|hybrid[_ ]shard|full[_ ]shard|zero[- _]?(?:stage[- _]?)?[123]\b"
+                             r"|distributed optimi[sz]er|dist[_ ]?opt")
+"""Words of a framework cell that state how the data-parallel ranks shard."""
+
+
 def _sharding(r: Mapping[str, str], data: int, dpn: int, d: Any, notes: list[str]) -> dict[str, Any]:
-    """How the ``data`` data-parallel ranks shard (fsdp, dp, zero_stage)."""
+    """How the ``data`` data-parallel ranks shard (fsdp, dp, zero_stage): the ``fsdp_zero`` cell,
+    else what the framework cell names ("PyTorch FSDP", "DeepSpeed ZeRO-3", "torchtitan (FSDP2
+    1D)": the run's sharding, said in the row), else the stack's default."""
     shard = _cell(r, "fsdp_zero")
-    low = shard.lower()
     dp_cell = _cell(r, "dp").lower()
+    fw = _cell(r, "framework")
+    if unstated(shard) and _SHARDING_WORDS.search(fw.lower()):
+        shard = fw
+        notes.append(f"data-parallel sharding from the framework cell {fw[:40]!r}")
+    low = shard.lower()
     m = _SHARD_DEGREE.search(low)
     if m and not re.search(r"fsdp\s*=\s*-1", low):
         fsdp = int(m.group(1))
