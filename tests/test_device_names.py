@@ -158,3 +158,34 @@ def test_a_stated_memory_far_from_every_part_of_the_family_is_refused(device, gb
         assert not r.resolved, (text, r.describe())
     elif r.resolved:
         assert abs(get_hardware(r.device_id).hbm_GB - gb) <= MEMORY_TOLERANCE * get_hardware(r.device_id).hbm_GB
+
+
+# ------------------------------------------------- several forms named: memory, type and power decide
+@pytest.mark.parametrize(("text", "device", "said"), [
+    # torchtitan's 405B tables as a person wrote them (issue 29: 24 rows of tables kept aside)
+    ("H100 SXM 96GB HBM2e @ 500W power limit (Meta Grand Teton); peak between SXM and NVL per docs",
+     "h100-sxm-hbm2e", ["96 GB (catalog 95 GB, within 7%)", "'hbm2e' in its catalog name", "500 W its catalog power"]),
+    ("H100 (SXM or NVL) 94GB", "h100-nvl", ["94 GB"]),  # the NVL card's 94 GB
+    ("H100 SXM and NVL HBM2e", "h100-sxm-hbm2e", ["'hbm2e' in the catalog name"]),
+    ("H100 SXM and NVL, 500W", "h100-sxm-hbm2e", ["500 W"]),  # 700 W SXM, 400 W NVL, 500 W HBM2e
+    ("A100 SXM4 / PCIe 40GB 400W", "a100-sxm-40gb", ["400 W"]),  # the 40 GB PCIe card is 250 W
+])
+def test_several_forms_resolve_when_memory_type_or_power_name_one_part(text, device, said):
+    r = read_device(text)
+    assert r.device_id == device, r.describe()
+    assert "both stated" in r.how
+    for s in said:
+        assert s in r.how, r.how
+
+
+@pytest.mark.parametrize("text", ["H100 SXM/NVL", "H100 PCIe or SXM 80GB"])
+def test_several_forms_that_memory_type_and_power_leave_open_are_refused(text):
+    r = read_device(text)
+    assert not r.resolved and "several forms" in r.how and len(r.candidates) > 1
+
+
+def test_a_stated_power_picks_among_parts_and_a_cap_below_every_rating_says_nothing():
+    assert read_device("H100 700W").device_id == "h100-sxm" and "700 W" in read_device("H100 700W").how
+    # 400 W is no H100 board part's rating: read as a cap, the part is chosen as without it
+    assert read_device("H100 400W").device_id == read_device("H100").device_id
+    assert read_device("H100 SXM5 80GB @ 500W").device_id == "h100-sxm"  # memory names the part; the cap is a cap

@@ -137,7 +137,8 @@ def test_named_policies_order_memory_and_recompute():
     rec = [res[p].breakdown.get("recompute", 0.0) for p in names]
     assert act[0] > act[1] > act[2] > act[4]
     assert act[2] == pytest.approx(act[3])  # wo's output is not needed by the backward
-    assert rec[0] == 0 and rec[1] < rec[2] < rec[3] < rec[4] < rec[5]
+    # ... nor re-run: JAX re-runs only what the backward reads, so the two save and re-run the same
+    assert rec[0] == 0 and rec[1] < rec[2] < rec[4] < rec[5] and rec[2] == pytest.approx(rec[3])
     assert res["save_dot_except_mlpwi"].hfu_pct > res["save_dot_except_mlpwi"].mfu_pct
 
 

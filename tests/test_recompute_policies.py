@@ -44,9 +44,18 @@ def llama7b():
     ("selective-op", QKVO + QKVO + MLP),                    # mm #2 (wk), #4 (wo), #6 (w3 = up)
     ("minimal", CORE),                                      # every weight dot saved
     ("save_dot_except_mlpwi", 2 * MLP + CORE),              # wi_0, wi_1 + attention (context not saved)
-    ("save_dot_except_mlp", 3 * MLP + CORE),                # wi_0, wi_1, wo + attention
-    ("save_qkv_proj", QKVO + 3 * MLP + CORE),               # out_proj + MLP + attention
-    ("qkv_proj_offloaded", QKVO + 3 * MLP + CORE),          # same recompute, q/k/v on the host
+    # MaxText (JAX) re-runs only what the backward reads: wo's output feeds the residual add only,
+    # so wo is never re-run, whether mlpwo is saved (save_dot_except_mlpwi) or not
+    ("save_dot_except_mlp", 2 * MLP + CORE),                # wi_0, wi_1 + attention
+    ("save_dot_with_context_except_mlp", 2 * MLP),          # context saved: no attention core
+    ("save_qkv_proj", QKVO + 2 * MLP + CORE),               # out_proj + MLP inputs + attention
+    ("qkv_proj_offloaded", QKVO + 2 * MLP + CORE),          # same recompute, q/k/v on the host
+    ("save_out_proj", 3 * QKVO + 2 * MLP + CORE),           # q/k/v + MLP inputs + attention
+    ("minimal_flash", 0),                                   # every weight dot and the context saved
+    ("minimal_offloaded", CORE),                            # every weight dot offloaded, none re-run
+    ("custom:query_proj=device+key_proj=device+value_proj=device+out_proj=device+mlpwo=device",
+     2 * MLP + CORE),                                       # = save_dot_except_mlpwi (DGX Cloud bf16)
+    ("custom:out_proj=offload+mlpwi_0=device", QKVO * 3 + 2 * MLP + CORE),  # wi_1 re-run: both wi re-run
 ])
 def test_recompute_flops_match_hand_derivation(llama7b, policy, per_layer):
     assert recompute_flops(llama7b, S, policy) / S == pytest.approx(L * per_layer, rel=1e-12)
@@ -102,9 +111,11 @@ def test_plain_mlp_keeps_no_gate():
 
 def test_policy_names_are_validated():
     for name in POLICY_NAMES:
-        get_policy(name.replace("MODULES", "core_attn+moe_act").replace("K", "2").replace("N", "2"))
+        get_policy(name.replace("NAME=WHERE", "out_proj=offload").replace("MODULES", "core_attn+moe_act")
+                   .replace("K", "2").replace("N", "2"))
     for bad in ("selectiv", "full:0", "full:-1", "full:x", "full-every:", "FULL", 3, "selective:",
-                "selective:mlp+attn", "selective:core_attn,moe_act"):
+                "selective:mlp+attn", "selective:core_attn,moe_act", "custom:", "custom:out_proj",
+                "custom:out_proj=disk", "custom:attn_out=device"):
         with pytest.raises(SpecError, match="activation_checkpointing"):
             get_policy(bad)
 
@@ -185,3 +196,30 @@ def test_policies_a_model_has_no_part_for_reduce():
     assert policy_for_model("selective:core_attn+moe_act+layernorm+mla_up_proj", **moe) == \
         "selective:core_attn+moe_act+layernorm"
     assert policy_for_model("selective:moe_act+moe+shared_experts", **moe) == "selective:moe"
+
+
+@pytest.mark.parametrize(("policy", "kept"), [
+    # MaxText layers/attentions.py, linears.py, decoders.py get_remat_policy: the names each saves
+    ("save_dot_with_context_except_mlp", ("layer_input", "q", "k", "v", "attn_context", "attn_out")),
+    ("save_out_proj", ("layer_input", "attn_out")),
+    ("minimal_flash", ("layer_input", "q", "k", "v", "attn_context", "attn_out", "mlp_gate", "mlp_up")),
+    ("minimal_offloaded", ("layer_input",)),
+    # the DGX Cloud bf16 recipe: qkv, out and mlpwo on the device (mlpwo's output is not needed)
+    ("custom:query_proj=device+key_proj=device+value_proj=device+out_proj=device+mlpwo=device",
+     ("layer_input", "q", "k", "v", "attn_out")),
+    # offloaded tensors leave the device; the layer input too when offloaded
+    ("custom:decoder_layer_input=offload+qkv_proj=offload+out_proj=device", ("attn_out",)),
+])
+def test_maxtext_policies_keep_what_maxtext_saves(llama7b, policy, kept):
+    assert kept_tensors(get_policy(policy), llama7b) == kept
+    # bytes per token per layer from the kept widths (2 bytes each): hand-derived for Llama 2 7B (MHA)
+    width = {"layer_input": 4096, "q": 4096, "k": 4096, "v": 4096, "attn_context": 4096, "attn_out": 4096,
+             "mlp_gate": 11008, "mlp_up": 11008}
+    assert saved_activation_bytes_per_token(llama7b, policy) == 2 * sum(width[t] for t in kept)
+
+
+def test_maxtext_custom_is_written_one_way():
+    a = get_policy("custom:out_proj=device+query_proj=device")
+    b = get_policy("custom:query_proj=device+out_proj=device+decoder_layer_input=device")
+    assert a.name == b.name == "custom:query_proj=device+out_proj=device"
+    assert get_policy("custom:decoder_layer_input=device").name == "custom:decoder_layer_input=device"

@@ -92,8 +92,10 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, positional: str =
     t.add_argument("--activation-checkpointing", metavar="POLICY",
                    help="none | selective | full | full:K | full-every:N | selective-op | minimal | "
                         "save_dot_except_mlpwi | save_dot_except_mlp | save_qkv_proj | qkv_proj_offloaded | "
+                        "save_dot_with_context_except_mlp | save_out_proj | minimal_flash | minimal_offloaded | "
                         "selective:MODULES (Megatron-Core --recompute-modules joined by '+', e.g. "
-                        "selective:core_attn+moe_act+layernorm)")
+                        "selective:core_attn+moe_act+layernorm) | custom:NAME=WHERE (MaxText remat_policy=custom, "
+                        "e.g. custom:query_proj=device+out_proj=offload)")
     if not hardware:
         return
     h = parser.add_argument_group("hardware (override [hardware])")

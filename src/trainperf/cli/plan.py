@@ -67,8 +67,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     t.add_argument("--precision", metavar="DTYPES", help="dtype(s) to try, comma-separated (default bf16)")
     t.add_argument("--activation-checkpointing", metavar="POLICIES",
                    help="policies to try, comma-separated (default none,selective,full, or every policy the "
-                        "--stack runs; also minimal, selective-op, save_dot_except_mlpwi, save_dot_except_mlp, "
-                        "save_qkv_proj, qkv_proj_offloaded, and Megatron-Core's recompute modules "
+                        "--stack runs; also minimal, minimal_flash, selective-op, save_dot_with_context_except_mlp, "
+                        "save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj, qkv_proj_offloaded, "
+                        "save_out_proj, and Megatron-Core's recompute modules "
                         "selective:core_attn+layernorm, selective:core_attn+moe_act+layernorm(+mla_up_proj), "
                         "selective:core_attn+layernorm+moe)")
     s = parser.add_argument_group("search")

@@ -42,13 +42,17 @@ from trainperf.specs.hardware import Hardware
 from trainperf.specs.model import ModelSpec
 
 AC_POLICIES: tuple[str, ...] = (
-    "none", "selective", "selective:core_attn+layernorm", "selective:core_attn+moe_act+layernorm",
-    "selective:core_attn+moe_act+layernorm+mla_up_proj", "minimal", "selective-op", "save_dot_except_mlpwi",
-    "save_dot_except_mlp", "selective:core_attn+layernorm+moe", "save_qkv_proj", "qkv_proj_offloaded", "full",
+    "none", "minimal_flash", "selective", "selective:core_attn+layernorm", "selective:core_attn+moe_act+layernorm",
+    "selective:core_attn+moe_act+layernorm+mla_up_proj", "minimal", "selective-op",
+    "save_dot_with_context_except_mlp", "save_dot_except_mlpwi", "save_dot_except_mlp",
+    "selective:core_attn+layernorm+moe", "save_qkv_proj", "qkv_proj_offloaded", "save_out_proj", "full",
 )
 """Activation-checkpointing policies the planner can try, in code order (``ac`` column value =
-index), from least to most recomputation (Llama-2-7B: 0, 1.07, 1.07 + norms, ..., 1.07 + elementwise,
-5.0, 6.8, 9.7, ..., 10.8, 10.8, 14.0 GFLOP per token); see :mod:`trainperf.specs.checkpointing`.
+index), from least to most recomputation (Llama-2-7B at 4,096 tokens: 0, elementwise only, 1.07, 1.07 +
+norms, ..., 1.07 + elementwise, 5.0, 5.8, 6.9, 6.9, ..., 7.9, 7.9, 10.1, 14.0 GFLOP per token; MaxText's
+policies never re-run the MLP down projection, whose output the backward does not read); see
+:mod:`trainperf.specs.checkpointing`. MaxText's offloading policies other than ``qkv_proj_offloaded``
+(``minimal_offloaded``, ``custom:...``) are not searched: the host transfer they cost is not modelled.
 Megatron-Core's recompute modules are tried as two sets (:func:`searched_policies`): every cheap
 output-discarding module the model has a part for (``layernorm``, ``moe_act``, ``mla_up_proj``),
 and the whole MoE block (``moe``); on a model without MoE layers or MLA the first is

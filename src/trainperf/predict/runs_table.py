@@ -60,7 +60,7 @@ from trainperf.predict.runs_cells import (
     unstated,
 )
 from trainperf.predict.step import check_plan
-from trainperf.specs.checkpointing import POLICIES, RECOMPUTE_MODULES, get_policy
+from trainperf.specs.checkpointing import MAXTEXT_NAMES, POLICIES, RECOMPUTE_MODULES, get_policy
 from trainperf.specs.datafiles import read_user_text
 from trainperf.specs.hardware import get_hardware
 from trainperf.specs.model import MLP_KINDS, ModelSpec
@@ -269,6 +269,15 @@ def _policy(cell: str, stack: str, d: Any, precision: str, params_B: float, note
         return f"full:{m.group(1)}"
     if re.search(r"\buniform\b", low):  # Megatron recompute_method=uniform: every layer fully recomputed
         return "full"
+    custom = _maxtext_custom(low)
+    if custom:
+        return custom
+    named = [n for n in POLICIES if "_" in n and re.search(rf"(?<![a-z_]){n}(?![a-z_])", low)]
+    if named:  # a MaxText policy named anywhere ("custom (save_dot_except_mlpwi-like)")
+        got = max(named, key=len)
+        if not re.match(rf"(?:remat_policy\W*)?{got}\W*$", low):
+            notes.append(f"activation checkpointing {cell[:40]!r}: read as {got}")
+        return got
     if "remat_policy=custom" in low or "custom remat" in low:
         # a custom policy names per-tensor choices the row does not give: a named policy that
         # keeps about as much stands in for it, and the row's assumptions say so
@@ -307,6 +316,43 @@ def _policy(cell: str, stack: str, d: Any, precision: str, params_B: float, note
         return "none"
     raise _Skip("checkpointing", f"activation checkpointing {cell[:60]!r} not readable "
                                  "(none, selective, selective op/layer, full, or a policy name)")
+
+
+_MAXTEXT_ALIASES: dict[str, str] = {
+    **{n: n for n in MAXTEXT_NAMES}, "qkv": "qkv_proj", "query": "query_proj", "key": "key_proj",
+    "value": "value_proj", "out": "out_proj", "layer input": "decoder_layer_input",
+    "decoder layer input": "decoder_layer_input", "layer_input": "decoder_layer_input",
+}
+"""How a cell names MaxText's checkpoint names (its own names, or "qkv/out/mlpwo")."""
+_MAXTEXT_NAME = re.compile(r"(?<![a-z_])(" + "|".join(re.escape(a) for a in sorted(_MAXTEXT_ALIASES, key=len,
+                                                                                       reverse=True))
+                           + r")(?![a-z_])")
+_MAXTEXT_WHERE = re.compile(r"(?<![a-z])(on[ -]device|device|offload(?:ed)?|(?:pinned )?host|remat(?:erializ\w*)?"
+                            r"|recomputed?)(?![a-z])")
+
+
+def _maxtext_custom(low: str) -> str | None:
+    """``custom:NAME=WHERE+...`` for a cell stating MaxText's custom policy with its per-tensor
+    choices, as flags ("remat_policy=custom query_proj=device out_proj=offload") or in words
+    ("custom: qkv/out on device; decoder layer input offloaded to host"): in each clause (split at
+    ``;``), each name takes the place written after it (``=``/``:``), else the clause's one place
+    word. None when the cell names no such choice."""
+    if "custom" not in low:
+        return None
+    where: dict[str, str] = {}
+    for clause in re.split(r"[;|]", low):
+        names = [(m.start(), _MAXTEXT_ALIASES[m.group(1)]) for m in _MAXTEXT_NAME.finditer(clause)]
+        places = [(m.start(), m.group(1)) for m in _MAXTEXT_WHERE.finditer(clause)]
+        if not names or not places:
+            continue
+        for pos, name in names:
+            after = [w for p, w in places if p > pos]
+            word = after[0] if after else places[-1][1]
+            where[name] = ("offload" if "offload" in word or "host" in word else
+                           "remat" if word.startswith(("remat", "recomput")) else "device")
+    if not where:
+        return None
+    return get_policy("custom:" + "+".join(f"{n}={w}" for n, w in where.items())).name
 
 
 def _recompute_modules(low: str) -> str | None:
@@ -353,7 +399,75 @@ def _preset_named(name: str) -> Any:
 
     key = re.sub(r"[^a-z0-9]", "", re.sub(r"\(.*?\)", "", name.lower()))
     by_key = _preset_keys()
+    if key and key not in by_key:  # "DeepSeek-V3 671B": the name without its trailing size
+        key = re.sub(r"[^a-z0-9]", "", re.sub(r"[\s_-]+\d+(?:\.\d+)?\s*[bm]\b.*$", "",
+                                              re.sub(r"\(.*?\)", "", name.lower()).strip()))
     return get_model(by_key[key]) if key and key in by_key else None
+
+
+MLA_COLUMNS: tuple[str, ...] = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+"""Optional columns stating multi-head latent attention (DeepSeek-V2/V3, Kimi K2): the
+:class:`~trainperf.specs.model.ModelSpec` fields of the same names."""
+
+_MLA_WORDS: dict[str, str] = {
+    "q_lora_rank": r"q[ _-]?lora[ _-]?rank", "kv_lora_rank": r"kv[ _-]?lora[ _-]?rank",
+    "qk_rope_head_dim": r"(?:qk[ _-]?)?rope[ _-]?(?:head[ _-]?)?dim|(?<![a-z])rope(?![a-z])",
+    "qk_nope_head_dim": r"(?:qk[ _-]?)?nope[ _-]?(?:head[ _-]?)?dim|(?<![a-z])nope(?![a-z])",
+    "v_head_dim": r"v[ _-]?head[ _-]?dim",
+}
+"""How the MLA sizes are written in an ``arch_type`` or ``model`` cell ("MLA (kv_lora_rank 512,
+q_lora_rank 1536, rope 64, nope 128, v_head_dim 128)")."""
+
+
+def _mla_preset(r: Mapping[str, str]) -> Any:
+    """The MLA preset the model cell names, or whose family it names ("DeepSeek-V3 proxy (16
+    layers)", "DeepSeek-V2"): the first MLA preset whose id's letters start the cell's."""
+    from trainperf.specs.presets import get_model
+
+    cell = re.sub(r"[^a-z0-9]", "", _cell(r, "model").lower())
+    named = _preset_named(_cell(r, "model"))
+    if named is not None and named.attention == "mla":
+        return named
+    for key, pid in _preset_keys().items():
+        fam = re.sub(r"v?\d.*$", "", key)  # deepseekv3 -> deepseek
+        if fam and cell.startswith(fam) and get_model(pid).attention == "mla":
+            return get_model(pid)
+    return None
+
+
+def _mla(r: Mapping[str, str], heads: int, kv: int | None, notes: list[str]) -> dict[str, Any] | None:
+    """The MLA fields of a row that states multi-head latent attention (in ``arch_type`` or
+    ``model``, in the MLA columns, or by a ``kv_heads`` that is no head count of a model of an
+    MLA family), else None. Sizes come from the MLA columns, then the cells' words, then
+    ``kv_heads`` read as the KV latent rank (tables write it there), then the named MLA preset,
+    then DeepSeek-V3's (its Hugging Face config); the row's assumptions say which."""
+    text = f"{_cell(r, 'arch_type')} {_cell(r, 'model')}".lower()
+    stated = {c: _count(r, c) for c in MLA_COLUMNS if c in r and _count(r, c) is not None}
+    for c, pat in _MLA_WORDS.items():
+        m = re.search(rf"(?:{pat})\W{{0,3}}(\d+)", text)
+        if c not in stated and m:
+            stated[c] = int(m.group(1))
+    family = _mla_preset(r)
+    odd_kv = kv is not None and (kv > heads or heads % kv != 0)
+    if not (stated or re.search(r"(?<![a-z])mla(?![a-z])|latent attention", text) or (odd_kv and family)):
+        return None
+    if odd_kv and "kv_lora_rank" not in stated:
+        stated["kv_lora_rank"] = kv
+        notes.append(f"kv_heads {kv} read as MLA's KV latent rank (kv_lora_rank): MLA keeps one latent per token, "
+                     f"every one of the {heads} heads reads it")
+    base = family if family is not None else _deepseek_v3()
+    missing = [c for c in MLA_COLUMNS if c not in stated]
+    if missing:
+        notes.append(f"MLA {', '.join(missing)} not stated: {base.name}'s taken "
+                     f"({', '.join(f'{c}={getattr(base, c)}' for c in missing)}; {base.source})")
+    return {"attention": "mla", "kv_heads": heads, "head_dim": None,
+            **{c: stated.get(c, getattr(base, c)) for c in MLA_COLUMNS}}
+
+
+def _deepseek_v3() -> Any:
+    from trainperf.specs.presets import get_model
+
+    return get_model("deepseek-v3")
 
 
 _SHAPE_COLUMNS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "moe_experts", "moe_topk",
@@ -365,8 +479,8 @@ def _preset_values(preset: Any, column: str) -> tuple[Any, ...]:
     """The values of a shape ``column`` that agree with ``preset``: its field, the effective one
     where the field defaults (kv heads = heads; an expert as wide as the dense MLP), and for a MoE
     model whose every layer is MoE, ``ffn_hidden`` may name the experts' width."""
-    if column == "kv_heads":
-        return (preset.kv_heads or preset.heads,)
+    if column == "kv_heads":  # an MLA model's table may write its KV latent rank as kv_heads
+        return (preset.kv_heads or preset.heads, *((preset.kv_lora_rank,) if preset.attention == "mla" else ()))
     if column == "moe_expert_ffn":
         return (preset.moe_expert_ffn or preset.ffn_hidden,)
     if column == "ffn_hidden" and preset.is_moe and not preset.moe_dense_layers:
@@ -383,7 +497,8 @@ def _model(r: Mapping[str, str], notes: list[str]) -> dict[str, Any]:
         # every shape the row states agrees with the preset it names: the preset's architecture
         # (attention kind such as MLA, shared experts, dense layers of a MoE, norms, positions,
         # biases, tied embeddings) is what the row's model has, which the columns cannot say
-        agrees = all(not _count(r, c) or _count(r, c) in _preset_values(preset, c) for c in _SHAPE_COLUMNS)
+        agrees = (all(not _count(r, c) or _count(r, c) in _preset_values(preset, c) for c in _SHAPE_COLUMNS)
+                  and all(_count(r, c) in (None, getattr(preset, c)) for c in MLA_COLUMNS if c in r))
         if missing or agrees:
             notes.append(f"{', '.join(missing)} not stated: from the model preset {preset.name} "
                          f"(the model cell {_cell(r, 'model')!r})" if missing else
@@ -416,6 +531,9 @@ def _model(r: Mapping[str, str], notes: list[str]) -> dict[str, Any]:
         fields.update(position="learned", norm="layernorm", bias=True)
     if "head_dim 128" in low:
         fields["head_dim"] = 128
+    mla = _mla(r, heads, _count(r, "kv_heads"), notes)
+    if mla:
+        fields.update(mla)
     experts = _count(r, "moe_experts")
     if experts:
         fields.update(moe_experts=experts, moe_topk=_count(r, "moe_topk") or 1,
@@ -442,11 +560,22 @@ def _degree(r: Mapping[str, str], col: str, d: Any, notes: list[str]) -> int:
 _SHARD_DEGREE = re.compile(r"(?:fsdp|dp_shard|shard(?:ing)?)(?:[ _](?:degree|group|size))?\s*(?:[=:]\s*|\s+)(\d+)")
 
 
+_SHARDING_WORDS = re.compile(r"\bhsdp\b|\bfsdp\d?\b|hybrid[_ ]shard|full[_ ]shard|zero[- _]?(?:stage[- _]?)?[123]\b"
+                             r"|distributed optimi[sz]er|dist[_ ]?opt")
+"""Words of a framework cell that state how the data-parallel ranks shard."""
+
+
 def _sharding(r: Mapping[str, str], data: int, dpn: int, d: Any, notes: list[str]) -> dict[str, Any]:
-    """How the ``data`` data-parallel ranks shard (fsdp, dp, zero_stage)."""
+    """How the ``data`` data-parallel ranks shard (fsdp, dp, zero_stage): the ``fsdp_zero`` cell,
+    else what the framework cell names ("PyTorch FSDP", "DeepSpeed ZeRO-3", "torchtitan (FSDP2
+    1D)": the run's sharding, said in the row), else the stack's default."""
     shard = _cell(r, "fsdp_zero")
-    low = shard.lower()
     dp_cell = _cell(r, "dp").lower()
+    fw = _cell(r, "framework")
+    if unstated(shard) and _SHARDING_WORDS.search(fw.lower()):
+        shard = fw
+        notes.append(f"data-parallel sharding from the framework cell {fw[:40]!r}")
+    low = shard.lower()
     m = _SHARD_DEGREE.search(low)
     if m and not re.search(r"fsdp\s*=\s*-1", low):
         fsdp = int(m.group(1))
@@ -480,18 +609,63 @@ def _sharding(r: Mapping[str, str], data: int, dpn: int, d: Any, notes: list[str
     return {"dp": data}
 
 
-def _plan(r: Mapping[str, str], n: int, dpn: int, d: Any, notes: list[str]) -> dict[str, Any]:
+_INTERLEAVED = re.compile(r"interleav|virtual[ _-]?(?:pipeline|stage)|\bvpp\b|\bv-?pp\b")
+_VPP_IN_PP = re.compile(r"\b(?:vpp|vp|virtual[ _-]?(?:pipeline[ _-]?)?(?:stages?|size|degree)?)\s*[=:]?\s*(\d+)")
+
+
+def _vpp(r: Mapping[str, str], pp: int, layers: int, notes: list[str]) -> int:
+    """Virtual pipeline stages per rank: the vpp cell's count ("5", "VP=5", "5 (interleaved)"), or
+    one written in the pp cell ("PP4 (interleaved, vpp=5)"). A row that says its schedule is
+    interleaved without a count ("interleaved", "yes", "not stated (paper uses interleaved
+    schedule)") is interleaved: with one layer per virtual stage, ``layers // pp`` chunks, the
+    most the layer count allows (NVIDIA's NeMo 24.09/24.11 recipes for GPT-3 175B, Nemotron-4
+    340B and Grok-1 run one layer per virtual stage, Llama 3.1 405B two and Llama 3 70B four: the
+    published-runs table's stated vpp). The row's assumptions say so."""
+    cell, pp_cell = _cell(r, "vpp"), _cell(r, "pp").lower()
+    try:  # "interleaved 1F1B" names the schedule, not a count
+        vpp = read_count(re.sub(r"(?<![a-z0-9])1f1b(?![a-z0-9])", "", cell.lower()), "vpp")
+    except CellError as e:
+        raise _Skip("cell", f"vpp: {e}") from None
+    if vpp is not None and vpp < 1:
+        raise _Skip("cell", f"vpp: {cell[:40]!r} is not a positive count")
+    if vpp is None:
+        m = _VPP_IN_PP.search(pp_cell)
+        vpp = int(m.group(1)) if m else None
+    if vpp is not None:
+        return vpp
+    low = cell.lower()
+    says = bool(_INTERLEAVED.search(low) or _INTERLEAVED.search(pp_cell)) or (
+        not unstated(cell) and _flag_or_none(cell) is True)
+    if not says:
+        if cell:
+            notes.append(f"vpp {cell[:40]!r}: non-interleaved 1F1B assumed")
+        return 1
+    what = f"vpp {(cell or _cell(r, 'pp'))[:40]!r}"
+    if pp < 2 or layers // pp < 2:
+        notes.append(f"{what}: interleaving stated, but {layers} layers over pp={pp} leave one layer per rank; "
+                     "non-interleaved 1F1B assumed")
+        return 1
+    v = layers // pp
+    notes.append(f"{what}: interleaved 1F1B, vpp {v} assumed (one layer per virtual stage: {layers} layers // pp "
+                 f"{pp}; the count is not stated, and one layer per stage is the most the layer count allows)")
+    return v
+
+
+def _flag_or_none(cell: str) -> bool | None:
+    try:
+        return read_flag(cell)
+    except CellError:
+        return None
+
+
+def _plan(r: Mapping[str, str], n: int, dpn: int, d: Any, notes: list[str], layers: int) -> dict[str, Any]:
     tp = _count(r, "tp", "tp")
     if tp is None:
         tp = _default(d, "tp", f"tensor-parallel degree ({_cell(r, 'tp')[:40]!r})", notes)
     pp = _degree(r, "pp", d, notes)
     cp = _degree(r, "cp", d, notes)
     ep = _degree(r, "ep", d, notes)
-    vpp = _count(r, "vpp", "vpp")
-    if vpp is None:
-        vpp = 1
-        if _cell(r, "vpp"):
-            notes.append(f"vpp {_cell(r, 'vpp')[:40]!r}: non-interleaved 1F1B assumed")
+    vpp = _vpp(r, pp, layers, notes)
     try:
         sp = read_flag(_cell(r, "sp"))
     except CellError:
@@ -510,6 +684,12 @@ def _plan(r: Mapping[str, str], n: int, dpn: int, d: Any, notes: list[str]) -> d
     etp = _count(r, "etp", "etp") if "etp" in r else None
     if etp is not None and ep > 1 and etp != tp:  # MoE parallel folding: experts split etp ways, not tp
         plan["etp"] = etp
+    elif etp is None and ep > 1 and tp > 1 and (tp * cp * data) % (ep * tp) and (tp * cp * data) % ep == 0:
+        # the experts' grid etp x ep x edp covers the tp x cp x dp ranks: with etp = tp (Megatron-Core's
+        # default) the stated ep does not fit, so the experts were not split over tp
+        plan["etp"] = 1
+        notes.append(f"etp not stated: 1 taken (ep={ep} x tp={tp} does not divide the tp*cp*dp={tp * cp * data} "
+                     "ranks the experts fold over; ep alone does: Megatron-Core's expert_tensor_parallel_size=1)")
     if vpp > 1:
         plan.update(vpp=vpp, pp_schedule="interleaved")
     elif pp > 1:
@@ -704,7 +884,7 @@ def _row(r: Mapping[str, str]) -> TableRun:
         if prec_error:
             _figures(r, reading, notes)  # a row that states no time says so before its precision
             raise _Skip("precision", prec_error)
-        w, step, src = _mapped(r, stack, stack_defaults(stack), reading, prec, notes)
+        w, step, src = _mapped(r, stack, stack_defaults(stack, _cell(r, "framework")), reading, prec, notes)
         return TableRun(**base, workload=w, step_time_s=float(step), step_time_from=src, assumptions=tuple(notes))
     except _Skip as e:
         return TableRun(**base, exclude_reason=str(e), exclude_kind=e.kind, assumptions=tuple(notes))
@@ -756,7 +936,7 @@ def _mapped(r: Mapping[str, str], stack: str, d: Any, reading: Any, prec: Any,
         notes.append(prec.note)
     model = _model(r, notes)
     dpn = _devices_per_node(r, n, hw, notes)
-    plan = _plan(r, n, dpn, d, notes)
+    plan = _plan(r, n, dpn, d, notes, int(model["layers"]))
     gbs, mb, corrected = _batches(r, gbs, _cell(r, "global_batch_seqs"), plan, n, d, notes)
     policy = _policy(_cell(r, "act_ckpt"), stack, d, prec.precision, ModelSpec(**model).total_params / 1e9, notes)
     training = _training(r, stack, d, prec, plan["tp"], notes)

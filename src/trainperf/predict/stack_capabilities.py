@@ -122,13 +122,14 @@ class Capabilities:
 
     def allows_policy(self, policy: str) -> bool:
         """Whether the stack has checkpointing policy ``policy`` (``full:4`` matches ``full:K``,
-        ``selective:core_attn+moe_act`` matches ``selective:MODULES``)."""
+        ``selective:core_attn+moe_act`` matches ``selective:MODULES``, ``custom:out_proj=device``
+        matches ``custom:NAME=WHERE``)."""
         if not self.checkpointing:
             return True
         if policy in self.checkpointing:
             return True
         head, sep, _tail = policy.partition(":")
-        token = {"full": "K", "full-every": "N", "selective": "MODULES"}.get(head)
+        token = {"full": "K", "full-every": "N", "selective": "MODULES", "custom": "NAME=WHERE"}.get(head)
         return bool(sep) and token is not None and f"{head}:{token}" in self.checkpointing
 
     def allows_expert_tp(self, etp: Any, tp: Any) -> Any:

@@ -19,11 +19,31 @@ A stack's table may leave keys out: those come from ``generic`` (whose table has
 and the note names ``generic`` as where the value came from. :data:`DEFAULT_KEYS` lists the keys
 and what each value may be; :func:`stack_defaults` reads and checks a profile's table (a wrong
 key or value is a one-line error naming it).
+
+A stack's defaults are what its *published recipes* do, which is not always what its
+command line does when a flag is left out: Megatron-LM leaves sequence parallelism and the
+distributed optimizer off unless asked, while every NeMo 2.0 and Megatron-Bridge recipe with
+tensor parallelism turns both on. A profile keeps such recipe families apart in
+``[defaults.recipes.<name>]`` tables: the words of a runs table's framework cell that select the
+family (``frameworks``), the releases whose recipes were read (``release``), and the values
+that differ from the stack's table, each with its source in ``[defaults.recipes.<name>.sources]``::
+
+    [defaults.recipes.nemo]
+    frameworks = ["nemo", "megatron-bridge"]
+    release = "NeMo 24.09-25.04 recipes; Megatron-Bridge 0.1"
+    sequence_parallel = true
+    [defaults.recipes.nemo.sources]
+    sequence_parallel = "nemo/collections/llm/recipes/llama3_70b.py: sequence_parallelism=True ..."
+
+:func:`stack_defaults` (``stack_defaults("megatron-core", "NeMo 2.0")``) lays the family the
+framework cell names over the stack's table, and a note says which recipe family and release a
+value came from.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -73,12 +93,37 @@ class Default:
     value: Any
     source: str
     stack: str
-    """The profile whose table held it (``generic`` when the stack's own table leaves it out)."""
+    """The profile whose table held it (``generic`` when the stack's own table leaves it out;
+    ``megatron-core recipes 'nemo' (NeMo 24.09-25.04 ...)`` for a recipe family's value)."""
 
     def note(self, what: str) -> str:
         """``"<what> not stated: <value> taken (<stack> default: <source>)"``."""
         v = str(self.value).lower() if isinstance(self.value, bool) else self.value
         return f"{what} not stated: {v} taken ({self.stack} default: {self.source})"
+
+
+@dataclass(frozen=True)
+class Recipes:
+    """One recipe family of a stack (``[defaults.recipes.<name>]``), checked."""
+
+    name: str
+    frameworks: tuple[str, ...]
+    """Words of a framework cell that select the family (case, spaces, ``-`` and ``_`` aside)."""
+    release: str
+    """The releases whose recipes the values were read from."""
+    values: Mapping[str, Any]
+    sources: Mapping[str, str]
+
+    def selected_by(self, framework: str) -> bool:
+        """Whether a runs table's framework cell names this family: one of its words, as a word
+        (``nemo`` in "NeMo 2.0" and "NeMo24.09", not in "Nemotron"), spaces, ``-`` and ``_``
+        between its parts optional ("Megatron Bridge", "megatron_bridge")."""
+        low = framework.lower()
+        for w in self.frameworks:
+            parts = [re.escape(p) for p in re.split(r"[\s_-]+", w.lower().strip()) if p]
+            if re.search(r"(?<![a-z0-9])" + r"[\s_-]*".join(parts) + r"(?![a-z])", low):
+                return True
+        return False
 
 
 @dataclass(frozen=True)
@@ -91,6 +136,19 @@ class StackDefaults:
     sources: Mapping[str, str] = field(default_factory=dict)
     owners: Mapping[str, str] = field(default_factory=dict)
     """Key -> the profile that gave it."""
+    recipes: tuple[Recipes, ...] = ()
+    """The stack's recipe families (``[defaults.recipes.*]``), not yet applied."""
+
+    def for_framework(self, framework: str | None) -> StackDefaults:
+        """These defaults with the recipe family the framework cell names laid over them (the first
+        family whose words the cell holds); unchanged when it names none."""
+        chosen = next((r for r in self.recipes if framework and r.selected_by(framework)), None)
+        if chosen is None:
+            return self
+        owner = f"{self.stack} recipes {chosen.name!r} ({chosen.release})"
+        return StackDefaults(stack=self.stack, values={**self.values, **chosen.values},
+                             sources={**self.sources, **chosen.sources},
+                             owners={**self.owners, **dict.fromkeys(chosen.values, owner)}, recipes=())
 
     def get(self, key: str, params_B: float | None = None) -> Default | None:
         """The default for ``key`` (for a model of ``params_B`` billion parameters where the value
@@ -155,8 +213,35 @@ def _size_table(body: Mapping[str, Any], where: str) -> tuple[tuple[float, str],
     return tuple(out)
 
 
-def read_defaults_table(body: Mapping[str, Any], where: str) -> tuple[dict[str, Any], dict[str, str]]:
-    """Check a ``[defaults]`` table: known keys, valid values, a source for every value."""
+_RECIPE_FIELDS = ("frameworks", "release")
+
+
+def read_recipes(body: Any, where: str) -> tuple[Recipes, ...]:
+    """Check a ``[defaults.recipes]`` table: each family names the framework words that select it
+    and the releases its values were read from, and states values as ``[defaults]`` does."""
+    if not isinstance(body, Mapping):
+        raise SpecError(where, body, "a table of recipe families")
+    out: list[Recipes] = []
+    for name, fam in body.items():
+        at = f"{where}.{name}"
+        if not isinstance(fam, Mapping):
+            raise SpecError(at, fam, "a table")
+        words = fam.get("frameworks")
+        if not isinstance(words, list) or not words or not all(isinstance(w, str) and w.strip() for w in words):
+            raise SpecError(f"{at}.frameworks", words, "a list of the framework words that select these recipes")
+        release = fam.get("release")
+        if not isinstance(release, str) or not release.strip():
+            raise SpecError(f"{at}.release", release, "the releases whose recipes the values come from")
+        values, sources = read_defaults_table({k: v for k, v in fam.items() if k not in _RECIPE_FIELDS}, at,
+                                              recipes=False)
+        out.append(Recipes(str(name), tuple(words), release, values, sources))
+    return tuple(out)
+
+
+def read_defaults_table(body: Mapping[str, Any], where: str,
+                        recipes: bool = True) -> tuple[dict[str, Any], dict[str, str]]:
+    """Check a ``[defaults]`` table: known keys, valid values, a source for every value (its
+    ``recipes`` sub-table is checked by :func:`read_recipes`)."""
     if not isinstance(body, Mapping):
         raise SpecError(where, body, "a table")
     sources = body.get("sources", {})
@@ -165,6 +250,9 @@ def read_defaults_table(body: Mapping[str, Any], where: str) -> tuple[dict[str, 
     values: dict[str, Any] = {}
     for k, v in body.items():
         if k == "sources":
+            continue
+        if k == "recipes" and recipes:
+            read_recipes(v, f"{where}.recipes")
             continue
         if k not in DEFAULT_KEYS:
             raise UnknownNameError(f"{where}.{k}", k, DEFAULT_KEYS)
@@ -186,6 +274,7 @@ def defaults_of(profile: Any) -> StackDefaults:
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
     owners: dict[str, str] = {}
+    recipes: tuple[Recipes, ...] = ()
     chain = [generic] if profile.name == DEFAULT_STACK and not profile.path else [generic, profile]
     for prof in chain:
         where = f"stack profile {prof.path or prof.name} [defaults]"
@@ -193,12 +282,14 @@ def defaults_of(profile: Any) -> StackDefaults:
         values.update(vals)
         sources.update(srcs)
         owners.update({k: prof.name for k in vals})
-    return StackDefaults(stack=profile.name, values=values, sources=sources, owners=owners)
+        recipes = read_recipes(prof.defaults.get("recipes", {}), f"{where}.recipes")
+    return StackDefaults(stack=profile.name, values=values, sources=sources, owners=owners, recipes=recipes)
 
 
-@lru_cache(maxsize=32)
-def stack_defaults(stack: str) -> StackDefaults:
-    """The defaults of a packaged stack (or a profile file) by name, over generic's."""
+@lru_cache(maxsize=64)
+def stack_defaults(stack: str, framework: str | None = None) -> StackDefaults:
+    """The defaults of a packaged stack (or a profile file) by name, over generic's, with the
+    recipe family ``framework`` (a runs table's framework cell) names laid over them."""
     from trainperf.predict.stacks import load_profile
 
-    return defaults_of(load_profile(stack))
+    return defaults_of(load_profile(stack)).for_framework(framework)

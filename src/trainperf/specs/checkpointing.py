@@ -68,15 +68,43 @@ Policies (``full:K`` and ``full-every:N`` take an integer):
     (``remat_policy=custom``) are this policy.
 ``save_dot_except_mlp``
     MaxText: ``save_only_these_names(query_proj, key_proj, value_proj, qkv_proj, out_proj)``:
-    recomputes the attention core and every MLP matmul (wi_0, wi_1, wo). Kept: as
-    ``save_dot_except_mlpwi`` (wo's output is not needed by the backward either). The DGX Cloud
-    MaxText fp8 recipes are this policy.
+    recomputes the attention core, the MLP input projections (wi_0, wi_1) and the elementwise ops.
+    Kept: as ``save_dot_except_mlpwi``. The down projection (wo) is not re-run: its output feeds
+    only the residual add, whose backward does not read it, and JAX re-runs in the backward only
+    what the backward reads (a recomputed wo would have no consumer and is removed as dead code),
+    so on a transformer layer this policy and ``save_dot_except_mlpwi`` save and re-run the same.
+    The DGX Cloud MaxText fp8 recipes are this policy.
+``save_dot_with_context_except_mlp``
+    MaxText: ``save_only_these_names(query_proj, key_proj, value_proj, qkv_proj, context,
+    out_proj)``: as ``save_dot_except_mlp`` with the attention output (``context``) saved too, so
+    the attention core is not re-run. Kept: ``layer_input, q, k, v, attn_context, attn_out``.
 ``save_qkv_proj``
-    MaxText: saves the q/k/v projections only; recomputes attention core, out_proj, the MLP and
-    the elementwise ops. Kept: ``layer_input, q, k, v``.
+    MaxText: saves the q/k/v projections only; recomputes attention core, out_proj, the MLP input
+    projections and the elementwise ops (not wo, as above). Kept: ``layer_input, q, k, v``.
+``save_out_proj``
+    MaxText: ``save_only_these_names(out_proj)``: recomputes q/k/v, the attention core, the MLP
+    input projections and the elementwise ops. Kept: ``layer_input, attn_out``.
 ``qkv_proj_offloaded``
-    MaxText: as ``save_qkv_proj`` but q/k/v are offloaded to pinned host memory: device keeps
-    ``layer_input`` only (the host transfer time is not modelled).
+    MaxText: ``save_and_offload_only_these_names(names_which_can_be_saved=[],
+    names_which_can_be_offloaded=[query_proj, key_proj, value_proj])``: as ``save_qkv_proj`` but
+    q/k/v go to pinned host memory: the device keeps ``layer_input`` only (the host transfer time
+    is not modelled).
+``minimal_flash``
+    MaxText: ``save_from_both_policies(checkpoint_dots_with_no_batch_dims,
+    save_only_these_names(context))``: ``minimal`` with the attention output saved, so the
+    attention core is not re-run. Kept: ``layer_input, q, k, v, attn_context, attn_out, mlp_gate,
+    mlp_up``.
+``minimal_offloaded``
+    MaxText: ``offload_dot_with_no_batch_dims(device, pinned_host)``: every weight matmul output
+    ``minimal`` would save goes to host memory instead; the device keeps ``layer_input`` and re-runs
+    the attention core and the elementwise ops (the host transfer time is not modelled).
+``custom:NAME=WHERE+...``
+    MaxText ``remat_policy=custom``: ``save_and_offload_only_these_names`` over MaxText's
+    checkpoint names (:data:`MAXTEXT_NAMES`), each ``device`` (saved), ``offload`` (to pinned host
+    memory) or ``remat`` (re-run), as the run's flags say (``query_proj=device out_proj=offload
+    ...``); names not given take MaxText's ``configs/base.yml`` values (``decoder_layer_input``
+    on the device, every other name re-run). A matmul whose output is saved or offloaded is not
+    re-run; the attention core is re-run unless ``context`` is kept.
 ``selective:M1+M2+...``
     Megatron-Core ``--recompute-granularity selective --recompute-modules M1 M2 ...``
     (``transformer_config.py`` ``recompute_modules``, Megatron-Core 0.12+): each module named is
@@ -102,8 +130,12 @@ Sources: Korthikanti et al. 2022 (selective, full); Megatron-LM ``transformer_co
 and its docstring: "moe_act, layernorm and mla_up_proj use output-discarding checkpointing,
 core_attn, mlp, moe and shared_experts use normal checkpointing"); torchtitan
 ``parallelize_llama.py`` ``_apply_ac_to_transformer_block`` and ``_save_list`` (2024-08);
-MaxText ``layers/decoders.py`` ``get_remat_policy`` (2024-12) and JAX
-``jax.checkpoint_policies``. These are read from the projects' code as remembered, not re-run.
+MaxText ``layers/decoders.py`` ``get_remat_policy`` (2024-12; the checkpoint names of
+``layers/attentions.py``: ``query_proj``, ``key_proj``, ``value_proj`` after RoPE, ``context``,
+``out_proj``; ``layers/linears.py`` ``MlpBlock``: ``mlpwi_0``, ``mlpwi_1`` or the fused ``mlpwi``,
+``mlpwo``; ``decoder_layer_input`` on the input of a decoder layer; ``configs/base.yml``: the
+remat_policy list and the ``custom`` defaults) and JAX ``jax.checkpoint_policies``. These are read
+from the projects' code as remembered, not re-run.
 """
 
 from __future__ import annotations
@@ -202,18 +234,35 @@ POLICIES: dict[str, Policy] = {p.name: p for p in (
     Policy("save_dot_except_mlpwi", recompute_attention_core=True, recompute_mlp_in=True,
            recompute_elementwise=True, kept=("layer_input", "q", "k", "v", "attn_out")),
     Policy("save_dot_except_mlp", recompute_attention_core=True, recompute_mlp_in=True,
-           recompute_mlp_out=True, recompute_elementwise=True,
-           kept=("layer_input", "q", "k", "v", "attn_out")),
+           recompute_elementwise=True, kept=("layer_input", "q", "k", "v", "attn_out")),
+    Policy("save_dot_with_context_except_mlp", recompute_mlp_in=True, recompute_elementwise=True,
+           kept=("layer_input", "q", "k", "v", "attn_context", "attn_out")),
     Policy("save_qkv_proj", recompute_attention_core=True, recompute_attn_out=True, recompute_mlp_in=True,
-           recompute_mlp_out=True, recompute_elementwise=True, kept=("layer_input", "q", "k", "v")),
+           recompute_elementwise=True, kept=("layer_input", "q", "k", "v")),
+    Policy("save_out_proj", recompute_attn_in=True, recompute_attention_core=True, recompute_mlp_in=True,
+           recompute_elementwise=True, kept=("layer_input", "attn_out")),
     Policy("qkv_proj_offloaded", recompute_attention_core=True, recompute_attn_out=True,
-           recompute_mlp_in=True, recompute_mlp_out=True, recompute_elementwise=True,
-           kept=("layer_input",)),
+           recompute_mlp_in=True, recompute_elementwise=True, kept=("layer_input",)),
+    Policy("minimal_flash", recompute_elementwise=True,
+           kept=("layer_input", "q", "k", "v", "attn_context", "attn_out", "mlp_gate", "mlp_up")),
+    Policy("minimal_offloaded", recompute_attention_core=True, recompute_elementwise=True, kept=("layer_input",)),
 )}
-PARAMETRISED: tuple[str, ...] = ("full:K", "full-every:N", "selective:MODULES")
+PARAMETRISED: tuple[str, ...] = ("full:K", "full-every:N", "selective:MODULES", "custom:NAME=WHERE")
 POLICY_NAMES: tuple[str, ...] = (*POLICIES, *PARAMETRISED)
 """Every accepted spelling, for messages (``K``/``N`` stand for positive integers, ``MODULES`` for
-Megatron-Core recompute modules joined by ``+``, e.g. ``selective:core_attn+moe_act``)."""
+Megatron-Core recompute modules joined by ``+``, e.g. ``selective:core_attn+moe_act``;
+``NAME=WHERE`` for MaxText checkpoint names joined by ``+``, e.g. ``custom:query_proj=device+out_proj=offload``)."""
+
+MAXTEXT_NAMES: dict[str, tuple[str, ...]] = {
+    "decoder_layer_input": ("layer_input",), "query_proj": ("q",), "key_proj": ("k",), "value_proj": ("v",),
+    "qkv_proj": ("q", "k", "v"), "context": ("attn_context",), "out_proj": ("attn_out",),
+    "mlpwi": ("mlp_gate", "mlp_up"), "mlpwi_0": ("mlp_gate",), "mlpwi_1": ("mlp_up",), "mlpwo": ("mlp_out",),
+}
+"""MaxText's checkpoint names (``configs/base.yml``, the ``custom`` policy's keys) -> the tensors
+of :data:`TENSOR_WIDTH` they name (``qkv_proj`` is the fused projection, ``mlpwi`` the fused gate
+and up projection)."""
+
+MAXTEXT_PLACES: tuple[str, ...] = ("device", "offload", "remat")
 
 
 # ------------------------------------------------------------ each framework's own names
@@ -306,6 +355,8 @@ def get_policy(name: str, field: str = "training.activation_checkpointing") -> P
         return get_policy(_framework_name(head, tail, field)[0], field)
     if sep and head == "selective":
         return _selective_modules(name, tail, field)
+    if sep and head == "custom":
+        return _maxtext_custom(name, tail, field)
     if sep and head in ("full", "full-every") and tail.isdigit() and int(tail) > 0:
         full = dict(_FULL)
         if head == "full":
@@ -328,6 +379,27 @@ def _selective_modules(name: str, tail: str, field: str) -> Policy:
         return POLICIES["selective"]
     canon = "selective:" + "+".join((("core_attn",) if core else ()) + mods)
     return Policy(canon, recompute_attention_core=core, modules=mods)
+
+
+def _maxtext_custom(name: str, tail: str, field: str) -> Policy:
+    """``custom:NAME=WHERE+...``: MaxText's ``remat_policy=custom`` (see the module docstring)."""
+    where = {"decoder_layer_input": "device"}
+    for part in (p.strip() for p in tail.split("+")):
+        key, eq, place = (x.strip() for x in part.partition("="))
+        if not eq or key not in MAXTEXT_NAMES or place not in MAXTEXT_PLACES:
+            raise SpecError(field, name, "custom:NAME=WHERE joined by '+', NAME one of "
+                                         f"{', '.join(MAXTEXT_NAMES)}, WHERE one of {', '.join(MAXTEXT_PLACES)}")
+        where[key] = place
+    saved = {t for k, p in where.items() if p != "remat" for t in MAXTEXT_NAMES[k]}
+    kept = tuple(t for t in (*_ALL_KEPT, "attn_out")
+                 if any(where.get(k) == "device" and t in MAXTEXT_NAMES[k] for k in where))
+    canon = "+".join(f"{k}={where[k]}" for k in MAXTEXT_NAMES
+                     if k in where and where[k] != ("device" if k == "decoder_layer_input" else "remat"))
+    return Policy(f"custom:{canon or 'decoder_layer_input=device'}",
+                  recompute_attn_in=not {"q", "k", "v"} <= saved, recompute_attn_out="attn_out" not in saved,
+                  recompute_mlp_in=not {"mlp_gate", "mlp_up"} <= saved,
+                  recompute_attention_core="attn_context" not in saved, recompute_elementwise=True,
+                  kept=tuple(dict.fromkeys(kept)))
 
 
 def policy_for_model(name: str, *, moe: bool, mla: bool, shared_experts: bool, dense_layers: bool) -> str:

@@ -28,17 +28,24 @@ The rule, in order:
      die of an MI250/MI250X, which wins over "OAM" in the same text: it says what was counted);
    * a *memory*: a number followed by GB or GiB (never Gb/s).
 
+   * a *power*: a number followed by W or watts ("@ 500W power limit").
+
    Two different parts named make the text ambiguous, except a superchip with its GPU ("GB200
    ... B200 GPU": the superchip).
 3. **Filter.** The candidates are the catalog parts of the named family (or generation). A
    stated form keeps the parts of that form. An unstated form keeps the board parts when the
    family has any (training clusters are built from SXM/OAM boards; a PCIe, NVL or GCD part
-   must be named). A stated memory keeps the parts whose memory is nearest to it, within 7%
-   (a B200 "192GB", its launch figure, is the catalog's 180 GB part; the reading says so). If
-   nothing is left the text is unresolved, and the reason lists the family's parts.
+   must be named). Several forms stated ("H100 SXM 96GB HBM2e @ 500W; peak between SXM and
+   NVL per docs") keep the parts of any of them, and the text resolves only if its memory, its
+   memory type or its power, below, leave exactly one. A stated memory keeps the parts whose
+   memory is nearest to it, within 7% (a B200 "192GB", its launch figure, is the catalog's 180
+   GB part; the reading says so). If nothing is left the text is unresolved, and the reason
+   lists the family's parts.
 4. **Distinguishing words.** A word of the text (three letters or more, not a common word such
    as "per" or "GPU") found in the catalog name of some remaining candidates but not all
-   ("HBM2e", "Ultra") keeps those.
+   ("HBM2e", "Ultra") keeps those; a stated power keeps, of several candidates, those whose
+   catalog power (``tdp_W``) is within 10% of it (a power no candidate has says nothing: parts
+   are capped below their rating).
 5. **Base part.** Several parts of one family still left, all with the same peak TFLOP/s
    (they differ in memory only): the family's base part, the shortest id, then the largest
    memory (a bare "H100" is ``h100-sxm``, a bare "A100" ``a100-sxm-80gb``), with the
@@ -75,6 +82,9 @@ _COMMON = frozenset({"per", "the", "and", "with", "for", "from", "one", "gpu", "
                      "habana", "tesla", "instinct", "cloud", "accelerator"})
 """Words of catalog names that say nothing about which part is meant (rule step 4 skips them)."""
 _MEMORY = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s*(?:gb|gib)(?![a-z/]|\s*/\s*s)")
+_POWER = re.compile(r"(?<![\w.])(\d{2,4}(?:\.\d+)?)\s*(?:w|watts?)(?![a-z])")
+POWER_TOLERANCE = 0.10
+"""Largest relative gap between a stated power and a catalog part's ``tdp_W`` (rule step 4)."""
 _FUSED = re.compile(r"^([a-z]+\d+[a-z]*?)(sxm\d?|pcie|nvl\d*|oam|gcds?|\d+gb)$")
 _PART_LIKE = re.compile(r"^[a-z]{1,9}\d{1,4}[a-z]{0,2}$")
 _NOT_PARTS = re.compile(r"^(sxm\d?|nvl\d*|hbm\d?[a-z]?|pcie\d?|gen\d|x\d+|fp\d+|bf\d+|tf\d+|int\d+|ddr\d|"
@@ -114,6 +124,7 @@ class _Part:
     peaks: tuple[tuple[str, float], ...]
     silicon: str
     name_words: frozenset[str]
+    tdp_W: float = 0.0
 
 
 def _norm(s: str) -> str:
@@ -150,7 +161,8 @@ def _index() -> tuple[dict[str, list[_Part]], dict[str, str], dict[str, str]]:
         families.setdefault(fam, []).append(_Part(
             id=i, family=fam, form=_form_of(i), hbm_GB=float(hw.hbm_GB),
             peaks=tuple(sorted(hw.peak_tflops.items())), silicon=hw.silicon,
-            name_words=frozenset(re.findall(r"[a-z0-9]+", hw.name.lower())) | frozenset(i.split("-"))))
+            name_words=frozenset(re.findall(r"[a-z0-9]+", hw.name.lower())) | frozenset(i.split("-")),
+            tdp_W=float(hw.tdp_W or 0.0)))
     for alias, target in device_aliases().items():
         exact[alias] = target
     return families, exact, {_norm(f): f for f in families}
@@ -246,17 +258,16 @@ def read_device(text: str) -> DeviceReading:
             return DeviceReading(text, "", unknown or _unknown_reason(low))
         steps.append(f"generation {parts[0].silicon}")
     forms = _forms_stated(words)
-    if len(forms) > 1:
-        return DeviceReading(text, "", f"states several forms ({', '.join(sorted(forms))}); state one",
-                             tuple(p.id for p in parts))
+    several = len(forms) > 1
     if forms:
-        form = forms.pop()
-        kept = [p for p in parts if p.form == form]
+        kept = [p for p in parts if p.form in forms]
         if not kept:
-            return DeviceReading(text, "", f"no catalog {steps[0].split()[-1]} part has form {_FORM_TEXT[form]} "
+            form = _FORM_TEXT[sorted(forms)[0]]
+            return DeviceReading(text, "", f"no catalog {steps[0].split()[-1]} part has form {form} "
                                  f"(catalog: {', '.join(p.id for p in parts)})", tuple(p.id for p in parts))
         parts = kept
-        steps.append(f"form {_FORM_TEXT[form]}")
+        steps.append(f"forms {' and '.join(_FORM_TEXT[f] for f in sorted(forms))} both stated" if several
+                     else f"form {_FORM_TEXT[forms.pop()]}")
     elif any(p.form == "board" for p in parts) and any(p.form != "board" for p in parts):
         parts = [p for p in parts if p.form == "board"]
         steps.append("form not stated: board (SXM/OAM) part")
@@ -270,13 +281,16 @@ def read_device(text: str) -> DeviceReading:
                                  tuple(p.id for p in parts))
         parts = kept
         steps.append(f"{mem:g} GB" + ("" if near == 0 else f" (catalog {kept[0].hbm_GB:g} GB, within 7%)"))
+    if len(parts) > 1:  # with several forms stated, their words decide nothing
+        parts = _distinguishing_words(parts, [w for w in words if not several or not _is_form_word(w)], steps)
     if len(parts) > 1:
-        used = {_norm(p.family) for p in parts} | {p.silicon for p in parts} | set(_SILICON_SYNONYMS) | _COMMON
-        for w in sorted(set(words) - used):
-            having = [p for p in parts if w in p.name_words]
-            if having and len(having) < len(parts) and len(w) > 2 and not w.isdigit():
-                parts = having
-                steps.append(f"{w!r} in the catalog name")
+        parts = _by_power(parts, low, steps)
+    if several and len(parts) == 1:
+        steps += _agreeing(parts[0], words, low, steps)
+    if several and len(parts) > 1:
+        return DeviceReading(text, "", f"states several forms ({', '.join(sorted(forms))}) and its memory, memory "
+                             f"type and power leave {', '.join(p.id for p in parts)}; state one",
+                             tuple(p.id for p in parts))
     if len(parts) > 1:
         same_family = len({p.family for p in parts}) == 1
         if same_family and len({p.peaks for p in parts}) == 1:
@@ -288,6 +302,47 @@ def read_device(text: str) -> DeviceReading:
             return DeviceReading(text, "", f"could name {', '.join(p.id for p in parts)}; state the part",
                                  tuple(p.id for p in parts))
     return DeviceReading(text, parts[0].id, "; ".join(steps))
+
+
+def _is_form_word(w: str) -> bool:
+    return w in _BOARD or w in _PCIE or w in _GCD or w == "nvl" or bool(_RACK.match(w))
+
+
+def _agreeing(part: _Part, words: list[str], low: str, steps: list[str]) -> list[str]:
+    """With several forms stated: the memory type and power the text states that agree with the
+    part it resolved to (said in ``how``, so a reader sees what named it)."""
+    said = " ".join(steps)
+    out = [f"{w!r} in its catalog name" for w in words if re.fullmatch(r"hbm\d[a-z]?|gddr\d[a-z]?", w)
+           and w in part.name_words and repr(w) not in said]
+    powers = [float(m) for m in _POWER.findall(low)]
+    if powers and part.tdp_W and abs(part.tdp_W - powers[0]) <= POWER_TOLERANCE * part.tdp_W and " W" not in said:
+        out.append(f"{powers[0]:g} W its catalog power")
+    return out
+
+
+def _distinguishing_words(parts: list[_Part], words: list[str], steps: list[str]) -> list[_Part]:
+    """Rule step 4: words of the text in the catalog names of some candidates but not all."""
+    used = {_norm(p.family) for p in parts} | {p.silicon for p in parts} | set(_SILICON_SYNONYMS) | _COMMON
+    for w in sorted(set(words) - used):
+        having = [p for p in parts if w in p.name_words]
+        if having and len(having) < len(parts) and len(w) > 2 and not w.isdigit():
+            parts = having
+            steps.append(f"{w!r} in the catalog name")
+    return parts
+
+
+def _by_power(parts: list[_Part], low: str, steps: list[str]) -> list[_Part]:
+    """Rule step 4: a stated power keeps the candidates rated within 10% of it (none: unchanged)."""
+    powers = [float(m) for m in _POWER.findall(low)]
+    if not powers:
+        return parts
+    watts = powers[0]
+    having = [p for p in parts if p.tdp_W and abs(p.tdp_W - watts) <= POWER_TOLERANCE * p.tdp_W]
+    if having and len(having) < len(parts):
+        steps.append(f"{watts:g} W" + ("" if all(p.tdp_W == watts for p in having) else
+                                        f" (catalog {having[0].tdp_W:g} W, within 10%)"))
+        return having
+    return parts
 
 
 def _unknown_part(words: list[str], fam_norm: dict[str, str]) -> str:

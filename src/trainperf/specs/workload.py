@@ -54,8 +54,10 @@ class Workload:
     activation_checkpointing: str = "none"
     """Recomputation policy by name: none, selective (attention core, Korthikanti et al.), full,
     full:K (K layers per model chunk), full-every:N, selective-op (torchtitan per-op SAC),
-    minimal, save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj, qkv_proj_offloaded
-    (MaxText remat policies); see :mod:`trainperf.accounting.recompute`."""
+    minimal, minimal_flash, minimal_offloaded, save_dot_with_context_except_mlp,
+    save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj, qkv_proj_offloaded, save_out_proj,
+    custom:NAME=WHERE (MaxText remat policies), selective:MODULES (Megatron-Core recompute modules);
+    see :mod:`trainperf.specs.checkpointing`."""
     stack: str = "generic"
     """Software stack the run uses: a profile name (``megatron-core``, ``maxtext``, ``torchtitan``,
     ``llm-foundry``, ``deepspeed``, ``paxml``, ``generic``) or a profile file (``trainperf.predict.stacks``)."""
