@@ -9,7 +9,7 @@ exchange K/V blocks (``b * s_loc * 2 * kv_width`` elements, one per rank); the s
 * ``ring-p2p`` style (Transformer Engine's ``cp_comm_type = "p2p"``, Megatron-Core's default;
   PyTorch CP with ``rotate_method = "alltoall"``): ``cp - 1`` K/V transfers forward, each sent to
   the next rank while the current block computes, so a transfer is exposed only where it is
-  longer than one ring step (:func:`~.collectives.exposed_s` with the ``overlap`` knob);
+  longer than the share ``overlap`` (the knob) of one ring step (:func:`behind`);
   backward the K/V go round again and each block's dK/dV follow them, the transfer of step ``i``
   hiding behind step ``i + 1``; the last dK/dV transfer, back to the owner after the last step,
   has nothing to hide behind: exposed in full.
@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 from trainperf import vec
 from trainperf.predict.efficiency import KnobValues
-from trainperf.predict.step_model.collectives import CommCost, Fabric, exposed_s
+from trainperf.predict.step_model.collectives import CommCost, Fabric
 from trainperf.predict.step_model.layout import Layout, Num
 from trainperf.predict.step_model.stage import Stage
 
@@ -143,6 +143,13 @@ def _kv_elements(lay: Layout, st: Stage) -> Num:
     return lay.mesh.micro_batch * lay.model.seq_len / lay.mesh.cp * st.kv_local
 
 
+def behind(comm_s: Num, window_s: Num, overlap: Num) -> Num:
+    """Exposed part of a transfer that runs beside a compute window of ``window_s``:
+    ``max(0, comm - overlap * window)`` (the ``overlap`` knob is the share of the window it can
+    use; the ring's transfers run on their own stream beside the block's kernel)."""
+    return vec.maximum(0.0, comm_s - overlap * window_s)
+
+
 def _exchange(lay: Layout, st: Stage, fab: Fabric, c: Compute, ovl: Num) -> tuple[Num, Num, Num, Num, Num, Num]:
     """One layer's exchange per micro-batch: (forward seconds, forward exposed, forward bytes sent,
     backward seconds, backward exposed, backward bytes sent) on one rank of the group."""
@@ -160,20 +167,20 @@ def _exchange(lay: Layout, st: Stage, fab: Fabric, c: Compute, ovl: Num) -> tupl
     if fl.kv_exchange == "all-gather":  # one all-gather of every rank's K/V
         t_kv = fab.time_s("all-gather", m.cp * block, g)
         fwd_t = t_kv
-        fwd_x = exposed_s(t_kv, a.first_fwd, ovl) if fl.ring else t_kv
+        fwd_x = behind(t_kv, a.first_fwd, ovl) if fl.ring else t_kv
     else:  # cp - 1 sends, each behind one step
         t_kv = fab.time_s("send-recv", block, g)
-        fwd_t, fwd_x = steps * t_kv, steps * exposed_s(t_kv, a.step_fwd, ovl)
+        fwd_t, fwd_x = steps * t_kv, steps * behind(t_kv, a.step_fwd, ovl)
     if not fl.ring:  # gathered again, the gathered dK/dV reduce-scattered: both waited for
         t_rs = fab.time_s("reduce-scatter", m.cp * grad, g)
         return fwd_t, fwd_x, steps * block, t_kv + t_rs, t_kv + t_rs, steps * (block + grad)
     # the K/V again, and dK/dV round the ring: each behind the next step, the last one exposed
     t_grad = fab.time_s("send-recv", grad, g)
     if fl.kv_exchange == "all-gather":
-        kv_x, per_step = exposed_s(t_kv, a.first_bwd, ovl), t_grad
+        kv_x, per_step = behind(t_kv, a.first_bwd, ovl), t_grad
     else:
         kv_x, per_step = 0.0, t_grad + t_kv
-    bwd_x = kv_x + steps * exposed_s(per_step, a.step_bwd, ovl) + t_grad
+    bwd_x = kv_x + steps * behind(per_step, a.step_bwd, ovl) + t_grad
     return fwd_t, fwd_x, steps * block, fwd_t + m.cp * t_grad, bwd_x, steps * block + m.cp * grad
 
 
