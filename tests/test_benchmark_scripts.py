@@ -69,3 +69,19 @@ def test_moe_speed_compares_grouped_and_loop(capsys):
     assert mod.main(["--tokens", "64", "--hidden", "32", "--expert-ffn", "32", "--repeats", "1"]) == 0
     out = capsys.readouterr().out
     assert "8 experts top-2" in out and "64 experts top-8" in out and "outputs agree" in out
+
+
+def test_long_context_reads_the_published_table():
+    """ml-engineering's 8k-256k table as the kernel collection records it (e2e_fp8_compile.csv
+    rows 6-17), predicted with the FlashAttention families the page names."""
+    mod = _load("long_context")
+    assert mod.PUBLISHED["h200-sxm"][262144] == 419.0 and mod.PUBLISHED["b200"][131072] == 836.0
+    rs = {(r["device"], r["seq_len"]): r for r in mod.rows()}
+    assert len(rs) == 12
+    r = rs[("h200-sxm", 262144)]
+    assert r["attention_family"] == "fa3" and rs[("b200", 8192)]["attention_family"] == "fa4"
+    # published time at the predictor's FLOP count: the inverse of the TFLOP/s ratio
+    assert r["published_s"] / r["predicted_s"] == pytest.approx(r["predicted_tflops"] / 419.0)
+    assert r["attention_share_pct"] > 70  # attention-dominated at 256k
+    mape, signed, n = mod.summary(list(rs.values()), 65536)
+    assert n == 8 and mape >= abs(signed)

@@ -211,9 +211,11 @@ def test_skinny_matmul_is_memory_bound():
 
 
 def test_flash_attention_flops_and_backward_factor():
-    f = compute.attention_forward_flops(1, 4096, 2048.5, 64, 128, 128)
+    from trainperf.predict.step_model import attention
+
+    f = attention.attention_forward_flops(1, 4096, 2048.5, 64, 128, 128)
     assert f == pytest.approx(2 * 4096 * 2048.5 * 64 * 256)
-    assert compute.FLASH_BACKWARD_FACTOR == 2.5  # FlashAttention-2: five GEMMs backward, two forward
+    assert attention.FLASH_BACKWARD_FACTOR == 2.5  # FlashAttention-2: five GEMMs backward, two forward
 
 
 def test_elementwise_bytes():

@@ -27,8 +27,9 @@ ABS = 1e-15
 
 FIXED: dict[str, tuple[Callable[[Any], Any], str]] = {}
 """Path suffix -> (new value from the captured one, the bug it fixes). Empty since the snapshot was
-written anew for model version 2026.11.2-tables (issue 29: NeMo recipe defaults, interleaved rows,
-MaxText's remat policies), which already holds issue 28's ZeRO all-gather fix."""
+written anew for model version 2026.11.3 (issue 29: recipe defaults, interleaved rows, MaxText's remat
+policies, long-context attention and context parallel, MoE dispatch/combine), which already holds
+issue 28's ZeRO all-gather fix."""
 
 
 @functools.cache

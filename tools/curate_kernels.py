@@ -314,6 +314,36 @@ def curate_attention(c: Curation, rows: list[Row]) -> None:
             raise AssertionError(f"attention row not classified: {r['line']} {q}")
 
 
+# ----------------------------------------------------------------------------- long context
+MAGI_FAMILY = {"FA2 (flash-attn 2)": "fa2", "FA3 (flash-attn 3)": "fa3", "cuDNN fused attention": "cudnn"}
+"""MagiAttention's kernel figures: the families the step model prices (the others are rejected)."""
+
+
+def curate_long_context(c: Curation, rows: list[Row]) -> None:
+    """``long_context.csv``: MagiAttention's H100 kernel figures at 16k and 32k keep, for FA2, FA3 and
+    cuDNN, the 32k/16k ratio that extends the curves to 32k (``use = extend``: one benchmark at both
+    lengths, so its version and GQA shape cancel in the ratio); zhuzilin/ring-flash-attention's CP-8
+    efficiencies are cited for the load-balancing rule, not fitted."""
+    for r in rows:
+        q, src = r["quantity"], r["source"]
+        if "MagiAttention" in src:
+            fam = next((f for needle, f in MAGI_FAMILY.items() if f"({needle})" in q), None)
+            if fam is None:
+                c.reject(r, "kernel outside the modelled families (FlexAttention, Baidu FlashMask, MagiAttention "
+                            "FFA) or a PyTorch SDPA whose backend the blog does not state")
+                continue
+            p = r["params"]
+            c.keep("attention", r, silicon="hopper", sku="h100-sxm", family=fam,
+                   direction="bwd" if "bwd" in q else "fwd", seq_len=int(re.search(r"seqlen=(\d+)", p).group(1)),
+                   head_dim=128, causal="causal mask" in p, tflops=_num(r["value"]), use="extend")
+        elif "ring-flash-attention" in src:
+            c.reject(r, "context-parallel ring efficiency at 1,024 tokens per GPU and 5 heads (kernels starved of "
+                        "parallelism, far from training shapes): cited in docs/KERNELS.md for the load-balancing "
+                        "rule (zigzag vs ring), not fitted")
+        else:
+            raise AssertionError(f"long_context row not classified: {r['line']} {q}")
+
+
 # ------------------------------------------------------------------------------ collectives
 COLL_KIND = {"all_reduce": "all-reduce", "all-reduce": "all-reduce", "all_gather": "all-gather",
              "all-gather": "all-gather", "reduce_scatter": "reduce-scatter",
@@ -640,6 +670,7 @@ def curate(shared: Path) -> Curation:
     gemm = _read(shared, "gemm.csv")
     curate_gemm(c, gemm)
     curate_attention(c, _read(shared, "attention.csv"))
+    curate_long_context(c, _read(shared, "long_context.csv"))
     curate_collectives(c, _read(shared, "collectives.csv"))
     curate_xla_collectives(c, _read(shared, "collectives_xla_perf_table.csv"))
     curate_memory(c, _read(shared, "memory.csv"))

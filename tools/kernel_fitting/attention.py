@@ -155,6 +155,34 @@ def measured_curves(m: Measured, fam: str, ratio_ref: Curves | None) -> tuple[Cu
     return out, notes
 
 
+def extended(curves: Curves, rows: list[Row], fam: str) -> tuple[Curves, str]:
+    """The curves with a knot at the longest ``extend`` length (32k): each curve's last value
+    times the ratio of that length to the previous one measured in one benchmark, per direction
+    and mask (same kernel, version and shape at both lengths, so they cancel in the ratio),
+    applied to every head dim. Beyond it the curves stay flat (``_at``)."""
+    pts: dict[tuple[str, bool], dict[int, float]] = defaultdict(dict)
+    cited: list[Row] = []
+    for r in rows:
+        if r["use"] == "extend" and r["family"] == fam:
+            pts[(r["direction"], r["causal"] == "true")][int(r["seq_len"])] = float(r["tflops"])
+            cited.append(r)
+    ratio: dict[tuple[str, bool], float] = {}
+    for key, by_len in pts.items():
+        lo, hi = sorted(by_len)[-2:]
+        ratio[key] = by_len[hi] / by_len[lo]
+    top = math.log2(max(int(r["seq_len"]) for r in cited))
+    out: Curves = {}
+    for (hd, causal), c in curves.items():
+        if c.x[-1] >= top:
+            out[(hd, causal)] = c
+            continue
+        out[(hd, causal)] = Curve(np.append(c.x, top), np.append(c.fwd, c.fwd[-1] * ratio[("fwd", causal)]),
+                                  np.append(c.bwd, c.bwd[-1] * ratio[("bwd", causal)]))
+    parts = ", ".join(f"{d} {'causal' if m else 'full'} x{ratio[(d, m)]:.3f}" for d, m in sorted(ratio))
+    return out, (f"extended from 16k to {2 ** top / 1024:g}k by the 32k/16k ratio measured in one benchmark ({parts}: "
+                 f"{cite(cited[0])}, read from its figures, +/-3 TFLOP/s)")
+
+
 def _ref(ratio_ref: Curves | None, fam: str, key: Key) -> Curve:
     if ratio_ref is None:
         raise ValueError(f"attention {fam} hd{key[0]}: no bwd measured and no reference bwd/fwd ratio given")
@@ -193,9 +221,13 @@ def params(rows: list[Row]) -> dict[str, dict[str, dict]]:
     hop, amp, c4 = Measured(rows, "hopper"), Measured(rows, "ampere"), Measured(rows, "cdna4")
 
     # hopper: FA2, FA3, cuDNN, eager measured forward and backward (bwd: third-party transcription
-    # of the FA3 paper figure, non-causal); Triton forward only
+    # of the FA3 paper figure, non-causal); Triton forward only. FA2, FA3 and cuDNN go on to 32k by
+    # the 32k/16k ratio of one benchmark that measured both lengths (MagiAttention's H100 figures)
     for fam in ("fa2", "fa3", "cudnn", "eager"):
         c, notes = measured_curves(hop, fam, None)
+        if fam != "eager":
+            c, note = extended(c, rows, fam)
+            notes.append(note)
         fams["hopper"][fam] = (c, True, hop.source(fam, notes), [])
     h_fa2, h_fa3, h_eager = (fams["hopper"][f][0] for f in ("fa2", "fa3", "eager"))
     c, notes = measured_curves(hop, "triton", h_fa2)

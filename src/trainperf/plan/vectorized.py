@@ -51,18 +51,22 @@ class Evaluation:
 
 
 def mesh_arrays(c: Candidates, idx: np.ndarray, layers: int, scale_up_domain: int,
-                gpipe: tuple[bool, bool] = (False, False)) -> Mesh:
+                gpipe: tuple[bool, bool] = (False, False), cp_shards_states: bool = False) -> Mesh:
     """The :class:`~trainperf.predict.step_model.layout.Mesh` of candidate rows ``idx``, as arrays.
 
     Experts are split like the dense layers (``etp = tp``) or not at all (``etp = 1``), as the
     candidate says. ``scale_up_domain``: devices per NVLink/xGMI domain. ``gpipe``: whether the
     stack pipelines with GPipe at (vpp = 1, vpp > 1)
-    (:meth:`~trainperf.predict.stack_capabilities.Capabilities.schedule_for`).
+    (:meth:`~trainperf.predict.stack_capabilities.Capabilities.schedule_for`). ``cp_shards_states``:
+    the stack shards the states over the cp ranks of a plan that shards nothing else, as
+    :func:`~trainperf.predict.stack_capabilities.apply_stack` does for one workload.
     """
     f64 = np.float64
     col = {k: c[k][idx] for k in ("num_devices", "dp", "fsdp", "zero", "tp", "pp", "vpp", "cp", "micro_batch",
                                   "global_batch", "sp", "ep", "etp", "slots")}
     dp, fsdp, zero, cp = (col[k].astype(f64) for k in ("dp", "fsdp", "zero", "cp"))
+    if cp_shards_states:
+        zero = np.where((cp > 1) & (fsdp == 1) & (dp == 1) & (zero < 3), 3.0, zero)
     pp, vpp = col["pp"].astype(f64), col["vpp"].astype(f64)
     first, mid, last = stage_layer_split(float(layers), pp, *slot_stages(layers, col["pp"], col["slots"]))
     return Mesh(
@@ -115,13 +119,14 @@ def evaluate(c: Candidates, model: ModelSpec, hardware: Hardware, seq_len: int, 
     knobs = scalar.knob_values(hardware, calibration, stack=stack)
     caps = capabilities_of(stack)
     gpipe = (caps.schedule_for(1) == "gpipe", caps.schedule_for(2) == "gpipe")
+    cp_shards = caps.cp_shards_states
     capacity = float(hardware.usable_memory_bytes)
     for a, p, pos, lay_idx, lay in _groups(c):
         base = _group_layout(model, hardware, seq_len, c.precisions[p], AC_POLICIES[a], software)
         # chunks bound the memory of the step model's ~100 intermediate arrays
         for start in range(0, pos.size, CHUNK_ROWS):
             idx, lid = pos[start:start + CHUNK_ROWS], lay_idx[start:start + CHUNK_ROWS]
-            rows = dataclasses.replace(base, mesh=mesh_arrays(lay, lid, model.layers, domain, gpipe))
+            rows = dataclasses.replace(base, mesh=mesh_arrays(lay, lid, model.layers, domain, gpipe, cp_shards))
             if fitting_only:
                 mem_rows = _full(memory_only(rows, knobs).total_bytes, idx.size)
                 mem[idx] = mem_rows
@@ -131,7 +136,7 @@ def evaluate(c: Candidates, model: ModelSpec, hardware: Hardware, seq_len: int, 
                     continue
                 if not ok.all():
                     idx, lid = idx[ok], lid[ok]
-                    rows = dataclasses.replace(base, mesh=mesh_arrays(lay, lid, model.layers, domain, gpipe))
+                    rows = dataclasses.replace(base, mesh=mesh_arrays(lay, lid, model.layers, domain, gpipe, cp_shards))
             out = step_costs(rows, knobs)
             step[idx] = _full(out.step_time_s, idx.size)
             mem[idx] = _full(out.memory.total_bytes, idx.size)

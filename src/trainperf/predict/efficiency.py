@@ -20,7 +20,9 @@ the kernel at its measured microbenchmark speed):
     / fp8 GEMMs keep in a training step (clock drops under sustained load, cast and epilogue
     kernels the microbenchmark does not run, imperfect shapes).
 ``attention_fraction``
-    Share of the measured fused-attention efficiency of the stack's kernel family.
+    Share of the measured fused-attention efficiency of the stack's kernel family (1 in the
+    packaged profiles: not fitted, see :data:`trainperf.predict.fit_profiles.GENERIC_GLOBAL_KNOBS`;
+    a user's calibration may move it).
 ``memory_bound_fraction``
     Share of the measured bandwidth of the stack's memory-bound implementation (eager, fused or
     compiled) that norms, activations, RoPE, the loss and the optimizer reach.

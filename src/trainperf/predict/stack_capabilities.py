@@ -21,6 +21,8 @@ stack can execute and how it lays out memory::
                                                            # reduce-scatter: a layer's | one tensor's
     expert_tp = ["tp", "1"]                                # routed experts split like the dense
                                                            # layers, or not at all (MoE folding)
+    cp_shards_states = true                                # FSDP over the cp ranks even when the
+                                                           # plan shards nothing else (torchtitan)
     [capabilities.sources]
     parallelisms = "Megatron-LM arguments.py ..."
 
@@ -54,7 +56,8 @@ SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "gpipe")
 KEYS: tuple[str, ...] = ("parallelisms", "hybrid_shard", "zero_stages", "pipeline_zero_stages", "sequence_parallel",
                          "pipeline_schedules", "max_vpp",
                          "pipeline_slots", "uneven_stages", "checkpointing", "loss_bytes_per_logit",
-                         "compiled_loss_bytes_per_logit", "fp8_gemm_input_bytes", "fsdp_grad_unit", "expert_tp")
+                         "compiled_loss_bytes_per_logit", "fp8_gemm_input_bytes", "fsdp_grad_unit", "expert_tp",
+                         "cp_shards_states")
 GRAD_UNITS: tuple[str, ...] = ("layer", "tensor")
 EXPERT_TP: tuple[str, ...] = ("tp", "1")
 DEFAULT_LOSS_BYTES_PER_LOGIT = 6.0
@@ -93,6 +96,11 @@ class Capabilities:
     expert_tp: tuple[str, ...] = ("tp",)
     """How the routed experts may be split: ``tp`` (like the dense layers: ``etp = tp``) and/or
     ``1`` (not split; Megatron-Core's MoE parallel folding, ``--expert-tensor-parallel-size 1``)."""
+    cp_shards_states: bool = False
+    """Parameters, gradients and optimizer states are sharded over the cp ranks whenever cp > 1,
+    even in a plan with no other sharding (torchtitan applies FSDP2 over its ``dp_shard_cp``
+    mesh whenever context parallelism is on): :func:`apply_stack` makes that plan ZeRO-3 over
+    the cp ranks."""
     introduced: tuple[tuple[str, str, tuple[tuple[str, tuple[int, ...]], ...]], ...] = ()
     """``(key, value, ((product, release), ...))``: a value of a list-valued key the stack gained
     in a later release (``[capabilities.introduced]``, e.g. ``"expert_tp=1" = ["Megatron-Core
@@ -271,7 +279,7 @@ def capabilities_from_table(stack: str, table: Mapping[str, Any]) -> Capabilitie
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise SpecError(_where(stack, key), v, "an integer >= 0 (0: up to layers / pp)")
             kw[key] = v
-        elif key in ("pipeline_slots", "uneven_stages", "hybrid_shard"):
+        elif key in ("pipeline_slots", "uneven_stages", "hybrid_shard", "cp_shards_states"):
             if not isinstance(v, bool):
                 raise SpecError(_where(stack, key), v, "true or false")
             kw[key] = v
@@ -501,15 +509,18 @@ def stacks_for(w: Any) -> tuple[str, ...]:
 def apply_stack(w: Any) -> Any:
     """``w`` with what its stack always does made explicit, each with a note: sequence
     parallelism under tensor parallelism when the stack always shards the sequence (torchtitan,
-    MaxText), and the GPipe schedule of a stack whose pipeline has no 1F1B (MaxText, PaxML: a
-    1F1B or interleaved plan, the default, is run as GPipe, circular when vpp > 1).
+    MaxText), the GPipe schedule of a stack whose pipeline has no 1F1B (MaxText, PaxML: a
+    1F1B or interleaved plan, the default, is run as GPipe, circular when vpp > 1), and states
+    sharded over the cp ranks of a plan that shards nothing else when the stack always does
+    (torchtitan: ``cp_shards_states``; a plan with replicas, dp > 1, is left as written).
     Everything else is left as written: a plan the stack cannot run is predicted as given, with
     a note saying why the stack cannot run it (:func:`plan_refusal`)."""
     p = w.plan
     want_sp = p.tp > 1 and not p.sequence_parallel
     want_sched = p.pp > 1 and p.pp_schedule != "gpipe"
+    want_cp = p.cp > 1 and p.fsdp == 1 and p.zero_stage < 3 and (p.dp or 1) == 1
     stack = getattr(w, "stack", None)
-    if not (want_sp or want_sched) and (stack is None or stack == "generic"):
+    if not (want_sp or want_sched or want_cp) and (stack is None or stack == "generic"):
         return w
     try:
         caps = capabilities_of(stack)
@@ -524,6 +535,11 @@ def apply_stack(w: Any) -> Any:
         p = dataclasses.replace(p, pp_schedule="gpipe")
         notes.append(f"{caps.stack}'s pipeline runs every micro-batch's forward before the backward: "
                      f"GPipe schedule{' (circular)' if p.vpp > 1 else ''} assumed")
+    if want_cp and caps.cp_shards_states:
+        p = dataclasses.replace(p, zero_stage=3)
+        notes.append(f"{caps.stack} shards parameters, gradients and optimizer states over the {p.cp} "
+                     "context-parallel ranks (FSDP over its dp_shard x cp mesh whenever cp > 1): ZeRO-3 over "
+                     "them assumed")
     out = w if p is w.plan else dataclasses.replace(w, plan=p, notes=tuple(notes))
     refusal = plan_refusal(caps, out)
     if refusal is None:

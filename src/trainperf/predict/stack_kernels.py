@@ -16,6 +16,8 @@ predicted from that silicon's kernels. The facts::
     gpu_memory_fraction = 0.9              # share of a GPU's memory the runtime lets the program
                                            # use (JAX/XLA preallocation); 1: all of it
     grouped_gemm = "torch-grouped-mm"      # the routed experts' grouped GEMM (kernels.gemm.GROUPED_IMPLS)
+    context_parallel = "ring-allgather"    # how cp attention exchanges K/V (CONTEXT_PARALLEL)
+    context_parallel_load_balance = true   # causal load balancing (zigzag / head-tail chunks)
     [kernels.sources]
     attention = "..."
 
@@ -37,15 +39,20 @@ from trainperf.predict.kernels import attention
 
 ELEMENTWISE = ("eager", "fused", "compiled")
 TP_OVERLAP = ("never", "async-tp", "sequence-parallel", "always")
+CONTEXT_PARALLEL = ("ring-p2p", "ring-allgather", "ring-alltoall", "allgather", "ulysses")
+"""How a stack's context-parallel attention exchanges K/V
+(:data:`trainperf.predict.step_model.context_parallel.FLAVOURS` says what each one costs)."""
 KEYS = ("attention", "attention_by_silicon", "elementwise", "compiled", "fp8_recipe", "tp_overlap",
-        "gpu_memory_fraction", "grouped_gemm", "sources")
+        "gpu_memory_fraction", "grouped_gemm", "context_parallel", "context_parallel_load_balance", "sources")
 
 BUILTIN: dict[str, Any] = {
     "attention": "fa2", "attention_by_silicon": {}, "elementwise": "eager", "compiled": False,
     "fp8_recipe": "tensorwise", "tp_overlap": "async-tp", "gpu_memory_fraction": 1.0,
-    "grouped_gemm": "other",
+    "grouped_gemm": "other", "context_parallel": "ring-p2p", "context_parallel_load_balance": True,
 }
-"""What a stack with no facts at all is taken to run: PyTorch eager with FlashAttention-2."""
+"""What a stack with no facts at all is taken to run: PyTorch eager with FlashAttention-2, and
+context parallelism as a load-balanced ring of point-to-point K/V transfers (Liu et al. 2023's
+ring attention with zigzag chunks, as Megatron-Core runs it)."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,10 @@ class StackKernels:
     """The grouped GEMM the routed experts of an MoE layer run
     (:data:`trainperf.predict.kernels.gemm.GROUPED_IMPLS`); its speed where measured is
     :func:`~trainperf.predict.kernels.gemm.grouped_fraction`, the dense GEMM law elsewhere."""
+    context_parallel: str = "ring-p2p"
+    """How context-parallel attention exchanges K/V (:data:`CONTEXT_PARALLEL`)."""
+    context_parallel_load_balance: bool = True
+    """Causal load balancing of the cp ranks (every rank the same share of the causal triangle)."""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def elementwise_impl(self, compile_flag: bool) -> str:
@@ -115,6 +126,11 @@ def validate_table(body: Mapping[str, Any], where: str) -> dict[str, Any]:
 
         if out["grouped_gemm"] not in GROUPED_IMPLS:
             raise UnknownNameError(f"{where} [kernels].grouped_gemm", out["grouped_gemm"], GROUPED_IMPLS)
+    if "context_parallel" in out and out["context_parallel"] not in CONTEXT_PARALLEL:
+        raise UnknownNameError(f"{where} [kernels].context_parallel", out["context_parallel"], CONTEXT_PARALLEL)
+    if "context_parallel_load_balance" in out and not isinstance(out["context_parallel_load_balance"], bool):
+        raise SpecError(f"{where} [kernels].context_parallel_load_balance", out["context_parallel_load_balance"],
+                        "true or false")
     if "gpu_memory_fraction" in out:
         v = out["gpu_memory_fraction"]
         if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 < v <= 1.0:
@@ -148,7 +164,8 @@ def resolve(profile: Any, silicon: str, generic: Any = None) -> StackKernels:
                         elementwise=str(facts["elementwise"]), compiled=bool(facts["compiled"]),
                         fp8_recipe=str(facts["fp8_recipe"]), tp_overlap=str(facts["tp_overlap"]),
                         gpu_memory_fraction=float(facts["gpu_memory_fraction"]),
-                        grouped_gemm=str(facts["grouped_gemm"]), sources=sources)
+                        grouped_gemm=str(facts["grouped_gemm"]), context_parallel=str(facts["context_parallel"]),
+                        context_parallel_load_balance=bool(facts["context_parallel_load_balance"]), sources=sources)
 
 
 @lru_cache(maxsize=256)

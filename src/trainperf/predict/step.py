@@ -207,7 +207,7 @@ def predict(w: Any, *, knobs: Knobs | None = None,
     k = resolve_knobs(w, calibration, knobs, stack)
     lay = layout_of(w, trainable_fraction)
     p = assemble(w, step_costs(lay, k.numbers()), k, convention=convention, train_tokens=train_tokens,
-                 lora_fraction=trainable_fraction if trainable_fraction < 1 else 0.0)
+                 lora_fraction=trainable_fraction if trainable_fraction < 1 else 0.0, cp_flavour=lay.kernels.cp_flavour)
     p.extra["kernels"] = kernel_info(lay.kernels)
     from trainperf.predict.intervals import interval_for
 
@@ -263,8 +263,19 @@ def memory_breakdown_GiB(m: Memory) -> dict[str, float]:
     return {name: as_float(v) / GiB for name, v in parts.items()}
 
 
-def collectives(w: Any, s: StepCosts) -> list[Collective]:
-    """Each kind of collective the step runs (those that take time), with its group and link."""
+def cp_algorithm(fl: Any) -> str:
+    """How a :class:`~trainperf.predict.step_model.context_parallel.Flavour` exchanges K/V, in words."""
+    how = {"send-recv": "send/recv", "all-gather": "K/V all-gather", "all-to-all": "all-to-all by heads"}
+    return f"{fl.name} ({how[fl.kv_exchange]}{', load-balanced' if fl.load_balance else ''})"
+
+
+def collectives(w: Any, s: StepCosts, lay_cp: Any = None) -> list[Collective]:
+    """Each kind of collective the step runs (those that take time), with its group and link;
+    ``lay_cp``: the stack's context-parallel flavour (the layout's ``kernels.cp_flavour``)."""
+    if lay_cp is None:
+        from trainperf.predict.step_model.context_parallel import FLAVOURS
+
+        lay_cp = FLAVOURS["ring-p2p"]
     p, dp = w.plan, s.dp
     fs_label = "fsdp" if p.fsdp > 1 else "zero-3"
     rows: list[tuple[str, str, CommCost]] = [
@@ -276,7 +287,7 @@ def collectives(w: Any, s: StepCosts) -> list[Collective]:
         ("zero reduce-scatter" if (p.zero_stage in (1, 2) and p.fsdp == 1) else "dp all-reduce", "hierarchical ring",
          dp.grad_sync),
         ("zero param all-gather", "hierarchical ring", dp.zero_allgather),
-        ("cp ring exchange", "ring (send/recv)", s.cp),
+        ("cp ring exchange" if lay_cp.ring else f"cp {lay_cp.kv_exchange}", cp_algorithm(lay_cp), s.cp),
         ("pp send/recv", "point-to-point", s.pp.sends),
     ]
     out = []
@@ -289,10 +300,11 @@ def collectives(w: Any, s: StepCosts) -> list[Collective]:
 
 
 def assemble(w: Any, s: StepCosts, k: Knobs, *, convention: str = DEFAULT_CONVENTION,
-             train_tokens: float = 1e12, lora_fraction: float = 0.0) -> Prediction:
-    """Build a :class:`Prediction` from the step model's costs (scalars)."""
+             train_tokens: float = 1e12, lora_fraction: float = 0.0, cp_flavour: Any = None) -> Prediction:
+    """Build a :class:`Prediction` from the step model's costs (scalars); ``cp_flavour``: the
+    stack's context-parallel flavour, which names the cp exchange."""
     step = as_float(s.step_time_s)
-    parts, comp, colls = breakdown(s), compute_breakdown(s), collectives(w, s)
+    parts, comp, colls = breakdown(s), compute_breakdown(s), collectives(w, s, cp_flavour)
     mem = memory_breakdown_GiB(s.memory)
     mem_total, capacity = as_float(s.memory.total_bytes) / GiB, as_float(s.memory.capacity_bytes) / GiB
     tp_ = throughput(w, step_time_s=step, convention=convention, train_tokens=train_tokens,

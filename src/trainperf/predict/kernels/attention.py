@@ -7,8 +7,10 @@ a causal mask (only the unmasked pairs count), backward 2.5 times the forward. M
 (FlashAttention-2/3 and cuDNN on H100, the FA2 paper's A100 figure, AITER on MI355X, ...) are
 interpolated linearly in log2(seq_len), made non-decreasing (isotonic), interpolated in
 log2(head_dim) between the measured head dims, and held flat beyond the measured range: below
-512 and above 16k tokens (32k for FA4's speedup) the nearest measured value is used, so long
-context up to 262k and beyond is accepted, at the 16k efficiency. Families a silicon cannot run
+512 and above 32k tokens (Hopper FA2/FA3/cuDNN reach 32k by a measured 32k/16k ratio; the
+families derived from them and FA4 with them; the others end at 16k) the nearest measured value
+is used, so long context up to 1M tokens and beyond is accepted, at the last measured
+efficiency (docs/KERNELS.md, "Long context", says why flat). Families a silicon cannot run
 are first mapped by :func:`resolve_family`. Not modelled: GQA/MQA (MHA measurements), sliding
 windows, variable-length packing, dropout, fp8 attention. Data and fallbacks: docs/KERNELS.md.
 """

@@ -5,10 +5,13 @@
   :mod:`.kernel_physics` fills its kernel part from the stack and the silicon;
 * :mod:`.stage` -- the busiest pipeline stage: layers, parameters, checkpointing as numbers;
 * :mod:`.compute` -- GEMMs by shape, fused attention, memory-bound ops, kernel launches;
+* :mod:`.attention` -- the attention core: one causal kernel, or a context-parallel ring's
+  blocks and their merges;
 * :mod:`.tensor_parallel` -- TP/SP all-reduces, all-gathers and reduce-scatters, exposed;
 * :mod:`.expert_parallel` -- MoE dispatch and combine all-to-alls, exposed;
 * :mod:`.data_parallel` -- FSDP/ZeRO gathers and reduce-scatters, DP gradient sync, overlapped;
-* :mod:`.context_parallel` -- the K/V ring, exposed where longer than its attention block;
+* :mod:`.context_parallel` -- the stack's K/V exchange (ring, all-gather, Ulysses), what of it
+  is exposed, and its buffers;
 * :mod:`.pipeline` -- the bubble and the stages' sends;
 * :mod:`.optimizer` -- the AdamW step;
 * :mod:`.memory` -- memory per device by category;

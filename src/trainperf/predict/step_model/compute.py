@@ -10,7 +10,8 @@ Formulas (every argument a float or a numpy array):
   but never faster than moving its operands through HBM (roofline, Williams et al. 2009).
 * Fused (flash) attention: forward ``4 * b * s_q * s_k_avg * heads * head_dim`` FLOPs,
   backward 2.5x the forward (FlashAttention-2 runs five GEMMs backward versus two forward,
-  Dao 2023), at ``peak * attention_efficiency``.
+  Dao 2023), at ``peak * attention_efficiency``; under context parallelism as the blocks of a
+  ring (:mod:`.attention`).
 * Memory-bound ops take ``bytes / (hbm_bandwidth * memory_efficiency)``.
 
 Per micro-batch and layer: backward is 2x the GEMMs (activation and weight gradients; LoRA skips
@@ -27,12 +28,9 @@ from typing import Any
 
 from trainperf import vec
 from trainperf.predict.efficiency import KnobValues
-from trainperf.predict.kernels import attention as k_attention
+from trainperf.predict.step_model.attention import AttentionTimes, attention_times
 from trainperf.predict.step_model.layout import COLUMN, HEAD_16BIT_UNDER_FP8, KV, ROW, Layout, Matmul, Num
 from trainperf.predict.step_model.stage import Stage
-
-FLASH_BACKWARD_FACTOR = 2.5
-"""Backward/forward FLOP ratio of FlashAttention-2 (5 GEMMs vs 2, Dao 2023)."""
 
 KERNELS_PER_LAYER_FWD = 14.0
 """Kernels one layer launches forward in an eager framework: ~7 GEMMs, 2 norms, 2 adds, RoPE,
@@ -57,14 +55,6 @@ def matmul_time_s(m: Num, n: Num, k: Num, peak_flops: Num, efficiency: Num, half
     t_compute = 2.0 * m * n * k / (peak_flops * eff)
     t_memory = bytes_per_elem * (m * k + k * n + m * n) / hbm_bytes_per_s
     return vec.maximum(t_compute, t_memory)
-
-
-def attention_forward_flops(batch: Num, q_len: Num, kv_len_avg: Num, heads: Num, qk_dim: Num, v_dim: Num) -> Num:
-    """Forward FLOPs of the attention core: QK^T and PV, ``2*(qk_dim + v_dim)`` per computed pair.
-
-    ``kv_len_avg`` is the mean number of keys a query attends to (``s/2`` for a causal mask that
-    a fused kernel skips block-wise; the window for sliding-window layers)."""
-    return 2.0 * batch * q_len * kv_len_avg * heads * (qk_dim + v_dim)
 
 
 def elementwise_bytes_per_token(hidden_norm: Num, q_dim: Num, kv_dim: Num, ffn: Num, gated: Any, act_bytes: Num = 2.0,
@@ -200,44 +190,11 @@ def layer_gemms(lay: Layout, st: Stage, g: GemmSpeed) -> tuple[Num, Num]:
 
 
 # -------------------------------------------------------------------------- attention
-def attention_efficiency(lay: Layout, seq: Num, cp: Num, head_dim: Num | None = None) -> tuple[Num, Num]:
-    """(forward, backward) fraction of the 16-bit peak the stack's attention kernel sustains on
-    this silicon at ``seq`` tokens per block: causal for the whole sequence, non-causal blocks for
-    a context-parallel ring (cp > 1). Rows of different head dims are looked up apart."""
-    fam, sil = lay.kernels.attn_family, lay.kernels.silicon
-    hd = lay.model.qk_head_dim if head_dim is None else head_dim
-    if not vec.is_number(hd):
-        import numpy as np
-
-        hds = np.unique(hd)
-        if len(hds) > 1:
-            seq_a = np.broadcast_to(seq, np.shape(hd)).astype(float)
-            cp_a = np.broadcast_to(cp, np.shape(hd)).astype(float)
-            fw, bw = np.empty(np.shape(hd)), np.empty(np.shape(hd))
-            for h in hds:
-                sel = hd == h
-                fw[sel], bw[sel] = attention_efficiency(lay, seq_a[sel], cp_a[sel], float(h))
-            return fw, bw
-        hd = float(hds[0])
-    if vec.is_nonbool_number(cp):
-        return k_attention.efficiency(sil, fam, seq, hd, cp <= 1)
-    cf, cb = k_attention.efficiency(sil, fam, seq, hd, True)
-    nf, nb = k_attention.efficiency(sil, fam, seq, hd, False)
-    return vec.where(cp <= 1, cf, nf), vec.where(cp <= 1, cb, nb)
-
-
-def attention_core(lay: Layout, kn: KnobValues) -> tuple[Num, Num]:
-    """(forward, backward) seconds of one layer's attention core per micro-batch, at the fused
-    kernel's measured efficiency at the length it runs on: the whole causal sequence, or with
-    context parallelism the ``s/cp`` blocks of the ring (load-balanced, so mostly full,
-    non-causal blocks)."""
-    ms, m = lay.model, lay.mesh
-    flops = attention_forward_flops(m.micro_batch, ms.seq_len / m.cp, ms.kv_avg, ms.heads / m.tp, ms.qk_head_dim,
-                                    ms.v_head_dim)
-    a_fwd, a_bwd = attention_efficiency(lay, ms.seq_len / m.cp, m.cp)
-    peak = lay.device.attn_peak_flops
-    return (flops / (peak * a_fwd * kn.attention_fraction),
-            FLASH_BACKWARD_FACTOR * flops / (peak * a_bwd * kn.attention_fraction))
+def attention_core(lay: Layout, kn: KnobValues) -> AttentionTimes:
+    """One layer's attention core per micro-batch at the fused kernel's measured efficiency at the
+    lengths it runs on: the whole causal sequence, or with context parallelism the blocks of the
+    stack's ring and their merges (:mod:`.attention`)."""
+    return attention_times(lay, kn, lay.kernels.cp_flavour)
 
 
 # ----------------------------------------------------------------------- memory-bound
@@ -307,6 +264,8 @@ class LayerTimes:
     gemm_rec: Num
     attn_fwd: Num
     attn_bwd: Num
+    attn: AttentionTimes
+    """The attention core in parts (ring blocks and merges under context parallelism)."""
     mem_fwd: Num
     mem_rec: Num
     launch_fwd: Num
@@ -325,10 +284,11 @@ def layer_times(lay: Layout, st: Stage, kn: KnobValues, g: GemmSpeed) -> LayerTi
     a layer takes its device time or its launch time, whichever is longer, blended smoothly
     (:func:`exposed_launch_s`); compiling keeps the profile's share of the launch cost."""
     gemm_fwd, gemm_rec = layer_gemms(lay, st, g)
-    attn_fwd, attn_bwd = attention_core(lay, kn)
+    attn = attention_core(lay, kn)
+    attn_fwd, attn_bwd = attn.fwd, attn.bwd
     mem_fwd, mem_rec = memory_bound(lay, st, kn)
     rc, train = st.rc, lay.run.trainable_fraction
-    launch = KERNELS_PER_LAYER_FWD * kn.op_overhead_us * 1e-6
+    launch = (KERNELS_PER_LAYER_FWD + attn.extra_kernels) * kn.op_overhead_us * 1e-6
     if lay.kernels.compiled:  # fewer, fused kernels: the profile says how much of the launch cost stays
         launch = launch * kn.compile_overhead_factor
     dev_fwd = gemm_fwd + attn_fwd + mem_fwd
@@ -337,7 +297,7 @@ def layer_times(lay: Layout, st: Stage, kn: KnobValues, g: GemmSpeed) -> LayerTi
     l_fwd = exposed_launch_s(dev_fwd, launch)
     l_bwd = exposed_launch_s(dev_bwd, 2.0 * launch)
     l_rec = exposed_launch_s(dev_rec, rc.elementwise * launch)
-    return LayerTimes(gemm_fwd, gemm_rec, attn_fwd, attn_bwd, mem_fwd, mem_rec, l_fwd, l_bwd, l_rec,
+    return LayerTimes(gemm_fwd, gemm_rec, attn_fwd, attn_bwd, attn, mem_fwd, mem_rec, l_fwd, l_bwd, l_rec,
                       dev_fwd + l_fwd, dev_bwd + l_bwd, st.rec_frac * (dev_rec + l_rec))
 
 

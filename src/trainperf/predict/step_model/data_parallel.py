@@ -11,8 +11,12 @@ all-gather; and how much of each hides behind compute.
   MB, a handful per stage), behind the last micro-batch's backward; ZeRO-1/2 reduce-scatter them
   instead and all-gather the updated parameters, behind the first forward.
 
-The data-parallel groups span the ranks outside tp and cp (fsdp inside dp); states sharded
-over them span cp too (:attr:`~trainperf.specs.parallel.ParallelPlan.shards_params`).
+The cp ranks of a group hold the same parameters but see different tokens, so every gradient
+reduction and every sharding spans them too: FSDP shards over ``fsdp x cp`` (torchtitan's
+``dp_shard_cp`` mesh), ZeRO over ``dp x cp`` and DDP all-reduces over ``dp x cp`` (Megatron-Core's
+data-parallel group "with context parallel"; :attr:`~trainperf.specs.parallel.ParallelPlan.shards_params`
+counts the same ranks). Under HSDP the replicas (dp) all-reduce the shards they hold. The
+ranks of such a group are ``tp`` apart (the mesh is ``pp x dp x fsdp x cp x tp``, tp innermost).
 """
 
 from __future__ import annotations
@@ -63,11 +67,11 @@ class _Sharded:
 
 
 def _sharded(lay: Layout, st: Stage, fab: Fabric) -> _Sharded:
-    """The sharding group (fsdp, else ZeRO-3 over dp) and one micro-batch's traffic over it."""
+    """The sharding group (fsdp x cp, else ZeRO-3 over dp x cp) and one micro-batch's traffic over it."""
     m = lay.mesh
-    fs, dp = fab.group(m.fsdp, m.tp * m.cp), fab.group(m.dp, m.tp * m.cp * m.fsdp)
+    fs, dp = fab.group(m.fsdp * m.cp, m.tp), fab.group(m.dp * m.cp, m.tp)
     on_fsdp = m.fsdp > 1
-    g = Group(vec.where(on_fsdp, m.fsdp, m.dp), vec.where(on_fsdp, fs.per_node, dp.per_node),
+    g = Group(vec.where(on_fsdp, m.fsdp, m.dp) * m.cp, vec.where(on_fsdp, fs.per_node, dp.per_node),
               vec.where(on_fsdp, fs.nodes, dp.nodes))
     gather_b = st.p_stage * PARAM_GATHER_BYTES * vec.where(lay.run.fp8, 0.5, 1.0)
     grad_b = st.p_stage * lay.run.trainable_fraction * GRAD_REDUCE_BYTES
@@ -97,22 +101,25 @@ def _fsdp(lay: Layout, st: Stage, kn: KnobValues, s: _Sharded, c: Compute) -> tu
 
 
 def _replicated(lay: Layout, st: Stage, kn: KnobValues, fab: Fabric, c: Compute) -> tuple[CommCost, CommCost]:
-    """(gradient sync, ZeRO-1/2 parameter all-gather) over the replicated dp group: a bucketed
-    all-reduce of the gradients (of the fsdp shard under HSDP) behind the last backward, or with
-    ZeRO-1/2 a reduce-scatter, and an all-gather of the updated parameters behind the first
-    forward."""
+    """(gradient sync, ZeRO-1/2 parameter all-gather) over the replicated group (dp x cp; the
+    replicas dp under HSDP): a bucketed all-reduce of the gradients (of the fsdp shard under
+    HSDP) behind the last backward, or with ZeRO-1/2 a reduce-scatter, and an all-gather of the
+    updated parameters behind the first forward."""
     m, ovl = lay.mesh, kn.overlap
-    dp = fab.group(m.dp, m.tp * m.cp * m.fsdp)
+    hsdp = m.fsdp > 1
+    n = vec.where(hsdp, m.dp, m.dp * m.cp)
+    g_hsdp, g_dp = fab.group(m.dp, m.tp * m.cp * m.fsdp), fab.group(m.dp * m.cp, m.tp)
+    dp = Group(n, vec.where(hsdp, g_hsdp.per_node, g_dp.per_node), vec.where(hsdp, g_hsdp.nodes, g_dp.nodes))
     trained = st.p_stage * lay.run.trainable_fraction
-    grad = trained * GRAD_REDUCE_BYTES / vec.where(m.fsdp > 1, m.fsdp, 1.0)
+    grad = trained * GRAD_REDUCE_BYTES / vec.where(hsdp, m.fsdp * m.cp, 1.0)
     zero12 = vec.where(st.plain_dp, vec.where(m.fsdp <= 1, m.zero_stage >= 1, False), False)
     sync = vec.where(st.plain_dp, vec.where(zero12, fab.time_s("reduce-scatter", grad, dp),
                                             fab.time_s("all-reduce", grad, dp, vec.minimum(st.layers, DDP_BUCKETS))),
                      0.0)
-    sync_bytes = vec.where(st.plain_dp, ring_bytes_per_device("all-reduce", grad, m.dp) / vec.where(zero12, 2.0, 1.0),
+    sync_bytes = vec.where(st.plain_dp, ring_bytes_per_device("all-reduce", grad, n) / vec.where(zero12, 2.0, 1.0),
                            0.0)
     gather = vec.where(zero12, fab.time_s("all-gather", trained * PARAM_GATHER_BYTES, dp), 0.0)
-    gather_bytes = vec.where(zero12, ring_bytes_per_device("all-gather", trained * PARAM_GATHER_BYTES, m.dp), 0.0)
+    gather_bytes = vec.where(zero12, ring_bytes_per_device("all-gather", trained * PARAM_GATHER_BYTES, n), 0.0)
     return (CommCost(sync, exposed_s(sync, c.bwd_mb, ovl), sync_bytes, dp),
             CommCost(gather, exposed_s(gather, c.fwd_mb, ovl), gather_bytes, dp))
 

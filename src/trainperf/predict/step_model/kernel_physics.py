@@ -12,6 +12,7 @@ from trainperf.predict.kernels import collectives as k_collectives
 from trainperf.predict.kernels import fp8 as k_fp8
 from trainperf.predict.kernels import gemm as k_gemm
 from trainperf.predict.kernels import memory_bound as k_memory
+from trainperf.predict.step_model import context_parallel
 from trainperf.predict.step_model.layout import ATTENTION_PEAK_PRECISION, HEAD_16BIT_UNDER_FP8, KernelPhysics
 
 
@@ -58,6 +59,7 @@ def _kernels(hw: Any, precision: str, stack: str, _mtime: float, compile_flag: b
         link_up=k_collectives.level_model(sil, "scale-up"), link_out=k_collectives.level_model(sil, "scale-out"),
         fsdp_grad_per_tensor=stack_capabilities.fsdp_grad_per_tensor(stack),
         fp8_gemm_input_bytes=stack_capabilities.fp8_gemm_input_bytes(stack, precision),
+        cp_flavour=context_parallel.flavour(sk.context_parallel, sk.context_parallel_load_balance),
         **software_fields(norm, mlp, sil, stack, precision, compile_flag, fp8_recipe))
 
 

@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from trainperf.accounting.flops import attention_pairs
 from trainperf.predict.kernels.collectives import LevelModel
+
+if TYPE_CHECKING:
+    from trainperf.predict.step_model.context_parallel import Flavour
 
 Num: TypeAlias = Any
 """A float, or a numpy array of floats (one element per plan or per row)."""
@@ -230,6 +233,9 @@ class KernelPhysics:
     """Bytes kept per element of a matmul input under fp8 (None: as the other activations)."""
     fsdp_grad_per_tensor: bool
     """FSDP reduce-scatters each weight's gradient on its own (GSPMD), not a block's at once."""
+    cp_flavour: Flavour
+    """How the stack's context-parallel attention exchanges K/V, merges and buffers
+    (:class:`~trainperf.predict.step_model.context_parallel.Flavour`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from trainperf import vec
 from trainperf.accounting import recompute
 from trainperf.predict.efficiency import KnobValues
+from trainperf.predict.step_model.context_parallel import ring_buffer_bytes
 from trainperf.predict.step_model.data_parallel import GRAD_REDUCE_BYTES, PARAM_GATHER_BYTES
 from trainperf.predict.step_model.layout import Flag, Layout, Num
 from trainperf.predict.step_model.stage import Stage
@@ -216,7 +217,7 @@ class Memory:
     """Kept activations of the peak rank, and the working set of the layer in its backward."""
     logits_bytes: Num
     buffers_bytes: Num
-    """Tensor-parallel collective buffers and DDP's gradient buckets."""
+    """Tensor-parallel collective buffers, DDP's gradient buckets, the context-parallel ring's."""
     reserve_bytes: Num
     total_bytes: Num
     capacity_bytes: Num
@@ -332,7 +333,8 @@ def memory(lay: Layout, st: Stage, kn: KnobValues) -> Memory:
 
     Counted: model states (:func:`_states`), FSDP / ZeRO-3 unsharded units, activations of the
     peak rank (:func:`_peak_activations`), communication buffers (the tp all-gather/reduce-scatter
-    input and output, DDP's buckets), and the framework reserve (``reserve_GiB``: driver
+    input and output, DDP's buckets, the context-parallel K/V blocks and merge buffers of one
+    layer's attention: :func:`~.context_parallel.ring_buffer_bytes`), and the framework reserve (``reserve_GiB``: driver
     carve-out, CUDA/ROCm context, library workspaces, collective buffers), or, when larger, the
     share of the device a preallocating runtime leaves outside its pool (JAX/XLA on a GPU): what
     it leaves holds the context, workspaces and buffers the reserve stands for, so it is taken
@@ -343,7 +345,7 @@ def memory(lay: Layout, st: Stage, kn: KnobValues) -> Memory:
     gathered = _gathered(lay, st)
     activations, logits = _peak_activations(lay, st, _kept(lay, st))
     buffers = (vec.where(lay.mesh.tp > 1, 2.0 * st.tp_buf, 0.0)
-               + vec.where(st.plain_dp, 2.0 * DDP_BUCKET_BYTES * GRAD_REDUCE_BYTES, 0.0))
+               + vec.where(st.plain_dp, 2.0 * DDP_BUCKET_BYTES * GRAD_REDUCE_BYTES, 0.0) + ring_buffer_bytes(lay, st))
     capacity = lay.device.hbm_capacity_bytes
     reserve = vec.maximum(kn.reserve_GiB * GiB, (1.0 - lay.kernels.memory_fraction) * capacity)
     total = weights + grads + optim + gathered + activations + logits + buffers + reserve

@@ -56,7 +56,8 @@ class Stage:
     zero3: Flag
     """Parameters are sharded (FSDP, or ZeRO-3 over dp)."""
     plain_dp: Flag
-    """Replicated data parallelism: dp > 1 and not ZeRO-3 over dp (which the FSDP terms carry)."""
+    """Replicated gradients to reduce: dp x cp > 1 without ZeRO-3 (whose terms the FSDP ones
+    carry), or replicas of an FSDP group (HSDP, dp > 1)."""
     tp: Num
     ep: Num
     etp: Num
@@ -151,5 +152,5 @@ def busiest_stage(lay: Layout) -> Stage:
         kv_local=ms.head_dim * vec.maximum(ms.kv_heads / m.tp, 1.0), ffn_moe=ffn_moe, ffn_shared=ffn_shared,
         ffn_eff=dense_frac * ms.ffn + moe_frac * (ffn_moe + ffn_shared), tp_buf=m_tok * ms.hidden * lay.run.act_bytes,
         p_layer_local=p_layer_local, p_stage=p_stage, p_experts=p_experts, zero3=m.shards_params > 1,
-        plain_dp=vec.where(m.dp > 1, vec.where(m.fsdp <= 1, m.zero_stage < 3, True), False),
+        plain_dp=vec.where(m.fsdp > 1, m.dp > 1, vec.where(m.dp * m.cp > 1, m.zero_stage < 3, False)),
         tp=m.tp, ep=m.ep, etp=m.etp)
