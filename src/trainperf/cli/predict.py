@@ -67,6 +67,9 @@ def render(p) -> str:
     out.append("")
     out.append("step time breakdown:")
     out.append(bar_chart(p.breakdown, p.step_time_s))
+    comp = {k: v for k, v in p.compute_breakdown.items() if k != "optimizer" and v > 0}
+    out.append("compute by kind (forward, backward and recompute): " + ", ".join(
+        f"{k} {v:.4g} s" for k, v in comp.items()))
     if p.collectives:
         out.append("")
         out.append(table([(c.name, c.link, c.algorithm, c.group_size, f"{c.bytes_per_device / 1e9:.3g}",

@@ -16,6 +16,10 @@ predicted from that silicon's kernels. The facts::
     gpu_memory_fraction = 0.9              # share of a GPU's memory the runtime lets the program
                                            # use (JAX/XLA preallocation); 1: all of it
     grouped_gemm = "torch-grouped-mm"      # the routed experts' grouped GEMM (kernels.gemm.GROUPED_IMPLS)
+    moe_dispatcher = "nccl"                # MoE token dispatch/combine kernels
+                                           # (kernels.expert_dispatch.FAMILIES)
+    moe_host_sync = true                   # the dispatcher reads token counts on the host once per
+                                           # MoE block forward (all-to-all split sizes)
     [kernels.sources]
     attention = "..."
 
@@ -38,12 +42,12 @@ from trainperf.predict.kernels import attention
 ELEMENTWISE = ("eager", "fused", "compiled")
 TP_OVERLAP = ("never", "async-tp", "sequence-parallel", "always")
 KEYS = ("attention", "attention_by_silicon", "elementwise", "compiled", "fp8_recipe", "tp_overlap",
-        "gpu_memory_fraction", "grouped_gemm", "sources")
+        "gpu_memory_fraction", "grouped_gemm", "moe_dispatcher", "moe_host_sync", "sources")
 
 BUILTIN: dict[str, Any] = {
     "attention": "fa2", "attention_by_silicon": {}, "elementwise": "eager", "compiled": False,
     "fp8_recipe": "tensorwise", "tp_overlap": "async-tp", "gpu_memory_fraction": 1.0,
-    "grouped_gemm": "other",
+    "grouped_gemm": "other", "moe_dispatcher": "nccl", "moe_host_sync": True,
 }
 """What a stack with no facts at all is taken to run: PyTorch eager with FlashAttention-2."""
 
@@ -70,6 +74,15 @@ class StackKernels:
     """The grouped GEMM the routed experts of an MoE layer run
     (:data:`trainperf.predict.kernels.gemm.GROUPED_IMPLS`); its speed where measured is
     :func:`~trainperf.predict.kernels.gemm.grouped_fraction`, the dense GEMM law elsewhere."""
+    moe_dispatcher: str = "nccl"
+    """The kernels that carry an MoE layer's tokens to their experts and back
+    (:data:`trainperf.predict.kernels.expert_dispatch.FAMILIES`); a run's ``moe_dispatcher`` wins."""
+    moe_host_sync: bool = True
+    """The dispatcher copies the tokens-per-expert counts to the host once per MoE block forward (to
+    size the all-to-all), so the host has no lead over the device there and the kernels it launches
+    after the copy wait for their launch (Megatron-Core's ``alltoall`` and ``flex`` dispatchers,
+    torchtitan's ``all_to_all_single`` split sizes); False for a compiled XLA program (static
+    shapes)."""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def elementwise_impl(self, compile_flag: bool) -> str:
@@ -115,6 +128,13 @@ def validate_table(body: Mapping[str, Any], where: str) -> dict[str, Any]:
 
         if out["grouped_gemm"] not in GROUPED_IMPLS:
             raise UnknownNameError(f"{where} [kernels].grouped_gemm", out["grouped_gemm"], GROUPED_IMPLS)
+    if "moe_dispatcher" in out:
+        from trainperf.predict.kernels.expert_dispatch import FAMILIES
+
+        if out["moe_dispatcher"] not in FAMILIES:
+            raise UnknownNameError(f"{where} [kernels].moe_dispatcher", out["moe_dispatcher"], FAMILIES)
+    if "moe_host_sync" in out and not isinstance(out["moe_host_sync"], bool):
+        raise SpecError(f"{where} [kernels].moe_host_sync", out["moe_host_sync"], "true or false")
     if "gpu_memory_fraction" in out:
         v = out["gpu_memory_fraction"]
         if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 < v <= 1.0:
@@ -148,7 +168,8 @@ def resolve(profile: Any, silicon: str, generic: Any = None) -> StackKernels:
                         elementwise=str(facts["elementwise"]), compiled=bool(facts["compiled"]),
                         fp8_recipe=str(facts["fp8_recipe"]), tp_overlap=str(facts["tp_overlap"]),
                         gpu_memory_fraction=float(facts["gpu_memory_fraction"]),
-                        grouped_gemm=str(facts["grouped_gemm"]), sources=sources)
+                        grouped_gemm=str(facts["grouped_gemm"]), moe_dispatcher=str(facts["moe_dispatcher"]),
+                        moe_host_sync=bool(facts["moe_host_sync"]), sources=sources)
 
 
 @lru_cache(maxsize=256)
