@@ -152,6 +152,13 @@ def check_plan(w: Any) -> None:
         raise SpecError("training.precision", w.precision, f"{w.hardware.id} supports {have}")
     if p.ep > 1 and not m.is_moe:
         raise SpecError("parallel.ep", p.ep, "1 for a dense model")
+    if getattr(w, "moe_dispatcher", None):
+        from trainperf.predict.stack_capabilities import capabilities_of
+
+        caps = capabilities_of(getattr(w, "stack", None))
+        if w.moe_dispatcher not in caps.moe_dispatchers:
+            raise SpecError("training.moe_dispatcher", w.moe_dispatcher,
+                            f"one the stack {caps.stack} runs: {', '.join(caps.moe_dispatchers)}")
 
 
 # ----------------------------------------------------------------------------- calibration
