@@ -1,4 +1,5 @@
-"""Every prediction equals the one captured before the step model was restructured (issue 28).
+"""Every prediction equals the one captured last (first before the step model was restructured,
+issue 28; written anew with the MoE physics of issue 29, model version 2026.11.2-moe).
 
 The snapshot (``tests/fixtures/prediction_snapshot.json``, written by
 ``tests/prediction_snapshot.py`` from the code as it was) holds the full predictions of the 169
@@ -25,12 +26,7 @@ import prediction_snapshot as snap
 REL = 1e-9
 ABS = 1e-15
 
-FIXED: dict[str, tuple[Callable[[Any], Any], str]] = {
-    "collective.zero param all-gather.bytes_per_device": (
-        lambda old: old / 2.0,
-        "the ZeRO-1/2 parameter all-gather reported the gradient sync's bytes (4 B/param, a reduce-scatter of "
-        "fp32 gradients) instead of its own (the 16-bit parameters it gathers, 2 B/param): half"),
-}
+FIXED: dict[str, tuple[Callable[[Any], Any], str]] = {}
 """Path suffix -> (new value from the captured one, the bug it fixes)."""
 
 

@@ -9,7 +9,7 @@ catalog's NVLink/xGMI figure within a scale-up domain, the NIC per GPU across do
 
 ``eff(ranks)`` is given by its measured points (mean per group size, interpolated in log2(ranks) at
 run time, flat outside); ``S/(S+h)`` with ``h = half_bytes`` is the size law of the collectives
-(``S`` the bytes the rank dispatches in the call); ``latency_us`` the smallest call. The families:
+(``S`` the level's buffer: :func:`level_buffer`); ``latency_us`` the smallest call. The families:
 
 * ``deepep``: DeepSeek's DeepEP normal kernels (V1): H800 within a node and across 2-8 nodes
   (README, after Tencent's PR #130), B200 and GB200 (the Hybrid-EP document's DeepEP baseline);
@@ -78,16 +78,26 @@ def _op_param(ranks: list[float], effs: list[float], measured: bool, source: str
     return {**param(effs[0], measured, source), "ranks": ranks, "effs": [float(f"{e:.4g}") for e in effs]}
 
 
+def level_buffer(r: Row) -> float:
+    """Bytes of a sweep row's call on its level, as the step model sizes it
+    (``predict/step_model/expert_parallel.py``): within a domain the rank's buffer, tokens x
+    distinct destination ranks x hidden x 2 bytes; across domains the bytes leaving its NIC, one
+    copy per distinct remote domain (these families send a token once per domain)."""
+    k = float(r["topk"] or MORI_BYTES_PER_TOKEN_TOPK)
+    if r["level"] == "scale-up":
+        copies = distinct(float(r["ranks"]), k)
+    else:
+        nodes = float(r["nodes"])
+        copies = distinct(nodes, k) * (nodes - 1.0) / nodes
+    return float(r["tokens"]) * copies * 7168 * 2
+
+
 def _sweep_fit(rows: list[Row]) -> tuple[float, float, float, str]:
     """(eff_max, half_bytes, latency_us, source) of a token sweep: eff = eff_max S/(S+h) with S the
-    bytes the rank dispatches (tokens x distinct destination ranks x hidden x 2 bytes), least
-    squares on log eff over h on a log grid; latency = the smallest call."""
-    s, e = [], []
-    for r in rows:
-        k = float(r["topk"] or MORI_BYTES_PER_TOKEN_TOPK)
-        s.append(float(r["tokens"]) * distinct(float(r["ranks"]), k) * 7168 * 2)
-        e.append(_eff(r))
-    sa, ea = np.array(s), np.array(e)
+    level's buffer (:func:`level_buffer`), least squares on log eff over h on a log grid; latency =
+    the smallest call."""
+    sa = np.array([level_buffer(r) for r in rows])
+    ea = np.array([_eff(r) for r in rows])
     hs = np.logspace(4, 10, 1201)
     shape = np.log(sa[None, :] / (sa[None, :] + hs[:, None]))
     le = np.log(ea)[None, :]
@@ -126,8 +136,7 @@ def _measured(rows: list[Row]) -> dict[str, dict[str, dict[str, Any]]]:
                 big = max(int(r["tokens"]) for r in op_rows)
                 top = [r for r in op_rows if int(r["tokens"]) == big]
                 e_big = mean(_eff(r) for r in top)
-                k = float(top[0]["topk"] or MORI_BYTES_PER_TOKEN_TOPK)
-                s_big = big * distinct(float(top[0]["ranks"]), k) * 7168 * 2
+                s_big = level_buffer(top[0])
                 assert half is not None
                 e_max = e_big * (s_big + half["value"]) / s_big
                 entry[op] = _op_param([float(top[0]["ranks"])], [e_max], True,
@@ -175,11 +184,13 @@ def _lender(meas: dict, sil: str, fam: str, level: str) -> tuple[dict[str, Any],
                 order += [("hopper", f, f"no {sil} {fam} scale-out measurement: hopper's {f} across nodes (the same "
                                         "ConnectX NICs carry it)") for f in (fam, SIBLING[fam])]
         else:
-            order += [(sil, "mori", f"{fam} is NVIDIA-only: AMD's own dispatch library (MORI) on {sil}")]
+            order += [(sil, "mori", f"no {fam} on {sil} ({fam} is NVIDIA-only): AMD's own dispatch library, "
+                                    f"MORI, on {sil}")]
     elif fam == "mori" and vendor_nv:
-        order += [(sil, "deepep", f"MORI is AMD-only: DeepEP on {sil}")]
+        order += [(sil, "deepep", f"no MORI on {sil} (MORI is AMD-only): DeepEP on {sil}")]
         if level == "scale-out":
-            order += [("hopper", "deepep", "MORI is AMD-only: hopper's DeepEP across nodes")]
+            order += [("hopper", "deepep", f"no MORI on {sil} (MORI is AMD-only) nor DeepEP across its nodes: "
+                                           "hopper's DeepEP across nodes")]
     for s, f, why in order:
         e = meas.get(s, {}).get(f, {}).get(level)
         if e and all(op in e for op in OPS):

@@ -23,6 +23,7 @@ WORKLOAD_FLAGS: dict[str, str] = {
     "head_dim": "model.head_dim",
     "ffn_hidden": "model.ffn_hidden",
     "vocab": "model.vocab",
+    "mtp_layers": "model.mtp_layers",
     "mlp": "model.mlp",
     "tied_embeddings": "model.tied_embeddings",
     "norm": "model.norm",

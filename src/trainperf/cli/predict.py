@@ -21,6 +21,8 @@ BAR_WIDTH = 40
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_workload_arguments(parser, positional="many")
+    parser.add_argument("--mtp-layers", type=int, metavar="N", dest="mtp_layers",
+                        help="multi-token-prediction modules to train (override [model] mtp_layers; DeepSeek-V3: 1)")
     add_software_arguments(parser)
     parser.add_argument("--calibration", metavar="FILE",
                         help="knob values from `trainperf calibrate-model` (JSON)")
@@ -91,7 +93,8 @@ def render(p) -> str:
                    f"attention {kinfo['attn_family']}, memory-bound ops {kinfo['elementwise_impl']}"
                    + (f", fp8 {kinfo['fp8_recipe']} scaling" if kinfo.get("fp8_recipe") else "")
                    + (f", routed experts' grouped GEMMs at {kinfo['grouped_fraction']:.2f} of the dense law (measured)"
-                      if w.model.is_moe and kinfo.get("grouped_fraction", 1.0) != 1.0 else ""))
+                      if w.model.is_moe and kinfo.get("grouped_fraction", 1.0) != 1.0 else "")
+                   + (f", MoE dispatch by {kinfo['moe_dispatcher']}" if w.model.is_moe and w.plan.ep > 1 else ""))
     out.append(f"stack shares of the kernels' speed: {p.knobs.device} (matmul {p.knobs.matmul_fraction:.3g}, "
                f"attention {p.knobs.attention_fraction:.3g}, memory-bound {p.knobs.memory_bound_fraction:.3g}, "
                f"overlap {p.knobs.overlap:.3g}, {p.knobs.op_overhead_us:.3g} us per kernel)")

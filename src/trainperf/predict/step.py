@@ -227,7 +227,8 @@ def kernel_info(k: KernelPhysics) -> dict[str, Any]:
     """Kernel facts of a prediction shown beside it (which kernels, at what measured speed)."""
     return {"silicon": k.silicon, "attn_family": k.attn_family, "elementwise_impl": k.elementwise_impl,
             "gemm_peak_fraction": k.gemm_peak_fraction, "fp8_recipe": k.fp8_recipe,
-            "tp_overlap_rule": k.tp_overlap_rule, "grouped_fraction": k.grouped_fraction}
+            "tp_overlap_rule": k.tp_overlap_rule, "grouped_fraction": k.grouped_fraction,
+            "grouped_gemm": k.grouped_impl, "moe_dispatcher": k.dispatch.family}
 
 
 def as_float(x: Any) -> float:

@@ -11,10 +11,13 @@ expert outputs back (combine). Four kernel families do it:
   destination domain across domains (DeepEP forwards over NVLink what arrived over RDMA), so they
   move fewer bytes than ``topk`` copies (:func:`copies_per_token`).
 
-One call of a family over ``n`` ranks, ``k`` of them per scale-up domain and ``N = n/k`` domains,
-moving ``S`` bytes for the rank (its tokens x destinations x hidden x bytes per element)::
+One call of a family over ``n`` ranks, ``k`` of them per scale-up domain and ``N = n/k`` domains::
 
     time = max over levels of max(latency_us, level bytes / (eff(ranks) x link x S/(S + half_bytes)))
+
+with ``S`` the level's buffer: within the domain the ``k`` members' exchange of ``S_call k/n``
+(``S_call`` = the rank's tokens x destinations x hidden x bytes per element), across domains the
+bytes that leave the rank's NIC.
 
 ``link`` is the catalog's per-device bandwidth of the level (``intra_node_link_GB_per_s`` within
 the domain, ``inter_node_link_GB_per_s`` across), ``eff(ranks)`` the measured efficiency of the

@@ -6,7 +6,7 @@
 * :mod:`.stage` -- the busiest pipeline stage: layers, parameters, checkpointing as numbers;
 * :mod:`.compute` -- GEMMs by shape, fused attention, memory-bound ops, kernel launches;
 * :mod:`.tensor_parallel` -- TP/SP all-reduces, all-gathers and reduce-scatters, exposed;
-* :mod:`.expert_parallel` -- MoE dispatch and combine all-to-alls, exposed;
+* :mod:`.expert_parallel` -- MoE dispatch and combine by the dispatcher's kernels, exposed;
 * :mod:`.data_parallel` -- FSDP/ZeRO gathers and reduce-scatters, DP gradient sync, overlapped;
 * :mod:`.context_parallel` -- the K/V ring, exposed where longer than its attention block;
 * :mod:`.pipeline` -- the bubble and the stages' sends;

@@ -13,7 +13,8 @@ One call (:func:`call_s`) is priced by the dispatcher's kernel family on the sil
 (:mod:`trainperf.predict.kernels.expert_dispatch`): the bytes a rank sends to the other ranks of
 its domain over NVLink/xGMI and to other domains over its NIC, each at the family's measured
 efficiency of that level for the op (dispatch or combine) and the group size, under the size law
-``S/(S + half_bytes)``; the slower level sets the time, no call is faster than the family's floor.
+``S/(S + half_bytes)`` of the level's buffer; the slower level sets the time, no call is faster
+than the family's floor.
 NCCL's all-to-all carries ``topk`` copies of a token; DeepEP, Hybrid-EP and MORI one per
 destination rank and, across domains, one per destination domain
 (:func:`~trainperf.predict.kernels.expert_dispatch.copies_per_token`). The busiest rank receives
@@ -50,31 +51,35 @@ class ExpertParallel:
         return self.dispatch.comm.exposed_s + self.combine.comm.exposed_s
 
 
-def _level_s(lvl: LevelDispatch, op: str, ranks: Num, level_bytes: Num, call_bytes: Num, link: Num,
+def _level_s(lvl: LevelDispatch, op: str, ranks: Num, level_bytes: Num, size_bytes: Num, link: Num,
              mesh_scale: Num) -> Num:
     """Seconds of one level of a call: ``level_bytes`` at the op's efficiency x ``link`` under the
-    size law of the rank's ``call_bytes``, no faster than the level's floor."""
+    size law of the level's buffer, ``size_bytes``, no faster than the level's floor."""
     eff = lvl.efficiency(op, ranks) * vec.maximum(mesh_scale, 1e-9)  # a group of one is zeroed by the caller
-    call = vec.maximum(call_bytes, 1.0)
-    return vec.maximum(level_bytes * (call + lvl.half_bytes) / (call * eff * link), lvl.latency_us * 1e-6)
+    size = vec.maximum(size_bytes, 1.0)
+    return vec.maximum(level_bytes * (size + lvl.half_bytes) / (size * eff * link), lvl.latency_us * 1e-6)
 
 
 def call_s(lay: Layout, fab: Fabric, g: Group, op: str, tokens: Num) -> tuple[Num, Num]:
     """(seconds, bytes the busiest rank sends to other ranks) of one dispatch or combine of
-    ``tokens`` tokens per rank over the expert-parallel group ``g`` (0 for a group of one)."""
+    ``tokens`` tokens per rank over the expert-parallel group ``g`` (0 for a group of one).
+
+    The size law reads each level's own buffer, as the collectives' do: within the domain the
+    ``k`` members' all-to-all of ``S k / n`` each (``S`` the rank's call), across domains the bytes
+    that leave through the rank's NIC."""
     ms, d = lay.model, lay.kernels.dispatch
     k, n, nodes = vec.maximum(g.per_node, 1.0), g.size, g.nodes
     if vec.is_number(n) and n <= 1:
         return 0.0, 0.0
     held, local, cross = copies_per_token(d.dedup, n, k, nodes, ms.moe_topk)
-    tok_bytes = tokens * ms.hidden * lay.run.act_bytes * lay.run.moe_imbalance
-    call_bytes = tokens * held * ms.hidden * lay.run.act_bytes
+    mean_bytes = tokens * ms.hidden * lay.run.act_bytes  # a token's bytes, times the mean's tokens
+    tok_bytes = mean_bytes * lay.run.moe_imbalance  # the busiest rank's
     mesh = vec.minimum((k - 1.0) / 7.0, 1.0) if d.mesh else 1.0  # an xGMI group of k uses k-1 of 7 links
     lf = fab.link_fraction
-    t_up = vec.where(k > 1, _level_s(d.up, op, k, tok_bytes * local, call_bytes, fab.intra_bytes_per_s * lf, mesh),
-                     0.0)
-    t_out = vec.where(nodes > 1, _level_s(d.out, op, n, tok_bytes * cross, call_bytes, fab.inter_bytes_per_s * lf,
-                                          1.0), 0.0)
+    t_up = vec.where(k > 1, _level_s(d.up, op, k, tok_bytes * local, mean_bytes * held * k / n,
+                                     fab.intra_bytes_per_s * lf, mesh), 0.0)
+    t_out = vec.where(nodes > 1, _level_s(d.out, op, n, tok_bytes * cross, mean_bytes * cross,
+                                          fab.inter_bytes_per_s * lf, 1.0), 0.0)
     on = n > 1
     return vec.where(on, vec.maximum(t_up, t_out), 0.0), vec.where(on, tok_bytes * (local + cross), 0.0)
 
