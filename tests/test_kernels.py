@@ -111,8 +111,10 @@ def test_routed_experts_run_the_stacks_grouped_gemm(monkeypatch):
     times = {}
     for f in (1.0, 0.5):
         monkeypatch.setattr(kernel_physics.k_gemm, "grouped_fraction", lambda *a, f=f: f)
-        times[f] = predict(w).compute_breakdown["matmul"]
-    assert p.compute_breakdown["matmul"] == pytest.approx(
+        cb = predict(w).compute_breakdown
+        times[f] = cb["grouped GEMMs (routed experts)"]
+        assert cb["matmul"] == pytest.approx(p.compute_breakdown["matmul"], rel=1e-12)  # the other GEMMs stay
+    assert p.compute_breakdown["grouped GEMMs (routed experts)"] == pytest.approx(
         times[1.0] + (1 / measured - 1) * (times[0.5] - times[1.0]), rel=1e-6)
     assert times[0.5] > times[1.0]
     # a dense model has no routed experts: the fraction changes nothing

@@ -141,6 +141,24 @@ def test_fp8_input_bytes_reach_the_planner():
         assert ev.step_time_s[i] == pytest.approx(p.step_time_s, rel=1e-6), w.describe()
 
 
+def test_moe_dispatcher_and_imbalance_reach_the_planner():
+    """A search for DeepSeek-V3 with DeepEP and a stated load imbalance prices every plan as
+    predict prices its workload (the run fields travel with the plan's software fields)."""
+    model, hw = get_model("deepseek-v3"), get_hardware("h100-sxm")
+    space = SearchSpace((256,), 8, 4096, (512,), precisions=("bf16",), max_micro_batch=1, max_vpp=2,
+                        stack="megatron-core", checkpointing=("full",), moe_dispatcher="deepep",
+                        moe_imbalance=1.2)
+    cands = enumerate_candidates(model, hw, space)
+    ev = vectorized.evaluate(cands, model, hw, 4096, 8, software=space.software)
+    moe = np.flatnonzero(cands["ep"] > 8)  # expert groups across nodes, where DeepEP differs most
+    for i in np.random.default_rng(5).choice(moe, min(15, moe.size), replace=False):
+        w = workload_of(model, hw, space, cands, int(i))
+        assert (w.moe_dispatcher, w.moe_imbalance) == ("deepep", 1.2)
+        p = predict(w)
+        assert ev.step_time_s[i] == pytest.approx(p.step_time_s, rel=1e-6), w.describe()
+        assert ev.memory_GiB[i] == pytest.approx(p.memory_per_device_GiB, rel=1e-6), w.describe()
+
+
 @pytest.mark.parametrize("case", CASES[:4], ids=[c[0] + "@" + c[1] for c in CASES[:4]])
 def test_pricing_only_the_plans_that_fit_changes_nothing_that_fits(case):
     """A search prices only the plans whose memory fits (``fitting_only``): their step times and

@@ -78,20 +78,20 @@ def test_moe_folding_changes_expert_sharding_and_all_to_all():
     # etp = 1: each ep rank holds its experts whole (twice the expert bytes of etp = 2) ...
     assert rf.memory.weights_bytes > rb.memory.weights_bytes
     # ... and dispatches only its own (unique) tokens: half the all-to-all bytes
-    assert rf.ep.comm.bytes_per_device == pytest.approx(rb.ep.comm.bytes_per_device / 2)
+    assert rf.ep.dispatch.comm.bytes_per_device == pytest.approx(rb.ep.dispatch.comm.bytes_per_device / 2)
     assert layout_of(base).mesh.etp == 2.0
 
 
 def test_an_all_to_all_across_nodes_says_how_it_is_priced():
-    """No all-to-all across nodes is measured: a prediction whose expert group spans nodes says so;
-    one whose experts stay in the node does not."""
+    """A prediction whose expert group spans scale-up domains says how its NIC leg is priced; one
+    whose experts stay in the node does not."""
     from trainperf.predict import predict
 
     mix = get_model("mixtral-8x7b")
     across = _w(mix, 32, ParallelPlan(dp=8, tp=4, sequence_parallel=True, ep=8), global_batch=32)  # stride 4: 4 nodes
     within = _w(mix, 16, ParallelPlan(dp=16, ep=8), global_batch=16)  # 8 neighbours: one node
-    assert any("all-to-all crosses nodes" in n for n in predict(across).notes)
-    assert not any("all-to-all" in n for n in predict(within).notes)
+    assert any("dispatch crosses scale-up domains" in n for n in predict(across).notes)
+    assert not any("crosses" in n for n in predict(within).notes)
 
 
 # ------------------------------------------------------------------------------ pipeline splits
@@ -262,5 +262,5 @@ def test_sequence_parallel_dispatches_each_ranks_own_share_of_tokens():
     plain = _w(mix, 16, ParallelPlan(tp=2, ep=8), global_batch=16)
     sp = _w(mix, 16, ParallelPlan(tp=2, ep=8, sequence_parallel=True), global_batch=16)
     sp_folded = _w(mix, 16, ParallelPlan(tp=2, ep=8, etp=1, sequence_parallel=True), global_batch=16)
-    assert _core(sp).ep.comm.bytes_per_device == pytest.approx(_core(plain).ep.comm.bytes_per_device / 2)
-    assert _core(sp_folded).ep.comm.bytes_per_device == pytest.approx(_core(sp).ep.comm.bytes_per_device)
+    assert _core(sp).ep.dispatch.comm.bytes_per_device == pytest.approx(_core(plain).ep.dispatch.comm.bytes_per_device / 2)
+    assert _core(sp_folded).ep.dispatch.comm.bytes_per_device == pytest.approx(_core(sp).ep.dispatch.comm.bytes_per_device)

@@ -1,4 +1,5 @@
-"""Every prediction equals the one captured before the step model was restructured (issue 28).
+"""Every prediction equals the one captured last (first before the step model was restructured,
+issue 28; written anew with the MoE physics of issue 29, model version 2026.11.2-moe).
 
 The snapshot (``tests/fixtures/prediction_snapshot.json``, written by
 ``tests/prediction_snapshot.py`` from the code as it was) holds the full predictions of the 169

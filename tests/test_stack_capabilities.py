@@ -370,7 +370,7 @@ def test_plan_with_a_stack_release_searches_that_release(capsys):
 
 @pytest.mark.parametrize(("stack", "release", "needle"), [
     ("megatron-core", "24.09", "a release of megatron-core or nemo with its version or date, e.g. "
-                               "'megatron-core 0.12'"),
+                               "'megatron-core 0.15'"),
     ("torchtitan", "NeMo 24.09", "a release of torchtitan with its version or date, e.g. 'torchtitan 2025-04'"),
     ("llm-foundry", "NeMo 24.09", "the llm-foundry stack dates none of its capabilities"),
     ("torchtitan", "torchtitan 2024-13", "a date as YYYY-MM or YYYY-MM-DD with a month 1-12"),

@@ -653,6 +653,182 @@ def curate_fp8(c: Curation, gemm_rows: list[Row], e2e_rows: list[Row]) -> None:
                         "(different model, scale or stack; cited in docs as context)")
 
 
+# --------------------------------------------------------------------------- MoE dispatch
+MOE_SKU = [("H800", "h800", "hopper"), ("GB200", "gb200", "blackwell"), ("GB300", "gb300", "blackwell"),
+           ("B300", "b300", "blackwell"), ("B200", "b200", "blackwell"), ("MI355X", "mi355x", "cdna4"),
+           ("MI300X", "mi300x", "cdna3")]
+MOE_NIC_GBPS = {"h800": 50.0, "mi300x": 50.0, "mi355x": 50.0, "gb200": 50.0, "b300": 100.0}
+"""NIC bandwidth per GPU of the scale-out rows (GB/s, per direction): H800 and MI300X with one
+ConnectX-7 400 Gb/s per GPU, MI355X with Pensando Pollara 400 Gb/s (all stated in the rows);
+GB200 (ConnectX-7 400 Gb/s) and B300 (800 Gb/s) from the catalog, the OCI documents do not say."""
+DEEPEP_SMS = "SMs=24"
+"""The Hybrid-EP document sweeps DeepEP V1 over 16-48 SMs: the row at 24 SMs, the nearest to the 20
+SMs Megatron-Core gives DeepEP by default (moe_deepep_num_sms), is used."""
+HYBRID_SMS = "SMs=16"
+"""Hybrid-EP's rows at 16 SMs (its design point: few SMs; 32 SMs were also measured)."""
+
+
+def _ranks(p: str) -> int:
+    m = re.search(r"(?:ranks=|EP=|kernel EP|EP)(\d+)", p)
+    if m:
+        return int(m.group(1))
+    return int(re.search(r"(\d+) GPUs", p).group(1))
+
+
+def _moe_keep(c: Curation, r: Row, *, family: str, op: str, level: str, ranks: int, nodes: int,
+              tokens: int | str, topk: int | str, gbps: float, link: float, basis: str, use: str,
+              sweep: str = "", time_us: float | str = "") -> None:
+    sku, silicon = _sku(r["device"], MOE_SKU)
+    c.keep("moe", r, silicon=silicon, sku=sku, family=family, op=op, level=level, ranks=ranks, nodes=nodes,
+           tokens=tokens, topk=topk, GBps=gbps, link_GBps=link, basis=basis, use=use, sweep=sweep,
+           time_us=time_us)
+
+
+def _moe_op(q: str) -> str:
+    return "dispatch" if "dispatch" in q.lower() else "combine"
+
+
+def curate_moe(c: Curation, rows: list[Row]) -> None:
+    """Token dispatch/combine kernels of expert parallelism (``moe.csv``).
+
+    Every bandwidth is turned into the bytes one rank moves over one link level per second: the
+    figures that count a rank's tokens to itself too (DeepEP's intranode test, the Hybrid-EP
+    document's "algorithm bandwidth", MORI's tuning files and README) are scaled by the remote share
+    (n-1)/n; RDMA figures (bytes on the NIC) are taken as they are; nccl-tests all-to-all busbw is
+    algbw x (n-1)/n already, and across domains its cross-domain bytes are algbw x (d-1)/d for d
+    domains of equal size. ``link_GBps`` is what the kernel fit divides by: the catalog's per-GPU
+    NVLink/xGMI bandwidth (scale-up) or the NIC per GPU (scale-out)."""
+    from trainperf.specs.hardware import get_hardware
+
+    def up(r: Row) -> float:
+        return get_hardware(_sku(r["device"], MOE_SKU)[0]).intra_node_link_GB_per_s
+
+    for r in rows:
+        q, p, sw, v, dev = r["quantity"], r["params"], r["software"], _num(r["value"]), r["device"]
+        if "low-latency" in q.lower() or "low-latency" in sw.lower():
+            c.reject(r, "low-latency (decode) kernels at 128 tokens: training dispatches with the normal kernels")
+        elif sw.startswith("DeepEP V1 normal kernels (Feb 2025)") and "RDMA" in q:
+            c.reject(r, "superseded: the same DeepEP internode kernels after Tencent's PR #130 (Apr 2025 README)")
+        elif sw.startswith("DeepEP V1 normal kernels") and "NVLink" in q:
+            _moe_keep(c, r, family="deepep", op=_moe_op(q), level="scale-up", ranks=8, nodes=1, tokens=4096,
+                      topk=8, gbps=v * 7 / 8, link=up(r), basis="received bytes incl. the rank's own x 7/8",
+                      use="plateau")
+        elif sw.startswith("DeepEP V1 normal kernels after Tencent"):
+            n = _ranks(p)
+            _moe_keep(c, r, family="deepep", op=_moe_op(q), level="scale-out", ranks=n, nodes=n // 8, tokens=4096,
+                      topk=8, gbps=v, link=MOE_NIC_GBPS["h800"], basis="RDMA bytes (bottleneck)", use="plateau")
+        elif sw.startswith("DeepEP V2"):
+            c.reject(r, "SKU not named (SM90 / SM100 class) and 'logical' bandwidth counting local-rank traffic "
+                        "of the EP 8x2 topology: no per-link efficiency of a catalog part follows")
+        elif "H100 Platform" in r["where"]:
+            c.reject(r, "NIC not stated, and 'algorithm bandwidth' across nodes mixes NVLink and IB traffic: no "
+                        "NIC efficiency follows (DeepEP's H800 RDMA figures stand for hopper)")
+        elif sw.startswith("DeepEP PCIe"):
+            c.reject(r, "DeepEP's PCIe mode (NVLink disabled, every token through the NIC) on H20: a layout no "
+                        "training stack on NVLink nodes runs")
+        elif "Hybrid-EP doc" in sw or "Hybrid-EP (DeepEP" in sw:
+            family = "deepep" if sw.startswith("DeepEP") else "hybrid-ep"
+            want = DEEPEP_SMS if family == "deepep" else HYBRID_SMS
+            if "kernel only" in q:
+                c.reject(r, "kernel-only timing: the torch-API rows (what a training stack calls) are used")
+            elif not re.search(rf"{want}\b", p):
+                c.reject(r, f"SM-count sweep: the {family} rows at {want.split('=')[1]} SMs are used "
+                            "(Hybrid-EP: its design point; DeepEP: nearest Megatron-Core's default of 20)")
+            elif r["dtype"] != "bf16":
+                c.reject(r, "fp8 dispatch: the stacks modelled dispatch 16-bit tokens (Megatron-Core, "
+                            "torchtitan); the bf16 rows are used")
+            else:
+                n = _ranks(p)
+                _moe_keep(c, r, family=family, op=_moe_op(q), level="scale-up", ranks=n, nodes=1, tokens=4096,
+                          topk=8, gbps=v * (n - 1) / n, link=up(r),
+                          basis="algorithm bandwidth x (n-1)/n", use="plateau")
+        elif sw == "MORI-EP" and "(XGMI)" in q and "kernel EP8" in p:
+            c.reject(r, "duplicate: MORI's tuning files sweep the same intranode kernels over 128-4096 tokens "
+                        "(bf16), which are used")
+        elif sw == "MORI-EP" and "(XGMI)" in q:
+            c.reject(r, "XGMI leg of an internode dispatch (the RDMA leg, its bottleneck, is used)")
+        elif sw == "MORI-EP" and "stale" in p:
+            c.reject(r, "the MORI README marks the MI300X EP32 value as stale (previous kernel version)")
+        elif sw == "MORI-EP" and "(RDMA)" in q:
+            n = _ranks(p)
+            _moe_keep(c, r, family="mori", op=_moe_op(q), level="scale-out", ranks=n, nodes=n // 8, tokens=4096,
+                      topk=8, gbps=v, link=MOE_NIC_GBPS[_sku(dev, MOE_SKU)[0]], basis="RDMA bytes",
+                      use="plateau")
+        elif sw.startswith("MORI-EP tuning"):
+            _curate_mori_sweep(c, r)
+        elif sw.startswith("Primus-Turbo"):
+            c.reject(r, "fused comm + grouped-GEMM kernels of one stack (Primus-Turbo Mega MoE): no modelled "
+                        "stack runs them; cited in docs/KERNELS.md (comm leg ~0.69 of xGMI, 87-94% overlap)")
+        elif "alltoall" in q:
+            _curate_nccl_alltoall(c, r, up)
+        else:
+            raise AssertionError(f"moe row not classified: {r['line']} {q} {dev}")
+
+
+def _curate_mori_sweep(c: Curation, r: Row) -> None:
+    """MORI's auto-tuner outputs: the intranode bf16 sweeps (dispatch with a stated top-k, combine)
+    give the token-count curve and the smallest call's latency; internode, the average RDMA bandwidth
+    of each rule (bf16 combine and fp8 dispatch: the bf16 dispatch rule has two sizes only)."""
+    p, q = r["params"], r["quantity"]
+    tokens = int(re.search(r"tokens/rank=(\d+)", p).group(1))
+    lat = float(re.search(r"latency ([0-9.]+) us", p).group(1))
+    topk_m = re.search(r"top-k (\d+)", p)
+    op = _moe_op(q)
+    if "InterNode" in p:
+        rdma = float(re.search(r"avg RDMA bw ([0-9.]+) GB/s", p).group(1))
+        wanted = (op == "combine" and r["dtype"] == "bf16") or (op == "dispatch" and "fp8" in r["dtype"])
+        if not wanted:
+            c.reject(r, "MORI internode sweep: the bf16 combine and fp8 dispatch rules (7 sizes each) give the "
+                        "curve; the other rules have fewer sizes")
+            return
+        _moe_keep(c, r, family="mori", op=op, level="scale-out", ranks=16, nodes=2, tokens=tokens,
+                  topk=topk_m.group(1) if topk_m else "", gbps=rdma, link=MOE_NIC_GBPS["mi355x"],
+                  basis="average RDMA bandwidth of the rule", use="sweep", sweep=f"mori-mi355x-internode-{op}", time_us=lat)
+        return
+    if r["dtype"] != "bf16":
+        c.reject(r, "fp8 dispatch: the stacks modelled dispatch 16-bit tokens; MORI's bf16 sweeps are used")
+        return
+    if op == "dispatch" and not topk_m:
+        c.reject(r, "top-k not recorded in this dispatch rule: the bytes per token are unknown")
+        return
+    sku = _sku(r["device"], MOE_SKU)[0]
+    from trainperf.specs.hardware import get_hardware
+
+    # MORI's bandwidth counts each token once per destination rank, its own included (its tuning
+    # files: bandwidth = tokens x distinct ranks x hidden x 2 B / latency); the remote share is 7/8
+    _moe_keep(c, r, family="mori", op=op, level="scale-up", ranks=8, nodes=1, tokens=tokens,
+              topk=topk_m.group(1) if topk_m else "", gbps=_num(r["value"]) * 7 / 8,
+              link=get_hardware(sku).intra_node_link_GB_per_s, basis="bytes to distinct ranks x 7/8",
+              use="sweep", sweep=f"mori-{sku}-intranode-{op}", time_us=lat)
+
+
+def _curate_nccl_alltoall(c: Curation, r: Row, up: object) -> None:
+    """nccl-tests / rccl-tests all-to-all at 4-16 GiB per rank (only the largest sizes are printed)."""
+    p, dev = r["params"], r["device"]
+    sku, _silicon = _sku(dev, MOE_SKU)
+    n = int(re.search(r"(\d+) GPUs", p).group(1))
+    algbw = float(re.search(r"algbw=([0-9.]+)", p).group(1))
+    size = int(re.search(r"size=(\d+) B", p).group(1))
+    time_us = float(re.search(r"time=([0-9.]+) us", p).group(1))
+    racks = re.search(r"(\d+) racks", p)
+    nodes = re.search(r"(\d+) nodes", p)
+    domains = int(racks.group(1)) if racks else (int(nodes.group(1)) if nodes and sku not in ("gb200", "gb300")
+                                                 else 1)
+    if sku == "gb300" and domains > 1:
+        c.reject(r, "GB300 across racks: 47.7 GB/s busbw is half the GB200 racks' 89.7 at twice the catalog NIC "
+                    "rate; the document does not state the cross-rack fabric, so no NIC efficiency follows")
+        return
+    if domains == 1:
+        _moe_keep(c, r, family="nccl", op="all-to-all", level="scale-up", ranks=n, nodes=1, tokens="", topk="",
+                  gbps=_num(r["value"]), link=up(r), basis="nccl-tests busbw", use="plateau",
+                  sweep=f"size={size}", time_us=time_us)
+        return
+    cross = algbw * (domains - 1) / domains
+    _moe_keep(c, r, family="nccl", op="all-to-all", level="scale-out", ranks=n, nodes=domains, tokens="",
+              topk="", gbps=cross, link=MOE_NIC_GBPS[sku], basis="algbw x (domains-1)/domains (cross-domain "
+              "bytes per rank)", use="plateau", sweep=f"size={size}", time_us=time_us)
+
+
 # -------------------------------------------------------------------------------------- main
 WRITE_ORDER = {
     "gemm": ["silicon", "sku", "dtype_key", "use", "sweep", "m", "n", "k", "tflops"],
@@ -662,6 +838,8 @@ WRITE_ORDER = {
     "memory": ["silicon", "sku", "use", "kernel", "implementation", "direction", "shape", "ideal_bytes",
                "GBps", "time_ms"],
     "fp8": ["silicon", "sku", "use", "recipe", "mode", "value_num"],
+    "moe": ["silicon", "sku", "family", "op", "level", "ranks", "nodes", "tokens", "topk", "GBps", "link_GBps",
+            "basis", "use", "sweep", "time_us"],
 }
 
 
@@ -676,11 +854,13 @@ def curate(shared: Path) -> Curation:
     curate_memory(c, _read(shared, "memory.csv"))
     e2e = _read(shared, "e2e_fp8_compile.csv")
     curate_fp8(c, gemm, e2e)
+    moe = _read(shared, "moe.csv")
+    curate_moe(c, moe)
     xla_gemm = _read(shared, "gemm_xla_perf_table.csv")
     c.rest(xla_gemm, "XLA matmul table: the generator computes M*N*K*b/ns (FMA/s) while bf16/tf32 "
                      "magnitudes read as FLOP/s, the sm_90 fp8 entries exceed the 1979 TFLOP/s spec, "
                      "and the SKU behind sm_90/gfx942/gfx950 is not stated")
-    for rows in (gemm, e2e):
+    for rows in (gemm, e2e, moe):
         missing = [r["line"] for r in rows if (r["file"], r["line"]) not in c.seen]
         if missing:
             raise AssertionError(f"{rows[0]['file']}: rows not curated: {missing[:10]}")

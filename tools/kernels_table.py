@@ -61,6 +61,24 @@ def collectives_table() -> list[str]:
     return out
 
 
+def dispatch_table() -> list[str]:
+    """MoE dispatch / combine efficiency per family and level at the measured group sizes (the
+    silicon that run MoE dispatch kernels; the rest take the NCCL all-to-all)."""
+    out = ["| silicon | family | scale-up dispatch / combine (ranks) | scale-out dispatch / combine (ranks) | "
+           "half MB up / out |", "|---|---|---|---|---|"]
+    for sil in ("hopper", "blackwell", "cdna3", "cdna4"):
+        for fam, levels in params()["expert_dispatch"][sil].items():
+            cells = []
+            for level in ("scale-up", "scale-out"):
+                e = levels[level]
+                pts = ", ".join(f"{d:.2f}/{c:.2f} ({r:g})" for r, d, c in
+                                zip(e["dispatch"]["ranks"], e["dispatch"]["effs"], e["combine"]["effs"], strict=True))
+                cells.append(_mark(pts, e["dispatch"]["measured"]))
+            halves = " / ".join(f"{levels[lv]['half_bytes']['value'] / 1e6:.1f}" for lv in ("scale-up", "scale-out"))
+            out.append(f"| {sil} | {fam} | " + " | ".join(cells) + f" | {halves} |")
+    return out
+
+
 def memory_table() -> list[str]:
     out = ["| silicon | HBM (STREAM) | eager | fused | compiled |", "|---|---:|---:|---:|---:|"]
     m = params()["memory"]
@@ -87,6 +105,7 @@ def fp8_table() -> list[str]:
 def main() -> int:
     for title, lines in (("GEMM", gemm_table()), ("Attention (hd128, causal)", attention_table()),
                          ("Collectives (reference groups: 8 GPUs / 4 nodes x 8)", collectives_table()),
+                         ("MoE dispatch / combine (fraction of the level's per-device link)", dispatch_table()),
                          ("Memory-bound", memory_table()), ("fp8 recipe GEMM factors", fp8_table())):
         print(f"### {title}\n")
         print("\n".join(lines) + "\n")

@@ -4,7 +4,7 @@
 The curated CSVs hold the kernel measurements others published, one row each with its source
 (``tools/curate_kernels.py`` selects them from the shared collection; docs/KERNELS.md says what
 was kept and rejected). The fits of this package (``gemm.py``, ``attention.py``,
-``collectives.py``, ``memory.py``, ``fp8.py``) turn them into the numbers the run-time modules
+``collectives.py``, ``memory.py``, ``fp8.py``, ``moe.py``) turn them into the numbers the run-time modules
 read, each with the rows it came from, and apply the documented fallback rule
 (``fallbacks.toml``) to every (silicon, kernel class) without a measurement.
 
@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import attention, collectives, common, fp8, gemm, memory
+from . import attention, collectives, common, fp8, gemm, memory, moe
 
 PARAMS_FILE = "params.json"
 SCHEMA = 1
@@ -36,15 +36,17 @@ def build() -> dict[str, Any]:
     """Every parameter the run-time modules read, derived from the curated CSVs and the catalog;
     each distinct source text is stored once in ``sources`` and referred to by its index."""
     gemm_params = gemm.params(common.read_rows("gemm"))
+    coll_params = collectives.params(common.read_rows("collectives"))
     return intern({
         "schema": SCHEMA,
         "generated_by": "python -m tools.kernel_fitting.build (from tools/kernel_fitting/data/*.csv and specs/data/devices.toml)",
         "silicons": common.silicons(),
         "gemm": gemm_params,
         "attention": attention.params(common.read_rows("attention")),
-        "collectives": collectives.params(common.read_rows("collectives")),
+        "collectives": coll_params,
         "memory": memory.params(common.read_rows("memory")),
         "fp8": fp8.params(common.read_rows("fp8"), gemm_params["peak_fraction"]),
+        "expert_dispatch": moe.params(common.read_rows("moe"), coll_params),
     })
 
 

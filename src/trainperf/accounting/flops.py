@@ -16,6 +16,9 @@ Counted, per sequence of ``seq_len`` tokens:
 * ``moe_router``: router logits (and Qwen2-MoE's shared-expert gate, one more output);
 * ``moe_experts``: the top-k routed experts plus shared experts each token visits;
 * ``lm_head``: the output projection onto the vocabulary (counted for a tied head too);
+* ``mtp``: the multi-token-prediction modules (DeepSeek-V3): each one transformer block like the
+  last (its projections, attention core over the whole sequence, MLP or routed + shared experts
+  and router), the ``2h -> h`` projection and one more pass through the LM head;
 * ``embedding``: 0 (the input embedding is a lookup, not a matmul); kept as a row to say so;
 * ``norms`` and ``elementwise`` (only when ``include_elementwise``): RMSNorm/LayerNorm about
   4 FLOPs per element, activation function and residual adds about 1-8 per element, softmax
@@ -45,7 +48,7 @@ from trainperf.specs.model import ModelSpec
 ATTENTION_MASKS: tuple[str, ...] = ("causal", "causal-half", "full")
 MATMUL_OPS: tuple[str, ...] = (
     "attn_qkv", "attn_scores", "attn_values", "attn_out", "mlp", "moe_router", "moe_experts",
-    "lm_head", "embedding",
+    "lm_head", "embedding", "mtp",
 )
 ATTENTION_CORE_OPS: tuple[str, ...] = ("attn_scores", "attn_values")
 
@@ -149,12 +152,19 @@ def forward_flops(model: ModelSpec, seq_len: int, attention: str = "causal",
         "moe_experts": 0.0,
         "lm_head": float(s * 2 * h * model.vocab),
         "embedding": 0.0,
+        "mtp": 0.0,
     }
+    mlp_block = float(s * sum(2 * i * o for i, o in model.dense_mlp_matmuls().values()))
     if model.is_moe:
         expert = sum(2 * i * o for i, o in model.dense_mlp_matmuls(model.moe_expert_ffn).values())
         router_out = model.moe_experts + (1 if model.moe_shared_expert_gate else 0)
+        mlp_block = float(s * (2 * h * router_out + (model.moe_topk + model.moe_shared_experts) * expert))
         ops["moe_router"] = float(model.moe_layers * s * 2 * h * router_out)
         ops["moe_experts"] = float(model.moe_layers * s * (model.moe_topk + model.moe_shared_experts) * expert)
+    if model.mtp_layers:
+        core = 2.0 * model.heads * (model.qk_head_dim + model.v_dim_per_head) * _full_pairs(s, attention)
+        block = s * (qkv + 2 * out_i * out_o) + core + mlp_block
+        ops["mtp"] = float(model.mtp_layers * (block + s * 2 * (2 * h) * h + s * 2 * h * model.vocab))
     if include_elementwise:
         ffn_width = model.ffn_hidden
         ops["norms"] = float(s * (2 * L + 1) * h * 4)

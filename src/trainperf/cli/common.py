@@ -23,6 +23,7 @@ WORKLOAD_FLAGS: dict[str, str] = {
     "head_dim": "model.head_dim",
     "ffn_hidden": "model.ffn_hidden",
     "vocab": "model.vocab",
+    "mtp_layers": "model.mtp_layers",
     "mlp": "model.mlp",
     "tied_embeddings": "model.tied_embeddings",
     "norm": "model.norm",
@@ -56,6 +57,8 @@ WORKLOAD_FLAGS: dict[str, str] = {
     "training_compile": "training.compile",
     "async_tp": "training.async_tp",
     "fp8_recipe": "training.fp8_recipe",
+    "moe_dispatcher": "training.moe_dispatcher",
+    "moe_imbalance": "training.moe_imbalance",
     "stack": "training.stack",
     "etp": "parallel.etp",
     "first_stage_layers": "parallel.first_stage_layers",
@@ -126,6 +129,10 @@ def add_software_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--async-tp", dest="async_tp", action=argparse.BooleanOptionalAction, default=None,
                    help="asynchronous tensor parallelism (TP collectives overlap GEMMs)")
     s.add_argument("--fp8-recipe", metavar="NAME", help="tensorwise | rowwise | delayed (with --precision fp8)")
+    s.add_argument("--moe-dispatcher", metavar="NAME",
+                   help="MoE token dispatch kernels: nccl | deepep | hybrid-ep | mori (default: the stack's)")
+    s.add_argument("--moe-imbalance", type=float, metavar="F",
+                   help="tokens the busiest expert-parallel rank receives over the mean (default 1: balanced)")
     s.add_argument("--stack", metavar="NAME|FILE",
                    help="software-stack profile: generic (default) | megatron-core | megatron-lm-2021 | maxtext | paxml | "
                         "torchtitan | llm-foundry | deepspeed, or a profile .toml from `trainperf calibrate-model`")

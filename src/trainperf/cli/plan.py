@@ -201,6 +201,9 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
     software = {"compile": args.training_compile if args.training_compile is not None else tr.get("compile", False),
                 "async_tp": args.async_tp if args.async_tp is not None else tr.get("async_tp", False),
                 "fp8_recipe": args.fp8_recipe or tr.get("fp8_recipe"),
+                "moe_dispatcher": args.moe_dispatcher or tr.get("moe_dispatcher"),
+                "moe_imbalance": float(args.moe_imbalance if args.moe_imbalance is not None
+                                       else tr.get("moe_imbalance", 1.0)),
                 "stack": str(args.stack or tr.get("stack", "generic"))}
     release = getattr(args, "stack_release", "")
     if release:

@@ -21,6 +21,8 @@ BAR_WIDTH = 40
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_workload_arguments(parser, positional="many")
+    parser.add_argument("--mtp-layers", type=int, metavar="N", dest="mtp_layers",
+                        help="multi-token-prediction modules to train (override [model] mtp_layers; DeepSeek-V3: 1)")
     add_software_arguments(parser)
     parser.add_argument("--calibration", metavar="FILE",
                         help="knob values from `trainperf calibrate-model` (JSON)")
@@ -96,7 +98,8 @@ def render(p, price: float | None = None) -> str:
     return "\n".join(out)
 
 
-COMPUTE_PARTS = ("matmul", "attention", "memory-bound ops", "kernel overhead")
+COMPUTE_PARTS = ("matmul", "attention", "memory-bound ops", "kernel overhead", "grouped GEMMs (routed experts)",
+                 "router + permute/unpermute")
 """The kernel classes the forward, backward and recompute times are made of (the predictor's
 ``compute_breakdown``, less the optimizer, which has its own line)."""
 
@@ -146,7 +149,8 @@ def _kernel_lines(p) -> list[str]:
                    f"attention {kinfo['attn_family']}, memory-bound ops {kinfo['elementwise_impl']}"
                    + (f", fp8 {kinfo['fp8_recipe']} scaling" if kinfo.get("fp8_recipe") else "")
                    + (f", routed experts' grouped GEMMs at {kinfo['grouped_fraction']:.2f} of the dense law (measured)"
-                      if w.model.is_moe and kinfo.get("grouped_fraction", 1.0) != 1.0 else ""))
+                      if w.model.is_moe and kinfo.get("grouped_fraction", 1.0) != 1.0 else "")
+                   + (f", MoE dispatch by {kinfo['moe_dispatcher']}" if w.model.is_moe and w.plan.ep > 1 else ""))
     k = p.knobs
     out.append(f"stack shares of the kernels' speed: {k.device} (matmul {k.matmul_fraction:.3g}, "
                f"attention {k.attention_fraction:.3g}, memory-bound {k.memory_bound_fraction:.3g}, "

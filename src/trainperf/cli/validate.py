@@ -95,12 +95,29 @@ def run(args: argparse.Namespace) -> int:
               f"{d['leave_one_group_out_mean_signed_pct']:+.2f}%; worst group "
               f"{d['leave_one_group_out_max_group_mape_pct']:.1f}% MAPE; worst row "
               f"{d['leave_one_group_out_worst_row']} ({d['leave_one_group_out_worst_pct']:+.1f}%)")
+    _print_architecture(d["per_architecture"])
     if d.get("leave_one_group_out_interval_coverage_pct") is not None:
         print(f"{d['interval_level_pct']:.0f}% ranges under leave-one-(stack, silicon)-out hold "
               f"{d['leave_one_group_out_interval_coverage_pct']:.1f}% of the rows (each group's range fitted "
               "without it)")
     print("signed error: positive = predicted slower than published")
     return 0
+
+
+def _print_architecture(groups: dict[str, dict[str, Any]]) -> None:
+    """One line per architecture group (the MoE rows, the dense rows): MAPE and mean signed error
+    in-sample, leave-one-table-out and leave-one-(stack, silicon)-out."""
+    for name, label in (("moe", "mixture-of-experts rows"), ("dense", "dense rows")):
+        g = groups.get(name) or {}
+        if not (g.get("in_sample") or {}).get("rows"):
+            continue
+        parts = []
+        for key, what in (("in_sample", "in-sample"), ("leave_one_table_out", "leave-one-table-out"),
+                          ("leave_one_group_out", "leave-one-(stack, silicon)-out")):
+            x = g.get(key)
+            if x and x["rows"]:
+                parts.append(f"{what} {x['mape_pct']:.2f}% ({x['mean_signed_pct']:+.2f}%)")
+        print(f"{label} ({g['in_sample']['rows']}): MAPE (mean signed) " + ", ".join(parts))
 
 
 def _print_rows_read(v: Any, readings: dict[str, dict[str, Any]]) -> None:

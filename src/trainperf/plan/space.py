@@ -69,6 +69,8 @@ class SoftwareFields(TypedDict):
     async_tp: bool
     fp8_recipe: str | None
     stack: str
+    moe_dispatcher: str | None
+    moe_imbalance: float
 
 # Column names of a candidate table, in a fixed order.
 COLUMNS: tuple[str, ...] = (
@@ -200,6 +202,10 @@ class SearchSpace:
     """Plans with tp > 1 use asynchronous tensor parallelism (``training.async_tp``)."""
     fp8_recipe: str | None = None
     """FP8 scaling recipe of the fp8/fp4 plans (``training.fp8_recipe``)."""
+    moe_dispatcher: str | None = None
+    """MoE token dispatch kernels of every plan (``training.moe_dispatcher``; None: the stack's)."""
+    moe_imbalance: float = 1.0
+    """Load of the busiest expert-parallel rank over the mean (``training.moe_imbalance``)."""
     stack: str = "generic"
     """Software-stack profile every plan is predicted with (``training.stack``: a name or file);
     its ``[capabilities]`` bound the space (:mod:`trainperf.predict.stack_capabilities`)."""
@@ -225,7 +231,8 @@ class SearchSpace:
     def software(self, precision: str, tp: int) -> SoftwareFields:
         """The ``[training]`` software fields of a plan of this ``precision`` and ``tp``."""
         return {"compile": self.compile, "async_tp": self.async_tp and tp > 1,
-                "fp8_recipe": self.fp8_recipe if precision in ("fp8", "fp4") else None, "stack": self.stack}
+                "fp8_recipe": self.fp8_recipe if precision in ("fp8", "fp4") else None, "stack": self.stack,
+                "moe_dispatcher": self.moe_dispatcher, "moe_imbalance": self.moe_imbalance}
 
     def __post_init__(self) -> None:
         for n in self.num_devices:

@@ -94,8 +94,10 @@ def _group_layout(model: ModelSpec, hardware: Hardware, seq_len: int, precision:
         return dataclasses.replace(base, run=run)
     soft = software(precision, 2)
     kernels = dataclasses.replace(base.kernels, **software_fields(model.norm, model.mlp, base.kernels.silicon, stack, precision,
-                                                                  bool(soft["compile"]), soft["fp8_recipe"]))
-    return dataclasses.replace(base, run=dataclasses.replace(run, async_tp=bool(soft["async_tp"])), kernels=kernels)
+                                                                  bool(soft["compile"]), soft["fp8_recipe"],
+                                                                  soft.get("moe_dispatcher")))
+    run = dataclasses.replace(run, async_tp=bool(soft["async_tp"]), moe_imbalance=float(soft.get("moe_imbalance", 1.0)))
+    return dataclasses.replace(base, run=run, kernels=kernels)
 
 
 def evaluate(c: Candidates, model: ModelSpec, hardware: Hardware, seq_len: int, devices_per_node: int,

@@ -23,6 +23,7 @@ stack can execute and how it lays out memory::
                                                            # layers, or not at all (MoE folding)
     cp_shards_states = true                                # FSDP over the cp ranks even when the
                                                            # plan shards nothing else (torchtitan)
+    moe_dispatchers = ["nccl", "deepep"]                   # MoE token dispatch kernels it can run
     [capabilities.sources]
     parallelisms = "Megatron-LM arguments.py ..."
 
@@ -57,9 +58,11 @@ KEYS: tuple[str, ...] = ("parallelisms", "hybrid_shard", "zero_stages", "pipelin
                          "pipeline_schedules", "max_vpp",
                          "pipeline_slots", "uneven_stages", "checkpointing", "loss_bytes_per_logit",
                          "compiled_loss_bytes_per_logit", "fp8_gemm_input_bytes", "fsdp_grad_unit", "expert_tp",
-                         "cp_shards_states")
+                         "cp_shards_states", "moe_dispatchers")
 GRAD_UNITS: tuple[str, ...] = ("layer", "tensor")
 EXPERT_TP: tuple[str, ...] = ("tp", "1")
+MOE_DISPATCHERS: tuple[str, ...] = ("nccl", "deepep", "hybrid-ep", "mori")
+"""Token dispatch kernel families (:data:`trainperf.predict.kernels.expert_dispatch.FAMILIES`)."""
 DEFAULT_LOSS_BYTES_PER_LOGIT = 6.0
 """bf16 logits plus the fp32 copy the loss upcasts to (PyTorch autocast runs cross-entropy in fp32)."""
 
@@ -101,6 +104,8 @@ class Capabilities:
     even in a plan with no other sharding (torchtitan applies FSDP2 over its ``dp_shard_cp``
     mesh whenever context parallelism is on): :func:`apply_stack` makes that plan ZeRO-3 over
     the cp ranks."""
+    moe_dispatchers: tuple[str, ...] = MOE_DISPATCHERS
+    """MoE token dispatch kernels the stack can run (``training.moe_dispatcher``)."""
     introduced: tuple[tuple[str, str, tuple[tuple[str, tuple[int, ...]], ...]], ...] = ()
     """``(key, value, ((product, release), ...))``: a value of a list-valued key the stack gained
     in a later release (``[capabilities.introduced]``, e.g. ``"expert_tp=1" = ["Megatron-Core
@@ -166,7 +171,7 @@ class Capabilities:
         return vec.minimum(top, self.max_vpp) if self.max_vpp else top
 
 
-LIST_KEYS: tuple[str, ...] = ("parallelisms", "pipeline_schedules", "checkpointing", "expert_tp")
+LIST_KEYS: tuple[str, ...] = ("parallelisms", "pipeline_schedules", "checkpointing", "expert_tp", "moe_dispatchers")
 """Keys whose values ``[capabilities.introduced]`` may date."""
 
 
@@ -287,6 +292,10 @@ def capabilities_from_table(stack: str, table: Mapping[str, Any]) -> Capabilitie
             kw[key] = _str_list(v, stack, key, EXPERT_TP)
             if not kw[key]:
                 raise SpecError(_where(stack, key), v, "a non-empty list of 'tp' and/or '1'")
+        elif key == "moe_dispatchers":
+            kw[key] = _str_list(v, stack, key, MOE_DISPATCHERS)
+            if not kw[key]:
+                raise SpecError(_where(stack, key), v, f"a non-empty list of {', '.join(MOE_DISPATCHERS)}")
         elif key == "fsdp_grad_unit":
             if v not in GRAD_UNITS:
                 raise UnknownNameError(_where(stack, key), v, GRAD_UNITS)

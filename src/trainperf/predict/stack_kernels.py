@@ -18,6 +18,10 @@ predicted from that silicon's kernels. The facts::
     grouped_gemm = "torch-grouped-mm"      # the routed experts' grouped GEMM (kernels.gemm.GROUPED_IMPLS)
     context_parallel = "ring-allgather"    # how cp attention exchanges K/V (CONTEXT_PARALLEL)
     context_parallel_load_balance = true   # causal load balancing (zigzag / head-tail chunks)
+    moe_dispatcher = "nccl"                # MoE token dispatch/combine kernels
+                                           # (kernels.expert_dispatch.FAMILIES)
+    moe_host_sync = true                   # the dispatcher reads token counts on the host once per
+                                           # MoE block forward (all-to-all split sizes)
     [kernels.sources]
     attention = "..."
 
@@ -43,12 +47,14 @@ CONTEXT_PARALLEL = ("ring-p2p", "ring-allgather", "ring-alltoall", "allgather", 
 """How a stack's context-parallel attention exchanges K/V
 (:data:`trainperf.predict.step_model.context_parallel.FLAVOURS` says what each one costs)."""
 KEYS = ("attention", "attention_by_silicon", "elementwise", "compiled", "fp8_recipe", "tp_overlap",
-        "gpu_memory_fraction", "grouped_gemm", "context_parallel", "context_parallel_load_balance", "sources")
+        "gpu_memory_fraction", "grouped_gemm", "context_parallel", "context_parallel_load_balance",
+        "moe_dispatcher", "moe_host_sync", "sources")
 
 BUILTIN: dict[str, Any] = {
     "attention": "fa2", "attention_by_silicon": {}, "elementwise": "eager", "compiled": False,
     "fp8_recipe": "tensorwise", "tp_overlap": "async-tp", "gpu_memory_fraction": 1.0,
     "grouped_gemm": "other", "context_parallel": "ring-p2p", "context_parallel_load_balance": True,
+    "moe_dispatcher": "nccl", "moe_host_sync": True,
 }
 """What a stack with no facts at all is taken to run: PyTorch eager with FlashAttention-2, and
 context parallelism as a load-balanced ring of point-to-point K/V transfers (Liu et al. 2023's
@@ -81,6 +87,15 @@ class StackKernels:
     """How context-parallel attention exchanges K/V (:data:`CONTEXT_PARALLEL`)."""
     context_parallel_load_balance: bool = True
     """Causal load balancing of the cp ranks (every rank the same share of the causal triangle)."""
+    moe_dispatcher: str = "nccl"
+    """The kernels that carry an MoE layer's tokens to their experts and back
+    (:data:`trainperf.predict.kernels.expert_dispatch.FAMILIES`); a run's ``moe_dispatcher`` wins."""
+    moe_host_sync: bool = True
+    """The dispatcher copies the tokens-per-expert counts to the host once per MoE block forward (to
+    size the all-to-all), so the host has no lead over the device there and the kernels it launches
+    after the copy wait for their launch (Megatron-Core's ``alltoall`` and ``flex`` dispatchers,
+    torchtitan's ``all_to_all_single`` split sizes); False for a compiled XLA program (static
+    shapes)."""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def elementwise_impl(self, compile_flag: bool) -> str:
@@ -131,6 +146,13 @@ def validate_table(body: Mapping[str, Any], where: str) -> dict[str, Any]:
     if "context_parallel_load_balance" in out and not isinstance(out["context_parallel_load_balance"], bool):
         raise SpecError(f"{where} [kernels].context_parallel_load_balance", out["context_parallel_load_balance"],
                         "true or false")
+    if "moe_dispatcher" in out:
+        from trainperf.predict.kernels.expert_dispatch import FAMILIES
+
+        if out["moe_dispatcher"] not in FAMILIES:
+            raise UnknownNameError(f"{where} [kernels].moe_dispatcher", out["moe_dispatcher"], FAMILIES)
+    if "moe_host_sync" in out and not isinstance(out["moe_host_sync"], bool):
+        raise SpecError(f"{where} [kernels].moe_host_sync", out["moe_host_sync"], "true or false")
     if "gpu_memory_fraction" in out:
         v = out["gpu_memory_fraction"]
         if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 < v <= 1.0:
@@ -165,7 +187,9 @@ def resolve(profile: Any, silicon: str, generic: Any = None) -> StackKernels:
                         fp8_recipe=str(facts["fp8_recipe"]), tp_overlap=str(facts["tp_overlap"]),
                         gpu_memory_fraction=float(facts["gpu_memory_fraction"]),
                         grouped_gemm=str(facts["grouped_gemm"]), context_parallel=str(facts["context_parallel"]),
-                        context_parallel_load_balance=bool(facts["context_parallel_load_balance"]), sources=sources)
+                        context_parallel_load_balance=bool(facts["context_parallel_load_balance"]),
+                        moe_dispatcher=str(facts["moe_dispatcher"]), moe_host_sync=bool(facts["moe_host_sync"]),
+                        sources=sources)
 
 
 @lru_cache(maxsize=256)

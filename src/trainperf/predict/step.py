@@ -152,6 +152,13 @@ def check_plan(w: Any) -> None:
         raise SpecError("training.precision", w.precision, f"{w.hardware.id} supports {have}")
     if p.ep > 1 and not m.is_moe:
         raise SpecError("parallel.ep", p.ep, "1 for a dense model")
+    if getattr(w, "moe_dispatcher", None):
+        from trainperf.predict.stack_capabilities import capabilities_of
+
+        caps = capabilities_of(getattr(w, "stack", None))
+        if w.moe_dispatcher not in caps.moe_dispatchers:
+            raise SpecError("training.moe_dispatcher", w.moe_dispatcher,
+                            f"one the stack {caps.stack} runs: {', '.join(caps.moe_dispatchers)}")
 
 
 # ----------------------------------------------------------------------------- calibration
@@ -220,7 +227,8 @@ def kernel_info(k: KernelPhysics) -> dict[str, Any]:
     """Kernel facts of a prediction shown beside it (which kernels, at what measured speed)."""
     return {"silicon": k.silicon, "attn_family": k.attn_family, "elementwise_impl": k.elementwise_impl,
             "gemm_peak_fraction": k.gemm_peak_fraction, "fp8_recipe": k.fp8_recipe,
-            "tp_overlap_rule": k.tp_overlap_rule, "grouped_fraction": k.grouped_fraction}
+            "tp_overlap_rule": k.tp_overlap_rule, "grouped_fraction": k.grouped_fraction,
+            "grouped_gemm": k.grouped_impl, "moe_dispatcher": k.dispatch.family}
 
 
 def as_float(x: Any) -> float:
@@ -236,7 +244,8 @@ def breakdown(s: StepCosts) -> dict[str, float]:
     dp = s.dp
     parts = {
         "forward": s.forward_s, "backward": s.backward_s, "recompute": s.recompute_s,
-        "tp comm": s.tp.comm.exposed_s, "ep all-to-all": s.ep.comm.exposed_s,
+        "tp comm": s.tp.comm.exposed_s, "ep dispatch": s.ep.dispatch.comm.exposed_s,
+        "ep combine": s.ep.combine.comm.exposed_s,
         "fsdp all-gather (exposed)": dp.fsdp_allgather.exposed_s,
         "fsdp reduce-scatter (exposed)": dp.fsdp_reducescatter.exposed_s,
         "dp grad sync (exposed)": dp.grad_sync.exposed_s,
@@ -249,10 +258,15 @@ def breakdown(s: StepCosts) -> dict[str, float]:
 
 
 def compute_breakdown(s: StepCosts) -> dict[str, float]:
-    """Compute seconds per op class."""
-    return {"matmul": as_float(s.matmul_s), "attention": as_float(s.attention_s),
-            "memory-bound ops": as_float(s.memory_bound_s), "kernel overhead": as_float(s.overhead_s),
-            "optimizer": as_float(s.optimizer_s)}
+    """Compute seconds per op class; an MoE model's routed experts' grouped GEMMs and its router
+    and permutations apart."""
+    out = {"matmul": as_float(s.matmul_s), "attention": as_float(s.attention_s),
+           "memory-bound ops": as_float(s.memory_bound_s), "kernel overhead": as_float(s.overhead_s),
+           "optimizer": as_float(s.optimizer_s)}
+    if s.stage.moe_frac != 0.0 or s.compute.layer.expert_fwd != 0.0:
+        out["grouped GEMMs (routed experts)"] = as_float(s.grouped_gemm_s)
+        out["router + permute/unpermute"] = as_float(s.routing_s)
+    return out
 
 
 def memory_breakdown_GiB(m: Memory) -> dict[str, float]:
@@ -261,6 +275,18 @@ def memory_breakdown_GiB(m: Memory) -> dict[str, float]:
              "gathered params (fsdp)": m.gathered_bytes, "activations": m.activations_bytes,
              "logits": m.logits_bytes, "comm buffers": m.buffers_bytes, "framework reserve": m.reserve_bytes}
     return {name: as_float(v) / GiB for name, v in parts.items()}
+
+
+DISPATCHER_NAMES = {"nccl": "all-to-all (NCCL)", "deepep": "DeepEP", "hybrid-ep": "Hybrid-EP", "mori": "MORI-EP"}
+
+
+def _dispatcher(w: Any) -> str:
+    """The algorithm label of a workload's MoE dispatch and combine."""
+    from trainperf.predict import stack_kernels
+    from trainperf.predict.stacks import generation_of
+
+    fam = w.moe_dispatcher or stack_kernels.for_stack(getattr(w, "stack", None), generation_of(w.hardware)).moe_dispatcher
+    return DISPATCHER_NAMES[fam]
 
 
 def cp_algorithm(fl: Any) -> str:
@@ -281,7 +307,8 @@ def collectives(w: Any, s: StepCosts, lay_cp: Any = None) -> list[Collective]:
     rows: list[tuple[str, str, CommCost]] = [
         ("tp all-gather/reduce-scatter" if p.sequence_parallel else "tp all-reduce",
          "ring" + (" (async tp)" if w.async_tp else ""), s.tp.comm),
-        ("ep all-to-all", "pairwise", s.ep.comm),
+        ("ep dispatch", _dispatcher(w), s.ep.dispatch.comm),
+        ("ep combine", _dispatcher(w), s.ep.combine.comm),
         (f"{fs_label} all-gather", "hierarchical ring", dp.fsdp_allgather),
         (f"{fs_label} reduce-scatter", "hierarchical ring", dp.fsdp_reducescatter),
         ("zero reduce-scatter" if (p.zero_stage in (1, 2) and p.fsdp == 1) else "dp all-reduce", "hierarchical ring",
@@ -310,9 +337,12 @@ def assemble(w: Any, s: StepCosts, k: Knobs, *, convention: str = DEFAULT_CONVEN
     tp_ = throughput(w, step_time_s=step, convention=convention, train_tokens=train_tokens,
                      lora_fraction=lora_fraction)
     notes = list(w.notes)
-    if w.plan.ep > 1 and as_float(s.ep.comm.group.nodes) > 1:
-        notes.append("the expert all-to-all crosses nodes: no all-to-all across nodes is measured, so it is "
-                     "priced from all-reduce measurements, likely on the slow side (docs/KERNELS.md)")
+    if w.plan.ep > 1 and as_float(s.ep.dispatch.comm.group.nodes) > 1:
+        notes.append("the expert dispatch crosses scale-up domains: priced at the dispatcher's measured NIC "
+                     "efficiency where the kernel data has it, else the NIC's point-to-point figure (docs/KERNELS.md)")
+    if w.plan.ep > 1 and w.moe_imbalance == 1.0:
+        notes.append("expert load taken as balanced (moe_imbalance 1.0): the busiest expert-parallel rank's "
+                     "share over the mean can be stated (training.moe_imbalance)")
     if mem_total > capacity:
         notes.append(f"does not fit: {mem_total:.1f} GiB needed per device, {capacity:.1f} GiB "
                      f"available ({mem_total - capacity:.1f} GiB over)")

@@ -77,6 +77,19 @@ class RunsValidation:
     coverage: dict[str, Any] | None = None
     """Share of rows inside their 80% range under leave-one-(stack, silicon)-out, each group's
     range fitted without it (:func:`trainperf.predict.intervals.group_out_coverage`)."""
+    moe_rows: frozenset[str] = frozenset()
+    """Row ids of the mixture-of-experts rows (reported as their own group)."""
+
+    def architecture_groups(self) -> dict[str, dict[str, Any]]:
+        """MAPE, mean signed error and worst row of the MoE rows and of the dense rows, in-sample,
+        leave-one-table-out and leave-one-(stack, silicon)-out."""
+        out: dict[str, dict[str, Any]] = {}
+        for name, keep in (("moe", lambda p: p.name in self.moe_rows), ("dense", lambda p: p.name not in self.moe_rows)):
+            out[name] = {"in_sample": summarize([p for p in self.in_sample if keep(p)]),
+                         "leave_one_table_out": summarize([p for p in self.loto if keep(p)]) if self.loto else None,
+                         "leave_one_group_out": summarize([p for p in self.group_out if keep(p)])
+                         if self.group_out else None}
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         s, lo, go = summarize(self.in_sample), summarize(self.loto), summarize(self.group_out)
@@ -105,6 +118,7 @@ class RunsValidation:
             "interval_level_pct": 100.0 * LEVEL,
             "leave_one_group_out_interval_coverage_pct": (self.coverage or {}).get("coverage_pct"),
             "interval_coverage_per_group": (self.coverage or {}).get("per_group"),
+            "per_architecture": self.architecture_groups(),
             "per_group": {g: {"in_sample": v, "leave_one_table_out": groups_lo.get(g),
                               "leave_one_group_out": groups_go.get(g)} for g, v in groups_in.items()},
             "per_table": {t: {"in_sample": v, "leave_one_table_out": tables_lo.get(t),
@@ -157,5 +171,6 @@ def validate_runs(data: str | Path | None = None, stack: str | None = None,
             loto_predicted_step_time_s=lp, loto_signed_pct=ls, assumptions=r.assumptions,
             group_out_predicted_step_time_s=gp, group_out_signed_pct=gs, interval_s=band))
     cov = group_out_coverage(fit_rows, held["group"]) if held["group"] else None
+    moe = frozenset(r.row_id for r in runs if r.included and r.workload is not None and r.workload.model.is_moe)
     return RunsValidation(rows=tuple(out), in_sample=tuple(ins), loto=tuple(held["table"]),
-                          stack_override=stack, group_out=tuple(held["group"]), coverage=cov)
+                          stack_override=stack, group_out=tuple(held["group"]), coverage=cov, moe_rows=moe)

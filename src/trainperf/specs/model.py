@@ -116,6 +116,14 @@ class ModelSpec:
     Qwen-MoE's ``decoder_sparse_step``, DeepSeek's ``moe_layer_freq``), not leading. Counts and
     FLOPs are the same; a pipeline stage's mix of dense and MoE layers is not: leading dense
     layers all sit on the first stage, interleaved ones on every stage alike."""
+    mtp_layers: int = 0
+    """Multi-token-prediction modules (DeepSeek-V3's ``num_nextn_predict_layers``, Megatron-Core's
+    ``--mtp-num-layers``): each predicts one more future token from the previous depth's hidden
+    state and the next token's embedding, through an RMSNorm of each, a ``2*hidden -> hidden``
+    projection, one transformer block (an MoE block in an MoE model) and the shared output head
+    (DeepSeek-AI 2024, arXiv:2412.19437, section 2.2). Counted in parameters (block, projection
+    and three norms; the embedding and head are shared), FLOPs (block, projection, one more head)
+    and, on the last pipeline stage, time and memory. 0: none."""
     # --- multi-head latent attention (DeepSeek-V2/V3) -----------------------------------------
     attention: AttentionKind = "mha"
     """``mha`` covers MHA/GQA/MQA; ``mla`` is DeepSeek's multi-head latent attention."""
@@ -201,7 +209,7 @@ class ModelSpec:
         for name in ("moe_experts", "moe_topk", "moe_shared_experts", "moe_dense_layers",
                      "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
                      "v_head_dim", "sliding_window", "sliding_window_layers", "norms_per_layer",
-                     "attention_chunk", "chunked_attention_layers"):
+                     "attention_chunk", "chunked_attention_layers", "mtp_layers"):
             _non_negative(name, getattr(self, name))
         for name in ("attn_bias", "mlp_bias", "lm_head_bias", "moe_shared_expert_gate", "moe_router_bias",
                      "moe_dense_interleaved"):
@@ -438,18 +446,33 @@ class ModelSpec:
 
     @property
     def total_params(self) -> int:
-        """Every parameter stored once (tied matrices counted once), all experts included."""
+        """Every parameter stored once (tied matrices counted once), all experts and the
+        multi-token-prediction modules included."""
         per_layer_common = self.attention_params_per_layer + self.norm_params_per_layer
         return (self.layers * per_layer_common
                 + self.dense_layers * self.dense_mlp_params_per_layer
                 + self.moe_layers * self.moe_params_per_layer
-                + self.embedding_params + self.lm_head_params + self.final_norm_params)
+                + self.embedding_params + self.lm_head_params + self.final_norm_params + self.mtp_params)
+
+    @property
+    def mtp_block_params(self) -> int:
+        """Parameters of one multi-token-prediction module beyond the shared embedding and head: a
+        transformer block like the model's last one (MoE in an MoE model), the ``2h -> h``
+        projection (``eh_proj``) and three RMSNorms (``enorm``, ``hnorm``, the head's ``norm``)."""
+        mlp = self.moe_params_per_layer if self.is_moe else self.dense_mlp_params_per_layer
+        return (self.attention_params_per_layer + self.norm_params_per_layer + mlp
+                + 2 * self.hidden * self.hidden + 3 * self._norm_params(self.hidden))
+
+    @property
+    def mtp_params(self) -> int:
+        """Parameters of every multi-token-prediction module (0 without them)."""
+        return self.mtp_layers * self.mtp_block_params
 
     @property
     def buffer_params(self) -> int:
         """Checkpoint tensors that are not trained by gradients (DeepSeek-V3's router correction
-        bias), included in ``total_params``."""
-        return self.moe_layers * self.moe_experts if self.moe_router_bias else 0
+        bias, in the MTP blocks' MoE too), included in ``total_params``."""
+        return (self.moe_layers + self.mtp_layers) * self.moe_experts if self.moe_router_bias else 0
 
     @property
     def trainable_params(self) -> int:
@@ -469,8 +492,8 @@ class ModelSpec:
     @property
     def active_params(self) -> int:
         """Parameters used per token: like ``total_params`` with only top-k + shared experts."""
-        return (self.total_params
-                - self.moe_layers * (self.moe_params_per_layer - self.moe_active_params_per_layer))
+        return (self.total_params - (self.moe_layers + (self.mtp_layers if self.is_moe else 0))
+                * (self.moe_params_per_layer - self.moe_active_params_per_layer))
 
     @property
     def non_embedding_params(self) -> int:
@@ -486,7 +509,8 @@ class ModelSpec:
         """Weights that take part in a matmul for every token (active experts only).
 
         Counts every linear layer of every block, the MoE router and the LM head (a tied head is
-        still a matmul); leaves out the input embedding lookup, norms and biases. 6x this is the
+        still a matmul), and per multi-token-prediction module its block, projection and one more
+        pass through the head; leaves out the input embedding lookup, norms and biases. 6x this is the
         'N' of the 6N rule in the PaLM convention.
         """
         attn = sum(i * o for i, o in self.attention_matmuls().values())
@@ -495,8 +519,11 @@ class ModelSpec:
                   if self.is_moe else 0)
         router = self.hidden * (self.moe_experts + (1 if self.moe_shared_expert_gate else 0))
         moe = router + (self.moe_topk + self.moe_shared_experts) * expert
+        # each multi-token-prediction module: a block like the last, its 2h -> h projection, the
+        # shared head once more
+        mtp = attn + (moe if self.is_moe else dense) + 2 * self.hidden * self.hidden + self.vocab * self.hidden
         return (self.layers * attn + self.dense_layers * dense + self.moe_layers * moe
-                + self.vocab * self.hidden)
+                + self.vocab * self.hidden + self.mtp_layers * mtp)
 
     def attention_context(self, seq_len: int) -> list[int]:
         """Keys each layer's queries may see at most: window for SWA layers, chunk for chunked

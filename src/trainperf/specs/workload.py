@@ -27,6 +27,8 @@ CPU_PRECISIONS: frozenset[str] = frozenset({"fp32", "bf16", "fp16"})
 # ...and fp8: torchao's Float8 linears run on a CPU through torch._scaled_mm's reference kernel
 # (the bench's correctness runs); its peak is the calibrated _scaled_mm rate, never assumed.
 CPU_TRAINABLE: frozenset[str] = CPU_PRECISIONS | {"fp8"}
+MOE_DISPATCHERS: tuple[str, ...] = ("nccl", "deepep", "hybrid-ep", "mori")
+"""Token dispatch/combine kernel families (:data:`trainperf.predict.kernels.expert_dispatch.FAMILIES`)."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,18 @@ class Workload:
     stated (the stack's own recipe, ``[kernels] fp8_recipe`` of its profile). The recipe's
     quantisation cost on the silicon is kernel physics (:mod:`trainperf.predict.kernels.fp8`).
     Only with precision fp8 or fp4."""
+    moe_dispatcher: str | None = None
+    """How an MoE model's tokens reach their experts and come back: ``nccl`` (an all-to-all of
+    ``topk`` copies per token: Megatron-Core's ``alltoall`` dispatcher, torchtitan), ``deepep``
+    (DeepEP normal kernels: Megatron-Core's ``flex`` dispatcher), ``hybrid-ep`` (NVIDIA Hybrid-EP)
+    or ``mori`` (AMD MORI-EP); ``None``: the stack's own (``[kernels] moe_dispatcher`` of its
+    profile). Their measured speed is kernel physics (:mod:`trainperf.predict.kernels.expert_dispatch`)."""
+    moe_imbalance: float = 1.0
+    """Tokens the busiest expert-parallel rank receives over the mean (>= 1): the slowest rank's
+    routed-expert GEMMs, permutations and all-to-all traffic scale by it. 1.0 (the default) takes
+    the load as balanced, what an auxiliary loss or DeepSeek's bias balancing aims at; a measured
+    value can be stated (the bench's ``moe_imbalance`` is max / mean per expert, an upper bound of
+    the per-rank figure when a rank holds several experts)."""
     lora: LoraSpec | None = None
     """LoRA fine-tune: the base is frozen and only these adapters train; None: full training."""
     notes: tuple[str, ...] = field(default=(), compare=False)
@@ -118,11 +132,22 @@ class Workload:
             if self.precision not in ("fp8", "fp4"):
                 raise SpecError("training.fp8_recipe", self.fp8_recipe,
                                 f"only with precision fp8 or fp4 (precision is {self.precision})")
+        self._check_moe()
         if self.lora is not None:
             self.lora.matrices(self.model)  # raises for targets this model does not have
         plan = self.plan.resolve(self.num_devices)
         object.__setattr__(self, "plan", plan)
         object.__setattr__(self, "notes", tuple(self.notes) + tuple(self._check_plan(plan)))
+
+    def _check_moe(self) -> None:
+        """``moe_dispatcher`` is a known family, ``moe_imbalance`` a finite factor >= 1 (at most the
+        experts a token could crowd onto one rank: all of them)."""
+        if self.moe_dispatcher is not None and self.moe_dispatcher not in MOE_DISPATCHERS:
+            raise SpecError("training.moe_dispatcher", self.moe_dispatcher, f"one of {', '.join(MOE_DISPATCHERS)}")
+        f = self.moe_imbalance
+        if isinstance(f, bool) or not isinstance(f, int | float) or not math.isfinite(f) or not 1.0 <= f <= 1e3:
+            raise SpecError("training.moe_imbalance", f, "a number from 1 (balanced) to 1000")
+        object.__setattr__(self, "moe_imbalance", float(f))
 
     def _check_plan(self, plan: ParallelPlan) -> list[str]:
         m, notes = self.model, []

@@ -8,6 +8,8 @@ the silicon:
 * :mod:`.gemm` -- dense GEMM: best fraction of peak per dtype and the shape law;
 * :mod:`.attention` -- fused attention forward/backward per kernel family against sequence length;
 * :mod:`.collectives` -- bus bandwidth against message size per link level and kind;
+* :mod:`.expert_dispatch` -- MoE token dispatch/combine per kernel family (NCCL, DeepEP, Hybrid-EP,
+  MORI-EP), link level and expert-parallel group size;
 * :mod:`.memory_bound` -- STREAM-like HBM bandwidth and elementwise kernels (eager/fused/compiled);
 * :mod:`.fp8` -- what fp8 scaling recipes add to a GEMM.
 

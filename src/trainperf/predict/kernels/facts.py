@@ -19,7 +19,7 @@ class KernelFact:
     silicon: str
     """Catalog silicon (``Hardware.silicon``)."""
     kernel_class: str
-    """gemm | attention | collectives | memory_bound | fp8."""
+    """gemm | attention | collectives | expert_dispatch | memory_bound | fp8."""
     quantity: str
     """What the number is, e.g. ``peak_fraction[bf16]`` or ``fwd[fa3 hd128 causal seq=4096]``."""
     value: float
@@ -73,6 +73,14 @@ def describe(silicon: str) -> list[KernelFact]:
                                    lvl["ring_all_reduce"][name], unit))
         facts.append(_fact(silicon, "collectives", f"half_bytes_exponent[{level}]", lvl["half_bytes_exponent"],
                            "exponent of (ranks-1)/(ref-1)"))
+    for fam, levels in p.get("expert_dispatch", {}).get(silicon, {}).items():
+        for level, e in levels.items():
+            for op in ("dispatch", "combine"):
+                for ranks, eff in zip(e[op]["ranks"], e[op]["effs"], strict=True):
+                    facts.append(_fact(silicon, "expert_dispatch", f"{op}[{fam} {level} ranks={ranks:g}]", e[op],
+                                       "fraction of the level's per-device link bandwidth", value=eff))
+            facts.append(_fact(silicon, "expert_dispatch", f"half_bytes[{fam} {level}]", e["half_bytes"], "bytes"))
+            facts.append(_fact(silicon, "expert_dispatch", f"latency_us[{fam} {level}]", e["latency_us"], "us"))
     m = p["memory"]
     facts.append(_fact(silicon, "memory_bound", "hbm_fraction", m["hbm"][silicon], "fraction of catalog HBM bandwidth"))
     for impl, e in m["elementwise"][silicon].items():

@@ -8,7 +8,7 @@
 * :mod:`.attention` -- the attention core: one causal kernel, or a context-parallel ring's
   blocks and their merges;
 * :mod:`.tensor_parallel` -- TP/SP all-reduces, all-gathers and reduce-scatters, exposed;
-* :mod:`.expert_parallel` -- MoE dispatch and combine all-to-alls, exposed;
+* :mod:`.expert_parallel` -- MoE dispatch and combine by the dispatcher's kernels, exposed;
 * :mod:`.data_parallel` -- FSDP/ZeRO gathers and reduce-scatters, DP gradient sync, overlapped;
 * :mod:`.context_parallel` -- the stack's K/V exchange (ring, all-gather, Ulysses), what of it
   is exposed, and its buffers;

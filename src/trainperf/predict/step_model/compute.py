@@ -29,12 +29,39 @@ from typing import Any
 from trainperf import vec
 from trainperf.predict.efficiency import KnobValues
 from trainperf.predict.step_model.attention import AttentionTimes, attention_times
-from trainperf.predict.step_model.layout import COLUMN, HEAD_16BIT_UNDER_FP8, KV, ROW, Layout, Matmul, Num
+from trainperf.predict.step_model.layout import (
+    COLUMN,
+    HEAD_16BIT_UNDER_FP8,
+    KV,
+    REPLICA,
+    ROW,
+    Layout,
+    Matmul,
+    Num,
+)
 from trainperf.predict.step_model.stage import Stage
 
 KERNELS_PER_LAYER_FWD = 14.0
 """Kernels one layer launches forward in an eager framework: ~7 GEMMs, 2 norms, 2 adds, RoPE,
 activation, attention."""
+
+PER_EXPERT_LAUNCHES = frozenset({"te-grouped", "other"})
+"""Grouped-GEMM implementations that launch one GEMM per local expert: Transformer Engine's
+GroupedLinear runs a cuBLAS GEMM per group (``general_grouped_gemm`` over streams, TE 1.x-2.x on
+Hopper; read from memory), a loop over experts does too. ``torch-grouped-mm`` is one kernel per
+weight matrix."""
+
+MOE_HOST_SYNC_LAUNCHES = 2.0
+"""A dispatcher that copies the tokens-per-expert counts to the host (to size its all-to-all)
+drains the device queue once per MoE block forward: the device waits for the copy's launch and,
+once the host has the counts, for the next kernel's launch: two kernel launches' time, exposed
+(an assumption: no measurement of the stall was found)."""
+
+ROUTER_BYTES_PER_SCORE = 20.0
+"""HBM bytes per (token, expert) router score forward, fp32: the router GEMM's logits written (4),
+the softmax/sigmoid read and written (8), top-k's read (4), the probabilities scattered into the
+dense [tokens, experts] map (4) (Megatron-Core ``router.py``/``moe_utils.topk_softmax_with_capacity``,
+read from memory; a fused router moves fewer)."""
 
 LOSS_BYTES_PER_LOGIT = 16.0
 """Cross-entropy, forward and backward, per logit: write bf16 logits (2), fp32 softmax read and
@@ -141,6 +168,8 @@ def _local_shape(lay: Layout, mat: Matmul, deg: Num) -> tuple[Num, Num]:
         return mat.out_features, mat.in_features / deg
     if mat.split == KV:  # kv heads are replicated when tp > kv_heads
         return lay.model.head_dim * vec.maximum(lay.model.kv_heads / deg, 1.0), mat.in_features
+    if mat.split == REPLICA:
+        return mat.out_features, mat.in_features
     assert mat.split == COLUMN
     return mat.out_features / deg, mat.in_features
 
@@ -159,34 +188,46 @@ def _dense_gemms(lay: Layout, st: Stage, g: GemmSpeed) -> tuple[Num, Num]:
     return fwd, rec
 
 
-def _moe_gemms(lay: Layout, st: Stage, g: GemmSpeed) -> tuple[Num, Num]:
-    """(forward, recomputed) seconds of one MoE block's GEMMs: routed experts (split ``etp``
-    ways, MoE parallel folding; each device still does 1/N of the stage's expert FLOPs, so an
-    expert sees ``m_tok * topk * ep * etp / (E * tp)`` rows, at the stack's grouped-GEMM speed),
-    shared experts (split like a dense MLP) and the router."""
+def expert_rows(lay: Layout, st: Stage) -> Num:
+    """Rows of each local expert's GEMMs on the busiest expert-parallel rank per micro-batch:
+    ``m_tok * topk * ep / E * etp / tp`` (each device still does 1/N of the stage's expert FLOPs:
+    MoE parallel folding) times the load imbalance (:attr:`~.layout.Run.moe_imbalance`)."""
+    ms, m = lay.model, lay.mesh
+    return st.m_tok * ms.moe_topk * m.ep / ms.moe_experts * (m.etp / m.tp) * lay.run.moe_imbalance
+
+
+def _moe_gemms(lay: Layout, st: Stage, g: GemmSpeed) -> tuple[Num, Num, Num, Num]:
+    """(forward, recomputed, routed-expert forward, routed-expert recomputed) seconds of one MoE
+    block's GEMMs: routed experts (split ``etp`` ways, :func:`expert_rows` rows each, at the
+    stack's grouped-GEMM speed: the dense law at those rows, so efficiency falls as tokens per
+    expert fall), shared experts (split like a dense MLP) and the router."""
     ms, m, rc = lay.model, lay.mesh, st.rc
     local_experts = ms.moe_experts / m.ep
-    m_e = st.m_tok * ms.moe_topk * m.ep / ms.moe_experts * (m.etp / m.tp)
-    t_exp = t_rec = 0.0
+    m_e = expert_rows(lay, st)
+    t_exp = t_rec = t_sh = t_sh_rec = 0.0
     for mat, redo, redo_sh in zip(ms.expert_mats, rc.expert, rc.shared, strict=True):
         n, k = _local_shape(lay, mat, m.etp)
         n_s, k_s = _local_shape(lay, mat, m.tp)
         te = g.time_s(m_e, n, k, lay.kernels.grouped_fraction)
-        ts = ms.moe_shared / local_experts * g.time_s(st.m_tok, n_s, k_s)
-        t_exp = t_exp + te + ts
-        t_rec = t_rec + redo * te + redo_sh * ts
+        ts = ms.moe_shared * g.time_s(st.m_tok, n_s, k_s)
+        t_exp, t_rec = t_exp + te, t_rec + redo * te
+        t_sh, t_sh_rec = t_sh + ts, t_sh_rec + redo_sh * ts
     t_router = g.time_s(st.m_tok, ms.moe_experts, ms.hidden)
-    return local_experts * t_exp + t_router, local_experts * t_rec + rc.moe_region * t_router
+    routed, routed_rec = local_experts * t_exp, local_experts * t_rec
+    return (routed + t_sh + t_router, routed_rec + t_sh_rec + rc.moe_region * t_router, routed, routed_rec)
 
 
-def layer_gemms(lay: Layout, st: Stage, g: GemmSpeed) -> tuple[Num, Num]:
-    """(forward, recomputed) GEMM seconds of the stage's average layer, per micro-batch."""
+def layer_gemms(lay: Layout, st: Stage, g: GemmSpeed) -> tuple[Num, Num, Num, Num]:
+    """(forward, recomputed) GEMM seconds of the stage's average layer per micro-batch, and of
+    them the routed experts' grouped GEMMs (forward, recomputed)."""
     fwd, rec = _dense_gemms(lay, st, g)
+    exp_fwd = exp_rec = 0.0
     if lay.model.expert_mats:
-        moe_fwd, moe_rec = _moe_gemms(lay, st, g)
+        moe_fwd, moe_rec, routed, routed_rec = _moe_gemms(lay, st, g)
         fwd = fwd + st.moe_frac * moe_fwd
         rec = rec + st.moe_frac * moe_rec
-    return fwd, rec
+        exp_fwd, exp_rec = st.moe_frac * routed, st.moe_frac * routed_rec
+    return fwd, rec, exp_fwd, exp_rec
 
 
 # -------------------------------------------------------------------------- attention
@@ -198,21 +239,30 @@ def attention_core(lay: Layout, kn: KnobValues) -> AttentionTimes:
 
 
 # ----------------------------------------------------------------------- memory-bound
+def router_bytes(tokens: Num, experts: Num) -> Num:
+    """HBM bytes the router's score pipeline moves forward for ``tokens`` over ``experts``
+    (:data:`ROUTER_BYTES_PER_SCORE` per score)."""
+    return tokens * experts * ROUTER_BYTES_PER_SCORE
+
+
 def _routing_bytes(lay: Layout, st: Stage) -> Num:
-    """Bytes one MoE block's routing moves forward: a device dispatches its sequence-parallel
-    share (without SP, etp/tp of the tokens its tp group holds); its experts receive
-    ``m_tok * topk * etp / tp`` rows in all."""
+    """Bytes one MoE block's routing moves forward: the router's scores over the tokens the device
+    routes (its sequence-parallel share, else all it holds), the permutation of the tokens it
+    dispatches (without SP, etp/tp of those its tp group holds), the sort of the ``m_tok * topk *
+    etp / tp`` rows its experts receive (times the load imbalance on the busiest rank)."""
     ms, m = lay.model, lay.mesh
     m_route = st.m_tok * vec.where(m.sp, 1.0, m.etp) / m.tp
-    m_disp = st.m_tok * ms.moe_topk * m.etp / m.tp
-    return moe_routing_bytes(m_route, m_disp, ms.moe_topk, ms.hidden, ms.moe_experts / m.ep, lay.run.act_bytes)
+    m_disp = st.m_tok * ms.moe_topk * m.etp / m.tp * lay.run.moe_imbalance
+    scores = router_bytes(st.m_tok * vec.where(m.sp, 1.0 / m.tp, 1.0), ms.moe_experts)
+    return scores + moe_routing_bytes(m_route, m_disp, ms.moe_topk, ms.hidden, ms.moe_experts / m.ep,
+                                      lay.run.act_bytes)
 
 
 def _elementwise_bytes(lay: Layout, st: Stage) -> Num:
     """Bytes the memory-bound ops of the average layer move forward per micro-batch."""
     ms, m, k = lay.model, lay.mesh, lay.kernels
     hn = vec.where(m.sp, ms.hidden / m.tp, ms.hidden)
-    b = st.m_tok * elementwise_bytes_per_token(hn, ms.q_dim / m.tp, st.kv_local, st.ffn_eff / m.tp, ms.gated,
+    b = st.m_tok * elementwise_bytes_per_token(hn, st.rope_q_local, st.rope_k_local, st.ffn_eff / m.tp, ms.gated,
                                                lay.run.act_bytes, ms.rope, k.norm_passes, k.rope_passes,
                                                k.act_passes)
     if ms.expert_mats:
@@ -233,7 +283,7 @@ def _recomputed_op_bytes(lay: Layout, st: Stage) -> Num:
     zero = 0.0 * hn
     norms_b = elementwise_bytes_per_token(hn, zero, zero, zero, ms.gated, act_b, False, k.norm_passes, 0.0,
                                           0.0) - 2.0 * 3.0 * hn * act_b
-    rope_b = elementwise_bytes_per_token(zero, ms.q_dim / t, st.kv_local, zero, ms.gated, act_b, ms.rope, 0.0,
+    rope_b = elementwise_bytes_per_token(zero, st.rope_q_local, st.rope_k_local, zero, ms.gated, act_b, ms.rope, 0.0,
                                          k.rope_passes, 0.0)
     act_w = rc.dense_act * st.dense_frac * ms.ffn + st.moe_frac * (rc.expert_act * st.ffn_moe
                                                                      + rc.shared_act * st.ffn_shared)
@@ -245,14 +295,19 @@ def _recomputed_op_bytes(lay: Layout, st: Stage) -> Num:
     return b
 
 
-def memory_bound(lay: Layout, st: Stage, kn: KnobValues) -> tuple[Num, Num]:
+def memory_bound(lay: Layout, st: Stage, kn: KnobValues) -> tuple[Num, Num, Num, Num]:
     """(forward, recomputed) seconds of the average layer's memory-bound ops per micro-batch, at
-    the silicon's achieved bandwidth for the stack's implementation."""
+    the silicon's achieved bandwidth for the stack's implementation, and of them an MoE block's
+    router scores and permutations (forward, recomputed)."""
     hbm, eff = lay.device.hbm_bytes_per_s, lay.kernels.elementwise_fraction * kn.memory_bound_fraction
     fwd = memory_time_s(_elementwise_bytes(lay, st), hbm, eff)
     rc = st.rc
     rec = rc.elementwise * fwd + (1.0 - rc.elementwise) * memory_time_s(_recomputed_op_bytes(lay, st), hbm, eff)
-    return fwd, rec
+    route = route_rec = 0.0
+    if lay.model.expert_mats:
+        route = st.moe_frac * memory_time_s(_routing_bytes(lay, st), hbm, eff)
+        route_rec = vec.maximum(rc.elementwise, rc.moe_region) * route
+    return fwd, rec, route, route_rec
 
 
 # ------------------------------------------------------------------------- the layer
@@ -269,7 +324,8 @@ class LayerTimes:
     mem_fwd: Num
     mem_rec: Num
     launch_fwd: Num
-    """Launch time left exposed forward (beside the device time)."""
+    """Launch time left exposed forward (beside the device time), with the MoE dispatcher's host
+    sync."""
     launch_bwd: Num
     launch_rec: Num
     fwd: Num
@@ -277,28 +333,64 @@ class LayerTimes:
     bwd: Num
     rec: Num
     """Recomputation, over the share of layers the policy covers."""
+    expert_fwd: Num = 0.0
+    """Of ``gemm_fwd``: the routed experts' grouped GEMMs."""
+    expert_rec: Num = 0.0
+    route_fwd: Num = 0.0
+    """Of ``mem_fwd``: an MoE block's router scores and permutations."""
+    route_rec: Num = 0.0
+
+
+def moe_launches(lay: Layout, st: Stage) -> tuple[Num, Num]:
+    """(kernels an MoE block launches forward beyond a dense MLP's, exposed host-sync launches) of
+    the stage's average layer: the routed experts' GEMMs and activation (one kernel per weight
+    matrix, or per local expert for :data:`PER_EXPERT_LAUNCHES`: Megatron-Core's fc1 (gate and up
+    fused) and fc2 each), the shared experts' like a dense MLP, less the dense MLP's own; and
+    :data:`MOE_HOST_SYNC_LAUNCHES` where the dispatcher syncs the host.
+
+    The routing kernels (router softmax and top-k, permutation, sorts, unpermute: about 15 a block
+    in Megatron-Core) are not counted: they run between the block's GEMMs, where a host running
+    ahead hides them, and :func:`exposed_launch_s` charges launch time smoothly even then
+    (``launch^2 / (device + launch)``). Counted, they charged Grok-1's large layers launch time
+    and let the fitted per-kernel cost absorb an unrelated bias of its fp8 tables (5.7 -> 8.7 us,
+    and 0.4 points more held-out error on the dense tables); their bytes are priced
+    (:func:`router_bytes`, :func:`moe_routing_bytes`)."""
+    ms, k = lay.model, lay.kernels
+    if not ms.expert_mats:
+        return 0.0, 0.0
+    n_mats = float(len(ms.expert_mats))
+    experts = (2.0 * ms.moe_experts / lay.mesh.ep if k.grouped_impl in PER_EXPERT_LAUNCHES else n_mats) + 1.0
+    shared = vec.where(ms.moe_shared > 0, n_mats + 1.0, 0.0)
+    extra = experts + shared - (float(len(ms.mlp_mats)) + 1.0)
+    sync = MOE_HOST_SYNC_LAUNCHES if k.moe_host_sync else 0.0
+    return st.moe_frac * extra, st.moe_frac * sync * (lay.mesh.ep > 1)
 
 
 def layer_times(lay: Layout, st: Stage, kn: KnobValues, g: GemmSpeed) -> LayerTimes:
     """The stage's average layer. The host launches kernels while the device runs earlier ones:
     a layer takes its device time or its launch time, whichever is longer, blended smoothly
-    (:func:`exposed_launch_s`); compiling keeps the profile's share of the launch cost."""
-    gemm_fwd, gemm_rec = layer_gemms(lay, st, g)
+    (:func:`exposed_launch_s`); compiling keeps the profile's share of the launch cost. An MoE
+    block's routed experts may launch more kernels (:func:`moe_launches`), and a dispatcher that
+    reads its token counts on the host exposes two launches per block forward."""
+    gemm_fwd, gemm_rec, exp_fwd, exp_rec = layer_gemms(lay, st, g)
     attn = attention_core(lay, kn)
     attn_fwd, attn_bwd = attn.fwd, attn.bwd
-    mem_fwd, mem_rec = memory_bound(lay, st, kn)
+    mem_fwd, mem_rec, route_fwd, route_rec = memory_bound(lay, st, kn)
     rc, train = st.rc, lay.run.trainable_fraction
-    launch = (KERNELS_PER_LAYER_FWD + attn.extra_kernels) * kn.op_overhead_us * 1e-6
+    per_kernel = kn.op_overhead_us * 1e-6
+    moe_extra, sync = moe_launches(lay, st)
+    launch = (KERNELS_PER_LAYER_FWD + attn.extra_kernels + moe_extra) * per_kernel
     if lay.kernels.compiled:  # fewer, fused kernels: the profile says how much of the launch cost stays
         launch = launch * kn.compile_overhead_factor
     dev_fwd = gemm_fwd + attn_fwd + mem_fwd
     dev_bwd = (1.0 + train) * gemm_fwd + attn_bwd + 2.0 * mem_fwd
     dev_rec = gemm_rec + rc.attention_core * attn_fwd + mem_rec
-    l_fwd = exposed_launch_s(dev_fwd, launch)
+    l_fwd = exposed_launch_s(dev_fwd, launch) + sync * per_kernel
     l_bwd = exposed_launch_s(dev_bwd, 2.0 * launch)
-    l_rec = exposed_launch_s(dev_rec, rc.elementwise * launch)
+    l_rec = exposed_launch_s(dev_rec, rc.elementwise * launch) + rc.moe_region * sync * per_kernel
     return LayerTimes(gemm_fwd, gemm_rec, attn_fwd, attn_bwd, attn, mem_fwd, mem_rec, l_fwd, l_bwd, l_rec,
-                      dev_fwd + l_fwd, dev_bwd + l_bwd, st.rec_frac * (dev_rec + l_rec))
+                      dev_fwd + l_fwd, dev_bwd + l_bwd, st.rec_frac * (dev_rec + l_rec), exp_fwd, exp_rec,
+                      route_fwd, route_rec)
 
 
 @dataclass(slots=True, eq=False)
@@ -336,12 +428,17 @@ class Compute:
     layer: LayerTimes
     head: HeadTimes
     layers: Num
-    """Layers of the slowest rank: the last (with the LM head and loss) or the busiest other."""
+    """Layers of the slowest rank: the last (with the LM head and loss, and its multi-token-
+    prediction blocks) or the busiest other."""
     head_on: Num
-    """1 when the slowest rank runs the LM head and loss, else 0."""
+    """Heads and losses the slowest rank runs: 1 + the multi-token-prediction modules on the last
+    rank, else 0."""
     fwd_mb: Num
     bwd_mb: Num
     rec_mb: Num
+    mtp_proj: Num = 0.0
+    """Forward seconds of the multi-token-prediction modules' ``2h -> h`` projections on the
+    slowest rank."""
 
     @property
     def mb_s(self) -> Num:
@@ -350,11 +447,17 @@ class Compute:
 
 def compute(lay: Layout, st: Stage, kn: KnobValues) -> Compute:
     """Compute per micro-batch of the slowest pipeline rank: the last (its layers plus the LM head
-    and loss) or, with an uneven split, a busier earlier one."""
+    and loss, and each multi-token-prediction module: one more layer, its ``2h -> h`` projection
+    and one more head and loss) or, with an uneven split, a busier earlier one."""
     g = gemm_speed(lay, kn)
     lt, ht, m = layer_times(lay, st, kn, g), head_times(lay, st, kn, g), lay.mesh
+    mtp = lay.model.mtp_layers
     per_layer = lt.fwd + lt.bwd + lt.rec
-    crit_last = m.layers_last * per_layer + ht.fwd + ht.bwd >= vec.maximum(m.layers_first, m.layers_mid) * per_layer
-    n = vec.where(crit_last, m.layers_last, vec.maximum(m.layers_first, m.layers_mid))
-    on = vec.where(crit_last, 1.0, 0.0)
-    return Compute(lt, ht, n, on, n * lt.fwd + on * ht.fwd, n * lt.bwd + on * ht.bwd, n * lt.rec)
+    proj = mtp * g.time_s(st.m_tok, lay.model.hidden, 2.0 * lay.model.hidden)
+    last = (m.layers_last + mtp) * per_layer + (1.0 + mtp) * (ht.fwd + ht.bwd) + (2.0 + lay.run.trainable_fraction) * proj
+    crit_last = last >= vec.maximum(m.layers_first, m.layers_mid) * per_layer
+    n = vec.where(crit_last, m.layers_last + mtp, vec.maximum(m.layers_first, m.layers_mid))
+    on = vec.where(crit_last, 1.0 + mtp, 0.0)
+    p_on = vec.where(crit_last, proj, 0.0)
+    return Compute(lt, ht, n, on, n * lt.fwd + on * ht.fwd + p_on,
+                   n * lt.bwd + on * ht.bwd + (1.0 + lay.run.trainable_fraction) * p_on, n * lt.rec, p_on)

@@ -9,6 +9,7 @@ from typing import Any
 
 from trainperf.predict import stack_capabilities, stack_kernels
 from trainperf.predict.kernels import collectives as k_collectives
+from trainperf.predict.kernels import expert_dispatch as k_dispatch
 from trainperf.predict.kernels import fp8 as k_fp8
 from trainperf.predict.kernels import gemm as k_gemm
 from trainperf.predict.kernels import memory_bound as k_memory
@@ -36,12 +37,13 @@ def kernels_of(w: Any) -> KernelPhysics:
     from trainperf.predict.stacks import profile_cache_key
 
     stack, mtime = profile_cache_key(getattr(w, "stack", None))
-    return _kernels(w.hardware, w.precision, stack, mtime, bool(w.compile), w.fp8_recipe, w.model.norm, w.model.mlp)
+    return _kernels(w.hardware, w.precision, stack, mtime, bool(w.compile), w.fp8_recipe, w.model.norm, w.model.mlp,
+                    getattr(w, "moe_dispatcher", None))
 
 
 @functools.lru_cache(maxsize=512)
 def _kernels(hw: Any, precision: str, stack: str, _mtime: float, compile_flag: bool, fp8_recipe: str | None,
-             norm: str, mlp: str) -> KernelPhysics:
+             norm: str, mlp: str, moe_dispatcher: str | None = None) -> KernelPhysics:
     from trainperf.predict.stacks import generation_of
 
     sil = generation_of(hw)
@@ -53,6 +55,7 @@ def _kernels(hw: Any, precision: str, stack: str, _mtime: float, compile_flag: b
         head_gemm_peak_fraction=float(k_gemm.peak_fraction(sil, head_dtype(hw, precision))),
         # routed experts run the stack's grouped GEMM: its speed over the dense law where measured
         grouped_fraction=float(k_gemm.grouped_fraction(sil, "bf16" if gdt == "fp16" else gdt, sk.grouped_gemm)),
+        grouped_impl=sk.grouped_gemm, moe_host_sync=sk.moe_host_sync,
         hbm_fraction=float(k_memory.hbm_fraction(sil)), tp_overlap_rule=sk.tp_overlap,
         # a runtime that preallocates a share of a GPU's memory (JAX/XLA) leaves the rest unused
         memory_fraction=sk.gpu_memory_fraction if hw.kind == "gpu" else 1.0,
@@ -60,13 +63,13 @@ def _kernels(hw: Any, precision: str, stack: str, _mtime: float, compile_flag: b
         fsdp_grad_per_tensor=stack_capabilities.fsdp_grad_per_tensor(stack),
         fp8_gemm_input_bytes=stack_capabilities.fp8_gemm_input_bytes(stack, precision),
         cp_flavour=context_parallel.flavour(sk.context_parallel, sk.context_parallel_load_balance),
-        **software_fields(norm, mlp, sil, stack, precision, compile_flag, fp8_recipe))
+        **software_fields(norm, mlp, sil, stack, precision, compile_flag, fp8_recipe, moe_dispatcher))
 
 
 def software_fields(norm: str, mlp: str, silicon: str, stack: Any, precision: str, compile_flag: bool,
-                    fp8_recipe: str | None) -> dict[str, Any]:
-    """The fields of :class:`KernelPhysics` a run's software settings (``compile``, ``fp8_recipe``)
-    change (``norm``, ``mlp``: the model's kinds, whose unfused kernels differ): the memory-bound
+                    fp8_recipe: str | None, moe_dispatcher: str | None = None) -> dict[str, Any]:
+    """The fields of :class:`KernelPhysics` a run's software settings (``compile``, ``fp8_recipe``,
+    ``moe_dispatcher``) change (``norm``, ``mlp``: the model's kinds, whose unfused kernels differ): the memory-bound
     implementation with its bandwidth and per-op passes, the fp8 recipe with its GEMM cost, the
     loss' live bytes. The planner applies them to a representative
     workload's kernel physics (keyword arguments of :func:`dataclasses.replace`)."""
@@ -90,4 +93,5 @@ def software_fields(norm: str, mlp: str, silicon: str, stack: Any, precision: st
         "norm_passes": passes("rmsnorm" if norm == "rmsnorm" else "layernorm"), "rope_passes": passes("rope"),
         "act_passes": passes("swiglu" if mlp in ("swiglu", "geglu") else "gelu"),
         "loss_bytes_per_logit": stack_capabilities.loss_bytes_per_logit(stack, bool(compile_flag)),
+        "dispatch": k_dispatch.dispatch_model(silicon, moe_dispatcher or sk.moe_dispatcher),
     }

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from trainperf.accounting.flops import attention_pairs
 from trainperf.predict.kernels.collectives import LevelModel
+from trainperf.predict.kernels.expert_dispatch import DispatchModel
 
 if TYPE_CHECKING:
     from trainperf.predict.step_model.context_parallel import Flavour
@@ -28,10 +29,18 @@ Num: TypeAlias = Any
 Flag: TypeAlias = Any
 """A bool, or a numpy array of bools."""
 
-COLUMN, ROW, KV = 0, 1, 2
+COLUMN, ROW, KV, REPLICA = 0, 1, 2, 3
 """How tensor parallelism splits a weight GEMM: its output (column-parallel), its input
-(row-parallel), or a key/value projection (column-parallel over kv heads, which replicate when
-tp exceeds them)."""
+(row-parallel), a key/value projection (column-parallel over kv heads, which replicate when
+tp exceeds them), or not at all (every tp rank computes it whole: MLA's query and key/value
+down-projections, which Megatron-Core builds as ``duplicated`` linears and torchtitan leaves
+unsharded)."""
+
+MLA_REPLICATED = ("q_down", "kv_down")
+"""MLA's down-projections, replicated over tensor parallelism (:data:`REPLICA`): Megatron-Core
+``MLASelfAttention`` (``linear_q_down_proj``, ``linear_kv_down_proj``, parallel_mode
+"duplicated"); torchtitan's DeepSeek-V3 plan shards only ``wq``/``wq_b``/``wkv_b``/``wo``. Read from
+memory of both repositories."""
 
 ATTENTION_PEAK_PRECISION = {"fp8": "bf16", "fp4": "bf16"}
 """Attention runs in 16-bit even when the GEMMs run in fp8/fp4 (torchtitan's performance page,
@@ -67,6 +76,15 @@ class ModelShape:
     head_dim: Num
     q_dim: Num
     """Width of the queries (heads x query head dim)."""
+    kv_dim: Num
+    """Width of the keys (= of the values) a layer keeps, whole model: ``kv_heads x head_dim``; for
+    MLA the mean of the up-projected keys and values, ``heads x (qk_head_dim + v_head_dim) / 2``."""
+    rope_q: Num
+    """Width of the queries RoPE rotates (MLA: only ``heads x qk_rope_head_dim``)."""
+    rope_k: Num
+    """Width of the keys RoPE rotates (MLA: the one shared ``qk_rope_head_dim`` part)."""
+    mla: bool
+    """Multi-head latent attention (DeepSeek-V2/V3)."""
     qk_head_dim: Num
     v_head_dim: Num
     ffn: Num
@@ -85,6 +103,8 @@ class ModelShape:
     moe_topk: Num
     moe_shared: Num
     expert_ffn: Num
+    mtp_layers: Num
+    """Multi-token-prediction modules (run on the last pipeline stage after the LM head)."""
     attn_mats: tuple[Matmul, ...]
     mlp_mats: tuple[Matmul, ...]
     expert_mats: tuple[Matmul, ...]
@@ -164,9 +184,12 @@ class Run:
     trainable_fraction: Num
     """Share of the parameters that train (1; < 1 for LoRA: frozen weights get no weight
     gradients, gradient buffers or optimizer states)."""
+    moe_imbalance: Num = 1.0
+    """Tokens the busiest expert-parallel rank receives over the mean
+    (:attr:`~trainperf.specs.workload.Workload.moe_imbalance`)."""
 
     def __post_init__(self) -> None:
-        _check_positive(self, ("act_bytes", "trainable_fraction"))
+        _check_positive(self, ("act_bytes", "trainable_fraction", "moe_imbalance"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +227,13 @@ class KernelPhysics:
     """The LM head's fraction: 16-bit under fp8 (:data:`HEAD_16BIT_UNDER_FP8`)."""
     grouped_fraction: Num
     """The routed experts' grouped GEMM speed over the dense law."""
+    grouped_impl: str
+    """The grouped GEMM the stack runs (:data:`~trainperf.predict.kernels.gemm.GROUPED_IMPLS`): one
+    kernel per matrix, or one per local expert (:data:`~trainperf.predict.step_model.compute.PER_EXPERT_LAUNCHES`)."""
+    dispatch: DispatchModel
+    """How the MoE dispatcher's kernels move tokens on this silicon (kernel physics)."""
+    moe_host_sync: bool
+    """The dispatcher syncs the host with the device once per MoE block forward."""
     hbm_fraction: Num
     """STREAM-like fraction of HBM bandwidth (the optimizer step)."""
     tp_overlap_rule: str
@@ -260,17 +290,27 @@ def _check_positive(obj: Any, names: tuple[str, ...]) -> None:
 
 # ------------------------------------------------------------------------- from a workload
 def _matmuls(named: dict[str, tuple[int, int]], row: str, kv: tuple[str, ...] = ()) -> tuple[Matmul, ...]:
-    return tuple(Matmul(float(i), float(o), ROW if name == row else (KV if name in kv else COLUMN))
-                 for name, (i, o) in named.items())
+    return tuple(Matmul(float(i), float(o), ROW if name == row else (KV if name in kv else (
+        REPLICA if name in MLA_REPLICATED else COLUMN))) for name, (i, o) in named.items())
+
+
+def _attention_widths(model: Any) -> tuple[float, float, float]:
+    """(kv_dim, rope_q, rope_k) of :class:`ModelShape`."""
+    if model.attention == "mla":
+        return (model.heads * (model.qk_head_dim + model.v_head_dim) / 2.0,
+                float(model.heads * model.qk_rope_head_dim), float(model.qk_rope_head_dim))
+    return float(model.kv_dim), float(model.q_dim), float(model.kv_dim)
 
 
 @functools.lru_cache(maxsize=1024)
 def model_shape(model: Any, seq_len: int) -> ModelShape:
     """The :class:`ModelShape` of a :class:`~trainperf.specs.model.ModelSpec` at ``seq_len``."""
     experts = (_matmuls(model.dense_mlp_matmuls(model.moe_expert_ffn), "down_proj") if model.is_moe else ())
+    kv_dim, rope_q, rope_k = _attention_widths(model)
     return ModelShape(
         layers=float(model.layers), hidden=float(model.hidden), heads=float(model.heads),
-        kv_heads=float(model.kv_heads), head_dim=float(model.head_dim), q_dim=float(model.q_dim),
+        kv_heads=float(model.kv_heads), head_dim=float(model.head_dim), q_dim=float(model.q_dim), kv_dim=kv_dim,
+        rope_q=rope_q, rope_k=rope_k, mla=model.attention == "mla", mtp_layers=float(model.mtp_layers),
         qk_head_dim=float(model.qk_head_dim), v_head_dim=float(model.v_dim_per_head), ffn=float(model.ffn_hidden),
         gated=bool(model.gated_mlp), rope=model.position == "rope", vocab=float(model.vocab),
         moe_layers=float(model.moe_layers), dense_layers=float(model.dense_layers),
@@ -307,7 +347,7 @@ def run_of(w: Any, trainable_fraction: float = 1.0) -> Run:
     full = w.precision in ("fp32", "tf32")
     return Run(policy=w.activation_checkpointing, async_tp=bool(w.async_tp), fp8=w.precision in ("fp8", "fp4"),
                state_kind="fp32" if full else "mixed", act_bytes=4.0 if full else 2.0,
-               trainable_fraction=float(trainable_fraction))
+               trainable_fraction=float(trainable_fraction), moe_imbalance=float(getattr(w, "moe_imbalance", 1.0)))
 
 
 def device_of(hw: Any, precision: str) -> DevicePhysics:

@@ -78,7 +78,7 @@ def saved_activation_bytes_per_layer(s: Num, b: Num, h: Num, q_dim: Num, kv_dim:
 
 
 def routed_activation_bytes(tokens: Num, topk: Num, hidden: Num, etp: Num, t: Num, sp: Flag, act_bytes: Num = 2.0,
-                            gemm_in_bytes: Num | None = None) -> Num:
+                            gemm_in_bytes: Num | None = None, imbalance: Num = 1.0) -> Num:
     """Bytes one MoE block keeps per micro-batch, beyond a dense block's, for its routed tokens.
 
     Counted (Megatron-Core 0.9-0.12 alltoall dispatcher, ``moe_utils.unpermute`` and the expert
@@ -89,8 +89,9 @@ def routed_activation_bytes(tokens: Num, topk: Num, hidden: Num, etp: Num, t: Nu
     share), kept for the probabilities' gradient. The MLP-wide tensors of the experts are counted
     with the dense ones (``topk * expert_ffn`` per token); the router input is the block's MLP
     input. Left out: routing maps and probabilities (integers and floats per token and expert).
+    The busiest expert-parallel rank receives ``imbalance`` times the mean number of rows.
     """
-    received = tokens * topk * etp / t
+    received = tokens * topk * etp / t * imbalance
     dispatched = tokens * vec.where(sp, 1.0, etp) / t
     gin = act_bytes if gemm_in_bytes is None else gemm_in_bytes
     return hidden * (received * gin + dispatched * topk * act_bytes)
@@ -190,16 +191,17 @@ def mlp_kept_widths(lay: Layout, rc: recompute.LayerRecompute, moe_share: float)
     """``rc.widths`` with its MLP-wide counts turned into elements per token of a layer that is a
     MoE layer ``moe_share`` of the time (0: a dense layer, 1: a MoE layer; pass ``ffn = 1``): a dense
     layer's MLP (``ffn`` wide), a MoE layer's ``topk`` routed and its shared experts
-    (``expert_ffn`` wide each), each with what the policy keeps of it
+    (``expert_ffn`` wide each; the routed ones times the load imbalance), each with what the policy keeps of it
     (:class:`~trainperf.accounting.recompute.LayerRecompute`: Megatron-Core's ``mlp``, ``moe``,
     ``moe_act`` and ``shared_experts`` modules treat them apart)."""
     ms = lay.model
     dense = (1.0 - moe_share) * ms.ffn
     moe = moe_share * ms.expert_ffn
+    routed = ms.moe_topk * lay.run.moe_imbalance  # rows the busiest expert-parallel rank's experts get
     ffn = (dense * rc.widths.ffn
-           + moe * (ms.moe_topk * rc.expert_ffn[0] + ms.moe_shared * rc.shared_ffn[0]))
+           + moe * (routed * rc.expert_ffn[0] + ms.moe_shared * rc.shared_ffn[0]))
     gin = (dense * rc.widths.gemm_in_ffn
-           + moe * (ms.moe_topk * rc.expert_ffn[1] + ms.moe_shared * rc.shared_ffn[1]))
+           + moe * (routed * rc.expert_ffn[1] + ms.moe_shared * rc.shared_ffn[1]))
     return dataclasses.replace(rc.widths, ffn=ffn, gemm_in_ffn=gin)
 
 
@@ -261,7 +263,7 @@ def _kept(lay: Layout, st: Stage) -> _Kept:
     gin_b, t = lay.kernels.fp8_gemm_input_bytes, m.tp
     kept_none, kept = [], []
     for share in (0.0, 1.0):  # a dense layer, an MoE layer
-        ffn = (1.0 - share) * ms.ffn + share * (ms.moe_topk + ms.moe_shared) * ms.expert_ffn
+        ffn = (1.0 - share) * ms.ffn + share * (ms.moe_topk * lay.run.moe_imbalance + ms.moe_shared) * ms.expert_ffn
         kept_none.append(saved_activation_bytes_per_layer(ms.seq_len / m.cp, m.micro_batch, ms.hidden, ms.q_dim,
                                                           st.kv_local * t, ffn, t, m.sp, rc.widths_none, act_b,
                                                           gin_b, False))
@@ -282,7 +284,8 @@ def _kept(lay: Layout, st: Stage) -> _Kept:
     # FC1 saves, and the expert outputs the unpermute's weighting by router probabilities saves
     # for their gradient, unless the policy re-runs the MLP region
     if ms.expert_mats:
-        routed = routed_activation_bytes(st.m_tok, ms.moe_topk, ms.hidden, m.etp, t, m.sp, act_b, gin_b)
+        routed = routed_activation_bytes(st.m_tok, ms.moe_topk, ms.hidden, m.etp, t, m.sp, act_b, gin_b,
+                                         lay.run.moe_imbalance)
         moe_none = moe_none + routed
         moe = moe + (1.0 - rc.moe_region) * routed
     r = st.rec_frac
@@ -317,8 +320,11 @@ def _peak_activations(lay: Layout, st: Stage, kept: _Kept) -> tuple[Num, Num]:
     first = vec.maximum(first, second)
     # GPipe keeps every micro-batch's loss residuals until the first backward (the JAX pipelines
     # apply the head and loss to all outputs at once; PyTorch's keeps each micro-batch's graph)
-    logits = (st.m_tok * vec.where(m.gpipe, M, 1.0) * lay.model.vocab / m.tp * lay.kernels.loss_bytes_per_logit)
-    last = (last_rank_inflight_layers(m.pp, m.vpp, M, m.layers_last, m.interleaved, m.gpipe)
+    # each multi-token-prediction module adds a layer and a loss on the last rank
+    mtp = lay.model.mtp_layers
+    logits = (st.m_tok * vec.where(m.gpipe, M, 1.0) * lay.model.vocab / m.tp * lay.kernels.loss_bytes_per_logit
+              * (1.0 + mtp))
+    last = (last_rank_inflight_layers(m.pp, m.vpp, M, m.layers_last + mtp, m.interleaved, m.gpipe)
             * (kept.layer + sh_last * kept.moe))
     # one stage is both the first and the last rank; with pp > 1 the busier of the two sets the peak
     last_peaks = vec.where(m.pp > 1, last + logits > first, False)

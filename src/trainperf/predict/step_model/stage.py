@@ -39,6 +39,13 @@ class Stage:
     """Share of the stage's layers the policy covers (``full:K``, ``full-every:N``; else 1)."""
     kv_local: Num
     """Key/value width per device: kv heads split over tp, replicated beyond them."""
+    rope_q_local: Num
+    """Query width RoPE rotates per device."""
+    rope_k_local: Num
+    """Key width RoPE rotates per device (MLA's one shared rotary key: whole on every tp rank)."""
+    mtp_last: Num
+    """Multi-token-prediction modules on the busiest rank: the model's, when that rank is the last
+    pipeline stage (Megatron-Core places them there), else 0."""
     ffn_moe: Num
     """MLP-wide elements per token of an MoE block's routed experts (``topk * expert_ffn``)."""
     ffn_shared: Num
@@ -119,7 +126,7 @@ def _recompute_share(lay: Layout, rc: recompute.LayerRecompute, layers: Num) -> 
     return 1.0
 
 
-def _stage_params(lay: Layout, layers: Num, dense_frac: Num, moe_frac: Num) -> tuple[Num, Num, Num]:
+def _stage_params(lay: Layout, layers: Num, dense_frac: Num, moe_frac: Num, mtp_last: Num) -> tuple[Num, Num, Num]:
     """(parameters of the average layer, of the stage, of its routed experts) per device before
     data-parallel sharding. Routed experts are split ``etp`` ways: scaled by ``tp / etp`` here so
     that the division by ``tp`` gives ``/ etp``."""
@@ -130,8 +137,12 @@ def _stage_params(lay: Layout, layers: Num, dense_frac: Num, moe_frac: Num) -> t
                              + (ms.moe_experts / m.ep * (t / m.etp) + ms.moe_shared) * ms.params_expert))
     ends = vec.where(m.pp > 1, vec.maximum(ms.params_embedding, ms.params_head),
                      ms.params_embedding + ms.params_head)
-    p_stage = (layers * p_layer + ends) / t
-    p_experts = layers * moe_frac * (ms.moe_experts / m.ep) * ms.params_expert / m.etp
+    # multi-token-prediction blocks (an MoE block in an MoE model, a dense one else) sit on the last stage
+    mtp_block = ms.params_attn_layer + vec.where(ms.moe_layers > 0, ms.params_router_layer + (
+        ms.moe_experts / m.ep * (t / m.etp) + ms.moe_shared) * ms.params_expert, ms.params_dense_mlp_layer)
+    p_stage = (layers * p_layer + ends + mtp_last * (mtp_block + 2.0 * ms.hidden * ms.hidden)) / t
+    p_experts = (layers * moe_frac + vec.where(ms.moe_layers > 0, mtp_last, 0.0)) * (
+        ms.moe_experts / m.ep) * ms.params_expert / m.etp
     return p_layer / t, p_stage, p_experts
 
 
@@ -145,11 +156,15 @@ def busiest_stage(lay: Layout) -> Stage:
     rc = recompute.layer_recompute(lay.run.policy, ms.attn_names, ms.mlp_names, ms.gated)
     ffn_moe, ffn_shared = ms.moe_topk * ms.expert_ffn, ms.moe_shared * ms.expert_ffn
     m_tok = m.micro_batch * ms.seq_len / m.cp
-    p_layer_local, p_stage, p_experts = _stage_params(lay, layers, dense_frac, moe_frac)
+    # the last stage carries the multi-token-prediction modules when it is (or ties for) the busiest
+    mtp_last = vec.where(m.layers_last >= layers, ms.mtp_layers, 0.0)
+    p_layer_local, p_stage, p_experts = _stage_params(lay, layers, dense_frac, moe_frac, mtp_last)
+    kv_local = ms.kv_dim / ms.kv_heads * vec.maximum(ms.kv_heads / m.tp, 1.0)
     return Stage(
         m_tok=m_tok, layers=layers, dense_frac=dense_frac, moe_frac=moe_frac, dense_first=by_rank[0],
         dense_second=by_rank[1], dense_last=by_rank[3], rc=rc, rec_frac=_recompute_share(lay, rc, layers),
-        kv_local=ms.head_dim * vec.maximum(ms.kv_heads / m.tp, 1.0), ffn_moe=ffn_moe, ffn_shared=ffn_shared,
+        kv_local=kv_local, rope_q_local=ms.rope_q / m.tp,
+        rope_k_local=vec.where(ms.mla, ms.rope_k, kv_local), mtp_last=mtp_last, ffn_moe=ffn_moe, ffn_shared=ffn_shared,
         ffn_eff=dense_frac * ms.ffn + moe_frac * (ffn_moe + ffn_shared), tp_buf=m_tok * ms.hidden * lay.run.act_bytes,
         p_layer_local=p_layer_local, p_stage=p_stage, p_experts=p_experts, zero3=m.shards_params > 1,
         plain_dp=vec.where(m.fsdp > 1, m.dp > 1, vec.where(m.dp * m.cp > 1, m.zero_stage < 3, False)),

@@ -19,7 +19,7 @@ from trainperf.predict.step_model.collectives import CommCost, OnCriticalPath, f
 from trainperf.predict.step_model.compute import Compute, compute
 from trainperf.predict.step_model.context_parallel import context_parallel
 from trainperf.predict.step_model.data_parallel import DataParallel, data_parallel
-from trainperf.predict.step_model.expert_parallel import expert_parallel
+from trainperf.predict.step_model.expert_parallel import ExpertParallel, expert_parallel
 from trainperf.predict.step_model.layout import Layout, Num
 from trainperf.predict.step_model.memory import Memory, memory
 from trainperf.predict.step_model.optimizer import optimizer_s
@@ -35,7 +35,7 @@ class StepCosts:
     step_time_s: Num
     compute: Compute
     tp: OnCriticalPath
-    ep: OnCriticalPath
+    ep: ExpertParallel
     dp: DataParallel
     cp: CommCost
     pp: Pipeline
@@ -64,11 +64,27 @@ class StepCosts:
 
     @property
     def matmul_s(self) -> Num:
-        """Every GEMM: forward, backward (2x, less the frozen weights' gradients) and recomputed."""
+        """Every GEMM but the routed experts': forward, backward (2x, less the frozen weights'
+        gradients) and recomputed."""
         c, train = self.compute, self.trainable_fraction
-        per_mb = (c.layers * (c.layer.gemm_fwd * (2.0 + train) + self.stage.rec_frac * c.layer.gemm_rec)
-                  + c.head_on * c.head.gemm * (2.0 + train))
+        per_mb = (c.layers * ((c.layer.gemm_fwd - c.layer.expert_fwd) * (2.0 + train)
+                              + self.stage.rec_frac * (c.layer.gemm_rec - c.layer.expert_rec))
+                  + (c.head_on * c.head.gemm + c.mtp_proj) * (2.0 + train))
         return self.grad_accum * per_mb
+
+    @property
+    def grouped_gemm_s(self) -> Num:
+        """The routed experts' grouped GEMMs: forward, backward and recomputed."""
+        c, train = self.compute, self.trainable_fraction
+        return self.grad_accum * c.layers * (c.layer.expert_fwd * (2.0 + train)
+                                             + self.stage.rec_frac * c.layer.expert_rec)
+
+    @property
+    def routing_s(self) -> Num:
+        """An MoE block's router scores, permutation and unpermutation (memory-bound): forward,
+        backward (2x the bytes) and recomputed."""
+        c = self.compute
+        return self.grad_accum * c.layers * (3.0 * c.layer.route_fwd + self.stage.rec_frac * c.layer.route_rec)
 
     @property
     def attention_s(self) -> Num:
@@ -79,9 +95,11 @@ class StepCosts:
 
     @property
     def memory_bound_s(self) -> Num:
-        """Memory-bound ops forward and backward (3x the forward bytes) and the loss."""
-        c = self.compute
-        return self.grad_accum * (c.layers * c.layer.mem_fwd * (3.0 + self.stage.rec_frac * self.stage.rc.elementwise)
+        """Memory-bound ops but an MoE block's routing, forward and backward (3x the forward bytes),
+        recomputed, and the loss."""
+        c, st = self.compute, self.stage
+        return self.grad_accum * (c.layers * (3.0 * (c.layer.mem_fwd - c.layer.route_fwd)
+                                              + st.rec_frac * (c.layer.mem_rec - c.layer.route_rec))
                                   + c.head_on * c.head.loss)
 
     @property
@@ -92,7 +110,7 @@ class StepCosts:
                                              + self.stage.rec_frac * c.layer.launch_rec)
 
 
-def _microbatch_s(c: Compute, tp: OnCriticalPath, ep: OnCriticalPath) -> Num:
+def _microbatch_s(c: Compute, tp: OnCriticalPath, ep: ExpertParallel) -> Num:
     return c.mb_s + tp.exposed_mb_s + ep.exposed_mb_s
 
 
