@@ -187,9 +187,11 @@ def test_the_breakdown_names_dispatch_combine_grouped_gemms_and_routing(capsys):
     assert p.compute_breakdown["router + permute/unpermute"] > 0
     assert {c.name for c in p.collectives} >= {"ep dispatch", "ep combine"}
     assert sum(p.breakdown.values()) == pytest.approx(p.step_time_s, rel=1e-9)
-    rc = main(["predict", "--model", "deepseek-v3", "--device", "h100-sxm", "--num-devices", "256", "--pp", "4",
-               "--ep", "64", "--seq-len", "4096", "--global-batch", "256", "--stack", "megatron-core",
-               "--moe-dispatcher", "deepep"])
+    # a plan that fits (one that does not is shown its memory, not a breakdown)
+    rc = main(["predict", "--model", "deepseek-v3", "--device", "h100-sxm", "--num-devices", "1024", "--tp", "2",
+               "--sequence-parallel", "--pp", "16", "--ep", "64", "--etp", "1", "--seq-len", "4096",
+               "--global-batch", "8192", "--precision", "fp8", "--activation-checkpointing", "full",
+               "--stack", "megatron-core", "--moe-dispatcher", "deepep"])
     out = capsys.readouterr().out
     assert rc == 0
     for words in ("ep dispatch", "ep combine", "grouped GEMMs (routed experts)", "router + permute/unpermute",

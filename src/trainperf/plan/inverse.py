@@ -99,4 +99,6 @@ def smallest_device_count(model: Any, hardware: Any, space: SearchSpace, *, targ
             lo = mid
     res = search(model, hardware, dataclasses.replace(space, num_devices=(hi,)), obj, top_k=top_k,
                  calibration=calibration, convention=convention, per_stack=per_stack)
+    if per_stack and res.top:  # the full search re-predicts more plans: its best is the count's figure
+        tried[hi] = max(tried[hi], res.top[0].tokens_per_s)
     return InverseResult(target_days, train_tokens, need, hi, res, tried)
