@@ -31,8 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="tokens to train, for days and device-hours to train (default 1e12)")
     parser.add_argument("--usd-per-device-hour", type=float, metavar="USD",
                         help="price of one device for one hour: adds the cost to train --train-tokens")
-    parser.add_argument("--trainable-fraction", type=float, default=1.0, metavar="F",
-                        help="trainable / total parameters (LoRA-style fine-tuning; default 1 = full)")
+    parser.add_argument("--trainable-fraction", type=float, default=None, metavar="F",
+                        help="trainable / total parameters (LoRA-style fine-tuning; default: the workload's "
+                             "[lora] adapters' share, else 1 = full)")
     add_json_argument(parser)
 
 

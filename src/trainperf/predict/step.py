@@ -200,13 +200,16 @@ def resolve_knobs(w: Any, calibration: Mapping[str, Mapping[str, float]] | None 
 def predict(w: Any, *, knobs: Knobs | None = None,
             calibration: Mapping[str, Mapping[str, float]] | None = None,
             convention: str = DEFAULT_CONVENTION, train_tokens: float = 1e12,
-            trainable_fraction: float = 1.0, stack: Any = None) -> Prediction:
+            trainable_fraction: float | None = None, stack: Any = None) -> Prediction:
     """Predict one training step of workload ``w``.
 
     ``trainable_fraction`` < 1 models LoRA-style fine-tuning: frozen weights need no weight
     gradients, gradient buffers or optimizer states (compute of the activation gradients stays).
+    None: the workload's own LoRA adapters' share of the parameters (``[lora]``), else 1.
     """
-
+    if trainable_fraction is None:
+        lora = getattr(w, "lora", None)
+        trainable_fraction = lora.trainable_fraction(w.model) if lora is not None else 1.0
     w = apply_stack(w)
     check_plan(w)
     if not 0.0 < trainable_fraction <= 1.0:
