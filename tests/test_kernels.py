@@ -19,15 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainperf.errors import SpecError, TrainperfError, UnknownNameError
-from trainperf.predict.kernels import (
-    KernelFact,
-    attention,
-    collectives,
-    describe,
-    fp8,
-    gemm,
-    memory_bound,
-)
+from trainperf.predict.kernels import attention, collectives, fp8, gemm, memory_bound
 from trainperf.predict.kernels import silicons as kernel_silicons
 from trainperf.predict.kernels._params import params
 from trainperf.specs.hardware import get_hardware, hardware_ids
@@ -35,6 +27,7 @@ from trainperf.specs.hardware import get_hardware, hardware_ids
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the developer tools: the kernel fit
 from tools.kernel_fitting import build
 from tools.kernel_fitting.common import read_rows
+from tools.kernels_table import KernelFact, describe
 
 SILICONS = kernel_silicons()
 CATALOG_SILICONS = sorted({get_hardware(i).silicon for i in hardware_ids() if i != "cpu"})

@@ -8,7 +8,7 @@ six planner searches. Numbers must agree to 1e-9 relative; text (bottleneck, not
 A difference that is a fixed bug is listed in :data:`FIXED` with the rule that gives the new
 value from the old one, and why. A change meant to move predictions raises
 :data:`trainperf.predict.holdout.MODEL_VERSION` (caches of derived figures key on it), refits the
-profiles (``python -m trainperf.predict.fit_profiles``) and writes the snapshot anew.
+profiles (``PYTHONPATH=src python -m tools.fit_profiles``) and writes the snapshot anew.
 """
 
 from __future__ import annotations

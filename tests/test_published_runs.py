@@ -186,7 +186,7 @@ def test_profile_file_round_trip(tmp_path):
 
 def test_packaged_profiles_and_holdout_cache_are_current(monkeypatch):
     """The packaged hold-out figures belong to this code and data; if this fails, the model
-    changed since the profiles were fitted: run `python -m trainperf.predict.fit_profiles`."""
+    changed since the profiles were fitted: run `PYTHONPATH=src python -m tools.fit_profiles`."""
     rows = fit_profiles.rows_from_table(packaged_runs())
 
     def refuse(*a, **k):

@@ -11,6 +11,7 @@ from trainperf.predict import stack_kernels
 from trainperf.predict.stacks import STACKS, packaged_profile
 from trainperf.predict.step import predict
 from trainperf.predict.step_model import layout_of
+from trainperf.predict.step_model.tensor_parallel import overlapped
 from trainperf.specs.workload_file import workload_from_dict
 
 
@@ -36,10 +37,11 @@ def test_facts_resolve_per_silicon():
     assert stack_kernels.for_stack("torchtitan", "hopper").attention == "fa2"
     assert stack_kernels.for_stack("maxtext", "tpu-v5e").attention == "xla"
     mc = stack_kernels.for_stack("megatron-core", "hopper")
-    assert mc.elementwise_impl(False) == "fused" and mc.tp_overlapped(False, True) and not mc.tp_overlapped(False, False)
+    assert mc.elementwise_impl(False) == "fused" and overlapped(mc.tp_overlap, False, True)
+    assert not overlapped(mc.tp_overlap, False, False)
     tt = stack_kernels.for_stack("torchtitan", "hopper")
     assert tt.elementwise_impl(False) == "eager" and tt.elementwise_impl(True) == "compiled"
-    assert not tt.tp_overlapped(False, True) and tt.tp_overlapped(True, True)
+    assert not overlapped(tt.tp_overlap, False, True) and overlapped(tt.tp_overlap, True, True)
     assert stack_kernels.for_stack("maxtext", "hopper").elementwise_impl(False) == "compiled"
 
 

@@ -14,42 +14,16 @@ import numpy as np
 
 from trainperf.plan.space import AC_POLICIES
 
-# Breakdown key -> words. Keys not listed are shown with underscores as spaces.
-COMPONENT_WORDS: dict[str, str] = {
-    "forward": "forward compute",
-    "backward": "backward compute",
-    "recompute": "recomputation",
-    "tp": "tensor-parallel collectives",
-    "tensor_parallel": "tensor-parallel collectives",
-    "ep": "expert all-to-all",
-    "bubble": "pipeline bubble",
-    "pipeline_bubble": "pipeline bubble",
-    "optimizer": "optimizer step",
-    "fsdp_allgather_exposed": "exposed FSDP all-gather",
-    "fsdp_reducescatter_exposed": "exposed FSDP reduce-scatter",
-    "dp_grad_exposed": "exposed data-parallel gradient reduction",
-    "zero_allgather_exposed": "exposed ZeRO parameter all-gather",
-    "cp_exposed": "exposed context-parallel ring",
-    "pp_exposed": "exposed pipeline send/recv",
-}
-
-MEMORY_WORDS: dict[str, str] = {
-    "weights": "weights", "grads": "gradients", "optimizer": "optimizer states",
-    "gathered": "gathered FSDP buffers", "activations": "activations", "logits": "logits",
-    "buffers": "communication buffers", "reserve": "framework reserve",
-}
+COMPONENT_WORDS: dict[str, str] = {"forward": "forward compute", "backward": "backward compute",
+                                   "recompute": "recomputation", "optimizer": "optimizer step"}
+"""Components of a step's breakdown (:func:`trainperf.predict.step.breakdown`) said in other
+words; the others are named as the breakdown names them."""
 
 # Ordered by how much each degree changes memory per device (activation splits first).
 _PLAN_FIELDS: tuple[tuple[str, str], ...] = (
     ("tp", "tp"), ("pp", "pp"), ("cp", "cp"), ("fsdp", "fsdp"), ("dp", "dp"), ("zero_stage", "ZeRO stage"),
     ("vpp", "vpp"), ("ep", "ep"),
 )
-
-
-def words(key: str) -> str:
-    """Human name of a breakdown component (``fsdp_allgather_exposed_s`` -> words)."""
-    k = key.removesuffix("_s")
-    return COMPONENT_WORDS.get(k, k.replace("_", " "))
 
 
 def plan_differences(a: Any, b: Any) -> list[str]:
@@ -102,10 +76,10 @@ def why_best(result: Any) -> str:
     else:
         gain = (f"is {100 * (best.tokens_per_s / run.tokens_per_s - 1):.1f}% faster "
                 f"({best.step_time_s:.3f} s vs {run.step_time_s:.3f} s per step)")
-    if abs(best.step_time_s - run.step_time_s) <= 1e-9 * best.step_time_s and obj.name != "cost":  # tie
+    tie = abs(best.step_time_s - run.step_time_s) <= 1e-9 * best.step_time_s
+    if tie and obj.name != "cost":
         gain = (f"ties on step time ({best.step_time_s:.3f} s) and needs less memory "
                 f"({best.memory_GiB:.1f} vs {run.memory_GiB:.1f} GiB per device)")
-    tie = abs(best.step_time_s - run.step_time_s) <= 1e-9 * best.step_time_s
     sentences = [f"{head}. It {gain}."]
     parts = []
     step = best.step_time_s
@@ -116,10 +90,10 @@ def why_best(result: Any) -> str:
         if d <= 1e-4 * step or d < 0.1 * biggest:
             continue
         if y > x:
-            parts.append(f"{words(key)} {d:.3g} s less ({x:.3g} vs {y:.3g} s)")
+            parts.append(f"{COMPONENT_WORDS.get(key, key)} {d:.3g} s less ({x:.3g} vs {y:.3g} s)")
         else:
             share = 100.0 * x / step if step > 0 else 0.0
-            parts.append(f"{words(key)} {d:.3g} s more ({x:.3g} vs {y:.3g} s; {share:.0f}% of the step)")
+            parts.append(f"{COMPONENT_WORDS.get(key, key)} {d:.3g} s more ({x:.3g} vs {y:.3g} s; {share:.0f}% of the step)")
     if parts:
         sentences.append("Per component, best vs runner-up: " + "; ".join(parts) + ".")
     sa = float(obj.score(best.tokens_per_s, a.num_devices))
@@ -182,6 +156,4 @@ def rejection_lines(result: Any) -> list[str]:
 
 
 def memory_breakdown_line(plan: Any) -> str:
-    parts = [f"{MEMORY_WORDS.get(k, k)} {v:.1f}" for k, v in plan.memory_breakdown_GiB.items()
-             if k not in ("total", "capacity") and v >= 0.05]
-    return "memory GiB: " + ", ".join(parts)
+    return "memory GiB: " + ", ".join(f"{k} {v:.1f}" for k, v in plan.memory_breakdown_GiB.items() if v >= 0.05)

@@ -83,21 +83,16 @@ def nearest_changes(result: Any, *, calibration: Any = None, max_tries: int = 6)
                          f"({', '.join(map(str, devs))} devices, global batch {', '.join(map(str, gb))})")
             break
         factor *= 2
-    # 2. full checkpointing when it was not allowed
-    if "full" not in sp.checkpointing:
-        r = _fits(m, hw, dataclasses.replace(sp, checkpointing=(*sp.checkpointing, "full")), calibration)
+    # 2-4. full checkpointing, tp across nodes, no pinned degrees: where the request ruled them out
+    for wanted, change, text in (
+            ("full" not in sp.checkpointing, {"checkpointing": (*sp.checkpointing, "full")},
+             "with full checkpointing (e.g. {})"),
+            (not sp.allow_cross_node_tp, {"allow_cross_node_tp": True},
+             "with tp across nodes (--allow-cross-node-tp; e.g. {})"),
+            (bool(sp.fixed), {"fixed": ()}, "without --fix (e.g. {})")):
+        r = _fits(m, hw, dataclasses.replace(sp, **change), calibration) if wanted else None
         if r is not None:
-            found.append(f"with full checkpointing (e.g. {_short(r.ranked.row(0))})")
-    # 3. tp across nodes
-    if not sp.allow_cross_node_tp:
-        r = _fits(m, hw, dataclasses.replace(sp, allow_cross_node_tp=True), calibration)
-        if r is not None:
-            found.append(f"with tp across nodes (--allow-cross-node-tp; e.g. {_short(r.ranked.row(0))})")
-    # 4. drop the user's pinned degrees
-    if sp.fixed:
-        r = _fits(m, hw, dataclasses.replace(sp, fixed=()), calibration)
-        if r is not None:
-            found.append(f"without --fix (e.g. {_short(r.ranked.row(0))})")
+            found.append(text.format(_short(r.ranked.row(0))))
     # 5. a larger global batch (more data-parallel freedom) when batch divisibility bit
     if result.rejected.get("batch_dp") and not result.closest:
         for mult in (2, 4, 8):

@@ -74,9 +74,7 @@ def smallest_device_count(model: Any, hardware: Any, space: SearchSpace, *, targ
     n = unit
     lo = 0
     for _ in range(MAX_DOUBLINGS + 1):
-        if n > max_devices:
-            break
-        if best_tps(n) >= need:
+        if n > max_devices or best_tps(n) >= need:
             break
         lo = n
         n *= 2

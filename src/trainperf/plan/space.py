@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
@@ -235,16 +235,13 @@ class SearchSpace:
                 "moe_dispatcher": self.moe_dispatcher, "moe_imbalance": self.moe_imbalance}
 
     def __post_init__(self) -> None:
-        for n in self.num_devices:
-            if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n < 2**31:
-                raise SpecError("hardware.num_devices", n, "a positive integer below 2**31")
-        if not self.num_devices:
-            raise SpecError("hardware.num_devices", "", "at least one device count")
-        if not self.global_batches:
-            raise SpecError("training.global_batch", "", "at least one global batch")
-        for b in self.global_batches:
-            if isinstance(b, bool) or not isinstance(b, int) or not 1 <= b < 2**31:
-                raise SpecError("training.global_batch", b, "a positive integer below 2**31")
+        for name, values, what in (("hardware.num_devices", self.num_devices, "device count"),
+                                   ("training.global_batch", self.global_batches, "global batch")):
+            if not values:
+                raise SpecError(name, "", f"at least one {what}")
+            for v in values:
+                if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v < 2**31:
+                    raise SpecError(name, v, "a positive integer below 2**31")
         if self.seq_len < 1:
             raise SpecError("training.seq_len", self.seq_len, "a positive integer")
         if self.devices_per_node < 1:
@@ -413,8 +410,6 @@ could otherwise take minutes and gigabytes."""
 
 def _check_rows(rows: int, what: str) -> None:
     if rows > MAX_LAYOUT_ROWS:
-        from trainperf.errors import SpecError
-
         raise SpecError("plan search", f"{rows:,} plans ({what})",
                         f"at most {MAX_LAYOUT_ROWS:,} (trainperf's bound on one search): pin degrees with "
                         "--fix (e.g. tp=8,pp=4), narrow --max-micro-batch or --max-vpp, or search a device "
@@ -732,7 +727,7 @@ class _Enumeration:
     def pipeline(self, c: dict[str, np.ndarray], applied: set[int]) -> dict[str, np.ndarray]:
         """Stage 3: the (vpp, slots) pairs each pp can run; interleaving needs the micro-batches
         per step to be a multiple of pp."""
-        c = _expand_vpp(c, self.pairs, self.counter, self.n_vpp_options)
+        c = self.expand_vpp(c)
         accum = c["global_batch"] // (c["dp"] * c["fsdp"] * c["micro_batch"])
         return self.counter.reject(c, 3, [self.fix(c, "vpp", "slots"), self.stack(c, applied),
                                           ("vpp_microbatches", (c["vpp"] == 1) | (accum % c["pp"] == 0))])
@@ -778,6 +773,31 @@ class _Enumeration:
             self.counter.rejected["stack"] += int(c["dp"].shape[0]) * (self.n_ac_all - len(self.ac_codes)) * self.n_prec
         return c
 
+    def expand_vpp(self, c: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Expand every row by the ``(vpp, slots)`` pairs its pp can run; the pairs it cannot are
+        counted as ``vpp_layers`` (weighted by the plans each would have expanded into)."""
+        pp = c["pp"]
+        uniq, inv = np.unique(pp, return_inverse=True)
+        tables = [self.pairs(int(u)) for u in uniq]
+        cnt_u = np.asarray([t.shape[0] for t in tables], dtype=np.int64)
+        opts_u = np.asarray([self.n_vpp_options(int(u)) for u in uniq], dtype=np.int64)
+        cnt = cnt_u[inv]
+        if cnt.size:
+            later = self.weight(c, 3)  # plans one (vpp, slots) option expands into
+            bad = (opts_u[inv] - cnt) * later
+            if bad.sum():
+                self.counter.rejected["vpp_layers"] += int(bad.sum())
+        _check_rows(int(cnt.sum()), "layouts x virtual pipeline stages")
+        flat = np.concatenate(tables) if tables else np.zeros((0, 2), dtype=np.int64)
+        start_u = np.concatenate([[0], np.cumsum(cnt_u)[:-1]]).astype(np.int64)
+        rows = np.repeat(np.arange(pp.shape[0]), cnt)
+        offset = np.arange(rows.shape[0]) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+        sel = start_u[inv][rows] + offset
+        out = {k: v[rows] for k, v in c.items()}
+        out["vpp"] = flat[sel, 0].astype(COLUMN_DTYPE)
+        out["slots"] = flat[sel, 1].astype(COLUMN_DTYPE)
+        return out
+
     # ---------------------------------------------------------------------------- table
     def table(self) -> Candidates:
         """The candidates of every device count, as a product with the (policy, precision)
@@ -810,30 +830,3 @@ class _Enumeration:
                     keep |= ok
             keep_by_group.append(keep)
         return np.concatenate(keep_by_group) if keep_by_group else np.zeros(0, dtype=bool)
-
-
-def _expand_vpp(c: dict[str, np.ndarray], pairs: Callable[[int], np.ndarray], counter: _Counter,
-                n_vpp_options: Callable[[int], int]) -> dict[str, np.ndarray]:
-    """Expand every row by the ``(vpp, slots)`` pairs its pp can run; the pairs it cannot are
-    counted as ``vpp_layers`` (weighted by the plans each would have expanded into)."""
-    pp = c["pp"]
-    uniq, inv = np.unique(pp, return_inverse=True)
-    tables = [pairs(int(u)) for u in uniq]
-    cnt_u = np.asarray([t.shape[0] for t in tables], dtype=np.int64)
-    opts_u = np.asarray([n_vpp_options(int(u)) for u in uniq], dtype=np.int64)
-    cnt = cnt_u[inv]
-    if cnt.size:
-        later = counter.weight_fn(c, 3)  # plans one (vpp, slots) option expands into
-        bad = (opts_u[inv] - cnt) * later
-        if bad.sum():
-            counter.rejected["vpp_layers"] += int(bad.sum())
-    _check_rows(int(cnt.sum()), "layouts x virtual pipeline stages")
-    flat = np.concatenate(tables) if tables else np.zeros((0, 2), dtype=np.int64)
-    start_u = np.concatenate([[0], np.cumsum(cnt_u)[:-1]]).astype(np.int64)
-    rows = np.repeat(np.arange(pp.shape[0]), cnt)
-    offset = np.arange(rows.shape[0]) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-    sel = start_u[inv][rows] + offset
-    out = {k: v[rows] for k, v in c.items()}
-    out["vpp"] = flat[sel, 0].astype(COLUMN_DTYPE)
-    out["slots"] = flat[sel, 1].astype(COLUMN_DTYPE)
-    return out

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from trainperf.errors import InputFileError, SpecError
-from trainperf.predict.efficiency import KNOB_BOUNDS, KNOB_NAMES, Knobs, KnobValues
+from trainperf.predict.efficiency import KNOB_BOUNDS, KNOB_NAMES, Knobs, KnobValues, knob_logit
 from trainperf.predict.step import as_float
 from trainperf.predict.step_model import layout_of, step_time_s
 
@@ -53,12 +53,6 @@ class FitResult:
 
 
 # ------------------------------------------------------------------------------ transforms
-def _to_x(name: str, v: float) -> float:
-    lo, hi = KNOB_BOUNDS[name]
-    u = min(max((v - lo) / (hi - lo), 1e-6), 1 - 1e-6)
-    return math.log(u / (1 - u))
-
-
 def _from_x(name: str, x: float) -> float:
     lo, hi = KNOB_BOUNDS[name]
     x = max(min(x, 40.0), -40.0)
@@ -112,7 +106,7 @@ def fit_knobs(observations: Sequence[Observation], base: Knobs, free: Sequence[s
     feats = [layout_of(o.workload, o.trainable_fraction) for o in observations]
     meas = [o.measured_step_time_s for o in observations]
     base_vals = base.values()
-    x0 = [_to_x(n, base_vals[n]) for n in free]
+    x0 = [knob_logit(n, base_vals[n]) for n in free]
 
     def loss(x: list[float]) -> float:
         vals = dict(base_vals)

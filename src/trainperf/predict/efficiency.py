@@ -52,6 +52,7 @@ efficiencies) live with the kernel fit, ``tools/kernel_fitting/fallbacks.toml``.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -79,6 +80,16 @@ KNOB_BOUNDS: dict[str, tuple[float, float]] = {
     "compile_overhead_factor": (0.05, 2.0),
     "async_tp_overlap": (0.0, 1.0),
 }
+
+
+def knob_logit(name: str, v: float) -> float:
+    """``v`` in the unbounded logit space of knob ``name``'s range (:data:`KNOB_BOUNDS`), where the
+    fits move the knobs (kept off the bounds themselves, where the logit is infinite)."""
+    lo, hi = KNOB_BOUNDS[name]
+    u = min(max((v - lo) / (hi - lo), 1e-6), 1 - 1e-6)
+    return math.log(u / (1 - u))
+
+
 RETIRED_KNOBS: dict[str, str] = {
     "matmul_efficiency": "matmul_fraction", "fp8_matmul_efficiency": "fp8_matmul_fraction",
     "attention_efficiency": "attention_fraction", "memory_efficiency": "memory_bound_fraction",

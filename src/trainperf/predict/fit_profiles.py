@@ -17,32 +17,23 @@ equally (its rows share one weight), minimised by Levenberg-Marquardt (Levenberg
 Marquardt 1963) with a finite-difference Jacobian that re-evaluates only the rows a parameter
 touches. Leave-one-table-out refits everything without the held-out table and predicts it with
 its stack's profile; a stack seen on no other table is therefore predicted by ``generic`` fitted
-without that table.
+without that table. The developer tool ``tools/fit_profiles.py`` refits the packaged profiles.
 """
 
 from __future__ import annotations
 
-import json
-import math
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from trainperf.predict import batch, intervals
-from trainperf.predict.efficiency import KNOB_BOUNDS, KNOB_NAMES, vendor_knobs
-from trainperf.predict.holdout import (
-    PACKAGED_CACHE,
-    Prediction,
-    cache_key,
-    cache_payload,
-    leave_one_group_out,
-    leave_one_table_out,
-    summarize,
-)
-from trainperf.predict.stacks import DEFAULT_STACK, Profile, generation_of
+from trainperf.errors import SpecError
+from trainperf.predict import batch
+from trainperf.predict.efficiency import KNOB_BOUNDS, KNOB_NAMES, check_knob_name, knob_logit, vendor_knobs
+from trainperf.predict.holdout import Prediction, summarize
+from trainperf.predict.stacks import DEFAULT_STACK, Profile, generation_of, knobs_with_profiles
 from trainperf.predict.step_model import Layout, layout_of
 from trainperf.predict.step_model.tensor_parallel import overlapped
 
@@ -51,8 +42,6 @@ GENERATION_KNOBS: tuple[str, ...] = ("matmul_fraction", "fp8_matmul_fraction")
 the silicon's measured GEMM speed a stack keeps."""
 GLOBAL_KNOBS: tuple[str, ...] = ("op_overhead_us", "overlap", "memory_bound_fraction")
 """Fitted once for generic and once per stack (deviation), for every generation."""
-GENERIC_ONLY_KNOBS: tuple[str, ...] = ()
-"""Fitted per generation for generic only."""
 GENERIC_GLOBAL_KNOBS: tuple[str, ...] = ("compile_overhead_factor", "async_tp_overlap")
 """Fitted once for generic (every generation and stack), on the rows that use the feature: what
 compilation saves of the launch cost, how much of the TP traffic async TP / TP comm overlap
@@ -70,8 +59,6 @@ beyond 1 that the kernel data support. A user's calibration may still move it
 FIT_START: dict[str, float] = {"async_tp_overlap": 0.5}
 """Start of a fit for knobs whose neutral default is one of their bounds."""
 _FEATURE_OF: dict[str, str] = {"compile_overhead_factor": "compiled", "async_tp_overlap": "tp_overlap"}
-
-
 """Knob -> the feature a row must have for the knob to move it (:func:`_uses`)."""
 
 
@@ -81,6 +68,8 @@ def _uses(lay: Layout, feature: str) -> bool:
     if feature == "tp_overlap":
         return bool(overlapped(lay.kernels.tp_overlap_rule, lay.run.async_tp, lay.mesh.sp))
     return bool(lay.kernels.compiled)
+
+
 PRIOR_GENERIC = 1e-3
 """Pull of generic's parameters towards the vendor defaults (per unit logit, squared)."""
 GENERATION_PRIOR = 1e-2
@@ -112,12 +101,6 @@ class FitRow:
     @property
     def fp8(self) -> bool:
         return self.workload.precision in ("fp8", "fp4")
-
-
-def _to_x(name: str, v: float) -> float:
-    lo, hi = KNOB_BOUNDS[name]
-    u = min(max((v - lo) / (hi - lo), 1e-6), 1 - 1e-6)
-    return math.log(u / (1 - u))
 
 
 def _from_x(name: str, x: np.ndarray) -> np.ndarray:
@@ -153,18 +136,6 @@ class Problem:
 
     def predict(self, theta: np.ndarray, only: Sequence[int] | None = None) -> np.ndarray:
         return batch.step_times(self.groups, self.knob_values(theta), len(self.rows), only)
-
-
-def _base_values(rows: Sequence[FitRow], base: Sequence[Profile]) -> list[dict[str, float]]:
-    out = []
-    for r in rows:
-        hw = r.workload.hardware
-        vals = vendor_knobs(hw.vendor).values()
-        gen = generation_of(hw)
-        for prof in base:
-            vals.update(prof.values_for(gen))
-        out.append(vals)
-    return out
 
 
 @dataclass
@@ -219,15 +190,11 @@ def _generation_params(lay: _Layout, generation_knobs: Sequence[str], generic: b
                             STACK_GENERATION_PRIOR_FACTOR * prior_stack)
 
 
-def _generic_params(lay: _Layout, feats: Sequence[Layout], generic_only_knobs: Sequence[str],
-                    generic_global_knobs: Sequence[str], prior_generic: float) -> None:
-    """Knobs fitted for generic only: per generation, and once on the rows that use the feature
-    (a compiled step, TP overlap with tp > 1)."""
+def _generic_params(lay: _Layout, feats: Sequence[Layout], generic_global_knobs: Sequence[str],
+                    prior_generic: float) -> None:
+    """Knobs fitted for generic only, once, on the rows that use the feature (a compiled step, TP
+    overlap with tp > 1)."""
     rows = lay.rows
-    gen_arr = np.array([r.generation for r in rows])
-    for knob in generic_only_knobs:
-        for g in sorted({r.generation for r in rows}):
-            lay.add("generic", g, knob, gen_arr == g, prior_generic)
     for knob in generic_global_knobs:
         feature = _FEATURE_OF.get(knob)
         uses = np.array([bool(_uses(f, feature)) if feature else True for f in feats])
@@ -275,7 +242,6 @@ def _table_weights(rows: Sequence[FitRow]) -> np.ndarray:
 def build_problem(rows: Sequence[FitRow], *, base: Sequence[Profile] = (), generic: bool = True,
                   stacks: bool = True, generation_knobs: Sequence[str] = GENERATION_KNOBS,
                   global_knobs: Sequence[str] = GLOBAL_KNOBS,
-                  generic_only_knobs: Sequence[str] = GENERIC_ONLY_KNOBS,
                   generic_global_knobs: Sequence[str] = GENERIC_GLOBAL_KNOBS, prior_generic: float = PRIOR_GENERIC,
                   prior_stack: float = PRIOR_STACK) -> Problem:
     """Lay out the parameters of a fit over ``rows`` (see the module docstring).
@@ -286,18 +252,17 @@ def build_problem(rows: Sequence[FitRow], *, base: Sequence[Profile] = (), gener
     rows = list(rows)
     feats = [layout_of(r.workload, r.trainable_fraction) for r in rows]
     groups = batch.group_layouts(feats)
-    start = _base_values(rows, base)
-    fitted = tuple(dict.fromkeys((*generation_knobs, *global_knobs, *generic_only_knobs,
-                                  *(generic_global_knobs if generic else ()))))
+    start = [knobs_with_profiles(r.workload.hardware, list(base)).values() for r in rows]
+    fitted = tuple(dict.fromkeys((*generation_knobs, *global_knobs, *(generic_global_knobs if generic else ()))))
     # a knob whose neutral value sits on its bound (async_tp_overlap = 0) starts mid-range, where
     # the logit transform has a gradient; only rows using the feature ever read it
-    base_x = {k: np.array([_to_x(k, FIT_START.get(k, s[k]) if s[k] in KNOB_BOUNDS[k] else s[k]) for s in start])
+    base_x = {k: np.array([knob_logit(k, FIT_START.get(k, s[k]) if s[k] in KNOB_BOUNDS[k] else s[k]) for s in start])
               for k in fitted}
     fixed = {k: np.array([s[k] for s in start]) for k in KNOB_NAMES if k not in fitted}
     lay = _Layout(rows, fitted)
     _generation_params(lay, generation_knobs, generic, stacks, prior_generic, prior_stack)
     if generic:
-        _generic_params(lay, feats, generic_only_knobs, generic_global_knobs, prior_generic)
+        _generic_params(lay, feats, generic_global_knobs, prior_generic)
     _global_params(lay, global_knobs, generic, stacks, prior_generic, prior_stack)
     masks = lay.masks()
     return Problem(rows=rows, groups=groups, base_x=base_x, fixed=fixed, params=lay.params, masks=masks,
@@ -415,7 +380,7 @@ def profiles_from_fit(pb: Problem, theta: np.ndarray) -> dict[str, Profile]:
             elif key.endswith("*") and knob in GENERATION_KNOBS:
                 # for silicon the fit has no row of: the all-silicon share (generic) and the stack's
                 # shared deviation, without any generation's residual
-                start = _to_x(knob, getattr(vendor_knobs("nvidia"), knob))
+                start = knob_logit(knob, getattr(vendor_knobs("nvidia"), knob))
                 x = start + sum(t for (lv, k2, kn), t in zip(pb.params, theta_of(level), strict=True)
                                 if kn == knob and (k2 == "*" or (level == "stack" and k2 == f"{stack}/*")))
                 knobs[knob] = float(_from_x(knob, np.array(x)))
@@ -429,124 +394,10 @@ def profiles_from_fit(pb: Problem, theta: np.ndarray) -> dict[str, Profile]:
 
 
 # ---------------------------------------------------------------------------------- results
-def fit_rows(rows: Sequence[FitRow], **kw: Any) -> tuple[Problem, np.ndarray, list[Prediction]]:
-    """Fit on ``rows``; returns the problem, parameters and in-sample predictions."""
-    pb = build_problem(rows, **kw)
-    theta, _ = solve(pb)
-    pred = pb.predict(theta)
-    return pb, theta, [Prediction(r.name, r.table, r.stack, r.measured_step_time_s, float(p), r.generation)
-                       for r, p in zip(pb.rows, pred, strict=True)]
-
-
 def rows_from_table(runs: Sequence[Any]) -> list[FitRow]:
     """:class:`FitRow` s of the mapped rows of a published-runs table."""
     return [FitRow(name=r.row_id, table=r.table_id, stack=r.stack, workload=r.workload,
                    measured_step_time_s=float(r.step_time_s)) for r in runs if r.included]
-
-
-# -------------------------------------------------------------------- packaged profile files
-DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "generic": ("Every published table fitted jointly: the default for a stack trainperf has no "
-                "profile for.", ()),
-    "megatron-core": ("Megatron-LM, NeMo, Megatron-Bridge (Megatron-Core + Transformer Engine).",
-                      ("megatron", "nemo")),
-    "megatron-lm-2021": ("Megatron-LM as of 2021 (Narayanan et al., SC21): tensor, pipeline (1F1B and "
-                         "interleaved) and data parallelism, full recomputation, unfused attention; no sequence "
-                         "parallelism, distributed optimizer or selective recomputation yet.", ("megatron-lm 2021",)),
-    "maxtext": ("MaxText (JAX/XLA), GPU and TPU.", ("maxtext",)),
-    "paxml": ("PaxML / Praxis (JAX/XLA) on GPU.", ("paxml", "pax")),
-    "torchtitan": ("torchtitan (PyTorch FSDP2, DTensor TP, eager unless compiled).", ("torchtitan",)),
-    "llm-foundry": ("MosaicML LLM Foundry / Composer (PyTorch FSDP, FlashAttention).",
-                    ("llm foundry", "llm-foundry", "composer")),
-    "deepspeed": ("DeepSpeed and Megatron-DeepSpeed (ZeRO, pipeline engine).", ("deepspeed",)),
-}
-
-
-def _packaged_facts(name: str) -> dict[str, Any]:
-    """The hand-written fact tables (kernels, capabilities, defaults) of a packaged profile,
-    carried over when the fitted numbers are rewritten."""
-    from trainperf.predict.stacks import STACKS, packaged_profile
-
-    if name not in STACKS:
-        return {}
-    p = packaged_profile(name)
-    return {"kernels": dict(p.kernels), "capabilities": dict(p.capabilities), "defaults": dict(p.defaults)}
-
-
-def packaged_fit(rows: Sequence[FitRow]) -> tuple[dict[str, Profile], list[Prediction], dict[str, list[Prediction]]]:
-    """Fit every packaged profile on ``rows`` and judge each stack on held-out data.
-
-    Returns (profiles with sources, in-sample predictions, ``{"table": leave-one-table-out,
-    "group": leave-one-group-out}`` predictions). Each fitted value's source names the tables it
-    was fitted on and the stack's held-out errors."""
-    pb, theta, preds = fit_rows(rows)
-    held = {"table": leave_one_table_out(rows), "group": leave_one_group_out(rows)}
-    profs = profiles_from_fit(pb, theta)
-    out: dict[str, Profile] = {}
-    for name, prof in profs.items():
-        mine = rows if name == DEFAULT_STACK else [r for r in rows if r.stack == name]
-        lo = summarize([p for p in held["table"] if name == DEFAULT_STACK or p.stack == name])
-        go = summarize([p for p in held["group"] if name == DEFAULT_STACK or p.stack == name])
-        tables = list(dict.fromkeys(r.table for r in mine))
-        text = (f"fitted on the {len(tables)} table(s) listed in [fit] ({len(mine)} rows); held out: "
-                f"leave-one-(stack, silicon)-out MAPE {go['mape_pct']:.1f}% (mean signed "
-                f"{go['mean_signed_pct']:+.1f}%), leave-one-table-out MAPE {lo['mape_pct']:.1f}%")
-        if name == DEFAULT_STACK:
-            text = "fitted jointly with every stack's deviation on " + text.removeprefix("fitted on ")
-        sources = {k: text for k in prof.sources}
-        desc, fws = DESCRIPTIONS.get(name, ("", ()))
-        facts = _packaged_facts(name)
-        out[name] = Profile(name=name, description=desc, frameworks=fws, knobs=prof.knobs,
-                            generations=prof.generations, sources=sources, **facts,
-                            fit={"tables": tables, "rows": len(mine),
-                                 "leave_one_group_out_mape_pct": round(go["mape_pct"], 2),
-                                 "leave_one_group_out_mean_signed_pct": round(go["mean_signed_pct"], 2),
-                                 "leave_one_table_out_mape_pct": round(lo["mape_pct"], 2),
-                                 "leave_one_table_out_mean_signed_pct": round(lo["mean_signed_pct"], 2),
-                                 "in_sample_mape_pct": round(summarize(
-                                     [p for p in preds if name == DEFAULT_STACK or p.stack == name])["mape_pct"], 2)})
-    for name in DESCRIPTIONS:
-        if name not in out:
-            desc, fws = DESCRIPTIONS[name]
-            out[name] = Profile(name=name, description=desc + " No published table: generic's values.",
-                                frameworks=fws, **_packaged_facts(name))
-    return out, preds, held
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Refit the packaged profiles on the packaged table, write ``data/stacks/*.toml`` and the
-    hold-out cache."""
-    import argparse
-
-    from trainperf.predict.runs_table import packaged_runs
-
-    ap = argparse.ArgumentParser(prog="python -m trainperf.predict.fit_profiles")
-    ap.add_argument("--out", default=str(Path(__file__).parent / "data" / "stacks"))
-    args = ap.parse_args(argv)
-    rows = rows_from_table(packaged_runs())
-    profs, preds, held = packaged_fit(rows)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    for name, prof in profs.items():
-        header = (f"# trainperf software-stack profile '{name}' (see trainperf/predict/stacks.py).\n"
-                  "# Written by `python -m trainperf.predict.fit_profiles` from data/published_runs.csv;\n"
-                  "# every fitted value says which tables it was fitted on and its held-out errors.\n")
-        (out / f"{name}.toml").write_text(header + prof.to_toml(), encoding="utf-8")
-    # the cache key hashes the profiles just written, so it is computed after writing them
-    data = Path(__file__).parent / "data"
-    if out.resolve() == (data / "stacks").resolve():
-        (data / PACKAGED_CACHE).write_text(cache_payload(cache_key(rows), held["table"], held["group"]),
-                                           encoding="utf-8")
-        model = intervals.fit_interval_model(rows, held["table"], held["group"])
-        (data / intervals.PACKAGED).write_text(json.dumps(model.to_dict(), indent=1) + "\n", encoding="utf-8")
-        cov = intervals.group_out_coverage(rows, held["group"])
-        print(f"80% ranges: leave-one-table-out {model.seen}, group-out {model.unseen}; group-out coverage "
-              f"{cov['coverage_pct']:.1f}% of {cov['rows']} rows (each group's range fitted without it)")
-    s, lo, go = summarize(preds), summarize(held["table"]), summarize(held["group"])
-    print(f"in-sample MAPE {s['mape_pct']:.2f}% (mean signed {s['mean_signed_pct']:+.2f}%); "
-          f"leave-one-table-out MAPE {lo['mape_pct']:.2f}% (mean signed {lo['mean_signed_pct']:+.2f}%); "
-          f"leave-one-(stack, silicon)-out MAPE {go['mape_pct']:.2f}% (mean signed {go['mean_signed_pct']:+.2f}%)")
-    return 0
 
 
 # ------------------------------------------------------------------------- a user's profile
@@ -568,11 +419,7 @@ def fit_user_profile(rows: Sequence[FitRow], name: str, base: Sequence[Profile] 
     ``prior`` (a ridge: with few runs, the knobs they say least about stay where the base put
     them). Every run weighs the same. Values the fit does not move are copied from the base
     profiles, and the kernel facts from the last base profile, so the file stands on its own."""
-    import dataclasses
-
     if not rows:
-        from trainperf.errors import SpecError
-
         raise SpecError("runs", 0, "at least one measured run to fit")
     rows = [dataclasses.replace(r, stack=name, table=r.name) for r in rows]
     n = len(rows)
@@ -581,13 +428,10 @@ def fit_user_profile(rows: Sequence[FitRow], name: str, base: Sequence[Profile] 
         glob: tuple[str, ...] = USER_KNOBS
     else:
         for k in knobs:
-            from trainperf.predict.efficiency import check_knob_name
-
             check_knob_name(k, "knob")
         gen_k = tuple(k for k in knobs if k in GENERATION_KNOBS)
         glob = tuple(k for k in knobs if k not in GENERATION_KNOBS)
-    pb = build_problem(rows, base=base, generic=False, generation_knobs=gen_k, global_knobs=glob,
-                       generic_only_knobs=(), prior_stack=prior)
+    pb = build_problem(rows, base=base, generic=False, generation_knobs=gen_k, global_knobs=glob, prior_stack=prior)
     theta, _ = solve(pb)
     fitted = profiles_from_fit(pb, theta).get(name, Profile(name=name))
     pred = pb.predict(theta)
@@ -616,6 +460,3 @@ def fit_user_profile(rows: Sequence[FitRow], name: str, base: Sequence[Profile] 
                         "base": [p.name for p in base]})
     return prof, preds
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -13,7 +13,7 @@ from the vendor defaults without the held-out rows, then predicting them:
 
 Both are costly (one refit per table or group), so they are cached: a packaged result keyed by the
 model's version (:data:`MODEL_VERSION`) and a hash of its data files (``data/holdout_cache.json``,
-written with the profiles by ``python -m trainperf.predict.fit_profiles``), else a per-user cache
+written with the profiles by ``python -m tools.fit_profiles``), else a per-user cache
 file, else computed.
 """
 
@@ -162,13 +162,6 @@ def cache_key(rows: Sequence[Any], key_extra: str = "") -> str:
     return h.hexdigest()[:20]
 
 
-def _preds(data: Any) -> list[Prediction] | None:
-    try:
-        return [Prediction(**d) for d in data]
-    except (TypeError, ValueError):
-        return None
-
-
 def _read_cache(path: Path, key: str) -> dict[str, list[Prediction]] | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -176,13 +169,10 @@ def _read_cache(path: Path, key: str) -> dict[str, list[Prediction]] | None:
         return None
     if not isinstance(data, dict) or data.get("key") != key:
         return None
-    out = {}
-    for scheme in ("table", "group"):
-        got = _preds(data.get(scheme))
-        if got is None:
-            return None
-        out[scheme] = got
-    return out
+    try:
+        return {scheme: [Prediction(**d) for d in data[scheme]] for scheme in ("table", "group")}
+    except (KeyError, TypeError, ValueError):  # a scheme missing, or not a list of predictions
+        return None
 
 
 def cache_payload(key: str, table: Sequence[Prediction], group: Sequence[Prediction]) -> str:

@@ -162,8 +162,6 @@ class IntervalModel:
         seen, factor, why = widening(self.domain, stack, silicon, w)
         lo, hi = self.seen if seen else self.unseen
         basis = "leave-one-table-out" if seen else "leave-one-(stack, silicon)-out"
-        if seen:  # a known pair's own extrapolations still widen its range
-            pass
         return Interval(low_s=predicted_s * math.exp(lo * factor), high_s=predicted_s * math.exp(hi * factor),
                         level=LEVEL, basis=basis, widened_by=why)
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "CellError", "Precision", "read_count", "read_flag", "read_framework", "read_global_batch",
-    "read_number", "read_precision", "read_rate", "read_seconds", "read_seq_len", "unstated",
+    "read_number", "read_precision", "read_rate", "read_seconds", "unstated",
 ]
 
 
@@ -29,7 +29,6 @@ class CellError(ValueError):
 _UNSTATED = re.compile(
     r"^(?:|-+|–|—|\?+|n/?a|na|none given|null|unknown|unstated|tbd|not (?:stated|given|reported|read|known|"
     r"available|published|re-read|specified|public)\b.*)$")
-_NOT_STATED_ANYWHERE = re.compile(r"\bnot (?:stated|given|reported|read|known|specified)\b|\bunknown\b|\bn/a\b")
 
 
 def unstated(cell: str | None) -> bool:
@@ -97,12 +96,6 @@ def read_count(cell: str | None, key: str = "") -> int | None:
     if v != round(v):
         raise CellError(f"{str(cell).strip()!r} is not a whole number")
     return round(v)
-
-
-def read_seq_len(cell: str | None) -> int | None:
-    """Tokens per sequence: ``"8192"``, ``"8,192"``, ``"8k"``/``"8K"`` (8192: a "k" of
-    context is 1024 tokens), ``"128k tokens"``."""
-    return read_count(cell)
 
 
 def read_global_batch(cell: str | None, seq_len: int | None) -> tuple[int | None, str]:

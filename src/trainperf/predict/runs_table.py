@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from trainperf.accounting.conventions import model_flops_per_token
 from trainperf.errors import InputFileError, SpecError, TrainperfError, UnknownNameError
@@ -64,9 +64,6 @@ from trainperf.specs.checkpointing import MAXTEXT_NAMES, POLICIES, RECOMPUTE_MOD
 from trainperf.specs.datafiles import read_user_text
 from trainperf.specs.hardware import get_hardware
 from trainperf.specs.model import MLP_KINDS, ModelSpec
-
-if TYPE_CHECKING:
-    from trainperf.predict.stack_defaults import StackDefaults
 
 PACKAGED = "published_runs.csv"
 
@@ -226,13 +223,6 @@ def _default(d: Any, key: str, what: str, notes: list[str], params_B: float | No
     got = d.get(key, params_B)
     notes.append(got.note(what))
     return got.value
-
-
-def _default_is_on(d: StackDefaults, key: str) -> bool:
-    """Whether a true/false default is on (generic's ``[defaults]`` states every such key)."""
-    got = d.get(key)
-    assert got is not None
-    return bool(got.value)
 
 
 # ------------------------------------------------------------------------------------ policies
@@ -441,6 +431,8 @@ def _mla(r: Mapping[str, str], heads: int, kv: int | None, notes: list[str]) -> 
     MLA family), else None. Sizes come from the MLA columns, then the cells' words, then
     ``kv_heads`` read as the KV latent rank (tables write it there), then the named MLA preset,
     then DeepSeek-V3's (its Hugging Face config); the row's assumptions say which."""
+    from trainperf.specs.presets import get_model
+
     text = f"{_cell(r, 'arch_type')} {_cell(r, 'model')}".lower()
     stated = {c: _count(r, c) for c in MLA_COLUMNS if c in r and _count(r, c) is not None}
     for c, pat in _MLA_WORDS.items():
@@ -455,19 +447,13 @@ def _mla(r: Mapping[str, str], heads: int, kv: int | None, notes: list[str]) -> 
         stated["kv_lora_rank"] = kv
         notes.append(f"kv_heads {kv} read as MLA's KV latent rank (kv_lora_rank): MLA keeps one latent per token, "
                      f"every one of the {heads} heads reads it")
-    base = family if family is not None else _deepseek_v3()
+    base = family if family is not None else get_model("deepseek-v3")
     missing = [c for c in MLA_COLUMNS if c not in stated]
     if missing:
         notes.append(f"MLA {', '.join(missing)} not stated: {base.name}'s taken "
                      f"({', '.join(f'{c}={getattr(base, c)}' for c in missing)}; {base.source})")
     return {"attention": "mla", "kv_heads": heads, "head_dim": None,
             **{c: stated.get(c, getattr(base, c)) for c in MLA_COLUMNS}}
-
-
-def _deepseek_v3() -> Any:
-    from trainperf.specs.presets import get_model
-
-    return get_model("deepseek-v3")
 
 
 _SHAPE_COLUMNS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "moe_experts", "moe_topk",
@@ -947,7 +933,7 @@ def _mapped(r: Mapping[str, str], stack: str, d: Any, reading: Any, prec: Any,
         w = workload_from_dict({"model": model, "hardware": hw_cfg, "parallel": plan, "training": training})
     except TrainperfError as e:
         raise _Skip("plan", f"workload does not validate: {e}") from None
-    w = _with_stack(w, stack)
+    w = dataclasses.replace(w, stack=stack)
     try:
         check_plan(w)
     except TrainperfError as e:
@@ -970,11 +956,11 @@ def _training(r: Mapping[str, str], stack: str, d: Any, prec: Any, tp: int, note
     fw = _cell(r, "framework").lower()
     if re.search(r"compile|inductor", fw):
         training["compile"] = True
-    elif _default_is_on(d, "compile"):
+    elif d.get("compile").value:  # generic's [defaults] states every true/false key
         training["compile"] = _default(d, "compile", "compilation", notes)
     if "asynctp" in re.sub(r"[\s_-]", "", fw):
         training["async_tp"] = True
-    elif tp > 1 and _default_is_on(d, "async_tp"):
+    elif tp > 1 and d.get("async_tp").value:
         training["async_tp"] = _default(d, "async_tp", "async tensor parallelism", notes)
     if (stack == "torchtitan" and not training.get("compile")
             and (precision == "fp8" or training.get("async_tp"))):
@@ -996,12 +982,6 @@ def _claimed_mfu(r: Mapping[str, str]) -> float | None:
         return read_number(_cell(r, "mfu_pct"))
     except CellError:
         return None
-
-
-def _with_stack(w: Any, stack: str) -> Any:
-    if any(f.name == "stack" for f in dataclasses.fields(w)):
-        return dataclasses.replace(w, stack=stack)
-    return w
 
 
 def parse_runs(text: str, where: str = PACKAGED) -> tuple[TableRun, ...]:
@@ -1042,7 +1022,6 @@ def published_records(key: str = "") -> list[Any]:
     its id), a device id or vendor (``h100-sxm``, ``amd``), or a shell-style pattern over the
     records' names (``row:1?``). A key naming none is a one-line error listing the rows."""
     import fnmatch
-
 
     runs = included(packaged_runs())
     key = key.strip()

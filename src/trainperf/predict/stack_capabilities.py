@@ -48,6 +48,7 @@ from typing import Any
 
 from trainperf import vec
 from trainperf.errors import SpecError, TrainperfError, UnknownNameError
+from trainperf.predict import stacks
 from trainperf.specs.checkpointing import POLICY_NAMES
 from trainperf.specs.parallel import PipelineSchedule
 
@@ -171,8 +172,11 @@ class Capabilities:
         return vec.minimum(top, self.max_vpp) if self.max_vpp else top
 
 
-LIST_KEYS: tuple[str, ...] = ("parallelisms", "pipeline_schedules", "checkpointing", "expert_tp", "moe_dispatchers")
-"""Keys whose values ``[capabilities.introduced]`` may date."""
+LIST_KEYS: dict[str, tuple[str, ...]] = {"parallelisms": PARALLELISMS, "pipeline_schedules": SCHEDULES,
+                                          "checkpointing": POLICY_NAMES, "expert_tp": EXPERT_TP,
+                                          "moe_dispatchers": MOE_DISPATCHERS}
+"""List-valued keys and the names each may hold (``expert_tp`` and ``moe_dispatchers`` not empty);
+``[capabilities.introduced]`` may date their values."""
 
 
 VERSION_RE = r"\d{4}-\d{1,2}(?:-\d{1,2})?|\d+(?:\.\d+)*"
@@ -243,71 +247,51 @@ def _where(stack: str, key: str) -> str:
     return f"stacks/{stack}.toml [capabilities].{key}"
 
 
-def _str_list(v: Any, stack: str, key: str, allowed: tuple[str, ...] | None = None) -> tuple[str, ...]:
+def _str_list(v: Any, stack: str, key: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
     if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
         raise SpecError(_where(stack, key), v, "a list of strings")
-    if allowed is not None:
-        for x in v:
-            if x not in allowed:
-                raise UnknownNameError(_where(stack, key), x, allowed)
+    for x in v:
+        stacks.check_choice(_where(stack, key), x, allowed)
     return tuple(v)
+
+
+_MAX_BYTES = {"fp8_gemm_input_bytes": 4, "loss_bytes_per_logit": 64, "compiled_loss_bytes_per_logit": 64}
+
+
+def _value(stack: str, key: str, v: Any) -> Any:
+    """A checked ``[capabilities]`` value (one-line errors naming the key and value)."""
+    where = _where(stack, key)
+    if key in LIST_KEYS:
+        got = _str_list(v, stack, key, LIST_KEYS[key])
+        if not got and key in ("expert_tp", "moe_dispatchers"):
+            raise SpecError(where, v, f"a non-empty list of {', '.join(LIST_KEYS[key])}")
+        return got
+    if key in ("zero_stages", "pipeline_zero_stages"):
+        if not isinstance(v, list) or not v or any(isinstance(x, bool) or x not in (0, 1, 2, 3) for x in v):
+            raise SpecError(where, v, "a non-empty list of 0, 1, 2, 3")
+        return tuple(sorted(set(v)))
+    if key == "max_vpp":
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise SpecError(where, v, "an integer >= 0 (0: up to layers / pp)")
+        return v
+    if key in _MAX_BYTES:
+        return stacks.check_number(where, v, _MAX_BYTES[key], " of bytes")
+    if key in ("sequence_parallel", "fsdp_grad_unit"):
+        return stacks.check_choice(where, v, SP_MODES if key == "sequence_parallel" else GRAD_UNITS)
+    return stacks.check_flag(where, v)  # pipeline_slots, uneven_stages, hybrid_shard, cp_shards_states
 
 
 def capabilities_from_table(stack: str, table: Mapping[str, Any]) -> Capabilities:
     """Validate a ``[capabilities]`` table (one-line errors naming the key and value)."""
-
     kw: dict[str, Any] = {}
     for key, v in table.items():
-        if key == "sources":
-            if not isinstance(v, Mapping):
-                raise SpecError(_where(stack, "sources"), v, "a table of key = source")
-            continue
-        if key == "introduced":
-            continue  # read below, once the lists it dates are known
+        if key == "sources" and not isinstance(v, Mapping):
+            raise SpecError(_where(stack, "sources"), v, "a table of key = source")
+        if key in ("sources", "introduced"):
+            continue  # introduced is read below, once the lists it dates are known
         if key not in KEYS:
             raise UnknownNameError(_where(stack, key), key, KEYS)
-        if key == "parallelisms":
-            kw[key] = _str_list(v, stack, key, PARALLELISMS)
-        elif key == "pipeline_schedules":
-            kw[key] = _str_list(v, stack, key, SCHEDULES)
-        elif key == "checkpointing":
-            kw[key] = _str_list(v, stack, key, POLICY_NAMES)
-        elif key in ("zero_stages", "pipeline_zero_stages"):
-            if not isinstance(v, list) or not v or any(isinstance(x, bool) or x not in (0, 1, 2, 3) for x in v):
-                raise SpecError(_where(stack, key), v, "a non-empty list of 0, 1, 2, 3")
-            kw[key] = tuple(sorted(set(v)))
-        elif key == "sequence_parallel":
-            if v not in SP_MODES:
-                raise SpecError(_where(stack, key), v, f"one of {', '.join(SP_MODES)}")
-            kw[key] = v
-        elif key == "max_vpp":
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise SpecError(_where(stack, key), v, "an integer >= 0 (0: up to layers / pp)")
-            kw[key] = v
-        elif key in ("pipeline_slots", "uneven_stages", "hybrid_shard", "cp_shards_states"):
-            if not isinstance(v, bool):
-                raise SpecError(_where(stack, key), v, "true or false")
-            kw[key] = v
-        elif key == "expert_tp":
-            kw[key] = _str_list(v, stack, key, EXPERT_TP)
-            if not kw[key]:
-                raise SpecError(_where(stack, key), v, "a non-empty list of 'tp' and/or '1'")
-        elif key == "moe_dispatchers":
-            kw[key] = _str_list(v, stack, key, MOE_DISPATCHERS)
-            if not kw[key]:
-                raise SpecError(_where(stack, key), v, f"a non-empty list of {', '.join(MOE_DISPATCHERS)}")
-        elif key == "fsdp_grad_unit":
-            if v not in GRAD_UNITS:
-                raise UnknownNameError(_where(stack, key), v, GRAD_UNITS)
-            kw[key] = v
-        elif key == "fp8_gemm_input_bytes":
-            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= 4:
-                raise SpecError(_where(stack, key), v, "a positive number of bytes (<= 4)")
-            kw[key] = float(v)
-        elif key in ("loss_bytes_per_logit", "compiled_loss_bytes_per_logit"):
-            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= 64:
-                raise SpecError(_where(stack, key), v, "a positive number of bytes (<= 64)")
-            kw[key] = float(v)
+        kw[key] = _value(stack, key, v)
     if "introduced" in table:
         full = {k: kw.get(k, getattr(Capabilities, k, ())) for k in LIST_KEYS}
         kw["introduced"] = _introduced(stack, table["introduced"], full)
@@ -320,22 +304,18 @@ def capabilities_from_table(stack: str, table: Mapping[str, Any]) -> Capabilitie
 
 def capabilities_of(stack: Any) -> Capabilities:
     """The capabilities of ``stack``: a profile name or file, a Profile, or None (``generic``)."""
-    from trainperf.predict.stacks import STACKS, Profile, load_profile
-
-    if isinstance(stack, Profile):
+    if isinstance(stack, stacks.Profile):
         return capabilities_from_table(stack.name, stack.capabilities)
     key = str(stack or "generic")
-    if key in STACKS:
+    if key in stacks.STACKS:
         return _packaged(key)
-    prof = load_profile(key)
+    prof = stacks.load_profile(key)
     return capabilities_from_table(prof.name, prof.capabilities)
 
 
 @lru_cache(maxsize=16)
 def _packaged(name: str) -> Capabilities:
-    from trainperf.predict.stacks import packaged_profile
-
-    return capabilities_from_table(name, packaged_profile(name).capabilities)
+    return capabilities_from_table(name, stacks.packaged_profile(name).capabilities)
 
 
 def loss_bytes_per_logit(stack: Any, compiled: bool = False) -> float:
@@ -503,16 +483,12 @@ def plan_refusal(caps: Capabilities, w: Any) -> str | None:
 
 def packaged_capabilities() -> tuple[Capabilities, ...]:
     """The capabilities of every packaged stack but ``generic``."""
-    from trainperf.predict.stacks import STACKS
-
-    return tuple(_packaged(s) for s in STACKS if s != "generic")
+    return tuple(_packaged(s) for s in stacks.STACKS if s != "generic")
 
 
 def stacks_for(w: Any) -> tuple[str, ...]:
     """The packaged stacks (besides ``generic``) that can run workload ``w``'s plan."""
-    from trainperf.predict.stacks import STACKS
-
-    return tuple(s for s in STACKS if s != "generic" and plan_refusal(_packaged(s), w) is None)
+    return tuple(s for s in stacks.STACKS if s != "generic" and plan_refusal(_packaged(s), w) is None)
 
 
 def apply_stack(w: Any) -> Any:

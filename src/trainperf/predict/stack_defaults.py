@@ -44,13 +44,14 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
 from trainperf.accounting.conventions import CONVENTIONS
 from trainperf.errors import SpecError, UnknownNameError
+from trainperf.predict import stacks
 from trainperf.specs.checkpointing import get_policy
 from trainperf.specs.hardware import PRECISIONS
 from trainperf.specs.parallel import PIPELINE_SCHEDULES
@@ -170,11 +171,6 @@ def _check_value(key: str, v: Any, where: str) -> Any:
             raise SpecError(where, x, "a positive integer")
         return x
 
-    def one_of(x: Any, allowed: Collection[str]) -> str:
-        if x not in allowed:
-            raise SpecError(where, x, f"one of {', '.join(allowed)}")
-        return str(x)
-
     if key in ("activation_checkpointing", "selective"):
         if key == "activation_checkpointing" and isinstance(v, Mapping):
             return _size_table(v, where)
@@ -187,13 +183,11 @@ def _check_value(key: str, v: Any, where: str) -> Any:
     if key in ("pipeline_microbatch_size", "tp", "pp", "cp"):
         return pos_int(v)
     if key in ("sequence_parallel", "compile", "async_tp"):
-        if not isinstance(v, bool):
-            raise SpecError(where, v, "true or false")
-        return v
+        return stacks.check_flag(where, v)
     table = {"micro_batch_column": _COLUMN, "precision": PRECISIONS, "fp8_recipe": FP8_RECIPES,
              "data_parallel_sharding": _SHARDING, "pp_schedule": PIPELINE_SCHEDULES,
              "tflops_convention": CONVENTIONS}[key]
-    return one_of(v, table)
+    return stacks.check_choice(where, v, table)
 
 
 def _size_table(body: Mapping[str, Any], where: str) -> tuple[tuple[float, str], ...]:
@@ -268,14 +262,12 @@ def read_defaults_table(body: Mapping[str, Any], where: str,
 
 def defaults_of(profile: Any) -> StackDefaults:
     """The checked defaults of a :class:`~trainperf.predict.stacks.Profile` over generic's."""
-    from trainperf.predict.stacks import DEFAULT_STACK, packaged_profile
-
-    generic = packaged_profile(DEFAULT_STACK)
+    generic = stacks.packaged_profile(stacks.DEFAULT_STACK)
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
     owners: dict[str, str] = {}
     recipes: tuple[Recipes, ...] = ()
-    chain = [generic] if profile.name == DEFAULT_STACK and not profile.path else [generic, profile]
+    chain = [generic] if profile.name == stacks.DEFAULT_STACK and not profile.path else [generic, profile]
     for prof in chain:
         where = f"stack profile {prof.path or prof.name} [defaults]"
         vals, srcs = read_defaults_table(prof.defaults, where)
@@ -290,6 +282,4 @@ def defaults_of(profile: Any) -> StackDefaults:
 def stack_defaults(stack: str, framework: str | None = None) -> StackDefaults:
     """The defaults of a packaged stack (or a profile file) by name, over generic's, with the
     recipe family ``framework`` (a runs table's framework cell) names laid over them."""
-    from trainperf.predict.stacks import load_profile
-
-    return defaults_of(load_profile(stack)).for_framework(framework)
+    return defaults_of(stacks.load_profile(stack)).for_framework(framework)

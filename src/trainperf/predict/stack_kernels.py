@@ -39,7 +39,10 @@ from functools import lru_cache
 from typing import Any
 
 from trainperf.errors import SpecError, UnknownNameError
+from trainperf.predict import stacks
 from trainperf.predict.kernels import attention
+from trainperf.predict.kernels.expert_dispatch import FAMILIES as DISPATCHERS
+from trainperf.predict.kernels.gemm import GROUPED_IMPLS
 
 ELEMENTWISE = ("eager", "fused", "compiled")
 TP_OVERLAP = ("never", "async-tp", "sequence-parallel", "always")
@@ -102,62 +105,26 @@ class StackKernels:
         """``compiled`` when the run (or the stack) compiles, else the stack's own kind."""
         return "compiled" if (compile_flag or self.compiled) else self.elementwise
 
-    def tp_overlapped(self, async_tp: bool, sequence_parallel: bool) -> bool:
-        """Whether the stack overlaps this run's tensor-parallel collectives with GEMMs."""
-        if self.tp_overlap == "always":
-            return True
-        if self.tp_overlap == "sequence-parallel":
-            return bool(sequence_parallel or async_tp)
-        if self.tp_overlap == "async-tp":
-            return bool(async_tp)
-        return bool(async_tp)
-
 
 def validate_table(body: Mapping[str, Any], where: str) -> dict[str, Any]:
     """Check a ``[kernels]`` table (unknown keys and bad values are one-line errors)."""
-
-    out = {}
+    choices = {"attention": attention.FAMILIES, "elementwise": ELEMENTWISE, "tp_overlap": TP_OVERLAP,
+               "grouped_gemm": GROUPED_IMPLS, "context_parallel": CONTEXT_PARALLEL, "moe_dispatcher": DISPATCHERS}
     for k, v in body.items():
+        at = f"{where} [kernels].{k}"
         if k not in KEYS:
-            raise UnknownNameError(f"{where} [kernels].{k}", k, KEYS)
-        out[k] = v
-    fams = tuple(attention.FAMILIES)
-    if "attention" in out and out["attention"] not in fams:
-        raise UnknownNameError(f"{where} [kernels].attention", out["attention"], fams)
-    by = out.get("attention_by_silicon", {})
-    if not isinstance(by, Mapping):
-        raise SpecError(f"{where} [kernels].attention_by_silicon", by, "a table of silicon = family")
-    for sil, fam in by.items():
-        if fam not in fams:
-            raise UnknownNameError(f"{where} [kernels].attention_by_silicon.{sil}", fam, fams)
-    if "elementwise" in out and out["elementwise"] not in ELEMENTWISE:
-        raise UnknownNameError(f"{where} [kernels].elementwise", out["elementwise"], ELEMENTWISE)
-    if "tp_overlap" in out and out["tp_overlap"] not in TP_OVERLAP:
-        raise UnknownNameError(f"{where} [kernels].tp_overlap", out["tp_overlap"], TP_OVERLAP)
-    if "compiled" in out and not isinstance(out["compiled"], bool):
-        raise SpecError(f"{where} [kernels].compiled", out["compiled"], "true or false")
-    if "grouped_gemm" in out:
-        from trainperf.predict.kernels.gemm import GROUPED_IMPLS
-
-        if out["grouped_gemm"] not in GROUPED_IMPLS:
-            raise UnknownNameError(f"{where} [kernels].grouped_gemm", out["grouped_gemm"], GROUPED_IMPLS)
-    if "context_parallel" in out and out["context_parallel"] not in CONTEXT_PARALLEL:
-        raise UnknownNameError(f"{where} [kernels].context_parallel", out["context_parallel"], CONTEXT_PARALLEL)
-    if "context_parallel_load_balance" in out and not isinstance(out["context_parallel_load_balance"], bool):
-        raise SpecError(f"{where} [kernels].context_parallel_load_balance", out["context_parallel_load_balance"],
-                        "true or false")
-    if "moe_dispatcher" in out:
-        from trainperf.predict.kernels.expert_dispatch import FAMILIES
-
-        if out["moe_dispatcher"] not in FAMILIES:
-            raise UnknownNameError(f"{where} [kernels].moe_dispatcher", out["moe_dispatcher"], FAMILIES)
-    if "moe_host_sync" in out and not isinstance(out["moe_host_sync"], bool):
-        raise SpecError(f"{where} [kernels].moe_host_sync", out["moe_host_sync"], "true or false")
-    if "gpu_memory_fraction" in out:
-        v = out["gpu_memory_fraction"]
-        if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 < v <= 1.0:
-            raise SpecError(f"{where} [kernels].gpu_memory_fraction", v, "a number in (0, 1]")
-    return out
+            raise UnknownNameError(at, k, KEYS)
+        if k in choices:
+            stacks.check_choice(at, v, choices[k])
+        elif k in ("compiled", "context_parallel_load_balance", "moe_host_sync"):
+            stacks.check_flag(at, v)
+        elif k == "gpu_memory_fraction":
+            stacks.check_number(at, v, 1.0)
+        elif k == "attention_by_silicon" and not isinstance(v, Mapping):
+            raise SpecError(at, v, "a table of silicon = family")
+    for sil, fam in body.get("attention_by_silicon", {}).items():
+        stacks.check_choice(f"{where} [kernels].attention_by_silicon.{sil}", fam, attention.FAMILIES)
+    return dict(body)
 
 
 def resolve(profile: Any, silicon: str, generic: Any = None) -> StackKernels:
@@ -194,18 +161,15 @@ def resolve(profile: Any, silicon: str, generic: Any = None) -> StackKernels:
 
 @lru_cache(maxsize=256)
 def _cached(stack: str, silicon: str, mtime: float) -> StackKernels:
-    from trainperf.predict.stacks import DEFAULT_STACK, load_profile, packaged_profile
-
-    prof = load_profile(stack)
-    generic = packaged_profile(DEFAULT_STACK)
-    return resolve(prof, silicon, generic if prof.name != DEFAULT_STACK or prof.path else None)
+    prof = stacks.load_profile(stack)
+    generic = stacks.packaged_profile(stacks.DEFAULT_STACK)
+    return resolve(prof, silicon, generic if prof.name != stacks.DEFAULT_STACK or prof.path else None)
 
 
 def for_stack(stack: Any, silicon: str) -> StackKernels:
     """The kernels of ``stack`` (a name, a profile file or a Profile) on ``silicon``."""
-    from trainperf.predict.stacks import DEFAULT_STACK, Profile, packaged_profile, profile_cache_key
-
-    if isinstance(stack, Profile):
-        return resolve(stack, silicon, packaged_profile(DEFAULT_STACK) if stack.name != DEFAULT_STACK else None)
-    key, mtime = profile_cache_key(stack)
+    if isinstance(stack, stacks.Profile):
+        generic = stacks.packaged_profile(stacks.DEFAULT_STACK)
+        return resolve(stack, silicon, generic if stack.name != stacks.DEFAULT_STACK else None)
+    key, mtime = stacks.profile_cache_key(stack)
     return _cached(key, silicon, mtime)

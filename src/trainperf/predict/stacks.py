@@ -33,7 +33,7 @@ named stack (all generations, then the device's generation).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -155,6 +155,26 @@ class Profile:
         if self.fit:
             doc["fit"] = {k: (six(v) if isinstance(v, float) else v) for k, v in self.fit.items()}
         return tomli_w.dumps(doc)
+
+
+def check_choice(where: str, v: Any, allowed: Collection[str]) -> str:
+    """``v`` if ``allowed`` holds it (a value of a profile's fact tables), else a one-line error."""
+    if v not in tuple(allowed):
+        raise UnknownNameError(where, str(v), allowed)
+    return str(v)
+
+
+def check_flag(where: str, v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise SpecError(where, v, "true or false")
+    return v
+
+
+def check_number(where: str, v: Any, high: float, unit: str = "") -> float:
+    """``v`` as a float if it is a number in ``(0, high]``, else a one-line error."""
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= high:
+        raise SpecError(where, v, f"a positive number{unit} (<= {high:g})")
+    return float(v)
 
 
 def _knob_table(body: Any, where: str) -> tuple[dict[str, float], dict[str, str]]:

@@ -298,13 +298,9 @@ def cp_algorithm(fl: Any) -> str:
     return f"{fl.name} ({how[fl.kv_exchange]}{', load-balanced' if fl.load_balance else ''})"
 
 
-def collectives(w: Any, s: StepCosts, lay_cp: Any = None) -> list[Collective]:
+def collectives(w: Any, s: StepCosts, lay_cp: Any) -> list[Collective]:
     """Each kind of collective the step runs (those that take time), with its group and link;
     ``lay_cp``: the stack's context-parallel flavour (the layout's ``kernels.cp_flavour``)."""
-    if lay_cp is None:
-        from trainperf.predict.step_model.context_parallel import FLAVOURS
-
-        lay_cp = FLAVOURS["ring-p2p"]
     p, dp = w.plan, s.dp
     fs_label = "fsdp" if p.fsdp > 1 else "zero-3"
     rows: list[tuple[str, str, CommCost]] = [
@@ -329,8 +325,8 @@ def collectives(w: Any, s: StepCosts, lay_cp: Any = None) -> list[Collective]:
     return out
 
 
-def assemble(w: Any, s: StepCosts, k: Knobs, *, convention: str = DEFAULT_CONVENTION,
-             train_tokens: float = 1e12, lora_fraction: float = 0.0, cp_flavour: Any = None) -> Prediction:
+def assemble(w: Any, s: StepCosts, k: Knobs, *, convention: str, train_tokens: float, lora_fraction: float,
+             cp_flavour: Any) -> Prediction:
     """Build a :class:`Prediction` from the step model's costs (scalars); ``cp_flavour``: the
     stack's context-parallel flavour, which names the cp exchange."""
     step = as_float(s.step_time_s)
@@ -372,12 +368,10 @@ def _bottleneck(step: float, breakdown: Mapping[str, float], comp: Mapping[str, 
                         ("recompute", "activation recomputation")):
         if breakdown.get(name, 0.0) > 0:
             cands.append((breakdown[name], label))
-    if comp.get("memory-bound ops", 0.0) > 0:
-        cands.append((comp["memory-bound ops"], "memory-bound ops (norms, activations, RoPE, loss)"))
-    if comp.get("kernel overhead", 0.0) > 0:
-        cands.append((comp["kernel overhead"], "kernel launch overhead"))
-    if comp.get("attention", 0.0) > 0:
-        cands.append((comp["attention"], "attention kernels"))
+    for name, label in (("memory-bound ops", "memory-bound ops (norms, activations, RoPE, loss)"),
+                        ("kernel overhead", "kernel launch overhead"), ("attention", "attention kernels")):
+        if comp.get(name, 0.0) > 0:
+            cands.append((comp[name], label))
     if not cands or step <= 0:
         return "compute-bound"
     t, what = max(cands)

@@ -21,7 +21,6 @@ from trainperf.predict.fit_profiles import rows_from_table
 from trainperf.predict.holdout import Prediction, by, cached_holdouts, group_key, summarize
 from trainperf.predict.intervals import LEVEL, group_out_coverage, interval_for
 from trainperf.predict.runs_table import TableRun, load_table_runs
-from trainperf.predict.stacks import generation_of
 from trainperf.predict.step import as_float, resolve_knobs
 from trainperf.predict.step_model import layout_of, step_time_s
 
@@ -91,13 +90,14 @@ class RunsValidation:
                          if self.group_out else None}
         return out
 
+    def _per(self, key: str) -> dict[str, Any]:
+        """In-sample and held-out summaries per ``group``, ``table`` or ``stack``."""
+        lo, go = by(self.loto, key), by(self.group_out, key)
+        return {k: {"in_sample": v, "leave_one_table_out": lo.get(k), "leave_one_group_out": go.get(k)}
+                for k, v in by(self.in_sample, key).items()}
+
     def to_dict(self) -> dict[str, Any]:
         s, lo, go = summarize(self.in_sample), summarize(self.loto), summarize(self.group_out)
-        tables_in, tables_lo = by(self.in_sample, "table"), by(self.loto, "table")
-        stacks_in, stacks_lo = by(self.in_sample, "stack"), by(self.loto, "stack")
-        tables_go, stacks_go = by(self.group_out, "table"), by(self.group_out, "stack")
-        groups_in, groups_lo, groups_go = (by(self.in_sample, "group"), by(self.loto, "group"),
-                                           by(self.group_out, "group"))
         return {
             "rows_total": len(self.rows), "rows_predicted": s["rows"],
             "rows_excluded": sum(1 for r in self.rows if not r.included),
@@ -113,18 +113,13 @@ class RunsValidation:
             "leave_one_group_out_mean_signed_pct": go["mean_signed_pct"] if self.group_out else None,
             "leave_one_group_out_worst_row": go["worst"] if self.group_out else None,
             "leave_one_group_out_worst_pct": go.get("worst_pct") if self.group_out else None,
-            "leave_one_group_out_max_group_mape_pct": (max(v["mape_pct"] for v in groups_go.values())
-                                                       if self.group_out else None),
+            "leave_one_group_out_max_group_mape_pct": (
+                max(v["mape_pct"] for v in by(self.group_out, "group").values()) if self.group_out else None),
             "interval_level_pct": 100.0 * LEVEL,
             "leave_one_group_out_interval_coverage_pct": (self.coverage or {}).get("coverage_pct"),
             "interval_coverage_per_group": (self.coverage or {}).get("per_group"),
             "per_architecture": self.architecture_groups(),
-            "per_group": {g: {"in_sample": v, "leave_one_table_out": groups_lo.get(g),
-                              "leave_one_group_out": groups_go.get(g)} for g, v in groups_in.items()},
-            "per_table": {t: {"in_sample": v, "leave_one_table_out": tables_lo.get(t),
-                              "leave_one_group_out": tables_go.get(t)} for t, v in tables_in.items()},
-            "per_stack": {t: {"in_sample": v, "leave_one_table_out": stacks_lo.get(t),
-                              "leave_one_group_out": stacks_go.get(t)} for t, v in stacks_in.items()},
+            "per_group": self._per("group"), "per_table": self._per("table"), "per_stack": self._per("stack"),
             "rows": [r.to_dict() for r in self.rows],
         }
 
@@ -164,7 +159,7 @@ def validate_runs(data: str | Path | None = None, stack: str | None = None,
                 gs = go_preds[r.row_id].signed_pct
         out.append(RowResult(
             row_id=r.row_id, table_id=r.table_id, stack=r.stack,
-            generation=generation_of(r.workload.hardware) if r.workload is not None else "",
+            generation=r.generation,
             model=r.model, hardware=r.hardware, precision=r.precision, source=r.source,
             included=r.included, exclude_reason=r.exclude_reason, measured_step_time_s=r.step_time_s,
             step_time_from=r.step_time_from, predicted_step_time_s=pred, signed_pct=signed,

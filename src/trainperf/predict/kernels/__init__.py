@@ -17,33 +17,12 @@ The numbers come from ``data/params.json``, which the kernel fit (``tools/kernel
 developer tool) derives from curated measurements, each with its source; they are read once, at
 first use. Where a silicon has no measurement of a class the value follows a documented rule
 (the nearest measured silicon of the vendor, or a vendor fallback) and is flagged
-``measured=False``; :func:`describe` lists every number with its source. docs/KERNELS.md says
-which data were used, which were rejected and why.
-
-:class:`KernelFact` and :func:`describe` live in :mod:`.facts` and are loaded on first use (PEP
-562): the step model imports the kernel-class modules, never this list.
+``measured=False``; the developer tool ``tools/kernels_table.py`` lists every number with its
+source (``describe``). docs/KERNELS.md says which data were used, which were rejected and why.
+:func:`silicons`: every silicon with kernel parameters (the catalog's ``Hardware.silicon`` values
+and ``cpu``).
 """
 
-from __future__ import annotations
+from trainperf.predict.kernels._params import silicons
 
-from typing import TYPE_CHECKING, Any
-
-from trainperf.predict.kernels._params import params
-
-if TYPE_CHECKING:
-    from trainperf.predict.kernels.facts import KernelFact, describe
-
-__all__ = ["KernelFact", "describe", "silicons"]
-
-
-def silicons() -> tuple[str, ...]:
-    """Every silicon with kernel parameters (the catalog's ``Hardware.silicon`` values and ``cpu``)."""
-    return tuple(params()["silicons"])
-
-
-def __getattr__(name: str) -> Any:
-    if name in ("KernelFact", "describe"):
-        from trainperf.predict.kernels import facts
-
-        return getattr(facts, name)
-    raise AttributeError(f"module 'trainperf.predict.kernels' has no attribute {name!r}")
+__all__ = ["silicons"]

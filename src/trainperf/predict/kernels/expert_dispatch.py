@@ -110,7 +110,7 @@ def _level(entry: dict[str, Any]) -> LevelDispatch:
 @lru_cache(maxsize=256)
 def dispatch_model(silicon: str, family: str) -> DispatchModel:
     """The :class:`DispatchModel` of ``family`` on ``silicon`` (measured, or the documented
-    fallback: see :func:`trainperf.predict.kernels.describe`)."""
+    fallback: see ``describe`` in ``tools/kernels_table.py``)."""
     check_silicon(silicon)
     if family not in FAMILIES:
         raise UnknownNameError("MoE dispatcher", family, FAMILIES)

@@ -112,7 +112,6 @@ _ULYSSES_SRC = ("DeepSpeed-Ulysses (Jacobs et al. 2023, arXiv 2309.14509, sectio
                 "cp_comm_type 'a2a' does the same.")
 
 
-
 def _torch(name: str, kv_exchange: str, source: str) -> Flavour:
     """PyTorch's ring (:data:`_TORCH_SRC` counts its bytes)."""
     return Flavour(name, True, kv_exchange, source, grad_bytes=4.0, fwd_q_step=38.0, fwd_kv_step=8.0,

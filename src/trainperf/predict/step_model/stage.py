@@ -132,14 +132,12 @@ def _stage_params(lay: Layout, layers: Num, dense_frac: Num, moe_frac: Num, mtp_
     that the division by ``tp`` gives ``/ etp``."""
     m, ms = lay.mesh, lay.model
     t = m.tp
-    p_layer = (ms.params_attn_layer + dense_frac * ms.params_dense_mlp_layer
-               + moe_frac * (ms.params_router_layer
-                             + (ms.moe_experts / m.ep * (t / m.etp) + ms.moe_shared) * ms.params_expert))
+    moe_block = ms.params_router_layer + (ms.moe_experts / m.ep * (t / m.etp) + ms.moe_shared) * ms.params_expert
+    p_layer = ms.params_attn_layer + dense_frac * ms.params_dense_mlp_layer + moe_frac * moe_block
     ends = vec.where(m.pp > 1, vec.maximum(ms.params_embedding, ms.params_head),
                      ms.params_embedding + ms.params_head)
     # multi-token-prediction blocks (an MoE block in an MoE model, a dense one else) sit on the last stage
-    mtp_block = ms.params_attn_layer + vec.where(ms.moe_layers > 0, ms.params_router_layer + (
-        ms.moe_experts / m.ep * (t / m.etp) + ms.moe_shared) * ms.params_expert, ms.params_dense_mlp_layer)
+    mtp_block = ms.params_attn_layer + vec.where(ms.moe_layers > 0, moe_block, ms.params_dense_mlp_layer)
     p_stage = (layers * p_layer + ends + mtp_last * (mtp_block + 2.0 * ms.hidden * ms.hidden)) / t
     p_experts = (layers * moe_frac + vec.where(ms.moe_layers > 0, mtp_last, 0.0)) * (
         ms.moe_experts / m.ep) * ms.params_expert / m.etp

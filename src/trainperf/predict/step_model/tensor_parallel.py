@@ -33,8 +33,9 @@ from trainperf.predict.step_model.stage import Stage
 
 
 def overlapped(rule: str, async_tp: Flag, sp: Flag) -> Flag:
-    """Whether the stack overlaps this plan's tensor-parallel collectives with GEMMs
-    (:meth:`~trainperf.predict.stack_kernels.StackKernels.tp_overlapped`, vectorised over ``sp``)."""
+    """Whether a stack whose ``[kernels] tp_overlap`` is ``rule``
+    (:data:`~trainperf.predict.stack_kernels.TP_OVERLAP`) overlaps this plan's tensor-parallel
+    collectives with GEMMs (``never`` and ``async-tp``: only with the run's async TP)."""
     if rule == "always":
         return True
     if rule == "sequence-parallel":
