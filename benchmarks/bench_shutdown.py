@@ -3,9 +3,9 @@
 Three measurements, each a fresh ``trainperf bench`` of the tiny test model on the CPU (gloo):
 
 1. **stop**: SIGTERM to the launcher once ``--after`` steps are recorded; the seconds until every
-   process it started (torchrun and both workers) is gone and the launcher has exited with the
-   summary written. Goal (issue 17): within 15 s; the design bound is the stop grace (8 s) plus
-   the launcher's 3 s margin. Before this change the launcher died at once and torchrun and the
+   process it started (both workers; torchrun runs in the launcher) is gone and the launcher has
+   exited with the summary written. Goal (issue 17): within 15 s; the design bound is the stop
+   grace (8 s) plus torchrun's 1 s before SIGKILL. Before this change the launcher died at once and torchrun and the
    workers went on training (45 s later still running; no summary): there is no finite baseline.
 2. **dead worker**: SIGKILL to rank 1 (what the OOM killer sends); the seconds until the launcher
    has exited, and the lines it printed on stderr (goal: one; before: ~90 lines of tracebacks).

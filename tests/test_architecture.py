@@ -122,11 +122,8 @@ def test_no_long_functions_in_the_model_and_the_planner(package):
 
 
 UNUSED_ALLOWED: dict[str, str] = {
-    "measure.procs.parent_of": "measure/ is being reworked on its own issue (the launcher on torchrun): left to it",
     "measure.lora.adapter_parameters": "measure/ is being reworked on its own issue: left to it",
     "measure.data.stdlib_text_dir": "measure/ is being reworked on its own issue: left to it",
-    "measure.failures.REPORT_NAME": "measure/ is being reworked on its own issue: left to it",
-    "measure.launch.torchrun_command": "measure/ is being reworked on its own issue: left to it",
     "measure.model.num_params": "measure/ is being reworked on its own issue: left to it",
     "measure.testing.TINY_FLAGS": "a helper for the tests of the bench (measure/testing.py is their support module)",
     "measure.testing.tiny_workload_dict": "a helper for the tests of the bench",

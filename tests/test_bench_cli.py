@@ -206,12 +206,12 @@ def test_calibrate_command_measures_and_caches(tmp_path, monkeypatch, capsys):
 
 
 def test_torchrun_command_lines():
-    from trainperf.measure.launch import LaunchSpec, torchrun_command
+    from trainperf.measure.launch import LaunchSpec, torchrun_args
 
-    local = torchrun_command("cfg.json", LaunchSpec(nproc_per_node=4), python="py")
-    assert local == ["py", "-m", "torch.distributed.run", "--nproc-per-node=4", "--standalone", "--max-restarts=0",
-                     "-m", "trainperf.measure.trainer", "cfg.json"]
-    multi = torchrun_command("cfg.json", LaunchSpec(nproc_per_node=8, nnodes=2, node_rank=1,
-                                                    rdzv_endpoint="10.0.0.1:29500", rdzv_id="job7"), python="py")
+    local = torchrun_args("cfg.json", LaunchSpec(nproc_per_node=4))
+    assert local == ["--nproc-per-node=4", "--standalone", "--max-restarts=0", "-m", "trainperf.measure.trainer",
+                     "cfg.json"]
+    multi = torchrun_args("cfg.json", LaunchSpec(nproc_per_node=8, nnodes=2, node_rank=1,
+                                                 rdzv_endpoint="10.0.0.1:29500", rdzv_id="job7"))
     assert "--nnodes=2" in multi and "--rdzv-backend=c10d" in multi and "--rdzv-endpoint=10.0.0.1:29500" in multi
     assert "--rdzv-id=job7" in multi and "--node-rank=1" in multi and "--standalone" not in multi

@@ -1,6 +1,7 @@
 """Stopping a one-process bench on a signal: the step in progress finishes and is kept, the record
 gets its end line, the summary leaves the warm-up out; a second signal or an expired grace
-stops at once. In-process, tiny model, no extra processes."""
+stops at once. In-process, tiny model, no extra processes. Also where torchrun puts the workers'
+logs (the multi-process runs themselves: tests/test_bench_distributed.py)."""
 
 from __future__ import annotations
 
@@ -117,3 +118,26 @@ def test_the_meter_summary_of_warm_up_steps_only_measures_nothing(tmp_path):
     assert s["steps"] == 3 and s["steps_measured"] == 0 and s["step_time_median_s"] is None
     m.close(interrupted=True)
     assert json.loads((tmp_path / "steps.jsonl").read_text().splitlines()[-1])["interrupted"] is True
+
+
+def test_torchrun_logs_each_rank_in_the_run_directory(tmp_path):
+    """torchrun's LogsSpecs for the bench: stderr to rank<global rank>.log in the run directory
+    (stdout inherited: the worker joins it there itself), the @record error file elsewhere."""
+    from trainperf.measure.agent import RunDirLogs
+
+    envs = {0: {"RANK": "2"}, 1: {"RANK": "3"}}
+    dest = RunDirLogs(tmp_path, str(tmp_path / "errors")).reify(envs)
+    assert dest.stderrs == {0: str(tmp_path / "rank2.log"), 1: str(tmp_path / "rank3.log")}
+    assert dest.stdouts == {0: "", 1: ""} and (tmp_path / "rank3.log").is_file()
+    assert envs[1]["TORCHELASTIC_ERROR_FILE"] == dest.error_files[1] == str(tmp_path / "errors" / "rank3.json")
+
+
+def test_torchrun_never_writes_a_log_through_a_link(tmp_path):
+    from trainperf.measure.agent import RunDirLogs
+
+    target = tmp_path / "precious"
+    target.write_text("keep\n")
+    (tmp_path / "rank0.log").symlink_to(target)
+    with pytest.raises(OSError):
+        RunDirLogs(tmp_path, str(tmp_path)).reify({0: {"RANK": "0"}})
+    assert target.read_text() == "keep\n"

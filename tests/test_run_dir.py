@@ -318,7 +318,7 @@ def test_slurm_script_stops_gracefully_and_locks_its_directory(tmp_path):
     assert "#SBATCH --signal=TERM@75" in text  # the stop grace plus 30 s before the time limit
     assert "srun --kill-on-bad-exit=1" in text and "-m trainperf.measure.agent --report" in text
     assert "trap '" in text and " TERM" in text and "flock -n 9" in text
-    assert "TRAINPERF_RANK_LOGS=1" in text and "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=46" in text
+    assert "46 s after a stop signal" in text  # torchrun's shutdown timeout: the stop grace + 1 s
     assert text.index("srun") < text.index("-m trainperf.measure.results")
     r = subprocess.run(["bash", "-n"], input=text, text=True, capture_output=True, check=False)
     assert r.returncode == 0, r.stderr

@@ -58,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="replace the files of an earlier run in --out (never those of a run in progress)")
     r.add_argument("--stop-grace", type=float, default=DEFAULT_GRACE_S, metavar="S",
                    help=f"seconds a stopped run's step in progress may take to finish before the run is "
-                        f"killed (default {DEFAULT_GRACE_S:g}; the run's processes are all gone ~3 s later)")
+                        f"killed (default {DEFAULT_GRACE_S:g}; torchrun kills what is left 1 s later)")
     r.add_argument("--data", metavar="PATH", help="UTF-8 text file or directory (byte tokens); default synthetic")
     r.add_argument("--seed", type=int, default=0, help="model init and data order (default 0)")
     r.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (default 1e-3)")

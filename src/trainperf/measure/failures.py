@@ -1,9 +1,12 @@
 """Dead workers: what torchrun knows about them, kept in the run directory, said in one line.
 
 :mod:`trainperf.measure.agent` writes the failures torchrun reports (rank, pid, exit code or
-signal, the exception's message when the worker recorded one) to ``failures.json``; the
-launcher (or ``python -m trainperf.measure.results`` after a Slurm job) reads it back and says
-which rank died, how, what was kept and where the full log is, in one line.
+signal, the exception's message when the worker recorded one with ``@record``) to
+``failures.json`` (``failures-<host>.json`` with several nodes); the launcher (or ``python -m
+trainperf.measure.results`` after a Slurm job) says which rank died, how, what was kept and
+where the full log is, in one line. torchrun's own report, its ``ChildFailedError``, is a
+traceback of ~30 lines per node, and its error file (the reply file) holds only the first
+failure's exception: none for a worker killed by a signal.
 """
 
 from __future__ import annotations
@@ -19,8 +22,6 @@ from typing import Any
 from trainperf.errors import one_line
 from trainperf.measure.stop import STOP_SIGNALS, signal_name
 
-REPORT_NAME = "failures.json"
-"""The agent's report in a one-node run directory (``failures-<host>.json`` with several nodes)."""
 _MESSAGE_CHARS = 300
 
 

@@ -1,10 +1,8 @@
-"""The bench's command lines: ``torchrun`` for one or several nodes, or an sbatch script.
+"""The bench's command lines: torchrun's arguments for one or several nodes, or an sbatch script.
 
-The launcher runs torchrun through :mod:`trainperf.measure.agent` (torchrun plus a failure
-report) and supervises it with :mod:`trainperf.measure.supervise` (signals forwarded, output
-into the run directory, no process left behind). The sbatch script does the same under Slurm:
-stop signals reach every process of the job step, which finishes its step and stops
-(:func:`sbatch_script` explains the timings).
+The launcher runs torchrun with them in its own process (:mod:`trainperf.measure.agent`); the
+sbatch script runs the same on each node of a Slurm job, where stop signals reach every process
+of the job step, which finishes its step and stops (:func:`sbatch_script` explains the timings).
 """
 
 from __future__ import annotations
@@ -12,7 +10,6 @@ from __future__ import annotations
 import math
 import re
 import shlex
-import sys
 from dataclasses import dataclass
 
 from trainperf.errors import SpecError
@@ -62,7 +59,7 @@ class LaunchSpec:
 
 
 def torchrun_args(config_path: str, spec: LaunchSpec) -> list[str]:
-    """torchrun's arguments (after ``python -m torch.distributed.run``) for the trainer on this node."""
+    """torchrun's arguments (what follows ``torchrun``) for the trainer on this node."""
     args = [f"--nproc-per-node={spec.nproc_per_node}"]
     if spec.rdzv_endpoint is None:
         args.append("--standalone")  # local c10d rendezvous on a free port
@@ -72,17 +69,6 @@ def torchrun_args(config_path: str, spec: LaunchSpec) -> list[str]:
         if spec.node_rank is not None:
             args.append(f"--node-rank={spec.node_rank}")
     return [*args, "--max-restarts=0", "-m", "trainperf.measure.trainer", config_path]
-
-
-def torchrun_command(config_path: str, spec: LaunchSpec, python: str | None = None) -> list[str]:
-    """The plain ``torchrun`` command line that runs the trainer on this node."""
-    return [python or sys.executable, "-m", "torch.distributed.run", *torchrun_args(config_path, spec)]
-
-
-def agent_command(config_path: str, spec: LaunchSpec, report: str, python: str | None = None) -> list[str]:
-    """The same through :mod:`trainperf.measure.agent`, failed workers reported to ``report``."""
-    return [python or sys.executable, "-m", "trainperf.measure.agent", "--report", report, "--",
-            *torchrun_args(config_path, spec)]
 
 
 # --------------------------------------------------------------------------- slurm
@@ -178,7 +164,8 @@ def _sbatch_path(directory: str, pattern: str) -> str:
 
 
 def sbatch_script(spec: SlurmSpec, python: str = "python") -> str:
-    """The sbatch script text: ``srun`` one torchrun agent per node, c10d rendezvous on the first node.
+    """The sbatch script text: ``srun`` one torchrun (:mod:`trainperf.measure.agent`) per node, c10d
+    rendezvous on the first node.
 
     Stopping (see docs/BENCH.md): ``#SBATCH --signal=TERM@<lead>`` sends SIGTERM to every process
     of the job step that long before the time limit; ``scancel`` and the time limit itself send
@@ -223,7 +210,8 @@ def sbatch_script(spec: SlurmSpec, python: str = "python") -> str:
         "trap 'echo \"trainperf: SIGTERM; the run stops after its step in progress\" >&2' TERM",
         'HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
         f"RDZV_PORT={spec.port}",
-        f"export TRAINPERF_RANK_LOGS=1 TORCH_ELASTIC_SHUTDOWN_TIMEOUT={grace + 1}",
+        "# On each node, torchrun (in trainperf's agent): each rank's output in $OUT/rank<k>.log, the",
+        f"# workers still running {grace + 1} s after a stop signal killed, failed workers in failures-<host>.json.",
         "status=0",
         f"srun --kill-on-bad-exit=1 {py} -m trainperf.measure.agent --report \"$OUT/failures-{{host}}.json\" -- \\",
         "    --nnodes=\"$SLURM_NNODES\" "

@@ -38,11 +38,11 @@ from trainperf.accounting.conventions import (
     model_flops_per_token,
 )
 from trainperf.errors import SpecError, TrainperfError
-from trainperf.measure.launch import LaunchSpec, agent_command
+from trainperf.measure.launch import LaunchSpec, torchrun_args
 from trainperf.measure.limits import check_bound, check_stop_grace, check_work_bounds
 from trainperf.measure.parallelize import check_plan
 from trainperf.measure.results import summary_text, write_summary
-from trainperf.measure.stop import DEFAULT_GRACE_S, RunStopped, signal_name, stop_signals_raise
+from trainperf.measure.stop import DEFAULT_GRACE_S, RunStopped, stop_signals_raise
 from trainperf.measure.trainer import BenchConfig
 from trainperf.specs.bounds import BENCH_STEPS, BENCH_THREADS
 from trainperf.specs.workload import Workload
@@ -380,8 +380,8 @@ def execute(workload: Workload, cfg: BenchConfig, launch: LaunchSpec,
     (:func:`~trainperf.records.output_path.claim_run_dir`: a second run into it is refused in
     one line; one holding an earlier run's record is refused unless ``force``, which replaces
     it). ``workload.toml`` and ``run_config.json`` are written first. Several processes run
-    under :func:`~trainperf.measure.supervise.run_workers` (logs in the directory; a dead
-    worker is one line on ``warn``, default stderr). A stop signal: the step in progress
+    under torchrun, in this process (:func:`~trainperf.measure.agent.run_torchrun`: logs in the
+    directory; a dead worker is one line on ``warn``, default stderr). A stop signal: the step in progress
     finishes, the summary is written with the steps kept, then
     :class:`~trainperf.measure.stop.RunStopped` propagates.
     """
@@ -403,7 +403,7 @@ def execute(workload: Workload, cfg: BenchConfig, launch: LaunchSpec,
         say(f"bench: {workload.describe()}")
         say(f"output: {out}")
         if launch.distributed:
-            stop, rc, failures = _run_distributed(cfg, launch, config_path, claim.fd, say, warn)
+            stop, rc, failures = _run_distributed(cfg, launch, config_path, say)
         else:
             from trainperf.measure.trainer import train
 
@@ -439,27 +439,19 @@ def execute(workload: Workload, cfg: BenchConfig, launch: LaunchSpec,
     return summary, rc
 
 
-def _run_distributed(cfg: BenchConfig, launch: LaunchSpec, config_path: Path, lock_fd: int | None,
-                     say: Callable[[str], None], warn: Callable[[str], None]) -> tuple[int | None, int, list[Any]]:
-    """torchrun (through :mod:`trainperf.measure.agent`) under the launcher's supervision;
-    returns (the stop signal forwarded or None, exit code, the failed workers)."""
+def _run_distributed(cfg: BenchConfig, launch: LaunchSpec, config_path: Path,
+                     say: Callable[[str], None]) -> tuple[int | None, int, list[Any]]:
+    """torchrun in this process; returns (the stop signal or None, exit code, the failed workers)."""
     import socket
 
-    from trainperf.measure.supervise import run_workers
+    from trainperf.measure.agent import run_torchrun
 
     out = Path(cfg.out_dir)
     node = "" if launch.nnodes == 1 else f"-{socket.gethostname()}"
-    report = out / f"failures{node}.json"
-    cmd = agent_command(str(config_path), launch, str(report))
     say(f"launching {launch.world_size} processes ({launch.nnodes} node(s)) with torchrun; "
         f"their output: {out}/rank<k>.log, torchrun{node}.log")
-    outcome = run_workers(cmd, out_dir=out, echo=say, env={"OMP_NUM_THREADS": str(cfg.threads or 1)},
-                          grace_s=cfg.stop_grace_s, log_name=f"torchrun{node}.log", report_path=report,
-                          pass_fds=(lock_fd,) if lock_fd is not None else ())
-    rc = outcome.exit_code if outcome.exit_code >= 0 else 128 - outcome.exit_code
-    if outcome.killed:
-        warn(f"note: {len(outcome.killed)} process(es) of the run had not stopped "
-             f"{cfg.stop_grace_s:g} s after {signal_name(outcome.stop_signal)} and were killed")
-    # After a stop the launcher asked for, the workers' exit codes are its own doing.
-    failures = outcome.failures if outcome.stop_signal is None else []
-    return outcome.stop_signal, rc, failures
+    try:
+        return run_torchrun(torchrun_args(str(config_path), launch), cfg, report=out / f"failures{node}.json",
+                            log=out / f"torchrun{node}.log")
+    except RunStopped as e:  # before the workers started
+        return e.signum, e.exit_code, []

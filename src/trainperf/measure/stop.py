@@ -24,9 +24,9 @@ STOP_SIGNALS: tuple[signal.Signals, ...] = tuple(
 """The signals that stop a run."""
 
 DEFAULT_GRACE_S = 8.0
-"""Seconds a stopped run's step in progress may take to finish (``bench --stop-grace``). With
-the launcher's own 3 s margin a stopped ``bench --nproc N`` is gone within ~11 s, under the
-15 s of issue 17 and well under Slurm's default KillWait of 30 s."""
+"""Seconds a stopped run's step in progress may take to finish (``bench --stop-grace``). torchrun
+kills a worker still running 1 s later, so a stopped ``bench --nproc N`` is gone within ~9 s,
+under the 15 s of issue 17 and well under Slurm's default KillWait of 30 s."""
 
 
 def signal_name(signum: int | None) -> str:

@@ -17,8 +17,8 @@ Stopping (:mod:`trainperf.measure.stop`): a stop signal during the loop lets the
 progress finish; the ranks agree on the step to stop after (the stop request rides on the
 loss's all-reduce, so no rank waits in a collective for one that left), rank 0 writes the
 ``end`` line with the signal, and the process exits with 128 + its number. Started by the
-bench's launcher (``TRAINPERF_RANK_LOGS=1``), each rank writes its stdout and stderr to
-``rank<k>.log`` in the run directory; rank 0's progress lines also go to the launcher.
+bench's launcher (:mod:`trainperf.measure.agent`), each rank's stdout and stderr go to
+``rank<k>.log`` in the run directory; rank 0's progress lines also go to the launcher's terminal.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from trainperf.errors import SpecError, one_line
 from trainperf.measure import checkpoint as ckpt
-from trainperf.measure import procs
+from trainperf.measure.agent import LAUNCHER_PID_ENV
 from trainperf.measure.data import Batches, TextDataset
 from trainperf.measure.loss import linear_cross_entropy
 from trainperf.measure.meter import ThroughputMeter
@@ -617,25 +617,17 @@ def train(cfg: BenchConfig, *, say: Callable[[str], None] | None = None,
 
 
 class _RankLog:
-    """This rank's stdout and stderr (file descriptors 1 and 2) in ``OUT/rank<k>.log``; rank 0's
-    progress lines are also written to the original stdout (the launcher's console)."""
+    """This rank's output under the bench's launcher. torchrun's redirect
+    (:class:`~trainperf.measure.agent.RunDirLogs`) points its stderr at ``OUT/rank<k>.log``; its
+    stdout joins it there (one file, in order), and with ``console`` (rank 0) the inherited
+    stdout, the launcher's terminal, keeps its progress lines: torchrun's ``--tee`` would copy the
+    whole stream there, tracebacks included."""
 
-    def __init__(self, out_dir: str, rank: int) -> None:
-        import stat
-
-        path = Path(out_dir) / f"rank{rank}.log"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise OSError(f"{path} is not a regular file")
+    def __init__(self, console: bool) -> None:
         sys.stdout.flush()
-        sys.stderr.flush()
         self.console = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8", errors="replace") \
-            if rank == 0 else None
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        os.close(fd)
-        self.path = path
+            if console else None
+        os.dup2(2, 1)
 
     def say(self, msg: str) -> None:
         print(msg, flush=True)
@@ -644,6 +636,19 @@ class _RankLog:
                 print(msg, file=self.console, flush=True)
             except OSError:  # the launcher is gone: the log keeps the line
                 self.console = None
+
+
+def die_with_launcher() -> bool:
+    """Ask the kernel for a SIGTERM when the launcher (torchrun's agent, this worker's parent)
+    dies, on Linux; True if it is already gone. torchrun starts each worker in a session of its
+    own and makes no such request, so a launcher killed by SIGKILL (or the out-of-memory killer)
+    would leave its workers training; with it they stop after their step, as on any stop signal."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
+    return os.getppid() != int(os.environ[LAUNCHER_PID_ENV])
 
 
 @record
@@ -665,12 +670,10 @@ def _main(argv: list[str]) -> int:
     try:
         cfg = BenchConfig.from_json(Path(argv[0]).read_text())
         log = None
-        if os.environ.get("TRAINPERF_RANK_LOGS") == "1":
-            log = _RankLog(cfg.out_dir, int(os.environ.get("RANK", "0")))
-            procs.die_with_parent(signal.SIGTERM)  # torchrun gone: stop after the step
-            launcher = os.environ.get(procs.LAUNCHER_PID_ENV)
-            if os.getppid() == 1 or (launcher and os.getppid() == int(launcher)):
-                return 128 + signal.SIGTERM  # torchrun died before we could ask to die with it
+        if os.environ.get(LAUNCHER_PID_ENV):  # a worker of the bench's torchrun
+            log = _RankLog(console=os.environ.get("RANK") == "0")
+            if die_with_launcher():
+                return 128 + signal.SIGTERM  # the launcher died before we could ask to die with it
         import torch.distributed as dist
 
         try:
