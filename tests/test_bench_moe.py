@@ -29,6 +29,7 @@ from trainperf.measure.moe import (  # noqa: E402
 from trainperf.measure.testing import fake_calibration  # noqa: E402
 from trainperf.records.jsonl import read_run  # noqa: E402
 from trainperf.specs.model import ModelSpec  # noqa: E402
+from trainperf.specs.workload_file import load_workload  # noqa: E402
 
 pytestmark = [pytest.mark.torch]
 
@@ -124,6 +125,18 @@ def test_step_statistics_and_aux_free_bias_update():
     assert s.dropped_pct == 0 and s.aux_loss == pytest.approx(1.25) and s.all_to_all_s == 0
     assert layer.router.expert_bias.tolist() == pytest.approx([-0.1, 0.1])
     assert not stats.tokens_per_expert  # reset for the next step
+    assert s.rank_imbalance == 1.0  # one expert-parallel rank holds both
+
+
+def test_rank_imbalance_sums_the_experts_a_rank_holds():
+    """Loads [6, 2, 1, 3] over two ranks holding experts {0, 1} and {2, 3}: ranks receive 8 and 4,
+    max/mean = 8/6; per expert 6/3 = 2."""
+    layer = MoE(_spec(moe_experts=4, moe_topk=1), layer_id=1)
+    layer.ep_size = 2
+    stats = MoEStats()
+    stats.tokens_per_expert[1] = torch.tensor([6, 2, 1, 3])
+    s = end_step([layer], stats, total_layers=2, micro_batches=1, options=MoEOptions(), device=torch.device("cpu"))
+    assert s.imbalance == pytest.approx(2.0) and s.rank_imbalance == pytest.approx(8 / 6)
 
 
 def test_options_are_validated():
@@ -191,6 +204,10 @@ def test_expert_parallel_loss_falls_on_real_text(tmp_path, env):
     assert r.returncode == 0, r.stderr[-3000:]
     losses = [s.loss for s in _steps(tmp_path / "run")]
     assert losses[-1] < losses[0] - 1.0 and all(math.isfinite(x) for x in losses)
+    # the run states the load it had, for `predict` on its workload.toml
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    stated = load_workload(tmp_path / "run" / "workload.toml").moe_imbalance
+    assert stated == pytest.approx(summary["moe"]["rank_imbalance_median"], abs=1e-4) and 1.0 <= stated <= 2.0
 
 
 @pytest.mark.slow

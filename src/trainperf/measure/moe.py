@@ -478,10 +478,15 @@ class StepMoE:
     """The auxiliary loss, mean over layers and micro-batches (unweighted)."""
     all_to_all_s: float
     """Seconds in dispatch/combine all-to-alls, mean over ranks."""
+    rank_imbalance: float = 1.0
+    """Mean over MoE layers of max / mean assignments per expert-parallel rank (the experts a
+    rank holds summed; 1.0 without expert parallelism): what the predictor's
+    ``training.moe_imbalance`` states."""
 
     def extra(self) -> dict[str, float]:
         return {"moe_imbalance": self.imbalance, "moe_imbalance_max": self.imbalance_max,
-                "moe_dropped_pct": self.dropped_pct, "moe_aux_loss": self.aux_loss}
+                "moe_rank_imbalance": self.rank_imbalance, "moe_dropped_pct": self.dropped_pct,
+                "moe_aux_loss": self.aux_loss}
 
 
 def end_step(layers: list[MoE], stats: MoEStats, total_layers: int, micro_batches: int,
@@ -509,6 +514,9 @@ def end_step(layers: list[MoE], stats: MoEStats, total_layers: int, micro_batche
     load = counts[held]
     mean = load.mean(1).clamp_min(1e-9)
     ratio = load.max(1).values / mean
+    ep = layers[0].ep_size if layers else 1
+    ranks = load.view(len(load), ep, experts // ep).sum(2)
+    rank_ratio = ranks.max(1).values / ranks.mean(1).clamp_min(1e-9)
     if options.bias_update_rate > 0:
         with torch.no_grad():
             for m in layers:
@@ -522,4 +530,5 @@ def end_step(layers: list[MoE], stats: MoEStats, total_layers: int, micro_batche
     return StepMoE(imbalance=float(ratio.mean()) if len(ratio) else 1.0,
                    imbalance_max=float(ratio.max()) if len(ratio) else 1.0,
                    dropped_pct=100.0 * dropped / assignments,
-                   aux_loss=aux_sum / (n_layers * world * micro_batches), all_to_all_s=a2a / world)
+                   aux_loss=aux_sum / (n_layers * world * micro_batches), all_to_all_s=a2a / world,
+                   rank_imbalance=float(rank_ratio.mean()) if len(rank_ratio) else 1.0)

@@ -37,6 +37,7 @@ Context parallelism (``cp > 1``) shards each sequence over ``cp`` ranks
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import torch
@@ -316,6 +317,17 @@ def _apply_ep(stages: list, workload: Workload, device_type: str, done: list[str
     done.append(f"EP={plan.ep} (experts {rank * local}-{(rank + 1) * local - 1} of {workload.model.moe_experts} "
                 f"on this rank, all-to-all dispatch/combine)")
     return emesh["edp"], group
+
+
+def as_run(workload: Workload) -> Workload:
+    """``workload`` with the plan the bench runs for it, as the predictor reads plans: context
+    parallelism without an fsdp or dp degree still shards the parameters over the cp ranks
+    (FSDP2 over ``dp_shard x cp``, as torchtitan does), which a plan states as ZeRO-3 over
+    ``dp x cp``; without it the workload file would say the gradients are all-reduced."""
+    plan = workload.plan
+    if plan.cp > 1 and plan.fsdp == 1 and (plan.dp or 1) == 1 and plan.zero_stage != 3:
+        return workload.replace(plan=dataclasses.replace(plan, zero_stage=3))
+    return workload
 
 
 def _fsdp_mesh(mesh, plan):

@@ -123,7 +123,8 @@ def _moe_summary(options: dict[str, Any] | None, steps: list[Any]) -> dict[str, 
     if options is None:
         return None
     out = dict(options)
-    for key in ("moe_imbalance", "moe_imbalance_max", "moe_dropped_pct", "moe_aux_loss", "moe_all_to_all_pct"):
+    for key in ("moe_imbalance", "moe_imbalance_max", "moe_rank_imbalance", "moe_dropped_pct", "moe_aux_loss",
+                "moe_all_to_all_pct"):
         values = [s.extra[key] for s in steps if isinstance((s.extra or {}).get(key), int | float)]
         out[key.removeprefix("moe_") + "_median"] = statistics.median(values) if values else None
     return out

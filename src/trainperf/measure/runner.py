@@ -40,11 +40,12 @@ from trainperf.accounting.conventions import (
 from trainperf.errors import SpecError, TrainperfError
 from trainperf.measure.launch import LaunchSpec, torchrun_args
 from trainperf.measure.limits import check_bound, check_stop_grace, check_work_bounds
-from trainperf.measure.parallelize import check_plan
+from trainperf.measure.parallelize import as_run, check_plan
 from trainperf.measure.results import summary_text, write_summary
 from trainperf.measure.stop import DEFAULT_GRACE_S, RunStopped, stop_signals_raise
 from trainperf.measure.trainer import BenchConfig
 from trainperf.specs.bounds import BENCH_STEPS, BENCH_THREADS
+from trainperf.specs.cpu_calibration import threads_per_process
 from trainperf.specs.workload import Workload
 
 
@@ -189,7 +190,7 @@ def resolve_peaks(workload: Workload, opts: BenchOptions, threads: int | None,
     if hw.kind == "cpu":
         from trainperf.specs.cpu_calibration import load_calibration
 
-        threads = threads or _threads_per_process(1)
+        threads = threads or threads_per_process(1)
         cal = load_calibration(threads=threads)
         if cal is None or prec not in cal.peak_tflops:
             cal, _ = calibrate_cpu_peak(workload, threads, say)
@@ -255,14 +256,6 @@ def _run_cpu(precision: str, peak: dict[str, Any], threads: int | None):
                                calibrated=True)
 
 
-def _threads_per_process(nproc_per_node: int) -> int:
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover
-        cores = os.cpu_count() or 1
-    return max(1, cores // nproc_per_node)
-
-
 def lora_convention(workload: Workload, convention: str, say: Callable[[str], None]) -> str:
     """The convention the run's MFU is counted with.
 
@@ -299,6 +292,7 @@ def prepare(workload: Workload, opts: BenchOptions, say: Callable[[str], None] =
         raise SpecError("hardware.num_devices", workload.num_devices,
                         f"--nproc x --nnodes = {opts.launch.world_size} (one process per device)")
     check_plan(workload)
+    workload = as_run(workload)
     from trainperf.measure.model import check_supported
 
     check_supported(workload.model)
@@ -325,9 +319,12 @@ def prepare(workload: Workload, opts: BenchOptions, say: Callable[[str], None] =
     from trainperf.measure.checkpoint_manifest import check_checkpoint_dir
 
     check_checkpoint_dir(opts.checkpoint_dir, resume=opts.resume)  # a --resume checkpoint: verified, unread
-    threads = (opts.threads or _threads_per_process(opts.launch.nproc_per_node)) if device_type == "cpu" else None
+    threads = (opts.threads or threads_per_process(opts.launch.nproc_per_node)) if device_type == "cpu" else None
     peaks = resolve_peaks(workload, opts, threads, say) if local else []
     if local and workload.hardware.kind == "cpu" and not opts.peak_tflops_given:
+        from trainperf.measure.kernel_calibration import calibrate_for_run
+
+        calibrate_for_run(workload, threads, say)
         workload = workload.replace(hardware=_run_cpu(workload.precision, peaks[0], threads))
     seq = workload.seq_len
     convention = lora_convention(workload, opts.convention, say)
@@ -428,6 +425,9 @@ def execute(workload: Workload, cfg: BenchConfig, launch: LaunchSpec,
                 else "see the messages above"
             raise RunFailedError(f"the run failed before its first step (exit code {rc}); {where}")
         summary = write_summary(out, exit_code=rc)
+        measured = stated_imbalance(workload, summary)
+        if measured is not workload:
+            write_text_atomic(out / "workload.toml", dump_workload_toml(measured), what="--out", force=True)
     if failures:
         warn(failure_line(failures, out, steps_kept=summary["steps_completed"], last_step=summary["last_step"]))
     say("")
@@ -437,6 +437,17 @@ def execute(workload: Workload, cfg: BenchConfig, launch: LaunchSpec,
         stopped.summary = summary
         raise stopped
     return summary, rc
+
+
+def stated_imbalance(workload: Workload, summary: dict[str, Any]) -> Workload:
+    """``workload`` with the MoE load it ran with stated (``training.moe_imbalance``: the median
+    over steps of the busiest expert-parallel rank's assignments over the mean), so that
+    ``predict`` on the run's ``workload.toml`` prices the load the run had; unchanged without
+    expert parallelism or a measurement."""
+    got = (summary.get("moe") or {}).get("rank_imbalance_median")
+    if workload.plan.ep <= 1 or not isinstance(got, int | float) or not got >= 1.0:
+        return workload
+    return workload.replace(moe_imbalance=round(float(got), 4))
 
 
 def _run_distributed(cfg: BenchConfig, launch: LaunchSpec, config_path: Path,

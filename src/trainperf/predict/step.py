@@ -189,6 +189,10 @@ def resolve_knobs(w: Any, calibration: Mapping[str, Mapping[str, float]] | None 
     if knobs is not None:
         return knobs
     k = stack_knobs(w.hardware, stack if stack is not None else getattr(w, "stack", None))
+    if w.hardware.kind == "cpu":
+        from trainperf.predict.kernels.cpu import knobs_on_cpu
+
+        k = knobs_on_cpu(k, w)
     if calibration:
         for key in (f"vendor:{w.hardware.vendor}", w.hardware.id):
             if key in calibration:

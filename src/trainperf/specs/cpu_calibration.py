@@ -115,6 +115,81 @@ def entry_key(cpu_model: str, threads: int) -> str:
     return f"{cpu_model} [{threads} thread{'s' if threads != 1 else ''}]"
 
 
+def threads_per_process(nproc_per_node: int) -> int:
+    """Intra-op threads each of ``nproc_per_node`` processes gets: the cores this process may use,
+    shared out (at least 1). The bench's default, and how the predictor finds the calibration a
+    bench run's processes were measured with."""
+    return max(1, _cores_used() // max(1, int(nproc_per_node)))
+
+
+def _positive(owner: str, name: str, value: Any, most: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= most:
+        raise ValueError(f"{owner}.{name}={value!r} must be a number in (0, {most:g}]")
+
+
+@dataclass(frozen=True)
+class MeasuredAttention:
+    """The fused attention kernel (``scaled_dot_product_attention``) timed at one length, forward
+    and backward, as a fraction of the dtype's calibrated matmul peak: FLOPs counted as the step
+    model counts them (forward ``4 b s s_avg heads head_dim``, ``s_avg = (s+1)/2`` causal, backward
+    2.5x the forward: :mod:`trainperf.predict.step_model.attention`)."""
+
+    seq: int
+    """Queries = keys per sequence."""
+    head_dim: int
+    causal: bool
+    fwd_fraction: float
+    bwd_fraction: float
+
+    def __post_init__(self) -> None:
+        for name, most in (("seq", 1 << 24), ("head_dim", 4096), ("fwd_fraction", 100.0), ("bwd_fraction", 100.0)):
+            _positive("attention", name, getattr(self, name), most)
+
+
+@dataclass(frozen=True)
+class MeasuredKernels:
+    """What a training step runs besides GEMMs, timed on this CPU in one dtype (the bench
+    measures it: :mod:`trainperf.measure.calibrate`)."""
+
+    elementwise_GB_per_s: float
+    """Bytes per second of eager elementwise ops at an activation's size (norm, residual add,
+    activation, RoPE's multiply-adds; bytes counted as the step model counts them: each input
+    read and each output written once). On a CPU these are limited by the cores (conversions,
+    ``exp``), not only by DRAM: the copy bandwidth overstates them."""
+    op_overhead_us: float
+    """Host time per eager operator of a transformer layer, forward and backward (dispatch,
+    autograd, autocast casts): a layer timed at one sequence of a few tokens, divided by the
+    operators it ran (:attr:`ops_per_layer`)."""
+    ops_per_layer: float
+    """ATen operators one dense Llama layer runs forward and backward (counted on the bench's
+    block)."""
+    attention: tuple[MeasuredAttention, ...] = ()
+    """The lengths measured so far (a run measures its own)."""
+
+    def __post_init__(self) -> None:
+        _positive("kernels", "elementwise_GB_per_s", self.elementwise_GB_per_s, 1e5)
+        _positive("kernels", "op_overhead_us", self.op_overhead_us, 1e6)
+        _positive("kernels", "ops_per_layer", self.ops_per_layer, 1e6)
+        object.__setattr__(self, "attention", tuple(
+            a if isinstance(a, MeasuredAttention) else MeasuredAttention(**a) for a in self.attention))
+
+
+@dataclass(frozen=True)
+class MeasuredCollective:
+    """One collective kind between a run's processes on this machine (gloo), as the alpha-beta
+    fit of two timed sizes (:mod:`trainperf.measure.collective_calibration`)."""
+
+    ranks: int
+    latency_us: float
+    busbw_GB_per_s: float
+    """Bus bandwidth (nccl-tests' convention) at large sizes."""
+
+    def __post_init__(self) -> None:
+        _positive("collective", "ranks", self.ranks, 1 << 20)
+        _positive("collective", "latency_us", self.latency_us, 1e7)
+        _positive("collective", "busbw_GB_per_s", self.busbw_GB_per_s, 1e5)
+
+
 @dataclass(frozen=True)
 class CpuCalibration:
     """Measured peaks of one CPU model, as written by ``trainperf calibrate``."""
@@ -133,6 +208,13 @@ class CpuCalibration:
     """Free text: how it was measured (sizes, repeats, torch version)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Anything else the calibrator wants to keep (ignored by trainperf.specs)."""
+    kernels: dict[str, MeasuredKernels] = field(default_factory=dict)
+    """dtype -> the non-GEMM kernels measured in it (the predictor's CPU kernel physics)."""
+    collectives: dict[str, dict[str, MeasuredCollective]] = field(default_factory=dict)
+    """Run dtype -> collective kind (``all-reduce``, ``all-gather``, ``reduce-scatter``,
+    ``all-to-all``, ``send-recv``) -> gloo between processes of this many threads each: gloo's
+    time goes with elements more than bytes (a bf16 all-reduce moves a byte at half the fp32
+    rate), so a run's collectives are measured in the dtypes it moves (gradients in fp32)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.cpu_model, str) or not self.cpu_model.strip():
@@ -149,12 +231,27 @@ class CpuCalibration:
         if not _within(self.memory_bandwidth_GB_per_s, MEMORY_BANDWIDTH_GB_PER_S):
             raise ValueError(f"memory_bandwidth_GB_per_s={self.memory_bandwidth_GB_per_s!r} must be "
                              f"{MEMORY_BANDWIDTH_GB_PER_S.valid()}")
+        self._typed_tables()
         if self.threads > 1 << 20:
             raise ValueError(f"threads={self.threads!r} must be at most {1 << 20:,}")
         try:
             datetime.fromisoformat(self.measured_at)
         except (TypeError, ValueError):
             raise ValueError(f"measured_at={self.measured_at!r} must be an ISO-8601 timestamp") from None
+
+    def _typed_tables(self) -> None:
+        """Tables read back from JSON become the typed records (a bad value raises ValueError)."""
+        def typed(name: str, table: Any, cls: type) -> dict[str, Any]:
+            if not isinstance(table, dict):
+                raise ValueError(f"{name}={table!r} must be a table")
+            return {str(k): v if isinstance(v, cls) else cls(**v) for k, v in table.items()}
+
+        object.__setattr__(self, "kernels", typed("kernels", self.kernels, MeasuredKernels))
+        colls = self.collectives
+        if not isinstance(colls, dict):
+            raise ValueError(f"collectives={colls!r} must be a table")
+        object.__setattr__(self, "collectives", {str(dt): typed(f"collectives.{dt}", t, MeasuredCollective)
+                                                 for dt, t in colls.items()})
 
     @property
     def measured_date(self) -> str:
@@ -174,6 +271,8 @@ class CpuCalibration:
             "measured_at",
             "method",
             "extra",
+            "kernels",
+            "collectives",
         }
         unknown = sorted(set(d) - known)
         if unknown:
@@ -189,6 +288,8 @@ class CpuCalibration:
             measured_at=d.get("measured_at", ""),
             method=d.get("method", ""),
             extra=dict(d.get("extra") or {}),
+            kernels=d.get("kernels") or {},
+            collectives=d.get("collectives") or {},
         )
 
 

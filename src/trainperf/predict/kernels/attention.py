@@ -162,7 +162,14 @@ def efficiency(silicon: str, family: str, seq_len: Any, head_dim: int, causal: b
     up to 262k tokens and more gets the longest measured length's efficiency). ``family`` may be
     any of :data:`REQUESTS`; it is first resolved by :func:`resolve_family`.
     """
-    hds, curves = _table(silicon, family)
+    return efficiency_from(_table(silicon, family), seq_len, head_dim, causal)
+
+
+def efficiency_from(table: tuple[tuple[int, ...], tuple[dict[bool, Curve], ...]], seq_len: Any, head_dim: int,
+                    causal: bool) -> tuple[Any, Any]:
+    """:func:`efficiency` on given curves: (head dims, per head dim {causal: (log2 lengths,
+    forward, backward)}), e.g. this CPU's measured ones (:mod:`trainperf.predict.kernels.cpu`)."""
+    hds, curves = table
     if not is_nonbool_number(head_dim) or head_dim <= 0:
         raise SpecError("head_dim", head_dim, "a positive number such as 128")
     causal = bool(causal)

@@ -81,10 +81,17 @@ def attention_efficiency(lay: Layout, seq: Num, causal: Flag, head_dim: Num | No
                 fw[sel], bw[sel] = attention_efficiency(lay, seq_a[sel], causal_a[sel], float(h))
             return fw, bw
         hd = float(hds[0])
+    table = lay.kernels.attn_table
+
+    def eff(mask: bool) -> tuple[Num, Num]:
+        if table is not None:
+            return k_attention.efficiency_from(table, seq, hd, mask)
+        return k_attention.efficiency(sil, fam, seq, hd, mask)
+
     if vec.is_number(causal):
-        return k_attention.efficiency(sil, fam, seq, hd, bool(causal))
-    cf, cb = k_attention.efficiency(sil, fam, seq, hd, True)
-    nf, nb = k_attention.efficiency(sil, fam, seq, hd, False)
+        return eff(bool(causal))
+    cf, cb = eff(True)
+    nf, nb = eff(False)
     return vec.where(causal, cf, nf), vec.where(causal, cb, nb)
 
 

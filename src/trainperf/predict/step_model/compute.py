@@ -45,6 +45,11 @@ KERNELS_PER_LAYER_FWD = 14.0
 """Kernels one layer launches forward in an eager framework: ~7 GEMMs, 2 norms, 2 adds, RoPE,
 activation, attention."""
 
+ADAPTER_KERNELS = 3.0
+"""Kernels (operators) a LoRA adapter adds forward: its two GEMMs and the scaled add of its
+output (peft's ``lora.Linear.forward``: ``result + lora_B(lora_A(dropout(x))) * scaling``; the
+dropout is an identity at p = 0)."""
+
 PER_EXPERT_LAUNCHES = frozenset({"te-grouped", "other"})
 """Grouped-GEMM implementations that launch one GEMM per local expert: Transformer Engine's
 GroupedLinear runs a cuBLAS GEMM per group (``general_grouped_gemm`` over streams, TE 1.x-2.x on
@@ -128,9 +133,12 @@ def memory_time_s(nbytes: Num, hbm_bytes_per_s: Num, efficiency: Num) -> Num:
     return nbytes / (hbm_bytes_per_s * efficiency)
 
 
-def exposed_launch_s(device_s: Num, launch_s: Num) -> Num:
+def exposed_launch_s(device_s: Num, launch_s: Num, host_bound: bool = False) -> Num:
     """Launch time left exposed beside ``device_s`` of kernels that take ``launch_s`` to launch:
-    ``launch^2 / (device + launch)``, the smooth form of ``max(device, launch) - device``."""
+    ``launch^2 / (device + launch)``, the smooth form of ``max(device, launch) - device``; all of
+    it where the host is the device (``host_bound``, a CPU: dispatch and compute share the cores)."""
+    if host_bound:
+        return launch_s
     total = device_s + launch_s
     return vec.where(total > 0, launch_s * launch_s / vec.where(total > 0, total, 1.0), 0.0)
 
@@ -215,6 +223,15 @@ def _moe_gemms(lay: Layout, st: Stage, g: GemmSpeed) -> tuple[Num, Num, Num, Num
     t_router = g.time_s(st.m_tok, ms.moe_experts, ms.hidden)
     routed, routed_rec = local_experts * t_exp, local_experts * t_rec
     return (routed + t_sh + t_router, routed_rec + t_sh_rec + rc.moe_region * t_router, routed, routed_rec)
+
+
+def adapter_gemms(lay: Layout, st: Stage, g: GemmSpeed) -> Num:
+    """Forward seconds of one layer's LoRA adapters (Hu et al. 2021) per micro-batch: for each
+    adapted matrix ``in -> out``, ``A`` as ``(m x in) @ (in x r)`` and ``B`` as ``(m x r) @ (r x out)``
+    at the shape law (``r`` is small: skinny GEMMs, far below the peak), on the whole
+    ``in``/``out`` (adapters are not split by tensor parallelism here). 0 without adapters."""
+    r = lay.run.adapter_rank
+    return sum((g.time_s(st.m_tok, r, i) + g.time_s(st.m_tok, o, r) for i, o in lay.run.adapters), 0.0)
 
 
 def layer_gemms(lay: Layout, st: Stage, g: GemmSpeed) -> tuple[Num, Num, Num, Num]:
@@ -339,6 +356,8 @@ class LayerTimes:
     route_fwd: Num = 0.0
     """Of ``mem_fwd``: an MoE block's router scores and permutations."""
     route_rec: Num = 0.0
+    adapter_fwd: Num = 0.0
+    """LoRA adapters' GEMMs forward (backward runs twice these: both gradients train)."""
 
 
 def moe_launches(lay: Layout, st: Stage) -> tuple[Num, Num]:
@@ -373,24 +392,29 @@ def layer_times(lay: Layout, st: Stage, kn: KnobValues, g: GemmSpeed) -> LayerTi
     block's routed experts may launch more kernels (:func:`moe_launches`), and a dispatcher that
     reads its token counts on the host exposes two launches per block forward."""
     gemm_fwd, gemm_rec, exp_fwd, exp_rec = layer_gemms(lay, st, g)
+    adapter = adapter_gemms(lay, st, g) if lay.run.adapters else 0.0
+    gemm_rec = gemm_rec * (1.0 + adapter / gemm_fwd)  # recomputed with the GEMMs they ride on
     attn = attention_core(lay, kn)
     attn_fwd, attn_bwd = attn.fwd, attn.bwd
     mem_fwd, mem_rec, route_fwd, route_rec = memory_bound(lay, st, kn)
     rc, train = st.rc, lay.run.trainable_fraction
     per_kernel = kn.op_overhead_us * 1e-6
     moe_extra, sync = moe_launches(lay, st)
-    launch = (KERNELS_PER_LAYER_FWD + attn.extra_kernels + moe_extra) * per_kernel
+    k = lay.kernels
+    adapter_ops = ADAPTER_KERNELS * len(lay.run.adapters)
+    ops = vec.where(k.ops_per_layer_fwd > 0, k.ops_per_layer_fwd, KERNELS_PER_LAYER_FWD)
+    launch = (ops + adapter_ops + attn.extra_kernels + moe_extra) * per_kernel
     if lay.kernels.compiled:  # fewer, fused kernels: the profile says how much of the launch cost stays
         launch = launch * kn.compile_overhead_factor
-    dev_fwd = gemm_fwd + attn_fwd + mem_fwd
-    dev_bwd = (1.0 + train) * gemm_fwd + attn_bwd + 2.0 * mem_fwd
+    dev_fwd = gemm_fwd + adapter + attn_fwd + mem_fwd
+    dev_bwd = (1.0 + train) * gemm_fwd + 2.0 * adapter + attn_bwd + 2.0 * mem_fwd
     dev_rec = gemm_rec + rc.attention_core * attn_fwd + mem_rec
-    l_fwd = exposed_launch_s(dev_fwd, launch) + sync * per_kernel
-    l_bwd = exposed_launch_s(dev_bwd, 2.0 * launch)
-    l_rec = exposed_launch_s(dev_rec, rc.elementwise * launch) + rc.moe_region * sync * per_kernel
+    l_fwd = exposed_launch_s(dev_fwd, launch, k.host_bound) + sync * per_kernel
+    l_bwd = exposed_launch_s(dev_bwd, 2.0 * launch, k.host_bound)
+    l_rec = exposed_launch_s(dev_rec, rc.elementwise * launch, k.host_bound) + rc.moe_region * sync * per_kernel
     return LayerTimes(gemm_fwd, gemm_rec, attn_fwd, attn_bwd, attn, mem_fwd, mem_rec, l_fwd, l_bwd, l_rec,
                       dev_fwd + l_fwd, dev_bwd + l_bwd, st.rec_frac * (dev_rec + l_rec), exp_fwd, exp_rec,
-                      route_fwd, route_rec)
+                      route_fwd, route_rec, adapter)
 
 
 @dataclass(slots=True, eq=False)
@@ -417,7 +441,8 @@ def head_times(lay: Layout, st: Stage, kn: KnobValues, g: GemmSpeed) -> HeadTime
     launch = 3 * kn.op_overhead_us * 1e-6
     fwd = gemm + 0.5 * loss
     bwd = (1.0 + train) * gemm + 0.5 * loss
-    return HeadTimes(gemm, loss, fwd + exposed_launch_s(fwd, launch), bwd + exposed_launch_s(bwd, launch))
+    hb = lay.kernels.host_bound
+    return HeadTimes(gemm, loss, fwd + exposed_launch_s(fwd, launch, hb), bwd + exposed_launch_s(bwd, launch, hb))
 
 
 # --------------------------------------------------------------------- the slowest rank

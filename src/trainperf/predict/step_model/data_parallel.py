@@ -79,12 +79,33 @@ def _sharded(lay: Layout, st: Stage, fab: Fabric) -> _Sharded:
                     fab.time_s("reduce-scatter", grad_b, g, st.layers), gather_b, grad_b)
 
 
+def host_copies_s(lay: Layout, st: Stage, kn: KnobValues, s: _Sharded) -> tuple[Num, Num]:
+    """(one all-gather pass, one reduce-scatter pass) of FSDP2's copies, in seconds, where the
+    host computes (a CPU): nothing runs them beside compute there. Counted (PyTorch FSDP2
+    ``foreach_all_gather`` / ``foreach_reduce``, read): the gather's copy-in casts the fp32
+    shard to the gathered dtype (read 4, write ``g`` per local element) and its copy-out splits
+    the gathered buffer into the parameters (read and write ``g`` per element); the
+    reduce-scatter's copy-in casts the gradients up to fp32 (read 2, write 4), the result is
+    divided and added into the sharded fp32 gradient (read and write 4, twice, per local
+    element). At the device's elementwise rate. 0 on a GPU: there they are kernels on the
+    collectives' streams, inside the overlap."""
+    n = vec.maximum(s.group.size, 1.0)
+    gathered = s.gather_bytes / vec.maximum(st.p_stage, 1.0)
+    ag_b = st.p_stage * ((4.0 + gathered) / n + 2.0 * gathered)
+    rs_b = st.p_stage * lay.run.trainable_fraction * (6.0 + 16.0 / n)
+    bw = lay.device.hbm_bytes_per_s * lay.kernels.elementwise_fraction * kn.memory_bound_fraction
+    on = st.zero3 & lay.kernels.host_bound
+    return vec.where(on, ag_b / bw, 0.0), vec.where(on, rs_b / bw, 0.0)
+
+
 def _fsdp(lay: Layout, st: Stage, kn: KnobValues, s: _Sharded, c: Compute) -> tuple[CommCost, CommCost]:
     """(all-gathers, reduce-scatters) of FSDP / ZeRO-3 over the step. The forward gathers hide
     in the forward compute; the backward gathers and the reduce-scatters share the backward
     compute (each exposed in proportion); one gather and one reduce-scatter per micro-batch (of
     one layer each) never hide."""
     M, ovl = lay.mesh.grad_accum, kn.overlap
+    copy_ag, copy_rs = host_copies_s(lay, st, kn, s) if lay.kernels.host_bound else (0.0, 0.0)
+    s = _Sharded(s.group, s.allgather_s + copy_ag, s.reducescatter_s + copy_rs, s.gather_bytes, s.grad_bytes)
     ag = vec.where(st.zero3, 2.0 * M * s.allgather_s, 0.0)
     rs = vec.where(st.zero3, M * s.reducescatter_s, 0.0)
     both = s.allgather_s + s.reducescatter_s

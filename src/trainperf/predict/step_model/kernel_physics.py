@@ -4,11 +4,13 @@ silicon runs them (:mod:`trainperf.predict.kernels`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any
 
 from trainperf.predict import stack_capabilities, stack_kernels
 from trainperf.predict.kernels import collectives as k_collectives
+from trainperf.predict.kernels import cpu as k_cpu
 from trainperf.predict.kernels import expert_dispatch as k_dispatch
 from trainperf.predict.kernels import fp8 as k_fp8
 from trainperf.predict.kernels import gemm as k_gemm
@@ -37,8 +39,27 @@ def kernels_of(w: Any) -> KernelPhysics:
     from trainperf.predict.stacks import profile_cache_key
 
     stack, mtime = profile_cache_key(getattr(w, "stack", None))
-    return _kernels(w.hardware, w.precision, stack, mtime, bool(w.compile), w.fp8_recipe, w.model.norm, w.model.mlp,
-                    getattr(w, "moe_dispatcher", None))
+    k = _kernels(w.hardware, w.precision, stack, mtime, bool(w.compile), w.fp8_recipe, w.model.norm, w.model.mlp,
+                 getattr(w, "moe_dispatcher", None))
+    return measured_cpu(k, w) if w.hardware.kind == "cpu" else k
+
+
+def measured_cpu(k: KernelPhysics, w: Any) -> KernelPhysics:
+    """``k`` with what the bench measured on this CPU for workload ``w`` (:mod:`trainperf.predict.kernels.cpu`): the
+    attention curves, the eager elementwise rate (its extra passes included: one pass each), the
+    operators a layer runs, gloo's collectives; operators' host cost adds to their compute."""
+    phys = k_cpu.physics(w)
+    if phys is None:
+        return dataclasses.replace(k, host_bound=True)
+    changes: dict[str, Any] = {"host_bound": True}
+    if phys.attention is not None:
+        changes["attn_table"] = phys.attention
+    if phys.elementwise_bytes_per_s is not None:
+        changes.update(elementwise_fraction=phys.elementwise_bytes_per_s / (w.hardware.hbm_bandwidth_GB_per_s * 1e9),
+                       norm_passes=1.0, rope_passes=1.0, act_passes=1.0, ops_per_layer_fwd=phys.ops_per_layer_fwd)
+    if phys.link is not None:
+        changes["link_up"] = phys.link
+    return dataclasses.replace(k, **changes)
 
 
 @functools.lru_cache(maxsize=512)

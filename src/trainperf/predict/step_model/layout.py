@@ -187,6 +187,9 @@ class Run:
     moe_imbalance: Num = 1.0
     """Tokens the busiest expert-parallel rank receives over the mean
     (:attr:`~trainperf.specs.workload.Workload.moe_imbalance`)."""
+    adapters: tuple[tuple[float, float], ...] = ()
+    """(in, out) of each matrix of a layer with a LoRA adapter (:class:`~trainperf.specs.lora.LoraSpec`)."""
+    adapter_rank: float = 0.0
 
     def __post_init__(self) -> None:
         _check_positive(self, ("act_bytes", "trainable_fraction", "moe_imbalance"))
@@ -266,6 +269,13 @@ class KernelPhysics:
     cp_flavour: Flavour
     """How the stack's context-parallel attention exchanges K/V, merges and buffers
     (:class:`~trainperf.predict.step_model.context_parallel.Flavour`)."""
+    attn_table: Any = None
+    """Measured attention curves replacing the kernel tables' (this CPU's, :mod:`trainperf.predict.kernels.cpu`)."""
+    host_bound: bool = False
+    """Operators' host cost adds to their compute instead of hiding behind it (a CPU)."""
+    ops_per_layer_fwd: Num = 0.0
+    """Operators a layer launches forward where measured (a CPU's eager operators); 0: a GPU's
+    :data:`~trainperf.predict.step_model.compute.KERNELS_PER_LAYER_FWD`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,7 +357,17 @@ def run_of(w: Any, trainable_fraction: float = 1.0) -> Run:
     full = w.precision in ("fp32", "tf32")
     return Run(policy=w.activation_checkpointing, async_tp=bool(w.async_tp), fp8=w.precision in ("fp8", "fp4"),
                state_kind="fp32" if full else "mixed", act_bytes=4.0 if full else 2.0,
-               trainable_fraction=float(trainable_fraction), moe_imbalance=float(getattr(w, "moe_imbalance", 1.0)))
+               trainable_fraction=float(trainable_fraction), moe_imbalance=float(getattr(w, "moe_imbalance", 1.0)),
+               **adapters_of(w))
+
+
+def adapters_of(w: Any) -> dict[str, Any]:
+    """The :class:`Run` fields of a workload's LoRA adapters (none without ``[lora]``)."""
+    lora = getattr(w, "lora", None)
+    if lora is None:
+        return {}
+    return {"adapters": tuple((float(i), float(o)) for i, o in lora.matrices(w.model).values()),
+            "adapter_rank": float(lora.rank)}
 
 
 def device_of(hw: Any, precision: str) -> DevicePhysics:

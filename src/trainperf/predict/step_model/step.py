@@ -67,7 +67,7 @@ class StepCosts:
         """Every GEMM but the routed experts': forward, backward (2x, less the frozen weights'
         gradients) and recomputed."""
         c, train = self.compute, self.trainable_fraction
-        per_mb = (c.layers * ((c.layer.gemm_fwd - c.layer.expert_fwd) * (2.0 + train)
+        per_mb = (c.layers * ((c.layer.gemm_fwd - c.layer.expert_fwd) * (2.0 + train) + 3.0 * c.layer.adapter_fwd
                               + self.stage.rec_frac * (c.layer.gemm_rec - c.layer.expert_rec))
                   + (c.head_on * c.head.gemm + c.mtp_proj) * (2.0 + train))
         return self.grad_accum * per_mb

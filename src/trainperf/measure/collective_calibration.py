@@ -1,0 +1,113 @@
+"""Measure this machine's collectives between a run's processes (gloo on a CPU).
+
+A CPU run's processes talk through gloo over shared memory or loopback; no datasheet gives its
+bandwidth or latency, and they depend on the cores left to gloo's threads. So a CPU bench with
+several processes times each collective kind the step model prices (all-reduce, all-gather,
+reduce-scatter, all-to-all, send/recv) on its own process group at a small and a large size,
+and fits the alpha-beta model ``t(S) = latency + bus_volume(S) / busbw`` (bus volume as
+nccl-tests counts it: ``2(n-1)/n S`` for all-reduce, ``(n-1)/n S`` for all-gather,
+reduce-scatter and all-to-all, ``S`` for send/recv; Hockney 1994). Rank 0 stores the result in
+the calibration cache (:mod:`trainperf.specs.cpu_calibration`), where the predictor's CPU link
+model reads it (:mod:`trainperf.predict.kernels.cpu`).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+
+from trainperf.specs.cpu_calibration import MeasuredCollective
+
+SIZES_BYTES = (16 << 10, 512 << 10, 4 << 20)
+"""Full-buffer sizes each kind is timed at, from latency-bound to bandwidth-bound; the line
+through their median times (least squares) gives latency and bandwidth."""
+_REPEATS = 15
+GRADIENT_KINDS = ("all-reduce", "reduce-scatter")
+"""Kinds timed in fp32, the dtype gradients are reduced in; the others move activations,
+parameters or tokens in the run's dtype."""
+
+BUS_VOLUME: dict[str, Callable[[int], float]] = {
+    "all-reduce": lambda n: 2.0 * (n - 1) / n,
+    "all-gather": lambda n: (n - 1) / n,
+    "reduce-scatter": lambda n: (n - 1) / n,
+    "all-to-all": lambda n: (n - 1) / n,
+    "send-recv": lambda n: 1.0,
+}
+"""Bus bytes per byte of the full buffer, by kind (nccl-tests' busbw factors)."""
+
+
+def _call(kind: str, size_bytes: int, dtype: torch.dtype, group: dist.ProcessGroup | None) -> Callable[[], None]:
+    n, rank = dist.get_world_size(group), dist.get_rank(group)
+    elems = max(n, size_bytes // torch.finfo(dtype).bits * 8 // n * n)
+    full, shard = torch.ones(elems, dtype=dtype), torch.ones(elems // n, dtype=dtype)
+    gather = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
+    scatter = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
+    if kind == "all-reduce":
+        return lambda: dist.all_reduce(full, group=group)
+    if kind == "all-gather":
+        return lambda: gather(full, shard, group=group)
+    if kind == "reduce-scatter":
+        return lambda: scatter(shard, full, group=group)
+    if kind == "all-to-all":
+        out = torch.empty_like(full)
+        return lambda: dist.all_to_all_single(out, full, group=group)
+    peer = dist.get_global_rank(group, rank ^ 1) if group is not None else rank ^ 1
+
+    def ping() -> None:  # pairs (0,1), (2,3)...: there and back, two transfers
+        if rank % 2 == 0:
+            dist.send(full, peer)
+            dist.recv(full, peer)
+        else:
+            dist.recv(full, peer)
+            dist.send(full, peer)
+    return ping
+
+
+def _median_s(fn: Callable[[], None], group: dist.ProcessGroup | None, per_call: float = 1.0) -> float:
+    fn()
+    times = []
+    for _ in range(_REPEATS):
+        dist.barrier(group=group)
+        t = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t) / per_call)
+    return statistics.median(times)
+
+
+def alpha_beta(bus_bytes: list[float], times_s: list[float]) -> tuple[float, float]:
+    """(latency s, bandwidth bytes/s) of the least-squares line ``t = latency + bytes / bandwidth``
+    through the points; the latency is kept positive (at least a tenth of the smallest time) and
+    the bandwidth finite (a flat line: the largest size over its time)."""
+    n = len(bus_bytes)
+    mx, my = sum(bus_bytes) / n, sum(times_s) / n
+    sxx = sum((x - mx) ** 2 for x in bus_bytes)
+    slope = sum((x - mx) * (y - my) for x, y in zip(bus_bytes, times_s, strict=True)) / sxx
+    if slope <= 0:
+        return min(times_s), max(bus_bytes) / max(times_s)
+    latency = max(my - slope * mx, 0.1 * min(times_s))
+    return latency, 1.0 / slope
+
+
+def measure_collectives(run_dtype: torch.dtype, group: dist.ProcessGroup | None = None
+                        ) -> dict[str, MeasuredCollective]:
+    """Latency and bus bandwidth of each collective kind over ``group`` (all ranks must call it;
+    send/recv only with an even group size), in ``run_dtype`` except :data:`GRADIENT_KINDS`.
+    Every rank returns rank 0's figures (broadcast), so that all agree."""
+    n = dist.get_world_size(group)
+    out: dict[str, tuple[float, float]] = {}
+    for kind, factor in BUS_VOLUME.items():
+        if kind == "send-recv" and n % 2:
+            continue
+        dtype = torch.float32 if kind in GRADIENT_KINDS else run_dtype
+        per = 2.0 if kind == "send-recv" else 1.0
+        times = [_median_s(_call(kind, s, dtype, group), group, per) for s in SIZES_BYTES]
+        out[kind] = alpha_beta([factor(n) * s for s in SIZES_BYTES], times)
+    figures = torch.tensor([v for kind in out for v in out[kind]], dtype=torch.float64)
+    dist.broadcast(figures, dist.get_global_rank(group, 0) if group is not None else 0, group=group)
+    return {kind: MeasuredCollective(ranks=n, latency_us=round(float(figures[2 * i]) * 1e6, 3),
+                                     busbw_GB_per_s=round(float(figures[2 * i + 1]) / 1e9, 4))
+            for i, kind in enumerate(out)}

@@ -1,0 +1,262 @@
+"""Time, on this CPU, the kernels of a training step that are not GEMMs: what the predictor's CPU
+kernel physics stands on.
+
+A GPU's kernel physics comes from other people's microbenchmarks (the kernel tables). A CPU has
+none that fit it, and its own behaviour differs from a GPU's in kind: an eager operator's host
+cost is not hidden behind an earlier kernel (the same cores dispatch and compute), elementwise
+ops are limited by the cores (bf16 conversions, ``exp``) more than by DRAM, and the attention
+kernel's speed against the matmul peak depends on the dtype. So the bench measures, in the run's
+dtype and with its threads per process:
+
+* **attention**: ``scaled_dot_product_attention`` forward and forward+backward at the run's own
+  shape (micro-batch, local heads, local sequence, head dim), causal (and full under context
+  parallelism, whose ring runs unmasked blocks), as fractions of the dtype's calibrated matmul
+  peak with FLOPs counted as the step model counts them;
+* **elementwise ops**: the bench's eager RMSNorm, residual add, RoPE and gated activation at the
+  run's token count, timed forward, with bytes counted as the step model's
+  ``elementwise_bytes_per_token`` counts them (ideal: each input read and output written once);
+  the rate therefore carries the eager implementation's extra passes;
+* **per-operator overhead**: one dense block of the run's width, forward and backward at one
+  sequence of 8 tokens (where compute is negligible), divided by the operators it runs (counted
+  with a ``TorchDispatchMode``; their product, the layer's host cost, is what the step model
+  uses, the count only apportions it).
+
+Each CPU run measures them (about a second) and the calibration cache keeps, beside the matmul
+peak, the best of every run's (:class:`~trainperf.specs.cpu_calibration.MeasuredKernels`): like
+the peak, a measurement under load is slower, never faster. Left out: the optimizer (priced from bytes) and collectives (measured
+between the run's processes: :mod:`trainperf.measure.collective_calibration`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from trainperf.specs.cpu_calibration import MeasuredAttention, MeasuredCollective, MeasuredKernels
+from trainperf.specs.model import ModelSpec
+
+FLASH_BACKWARD_FACTOR = 2.5
+"""Backward/forward FLOP ratio the step model counts for fused attention (FlashAttention-2's
+five GEMMs backward against two forward, Dao 2023); the same constant as
+``trainperf.predict.step_model.attention`` (a test checks they agree)."""
+PROBE_TOKENS = 8
+"""Tokens of the overhead probe: a layer's compute at 8 tokens is a few microseconds."""
+_MAX_POINTS = 32
+"""Attention lengths kept per dtype (the oldest dropped first)."""
+
+
+def _median_s(fn: Callable[[], object], min_time_s: float = 0.05, most: int = 50) -> float:
+    """Median seconds of ``fn`` over repeats lasting ``min_time_s`` in all (at least 5)."""
+    fn()
+    t = time.perf_counter()
+    fn()
+    once = max(time.perf_counter() - t, 1e-7)
+    times = []
+    for _ in range(min(most, max(5, int(min_time_s / once)))):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def attention_flops(batch: int, heads: int, seq: int, head_dim: int, causal: bool) -> float:
+    """Forward FLOPs of the attention core as the step model counts them: QK^T and PV,
+    ``4 head_dim`` per query-key pair, ``s (s + 1) / 2`` pairs when causal
+    (:func:`trainperf.accounting.flops.attention_pairs`)."""
+    return 4.0 * batch * heads * head_dim * (seq * (seq + 1) / 2.0 if causal else seq * seq)
+
+
+def attention_point(batch: int, heads: int, seq: int, head_dim: int, dtype: torch.dtype, causal: bool,
+                    peak_tflops: float) -> MeasuredAttention:
+    """SDPA at one shape, forward and backward, as fractions of ``peak_tflops``."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(batch, heads, seq, head_dim, generator=g).to(dtype).requires_grad_() for _ in range(3))
+    grad = torch.ones(batch, heads, seq, head_dim, dtype=dtype)
+
+    def fwd() -> torch.Tensor:
+        with torch.no_grad():
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    def fwd_bwd() -> None:
+        F.scaled_dot_product_attention(q, k, v, is_causal=causal).backward(grad)
+
+    t_f = _median_s(fwd)
+    t_b = max(_median_s(fwd_bwd) - t_f, 1e-9)
+    flops, peak = attention_flops(batch, heads, seq, head_dim, causal), peak_tflops * 1e12
+    return MeasuredAttention(seq=seq, head_dim=head_dim, causal=causal, fwd_fraction=round(flops / t_f / peak, 5),
+                             bwd_fraction=round(FLASH_BACKWARD_FACTOR * flops / t_b / peak, 5))
+
+
+def elementwise_bytes(tokens: int, spec: ModelSpec, act_bytes: int) -> float:
+    """Ideal bytes of one block's memory-bound ops forward, as the step model's
+    ``elementwise_bytes_per_token`` counts them (in elements, times ``act_bytes``): two norms
+    (read and write ``h``: 4h), two residual adds (read 2, write 1: 6h), RoPE on queries and keys
+    (2 (q + kv)), the gated activation (read 2, write 1: 3 ffn; plain 2 ffn)."""
+    h, hd = spec.hidden, spec.head_dim or spec.hidden // spec.heads
+    q, kv = spec.heads * hd, (spec.kv_heads or spec.heads) * hd
+    act = (3.0 if spec.gated_mlp else 2.0) * spec.ffn_hidden
+    return tokens * act_bytes * (4.0 * h + 6.0 * h + 2.0 * (q + kv) + act)
+
+
+def elementwise_GB_per_s(spec: ModelSpec, tokens: int, dtype: torch.dtype) -> float:
+    """Ideal bytes per second of the bench's eager memory-bound ops of one block, forward."""
+    from trainperf.measure.model import ACTIVATIONS, apply_rope, rope_tables
+
+    hd = spec.head_dim or spec.hidden // spec.heads
+    g = torch.Generator().manual_seed(0)
+    x, r = (torch.randn(1, tokens, spec.hidden, generator=g).to(dtype) for _ in range(2))
+    w = torch.ones(spec.hidden, dtype=dtype)
+    q = torch.randn(1, tokens, spec.heads, hd, generator=g).to(dtype)
+    k = torch.randn(1, tokens, spec.kv_heads or spec.heads, hd, generator=g).to(dtype)
+    a, b = (torch.randn(1, tokens, spec.ffn_hidden, generator=g).to(dtype) for _ in range(2))
+    cos, sin = (t.to(dtype) for t in rope_tables(hd, tokens))
+    act = ACTIVATIONS[spec.mlp]
+
+    def ops() -> None:
+        for _ in range(2):
+            F.rms_norm(x, (spec.hidden,), w)
+            torch.add(x, r)
+        apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        act(a) * b if spec.gated_mlp else act(a)
+
+    return elementwise_bytes(tokens, spec, torch.finfo(dtype).bits // 8) / _median_s(ops) / 1e9
+
+
+def op_overhead(spec: ModelSpec, dtype: torch.dtype) -> tuple[float, float]:
+    """(host microseconds per operator, top-level operators per layer) of one dense block of
+    ``spec``'s width, forward and backward at :data:`PROBE_TOKENS` tokens, under autocast to
+    ``dtype`` as the bench runs it (fp32: no autocast)."""
+    from trainperf.measure.model import TransformerBlock, rope_tables
+
+    dense = dataclasses.replace(spec, moe_experts=0, moe_topk=0, moe_shared_experts=0, moe_dense_layers=0)
+    block = TransformerBlock(dense)
+    cos, sin = rope_tables(block.attention.head_dim, PROBE_TOKENS)
+    x = torch.randn(1, PROBE_TOKENS, spec.hidden, requires_grad=True)
+    amp = dtype if dtype != torch.float32 else None
+
+    def step() -> None:
+        with torch.autocast("cpu", dtype=amp or torch.float32, enabled=amp is not None):
+            y = block(x, cos, sin)
+        y.float().sum().backward()
+
+    seconds = _median_s(step, min_time_s=0.1)
+    with _OperatorCount() as count:
+        step()
+    return seconds * 1e6 / max(count.ops, 1), float(count.ops)
+
+
+class _OperatorCount(TorchDispatchMode):
+    """Counts the ATen operators that reach the kernels (after autograd and composite
+    decompositions), forward and backward: ``torch.profiler`` would count the same, but prints
+    its start and stop on stderr."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops += 1
+        return func(*args, **(kwargs or {}))
+
+
+def measure_kernels(spec: ModelSpec, batch: int, heads: int, seq: int, dtype: torch.dtype, peak_tflops: float,
+                    causal_only: bool) -> MeasuredKernels:
+    """Everything of the module docstring, at the run's shape."""
+    hd = spec.head_dim or spec.hidden // spec.heads
+    points = tuple(attention_point(batch, heads, seq, hd, dtype, c, peak_tflops)
+                   for c in ((True,) if causal_only else (True, False)))
+    per_op, ops = op_overhead(spec, dtype)
+    return MeasuredKernels(elementwise_GB_per_s=round(elementwise_GB_per_s(spec, batch * seq, dtype), 3),
+                           op_overhead_us=round(per_op, 3), ops_per_layer=ops, attention=points)
+
+
+def best_of(old: MeasuredKernels | None, new: MeasuredKernels) -> MeasuredKernels:
+    """``new`` merged with ``old``: per quantity the faster (a run under load measures slower
+    kernels, never faster ones), attention lengths pooled (the most recent :data:`_MAX_POINTS`)."""
+    if old is None:
+        return new
+    points = {(a.seq, a.head_dim, a.causal): a for a in old.attention}
+    for a in new.attention:
+        was = points.pop((a.seq, a.head_dim, a.causal), None)
+        points[(a.seq, a.head_dim, a.causal)] = a if was is None else dataclasses.replace(
+            a, fwd_fraction=max(a.fwd_fraction, was.fwd_fraction), bwd_fraction=max(a.bwd_fraction, was.bwd_fraction))
+    return MeasuredKernels(elementwise_GB_per_s=max(old.elementwise_GB_per_s, new.elementwise_GB_per_s),
+                           op_overhead_us=min(old.op_overhead_us, new.op_overhead_us), ops_per_layer=new.ops_per_layer,
+                           attention=tuple(points.values())[-_MAX_POINTS:])
+
+
+_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
+           "fp8": torch.bfloat16}
+"""The dtype a run's attention and elementwise ops run in (fp8 runs keep them in bf16)."""
+
+
+def calibrate_for_run(workload, threads: int, say: Callable[[str], None]) -> None:
+    """Measure the kernels of the module docstring for ``workload`` on this CPU with ``threads``
+    threads, and keep in the calibration cache the best of them and of what it held."""
+    from trainperf.specs.cpu_calibration import load_calibration, save_calibration
+
+    cal = load_calibration(threads=threads)
+    prec, plan, m = workload.precision, workload.plan, workload.model
+    dtype = _DTYPES.get(prec)
+    attn_peak = None if cal is None else cal.peak_tflops.get("bf16" if prec == "fp8" else prec)
+    if cal is None or dtype is None or attn_peak is None:
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        new = measure_kernels(m, workload.micro_batch, max(1, m.heads // plan.tp), workload.seq_len // plan.cp,
+                              dtype, attn_peak, plan.cp == 1)
+    except ValueError as e:  # a figure out of bounds: a cached peak far below what this CPU does
+        say(f"  note: this CPU's {prec} kernels not kept ({e}); `trainperf calibrate` measures the peak again")
+        return
+    finally:
+        torch.set_num_threads(before)
+    say(f"  this CPU's {prec} kernels: elementwise {new.elementwise_GB_per_s:.1f} GB/s, "
+        f"{new.op_overhead_us:.1f} us per operator ({new.ops_per_layer:.0f} a layer), attention at "
+        f"{workload.seq_len // plan.cp} tokens {new.attention[0].fwd_fraction:.0%} of the matmul peak forward")
+    cal = load_calibration(threads=threads) or cal
+    save_calibration(dataclasses.replace(cal, kernels={**cal.kernels, prec: best_of(cal.kernels.get(prec), new)}))
+
+
+def calibrate_collectives(threads: int, precision: str, say: Callable[[str], None]) -> None:
+    """In every process of a CPU run: time gloo's collectives over the run's group; rank 0 keeps
+    the best of them and of the cache's (:func:`best_collectives`) under the run's precision."""
+    import torch.distributed as dist
+
+    from trainperf.measure.collective_calibration import measure_collectives
+    from trainperf.specs.cpu_calibration import load_calibration, save_calibration
+
+    got = measure_collectives(_DTYPES.get(precision, torch.float32))
+    cal = load_calibration(threads=threads) if dist.get_rank() == 0 else None
+    if cal is None:
+        return
+    say(f"  gloo between the run's processes ({precision}): " + ", ".join(
+        f"{k} {v.busbw_GB_per_s:.2f} GB/s + {v.latency_us:.0f} us" for k, v in got.items()))
+    merged = best_collectives(cal.collectives.get(precision, {}), got)
+    save_calibration(dataclasses.replace(cal, collectives={**cal.collectives, precision: merged}))
+
+
+REFERENCE_BUS_BYTES = 1e6
+"""The message size two collective measurements are compared at (a layer's activations or
+parameters on the bench's models)."""
+
+
+def best_collectives(old: dict[str, MeasuredCollective], new: dict[str, MeasuredCollective]
+                     ) -> dict[str, MeasuredCollective]:
+    """Per kind, the measurement (latency and bandwidth together: a fit's two numbers belong
+    together) that is faster at :data:`REFERENCE_BUS_BYTES`; another number of ranks replaces
+    the old."""
+    def at_ref(m: MeasuredCollective) -> float:
+        return m.latency_us * 1e-6 + REFERENCE_BUS_BYTES / (m.busbw_GB_per_s * 1e9)
+
+    out = dict(old)
+    for kind, m in new.items():
+        was = old.get(kind)
+        out[kind] = m if was is None or was.ranks != m.ranks or at_ref(m) < at_ref(was) else was
+    return out

@@ -1,0 +1,210 @@
+"""This CPU's own kernel physics: measured by the bench into the calibration cache, used by the
+predictor for CPU workloads (issue 29, item 1)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from trainperf.predict.kernels import cpu as k_cpu
+from trainperf.predict.step import predict
+from trainperf.predict.step_model import attention as step_attention
+from trainperf.predict.step_model.compute import elementwise_bytes_per_token, exposed_launch_s
+from trainperf.specs import cpu_calibration as cc
+from trainperf.specs.presets import get_model
+from trainperf.specs.workload_file import workload_from_dict
+
+PEAK = {"fp32": 0.1, "bf16": 0.4}
+KERNELS = {"elementwise_GB_per_s": 20.0, "op_overhead_us": 10.0, "ops_per_layer": 180.0,
+           "attention": [{"seq": 256, "head_dim": 32, "causal": True, "fwd_fraction": 0.3, "bwd_fraction": 0.15},
+                         {"seq": 1024, "head_dim": 32, "causal": True, "fwd_fraction": 0.5, "bwd_fraction": 0.25}]}
+GLOO = {"bf16": {"all-reduce": {"ranks": 2, "latency_us": 200.0, "busbw_GB_per_s": 1.0},
+                 "all-gather": {"ranks": 2, "latency_us": 150.0, "busbw_GB_per_s": 0.8}}}
+
+
+def _calibration(threads: int, **fields) -> cc.CpuCalibration:
+    return cc.CpuCalibration(cpu_model=cc.cpu_model_name(), threads=threads, peak_tflops=dict(PEAK),
+                             memory_bandwidth_GB_per_s=10.0, measured_at=datetime.now(UTC).isoformat(timespec="seconds"),
+                             **fields)
+
+
+@pytest.fixture
+def measured(tmp_path, monkeypatch):
+    """A cache holding measured kernels for every thread count a 1- or 2-process run may get."""
+    monkeypatch.setenv(cc.CACHE_ENV, str(tmp_path))
+    for threads in {cc.threads_per_process(1), cc.threads_per_process(2)}:
+        cc.save_calibration(_calibration(threads, kernels={"bf16": KERNELS, "fp32": KERNELS}, collectives=GLOO))
+    return tmp_path
+
+
+def _workload(nproc: int = 1, **parallel):
+    return workload_from_dict({
+        "model": {"preset": "debug"},
+        "hardware": {"device": "cpu", "num_devices": nproc, "devices_per_node": nproc, "peak_tflops": 0.4},
+        "parallel": parallel,
+        "training": {"seq_len": 256, "micro_batch": 8, "global_batch": 8 * nproc, "precision": "bf16"}})
+
+
+def test_measured_records_round_trip_through_the_cache(tmp_path):
+    cal = _calibration(2, kernels={"bf16": KERNELS}, collectives=GLOO)
+    path = cc.save_calibration(cal, tmp_path / "c.json")
+    back = cc.load_calibration(path, threads=2)
+    assert back == cal
+    assert back.kernels["bf16"].attention[1].seq == 1024
+    assert back.collectives["bf16"]["all-reduce"].busbw_GB_per_s == 1.0
+
+
+@pytest.mark.parametrize(("table", "value"), [("kernels", {"bf16": {**KERNELS, "op_overhead_us": -1}}),
+                                              ("collectives", {"bf16": {"all-reduce": {
+                                                  "ranks": 2, "latency_us": 1e300, "busbw_GB_per_s": 1}}})])
+def test_a_measurement_out_of_bounds_is_refused(table, value):
+    with pytest.raises(ValueError, match=r"op_overhead_us|latency_us"):
+        _calibration(1, **{table: value})
+
+
+def test_measured_attention_prices_the_core(measured):
+    """fwd = flops / (fraction x peak), backward 2.5x the flops at the backward fraction: the
+    measured point at 256 tokens, hand-derived."""
+    w = _workload()
+    from trainperf.predict.step import resolve_knobs
+    from trainperf.predict.step_model.layout import layout_of
+
+    lay = layout_of(w, 1.0)
+    times = step_attention.attention_times(lay, resolve_knobs(w).numbers(), lay.kernels.cp_flavour)
+    m = get_model("debug")
+    flops = 4.0 * 8 * m.heads * m.head_dim * 256 * 257 / 2
+    assert times.fwd == pytest.approx(flops / (0.3 * 0.4e12), rel=1e-9)
+    assert times.bwd == pytest.approx(2.5 * flops / (0.15 * 0.4e12), rel=1e-9)
+
+
+def test_cpu_knobs_are_shares_of_one_with_nothing_overlapped(measured):
+    p = predict(_workload())
+    k = p.knobs
+    assert (k.matmul_fraction, k.attention_fraction, k.memory_bound_fraction, k.link_fraction) == (1, 1, 1, 1)
+    assert k.overlap == 0.0 and k.op_overhead_us == 10.0
+    assert "measured by the bench" in k.sources["op_overhead_us"]
+
+
+def test_operator_overhead_adds_on_a_cpu():
+    assert exposed_launch_s(1.0, 0.2, host_bound=True) == 0.2
+    assert exposed_launch_s(1.0, 0.2) == pytest.approx(0.2 * 0.2 / 1.2)
+
+
+def test_gloo_all_reduce_is_latency_plus_bytes_over_bus_bandwidth(measured):
+    """Two processes' DP gradient all-reduce of 4-byte gradients in buckets: each bucket 200 us,
+    plus all bytes at 1 GB/s (bus factor 2(n-1)/n = 1), all of it exposed (overlap 0)."""
+    w = _workload(2, dp=2)
+    p = predict(w)
+    bytes_s = 4.0 * w.model.total_params / 1e9
+    got = p.breakdown["dp grad sync (exposed)"]
+    buckets = (got - bytes_s) / 200e-6
+    assert p.knobs.overlap == 0.0
+    assert buckets >= 1 and buckets == pytest.approx(round(buckets), abs=1e-6)
+
+
+def test_the_link_level_reproduces_the_fit(measured):
+    phys = k_cpu.physics(_workload(2, dp=2))
+    eff, half, lat = phys.link.by_kind["all-gather"]
+    link = 5.0e9
+    size = 3e6
+    bus = 0.5 * size
+    assert 0.5 * (size + half) / (link * eff) == pytest.approx(150e-6 + bus / 0.8e9, rel=1e-12)
+    assert lat == 150.0
+
+
+def test_elementwise_bytes_agree_with_the_step_model():
+    torch = pytest.importorskip("torch")
+    from trainperf.measure import kernel_calibration as kc
+
+    m = get_model("debug")
+    want = elementwise_bytes_per_token(m.hidden, m.heads * m.head_dim, m.kv_heads * m.head_dim, m.ffn_hidden,
+                                       True, 2.0, True)
+    assert kc.elementwise_bytes(100, m, 2) == pytest.approx(100 * want, rel=1e-12)
+    assert kc.FLASH_BACKWARD_FACTOR == step_attention.FLASH_BACKWARD_FACTOR
+    assert torch is not None
+
+
+@given(lat=st.floats(1e-6, 1e-2), bw=st.floats(1e7, 1e11))
+def test_alpha_beta_recovers_a_line(lat, bw):
+    pytest.importorskip("torch")
+    from trainperf.measure.collective_calibration import alpha_beta
+
+    xs = [16e3, 512e3, 4e6]
+    got_lat, got_bw = alpha_beta(xs, [lat + x / bw for x in xs])
+    assert got_lat == pytest.approx(max(lat, 0.1 * (lat + xs[0] / bw)), rel=1e-6)
+    if got_lat == pytest.approx(lat, rel=1e-6):
+        assert got_bw == pytest.approx(bw, rel=1e-6)
+
+
+def test_best_of_keeps_the_faster_of_two_measurements():
+    pytest.importorskip("torch")
+    from trainperf.measure.kernel_calibration import best_collectives, best_of
+
+    slow = cc.MeasuredKernels(10.0, 20.0, 180.0, ({"seq": 256, "head_dim": 32, "causal": True,
+                                                   "fwd_fraction": 0.1, "bwd_fraction": 0.2},))
+    fast = dataclasses.replace(slow, elementwise_GB_per_s=30.0, op_overhead_us=5.0, attention=(
+        cc.MeasuredAttention(256, 32, True, 0.3, 0.1), cc.MeasuredAttention(512, 32, True, 0.4, 0.2)))
+    got = best_of(slow, fast)
+    assert (got.elementwise_GB_per_s, got.op_overhead_us) == (30.0, 5.0)
+    assert {(a.seq, a.fwd_fraction, a.bwd_fraction) for a in got.attention} == {(256, 0.3, 0.2), (512, 0.4, 0.2)}
+    a = {"all-reduce": cc.MeasuredCollective(2, 100.0, 1.0)}  # 1.1 ms at 1 MB
+    b = {"all-reduce": cc.MeasuredCollective(2, 300.0, 2.0)}  # 0.8 ms at 1 MB: kept whole
+    assert best_collectives(a, b)["all-reduce"] == b["all-reduce"]
+    assert best_collectives(b, a)["all-reduce"] == b["all-reduce"]
+
+
+def test_without_measurements_the_fallbacks_stand(tmp_path, monkeypatch):
+    monkeypatch.setenv(cc.CACHE_ENV, str(tmp_path))
+    assert k_cpu.physics(_workload()) is None
+    assert predict(_workload()).step_time_s > 0
+
+
+def test_the_cache_file_written_is_json_with_the_new_tables(measured):
+    data = json.loads((measured / cc.CACHE_FILE).read_text())
+    entry = next(iter(data["entries"].values()))
+    assert set(entry["kernels"]) == {"bf16", "fp32"} and "all-reduce" in entry["collectives"]["bf16"]
+
+
+def test_lora_adapters_are_priced_as_skinny_gemms(measured):
+    """A rank-8 adapter on each of a layer's seven matrices: A (m x in x 8) and B (m x 8 x out) at
+    the shape law, forward once and backward twice (both gradients train): the matmul class
+    grows by exactly 3 x that per layer and micro-batch over the same run without adapters."""
+    from trainperf.predict.step_model.compute import gemm_speed
+    from trainperf.predict.step_model.layout import layout_of
+    from trainperf.specs.lora import LoraSpec
+
+    plain = _workload()
+    lora = plain.replace(lora=LoraSpec(rank=8))
+    frac = lora.lora.trainable_fraction(lora.model)
+    lay = layout_of(lora, frac)
+    g = gemm_speed(lay, predict(lora).knobs.numbers())
+    m_tok = 8 * 256
+    want = sum(g.time_s(m_tok, 8, i) + g.time_s(m_tok, o, 8) for i, o in lora.lora.matrices(lora.model).values())
+    with_ad = predict(lora).compute_breakdown["matmul"]
+    without = predict(plain, trainable_fraction=frac).compute_breakdown["matmul"]
+    assert len(lay.run.adapters) == 7
+    assert with_ad - without == pytest.approx(3 * want * lora.model.layers, rel=1e-9)
+
+
+def test_fsdp_copies_on_a_cpu_are_counted_from_fsdp2(measured):
+    """Two-way FSDP in bf16: a gather pass moves 7 bytes per parameter of the stage (the fp32
+    shard cast to bf16, 6/2; the gathered buffer copied out, 2 x 2), a reduce-scatter pass 14 (the
+    bf16 gradients cast up, 6; the divide and the add into the fp32 shard, 16/2), at the measured
+    elementwise 20 GB/s."""
+    from trainperf.predict.step import resolve_knobs
+    from trainperf.predict.step_model.collectives import fabric_of
+    from trainperf.predict.step_model.data_parallel import _sharded, host_copies_s
+    from trainperf.predict.step_model.layout import layout_of
+    from trainperf.predict.step_model.stage import busiest_stage
+
+    w = _workload(2, fsdp=2)
+    lay, kn = layout_of(w, 1.0), resolve_knobs(w).numbers()
+    st = busiest_stage(lay)
+    ag, rs = host_copies_s(lay, st, kn, _sharded(lay, st, fabric_of(lay, kn.link_fraction)))
+    assert ag == pytest.approx(7.0 * st.p_stage / 20e9, rel=1e-9)
+    assert rs == pytest.approx(14.0 * st.p_stage / 20e9, rel=1e-9)
