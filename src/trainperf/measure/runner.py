@@ -324,7 +324,8 @@ def prepare(workload: Workload, opts: BenchOptions, say: Callable[[str], None] =
     if local and workload.hardware.kind == "cpu" and not opts.peak_tflops_given:
         from trainperf.measure.kernel_calibration import calibrate_for_run
 
-        calibrate_for_run(workload, threads, say)
+        if threads is not None:
+            calibrate_for_run(workload, threads, say)
         workload = workload.replace(hardware=_run_cpu(workload.precision, peaks[0], threads))
     seq = workload.seq_len
     convention = lora_convention(workload, opts.convention, say)
