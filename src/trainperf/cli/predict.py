@@ -142,9 +142,17 @@ def _cost(p, price: float | None):
 
 def _kernel_lines(p) -> list[str]:
     """Which kernels the prediction assumes and the stack's shares of their measured speed."""
+    from trainperf.predict.kernels.cpu import MEASURED_SUFFIX
+
     w = p.workload
     out = []
     kinfo = p.extra.get("kernels", {})
+    if p.knobs.device.endswith(MEASURED_SUFFIX):
+        k = p.knobs
+        return [f"kernels (cpu, measured on this machine by the bench): GEMMs at {100 * kinfo['gemm_peak_fraction']:.0f}% "
+                "of the calibrated peak at best, attention, elementwise ops and gloo's collectives at their measured "
+                f"rates, {k.op_overhead_us:.3g} us of host time per operator added to compute, nothing overlapped "
+                "(docs/KERNELS.md, \"This machine's CPU\")"]
     if kinfo:
         out.append(f"kernels ({kinfo['silicon']}): GEMMs at {100 * kinfo['gemm_peak_fraction']:.0f}% of peak at best, "
                    f"attention {kinfo['attn_family']}, memory-bound ops {kinfo['elementwise_impl']}"

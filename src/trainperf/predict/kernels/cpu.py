@@ -128,4 +128,9 @@ def knobs_on_cpu(base: Any, w: Any) -> Any:
         values["op_overhead_us"] = phys.op_overhead_us
         why = f"{why}; {phys.source}"
     sources = {**base.sources, **{name: why for name in values}}
-    return base.replace(**values, device=f"{base.device}+cpu-measured", sources=sources)
+    suffix = MEASURED_SUFFIX if phys is not None and phys.attention is not None else "+cpu"
+    return base.replace(**values, device=base.device + suffix, sources=sources)
+
+
+MEASURED_SUFFIX = "+cpu-measured"
+"""Ends the knobs' ``device`` label when the bench's measurements of this CPU stand behind them."""

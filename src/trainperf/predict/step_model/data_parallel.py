@@ -117,8 +117,8 @@ def _fsdp(lay: Layout, st: Stage, kn: KnobValues, s: _Sharded, c: Compute) -> tu
     ag_exp = exposed_s(0.5 * ag, M * c.fwd_mb, ovl) + 0.5 * ag * bwd_share + edge_ag
     ag_bytes = vec.where(st.zero3, 2.0 * M * ring_bytes_per_device("all-gather", s.gather_bytes, s.group.size), 0.0)
     rs_bytes = vec.where(st.zero3, M * ring_bytes_per_device("reduce-scatter", s.grad_bytes, s.group.size), 0.0)
-    return (CommCost(ag, ag_exp, ag_bytes, s.group),
-            CommCost(rs, rs * bwd_share + (edge - edge_ag), rs_bytes, s.group))
+    return (CommCost(ag, vec.minimum(ag_exp, ag), ag_bytes, s.group),
+            CommCost(rs, vec.minimum(rs * bwd_share + (edge - edge_ag), rs), rs_bytes, s.group))
 
 
 def _replicated(lay: Layout, st: Stage, kn: KnobValues, fab: Fabric, c: Compute) -> tuple[CommCost, CommCost]:
