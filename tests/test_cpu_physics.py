@@ -129,16 +129,22 @@ def test_elementwise_bytes_agree_with_the_step_model():
     assert torch is not None
 
 
-@given(lat=st.floats(1e-6, 1e-2), bw=st.floats(1e7, 1e11))
-def test_alpha_beta_recovers_a_line(lat, bw):
+@given(lat=st.floats(1e-5, 1e-2), bw=st.floats(1e8, 1e11))
+def test_alpha_beta_reads_a_line_and_never_exceeds_the_largest_transfer(lat, bw):
+    """On an exact line: the latency is the 16 KB time (its bytes add <= 16 us / 1e-4 relative
+    at these rates) and the bandwidth exact where the 4 MB transfer dominates its time; always
+    no faster than the largest size's bytes over its time beyond the latency, and positive."""
     pytest.importorskip("torch")
     from trainperf.measure.collective_calibration import alpha_beta
 
     xs = [16e3, 512e3, 4e6]
-    got_lat, got_bw = alpha_beta(xs, [lat + x / bw for x in xs])
-    assert got_lat == pytest.approx(max(lat, 0.1 * (lat + xs[0] / bw)), rel=1e-6)
-    if got_lat == pytest.approx(lat, rel=1e-6):
-        assert got_bw == pytest.approx(bw, rel=1e-6)
+    ts = [lat + x / bw for x in xs]
+    got_lat, got_bw = alpha_beta(xs, ts)
+    assert got_lat == ts[0] and got_bw > 0
+    if ts[-1] - ts[0] >= 0.5 * ts[-1]:
+        assert got_bw == pytest.approx(xs[-1] / (ts[-1] - ts[0]), rel=1e-12)
+    else:
+        assert got_bw == pytest.approx(xs[-1] / ts[-1], rel=1e-12)
 
 
 def test_best_of_keeps_the_faster_of_two_measurements():

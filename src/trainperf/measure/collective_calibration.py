@@ -4,7 +4,7 @@ A CPU run's processes talk through gloo over shared memory or loopback; no datas
 bandwidth or latency, and they depend on the cores left to gloo's threads. So a CPU bench with
 several processes times each collective kind the step model prices (all-reduce, all-gather,
 reduce-scatter, all-to-all, send/recv) on its own process group at a small and a large size,
-and fits the alpha-beta model ``t(S) = latency + bus_volume(S) / busbw`` (bus volume as
+and reads the alpha-beta model ``t(S) = latency + bus_volume(S) / busbw`` off the times (bus volume as
 nccl-tests counts it: ``2(n-1)/n S`` for all-reduce, ``(n-1)/n S`` for all-gather,
 reduce-scatter and all-to-all, ``S`` for send/recv; Hockney 1994). Rank 0 stores the result in
 the calibration cache (:mod:`trainperf.specs.cpu_calibration`), where the predictor's CPU link
@@ -23,8 +23,8 @@ import torch.distributed as dist
 from trainperf.specs.cpu_calibration import MeasuredCollective
 
 SIZES_BYTES = (16 << 10, 512 << 10, 4 << 20)
-"""Full-buffer sizes each kind is timed at, from latency-bound to bandwidth-bound; the line
-through their median times (least squares) gives latency and bandwidth."""
+"""Full-buffer sizes each kind is timed at, from latency-bound to bandwidth-bound
+(:func:`alpha_beta` reads latency and bandwidth from their median times)."""
 _REPEATS = 15
 GRADIENT_KINDS = ("all-reduce", "reduce-scatter")
 """Kinds timed in fp32, the dtype gradients are reduced in; the others move activations,
@@ -79,17 +79,16 @@ def _median_s(fn: Callable[[], None], group: dist.ProcessGroup | None, per_call:
 
 
 def alpha_beta(bus_bytes: list[float], times_s: list[float]) -> tuple[float, float]:
-    """(latency s, bandwidth bytes/s) of the least-squares line ``t = latency + bytes / bandwidth``
-    through the points; the latency is kept positive (at least a tenth of the smallest time) and
-    the bandwidth finite (a flat line: the largest size over its time)."""
-    n = len(bus_bytes)
-    mx, my = sum(bus_bytes) / n, sum(times_s) / n
-    sxx = sum((x - mx) ** 2 for x in bus_bytes)
-    slope = sum((x - mx) * (y - my) for x, y in zip(bus_bytes, times_s, strict=True)) / sxx
-    if slope <= 0:
-        return min(times_s), max(bus_bytes) / max(times_s)
-    latency = max(my - slope * mx, 0.1 * min(times_s))
-    return latency, 1.0 / slope
+    """(latency s, bandwidth bytes/s) of ``t = latency + bytes / bandwidth`` from the timed sizes
+    (ascending): the latency is the smallest size's time (its bytes take microseconds), the
+    bandwidth the largest size's bytes over its time beyond that latency. Where the largest size
+    took barely longer than the smallest (scheduling noise on shared cores), its bytes over its
+    whole time: a bound from below, never an absurd line through noise."""
+    latency = min(times_s[0], times_s[-1])
+    beyond = times_s[-1] - latency
+    if beyond < 0.5 * times_s[-1]:
+        return latency, bus_bytes[-1] / times_s[-1]
+    return latency, bus_bytes[-1] / beyond
 
 
 def measure_collectives(run_dtype: torch.dtype, group: dist.ProcessGroup | None = None
