@@ -110,3 +110,29 @@ def measure_collectives(run_dtype: torch.dtype, group: dist.ProcessGroup | None 
     return {kind: MeasuredCollective(ranks=n, latency_us=round(float(figures[2 * i]) * 1e6, 3),
                                      busbw_GB_per_s=round(float(figures[2 * i + 1]) / 1e9, 4))
             for i, kind in enumerate(out)}
+
+
+def fsdp_module_us(dtype: torch.dtype, latencies_us: dict[str, float]) -> float:
+    """Host microseconds FSDP2 adds per sharded module and step on this machine: a one-Linear
+    module under ``fully_shard`` over every rank (parameters in ``dtype``, gradients reduced in
+    fp32, as the bench shards), forward and backward on one row, less the same Linear unsharded
+    and less its collectives' measured latencies (two all-gathers, one reduce-scatter: their
+    bytes are a few kilobytes). At least 1 us."""
+    from torch import nn
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    n = dist.get_world_size()
+    plain, sharded = nn.Linear(64, 64, bias=False), nn.Linear(64, 64, bias=False)
+    fully_shard(sharded, mesh=init_device_mesh("cpu", (n,)),
+                mp_policy=MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32))
+    x = torch.ones(1, 64)
+
+    def step(m: nn.Module) -> Callable[[], None]:
+        return lambda: m(x).float().sum().backward()
+
+    extra = _median_s(step(sharded), None) - _median_s(step(plain), None)
+    comm = 2 * latencies_us.get("all-gather", 0.0) + latencies_us.get("reduce-scatter", 0.0)
+    got = torch.tensor([max(1.0, extra * 1e6 - comm)], dtype=torch.float64)
+    dist.broadcast(got, 0)
+    return round(float(got), 3)

@@ -188,7 +188,7 @@ def best_of(old: MeasuredKernels | None, new: MeasuredKernels) -> MeasuredKernel
             a, fwd_fraction=max(a.fwd_fraction, was.fwd_fraction), bwd_fraction=max(a.bwd_fraction, was.bwd_fraction))
     return MeasuredKernels(elementwise_GB_per_s=max(old.elementwise_GB_per_s, new.elementwise_GB_per_s),
                            op_overhead_us=min(old.op_overhead_us, new.op_overhead_us), ops_per_layer=new.ops_per_layer,
-                           attention=tuple(points.values())[-_MAX_POINTS:])
+                           attention=tuple(points.values())[-_MAX_POINTS:], fsdp_module_us=old.fsdp_module_us)
 
 
 _DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
@@ -229,17 +229,25 @@ def calibrate_collectives(threads: int, precision: str, say: Callable[[str], Non
     the best of them and of the cache's (:func:`best_collectives`) under the run's precision."""
     import torch.distributed as dist
 
-    from trainperf.measure.collective_calibration import measure_collectives
+    from trainperf.measure.collective_calibration import fsdp_module_us, measure_collectives
     from trainperf.specs.cpu_calibration import load_calibration, save_calibration
 
-    got = measure_collectives(_DTYPES.get(precision, torch.float32))
+    dtype = _DTYPES.get(precision, torch.float32)
+    got = measure_collectives(dtype)
+    module_us = fsdp_module_us(dtype, {k: v.latency_us for k, v in got.items()})
     cal = load_calibration(threads=threads) if dist.get_rank() == 0 else None
     if cal is None:
         return
     say(f"  gloo between the run's processes ({precision}): " + ", ".join(
-        f"{k} {v.busbw_GB_per_s:.2f} GB/s + {v.latency_us:.0f} us" for k, v in got.items()))
+        f"{k} {v.busbw_GB_per_s:.2f} GB/s + {v.latency_us:.0f} us" for k, v in got.items())
+        + f"; FSDP2 {module_us:.0f} us per module")
     merged = best_collectives(cal.collectives.get(precision, {}), got)
-    save_calibration(dataclasses.replace(cal, collectives={**cal.collectives, precision: merged}))
+    kernels = dict(cal.kernels)
+    if precision in kernels:
+        was = kernels[precision].fsdp_module_us
+        kernels[precision] = dataclasses.replace(kernels[precision],
+                                                 fsdp_module_us=module_us if was is None else min(was, module_us))
+    save_calibration(dataclasses.replace(cal, collectives={**cal.collectives, precision: merged}, kernels=kernels))
 
 
 REFERENCE_BUS_BYTES = 1e6

@@ -165,11 +165,17 @@ class MeasuredKernels:
     block)."""
     attention: tuple[MeasuredAttention, ...] = ()
     """The lengths measured so far (a run measures its own)."""
+    fsdp_module_us: float | None = None
+    """Host time FSDP2 adds per sharded module and step (its forward and backward hooks and the
+    bookkeeping around its collectives), measured with several processes
+    (:func:`trainperf.measure.collective_calibration.fsdp_module_us`); None: not measured."""
 
     def __post_init__(self) -> None:
         _positive("kernels", "elementwise_GB_per_s", self.elementwise_GB_per_s, 1e5)
         _positive("kernels", "op_overhead_us", self.op_overhead_us, 1e6)
         _positive("kernels", "ops_per_layer", self.ops_per_layer, 1e6)
+        if self.fsdp_module_us is not None:
+            _positive("kernels", "fsdp_module_us", self.fsdp_module_us, 1e7)
         object.__setattr__(self, "attention", tuple(
             a if isinstance(a, MeasuredAttention) else MeasuredAttention(**a) for a in self.attention))
 

@@ -87,15 +87,17 @@ def host_copies_s(lay: Layout, st: Stage, kn: KnobValues, s: _Sharded) -> tuple[
     the gathered buffer into the parameters (read and write ``g`` per element); the
     reduce-scatter's copy-in casts the gradients up to fp32 (read 2, write 4), the result is
     divided and added into the sharded fp32 gradient (read and write 4, twice, per local
-    element). At the device's elementwise rate. 0 on a GPU: there they are kernels on the
-    collectives' streams, inside the overlap."""
+    element). At the device's elementwise rate; each pass also carries a third of FSDP2's measured
+    host time per module (its hooks; one module per layer and the root). 0 on a GPU: there they
+    are kernels on the collectives' streams, inside the overlap."""
     n = vec.maximum(s.group.size, 1.0)
     gathered = s.gather_bytes / vec.maximum(st.p_stage, 1.0)
     ag_b = st.p_stage * ((4.0 + gathered) / n + 2.0 * gathered)
     rs_b = st.p_stage * lay.run.trainable_fraction * (6.0 + 16.0 / n)
     bw = lay.device.hbm_bytes_per_s * lay.kernels.elementwise_fraction * kn.memory_bound_fraction
     on = st.zero3 & lay.kernels.host_bound
-    return vec.where(on, ag_b / bw, 0.0), vec.where(on, rs_b / bw, 0.0)
+    hooks = (st.layers + 1.0) * lay.kernels.fsdp_module_s / 3.0
+    return vec.where(on, ag_b / bw + hooks, 0.0), vec.where(on, rs_b / bw + hooks, 0.0)
 
 
 def _fsdp(lay: Layout, st: Stage, kn: KnobValues, s: _Sharded, c: Compute) -> tuple[CommCost, CommCost]:

@@ -273,6 +273,8 @@ class KernelPhysics:
     """Measured attention curves replacing the kernel tables' (this CPU's, :mod:`trainperf.predict.kernels.cpu`)."""
     host_bound: bool = False
     """Operators' host cost adds to their compute instead of hiding behind it (a CPU)."""
+    fsdp_module_s: Num = 0.0
+    """Host seconds FSDP2 adds per sharded module and step where the host computes (a CPU's, measured)."""
     ops_per_layer_fwd: Num = 0.0
     """Operators a layer launches forward where measured (a CPU's eager operators); 0: a GPU's
     :data:`~trainperf.predict.step_model.compute.KERNELS_PER_LAYER_FWD`."""
