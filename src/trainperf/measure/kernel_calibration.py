@@ -12,10 +12,11 @@ dtype and with its threads per process:
   shape (micro-batch, local heads, local sequence, head dim), causal (and full under context
   parallelism, whose ring runs unmasked blocks), as fractions of the dtype's calibrated matmul
   peak with FLOPs counted as the step model counts them;
-* **elementwise ops**: the bench's eager RMSNorm, residual add, RoPE and gated activation at the
-  run's token count, timed forward, with bytes counted as the step model's
-  ``elementwise_bytes_per_token`` counts them (ideal: each input read and output written once);
-  the rate therefore carries the eager implementation's extra passes;
+* **elementwise ops**: the bench's eager RMSNorm, residual add, RoPE, gated activation and the
+  attention's layout copies (grouped-query K/V repeats, the output transposed back) at the run's
+  token count, timed forward and backward, over the bytes the step model charges for them
+  (``elementwise_bytes_per_token``: each input read and output written once forward, no layout
+  copies; backward twice that); the rate therefore carries the eager implementation's extra work;
 * **per-operator overhead**: one dense block of the run's width, forward and backward at one
   sequence of 8 tokens (where compute is negligible), divided by the operators it runs (counted
   with a ``TorchDispatchMode``; their product, the layer's host cost, is what the step model
@@ -105,27 +106,36 @@ def elementwise_bytes(tokens: int, spec: ModelSpec, act_bytes: int) -> float:
 
 
 def elementwise_GB_per_s(spec: ModelSpec, tokens: int, dtype: torch.dtype) -> float:
-    """Ideal bytes per second of the bench's eager memory-bound ops of one block, forward."""
+    """Ideal bytes per second of the bench's eager memory-bound ops of one block, forward and
+    backward: the ops the step model counts and the layout copies around its attention that it
+    does not, timed through autograd, over the bytes the step model charges for them (forward's
+    ideal bytes, backward twice those). The rate so carries the eager extra passes and copies."""
     from trainperf.measure.model import ACTIVATIONS, apply_rope, rope_tables
 
     hd = spec.head_dim or spec.hidden // spec.heads
     g = torch.Generator().manual_seed(0)
-    x, r = (torch.randn(1, tokens, spec.hidden, generator=g).to(dtype) for _ in range(2))
-    w = torch.ones(spec.hidden, dtype=dtype)
-    q = torch.randn(1, tokens, spec.heads, hd, generator=g).to(dtype)
-    k = torch.randn(1, tokens, spec.kv_heads or spec.heads, hd, generator=g).to(dtype)
-    a, b = (torch.randn(1, tokens, spec.ffn_hidden, generator=g).to(dtype) for _ in range(2))
+
+    def leaf(*shape: int) -> torch.Tensor:
+        return torch.randn(1, tokens, *shape, generator=g).to(dtype).requires_grad_()
+
+    x, r, q, k = leaf(spec.hidden), leaf(spec.hidden), leaf(spec.heads, hd), leaf(spec.kv_heads or spec.heads, hd)
+    a, b, out = leaf(spec.ffn_hidden), leaf(spec.ffn_hidden), leaf(spec.heads, hd)
+    w = torch.ones(spec.hidden, dtype=dtype, requires_grad=True)
     cos, sin = (t.to(dtype) for t in rope_tables(hd, tokens))
-    act = ACTIVATIONS[spec.mlp]
+    act, n_rep = ACTIVATIONS[spec.mlp], spec.heads // (spec.kv_heads or spec.heads)
 
-    def ops() -> None:
-        for _ in range(2):
-            F.rms_norm(x, (spec.hidden,), w)
-            torch.add(x, r)
-        apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        act(a) * b if spec.gated_mlp else act(a)
+    def ops() -> list[torch.Tensor]:
+        outs = [F.rms_norm(x, (spec.hidden,), w) for _ in range(2)] + [torch.add(x, r) for _ in range(2)]
+        outs += [apply_rope(q, cos, sin), apply_rope(k, cos, sin), act(a) * b if spec.gated_mlp else act(a)]
+        # the attention's layout work in the bench's block: K and V repeated for grouped-query
+        # heads, the output (SDPA's layout) transposed back to (batch, seq, hidden)
+        if n_rep > 1:
+            outs += [k.transpose(1, 2).repeat_interleave(n_rep, dim=1) for _ in range(2)]
+        return [*outs, out.transpose(1, 2).reshape(1, tokens, -1)]
 
-    return elementwise_bytes(tokens, spec, torch.finfo(dtype).bits // 8) / _median_s(ops) / 1e9
+    grads = [torch.ones_like(t) for t in ops()]
+    seconds = _median_s(lambda: torch.autograd.backward(ops(), grads))
+    return 3.0 * elementwise_bytes(tokens, spec, torch.finfo(dtype).bits // 8) / seconds / 1e9
 
 
 def op_overhead(spec: ModelSpec, dtype: torch.dtype) -> tuple[float, float]:
@@ -207,6 +217,9 @@ def calibrate_for_run(workload, threads: int, say: Callable[[str], None]) -> Non
     attn_peak = None if cal is None else cal.peak_tflops.get("bf16" if prec == "fp8" else prec)
     if cal is None or dtype is None or attn_peak is None:
         return
+    from trainperf.measure.trainer import tune_cpu_allocator
+
+    tune_cpu_allocator()  # as the run's processes do: glibc's defaults page-fault every large output
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
