@@ -216,3 +216,19 @@ def test_fsdp_copies_on_a_cpu_are_counted_from_fsdp2(measured):
     hooks = (w.model.layers + 1) * 900e-6 / 3
     assert ag == pytest.approx(7.0 * st.p_stage / 20e9 + hooks, rel=1e-9)
     assert rs == pytest.approx(14.0 * st.p_stage / 20e9 + hooks, rel=1e-9)
+
+
+def test_a_cp_bench_run_records_the_sharding_it_runs():
+    """The bench shards parameters over the cp ranks (FSDP2 over dp_shard x cp, as torchtitan):
+    with no fsdp or dp degree its workload says ZeRO-3 over dp x cp, so `predict` prices gathers
+    and reduce-scatters, not a DDP all-reduce; a plan with an fsdp degree is left as stated."""
+    pytest.importorskip("torch")
+    from trainperf.measure.parallelize import as_run
+
+    stated = _workload(2, cp=2)
+    cp = as_run(stated)
+    assert cp.plan.zero_stage == 3 and cp.plan.shards_params == 2
+    assert {"fsdp all-gather (exposed)", "fsdp reduce-scatter (exposed)"} <= set(predict(cp).breakdown)
+    assert "dp grad sync (exposed)" in predict(stated).breakdown
+    fsdp = _workload(2, fsdp=2)
+    assert as_run(fsdp) is fsdp
