@@ -392,8 +392,10 @@ def layer_times(lay: Layout, st: Stage, kn: KnobValues, g: GemmSpeed) -> LayerTi
     block's routed experts may launch more kernels (:func:`moe_launches`), and a dispatcher that
     reads its token counts on the host exposes two launches per block forward."""
     gemm_fwd, gemm_rec, exp_fwd, exp_rec = layer_gemms(lay, st, g)
-    adapter = adapter_gemms(lay, st, g) if lay.run.adapters else 0.0
-    gemm_rec = gemm_rec * (1.0 + adapter / gemm_fwd)  # recomputed with the GEMMs they ride on
+    adapter = 0.0
+    if lay.run.adapters:
+        adapter = adapter_gemms(lay, st, g)
+        gemm_rec = gemm_rec * (1.0 + adapter / gemm_fwd)  # recomputed with the GEMMs they ride on
     attn = attention_core(lay, kn)
     attn_fwd, attn_bwd = attn.fwd, attn.bwd
     mem_fwd, mem_rec, route_fwd, route_rec = memory_bound(lay, st, kn)
