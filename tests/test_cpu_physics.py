@@ -21,6 +21,7 @@ from trainperf.specs.workload_file import workload_from_dict
 
 PEAK = {"fp32": 0.1, "bf16": 0.4}
 KERNELS = {"elementwise_GB_per_s": 20.0, "op_overhead_us": 10.0, "ops_per_layer": 180.0, "fsdp_module_us": 900.0,
+           "tp_module_us": 1500.0,
            "attention": [{"seq": 256, "head_dim": 32, "causal": True, "fwd_fraction": 0.3, "bwd_fraction": 0.15},
                          {"seq": 1024, "head_dim": 32, "causal": True, "fwd_fraction": 0.5, "bwd_fraction": 0.25}]}
 GLOO = {"bf16": {"all-reduce": {"ranks": 2, "latency_us": 200.0, "busbw_GB_per_s": 1.0},
@@ -162,6 +163,10 @@ def test_best_of_keeps_the_faster_of_two_measurements():
     b = {"all-reduce": cc.MeasuredCollective(2, 300.0, 2.0)}  # 0.8 ms at 1 MB: kept whole
     assert best_collectives(a, b)["all-reduce"] == b["all-reduce"]
     assert best_collectives(b, a)["all-reduce"] == b["all-reduce"]
+    # a measurement of bursts replaces one of single calls, even a faster one
+    burst = {"all-reduce": cc.MeasuredCollective(2, 500.0, 0.5, averaged=True)}
+    assert best_collectives(b, burst)["all-reduce"] == burst["all-reduce"]
+    assert best_collectives(burst, b)["all-reduce"] == burst["all-reduce"]
 
 
 def test_without_measurements_the_fallbacks_stand(tmp_path, monkeypatch):
@@ -232,3 +237,37 @@ def test_a_cp_bench_run_records_the_sharding_it_runs():
     assert "dp grad sync (exposed)" in predict(stated).breakdown
     fsdp = _workload(2, fsdp=2)
     assert as_run(fsdp) is fsdp
+
+
+def test_dtensor_host_time_adds_per_tensor_parallel_module(measured):
+    """TP over 2 processes with sequence parallelism on the debug model (4 gated layers): per
+    layer four attention Linears, three MLP Linears and two norms, plus the embedding, the final
+    norm and the head: 39 modules at the measured 1.5 ms each (forward and backward), added
+    to the TP collectives' time and exposed in full; without sequence parallelism the norms are
+    not DTensor modules (30)."""
+    from trainperf.predict.step_model.layout import layout_of
+    from trainperf.predict.step_model.tensor_parallel import host_s
+
+    for sp, modules in ((True, 39), (False, 30)):
+        w = _workload(2, tp=2, sequence_parallel=sp)
+        assert host_s(layout_of(w, 1.0), w.model.layers) == pytest.approx(modules * 1.5e-3, rel=1e-12)
+        with_host = predict(w).breakdown["tp comm"]
+        assert with_host > modules * 1.5e-3
+    gpu = workload_from_dict({"model": {"preset": "debug"}, "hardware": {"device": "h100-sxm", "num_devices": 2},
+                              "parallel": {"tp": 2}, "training": {"seq_len": 256, "global_batch": 8}})
+    assert host_s(layout_of(gpu, 1.0), gpu.model.layers) == 0.0
+
+
+def test_tp_probe_measures_dtensor_host_time(tmp_path):
+    """The probe runs (one process: a 1-rank mesh, no collectives) and returns at least 1 us."""
+    pytest.importorskip("torch")
+    import torch
+    import torch.distributed as dist
+
+    from trainperf.measure.collective_calibration import tp_module_us
+
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        assert tp_module_us(torch.bfloat16, {}) >= 1.0
+    finally:
+        dist.destroy_process_group()

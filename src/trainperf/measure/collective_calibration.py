@@ -24,8 +24,9 @@ from trainperf.specs.cpu_calibration import MeasuredCollective
 
 SIZES_BYTES = (16 << 10, 512 << 10, 4 << 20)
 """Full-buffer sizes each kind is timed at, from latency-bound to bandwidth-bound
-(:func:`alpha_beta` reads latency and bandwidth from their median times)."""
-_REPEATS = 15
+(:func:`alpha_beta` reads latency and bandwidth from their mean times)."""
+_REPEATS = 9
+_BURST = 4
 GRADIENT_KINDS = ("all-reduce", "reduce-scatter")
 """Kinds timed in fp32, the dtype gradients are reduced in; the others move activations,
 parameters or tokens in the run's dtype."""
@@ -67,14 +68,21 @@ def _call(kind: str, size_bytes: int, dtype: torch.dtype, group: dist.ProcessGro
     return ping
 
 
-def _median_s(fn: Callable[[], None], group: dist.ProcessGroup | None, per_call: float = 1.0) -> float:
+def _mean_s(fn: Callable[[], None], group: dist.ProcessGroup | None, per_call: float = 1.0) -> float:
+    """Seconds per call of ``fn``: the median over :data:`_REPEATS` samples, each after a
+    barrier, of the mean of :data:`_BURST` calls back to back. A step runs tens of collectives
+    and pays their sum, so their mean: gloo's occasional slow transfer (a core taken by the
+    other process's threads) and the ranks drifting apart between calls count, as a burst
+    sees them; the median over bursts leaves out one-off stalls (a page fault, the first touch of
+    a buffer), as a median of steps does."""
     fn()
     times = []
     for _ in range(_REPEATS):
         dist.barrier(group=group)
         t = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t) / per_call)
+        for _ in range(_BURST):
+            fn()
+        times.append((time.perf_counter() - t) / per_call / _BURST)
     return statistics.median(times)
 
 
@@ -103,12 +111,12 @@ def measure_collectives(run_dtype: torch.dtype, group: dist.ProcessGroup | None 
             continue
         dtype = torch.float32 if kind in GRADIENT_KINDS else run_dtype
         per = 2.0 if kind == "send-recv" else 1.0
-        times = [_median_s(_call(kind, s, dtype, group), group, per) for s in SIZES_BYTES]
+        times = [_mean_s(_call(kind, s, dtype, group), group, per) for s in SIZES_BYTES]
         out[kind] = alpha_beta([factor(n) * s for s in SIZES_BYTES], times)
     figures = torch.tensor([v for kind in out for v in out[kind]], dtype=torch.float64)
     dist.broadcast(figures, dist.get_global_rank(group, 0) if group is not None else 0, group=group)
     return {kind: MeasuredCollective(ranks=n, latency_us=round(float(figures[2 * i]) * 1e6, 3),
-                                     busbw_GB_per_s=round(float(figures[2 * i + 1]) / 1e9, 4))
+                                     busbw_GB_per_s=round(float(figures[2 * i + 1]) / 1e9, 4), averaged=True)
             for i, kind in enumerate(out)}
 
 
@@ -131,8 +139,76 @@ def fsdp_module_us(dtype: torch.dtype, latencies_us: dict[str, float]) -> float:
     def step(m: nn.Module) -> Callable[[], None]:
         return lambda: m(x).float().sum().backward()
 
-    extra = _median_s(step(sharded), None) - _median_s(step(plain), None)
+    extra = _mean_s(step(sharded), None) - _mean_s(step(plain), None)
     comm = 2 * latencies_us.get("all-gather", 0.0) + latencies_us.get("reduce-scatter", 0.0)
-    got = torch.tensor([max(1.0, extra * 1e6 - comm)], dtype=torch.float64)
+    return _agreed_us(extra * 1e6 - comm)
+
+
+def _agreed_us(us: float) -> float:
+    """Rank 0's figure (at least 1 us) on every rank."""
+    got = torch.tensor([max(1.0, us)], dtype=torch.float64)
     dist.broadcast(got, 0)
     return round(float(got), 3)
+
+
+TP_PROBE_MODULES = 3
+"""Tensor-parallel modules in :func:`tp_module_us`'s probe: a sequence-parallel norm, a
+column-parallel and a row-parallel Linear."""
+
+
+def tp_module_us(dtype: torch.dtype, latencies_us: dict[str, float]) -> float:
+    """Host microseconds DTensor tensor parallelism adds per sharded module and step on this
+    machine: a norm, a column-parallel and a row-parallel Linear (width 64) under the bench's
+    TP + sequence-parallel plan over every rank (``parallelize_module``: SequenceParallel norm,
+    the block input redistributed from Shard(1) to Replicate, the output reduce-scattered back to
+    Shard(1)), forward and backward on 8 tokens under autocast to ``dtype`` (16-bit runs), less
+    the same modules unsharded and less the latencies of the collectives the step model prices
+    (forward an all-gather and a reduce-scatter, backward the same: a few kilobytes each), over
+    :data:`TP_PROBE_MODULES`. What is left is DTensor's own cost per operator (sharding
+    propagation, redistribution, the functional collectives' wrapping and waits) and the
+    all-reduce of the sequence-parallel norm's weight gradient (a partial sum on each rank,
+    all-reduced per parameter), which on a CPU add to the step. At least 1 us."""
+    import copy
+
+    from torch import nn
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
+    )
+
+    n, width = dist.get_world_size(), 64
+
+    class Region(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.norm = nn.RMSNorm(width)
+            self.mlp = nn.Sequential(nn.Linear(width, width, bias=False), nn.Linear(width, width, bias=False))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + self.mlp(self.norm(x))
+
+    plain = Region()
+    sharded = copy.deepcopy(plain)
+    parallelize_module(sharded, init_device_mesh("cpu", (n,)), {
+        "norm": SequenceParallel(),
+        "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+        "mlp.0": ColwiseParallel(), "mlp.1": RowwiseParallel(output_layouts=Shard(1))})
+    autocast = dtype != torch.float32
+
+    def step(m: nn.Module, tokens: int) -> Callable[[], None]:
+        x = torch.ones(1, tokens, width)
+
+        def run() -> None:
+            with torch.autocast("cpu", dtype=dtype, enabled=autocast):
+                y = m(x)
+            y.float().sum().backward()
+        return run
+
+    extra = _mean_s(step(sharded, 8 // n or 1), None) - _mean_s(step(plain, 8), None)
+    comm = 2 * latencies_us.get("all-gather", 0.0) + 2 * latencies_us.get("reduce-scatter", 0.0)
+    return _agreed_us((extra * 1e6 - comm) / TP_PROBE_MODULES)

@@ -198,7 +198,8 @@ def best_of(old: MeasuredKernels | None, new: MeasuredKernels) -> MeasuredKernel
             a, fwd_fraction=max(a.fwd_fraction, was.fwd_fraction), bwd_fraction=max(a.bwd_fraction, was.bwd_fraction))
     return MeasuredKernels(elementwise_GB_per_s=max(old.elementwise_GB_per_s, new.elementwise_GB_per_s),
                            op_overhead_us=min(old.op_overhead_us, new.op_overhead_us), ops_per_layer=new.ops_per_layer,
-                           attention=tuple(points.values())[-_MAX_POINTS:], fsdp_module_us=old.fsdp_module_us)
+                           attention=tuple(points.values())[-_MAX_POINTS:], fsdp_module_us=old.fsdp_module_us,
+                           tp_module_us=old.tp_module_us)
 
 
 _DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
@@ -242,24 +243,25 @@ def calibrate_collectives(threads: int, precision: str, say: Callable[[str], Non
     the best of them and of the cache's (:func:`best_collectives`) under the run's precision."""
     import torch.distributed as dist
 
-    from trainperf.measure.collective_calibration import fsdp_module_us, measure_collectives
+    from trainperf.measure.collective_calibration import fsdp_module_us, measure_collectives, tp_module_us
     from trainperf.specs.cpu_calibration import load_calibration, save_calibration
 
     dtype = _DTYPES.get(precision, torch.float32)
     got = measure_collectives(dtype)
-    module_us = fsdp_module_us(dtype, {k: v.latency_us for k, v in got.items()})
+    latencies = {k: v.latency_us for k, v in got.items()}
+    hosts = {"fsdp_module_us": fsdp_module_us(dtype, latencies), "tp_module_us": tp_module_us(dtype, latencies)}
     cal = load_calibration(threads=threads) if dist.get_rank() == 0 else None
     if cal is None:
         return
     say(f"  gloo between the run's processes ({precision}): " + ", ".join(
         f"{k} {v.busbw_GB_per_s:.2f} GB/s + {v.latency_us:.0f} us" for k, v in got.items())
-        + f"; FSDP2 {module_us:.0f} us per module")
+        + f"; host time per module: FSDP2 {hosts['fsdp_module_us']:.0f} us, DTensor TP {hosts['tp_module_us']:.0f} us")
     merged = best_collectives(cal.collectives.get(precision, {}), got)
     kernels = dict(cal.kernels)
     if precision in kernels:
-        was = kernels[precision].fsdp_module_us
-        kernels[precision] = dataclasses.replace(kernels[precision],
-                                                 fsdp_module_us=module_us if was is None else min(was, module_us))
+        k = kernels[precision]
+        kernels[precision] = dataclasses.replace(k, **{
+            name: us if getattr(k, name) is None else min(getattr(k, name), us) for name, us in hosts.items()})
     save_calibration(dataclasses.replace(cal, collectives={**cal.collectives, precision: merged}, kernels=kernels))
 
 
@@ -271,13 +273,17 @@ parameters on the bench's models)."""
 def best_collectives(old: dict[str, MeasuredCollective], new: dict[str, MeasuredCollective]
                      ) -> dict[str, MeasuredCollective]:
     """Per kind, the measurement (latency and bandwidth together: a fit's two numbers belong
-    together) that is faster at :data:`REFERENCE_BUS_BYTES`; another number of ranks replaces
-    the old."""
+    together) that is faster at :data:`REFERENCE_BUS_BYTES`; another number of ranks replaces the
+    old, and a measurement of bursts (:attr:`~trainperf.specs.cpu_calibration.MeasuredCollective.averaged`)
+    one of single calls."""
     def at_ref(m: MeasuredCollective) -> float:
         return m.latency_us * 1e-6 + REFERENCE_BUS_BYTES / (m.busbw_GB_per_s * 1e9)
 
     out = dict(old)
     for kind, m in new.items():
         was = old.get(kind)
-        out[kind] = m if was is None or was.ranks != m.ranks or at_ref(m) < at_ref(was) else was
+        if was is None or was.ranks != m.ranks or was.averaged != m.averaged:
+            out[kind] = m if was is None or m.averaged or was.ranks != m.ranks else was
+        else:
+            out[kind] = m if at_ref(m) < at_ref(was) else was
     return out

@@ -169,13 +169,18 @@ class MeasuredKernels:
     """Host time FSDP2 adds per sharded module and step (its forward and backward hooks and the
     bookkeeping around its collectives), measured with several processes
     (:func:`trainperf.measure.collective_calibration.fsdp_module_us`); None: not measured."""
+    tp_module_us: float | None = None
+    """Host time DTensor tensor parallelism adds per sharded module (a norm or a Linear) and step,
+    its collectives' latencies left out, measured with several processes
+    (:func:`trainperf.measure.collective_calibration.tp_module_us`); None: not measured."""
 
     def __post_init__(self) -> None:
         _positive("kernels", "elementwise_GB_per_s", self.elementwise_GB_per_s, 1e5)
         _positive("kernels", "op_overhead_us", self.op_overhead_us, 1e6)
         _positive("kernels", "ops_per_layer", self.ops_per_layer, 1e6)
-        if self.fsdp_module_us is not None:
-            _positive("kernels", "fsdp_module_us", self.fsdp_module_us, 1e7)
+        for name in ("fsdp_module_us", "tp_module_us"):
+            if getattr(self, name) is not None:
+                _positive("kernels", name, getattr(self, name), 1e7)
         object.__setattr__(self, "attention", tuple(
             a if isinstance(a, MeasuredAttention) else MeasuredAttention(**a) for a in self.attention))
 
@@ -189,9 +194,15 @@ class MeasuredCollective:
     latency_us: float
     busbw_GB_per_s: float
     """Bus bandwidth (nccl-tests' convention) at large sizes."""
+    averaged: bool = False
+    """Fitted to the times of bursts of calls (what a step's sum of collectives pays); False: to
+    single calls after a barrier each, as caches written before 2026-11-28 hold (a new
+    measurement replaces them)."""
 
     def __post_init__(self) -> None:
         _positive("collective", "ranks", self.ranks, 1 << 20)
+        if not isinstance(self.averaged, bool):
+            raise ValueError(f"collective averaged: {self.averaged!r} is not true or false")
         _positive("collective", "latency_us", self.latency_us, 1e7)
         _positive("collective", "busbw_GB_per_s", self.busbw_GB_per_s, 1e5)
 

@@ -48,6 +48,8 @@ class CpuPhysics:
     source: str
     fsdp_module_s: float = 0.0
     """Host seconds FSDP2 adds per sharded module and step (0: not measured)."""
+    tp_module_s: float = 0.0
+    """Host seconds DTensor tensor parallelism adds per sharded module and step (0: not measured)."""
 
 
 def physics(w: Any) -> CpuPhysics | None:
@@ -74,7 +76,7 @@ def _physics(threads: int, precision: str, link_GB_per_s: float, _stamp: int) ->
         return CpuPhysics(None, None, None, None, _link(cal.collectives.get(precision, {}), link_GB_per_s), source)
     return CpuPhysics(_curves(k.attention), k.elementwise_GB_per_s * 1e9, k.op_overhead_us, k.ops_per_layer / 3.0,
                       _link(cal.collectives.get(precision, {}), link_GB_per_s), source,
-                      (k.fsdp_module_us or 0.0) * 1e-6)
+                      (k.fsdp_module_us or 0.0) * 1e-6, (k.tp_module_us or 0.0) * 1e-6)
 
 
 def _curves(points: tuple[cc.MeasuredAttention, ...]) -> tuple[tuple[int, ...], tuple[dict[bool, Any], ...]] | None:

@@ -17,6 +17,7 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from trainperf import vec
 from trainperf.accounting.flops import attention_pairs
 from trainperf.predict.kernels.collectives import LevelModel
 from trainperf.predict.kernels.expert_dispatch import DispatchModel
@@ -275,6 +276,11 @@ class KernelPhysics:
     """Operators' host cost adds to their compute instead of hiding behind it (a CPU)."""
     fsdp_module_s: Num = 0.0
     """Host seconds FSDP2 adds per sharded module and step where the host computes (a CPU's, measured)."""
+    tp_module_s: Num = 0.0
+    autocast_unsharded: bool = False
+    """(placeholder until the bench-stack branch lands)"""
+    """Host seconds DTensor tensor parallelism adds per sharded module (a norm or a Linear) and
+    step where the host computes (a CPU's, measured)."""
     ops_per_layer_fwd: Num = 0.0
     """Operators a layer launches forward where measured (a CPU's eager operators); 0: a GPU's
     :data:`~trainperf.predict.step_model.compute.KERNELS_PER_LAYER_FWD`."""
@@ -390,3 +396,14 @@ def layout_of(w: Any, trainable_fraction: float = 1.0) -> Layout:
 
     return Layout(model=model_shape(w.model, w.seq_len), mesh=mesh_of(w), run=run_of(w, trainable_fraction),
                   device=device_of(w.hardware, w.precision), kernels=kernels_of(w))
+
+
+def residual_width(lay: Layout) -> Num:
+    """Bytes of the residual stream (a block's input, the activation pipeline stages send) per
+    byte of a 16-bit activation: 2 where the stack runs 16-bit by autocast over fp32 weights and
+    the plan leaves nothing for FSDP to wrap (no data or context parallelism; the stack's
+    ``autocast_unsharded``), since the residual stream and the norms' outputs stay fp32 there;
+    else 1."""
+    m = lay.mesh
+    alone = m.dp * m.fsdp * m.cp <= 1.0
+    return vec.where(lay.kernels.autocast_unsharded & alone & (lay.run.state_kind == "mixed"), 2.0, 1.0)

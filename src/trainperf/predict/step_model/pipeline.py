@@ -9,7 +9,8 @@ With ``p`` stages, ``m`` micro-batches and per-micro-batch stage time ``t``:
   ``(p - 1) * t / v``, i.e. ``(p - 1) / (v * m)`` of the ideal time.
 
 Each micro-batch sends its activations to the next stage forward and their gradient back,
-once per model chunk: ``[b, s/cp, h]`` (``/tp`` with sequence parallelism). The sends hide in
+once per model chunk: ``[b, s/cp, h]`` (``/tp`` with sequence parallelism; fp32 where the stack
+runs 16-bit by autocast over unsharded weights, ``layout.residual_width``). The sends hide in
 what the FSDP traffic leaves of the step's compute. The pp group is the mesh's outermost.
 """
 
@@ -22,7 +23,7 @@ from trainperf.predict.efficiency import KnobValues
 from trainperf.predict.step_model.collectives import CommCost, Fabric, exposed_s
 from trainperf.predict.step_model.compute import Compute
 from trainperf.predict.step_model.data_parallel import DataParallel
-from trainperf.predict.step_model.layout import Layout, Num
+from trainperf.predict.step_model.layout import Layout, Num, residual_width
 
 
 def bubble_time_s(pp: Num, vpp: Num, microbatch_time_s: Num) -> Num:
@@ -45,7 +46,8 @@ def pipeline(lay: Layout, kn: KnobValues, fab: Fabric, c: Compute, dp: DataParal
     m = lay.mesh
     on, M = m.pp > 1, m.grad_accum
     pp = fab.group(m.pp, m.tp * m.cp * m.fsdp * m.dp)
-    msg = m.micro_batch * lay.model.seq_len / m.cp * lay.model.hidden * lay.run.act_bytes / vec.where(m.sp, m.tp, 1.0)
+    msg = (m.micro_batch * lay.model.seq_len / m.cp * lay.model.hidden * lay.run.act_bytes * residual_width(lay)
+           / vec.where(m.sp, m.tp, 1.0))
     sends_mb = vec.where(on, 2.0 * m.vpp * fab.time_s("send-recv", msg, pp), 0.0)
     fsdp_s = dp.fsdp_allgather.time_s + dp.fsdp_reducescatter.time_s
     left = vec.maximum(0.0, M * c.fwd_mb + M * (c.bwd_mb + c.rec_mb) - kn.overlap * fsdp_s)

@@ -28,7 +28,7 @@ from trainperf.predict.step_model.collectives import (
     ring_bytes_per_device,
 )
 from trainperf.predict.step_model.compute import Compute
-from trainperf.predict.step_model.layout import Flag, Layout, Num
+from trainperf.predict.step_model.layout import Flag, Layout, Num, residual_width
 from trainperf.predict.step_model.stage import Stage
 
 
@@ -44,11 +44,31 @@ def overlapped(rule: str, async_tp: Flag, sp: Flag) -> Flag:
 
 
 def _block_s(lay: Layout, fab: Fabric, g: Group, buf: Num) -> Num:
-    """Seconds of one block's forward collectives over ``g``: an all-reduce, or an all-gather
-    (fp8 inputs under fp8) and a reduce-scatter with sequence parallelism."""
-    gather = vec.where(lay.run.fp8, 0.5, 1.0)
-    agrs = fab.time_s("all-gather", buf * gather, g) + fab.time_s("reduce-scatter", buf, g)
-    return vec.where(lay.mesh.sp, agrs, fab.time_s("all-reduce", buf, g))
+    """Seconds of one block's collectives over ``g`` per pass, the mean of forward and backward:
+    an all-reduce of the output forward and of the input's gradient backward, or with sequence
+    parallelism an all-gather of the input (fp8 under fp8) and a reduce-scatter of the output
+    forward, a reduce-scatter of the input's gradient and an all-gather of the output's backward.
+    The input and its gradient are :func:`~trainperf.predict.step_model.layout.residual_width`
+    times ``buf``."""
+    wide = residual_width(lay)
+    gather = vec.where(lay.run.fp8, 0.5, wide)
+    agrs = 0.5 * (fab.time_s("all-gather", buf * gather, g) + fab.time_s("reduce-scatter", buf, g)
+                  + fab.time_s("reduce-scatter", buf * wide, g) + fab.time_s("all-gather", buf * vec.where(
+                      lay.run.fp8, 0.5, 1.0), g))
+    return vec.where(lay.mesh.sp, agrs, 0.5 * (fab.time_s("all-reduce", buf, g)
+                                               + fab.time_s("all-reduce", buf * wide, g)))
+
+
+def host_s(lay: Layout, layers: Num) -> Num:
+    """Seconds per micro-batch that DTensor's host work adds where the host computes (a CPU; 0
+    elsewhere, where it runs ahead of the device): the measured cost per tensor-parallel module
+    (``tp_module_s``, forward and backward) for each layer's Linears (four of attention, two or
+    three of the MLP) and, under sequence parallelism, its two norms; the embedding and the head
+    once, and the final norm under sequence parallelism. Recomputed forwards are left out."""
+    m = lay.mesh
+    per_layer = 4.0 + (3.0 if lay.model.gated else 2.0) + vec.where(m.sp, 2.0, 0.0)
+    modules = layers * per_layer + vec.where(m.sp, 3.0, 2.0)
+    return vec.where((m.tp > 1) & lay.kernels.host_bound, modules * lay.kernels.tp_module_s, 0.0)
 
 
 def _expert_block_s(lay: Layout, fab: Fabric, g: Group, buf: Num) -> Num:
@@ -73,7 +93,9 @@ def tensor_parallel(lay: Layout, st: Stage, kn: KnobValues, fab: Fabric, c: Comp
     linear_mb = c.layers * _block_s(lay, fab, tp, st.tp_buf) * dense_passes
     moe_mb = c.layers * st.moe_frac * _expert_block_s(lay, fab, etp, st.tp_buf) * moe_passes
     hidden = vec.where(overlapped(lay.kernels.tp_overlap_rule, lay.run.async_tp, m.sp), kn.async_tp_overlap, 0.0)
-    exposed_mb = linear_mb * (1.0 - hidden) + moe_mb
+    host_mb = host_s(lay, c.layers)
+    linear_mb = linear_mb + host_mb
+    exposed_mb = (linear_mb - host_mb) * (1.0 - hidden) + host_mb + moe_mb
     bytes_mb = c.layers * (dense_passes * ring_bytes_per_device("all-reduce", st.tp_buf, m.tp)
                            + st.moe_frac * moe_passes * (m.etp > 1)
                            * ring_bytes_per_device("all-reduce", st.tp_buf * lay.model.moe_topk, m.etp))
