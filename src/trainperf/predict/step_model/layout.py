@@ -278,6 +278,11 @@ class KernelPhysics:
     ops_per_layer_fwd: Num = 0.0
     """Operators a layer launches forward where measured (a CPU's eager operators); 0: a GPU's
     :data:`~trainperf.predict.step_model.compute.KERNELS_PER_LAYER_FWD`."""
+    autocast_unsharded: bool = False
+    """Without FSDP/ZeRO-3 sharding the stack runs 16-bit by ``torch.autocast`` over fp32 weights, so
+    the residual stream and the norms' outputs are fp32: a sequence-parallel all-gather of a block's
+    input (and its backward reduce-scatter) moves 4 bytes per element, not the 16-bit dtype's 2
+    (the stack's ``[kernels] autocast_unsharded``, :class:`~trainperf.predict.stack_kernels.StackKernels`)."""
 
 
 @dataclass(frozen=True, slots=True)
