@@ -59,6 +59,24 @@ def test_tiny_run_writes_record_summary_and_workload(tmp_path, calibrated, capsy
     assert all(s.loss is not None and s.grad_norm is not None for s in run.steps)
     w = load_workload(out / "workload.toml")
     assert w.model.layers == 2 and w.model.hidden == 64 and w.seq_len == 32 and w.precision == "fp32"
+    assert w.stack == "trainperf-bench"  # predict prices what the bench runs, not generic's stack
+    assert run.workload == w  # the record's header states the same workload
+
+
+def test_the_report_predicts_a_bench_run_with_the_benchs_stack(tmp_path, calibrated):
+    """The report's predicted-vs-measured section reads the run's workload: stack trainperf-bench,
+    and the bench's ``selective`` (the attention core) kept as such."""
+    from trainperf.accounting.summarize import summarize
+    from trainperf.report.explain import explain_runs
+    from trainperf.report.load import load_paths
+
+    out = tmp_path / "run"
+    assert _bench(*TINY_FLAGS, "--steps", "3", "--activation-checkpointing", "selective", "--out", str(out)) == 0
+    (loaded,) = load_paths([out])
+    w = loaded.run.workload
+    assert (w.stack, w.activation_checkpointing) == ("trainperf-bench", "selective")
+    (ex,), notes = explain_runs([(loaded.run, summarize(loaded.run))])
+    assert not notes and ex.predicted_step_time_s > 0
 
 
 def test_json_output_and_convention(tmp_path, calibrated, capsys):

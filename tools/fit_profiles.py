@@ -48,6 +48,9 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "llm-foundry": ("MosaicML LLM Foundry / Composer (PyTorch FSDP, FlashAttention).",
                     ("llm foundry", "llm-foundry", "composer")),
     "deepspeed": ("DeepSpeed and Megatron-DeepSpeed (ZeRO, pipeline engine).", ("deepspeed",)),
+    "trainperf-bench": ("trainperf's own bench (`trainperf bench`: PyTorch FSDP2 or torch.autocast, DTensor TP/SP, "
+                        "torch.distributed.pipelining, PyTorch context_parallel, all-to-all expert parallel, SDPA "
+                        "attention).", ("trainperf bench", "trainperf-bench")),
 }
 
 

@@ -135,7 +135,8 @@ def add_software_arguments(parser: argparse.ArgumentParser) -> None:
                    help="tokens the busiest expert-parallel rank receives over the mean (default 1: balanced)")
     s.add_argument("--stack", metavar="NAME|FILE",
                    help="software-stack profile: generic (default) | megatron-core | megatron-lm-2021 | maxtext | paxml | "
-                        "torchtitan | llm-foundry | deepspeed, or a profile .toml from `trainperf calibrate-model`")
+                        "torchtitan | llm-foundry | deepspeed | trainperf-bench (what `trainperf bench` runs), or a "
+                        "profile .toml from `trainperf calibrate-model`")
 
 
 def add_architecture_arguments(group: Any) -> None:

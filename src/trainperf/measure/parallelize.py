@@ -39,12 +39,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
 
 from trainperf.errors import SpecError
-from trainperf.specs.workload import Workload
+from trainperf.specs.workload import BENCH_STACK, Workload
 
 COMPUTE_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp8": torch.bfloat16}
 """The dtype of the non-fp8 work per precision; fp8 runs its other ops in bf16 (torchao's Float8
@@ -320,14 +321,24 @@ def _apply_ep(stages: list, workload: Workload, device_type: str, done: list[str
 
 
 def as_run(workload: Workload) -> Workload:
-    """``workload`` with the plan the bench runs for it, as the predictor reads plans: context
-    parallelism without an fsdp or dp degree still shards the parameters over the cp ranks
-    (FSDP2 over ``dp_shard x cp``, as torchtitan does), which a plan states as ZeRO-3 over
-    ``dp x cp``; without it the workload file would say the gradients are all-reduced."""
+    """``workload`` as the bench runs it, as the predictor reads workloads (what the run's
+    ``workload.toml`` states):
+
+    * the stack is ``trainperf-bench`` (:data:`~trainperf.specs.workload.BENCH_STACK`: ring
+      attention by all-gather, autocast without FSDP2, the bench's checkpointing policies),
+      unless the workload names another than ``generic`` (a profile file from
+      ``trainperf calibrate-model``, say);
+    * context parallelism without an fsdp or dp degree still shards the parameters over the cp
+      ranks (FSDP2 over ``dp_shard x cp``, as torchtitan does), which a plan states as ZeRO-3
+      over ``dp x cp``; without it the workload file would say the gradients are all-reduced.
+    """
     plan = workload.plan
+    changes: dict[str, Any] = {}
+    if workload.stack == "generic":
+        changes["stack"] = BENCH_STACK
     if plan.cp > 1 and plan.fsdp == 1 and (plan.dp or 1) == 1 and plan.zero_stage != 3:
-        return workload.replace(plan=dataclasses.replace(plan, zero_stage=3))
-    return workload
+        changes["plan"] = dataclasses.replace(plan, zero_stage=3)
+    return workload.replace(**changes) if changes else workload
 
 
 def _fsdp_mesh(mesh, plan):

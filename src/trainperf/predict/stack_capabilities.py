@@ -33,8 +33,9 @@ stack can execute and how it lays out memory::
 A missing key means "anything" (the ``generic`` profile states everything explicitly).
 
 :func:`plan_refusal` says in one line why a stack cannot run a workload's plan (``None`` when it
-can); :func:`stacks_for` lists the packaged stacks that can; :func:`apply_stack` rewrites what the
-stack always does but a plan left unsaid (sequence parallelism under torchtitan's TP).
+can); :func:`stacks_for` lists the published frameworks that can (:func:`compared_stacks`: the
+planner compares those, not ``generic`` nor ``trainperf-bench``); :func:`apply_stack` rewrites
+what the stack always does but a plan left unsaid (sequence parallelism under torchtitan's TP).
 """
 
 from __future__ import annotations
@@ -481,14 +482,22 @@ def plan_refusal(caps: Capabilities, w: Any) -> str | None:
     return None
 
 
+def compared_stacks() -> tuple[str, ...]:
+    """The packaged stacks the planner compares: the published frameworks, i.e. every packaged
+    profile but ``generic`` (every table at once) and ``trainperf-bench`` (trainperf's own bench,
+    which a bench run's workload names; it is no framework a plan is carried out with)."""
+    return tuple(s for s in stacks.STACKS if s not in (stacks.DEFAULT_STACK, stacks.BENCH_STACK))
+
+
 def packaged_capabilities() -> tuple[Capabilities, ...]:
-    """The capabilities of every packaged stack but ``generic``."""
-    return tuple(_packaged(s) for s in stacks.STACKS if s != "generic")
+    """The capabilities of every stack the planner compares (:func:`compared_stacks`)."""
+    return tuple(_packaged(s) for s in compared_stacks())
 
 
 def stacks_for(w: Any) -> tuple[str, ...]:
-    """The packaged stacks (besides ``generic``) that can run workload ``w``'s plan."""
-    return tuple(s for s in stacks.STACKS if s != "generic" and plan_refusal(_packaged(s), w) is None)
+    """The published frameworks (:func:`compared_stacks`: not ``generic``, not ``trainperf-bench``)
+    that can run workload ``w``'s plan."""
+    return tuple(s for s in compared_stacks() if plan_refusal(_packaged(s), w) is None)
 
 
 def apply_stack(w: Any) -> Any:

@@ -22,6 +22,9 @@ predicted from that silicon's kernels. The facts::
                                            # (kernels.expert_dispatch.FAMILIES)
     moe_host_sync = true                   # the dispatcher reads token counts on the host once per
                                            # MoE block forward (all-to-all split sizes)
+    autocast_unsharded = false             # with no data or context parallelism (nothing for FSDP
+                                           # to wrap), 16-bit runs by torch.autocast over fp32
+                                           # weights (fp32 residual stream and norm outputs)
     [kernels.sources]
     attention = "..."
 
@@ -51,13 +54,13 @@ CONTEXT_PARALLEL = ("ring-p2p", "ring-allgather", "ring-alltoall", "allgather", 
 (:data:`trainperf.predict.step_model.context_parallel.FLAVOURS` says what each one costs)."""
 KEYS = ("attention", "attention_by_silicon", "elementwise", "compiled", "fp8_recipe", "tp_overlap",
         "gpu_memory_fraction", "grouped_gemm", "context_parallel", "context_parallel_load_balance",
-        "moe_dispatcher", "moe_host_sync", "sources")
+        "moe_dispatcher", "moe_host_sync", "autocast_unsharded", "sources")
 
 BUILTIN: dict[str, Any] = {
     "attention": "fa2", "attention_by_silicon": {}, "elementwise": "eager", "compiled": False,
     "fp8_recipe": "tensorwise", "tp_overlap": "async-tp", "gpu_memory_fraction": 1.0,
     "grouped_gemm": "other", "context_parallel": "ring-p2p", "context_parallel_load_balance": True,
-    "moe_dispatcher": "nccl", "moe_host_sync": True,
+    "moe_dispatcher": "nccl", "moe_host_sync": True, "autocast_unsharded": False,
 }
 """What a stack with no facts at all is taken to run: PyTorch eager with FlashAttention-2, and
 context parallelism as a load-balanced ring of point-to-point K/V transfers (Liu et al. 2023's
@@ -99,6 +102,13 @@ class StackKernels:
     after the copy wait for their launch (Megatron-Core's ``alltoall`` and ``flex`` dispatchers,
     torchtitan's ``all_to_all_single`` split sizes); False for a compiled XLA program (static
     shapes)."""
+    autocast_unsharded: bool = False
+    """Where the plan has no data or context parallelism (nothing for FSDP to wrap), 16-bit runs
+    are by ``torch.autocast`` over fp32 weights: the residual stream and the norms' outputs are
+    fp32, so the sequence-parallel all-gathers of a block's input (and their backward
+    reduce-scatters) and the pipeline's sends move 4 bytes per element (trainperf's own bench);
+    False where the 16-bit activations come from 16-bit parameters (FSDP's mixed-precision
+    policy, Megatron-Core's bf16 modules)."""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def elementwise_impl(self, compile_flag: bool) -> str:
@@ -116,7 +126,7 @@ def validate_table(body: Mapping[str, Any], where: str) -> dict[str, Any]:
             raise UnknownNameError(at, k, KEYS)
         if k in choices:
             stacks.check_choice(at, v, choices[k])
-        elif k in ("compiled", "context_parallel_load_balance", "moe_host_sync"):
+        elif k in ("compiled", "context_parallel_load_balance", "moe_host_sync", "autocast_unsharded"):
             stacks.check_flag(at, v)
         elif k == "gpu_memory_fraction":
             stacks.check_number(at, v, 1.0)
@@ -156,7 +166,7 @@ def resolve(profile: Any, silicon: str, generic: Any = None) -> StackKernels:
                         grouped_gemm=str(facts["grouped_gemm"]), context_parallel=str(facts["context_parallel"]),
                         context_parallel_load_balance=bool(facts["context_parallel_load_balance"]),
                         moe_dispatcher=str(facts["moe_dispatcher"]), moe_host_sync=bool(facts["moe_host_sync"]),
-                        sources=sources)
+                        autocast_unsharded=bool(facts["autocast_unsharded"]), sources=sources)
 
 
 @lru_cache(maxsize=256)

@@ -43,13 +43,20 @@ from trainperf.errors import InputFileError, SpecError, UnknownNameError
 from trainperf.predict.efficiency import Knobs, check_knob_name, vendor_knobs
 from trainperf.specs.catalog_cache import read_catalog
 from trainperf.specs.datafiles import parse_user_data, read_user_text
+from trainperf.specs.workload import BENCH_STACK as _BENCH_STACK
 
 DEFAULT_STACK = "generic"
 STACKS: tuple[str, ...] = ("generic", "megatron-core", "megatron-lm-2021", "maxtext", "paxml", "torchtitan",
-                           "llm-foundry", "deepspeed")
-"""Packaged profiles. ``generic`` is fitted on every table and is the default."""
+                           "llm-foundry", "deepspeed", "trainperf-bench")
+"""Packaged profiles. ``generic`` is fitted on every table and is the default; ``trainperf-bench``
+states what trainperf's own bench runs (the stack a bench run's ``workload.toml`` names), with no
+fitted knobs of its own."""
+BENCH_STACK = _BENCH_STACK
+"""The profile of ``trainperf bench`` (:mod:`trainperf.measure`): not a published framework, so
+the planner does not offer it (:func:`trainperf.predict.stack_capabilities.stacks_for`)."""
 
 _FRAMEWORK_KEYS: tuple[tuple[str, str], ...] = (
+    ("trainperf bench", "trainperf-bench"), ("trainperf-bench", "trainperf-bench"),  # first: the bench, whatever it imitates
     ("deepspeed", "deepspeed"),  # Megatron-DeepSpeed: DeepSpeed's engine, not Megatron-Core
     ("megatron-lm 2021", "megatron-lm-2021"), ("megatron-lm-2021", "megatron-lm-2021"),
     ("megatron", "megatron-core"), ("nemo", "megatron-core"),

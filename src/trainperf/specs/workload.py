@@ -29,6 +29,9 @@ CPU_PRECISIONS: frozenset[str] = frozenset({"fp32", "bf16", "fp16"})
 CPU_TRAINABLE: frozenset[str] = CPU_PRECISIONS | {"fp8"}
 MOE_DISPATCHERS: tuple[str, ...] = ("nccl", "deepep", "hybrid-ep", "mori")
 """Token dispatch/combine kernel families (:data:`trainperf.predict.kernels.expert_dispatch.FAMILIES`)."""
+BENCH_STACK = "trainperf-bench"
+"""The stack profile of ``trainperf bench`` (:mod:`trainperf.measure`), which a bench run's
+``workload.toml`` names (:func:`trainperf.measure.parallelize.as_run`)."""
 
 
 @dataclass(frozen=True)
@@ -61,8 +64,9 @@ class Workload:
     custom:NAME=WHERE (MaxText remat policies), selective:MODULES (Megatron-Core recompute modules);
     see :mod:`trainperf.specs.checkpointing`."""
     stack: str = "generic"
-    """Software stack the run uses: a profile name (``megatron-core``, ``maxtext``, ``torchtitan``,
-    ``llm-foundry``, ``deepspeed``, ``paxml``, ``generic``) or a profile file (``trainperf.predict.stacks``)."""
+    """Software stack the run uses: a profile name (``megatron-core``, ``megatron-lm-2021``,
+    ``maxtext``, ``torchtitan``, ``llm-foundry``, ``deepspeed``, ``paxml``, ``trainperf-bench``:
+    trainperf's own bench, ``generic``) or a profile file (``trainperf.predict.stacks``)."""
     compile: bool = False
     """The model is compiled (torch.compile / a fused graph): memory-bound ops run at the silicon's
     measured compiled bandwidth (kernel physics) and the profile's ``compile_overhead_factor``

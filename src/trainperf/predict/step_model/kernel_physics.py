@@ -85,6 +85,7 @@ def _kernels(hw: Any, precision: str, stack: str, _mtime: float, compile_flag: b
         fsdp_grad_per_tensor=stack_capabilities.fsdp_grad_per_tensor(stack),
         fp8_gemm_input_bytes=stack_capabilities.fp8_gemm_input_bytes(stack, precision),
         cp_flavour=context_parallel.flavour(sk.context_parallel, sk.context_parallel_load_balance),
+        autocast_unsharded=sk.autocast_unsharded,
         **software_fields(norm, mlp, sil, stack, precision, compile_flag, fp8_recipe, moe_dispatcher))
 
 

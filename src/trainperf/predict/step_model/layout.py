@@ -277,13 +277,17 @@ class KernelPhysics:
     fsdp_module_s: Num = 0.0
     """Host seconds FSDP2 adds per sharded module and step where the host computes (a CPU's, measured)."""
     tp_module_s: Num = 0.0
-    autocast_unsharded: bool = False
-    """(placeholder until the bench-stack branch lands)"""
     """Host seconds DTensor tensor parallelism adds per sharded module (a norm or a Linear) and
     step where the host computes (a CPU's, measured)."""
     ops_per_layer_fwd: Num = 0.0
     """Operators a layer launches forward where measured (a CPU's eager operators); 0: a GPU's
     :data:`~trainperf.predict.step_model.compute.KERNELS_PER_LAYER_FWD`."""
+    autocast_unsharded: bool = False
+    """Where the plan leaves nothing for FSDP to wrap, the stack runs 16-bit by ``torch.autocast``
+    over fp32 weights, so the residual stream and the norms' outputs are fp32: a block's input
+    gathered by tensor parallelism (and its gradient) and the activation pipeline stages send move
+    4 bytes per element, not the 16-bit dtype's 2 (:func:`residual_width`; the stack's ``[kernels]
+    autocast_unsharded``, :class:`~trainperf.predict.stack_kernels.StackKernels`)."""
 
 
 @dataclass(frozen=True, slots=True)
