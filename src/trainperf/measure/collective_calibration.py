@@ -13,14 +13,17 @@ model reads it (:mod:`trainperf.predict.kernels.cpu`).
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.distributed as dist
 
 from trainperf.specs.cpu_calibration import MeasuredCollective
+from trainperf.specs.model import ModelSpec
 
 SIZES_BYTES = (16 << 10, 512 << 10, 4 << 20)
 """Full-buffer sizes each kind is timed at, from latency-bound to bandwidth-bound
@@ -151,64 +154,88 @@ def _agreed_us(us: float) -> float:
     return round(float(got), 3)
 
 
-TP_PROBE_MODULES = 3
-"""Tensor-parallel modules in :func:`tp_module_us`'s probe: a sequence-parallel norm, a
-column-parallel and a row-parallel Linear."""
+@contextlib.contextmanager
+def wait_seconds(names: tuple[str, ...] = ("wait_tensor",)) -> Iterator[list[float]]:
+    """Inside, the seconds spent in the functional collectives ``names`` (of
+    ``torch.distributed._functional_collectives``; by default waiting for DTensor's collectives
+    to complete) add up in the one-element list it yields."""
+    import torch.distributed._functional_collectives as funcol
+
+    spent = [0.0]
+    originals = {name: getattr(funcol, name) for name in names if hasattr(funcol, name)}
+
+    def timed(fn: Callable[..., object]) -> Callable[..., object]:
+        def call(*args: object, **kwargs: object) -> object:
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[0] += time.perf_counter() - t
+        return call
+
+    try:
+        for name, fn in originals.items():
+            setattr(funcol, name, timed(fn))
+        yield spent
+    finally:
+        for name, fn in originals.items():
+            setattr(funcol, name, fn)
 
 
-def tp_module_us(dtype: torch.dtype, latencies_us: dict[str, float]) -> float:
+def tp_modules_per_layer(gated: bool, sequence_parallel: bool) -> int:
+    """Modules the bench's TP plan turns into DTensor modules per layer (``apply_tp``): four
+    attention Linears, two or three MLP Linears, and the two norms under sequence parallelism."""
+    return 4 + (3 if gated else 2) + (2 if sequence_parallel else 0)
+
+
+def tp_module_us(spec: ModelSpec, tp: int, sequence_parallel: bool, dtype: torch.dtype) -> float:
     """Host microseconds DTensor tensor parallelism adds per sharded module and step on this
-    machine: a norm, a column-parallel and a row-parallel Linear (width 64) under the bench's
-    TP + sequence-parallel plan over every rank (``parallelize_module``: SequenceParallel norm,
-    the block input redistributed from Shard(1) to Replicate, the output reduce-scattered back to
-    Shard(1)), forward and backward on 8 tokens under autocast to ``dtype`` (16-bit runs), less
-    the same modules unsharded and less the latencies of the collectives the step model prices
-    (forward an all-gather and a reduce-scatter, backward the same: a few kilobytes each), over
-    :data:`TP_PROBE_MODULES`. What is left is DTensor's own cost per operator (sharding
-    propagation, redistribution, the functional collectives' wrapping and waits) and the
-    all-reduce of the sequence-parallel norm's weight gradient (a partial sum on each rank,
-    all-reduced per parameter), which on a CPU add to the step. At least 1 us."""
+    machine: one block of the run's model (``spec``) under the bench's TP plan
+    (:func:`trainperf.measure.parallelize.apply_tp`) over groups of ``tp`` ranks, forward and
+    backward on 8 tokens (where compute is negligible) under autocast to ``dtype`` (16-bit runs),
+    its time waiting for the collectives to complete left out (:func:`wait_seconds`: the step
+    model prices the transfers from :func:`measure_collectives`), less the same block unsharded,
+    over the modules the plan shards (:func:`tp_modules_per_layer`). What is left is DTensor's
+    own cost per operator (sharding propagation, redistribution) and the functional
+    collectives' host work around the transfer (issuing it, the copies that gather or scatter
+    along the sequence dimension, wrapping the result), which on a CPU adds to the step; the
+    issue is in the measured collectives' latency too (a few percent of a TP step here). Every
+    rank must call it; at least 1 us."""
     import copy
 
     from torch import nn
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import (
-        ColwiseParallel,
-        PrepareModuleInput,
-        RowwiseParallel,
-        SequenceParallel,
-        parallelize_module,
-    )
 
-    n, width = dist.get_world_size(), 64
+    from trainperf.measure.model import TransformerBlock, rope_tables
+    from trainperf.measure.parallelize import apply_tp
 
-    class Region(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.norm = nn.RMSNorm(width)
-            self.mlp = nn.Sequential(nn.Linear(width, width, bias=False), nn.Linear(width, width, bias=False))
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return x + self.mlp(self.norm(x))
-
-    plain = Region()
+    n = dist.get_world_size()
+    dense = dataclasses.replace(spec, moe_experts=0, moe_topk=0, moe_shared_experts=0, moe_dense_layers=0)
+    plain = nn.Module()
+    plain.layers, plain.tok_embeddings, plain.output = nn.ModuleList([TransformerBlock(dense)]), None, None
     sharded = copy.deepcopy(plain)
-    parallelize_module(sharded, init_device_mesh("cpu", (n,)), {
-        "norm": SequenceParallel(),
-        "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
-        "mlp.0": ColwiseParallel(), "mlp.1": RowwiseParallel(output_layouts=Shard(1))})
+    apply_tp(sharded, init_device_mesh("cpu", (n // tp, tp), mesh_dim_names=("dp", "tp"))["tp"], sequence_parallel)
+    tokens = max(8, tp)
+    cos, sin = rope_tables(plain.layers[0].attention.head_dim, tokens)
     autocast = dtype != torch.float32
 
-    def step(m: nn.Module, tokens: int) -> Callable[[], None]:
-        x = torch.ones(1, tokens, width)
+    def step(m: nn.Module, local_tokens: int) -> Callable[[], None]:
+        x = torch.ones(1, local_tokens, spec.hidden)
 
         def run() -> None:
             with torch.autocast("cpu", dtype=dtype, enabled=autocast):
-                y = m(x)
+                y = m.layers[0](x, cos, sin)
             y.float().sum().backward()
         return run
 
-    extra = _mean_s(step(sharded, 8 // n or 1), None) - _mean_s(step(plain, 8), None)
-    comm = 2 * latencies_us.get("all-gather", 0.0) + 2 * latencies_us.get("reduce-scatter", 0.0)
-    return _agreed_us((extra * 1e6 - comm) / TP_PROBE_MODULES)
+    run_tp = step(sharded, tokens // tp if sequence_parallel else tokens)
+    run_tp()
+    host = []
+    for _ in range(_REPEATS):
+        dist.barrier()
+        with wait_seconds() as spent:
+            t = time.perf_counter()
+            run_tp()
+            host.append(time.perf_counter() - t - spent[0])
+    extra = statistics.median(host) - _mean_s(step(plain, tokens), None)
+    return _agreed_us(extra * 1e6 / tp_modules_per_layer(spec.gated_mlp, sequence_parallel))

@@ -23,8 +23,8 @@ dtype and with its threads per process:
   uses, the count only apportions it).
 
 Each CPU run measures them (about a second) and the calibration cache keeps, beside the matmul
-peak, the best of every run's (:class:`~trainperf.specs.cpu_calibration.MeasuredKernels`): like
-the peak, a measurement under load is slower, never faster. Left out: the optimizer (priced from bytes) and collectives (measured
+peak, a running mean of every run's (:class:`~trainperf.specs.cpu_calibration.MeasuredKernels`,
+:func:`merge_kernels`). Left out: the optimizer (priced from bytes) and collectives (measured
 between the run's processes: :mod:`trainperf.measure.collective_calibration`).
 """
 
@@ -186,20 +186,36 @@ def measure_kernels(spec: ModelSpec, batch: int, heads: int, seq: int, dtype: to
                            op_overhead_us=round(per_op, 3), ops_per_layer=ops, attention=points)
 
 
-def best_of(old: MeasuredKernels | None, new: MeasuredKernels) -> MeasuredKernels:
-    """``new`` merged with ``old``: per quantity the faster (a run under load measures slower
-    kernels, never faster ones), attention lengths pooled (the most recent :data:`_MAX_POINTS`)."""
+NEW_WEIGHT = 0.5
+"""Weight of a new measurement in the cache's running mean (:func:`merge_kernels`,
+:func:`merge_collectives`)."""
+
+
+def _mean(old: float | None, new: float | None) -> float | None:
+    """The running mean of a cached figure and a new one (either may be missing)."""
+    if old is None or new is None:
+        return new if old is None else old
+    return round((1.0 - NEW_WEIGHT) * old + NEW_WEIGHT * new, 5)
+
+
+def merge_kernels(old: MeasuredKernels | None, new: MeasuredKernels) -> MeasuredKernels:
+    """``new`` merged into ``old``: per quantity a running mean in which each new measurement
+    weighs :data:`NEW_WEIGHT` (the best of all runs would ratchet: the fastest of many noisy
+    measurements drifts above what a run gets, 15% on the default bench here after a few hundred
+    runs), attention lengths pooled (the most recent :data:`_MAX_POINTS`), host times per module
+    from whichever measured them."""
     if old is None:
         return new
     points = {(a.seq, a.head_dim, a.causal): a for a in old.attention}
     for a in new.attention:
         was = points.pop((a.seq, a.head_dim, a.causal), None)
         points[(a.seq, a.head_dim, a.causal)] = a if was is None else dataclasses.replace(
-            a, fwd_fraction=max(a.fwd_fraction, was.fwd_fraction), bwd_fraction=max(a.bwd_fraction, was.bwd_fraction))
-    return MeasuredKernels(elementwise_GB_per_s=max(old.elementwise_GB_per_s, new.elementwise_GB_per_s),
-                           op_overhead_us=min(old.op_overhead_us, new.op_overhead_us), ops_per_layer=new.ops_per_layer,
-                           attention=tuple(points.values())[-_MAX_POINTS:], fsdp_module_us=old.fsdp_module_us,
-                           tp_module_us=old.tp_module_us)
+            a, fwd_fraction=_mean(was.fwd_fraction, a.fwd_fraction), bwd_fraction=_mean(was.bwd_fraction, a.bwd_fraction))
+    return MeasuredKernels(elementwise_GB_per_s=_mean(old.elementwise_GB_per_s, new.elementwise_GB_per_s),
+                           op_overhead_us=_mean(old.op_overhead_us, new.op_overhead_us), ops_per_layer=new.ops_per_layer,
+                           attention=tuple(points.values())[-_MAX_POINTS:],
+                           fsdp_module_us=_mean(old.fsdp_module_us, new.fsdp_module_us),
+                           tp_module_us=_mean(old.tp_module_us, new.tp_module_us))
 
 
 _DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
@@ -235,55 +251,53 @@ def calibrate_for_run(workload, threads: int, say: Callable[[str], None]) -> Non
         f"{new.op_overhead_us:.1f} us per operator ({new.ops_per_layer:.0f} a layer), attention at "
         f"{workload.seq_len // plan.cp} tokens {new.attention[0].fwd_fraction:.0%} of the matmul peak forward")
     cal = load_calibration(threads=threads) or cal
-    save_calibration(dataclasses.replace(cal, kernels={**cal.kernels, prec: best_of(cal.kernels.get(prec), new)}))
+    save_calibration(dataclasses.replace(cal, kernels={**cal.kernels, prec: merge_kernels(cal.kernels.get(prec), new)}))
 
 
-def calibrate_collectives(threads: int, precision: str, say: Callable[[str], None]) -> None:
-    """In every process of a CPU run: time gloo's collectives over the run's group; rank 0 keeps
-    the best of them and of the cache's (:func:`best_collectives`) under the run's precision."""
+def calibrate_collectives(threads: int, workload, say: Callable[[str], None]) -> None:
+    """In every process of a CPU run: time gloo's collectives over the run's group, and the host
+    time FSDP2 and (with tp > 1) DTensor tensor parallelism add per module; rank 0 merges them into
+    the cache's figures under the run's precision (running means: :func:`merge_collectives`,
+    :func:`merge_kernels`)."""
     import torch.distributed as dist
 
     from trainperf.measure.collective_calibration import fsdp_module_us, measure_collectives, tp_module_us
     from trainperf.specs.cpu_calibration import load_calibration, save_calibration
 
+    precision, plan = workload.precision, workload.plan
     dtype = _DTYPES.get(precision, torch.float32)
     got = measure_collectives(dtype)
-    latencies = {k: v.latency_us for k, v in got.items()}
-    hosts = {"fsdp_module_us": fsdp_module_us(dtype, latencies), "tp_module_us": tp_module_us(dtype, latencies)}
+    hosts = {"fsdp_module_us": fsdp_module_us(dtype, {k: v.latency_us for k, v in got.items()})}
+    if plan.tp > 1:
+        hosts["tp_module_us"] = tp_module_us(workload.model, plan.tp, plan.sequence_parallel, dtype)
     cal = load_calibration(threads=threads) if dist.get_rank() == 0 else None
     if cal is None:
         return
     say(f"  gloo between the run's processes ({precision}): " + ", ".join(
         f"{k} {v.busbw_GB_per_s:.2f} GB/s + {v.latency_us:.0f} us" for k, v in got.items())
-        + f"; host time per module: FSDP2 {hosts['fsdp_module_us']:.0f} us, DTensor TP {hosts['tp_module_us']:.0f} us")
-    merged = best_collectives(cal.collectives.get(precision, {}), got)
+        + "; host time per module: " + ", ".join(f"{'FSDP2' if k.startswith('fsdp') else 'DTensor TP'} {us:.0f} us"
+                                                 for k, us in hosts.items()))
+    merged = merge_collectives(cal.collectives.get(precision, {}), got)
     kernels = dict(cal.kernels)
     if precision in kernels:
         k = kernels[precision]
         kernels[precision] = dataclasses.replace(k, **{
-            name: us if getattr(k, name) is None else min(getattr(k, name), us) for name, us in hosts.items()})
+            name: _mean(getattr(k, name), us) for name, us in hosts.items()})
     save_calibration(dataclasses.replace(cal, collectives={**cal.collectives, precision: merged}, kernels=kernels))
 
 
-REFERENCE_BUS_BYTES = 1e6
-"""The message size two collective measurements are compared at (a layer's activations or
-parameters on the bench's models)."""
-
-
-def best_collectives(old: dict[str, MeasuredCollective], new: dict[str, MeasuredCollective]
-                     ) -> dict[str, MeasuredCollective]:
-    """Per kind, the measurement (latency and bandwidth together: a fit's two numbers belong
-    together) that is faster at :data:`REFERENCE_BUS_BYTES`; another number of ranks replaces the
-    old, and a measurement of bursts (:attr:`~trainperf.specs.cpu_calibration.MeasuredCollective.averaged`)
-    one of single calls."""
-    def at_ref(m: MeasuredCollective) -> float:
-        return m.latency_us * 1e-6 + REFERENCE_BUS_BYTES / (m.busbw_GB_per_s * 1e9)
-
+def merge_collectives(old: dict[str, MeasuredCollective], new: dict[str, MeasuredCollective]
+                      ) -> dict[str, MeasuredCollective]:
+    """Per kind, the running mean of the cached and the new latency and bandwidth (each new
+    measurement weighs :data:`NEW_WEIGHT`); a new measurement replaces one over another number
+    of ranks, or one of single calls (:attr:`~trainperf.specs.cpu_calibration.MeasuredCollective.averaged`:
+    caches written before 2026-11-28), and is never replaced by one."""
     out = dict(old)
     for kind, m in new.items():
         was = old.get(kind)
         if was is None or was.ranks != m.ranks or was.averaged != m.averaged:
             out[kind] = m if was is None or m.averaged or was.ranks != m.ranks else was
         else:
-            out[kind] = m if at_ref(m) < at_ref(was) else was
+            out[kind] = dataclasses.replace(m, latency_us=_mean(was.latency_us, m.latency_us),
+                                            busbw_GB_per_s=_mean(was.busbw_GB_per_s, m.busbw_GB_per_s))
     return out

@@ -314,7 +314,7 @@ class BenchRun:
         if cfg.device_type == "cpu" and self.world > 1 and cfg.threads:
             from trainperf.measure.kernel_calibration import calibrate_collectives
 
-            calibrate_collectives(cfg.threads, workload_from_dict(cfg.workload).precision, out)
+            calibrate_collectives(cfg.threads, workload_from_dict(cfg.workload), out)
         self.workload = workload = workload_from_dict(cfg.workload)
         self.device = torch.device(cfg.device_type, int(os.environ.get("LOCAL_RANK", "0"))) \
             if cfg.device_type == "cuda" else torch.device("cpu")

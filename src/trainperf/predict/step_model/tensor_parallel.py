@@ -71,6 +71,17 @@ def host_s(lay: Layout, layers: Num) -> Num:
     return vec.where((m.tp > 1) & lay.kernels.host_bound, modules * lay.kernels.tp_module_s, 0.0)
 
 
+def norm_grads_s(lay: Layout, fab: Fabric, g: Group, layers: Num) -> Num:
+    """Seconds per micro-batch of the all-reduces of the sequence-parallel norms' weight
+    gradients (each rank holds a partial sum over its share of the sequence; DTensor reduces
+    each norm's on its own in the backward: two per layer and the final norm) where the host
+    computes (a CPU), so that nothing runs beside them; 0 elsewhere, where these few kilobytes
+    go out asynchronously behind the next layer's backward."""
+    m = lay.mesh
+    one = fab.time_s("all-reduce", lay.model.hidden * 4.0, g)
+    return vec.where(m.sp & (m.tp > 1) & lay.kernels.host_bound, (2.0 * layers + 1.0) * one, 0.0)
+
+
 def _expert_block_s(lay: Layout, fab: Fabric, g: Group, buf: Num) -> Num:
     """Seconds of one MoE block's forward expert-tp collectives over the etp group ``g`` (the
     dispatcher's gather and scatter of ``topk`` copies, in 16 bits; 0 with etp = 1)."""
@@ -93,7 +104,7 @@ def tensor_parallel(lay: Layout, st: Stage, kn: KnobValues, fab: Fabric, c: Comp
     linear_mb = c.layers * _block_s(lay, fab, tp, st.tp_buf) * dense_passes
     moe_mb = c.layers * st.moe_frac * _expert_block_s(lay, fab, etp, st.tp_buf) * moe_passes
     hidden = vec.where(overlapped(lay.kernels.tp_overlap_rule, lay.run.async_tp, m.sp), kn.async_tp_overlap, 0.0)
-    host_mb = host_s(lay, c.layers)
+    host_mb = host_s(lay, c.layers) + norm_grads_s(lay, fab, tp, c.layers)
     linear_mb = linear_mb + host_mb
     exposed_mb = (linear_mb - host_mb) * (1.0 - hidden) + host_mb + moe_mb
     bytes_mb = c.layers * (dense_passes * ring_bytes_per_device("all-reduce", st.tp_buf, m.tp)
