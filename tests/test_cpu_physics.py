@@ -293,3 +293,27 @@ def test_tp_probe_measures_dtensor_host_time(tmp_path):
         assert tp_module_us(get_model("debug"), 1, True, torch.bfloat16) >= 1.0
     finally:
         dist.destroy_process_group()
+
+
+def test_partial_gradients_are_reduced_once_before_the_norm(tmp_path):
+    """A sequence-parallel norm's weight gradient arrives as a partial sum: it is made whole
+    once, in place (the gradient norm and the optimizer then read the same tensor), and a whole
+    one is left alone."""
+    pytest.importorskip("torch")
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Partial, Replicate
+
+    from trainperf.measure.trainer import reduce_partial_grads
+
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+        p = torch.nn.Parameter(DTensor.from_local(torch.ones(4), mesh, [Replicate()]))
+        p.grad = DTensor.from_local(torch.full((4,), 2.0), mesh, [Partial()])
+        assert reduce_partial_grads([p]) == 1
+        assert p.grad.placements == (Replicate(),) and p.grad.to_local().tolist() == [2.0] * 4
+        assert reduce_partial_grads([p]) == 0
+    finally:
+        dist.destroy_process_group()

@@ -191,11 +191,16 @@ NEW_WEIGHT = 0.5
 :func:`merge_collectives`)."""
 
 
-def _mean(old: float | None, new: float | None) -> float | None:
-    """The running mean of a cached figure and a new one (either may be missing)."""
+def _mean(old: float, new: float) -> float:
+    """The running mean of a cached figure and a new one."""
+    return round((1.0 - NEW_WEIGHT) * old + NEW_WEIGHT * new, 5)
+
+
+def _mean_of(old: float | None, new: float | None) -> float | None:
+    """:func:`_mean` of figures either of which may be missing (the other stands)."""
     if old is None or new is None:
         return new if old is None else old
-    return round((1.0 - NEW_WEIGHT) * old + NEW_WEIGHT * new, 5)
+    return _mean(old, new)
 
 
 def merge_kernels(old: MeasuredKernels | None, new: MeasuredKernels) -> MeasuredKernels:
@@ -214,8 +219,8 @@ def merge_kernels(old: MeasuredKernels | None, new: MeasuredKernels) -> Measured
     return MeasuredKernels(elementwise_GB_per_s=_mean(old.elementwise_GB_per_s, new.elementwise_GB_per_s),
                            op_overhead_us=_mean(old.op_overhead_us, new.op_overhead_us), ops_per_layer=new.ops_per_layer,
                            attention=tuple(points.values())[-_MAX_POINTS:],
-                           fsdp_module_us=_mean(old.fsdp_module_us, new.fsdp_module_us),
-                           tp_module_us=_mean(old.tp_module_us, new.tp_module_us))
+                           fsdp_module_us=_mean_of(old.fsdp_module_us, new.fsdp_module_us),
+                           tp_module_us=_mean_of(old.tp_module_us, new.tp_module_us))
 
 
 _DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
@@ -281,8 +286,9 @@ def calibrate_collectives(threads: int, workload, say: Callable[[str], None]) ->
     kernels = dict(cal.kernels)
     if precision in kernels:
         k = kernels[precision]
-        kernels[precision] = dataclasses.replace(k, **{
-            name: _mean(getattr(k, name), us) for name, us in hosts.items()})
+        kernels[precision] = dataclasses.replace(
+            k, fsdp_module_us=_mean_of(k.fsdp_module_us, hosts.get("fsdp_module_us")),
+            tp_module_us=_mean_of(k.tp_module_us, hosts.get("tp_module_us")))
     save_calibration(dataclasses.replace(cal, collectives={**cal.collectives, precision: merged}, kernels=kernels))
 
 

@@ -155,6 +155,22 @@ def _sum_squares(grads: list[torch.Tensor]) -> torch.Tensor:
     return sq
 
 
+def reduce_partial_grads(params: list[torch.nn.Parameter]) -> int:
+    """Make each gradient DTensor that is still a partial sum (a sequence-parallel norm's weight:
+    every tensor-parallel rank summed over its share of the sequence) whole, in place, once;
+    returns how many. Left partial, the gradient norm's computation and then the optimizer would
+    each all-reduce it again, two all-reduces per norm and step where one is needed."""
+    from torch.distributed.tensor import DTensor
+
+    done = 0
+    for p in params:
+        g = p.grad
+        if isinstance(g, DTensor) and any(pl.is_partial() for pl in g.placements):
+            p.grad = g.redistribute(g.device_mesh, p.placements)
+            done += 1
+    return done
+
+
 def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float, extra_group=None,
                    expert_params: list[torch.nn.Parameter] | None = None, ep_group=None) -> float:
     """Total L2 norm of the gradients, then scale them to at most ``max_norm``.
@@ -168,6 +184,7 @@ def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float, extra_grou
     """
     import torch.distributed as dist
 
+    reduce_partial_grads(params)
     experts = {id(p) for p in expert_params or []}
     grads = [p.grad for p in params if p.grad is not None and id(p) not in experts]
     expert_grads = [p.grad for p in expert_params or [] if p.grad is not None]

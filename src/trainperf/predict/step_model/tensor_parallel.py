@@ -72,11 +72,12 @@ def host_s(lay: Layout, layers: Num) -> Num:
 
 
 def norm_grads_s(lay: Layout, fab: Fabric, g: Group, layers: Num) -> Num:
-    """Seconds per micro-batch of the all-reduces of the sequence-parallel norms' weight
-    gradients (each rank holds a partial sum over its share of the sequence; DTensor reduces
-    each norm's on its own in the backward: two per layer and the final norm) where the host
-    computes (a CPU), so that nothing runs beside them; 0 elsewhere, where these few kilobytes
-    go out asynchronously behind the next layer's backward."""
+    """Seconds per step of the all-reduces of the sequence-parallel norms' weight gradients
+    (each rank holds a partial sum over its share of the sequence, accumulated over the
+    micro-batches; DTensor reduces each norm's on its own: two per layer and the final norm,
+    the bench's ``reduce_partial_grads``) where the host computes (a CPU), so that nothing runs
+    beside them; 0 elsewhere, where these few kilobytes go out asynchronously behind the
+    backward."""
     m = lay.mesh
     one = fab.time_s("all-reduce", lay.model.hidden * 4.0, g)
     return vec.where(m.sp & (m.tp > 1) & lay.kernels.host_bound, (2.0 * layers + 1.0) * one, 0.0)
@@ -104,11 +105,12 @@ def tensor_parallel(lay: Layout, st: Stage, kn: KnobValues, fab: Fabric, c: Comp
     linear_mb = c.layers * _block_s(lay, fab, tp, st.tp_buf) * dense_passes
     moe_mb = c.layers * st.moe_frac * _expert_block_s(lay, fab, etp, st.tp_buf) * moe_passes
     hidden = vec.where(overlapped(lay.kernels.tp_overlap_rule, lay.run.async_tp, m.sp), kn.async_tp_overlap, 0.0)
-    host_mb = host_s(lay, c.layers) + norm_grads_s(lay, fab, tp, c.layers)
-    linear_mb = linear_mb + host_mb
-    exposed_mb = (linear_mb - host_mb) * (1.0 - hidden) + host_mb + moe_mb
+    host_mb = host_s(lay, c.layers)
+    exposed_mb = linear_mb * (1.0 - hidden) + host_mb + moe_mb
     bytes_mb = c.layers * (dense_passes * ring_bytes_per_device("all-reduce", st.tp_buf, m.tp)
                            + st.moe_frac * moe_passes * (m.etp > 1)
                            * ring_bytes_per_device("all-reduce", st.tp_buf * lay.model.moe_topk, m.etp))
     M = m.grad_accum
-    return OnCriticalPath(CommCost(M * (linear_mb + moe_mb), M * exposed_mb, M * bytes_mb, tp), exposed_mb)
+    norms = norm_grads_s(lay, fab, tp, c.layers)
+    return OnCriticalPath(CommCost(M * (linear_mb + host_mb + moe_mb) + norms, M * exposed_mb + norms,
+                                   M * bytes_mb, tp), exposed_mb)
