@@ -71,6 +71,22 @@ def host_s(lay: Layout, layers: Num) -> Num:
     return vec.where((m.tp > 1) & lay.kernels.host_bound, modules * lay.kernels.tp_module_s, 0.0)
 
 
+def sequence_copies_s(lay: Layout, kn: KnobValues, region_passes: Num, buf: Num) -> Num:
+    """Seconds per micro-batch of DTensor's copies around the sequence-parallel collectives where
+    the host computes (a CPU): its activations are ``[b, s, h]``, sharded along the sequence
+    (dim 1), so a reduce-scatter first concatenates its input's chunks in rank order and an
+    all-gather of more than one sequence concatenates the gathered chunks along dim 1
+    (``torch.distributed._functional_collectives`` ``reduce_scatter_single`` /
+    ``all_gather_single``, torch 2.13, read): per region and pass the full buffers read and
+    written once, at the elementwise rate. 0 elsewhere (on a GPU they are kernels the fitted
+    stack shares carry; Megatron-Core's ``[s, b, h]`` gathers along dim 0 and copies nothing)."""
+    m = lay.mesh
+    bw = lay.device.hbm_bytes_per_s * lay.kernels.elementwise_fraction * kn.memory_bound_fraction
+    gathered = vec.where(m.micro_batch > 1, 1.0, 0.0)
+    per_pass = 2.0 * buf * 0.5 * (residual_width(lay) + 1.0) * (1.0 + gathered)
+    return vec.where(m.sp & (m.tp > 1) & lay.kernels.host_bound, region_passes * per_pass / bw, 0.0)
+
+
 def norm_grads_s(lay: Layout, fab: Fabric, g: Group, layers: Num) -> Num:
     """Seconds per step of the all-reduces of the sequence-parallel norms' weight gradients
     (each rank holds a partial sum over its share of the sequence, accumulated over the
@@ -95,21 +111,26 @@ def _expert_block_s(lay: Layout, fab: Fabric, g: Group, buf: Num) -> Num:
 def tensor_parallel(lay: Layout, st: Stage, kn: KnobValues, fab: Fabric, c: Compute) -> OnCriticalPath:
     """The step's TP collectives on the slowest rank: forward and backward per region (attention,
     dense MLP, shared experts, routed experts), again where recomputation re-runs the region's
-    input projection."""
+    input projection; and at the model's ends the embedding's output (all-reduced, or
+    reduce-scattered to the sequence shards) and the head's input (gathered from them, or its
+    gradient all-reduced): one region's collectives forward and backward, half on each end
+    stage under pipeline parallelism (Megatron-Core's VocabParallelEmbedding and column-parallel
+    output layer; torchtitan's RowwiseParallel embedding and ColwiseParallel head)."""
     m, rc, r = lay.mesh, st.rc, st.rec_frac
     tp, etp = fab.group(m.tp, 1.0), fab.group(m.etp, 1.0)
     shared_on = st.moe_frac * vec.minimum(lay.model.moe_shared, 1.0)
     dense_passes = (2.0 + r * rc.attn_region + st.dense_frac * (2.0 + r * rc.mlp_region)
                     + shared_on * (2.0 + r * rc.shared_region))
     moe_passes = 2.0 + r * rc.moe_region
-    linear_mb = c.layers * _block_s(lay, fab, tp, st.tp_buf) * dense_passes
+    ends = 2.0 * vec.where(m.pp > 1, 0.5, 1.0)
+    linear_mb = (c.layers * dense_passes + ends) * _block_s(lay, fab, tp, st.tp_buf)
     moe_mb = c.layers * st.moe_frac * _expert_block_s(lay, fab, etp, st.tp_buf) * moe_passes
     hidden = vec.where(overlapped(lay.kernels.tp_overlap_rule, lay.run.async_tp, m.sp), kn.async_tp_overlap, 0.0)
-    host_mb = host_s(lay, c.layers)
+    host_mb = host_s(lay, c.layers) + sequence_copies_s(lay, kn, c.layers * dense_passes + ends, st.tp_buf)
     exposed_mb = linear_mb * (1.0 - hidden) + host_mb + moe_mb
-    bytes_mb = c.layers * (dense_passes * ring_bytes_per_device("all-reduce", st.tp_buf, m.tp)
-                           + st.moe_frac * moe_passes * (m.etp > 1)
-                           * ring_bytes_per_device("all-reduce", st.tp_buf * lay.model.moe_topk, m.etp))
+    bytes_mb = ((c.layers * dense_passes + ends) * ring_bytes_per_device("all-reduce", st.tp_buf, m.tp)
+                + c.layers * st.moe_frac * moe_passes * (m.etp > 1)
+                * ring_bytes_per_device("all-reduce", st.tp_buf * lay.model.moe_topk, m.etp))
     M = m.grad_accum
     norms = norm_grads_s(lay, fab, tp, c.layers)
     return OnCriticalPath(CommCost(M * (linear_mb + host_mb + moe_mb) + norms, M * exposed_mb + norms,
