@@ -6,7 +6,10 @@ reduce-scatter their output (Korthikanti et al. 2022): a ``[b, s/cp, h]`` activa
 same backward, and again per region when recomputation re-runs its input projection. Under fp8
 the gathered inputs are fp8 (torchtitan, Transformer Engine). Nothing else runs while they do,
 so they are exposed in full, less what async TP / TP comm overlap hides behind the GEMMs when the
-stack does it for the plan (the profile's ``async_tp_overlap``).
+stack does it for the plan (the profile's ``async_tp_overlap``). The embedding's output and the
+head's input cost one more region's collectives. Where the host computes (a CPU), DTensor's own
+host time per sharded module, its copies around the sequence-dimension collectives and the
+norms' weight-gradient all-reduces add (measured: :mod:`trainperf.predict.kernels.cpu`).
 
 A MoE block's routed experts are split over the etp group: Megatron-Core's alltoall dispatcher
 all-gathers the tokens it received over that group (topk copies of every token) and
