@@ -337,3 +337,24 @@ def test_dtensor_copies_around_sequence_parallel_collectives_on_a_cpu(measured):
         assert buf == 8 * 256 * 256 * 2
         got = sequence_copies_s(lay, kn, 18.0, buf)
         assert got == pytest.approx(18 * per_pass * buf / 20e9, rel=1e-9)
+
+
+def test_per_layer_figures_are_kept_and_read_by_model_width(tmp_path, monkeypatch):
+    """A wider model's block costs more per operator at a few tokens: the cache keeps each
+    width's figures apart (running mean per width) and the predictor reads the nearest width's,
+    so a run of the 100M model does not move the debug model's prediction."""
+    pytest.importorskip("torch")
+    from trainperf.measure.kernel_calibration import merge_kernels
+
+    narrow = cc.MeasuredKernels(10.0, 10.0, 180.0, widths=(cc.MeasuredWidth(256, 10.0, 10.0, 180.0),))
+    wide = cc.MeasuredKernels(20.0, 40.0, 170.0, widths=(cc.MeasuredWidth(768, 20.0, 40.0, 170.0),))
+    again = cc.MeasuredKernels(10.0, 6.0, 180.0, widths=(cc.MeasuredWidth(256, 10.0, 6.0, 180.0),))
+    got = merge_kernels(merge_kernels(narrow, wide), again)
+    assert got.at_width(256) == (10.0, 8.0, 180.0)
+    assert got.at_width(1024) == (20.0, 40.0, 170.0)
+    assert got.at_width(300) == (10.0, 8.0, 180.0)
+    assert cc.MeasuredKernels(5.0, 7.0, 100.0).at_width(256) == (5.0, 7.0, 100.0)
+    monkeypatch.setenv(cc.CACHE_ENV, str(tmp_path))
+    for threads in {cc.threads_per_process(1), cc.threads_per_process(2)}:
+        cc.save_calibration(_calibration(threads, kernels={"bf16": got}, collectives=GLOO))
+    assert k_cpu.physics(_workload()).op_overhead_us == 8.0  # the debug model is 256 wide

@@ -39,7 +39,12 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from trainperf.specs.cpu_calibration import MeasuredAttention, MeasuredCollective, MeasuredKernels
+from trainperf.specs.cpu_calibration import (
+    MeasuredAttention,
+    MeasuredCollective,
+    MeasuredKernels,
+    MeasuredWidth,
+)
 from trainperf.specs.model import ModelSpec
 
 FLASH_BACKWARD_FACTOR = 2.5
@@ -182,8 +187,9 @@ def measure_kernels(spec: ModelSpec, batch: int, heads: int, seq: int, dtype: to
     points = tuple(attention_point(batch, heads, seq, hd, dtype, c, peak_tflops)
                    for c in ((True,) if causal_only else (True, False)))
     per_op, ops = op_overhead(spec, dtype)
-    return MeasuredKernels(elementwise_GB_per_s=round(elementwise_GB_per_s(spec, batch * seq, dtype), 3),
-                           op_overhead_us=round(per_op, 3), ops_per_layer=ops, attention=points)
+    rate = round(elementwise_GB_per_s(spec, batch * seq, dtype), 3)
+    return MeasuredKernels(elementwise_GB_per_s=rate, op_overhead_us=round(per_op, 3), ops_per_layer=ops,
+                           attention=points, widths=(MeasuredWidth(spec.hidden, rate, round(per_op, 3), ops),))
 
 
 NEW_WEIGHT = 0.5
@@ -207,8 +213,8 @@ def merge_kernels(old: MeasuredKernels | None, new: MeasuredKernels) -> Measured
     """``new`` merged into ``old``: per quantity a running mean in which each new measurement
     weighs :data:`NEW_WEIGHT` (the best of all runs would ratchet: the fastest of many noisy
     measurements drifts above what a run gets, 15% on the default bench here after a few hundred
-    runs), attention lengths pooled (the most recent :data:`_MAX_POINTS`), host times per module
-    from whichever measured them."""
+    runs), attention lengths and model widths pooled (the most recent :data:`_MAX_POINTS` of
+    each), host times per module from whichever measured them."""
     if old is None:
         return new
     points = {(a.seq, a.head_dim, a.causal): a for a in old.attention}
@@ -216,9 +222,15 @@ def merge_kernels(old: MeasuredKernels | None, new: MeasuredKernels) -> Measured
         was = points.pop((a.seq, a.head_dim, a.causal), None)
         points[(a.seq, a.head_dim, a.causal)] = a if was is None else dataclasses.replace(
             a, fwd_fraction=_mean(was.fwd_fraction, a.fwd_fraction), bwd_fraction=_mean(was.bwd_fraction, a.bwd_fraction))
+    widths = {w.hidden: w for w in old.widths}
+    for w in new.widths:
+        prior = widths.pop(w.hidden, None)
+        widths[w.hidden] = w if prior is None else dataclasses.replace(
+            w, elementwise_GB_per_s=_mean(prior.elementwise_GB_per_s, w.elementwise_GB_per_s),
+            op_overhead_us=_mean(prior.op_overhead_us, w.op_overhead_us))
     return MeasuredKernels(elementwise_GB_per_s=_mean(old.elementwise_GB_per_s, new.elementwise_GB_per_s),
                            op_overhead_us=_mean(old.op_overhead_us, new.op_overhead_us), ops_per_layer=new.ops_per_layer,
-                           attention=tuple(points.values())[-_MAX_POINTS:],
+                           attention=tuple(points.values())[-_MAX_POINTS:], widths=tuple(widths.values())[-_MAX_POINTS:],
                            fsdp_module_us=_mean_of(old.fsdp_module_us, new.fsdp_module_us),
                            tp_module_us=_mean_of(old.tp_module_us, new.tp_module_us))
 

@@ -147,6 +147,23 @@ class MeasuredAttention:
 
 
 @dataclass(frozen=True)
+class MeasuredWidth:
+    """The per-layer figures of :class:`MeasuredKernels` measured on a model of one width: the
+    host cost per operator at a few tokens and the elementwise rate both change with it (a
+    block of width 768 at 8 tokens costs 33-40 us per operator here, one of width 256 9 us)."""
+
+    hidden: int
+    elementwise_GB_per_s: float
+    op_overhead_us: float
+    ops_per_layer: float
+
+    def __post_init__(self) -> None:
+        for name, most in (("hidden", 1 << 20), ("elementwise_GB_per_s", 1e5), ("op_overhead_us", 1e6),
+                           ("ops_per_layer", 1e6)):
+            _positive("kernels.widths", name, getattr(self, name), most)
+
+
+@dataclass(frozen=True)
 class MeasuredKernels:
     """What a training step runs besides GEMMs, timed on this CPU in one dtype (the bench
     measures it: :mod:`trainperf.measure.calibrate`)."""
@@ -169,6 +186,9 @@ class MeasuredKernels:
     """Host time FSDP2 adds per sharded module and step (its forward and backward hooks and the
     bookkeeping around its collectives), measured with several processes
     (:func:`trainperf.measure.collective_calibration.fsdp_module_us`); None: not measured."""
+    widths: tuple[MeasuredWidth, ...] = ()
+    """The per-layer figures by model width (the top-level ones: their running mean over every
+    width, for a width never measured)."""
     tp_module_us: float | None = None
     """Host time DTensor tensor parallelism adds per sharded module (a norm or a Linear) and step,
     its collectives' latencies left out, measured with several processes
@@ -183,6 +203,18 @@ class MeasuredKernels:
                 _positive("kernels", name, getattr(self, name), 1e7)
         object.__setattr__(self, "attention", tuple(
             a if isinstance(a, MeasuredAttention) else MeasuredAttention(**a) for a in self.attention))
+        object.__setattr__(self, "widths", tuple(
+            w if isinstance(w, MeasuredWidth) else MeasuredWidth(**w) for w in self.widths))
+
+    def at_width(self, hidden: float) -> tuple[float, float, float]:
+        """(elementwise GB/s, us per operator, operators per layer) measured at the width nearest
+        ``hidden`` (in log2), or the all-width means when none was."""
+        import math
+
+        if not self.widths:
+            return self.elementwise_GB_per_s, self.op_overhead_us, self.ops_per_layer
+        w = min(self.widths, key=lambda w: abs(math.log2(w.hidden) - math.log2(max(hidden, 1.0))))
+        return w.elementwise_GB_per_s, w.op_overhead_us, w.ops_per_layer
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ A GPU's kernel physics comes from published microbenchmarks; a CPU's from the ca
 threads each of its processes gets (:func:`~trainperf.specs.cpu_calibration.threads_per_process`
 of the workload's ``devices_per_node``): SDPA's forward and backward efficiency at the lengths
 runs used (:mod:`trainperf.measure.kernel_calibration`), the eager elementwise rate, the host
-cost per operator with the operators a layer runs, and gloo's latency and bus bandwidth per
+cost per operator with the operators a layer runs (those three measured at the width nearest the
+model's), and gloo's latency and bus bandwidth per
 collective kind between the run's processes (:mod:`trainperf.measure.collective_calibration`).
 
 Differences from a GPU, each from what a CPU is:
@@ -61,11 +62,11 @@ def physics(w: Any) -> CpuPhysics | None:
         return None
     precision = "fp32" if w.precision == "tf32" else w.precision
     return _physics(cc.threads_per_process(int(w.devices_per_node)), precision,
-                    float(w.hardware.intra_node_link_GB_per_s), stamp)
+                    float(w.hardware.intra_node_link_GB_per_s), int(w.model.hidden), stamp)
 
 
 @lru_cache(maxsize=32)
-def _physics(threads: int, precision: str, link_GB_per_s: float, _stamp: int) -> CpuPhysics | None:
+def _physics(threads: int, precision: str, link_GB_per_s: float, hidden: int, _stamp: int) -> CpuPhysics | None:
     """Cached per cache-file version (a bench run that measures more rewrites the file)."""
     cal = cc.load_calibration(threads=threads)
     if cal is None or not (cal.kernels.get(precision) or cal.collectives.get(precision)):
@@ -74,7 +75,8 @@ def _physics(threads: int, precision: str, link_GB_per_s: float, _stamp: int) ->
     source = f"measured by the bench on {cal.cpu_model}, {threads} thread(s) per process ({cal.measured_at[:10]})"
     if k is None:
         return CpuPhysics(None, None, None, None, _link(cal.collectives.get(precision, {}), link_GB_per_s), source)
-    return CpuPhysics(_curves(k.attention), k.elementwise_GB_per_s * 1e9, k.op_overhead_us, k.ops_per_layer / 3.0,
+    rate_GB_per_s, op_us, ops = k.at_width(hidden)
+    return CpuPhysics(_curves(k.attention), rate_GB_per_s * 1e9, op_us, ops / 3.0,
                       _link(cal.collectives.get(precision, {}), link_GB_per_s), source,
                       (k.fsdp_module_us or 0.0) * 1e-6, (k.tp_module_us or 0.0) * 1e-6)
 
