@@ -68,6 +68,8 @@ def host_s(lay: Layout, layers: Num) -> Num:
     (``tp_module_s``, forward and backward) for each layer's Linears (four of attention, two or
     three of the MLP) and, under sequence parallelism, its two norms; the embedding and the head
     once, and the final norm under sequence parallelism. Recomputed forwards are left out."""
+    if not lay.kernels.host_bound:
+        return 0.0
     m = lay.mesh
     per_layer = 4.0 + (3.0 if lay.model.gated else 2.0) + vec.where(m.sp, 2.0, 0.0)
     modules = layers * per_layer + vec.where(m.sp, 3.0, 2.0)
@@ -83,6 +85,8 @@ def sequence_copies_s(lay: Layout, kn: KnobValues, region_passes: Num, buf: Num)
     ``all_gather_single``, torch 2.13, read): per region and pass the full buffers read and
     written once, at the elementwise rate. 0 elsewhere (on a GPU they are kernels the fitted
     stack shares carry; Megatron-Core's ``[s, b, h]`` gathers along dim 0 and copies nothing)."""
+    if not lay.kernels.host_bound:
+        return 0.0
     m = lay.mesh
     bw = lay.device.hbm_bytes_per_s * lay.kernels.elementwise_fraction * kn.memory_bound_fraction
     gathered = vec.where(m.micro_batch > 1, 1.0, 0.0)
@@ -97,6 +101,8 @@ def norm_grads_s(lay: Layout, fab: Fabric, g: Group, layers: Num) -> Num:
     the bench's ``reduce_partial_grads``) where the host computes (a CPU), so that nothing runs
     beside them; 0 elsewhere, where these few kilobytes go out asynchronously behind the
     backward."""
+    if not lay.kernels.host_bound:
+        return 0.0
     m = lay.mesh
     one = fab.time_s("all-reduce", lay.model.hidden * 4.0, g)
     return vec.where(m.sp & (m.tp > 1) & lay.kernels.host_bound, (2.0 * layers + 1.0) * one, 0.0)
