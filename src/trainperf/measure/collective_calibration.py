@@ -27,7 +27,7 @@ from trainperf.specs.model import ModelSpec
 
 SIZES_BYTES = (16 << 10, 512 << 10, 4 << 20)
 """Full-buffer sizes each kind is timed at, from latency-bound to bandwidth-bound
-(:func:`alpha_beta` reads latency and bandwidth from their mean times)."""
+(:func:`alpha_beta` reads latency and bandwidth from their times per call in bursts, :func:`_mean_s`)."""
 _REPEATS = 9
 _BURST = 4
 GRADIENT_KINDS = ("all-reduce", "reduce-scatter")

@@ -73,7 +73,7 @@ def host_s(lay: Layout, layers: Num) -> Num:
     m = lay.mesh
     per_layer = 4.0 + (3.0 if lay.model.gated else 2.0) + vec.where(m.sp, 2.0, 0.0)
     modules = layers * per_layer + vec.where(m.sp, 3.0, 2.0)
-    return vec.where((m.tp > 1) & lay.kernels.host_bound, modules * lay.kernels.tp_module_s, 0.0)
+    return vec.where(m.tp > 1, modules * lay.kernels.tp_module_s, 0.0)
 
 
 def sequence_copies_s(lay: Layout, kn: KnobValues, region_passes: Num, buf: Num) -> Num:
@@ -91,7 +91,7 @@ def sequence_copies_s(lay: Layout, kn: KnobValues, region_passes: Num, buf: Num)
     bw = lay.device.hbm_bytes_per_s * lay.kernels.elementwise_fraction * kn.memory_bound_fraction
     gathered = vec.where(m.micro_batch > 1, 1.0, 0.0)
     per_pass = 2.0 * buf * 0.5 * (residual_width(lay) + 1.0) * (1.0 + gathered)
-    return vec.where(m.sp & (m.tp > 1) & lay.kernels.host_bound, region_passes * per_pass / bw, 0.0)
+    return vec.where(m.sp & (m.tp > 1), region_passes * per_pass / bw, 0.0)
 
 
 def norm_grads_s(lay: Layout, fab: Fabric, g: Group, layers: Num) -> Num:
@@ -105,7 +105,7 @@ def norm_grads_s(lay: Layout, fab: Fabric, g: Group, layers: Num) -> Num:
         return 0.0
     m = lay.mesh
     one = fab.time_s("all-reduce", lay.model.hidden * 4.0, g)
-    return vec.where(m.sp & (m.tp > 1) & lay.kernels.host_bound, (2.0 * layers + 1.0) * one, 0.0)
+    return vec.where(m.sp & (m.tp > 1), (2.0 * layers + 1.0) * one, 0.0)
 
 
 def _expert_block_s(lay: Layout, fab: Fabric, g: Group, buf: Num) -> Num:
@@ -131,7 +131,7 @@ def tensor_parallel(lay: Layout, st: Stage, kn: KnobValues, fab: Fabric, c: Comp
     dense_passes = (2.0 + r * rc.attn_region + st.dense_frac * (2.0 + r * rc.mlp_region)
                     + shared_on * (2.0 + r * rc.shared_region))
     moe_passes = 2.0 + r * rc.moe_region
-    ends = 2.0 * vec.where(m.pp > 1, 0.5, 1.0)
+    ends = vec.where(m.pp > 1, 1.0, 2.0)  # passes of the end regions on the busiest stage
     linear_mb = (c.layers * dense_passes + ends) * _block_s(lay, fab, tp, st.tp_buf)
     moe_mb = c.layers * st.moe_frac * _expert_block_s(lay, fab, etp, st.tp_buf) * moe_passes
     hidden = vec.where(overlapped(lay.kernels.tp_overlap_rule, lay.run.async_tp, m.sp), kn.async_tp_overlap, 0.0)
