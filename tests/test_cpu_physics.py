@@ -350,11 +350,46 @@ def test_per_layer_figures_are_kept_and_read_by_model_width(tmp_path, monkeypatc
     wide = cc.MeasuredKernels(20.0, 40.0, 170.0, widths=(cc.MeasuredWidth(768, 20.0, 40.0, 170.0),))
     again = cc.MeasuredKernels(10.0, 6.0, 180.0, widths=(cc.MeasuredWidth(256, 10.0, 6.0, 180.0),))
     got = merge_kernels(merge_kernels(narrow, wide), again)
-    assert got.at_width(256) == (10.0, 8.0, 180.0)
-    assert got.at_width(1024) == (20.0, 40.0, 170.0)
-    assert got.at_width(300) == (10.0, 8.0, 180.0)
-    assert cc.MeasuredKernels(5.0, 7.0, 100.0).at_width(256) == (5.0, 7.0, 100.0)
+    def figures(w: cc.MeasuredWidth) -> tuple[float, float, float]:
+        return w.elementwise_GB_per_s, w.op_overhead_us, w.ops_per_layer
+
+    assert figures(got.at_width(256)) == (10.0, 8.0, 180.0)
+    assert figures(got.at_width(1024)) == (20.0, 40.0, 170.0)
+    assert figures(got.at_width(300)) == (10.0, 8.0, 180.0)
+    assert figures(cc.MeasuredKernels(5.0, 7.0, 100.0).at_width(256)) == (5.0, 7.0, 100.0)
     monkeypatch.setenv(cc.CACHE_ENV, str(tmp_path))
     for threads in {cc.threads_per_process(1), cc.threads_per_process(2)}:
         cc.save_calibration(_calibration(threads, kernels={"bf16": got}, collectives=GLOO))
     assert k_cpu.physics(_workload()).op_overhead_us == 8.0  # the debug model is 256 wide
+
+
+def test_an_moe_block_s_operators_are_counted_and_priced_on_a_cpu(tmp_path, monkeypatch):
+    """The debug-moe preset's MoE block runs more operators than a dense block (routing,
+    permutation, the experts' grouped GEMMs): counted, and on a CPU every one costs the measured
+    host time, forward and backward, in place of the dense count and the GPU's extra kernels."""
+    pytest.importorskip("torch")
+    import torch
+
+    from trainperf.measure.kernel_calibration import moe_layer_ops
+
+    moe = get_model("debug-moe")
+    counted = moe_layer_ops(moe, torch.bfloat16)
+    assert counted is not None and counted > 256 and moe_layer_ops(get_model("debug"), torch.bfloat16) is None
+    monkeypatch.setenv(cc.CACHE_ENV, str(tmp_path))
+    w = workload_from_dict({"model": {"preset": "debug-moe"}, "hardware": {"device": "cpu", "num_devices": 1,
+                            "peak_tflops": 0.4}, "training": {"seq_len": 256, "global_batch": 8, "micro_batch": 8}})
+    overhead = {}
+    for moe_ops in (None, 600.0):
+        width = cc.MeasuredWidth(moe.hidden, 20.0, 10.0, 180.0, moe_ops_per_layer=moe_ops)
+        kernels = cc.MeasuredKernels(20.0, 10.0, 180.0, KERNELS["attention"], widths=(width,))
+        cc.save_calibration(_calibration(cc.threads_per_process(1), kernels={"bf16": kernels}))
+        overhead[moe_ops] = predict(w).compute_breakdown["kernel overhead"]
+    from trainperf.predict.step_model.compute import moe_launches
+    from trainperf.predict.step_model.layout import layout_of
+    from trainperf.predict.step_model.stage import busiest_stage
+
+    lay = layout_of(w, 1.0)
+    st = busiest_stage(lay)
+    extra, _ = moe_launches(lay, st)  # the GPU's extra kernels per layer forward, replaced by the count
+    per_layer_fwd = st.moe_frac * (600.0 - 180.0) / 3.0 - extra
+    assert overhead[600.0] - overhead[None] == pytest.approx(moe.layers * 3.0 * per_layer_fwd * 10e-6, rel=1e-6)

@@ -166,6 +166,33 @@ def op_overhead(spec: ModelSpec, dtype: torch.dtype) -> tuple[float, float]:
     return seconds * 1e6 / max(count.ops, 1), float(count.ops)
 
 
+def moe_layer_ops(spec: ModelSpec, dtype: torch.dtype) -> float | None:
+    """ATen operators one MoE block of ``spec`` runs forward and backward at :data:`PROBE_TOKENS`
+    tokens, under autocast to ``dtype``, with the bench's MoE options and expert GEMM (routing,
+    permutation, grouped or looped experts, shared experts, auxiliary loss); None for a dense
+    model. Routing makes an MoE block run more operators than a dense one (368 against 256 for
+    the debug-moe preset here, without expert parallelism's exchange), whose host cost a CPU
+    pays in full."""
+    from trainperf.measure.model import TransformerBlock, rope_tables
+    from trainperf.measure.moe import MoEOptions, grouped_mm_runs
+
+    layer = next((i for i in range(spec.layers) if spec.layer_is_moe(i)), None)
+    if layer is None:
+        return None
+    block = TransformerBlock(spec, layer)
+    assert block.moe is not None
+    block.moe.options, block.moe.aux_scale = MoEOptions.for_model(spec), 1.0
+    block.moe.experts.use_grouped = grouped_mm_runs(torch.device("cpu"), dtype)[0]
+    cos, sin = rope_tables(block.attention.head_dim, PROBE_TOKENS)
+    x = torch.randn(1, PROBE_TOKENS, spec.hidden, requires_grad=True)
+    amp = dtype if dtype != torch.float32 else None
+    with _OperatorCount() as count:
+        with torch.autocast("cpu", dtype=amp or torch.float32, enabled=amp is not None):
+            y = block(x, cos, sin)
+        y.float().sum().backward()
+    return float(count.ops)
+
+
 class _OperatorCount(TorchDispatchMode):
     """Counts the ATen operators that reach the kernels (after autograd and composite
     decompositions), forward and backward: ``torch.profiler`` would count the same, but prints
@@ -188,8 +215,9 @@ def measure_kernels(spec: ModelSpec, batch: int, heads: int, seq: int, dtype: to
                    for c in ((True,) if causal_only else (True, False)))
     per_op, ops = op_overhead(spec, dtype)
     rate = round(elementwise_GB_per_s(spec, batch * seq, dtype), 3)
+    width = MeasuredWidth(spec.hidden, rate, round(per_op, 3), ops, moe_ops_per_layer=moe_layer_ops(spec, dtype))
     return MeasuredKernels(elementwise_GB_per_s=rate, op_overhead_us=round(per_op, 3), ops_per_layer=ops,
-                           attention=points, widths=(MeasuredWidth(spec.hidden, rate, round(per_op, 3), ops),))
+                           attention=points, widths=(width,))
 
 
 NEW_WEIGHT = 0.5
@@ -227,7 +255,8 @@ def merge_kernels(old: MeasuredKernels | None, new: MeasuredKernels) -> Measured
         prior = widths.pop(w.hidden, None)
         widths[w.hidden] = w if prior is None else dataclasses.replace(
             w, elementwise_GB_per_s=_mean(prior.elementwise_GB_per_s, w.elementwise_GB_per_s),
-            op_overhead_us=_mean(prior.op_overhead_us, w.op_overhead_us))
+            op_overhead_us=_mean(prior.op_overhead_us, w.op_overhead_us),
+            moe_ops_per_layer=w.moe_ops_per_layer or prior.moe_ops_per_layer)
     return MeasuredKernels(elementwise_GB_per_s=_mean(old.elementwise_GB_per_s, new.elementwise_GB_per_s),
                            op_overhead_us=_mean(old.op_overhead_us, new.op_overhead_us), ops_per_layer=new.ops_per_layer,
                            attention=tuple(points.values())[-_MAX_POINTS:], widths=tuple(widths.values())[-_MAX_POINTS:],

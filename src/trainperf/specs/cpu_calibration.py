@@ -156,11 +156,17 @@ class MeasuredWidth:
     elementwise_GB_per_s: float
     op_overhead_us: float
     ops_per_layer: float
+    moe_ops_per_layer: float | None = None
+    """ATen operators an MoE block of this width runs forward and backward (an MoE model's runs
+    count it: routing and permutation add about half as many again as a dense block runs); None:
+    not counted."""
 
     def __post_init__(self) -> None:
         for name, most in (("hidden", 1 << 20), ("elementwise_GB_per_s", 1e5), ("op_overhead_us", 1e6),
                            ("ops_per_layer", 1e6)):
             _positive("kernels.widths", name, getattr(self, name), most)
+        if self.moe_ops_per_layer is not None:
+            _positive("kernels.widths", "moe_ops_per_layer", self.moe_ops_per_layer, 1e6)
 
 
 @dataclass(frozen=True)
@@ -206,15 +212,14 @@ class MeasuredKernels:
         object.__setattr__(self, "widths", tuple(
             w if isinstance(w, MeasuredWidth) else MeasuredWidth(**w) for w in self.widths))
 
-    def at_width(self, hidden: float) -> tuple[float, float, float]:
-        """(elementwise GB/s, us per operator, operators per layer) measured at the width nearest
-        ``hidden`` (in log2), or the all-width means when none was."""
+    def at_width(self, hidden: float) -> MeasuredWidth:
+        """The figures measured at the width nearest ``hidden`` (in log2), or the all-width means
+        when none was."""
         import math
 
         if not self.widths:
-            return self.elementwise_GB_per_s, self.op_overhead_us, self.ops_per_layer
-        w = min(self.widths, key=lambda w: abs(math.log2(w.hidden) - math.log2(max(hidden, 1.0))))
-        return w.elementwise_GB_per_s, w.op_overhead_us, w.ops_per_layer
+            return MeasuredWidth(int(hidden), self.elementwise_GB_per_s, self.op_overhead_us, self.ops_per_layer)
+        return min(self.widths, key=lambda w: abs(math.log2(w.hidden) - math.log2(max(hidden, 1.0))))
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,8 @@ class CpuPhysics:
     """Host seconds FSDP2 adds per sharded module and step (0: not measured)."""
     tp_module_s: float = 0.0
     """Host seconds DTensor tensor parallelism adds per sharded module and step (0: not measured)."""
+    moe_ops_per_layer_fwd: float = 0.0
+    """Operators an MoE layer runs forward, a third of those forward and backward (0: not counted)."""
 
 
 def physics(w: Any) -> CpuPhysics | None:
@@ -75,10 +77,11 @@ def _physics(threads: int, precision: str, link_GB_per_s: float, hidden: int, _s
     source = f"measured by the bench on {cal.cpu_model}, {threads} thread(s) per process ({cal.measured_at[:10]})"
     if k is None:
         return CpuPhysics(None, None, None, None, _link(cal.collectives.get(precision, {}), link_GB_per_s), source)
-    rate_GB_per_s, op_us, ops = k.at_width(hidden)
-    return CpuPhysics(_curves(k.attention), rate_GB_per_s * 1e9, op_us, ops / 3.0,
+    at = k.at_width(hidden)
+    return CpuPhysics(_curves(k.attention), at.elementwise_GB_per_s * 1e9, at.op_overhead_us, at.ops_per_layer / 3.0,
                       _link(cal.collectives.get(precision, {}), link_GB_per_s), source,
-                      (k.fsdp_module_us or 0.0) * 1e-6, (k.tp_module_us or 0.0) * 1e-6)
+                      (k.fsdp_module_us or 0.0) * 1e-6, (k.tp_module_us or 0.0) * 1e-6,
+                      (at.moe_ops_per_layer or 0.0) / 3.0)
 
 
 def _curves(points: tuple[cc.MeasuredAttention, ...]) -> tuple[tuple[int, ...], tuple[dict[bool, Any], ...]] | None:

@@ -405,6 +405,9 @@ def layer_times(lay: Layout, st: Stage, kn: KnobValues, g: GemmSpeed) -> LayerTi
     k = lay.kernels
     adapter_ops = ADAPTER_KERNELS * len(lay.run.adapters)
     ops = vec.where(k.ops_per_layer_fwd > 0, k.ops_per_layer_fwd, KERNELS_PER_LAYER_FWD)
+    counted = k.moe_ops_per_layer_fwd > 0  # an MoE layer's own count holds its extra kernels
+    ops = vec.where(counted, ops + st.moe_frac * (k.moe_ops_per_layer_fwd - ops), ops)
+    moe_extra = vec.where(counted, 0.0, moe_extra)
     launch = (ops + adapter_ops + attn.extra_kernels + moe_extra) * per_kernel
     if lay.kernels.compiled:  # fewer, fused kernels: the profile says how much of the launch cost stays
         launch = launch * kn.compile_overhead_factor

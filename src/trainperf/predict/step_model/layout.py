@@ -282,6 +282,9 @@ class KernelPhysics:
     ops_per_layer_fwd: Num = 0.0
     """Operators a layer launches forward where measured (a CPU's eager operators); 0: a GPU's
     :data:`~trainperf.predict.step_model.compute.KERNELS_PER_LAYER_FWD`."""
+    moe_ops_per_layer_fwd: Num = 0.0
+    """Operators an MoE layer launches forward where counted (a CPU's, routing included); 0: the
+    dense layer's and :func:`~trainperf.predict.step_model.compute.moe_launches`."""
     autocast_unsharded: bool = False
     """Where the plan leaves nothing for FSDP to wrap, the stack runs 16-bit by ``torch.autocast``
     over fp32 weights, so the residual stream and the norms' outputs are fp32: a block's input
