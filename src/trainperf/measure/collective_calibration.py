@@ -206,7 +206,8 @@ def tp_module_us(spec: ModelSpec, tp: int, sequence_parallel: bool, dtype: torch
     from torch import nn
     from torch.distributed.device_mesh import init_device_mesh
 
-    from trainperf.measure.model import TransformerBlock, rope_tables
+    from trainperf.measure.kernel_calibration import block_step
+    from trainperf.measure.model import TransformerBlock
     from trainperf.measure.parallelize import apply_tp
 
     n = dist.get_world_size()
@@ -216,19 +217,7 @@ def tp_module_us(spec: ModelSpec, tp: int, sequence_parallel: bool, dtype: torch
     sharded = copy.deepcopy(plain)
     apply_tp(sharded, init_device_mesh("cpu", (n // tp, tp), mesh_dim_names=("dp", "tp"))["tp"], sequence_parallel)
     tokens = max(8, tp)
-    cos, sin = rope_tables(plain.layers[0].attention.head_dim, tokens)
-    autocast = dtype != torch.float32
-
-    def step(m: nn.Module, local_tokens: int) -> Callable[[], None]:
-        x = torch.ones(1, local_tokens, spec.hidden)
-
-        def run() -> None:
-            with torch.autocast("cpu", dtype=dtype, enabled=autocast):
-                y = m.layers[0](x, cos, sin)
-            y.float().sum().backward()
-        return run
-
-    run_tp = step(sharded, tokens // tp if sequence_parallel else tokens)
+    run_tp = block_step(sharded.layers[0], spec.hidden, dtype, tokens, tokens // tp if sequence_parallel else tokens)
     run_tp()
     host = []
     for _ in range(_REPEATS):
@@ -237,5 +226,5 @@ def tp_module_us(spec: ModelSpec, tp: int, sequence_parallel: bool, dtype: torch
             t = time.perf_counter()
             run_tp()
             host.append(time.perf_counter() - t - spent[0])
-    extra = statistics.median(host) - _mean_s(step(plain, tokens), None)
+    extra = statistics.median(host) - _mean_s(block_step(plain.layers[0], spec.hidden, dtype, tokens), None)
     return _agreed_us(extra * 1e6 / tp_modules_per_layer(spec.gated_mlp, sequence_parallel))

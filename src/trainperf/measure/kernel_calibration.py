@@ -143,23 +143,32 @@ def elementwise_GB_per_s(spec: ModelSpec, tokens: int, dtype: torch.dtype) -> fl
     return 3.0 * elementwise_bytes(tokens, spec, torch.finfo(dtype).bits // 8) / seconds / 1e9
 
 
-def op_overhead(spec: ModelSpec, dtype: torch.dtype) -> tuple[float, float]:
-    """(host microseconds per operator, top-level operators per layer) of one dense block of
-    ``spec``'s width, forward and backward at :data:`PROBE_TOKENS` tokens, under autocast to
+def block_step(block: torch.nn.Module, hidden: int, dtype: torch.dtype, tokens: int = PROBE_TOKENS,
+               local_tokens: int | None = None) -> Callable[[], None]:
+    """Forward and backward of one bench block (:class:`~trainperf.measure.model.TransformerBlock`,
+    or one made tensor-parallel) on one sequence of ``tokens`` (RoPE tables for them; an input
+    of ``local_tokens`` rows, a sequence-parallel rank's share, when given), under autocast to
     ``dtype`` as the bench runs it (fp32: no autocast)."""
-    from trainperf.measure.model import TransformerBlock, rope_tables
+    from trainperf.measure.model import rope_tables
 
-    dense = dataclasses.replace(spec, moe_experts=0, moe_topk=0, moe_shared_experts=0, moe_dense_layers=0)
-    block = TransformerBlock(dense)
-    cos, sin = rope_tables(block.attention.head_dim, PROBE_TOKENS)
-    x = torch.randn(1, PROBE_TOKENS, spec.hidden, requires_grad=True)
+    cos, sin = rope_tables(block.attention.head_dim, tokens)
+    x = torch.randn(1, local_tokens or tokens, hidden, requires_grad=True)
     amp = dtype if dtype != torch.float32 else None
 
     def step() -> None:
         with torch.autocast("cpu", dtype=amp or torch.float32, enabled=amp is not None):
             y = block(x, cos, sin)
         y.float().sum().backward()
+    return step
 
+
+def op_overhead(spec: ModelSpec, dtype: torch.dtype) -> tuple[float, float]:
+    """(host microseconds per operator, top-level operators per layer) of one dense block of
+    ``spec``'s width, forward and backward at :data:`PROBE_TOKENS` tokens (:func:`block_step`)."""
+    from trainperf.measure.model import TransformerBlock
+
+    dense = dataclasses.replace(spec, moe_experts=0, moe_topk=0, moe_shared_experts=0, moe_dense_layers=0)
+    step = block_step(TransformerBlock(dense), spec.hidden, dtype)
     seconds = _median_s(step, min_time_s=0.1)
     with _OperatorCount() as count:
         step()
@@ -173,7 +182,7 @@ def moe_layer_ops(spec: ModelSpec, dtype: torch.dtype) -> float | None:
     model. Routing makes an MoE block run more operators than a dense one (368 against 256 for
     the debug-moe preset here, without expert parallelism's exchange), whose host cost a CPU
     pays in full."""
-    from trainperf.measure.model import TransformerBlock, rope_tables
+    from trainperf.measure.model import TransformerBlock
     from trainperf.measure.moe import MoEOptions, grouped_mm_runs
 
     layer = next((i for i in range(spec.layers) if spec.layer_is_moe(i)), None)
@@ -183,13 +192,9 @@ def moe_layer_ops(spec: ModelSpec, dtype: torch.dtype) -> float | None:
     assert block.moe is not None
     block.moe.options, block.moe.aux_scale = MoEOptions.for_model(spec), 1.0
     block.moe.experts.use_grouped = grouped_mm_runs(torch.device("cpu"), dtype)[0]
-    cos, sin = rope_tables(block.attention.head_dim, PROBE_TOKENS)
-    x = torch.randn(1, PROBE_TOKENS, spec.hidden, requires_grad=True)
-    amp = dtype if dtype != torch.float32 else None
+    step = block_step(block, spec.hidden, dtype)
     with _OperatorCount() as count:
-        with torch.autocast("cpu", dtype=amp or torch.float32, enabled=amp is not None):
-            y = block(x, cos, sin)
-        y.float().sum().backward()
+        step()
     return float(count.ops)
 
 
@@ -342,9 +347,10 @@ def merge_collectives(old: dict[str, MeasuredCollective], new: dict[str, Measure
     out = dict(old)
     for kind, m in new.items():
         was = old.get(kind)
-        if was is None or was.ranks != m.ranks or was.averaged != m.averaged:
-            out[kind] = m if was is None or m.averaged or was.ranks != m.ranks else was
-        else:
+        if was is None or was.ranks != m.ranks or not was.averaged:
+            out[kind] = m
+        elif m.averaged:
             out[kind] = dataclasses.replace(m, latency_us=_mean(was.latency_us, m.latency_us),
                                             busbw_GB_per_s=_mean(was.busbw_GB_per_s, m.busbw_GB_per_s))
+        # else: a single-call figure never replaces bursts
     return out

@@ -197,7 +197,7 @@ class MeasuredKernels:
     width, for a width never measured)."""
     tp_module_us: float | None = None
     """Host time DTensor tensor parallelism adds per sharded module (a norm or a Linear) and step,
-    its collectives' latencies left out, measured with several processes
+    its waits for the collectives left out, measured with several processes
     (:func:`trainperf.measure.collective_calibration.tp_module_us`); None: not measured."""
 
     def __post_init__(self) -> None:
