@@ -93,7 +93,7 @@ def test_cpu_knobs_are_shares_of_one_with_nothing_overlapped(measured):
 
 def test_operator_overhead_adds_on_a_cpu():
     assert exposed_launch_s(1.0, 0.2, host_bound=True) == 0.2
-    assert exposed_launch_s(1.0, 0.2) == pytest.approx(0.2 * 0.2 / 1.2)
+    assert exposed_launch_s(1.0, 0.2) == pytest.approx((1.0 + 0.2**3) ** (1 / 3) - 1.0)  # a GPU: mostly hidden
 
 
 def test_gloo_all_reduce_is_latency_plus_bytes_over_bus_bandwidth(measured):

@@ -53,3 +53,16 @@ def test_frozen_head_gets_no_gradient():
     (gh,) = torch.autograd.grad(linear_cross_entropy(h, w, y, chunk=3), (h,))
     (ref,) = torch.autograd.grad(F.cross_entropy(h @ w.t(), y), (h,))
     assert torch.allclose(gh, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_chunk_tokens_by_device_budget():
+    from trainperf.measure.loss import chunk_tokens
+
+    # CPU: 32 MiB of fp32 logits; 32 MiB / (4 B x 32,000) = 262 tokens -> 256
+    assert chunk_tokens(32_000, "cpu") == 256
+    # GPU: 1 GiB / (4 B x 128,256) = 2,093 tokens -> 2,048 (a Llama 3 vocabulary: 4 chunks of 8,192 tokens)
+    assert chunk_tokens(128_256, "cuda") == 2048
+    # never below 256, however large the vocabulary
+    assert chunk_tokens(10**7, "cuda") == 256 and chunk_tokens(256_000, "cpu") == 256
+    # a tiny vocabulary: one chunk holds a whole step's tokens
+    assert chunk_tokens(256, "cuda") == 2**30 // 1024 // 256 * 256

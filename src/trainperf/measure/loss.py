@@ -4,7 +4,8 @@
 log-softmax, then (in the backward) a zero-filled gradient of the same size and the
 log-softmax backward: four passes over a tensor that, for a 32k vocabulary and 1024 tokens, is
 131 MB in fp32, far beyond any CPU cache. :func:`linear_cross_entropy` instead walks the tokens
-in chunks: per chunk it computes the logits, their log-sum-exp and the loss, turns the logits
+in chunks (:func:`chunk_tokens`: 32 MiB of fp32 logits per chunk on a CPU, 1 GiB on a GPU): per
+chunk it computes the logits, their log-sum-exp and the loss, turns the logits
 in place into their gradient (softmax minus one-hot) and does the head's two backward matmuls
 right there, keeping only ``dL/dh`` and ``dL/dW`` for the backward (which just scales them).
 
@@ -19,7 +20,24 @@ from __future__ import annotations
 import torch
 
 CHUNK_TOKENS = 256
-"""Tokens per chunk: a (256 x vocab) fp32 block (32 MB at 32k) instead of the whole logits."""
+"""The fewest tokens per chunk, and the step chunk sizes come in."""
+
+CHUNK_BYTES = {"cpu": 32 * 2**20}
+"""The fp32 logits block one chunk may hold, by device type: 32 MiB on a CPU (256 tokens at a 32k
+vocabulary); :data:`DEFAULT_CHUNK_BYTES` elsewhere."""
+
+DEFAULT_CHUNK_BYTES = 2**30
+"""1 GiB on a GPU. Every chunk adds its (vocab x hidden) ``dL/dW`` into the fp32 accumulator, a
+pass over the whole head: at 256 tokens a Llama 3.2 1B step (8,192 tokens, vocab 128,256) made
+32 such passes, ~50 ms of a 226 ms step on an H200 (``benchmarks/gpu_profile.py``, 2026-11-28:
+fp32 adds and casts of the head's size); at 1 GiB it makes 4."""
+
+
+def chunk_tokens(vocab: int, device_type: str) -> int:
+    """Tokens per chunk for ``vocab`` on ``device_type``: the device's logits budget
+    (:data:`CHUNK_BYTES`), rounded down to a multiple of :data:`CHUNK_TOKENS`, at least that."""
+    budget = CHUNK_BYTES.get(device_type, DEFAULT_CHUNK_BYTES)
+    return max(CHUNK_TOKENS, budget // (4 * max(1, vocab)) // CHUNK_TOKENS * CHUNK_TOKENS)
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
@@ -65,13 +83,16 @@ class _LinearCrossEntropy(torch.autograd.Function):
 
 
 def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, *,
-                         compute_dtype: torch.dtype | None = None, chunk: int = CHUNK_TOKENS) -> torch.Tensor:
+                         compute_dtype: torch.dtype | None = None, chunk: int | None = None) -> torch.Tensor:
     """Mean cross-entropy of ``h @ weight.T`` against ``targets``, computed chunk by chunk.
 
     ``h``: (..., hidden) final hidden states (after the last norm); ``weight``: the LM head
     (vocab x hidden); ``targets``: (...) token ids. Matmuls run in ``compute_dtype`` (the
     autocast dtype; default ``h``'s), the softmax and the loss in fp32, ``dL/dweight`` is
-    accumulated in fp32. Equal to ``F.cross_entropy((h @ weight.T).float().flatten(0, -2),
+    accumulated in fp32. ``chunk``: tokens per chunk (default :func:`chunk_tokens` for the
+    head's vocabulary and device). Equal to ``F.cross_entropy((h @ weight.T).float().flatten(0, -2),
     targets.flatten())`` up to rounding (a test checks loss and gradients).
     """
+    if chunk is None:
+        chunk = chunk_tokens(weight.shape[0], weight.device.type)
     return _LinearCrossEntropy.apply(h.reshape(-1, h.shape[-1]), weight, targets.reshape(-1), compute_dtype, chunk)

@@ -25,6 +25,13 @@ predicted from that silicon's kernels. The facts::
     autocast_unsharded = false             # with no data or context parallelism (nothing for FSDP
                                            # to wrap), 16-bit runs by torch.autocast over fp32
                                            # weights (fp32 residual stream and norm outputs)
+    kernels_per_layer = 33.4               # GPU kernels one layer launches forward (measured);
+                                           # absent: the step model's eager count (14)
+    moe_kernels_per_layer = 103.7          # the same for an MoE layer, routing included
+    kernels_per_step = 48.0                # GPU kernels per step outside the layers and the head
+                                           # (embedding, clipping, optimizer); absent: 20
+    host_us_per_kernel = 34.0              # host microseconds per kernel launched on a GPU
+                                           # (measured); absent: the profile's fitted op_overhead_us
     [kernels.sources]
     attention = "..."
 
@@ -54,13 +61,15 @@ CONTEXT_PARALLEL = ("ring-p2p", "ring-allgather", "ring-alltoall", "allgather", 
 (:data:`trainperf.predict.step_model.context_parallel.FLAVOURS` says what each one costs)."""
 KEYS = ("attention", "attention_by_silicon", "elementwise", "compiled", "fp8_recipe", "tp_overlap",
         "gpu_memory_fraction", "grouped_gemm", "context_parallel", "context_parallel_load_balance",
-        "moe_dispatcher", "moe_host_sync", "autocast_unsharded", "sources")
+        "moe_dispatcher", "moe_host_sync", "autocast_unsharded", "kernels_per_layer", "moe_kernels_per_layer",
+        "kernels_per_step", "host_us_per_kernel", "sources")
 
 BUILTIN: dict[str, Any] = {
     "attention": "fa2", "attention_by_silicon": {}, "elementwise": "eager", "compiled": False,
     "fp8_recipe": "tensorwise", "tp_overlap": "async-tp", "gpu_memory_fraction": 1.0,
     "grouped_gemm": "other", "context_parallel": "ring-p2p", "context_parallel_load_balance": True,
     "moe_dispatcher": "nccl", "moe_host_sync": True, "autocast_unsharded": False,
+    "kernels_per_layer": 0.0, "moe_kernels_per_layer": 0.0, "kernels_per_step": 0.0, "host_us_per_kernel": 0.0,
 }
 """What a stack with no facts at all is taken to run: PyTorch eager with FlashAttention-2, and
 context parallelism as a load-balanced ring of point-to-point K/V transfers (Liu et al. 2023's
@@ -109,6 +118,22 @@ class StackKernels:
     reduce-scatters) and the pipeline's sends move 4 bytes per element (trainperf's own bench);
     False where the 16-bit activations come from 16-bit parameters (FSDP's mixed-precision
     policy, Megatron-Core's bf16 modules)."""
+    kernels_per_layer: float = 0.0
+    """Kernels one transformer layer launches forward on a GPU, counted on the stack's own runs
+    (its backward launches twice as many); 0: not counted, the step model's
+    :data:`~trainperf.predict.step_model.compute.KERNELS_PER_LAYER_FWD`."""
+    moe_kernels_per_layer: float = 0.0
+    """The same for an MoE layer (router, token sort and permutation, grouped GEMMs, shared expert);
+    0: the dense layer's count and the step model's extra expert kernels."""
+    kernels_per_step: float = 0.0
+    """Kernels a step launches on a GPU outside the layers and the LM head (embedding, gradient
+    clipping, the optimizer, zeroing the gradients); 0: the step model's
+    :data:`~trainperf.predict.step_model.optimizer.OPTIMIZER_KERNELS`."""
+    host_us_per_kernel: float = 0.0
+    """Host microseconds per kernel launched on a GPU, measured on the stack's own runs (Python,
+    autograd and the dispatcher, not only the CUDA launch): what a step whose kernels are shorter
+    than their launch takes per kernel; 0: the profile's fitted ``op_overhead_us``. A CPU's own
+    operator cost comes from its calibration (:mod:`trainperf.predict.kernels.cpu`), not from here."""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def elementwise_impl(self, compile_flag: bool) -> str:
@@ -130,6 +155,10 @@ def validate_table(body: Mapping[str, Any], where: str) -> dict[str, Any]:
             stacks.check_flag(at, v)
         elif k == "gpu_memory_fraction":
             stacks.check_number(at, v, 1.0)
+        elif k in ("kernels_per_layer", "moe_kernels_per_layer", "kernels_per_step"):
+            stacks.check_number(at, v, 10_000.0, " of kernels")
+        elif k == "host_us_per_kernel":
+            stacks.check_number(at, v, 10_000.0, " of microseconds")
         elif k == "attention_by_silicon" and not isinstance(v, Mapping):
             raise SpecError(at, v, "a table of silicon = family")
     for sil, fam in body.get("attention_by_silicon", {}).items():
@@ -166,7 +195,11 @@ def resolve(profile: Any, silicon: str, generic: Any = None) -> StackKernels:
                         grouped_gemm=str(facts["grouped_gemm"]), context_parallel=str(facts["context_parallel"]),
                         context_parallel_load_balance=bool(facts["context_parallel_load_balance"]),
                         moe_dispatcher=str(facts["moe_dispatcher"]), moe_host_sync=bool(facts["moe_host_sync"]),
-                        autocast_unsharded=bool(facts["autocast_unsharded"]), sources=sources)
+                        autocast_unsharded=bool(facts["autocast_unsharded"]),
+                        kernels_per_layer=float(facts["kernels_per_layer"]),
+                        moe_kernels_per_layer=float(facts["moe_kernels_per_layer"]),
+                        kernels_per_step=float(facts["kernels_per_step"]),
+                        host_us_per_kernel=float(facts["host_us_per_kernel"]), sources=sources)
 
 
 @lru_cache(maxsize=256)

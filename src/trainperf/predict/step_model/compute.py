@@ -133,14 +133,28 @@ def memory_time_s(nbytes: Num, hbm_bytes_per_s: Num, efficiency: Num) -> Num:
     return nbytes / (hbm_bytes_per_s * efficiency)
 
 
+SMOOTH_MAX_P = 3.0
+"""The exponent of the smooth maximum of device and launch time (:func:`exposed_launch_s`): at
+equal times the step takes 2^(1/3) = 1.26 of either. The host queues kernels ahead of the device,
+so a step takes about the longer of the two; the smoothing stands for the stretches where one
+or the other leads. The earlier form, ``launch^2 / (device + launch)`` (1.5 at equal times),
+over-predicted the bench's partly launch-bound GPU runs (an 85M model at 8,192 tokens on an H200:
++20%, now +6%; Llama 3.2 1B eager +4.4%, now -1.4%; 2026-11-28) and left the fit on the published
+tables as it was (group-out MAPE 7.26% -> 7.27%)."""
+
+
 def exposed_launch_s(device_s: Num, launch_s: Num, host_bound: bool = False) -> Num:
     """Launch time left exposed beside ``device_s`` of kernels that take ``launch_s`` to launch:
-    ``launch^2 / (device + launch)``, the smooth form of ``max(device, launch) - device``; all of
-    it where the host is the device (``host_bound``, a CPU: dispatch and compute share the cores)."""
+    ``(device^p + launch^p)^(1/p) - device`` (p = :data:`SMOOTH_MAX_P`), the smooth form of
+    ``max(device, launch) - device``; all of it where the host is the device (``host_bound``, a
+    CPU: dispatch and compute share the cores)."""
     if host_bound:
         return launch_s
-    total = device_s + launch_s
-    return vec.where(total > 0, launch_s * launch_s / vec.where(total > 0, total, 1.0), 0.0)
+    both = vec.maximum(device_s, launch_s)
+    safe = vec.where(both > 0, both, 1.0)
+    ratio_d, ratio_l = device_s / safe, launch_s / safe
+    return vec.where(both > 0, safe * (ratio_d ** SMOOTH_MAX_P + ratio_l ** SMOOTH_MAX_P) ** (1.0 / SMOOTH_MAX_P)
+                     - device_s, 0.0)
 
 
 # ------------------------------------------------------------------------------ GEMMs
@@ -370,7 +384,7 @@ def moe_launches(lay: Layout, st: Stage) -> tuple[Num, Num]:
     The routing kernels (router softmax and top-k, permutation, sorts, unpermute: about 15 a block
     in Megatron-Core) are not counted: they run between the block's GEMMs, where a host running
     ahead hides them, and :func:`exposed_launch_s` charges launch time smoothly even then
-    (``launch^2 / (device + launch)``). Counted, they charged Grok-1's large layers launch time
+    (a smooth maximum of device and launch time). Counted, they charged Grok-1's large layers launch time
     and let the fitted per-kernel cost absorb an unrelated bias of its fp8 tables (5.7 -> 8.7 us,
     and 0.4 points more held-out error on the dense tables); their bytes are priced
     (:func:`router_bytes`, :func:`moe_routing_bytes`)."""
@@ -383,6 +397,14 @@ def moe_launches(lay: Layout, st: Stage) -> tuple[Num, Num]:
     extra = experts + shared - (float(len(ms.mlp_mats)) + 1.0)
     sync = MOE_HOST_SYNC_LAUNCHES if k.moe_host_sync else 0.0
     return st.moe_frac * extra, st.moe_frac * sync * (lay.mesh.ep > 1)
+
+
+def host_s_per_kernel(lay: Layout, kn: KnobValues) -> Num:
+    """Host seconds per kernel launched: the stack's measured figure on a GPU host where its profile
+    states one (``[kernels] host_us_per_kernel``), else the fitted ``op_overhead_us`` knob (on a
+    CPU, the calibration's measured operator cost)."""
+    measured = lay.kernels.host_us_per_kernel
+    return vec.where(measured > 0, measured, kn.op_overhead_us) * 1e-6
 
 
 def layer_times(lay: Layout, st: Stage, kn: KnobValues, g: GemmSpeed) -> LayerTimes:
@@ -400,7 +422,7 @@ def layer_times(lay: Layout, st: Stage, kn: KnobValues, g: GemmSpeed) -> LayerTi
     attn_fwd, attn_bwd = attn.fwd, attn.bwd
     mem_fwd, mem_rec, route_fwd, route_rec = memory_bound(lay, st, kn)
     rc, train = st.rc, lay.run.trainable_fraction
-    per_kernel = kn.op_overhead_us * 1e-6
+    per_kernel = host_s_per_kernel(lay, kn)
     moe_extra, sync = moe_launches(lay, st)
     k = lay.kernels
     adapter_ops = ADAPTER_KERNELS * len(lay.run.adapters)
@@ -443,7 +465,7 @@ def head_times(lay: Layout, st: Stage, kn: KnobValues, g: GemmSpeed) -> HeadTime
                          eff, g.half_dim, d.hbm_bytes_per_s, vec.where(head_16, lay.run.act_bytes, g.elem_bytes))
     loss = memory_time_s(st.m_tok * ms.vocab / lay.mesh.tp * LOSS_BYTES_PER_LOGIT, d.hbm_bytes_per_s,
                          lay.kernels.elementwise_fraction * kn.memory_bound_fraction)
-    launch = 3 * kn.op_overhead_us * 1e-6
+    launch = 3 * host_s_per_kernel(lay, kn)
     fwd = gemm + 0.5 * loss
     bwd = (1.0 + train) * gemm + 0.5 * loss
     hb = lay.kernels.host_bound

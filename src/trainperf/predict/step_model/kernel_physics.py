@@ -87,6 +87,11 @@ def _kernels(hw: Any, precision: str, stack: str, _mtime: float, compile_flag: b
         fp8_gemm_input_bytes=stack_capabilities.fp8_gemm_input_bytes(stack, precision),
         cp_flavour=context_parallel.flavour(sk.context_parallel, sk.context_parallel_load_balance),
         autocast_unsharded=sk.autocast_unsharded,
+        # counted on a GPU's runs of the stack: a CPU's calibration counts and prices its own
+        ops_per_layer_fwd=sk.kernels_per_layer if hw.kind == "gpu" else 0.0,
+        moe_ops_per_layer_fwd=sk.moe_kernels_per_layer if hw.kind == "gpu" else 0.0,
+        step_kernels=sk.kernels_per_step if hw.kind == "gpu" else 0.0,
+        host_us_per_kernel=sk.host_us_per_kernel if hw.kind == "gpu" else 0.0,
         **software_fields(norm, mlp, sil, stack, precision, compile_flag, fp8_recipe, moe_dispatcher))
 
 

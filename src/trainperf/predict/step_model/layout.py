@@ -280,10 +280,20 @@ class KernelPhysics:
     """Host seconds DTensor tensor parallelism adds per sharded module (a norm or a Linear) and
     step where the host computes (a CPU's, measured)."""
     ops_per_layer_fwd: Num = 0.0
-    """Operators a layer launches forward where measured (a CPU's eager operators); 0: a GPU's
+    """Operators a layer launches forward where measured (a CPU's eager operators, or the GPU
+    kernels the stack's profile counted: its ``[kernels] kernels_per_layer``); 0:
     :data:`~trainperf.predict.step_model.compute.KERNELS_PER_LAYER_FWD`."""
+    step_kernels: Num = 0.0
+    """Kernels a step launches outside the layers and the head where the stack's profile counted
+    them on a GPU (``[kernels] kernels_per_step``); 0:
+    :data:`~trainperf.predict.step_model.optimizer.OPTIMIZER_KERNELS`."""
+    host_us_per_kernel: Num = 0.0
+    """Host microseconds per kernel launched where the stack's profile measured it on a GPU host
+    (``[kernels] host_us_per_kernel``); 0: the fitted ``op_overhead_us`` knob (a CPU's measured
+    operator cost reaches that knob instead)."""
     moe_ops_per_layer_fwd: Num = 0.0
-    """Operators an MoE layer launches forward where counted (a CPU's, routing included); 0: the
+    """Operators an MoE layer launches forward where counted (a CPU's, routing included, or the
+    GPU kernels of the stack's ``[kernels] moe_kernels_per_layer``); 0: the
     dense layer's and :func:`~trainperf.predict.step_model.compute.moe_launches`."""
     autocast_unsharded: bool = False
     """Where the plan leaves nothing for FSDP to wrap, the stack runs 16-bit by ``torch.autocast``

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from trainperf import vec
 from trainperf.predict.efficiency import KnobValues
-from trainperf.predict.step_model.compute import memory_time_s
+from trainperf.predict.step_model.compute import host_s_per_kernel, memory_time_s
 from trainperf.predict.step_model.layout import Layout, Num
 from trainperf.predict.step_model.stage import Stage
 
@@ -18,9 +19,11 @@ OPTIMIZER_KERNELS = 20.0
 def optimizer_s(lay: Layout, st: Stage, kn: KnobValues) -> Num:
     """Seconds of the optimizer step: :data:`OPTIMIZER_BYTES_PER_PARAM` per local trainable
     parameter (sharded as the optimizer states are) at the silicon's STREAM-like bandwidth times
-    the stack's memory-bound share, plus the launches. Left out: gradient clipping's all-reduce
+    the stack's memory-bound share, plus the launches (:data:`OPTIMIZER_KERNELS`, or the step's
+    kernels outside the layers where the stack counted them, at :func:`host_s_per_kernel`). Left out: gradient clipping's all-reduce
     of the norm (one scalar)."""
     local = st.sharded(st.p_stage, lay.mesh.shards_optimizer) * lay.run.trainable_fraction
     eff = lay.kernels.hbm_fraction * kn.memory_bound_fraction
     return (memory_time_s(local * OPTIMIZER_BYTES_PER_PARAM, lay.device.hbm_bytes_per_s, eff)
-            + OPTIMIZER_KERNELS * (kn.op_overhead_us * 1e-6))
+            + vec.where(lay.kernels.step_kernels > 0, lay.kernels.step_kernels, OPTIMIZER_KERNELS)
+            * host_s_per_kernel(lay, kn))
