@@ -85,3 +85,37 @@ def test_long_context_reads_the_published_table():
     assert r["attention_share_pct"] > 70  # attention-dominated at 256k
     mape, signed, n = mod.summary(list(rs.values()), 65536)
     assert n == 8 and mape >= abs(signed)
+
+
+def test_gpu_profile_sorts_kernels_by_kind_and_unions_busy_time():
+    mod = _load("gpu_profile")
+    assert mod.kind_of("nvjet_sm90_tst_128x256_64x4_2x1_v_bz_coopA_NTN") == "gemm"
+    assert mod.kind_of("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16") == "attention"
+    assert mod.kind_of("void at::native::multi_tensor_apply_kernel<FusedOptimizerTensorListMetadata>") == "optimizer"
+    assert mod.kind_of("ncclDevKernel_AllReduce_Sum_bf16_RING_LL") == "communication"
+    assert mod.kind_of("void at::native::unrolled_elementwise_kernel<direct_copy_kernel_cuda>") == "copy"
+    assert mod.kind_of("triton_poi_fused_add_mul_0") == "compiled"
+    assert mod.kind_of("void at::native::vectorized_elementwise_kernel<4, CUDAFunctor_add<float>>") == "elementwise"
+    # [0, 10) and [5, 12) overlap: 12 us busy; [20, 21) adds 1; a nested [2, 3) adds nothing
+    assert mod.busy_us([(5, 12), (0, 10), (20, 21), (2, 3)]) == 13
+
+
+@pytest.mark.torch
+def test_gpu_profile_runs_a_bench_step_on_a_cpu(tmp_path, capsys):
+    pytest.importorskip("torch")
+    from trainperf.specs.hardware import get_hardware
+    from trainperf.specs.presets import get_model
+    from trainperf.specs.workload import Workload
+    from trainperf.specs.workload_file import dump_workload_toml
+
+    w = Workload(model=get_model("debug"), hardware=get_hardware("cpu"), num_devices=1, seq_len=32,
+                 global_batch=2, micro_batch=2, precision="fp32")
+    path = tmp_path / "workload.toml"
+    path.write_text(dump_workload_toml(w))
+    mod = _load("gpu_profile")
+    assert mod.main([str(path), "--steps", "1", "--warmup", "1", "--layers", "1", "--json", str(tmp_path / "p.json")]) == 0
+    import json
+
+    out = json.loads((tmp_path / "p.json").read_text())
+    assert out["device"] == "cpu" and out["kernels_per_step"] > 10 and out["wall_ms_per_step"] > 0
+    assert out["prediction"]["step_time_s"] > 0 and sum(out["kernel_ms_per_step"].values()) > 0
