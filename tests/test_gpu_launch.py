@@ -77,3 +77,52 @@ def test_a_bad_launch_fact_is_a_one_line_error():
         with pytest.raises(TrainperfError) as e:
             stack_kernels.resolve(dataclasses.replace(prof, kernels={**prof.kernels, key: bad}), "hopper")
         assert key in str(e.value) and "\n" not in str(e.value)
+
+
+# ------------------------------------------------------------------ the bench's memory on one device
+def _gib(w: Workload, part: str) -> float:
+    return predict(w).memory_breakdown_GiB[part]
+
+
+def _one_b(**kw) -> Workload:
+    return Workload(model=get_model("llama3.2-1b"), hardware=H200, num_devices=1, seq_len=4096, global_batch=2,
+                    micro_batch=2, precision="bf16", stack=BENCH_STACK, **kw)
+
+
+def test_the_fused_loss_holds_a_chunk_not_the_logits():
+    """Llama 3.2 1B, 8,192 tokens, vocab 128,256, hidden 2,048 on one GPU: a chunk of 1 GiB of fp32
+    logits is 2,048 tokens (2,093 rounded down to 256s); live: the chunk at 8 bytes per logit
+    (2,048 x 128,256 x 8 = 2.10 GB), the head's bf16 copy and fp32 gradient (262.7M x 6 = 1.58 GB),
+    the hidden states' fp32 gradient (8,192 x 2,048 x 4 = 67 MB)."""
+    from trainperf.predict.stack_capabilities import fused_loss_chunk_bytes
+
+    assert fused_loss_chunk_bytes(BENCH_STACK, "gpu") == 2**30 and fused_loss_chunk_bytes(BENCH_STACK, "cpu") == 2**25
+    assert fused_loss_chunk_bytes("torchtitan", "gpu") == 0.0
+    vocab, hidden, tokens = 128_256, 2048, 8192
+    expected = 2048 * vocab * 8 + vocab * hidden * 6 + tokens * hidden * 4
+    assert _gib(_one_b(), 'logits') == pytest.approx(expected / 2**30)
+    # the whole logits (10 bytes each) where the head is sharded: FSDP over 8 GPUs
+    from trainperf.specs.parallel import ParallelPlan
+
+    sharded = Workload(model=get_model("llama3.2-1b"), hardware=H200, num_devices=8, seq_len=4096, global_batch=16,
+                       micro_batch=2, precision="bf16", stack=BENCH_STACK, plan=ParallelPlan(fsdp=8))
+    assert _gib(sharded, 'logits') == pytest.approx(tokens * vocab * 10.0 / 2**30)
+
+
+def test_autocast_keeps_each_layers_16_bit_weight_copy_unless_compiled_or_recomputed():
+    """16 layers x 60.8M parameters x 2 bytes = 1.95 GB more activations in an eager autocast run;
+    none compiled (casts recomputed) or with every layer fully checkpointed."""
+    eager, compiled = _gib(_one_b(), "activations"), _gib(_one_b(compile=True), "activations")
+    per_layer = 2048 * (2048 + 512 + 512 + 2048) + 3 * 2048 * 8192 + 2 * 2048  # the norms' weights counted too
+    assert eager - compiled == pytest.approx(16 * per_layer * 2 / 2**30, rel=1e-6)
+    full = _one_b(activation_checkpointing="full")
+    assert _gib(full, "activations") == pytest.approx(_gib(dataclasses.replace(full, stack="generic"), "activations"))
+
+
+def test_a_bad_fused_loss_fact_is_a_one_line_error():
+    from trainperf.predict.stack_capabilities import capabilities_from_table
+
+    for bad in ({"gpu": -1}, {"phone": 1024}, 1024, {}):
+        with pytest.raises(TrainperfError) as e:
+            capabilities_from_table("x", {"fused_loss_chunk_bytes": bad, "sources": {"fused_loss_chunk_bytes": "s"}})
+        assert "fused_loss_chunk_bytes" in str(e.value) and "\n" not in str(e.value)

@@ -100,6 +100,12 @@ def ceil(a: Any) -> Any:
     return (_np or _numpy()).ceil(a)
 
 
+def floor(a: Any) -> Any:
+    if type(a) in _PY_NUMBERS or is_number(a):
+        return float(math.floor(a))
+    return (_np or _numpy()).floor(a)
+
+
 def equals(a: Any, value: Any) -> Any:
     """Elementwise ``a == value`` (a scalar bool for a scalar ``a``)."""
     if isinstance(a, str) or type(a) in _PY_NUMBERS or is_number(a):

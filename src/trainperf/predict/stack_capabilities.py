@@ -24,6 +24,9 @@ stack can execute and how it lays out memory::
     cp_shards_states = true                                # FSDP over the cp ranks even when the
                                                            # plan shards nothing else (torchtitan)
     moe_dispatchers = ["nccl", "deepep"]                   # MoE token dispatch kernels it can run
+    fused_loss_chunk_bytes = {gpu = 1073741824}            # alone on one device, the LM head and
+                                                           # loss fused, chunked to this many bytes
+                                                           # of fp32 logits (by device kind)
     [capabilities.sources]
     parallelisms = "Megatron-LM arguments.py ..."
 
@@ -60,11 +63,12 @@ KEYS: tuple[str, ...] = ("parallelisms", "hybrid_shard", "zero_stages", "pipelin
                          "pipeline_schedules", "max_vpp",
                          "pipeline_slots", "uneven_stages", "checkpointing", "loss_bytes_per_logit",
                          "compiled_loss_bytes_per_logit", "fp8_gemm_input_bytes", "fsdp_grad_unit", "expert_tp",
-                         "cp_shards_states", "moe_dispatchers")
+                         "cp_shards_states", "moe_dispatchers", "fused_loss_chunk_bytes")
 GRAD_UNITS: tuple[str, ...] = ("layer", "tensor")
 EXPERT_TP: tuple[str, ...] = ("tp", "1")
 MOE_DISPATCHERS: tuple[str, ...] = ("nccl", "deepep", "hybrid-ep", "mori")
 """Token dispatch kernel families (:data:`trainperf.predict.kernels.expert_dispatch.FAMILIES`)."""
+DEVICE_KINDS: tuple[str, ...] = ("gpu", "cpu", "tpu")
 DEFAULT_LOSS_BYTES_PER_LOGIT = 6.0
 """bf16 logits plus the fp32 copy the loss upcasts to (PyTorch autocast runs cross-entropy in fp32)."""
 
@@ -108,6 +112,11 @@ class Capabilities:
     the cp ranks."""
     moe_dispatchers: tuple[str, ...] = MOE_DISPATCHERS
     """MoE token dispatch kernels the stack can run (``training.moe_dispatcher``)."""
+    fused_loss_chunk_bytes: tuple[tuple[str, float], ...] = ()
+    """(device kind, bytes) pairs: device kind (``gpu``, ``cpu``, ``tpu``) -> bytes of fp32 logits one chunk holds where the
+    stack, on one device with nothing sharded, fuses the LM head into a chunked cross-entropy
+    (Liger-Kernel's fused linear cross-entropy; trainperf's bench); no entry: the whole logits at
+    the loss (``loss_bytes_per_logit``). :func:`fused_loss_bytes` prices what is live."""
     introduced: tuple[tuple[str, str, tuple[tuple[str, tuple[int, ...]], ...]], ...] = ()
     """``(key, value, ((product, release), ...))``: a value of a list-valued key the stack gained
     in a later release (``[capabilities.introduced]``, e.g. ``"expert_tp=1" = ["Megatron-Core
@@ -277,6 +286,13 @@ def _value(stack: str, key: str, v: Any) -> Any:
         return v
     if key in _MAX_BYTES:
         return stacks.check_number(where, v, _MAX_BYTES[key], " of bytes")
+    if key == "fused_loss_chunk_bytes":
+        if not isinstance(v, Mapping) or not v:
+            raise SpecError(where, v, "a table of device kind = bytes, e.g. {gpu = 1073741824}")
+        for kind, b in v.items():
+            stacks.check_choice(f"{where}.{kind}", kind, DEVICE_KINDS)
+            stacks.check_number(f"{where}.{kind}", b, 2.0**40, " of bytes")
+        return tuple((str(k), float(b)) for k, b in v.items())
     if key in ("sequence_parallel", "fsdp_grad_unit"):
         return stacks.check_choice(where, v, SP_MODES if key == "sequence_parallel" else GRAD_UNITS)
     return stacks.check_flag(where, v)  # pipeline_slots, uneven_stages, hybrid_shard, cp_shards_states
@@ -330,6 +346,16 @@ def loss_bytes_per_logit(stack: Any, compiled: bool = False) -> float:
     if compiled and caps.compiled_loss_bytes_per_logit:
         return caps.compiled_loss_bytes_per_logit
     return caps.loss_bytes_per_logit
+
+
+def fused_loss_chunk_bytes(stack: Any, device_kind: str) -> float:
+    """Bytes of fp32 logits one chunk of ``stack``'s fused head-and-loss holds on a ``device_kind``
+    device alone (:attr:`Capabilities.fused_loss_chunk_bytes`); 0 where it does not fuse (or the
+    stack cannot be read: predict reports its own error)."""
+    try:
+        return float(dict(capabilities_of(stack).fused_loss_chunk_bytes).get(device_kind, 0.0))
+    except TrainperfError:
+        return 0.0
 
 
 def fp8_gemm_input_bytes(stack: Any, precision: str) -> float | None:

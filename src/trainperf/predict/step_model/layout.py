@@ -283,6 +283,9 @@ class KernelPhysics:
     """Operators a layer launches forward where measured (a CPU's eager operators, or the GPU
     kernels the stack's profile counted: its ``[kernels] kernels_per_layer``); 0:
     :data:`~trainperf.predict.step_model.compute.KERNELS_PER_LAYER_FWD`."""
+    fused_loss_chunk_bytes: Num = 0.0
+    """Bytes of fp32 logits one chunk holds where the stack fuses the LM head into a chunked loss
+    on a device alone (its ``[capabilities] fused_loss_chunk_bytes``); 0: it does not."""
     step_kernels: Num = 0.0
     """Kernels a step launches outside the layers and the head where the stack's profile counted
     them on a GPU (``[kernels] kernels_per_step``); 0:

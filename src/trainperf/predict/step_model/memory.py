@@ -33,7 +33,7 @@ from trainperf.accounting import recompute
 from trainperf.predict.efficiency import KnobValues
 from trainperf.predict.step_model.context_parallel import ring_buffer_bytes
 from trainperf.predict.step_model.data_parallel import GRAD_REDUCE_BYTES, PARAM_GATHER_BYTES
-from trainperf.predict.step_model.layout import Flag, Layout, Num
+from trainperf.predict.step_model.layout import Flag, Layout, Num, residual_width
 from trainperf.predict.step_model.stage import Stage
 
 GiB = float(1 << 30)
@@ -297,6 +297,44 @@ def _moe_share(lay: Layout, dense: Num, layers: Num) -> Num:
     return vec.where(lay.model.moe_layers > 0, 1.0 - dense / vec.maximum(layers, 1.0), 0.0)
 
 
+def autocast_weight_copies(lay: Layout, st: Stage) -> Num:
+    """Bytes of the 16-bit weight copies ``torch.autocast`` makes over fp32 weights and autograd
+    keeps for the backward (each matmul saves the cast weight it multiplied by), on the stage's
+    layers whose matrices are not re-run: where the stack runs 16-bit by autocast over fp32
+    weights (``autocast_unsharded``, :func:`~.layout.residual_width`) and eagerly (a compiled
+    step re-casts in the backward: the partitioner recomputes casts rather than saving them).
+    A layer the policy re-runs keeps its input only; its copies live again one layer at a time.
+    Counted over the layer's parameters (its norms' few weights included)."""
+    rc = st.rc
+    mats = rc.attn + rc.mlp
+    rerun = sum(mats) / len(mats) if mats else 0.0
+    kept_share = 1.0 - st.rec_frac * rerun
+    applies = (residual_width(lay) > 1.0) & (not lay.kernels.compiled)
+    return vec.where(applies, lay.mesh.layers_first * st.p_layer_local * lay.run.act_bytes * kept_share, 0.0)
+
+
+FUSED_CHUNK_STEP_TOKENS = 256
+"""Chunks of a fused loss come in multiples of this many tokens, and never fewer
+(``trainperf.measure.loss.CHUNK_TOKENS``)."""
+
+
+def fused_loss_bytes(lay: Layout, tokens: Num) -> Num:
+    """Bytes live at a fused, chunked head-and-loss over ``tokens`` tokens (one device alone;
+    ``trainperf.measure.loss.linear_cross_entropy``, after Liger-Kernel's fused linear
+    cross-entropy): one chunk's logits in fp32 (4 bytes), its 16-bit matmul output and gradient
+    (2 + 2), the head weight's 16-bit copy, its fp32 gradient accumulator (kept into the backward)
+    and the fp32 gradient of the hidden states. A chunk holds the stack's
+    ``fused_loss_chunk_bytes`` of fp32 logits, rounded down to :data:`FUSED_CHUNK_STEP_TOKENS`
+    tokens and at least that many, and at most the tokens there are."""
+    ms = lay.model
+    per_chunk = lay.kernels.fused_loss_chunk_bytes / (4.0 * ms.vocab)
+    chunk = vec.maximum(FUSED_CHUNK_STEP_TOKENS, vec.floor(per_chunk / FUSED_CHUNK_STEP_TOKENS)
+                        * FUSED_CHUNK_STEP_TOKENS)
+    chunk = vec.minimum(chunk, tokens)
+    head = ms.vocab * ms.hidden
+    return chunk * ms.vocab * 8.0 + head * (4.0 + lay.run.act_bytes) + tokens * ms.hidden * 4.0
+
+
 def _peak_activations(lay: Layout, st: Stage, kept: _Kept) -> tuple[Num, Num]:
     """(activations with the working set, logits) on the rank whose sum peaks.
 
@@ -324,6 +362,8 @@ def _peak_activations(lay: Layout, st: Stage, kept: _Kept) -> tuple[Num, Num]:
     mtp = lay.model.mtp_layers
     logits = (st.m_tok * vec.where(m.gpipe, M, 1.0) * lay.model.vocab / m.tp * lay.kernels.loss_bytes_per_logit
               * (1.0 + mtp))
+    alone = (m.dp * m.fsdp * m.tp * m.pp * m.cp == 1) & (mtp == 0)
+    logits = vec.where(alone & (lay.kernels.fused_loss_chunk_bytes > 0), fused_loss_bytes(lay, st.m_tok), logits)
     last = (last_rank_inflight_layers(m.pp, m.vpp, M, m.layers_last + mtp, m.interleaved, m.gpipe)
             * (kept.layer + sh_last * kept.moe))
     # one stage is both the first and the last rank; with pp > 1 the busier of the two sets the peak
@@ -350,6 +390,7 @@ def memory(lay: Layout, st: Stage, kn: KnobValues) -> Memory:
     weights, grads, optim = _states(lay, st)
     gathered = _gathered(lay, st)
     activations, logits = _peak_activations(lay, st, _kept(lay, st))
+    activations = activations + autocast_weight_copies(lay, st)
     buffers = (vec.where(lay.mesh.tp > 1, 2.0 * st.tp_buf, 0.0)
                + vec.where(st.plain_dp, 2.0 * DDP_BUCKET_BYTES * GRAD_REDUCE_BYTES, 0.0) + ring_buffer_bytes(lay, st))
     capacity = lay.device.hbm_capacity_bytes
