@@ -126,3 +126,28 @@ def test_a_bad_fused_loss_fact_is_a_one_line_error():
         with pytest.raises(TrainperfError) as e:
             capabilities_from_table("x", {"fused_loss_chunk_bytes": bad, "sources": {"fused_loss_chunk_bytes": "s"}})
         assert "fused_loss_chunk_bytes" in str(e.value) and "\n" not in str(e.value)
+
+
+# ------------------------------------------------------------------ the loss as each stack runs it
+def test_each_stack_states_how_its_cross_entropy_runs():
+    eager = {"megatron-core", "megatron-lm-2021", "deepspeed", "torchtitan", "generic", BENCH_STACK}
+    for name in eager | {"llm-foundry", "maxtext", "paxml"}:
+        assert stack_kernels.for_stack(name, "hopper").cross_entropy == ("eager" if name in eager else "fused")
+        assert len(stack_kernels.for_stack(name, "hopper").sources["cross_entropy"]) > 40
+
+
+def test_an_eager_loss_moves_44_bytes_per_logit_and_a_compiled_one_16():
+    from trainperf.predict.step_model.compute import EAGER_LOSS_BYTES_PER_LOGIT, LOSS_BYTES_PER_LOGIT
+
+    assert (EAGER_LOSS_BYTES_PER_LOGIT, LOSS_BYTES_PER_LOGIT) == (2 + 4 + 16 + 4 + 12 + 4 + 2, 16.0)
+    w = dataclasses.replace(_one_b(), stack="torchtitan")
+    assert kernels_of(w).loss_traffic_bytes == 44.0
+    assert kernels_of(dataclasses.replace(w, compile=True)).loss_traffic_bytes == 16.0
+    assert kernels_of(dataclasses.replace(w, stack="maxtext")).loss_traffic_bytes == 16.0
+
+
+def test_a_bad_cross_entropy_fact_is_a_one_line_error():
+    prof = packaged_profile(BENCH_STACK)
+    with pytest.raises(TrainperfError) as e:
+        stack_kernels.resolve(dataclasses.replace(prof, kernels={**prof.kernels, "cross_entropy": "liger"}), "hopper")
+    assert "cross_entropy" in str(e.value) and "liger" in str(e.value) and "\n" not in str(e.value)

@@ -25,6 +25,8 @@ predicted from that silicon's kernels. The facts::
     autocast_unsharded = false             # with no data or context parallelism (nothing for FSDP
                                            # to wrap), 16-bit runs by torch.autocast over fp32
                                            # weights (fp32 residual stream and norm outputs)
+    cross_entropy = "eager"                # the loss as separate PyTorch ops (eager) or one
+                                           # fused kernel (fused); a compiled step fuses it
     kernels_per_layer = 33.4               # GPU kernels one layer launches forward (measured);
                                            # absent: the step model's eager count (14)
     moe_kernels_per_layer = 103.7          # the same for an MoE layer, routing included
@@ -56,12 +58,13 @@ from trainperf.predict.kernels.gemm import GROUPED_IMPLS
 
 ELEMENTWISE = ("eager", "fused", "compiled")
 TP_OVERLAP = ("never", "async-tp", "sequence-parallel", "always")
+CROSS_ENTROPY = ("eager", "fused")
 CONTEXT_PARALLEL = ("ring-p2p", "ring-allgather", "ring-alltoall", "allgather", "ulysses")
 """How a stack's context-parallel attention exchanges K/V
 (:data:`trainperf.predict.step_model.context_parallel.FLAVOURS` says what each one costs)."""
 KEYS = ("attention", "attention_by_silicon", "elementwise", "compiled", "fp8_recipe", "tp_overlap",
         "gpu_memory_fraction", "grouped_gemm", "context_parallel", "context_parallel_load_balance",
-        "moe_dispatcher", "moe_host_sync", "autocast_unsharded", "kernels_per_layer", "moe_kernels_per_layer",
+        "moe_dispatcher", "moe_host_sync", "autocast_unsharded", "cross_entropy", "kernels_per_layer", "moe_kernels_per_layer",
         "kernels_per_step", "host_us_per_kernel", "sources")
 
 BUILTIN: dict[str, Any] = {
@@ -69,7 +72,7 @@ BUILTIN: dict[str, Any] = {
     "fp8_recipe": "tensorwise", "tp_overlap": "async-tp", "gpu_memory_fraction": 1.0,
     "grouped_gemm": "other", "context_parallel": "ring-p2p", "context_parallel_load_balance": True,
     "moe_dispatcher": "nccl", "moe_host_sync": True, "autocast_unsharded": False,
-    "kernels_per_layer": 0.0, "moe_kernels_per_layer": 0.0, "kernels_per_step": 0.0, "host_us_per_kernel": 0.0,
+    "cross_entropy": "eager", "kernels_per_layer": 0.0, "moe_kernels_per_layer": 0.0, "kernels_per_step": 0.0, "host_us_per_kernel": 0.0,
 }
 """What a stack with no facts at all is taken to run: PyTorch eager with FlashAttention-2, and
 context parallelism as a load-balanced ring of point-to-point K/V transfers (Liu et al. 2023's
@@ -118,6 +121,10 @@ class StackKernels:
     reduce-scatters) and the pipeline's sends move 4 bytes per element (trainperf's own bench);
     False where the 16-bit activations come from 16-bit parameters (FSDP's mixed-precision
     policy, Megatron-Core's bf16 modules)."""
+    cross_entropy: str = "eager"
+    """How the stack's loss runs when the step is not compiled: ``eager`` (separate PyTorch ops:
+    the fp32 upcast, log-softmax, NLL and their backward) or ``fused`` (one kernel: Megatron-Core's
+    ``cross_entropy_loss_fusion``, flash-attn's or Liger's cross-entropy)."""
     kernels_per_layer: float = 0.0
     """Kernels one transformer layer launches forward on a GPU, counted on the stack's own runs
     (its backward launches twice as many); 0: not counted, the step model's
@@ -144,7 +151,8 @@ class StackKernels:
 def validate_table(body: Mapping[str, Any], where: str) -> dict[str, Any]:
     """Check a ``[kernels]`` table (unknown keys and bad values are one-line errors)."""
     choices = {"attention": attention.FAMILIES, "elementwise": ELEMENTWISE, "tp_overlap": TP_OVERLAP,
-               "grouped_gemm": GROUPED_IMPLS, "context_parallel": CONTEXT_PARALLEL, "moe_dispatcher": DISPATCHERS}
+               "grouped_gemm": GROUPED_IMPLS, "context_parallel": CONTEXT_PARALLEL, "moe_dispatcher": DISPATCHERS,
+               "cross_entropy": CROSS_ENTROPY}
     for k, v in body.items():
         at = f"{where} [kernels].{k}"
         if k not in KEYS:
@@ -196,6 +204,7 @@ def resolve(profile: Any, silicon: str, generic: Any = None) -> StackKernels:
                         context_parallel_load_balance=bool(facts["context_parallel_load_balance"]),
                         moe_dispatcher=str(facts["moe_dispatcher"]), moe_host_sync=bool(facts["moe_host_sync"]),
                         autocast_unsharded=bool(facts["autocast_unsharded"]),
+                        cross_entropy=str(facts["cross_entropy"]),
                         kernels_per_layer=float(facts["kernels_per_layer"]),
                         moe_kernels_per_layer=float(facts["moe_kernels_per_layer"]),
                         kernels_per_step=float(facts["kernels_per_step"]),

@@ -69,8 +69,15 @@ dense [tokens, experts] map (4) (Megatron-Core ``router.py``/``moe_utils.topk_so
 read from memory; a fused router moves fewer)."""
 
 LOSS_BYTES_PER_LOGIT = 16.0
-"""Cross-entropy, forward and backward, per logit: write bf16 logits (2), fp32 softmax read and
-write (8), gradient write and read (6)."""
+"""Cross-entropy in one fused kernel (or compiled), forward and backward, per logit: write bf16
+logits (2), fp32 softmax read and write (8), gradient write and read (6)."""
+
+EAGER_LOSS_BYTES_PER_LOGIT = 44.0
+"""The same run as separate PyTorch ops (``F.cross_entropy(logits.float())``, Megatron's
+vocab-parallel cross-entropy): forward, the fp32 upcast (read 2, write 4) and the log-softmax
+(reads for the max and the exponent sum, read and write of the output: 16); backward, the NLL's
+zero-filled gradient (4), the log-softmax backward (read the gradient and the output, write: 12)
+and the cast of the gradient to 16 bits (read 4, write 2). 22 + 22 bytes."""
 
 
 # ----------------------------------------------------------------------------- formulas
@@ -456,14 +463,16 @@ class HeadTimes:
 
 
 def head_times(lay: Layout, st: Stage, kn: KnobValues, g: GemmSpeed) -> HeadTimes:
-    """LM head GEMM (in 16 bits under fp8: :data:`HEAD_16BIT_UNDER_FP8`) and the loss (PyTorch's
-    native log-softmax/NLL kernels, or a fused one: no eager penalty), half of it each way."""
+    """LM head GEMM (in 16 bits under fp8: :data:`HEAD_16BIT_UNDER_FP8`) and the loss, half of it
+    each way: its bytes per logit as the stack runs it (``[kernels] cross_entropy``: separate
+    PyTorch ops, :data:`EAGER_LOSS_BYTES_PER_LOGIT`, or fused or compiled,
+    :data:`LOSS_BYTES_PER_LOGIT`)."""
     ms, d, train = lay.model, lay.device, lay.run.trainable_fraction
     head_16 = lay.run.fp8 & HEAD_16BIT_UNDER_FP8
     eff = vec.where(head_16, lay.kernels.head_gemm_peak_fraction * kn.matmul_fraction, g.efficiency)
     gemm = matmul_time_s(st.m_tok, ms.vocab / lay.mesh.tp, ms.hidden, vec.where(head_16, d.attn_peak_flops, g.peak_flops),
                          eff, g.half_dim, d.hbm_bytes_per_s, vec.where(head_16, lay.run.act_bytes, g.elem_bytes))
-    loss = memory_time_s(st.m_tok * ms.vocab / lay.mesh.tp * LOSS_BYTES_PER_LOGIT, d.hbm_bytes_per_s,
+    loss = memory_time_s(st.m_tok * ms.vocab / lay.mesh.tp * lay.kernels.loss_traffic_bytes, d.hbm_bytes_per_s,
                          lay.kernels.elementwise_fraction * kn.memory_bound_fraction)
     launch = 3 * host_s_per_kernel(lay, kn)
     fwd = gemm + 0.5 * loss

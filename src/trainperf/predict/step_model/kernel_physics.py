@@ -16,6 +16,7 @@ from trainperf.predict.kernels import fp8 as k_fp8
 from trainperf.predict.kernels import gemm as k_gemm
 from trainperf.predict.kernels import memory_bound as k_memory
 from trainperf.predict.step_model import context_parallel
+from trainperf.predict.step_model.compute import EAGER_LOSS_BYTES_PER_LOGIT, LOSS_BYTES_PER_LOGIT
 from trainperf.predict.step_model.layout import ATTENTION_PEAK_PRECISION, HEAD_16BIT_UNDER_FP8, KernelPhysics
 
 
@@ -123,5 +124,8 @@ def software_fields(norm: str, mlp: str, silicon: str, stack: Any, precision: st
         "norm_passes": passes("rmsnorm" if norm == "rmsnorm" else "layernorm"), "rope_passes": passes("rope"),
         "act_passes": passes("swiglu" if mlp in ("swiglu", "geglu") else "gelu"),
         "loss_bytes_per_logit": stack_capabilities.loss_bytes_per_logit(stack, bool(compile_flag)),
+        # separate PyTorch ops unless the stack fuses its cross-entropy or the step is compiled
+        "loss_traffic_bytes": EAGER_LOSS_BYTES_PER_LOGIT if sk.cross_entropy == "eager" and impl != "compiled"
+        else LOSS_BYTES_PER_LOGIT,
         "dispatch": k_dispatch.dispatch_model(silicon, moe_dispatcher or sk.moe_dispatcher),
     }

@@ -263,6 +263,10 @@ class KernelPhysics:
     act_passes: Num
     loss_bytes_per_logit: Num
     """Live bytes per logit at the loss."""
+    loss_traffic_bytes: Num
+    """HBM bytes the cross-entropy moves per logit, forward and backward (the stack's ``[kernels]
+    cross_entropy``: :data:`~trainperf.predict.step_model.compute.EAGER_LOSS_BYTES_PER_LOGIT`
+    eager, :data:`~trainperf.predict.step_model.compute.LOSS_BYTES_PER_LOGIT` fused or compiled)."""
     fp8_gemm_input_bytes: float | None
     """Bytes kept per element of a matmul input under fp8 (None: as the other activations)."""
     fsdp_grad_per_tensor: bool
