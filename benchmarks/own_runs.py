@@ -6,7 +6,9 @@ Runs ``trainperf bench`` on this CPU in the configurations a user first tries --
 a LoRA fine-tune, the MoE preset with expert parallel over 2 and context parallel over 2 --
 ``--repeats`` times each (interleaved, so that load from other processes hits every
 configuration alike), then predicts each run from the ``workload.toml`` it wrote and prints the
-median measured step time, the prediction and the signed error (negative: predicted faster).
+median measured step time, the spread of the repeats ((max - min) / median: above 10% the machine
+was not quiet, and the summary says so), the prediction and the signed error (negative:
+predicted faster).
 
     python benchmarks/own_runs.py                 # all, 3 repeats (several minutes)
     python benchmarks/own_runs.py --only default,fp32 --repeats 1
@@ -42,6 +44,10 @@ RUNS: dict[str, list[str]] = {
 }
 """Name -> bench flags (on top of ``--steps``)."""
 
+NOISY_SPREAD = 0.10
+"""Repeats of one configuration further apart than this ((max - min) / median) say the machine
+was busy while they ran: the summary says so."""
+
 
 def _trainperf(*argv: str, timeout: float = 900) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "trainperf", *argv], capture_output=True, text=True,
@@ -65,6 +71,33 @@ def predict(workload: Path) -> float | None:
     return json.loads(r.stdout).get("step_time_s")
 
 
+def report(times: dict[str, list[float]], preds: dict[str, float | None]) -> list[str]:
+    """The table (median measured, spread of the repeats, predicted, signed error) and the summary
+    lines: mean absolute error, how many within 15%, and a word when the repeats spread so far
+    that the machine was not quiet (:data:`NOISY_SPREAD`)."""
+    lines = [f"{'run':10} {'measured s':>11} {'spread':>7} {'predicted s':>12} {'error':>8}  flags"]
+    errors, spreads = [], []
+    for n, ts in times.items():
+        if not ts:
+            continue
+        measured = statistics.median(ts)
+        spread = (max(ts) - min(ts)) / measured
+        spreads.append(spread)
+        pred = preds.get(n)
+        err = f"{100 * (pred / measured - 1):+.1f}%" if pred else "n/a"
+        if pred:
+            errors.append(abs(pred / measured - 1))
+        lines.append(f"{n:10} {measured:11.4f} {100 * spread:6.1f}% {pred or float('nan'):12.4f} {err:>8}  "
+                     f"{shlex.join(RUNS.get(n, []))}")
+    if errors:
+        lines.append(f"\nmean absolute error {100 * statistics.mean(errors):.1f}% over {len(errors)} configurations; "
+                     f"within 15%: {sum(e <= 0.15 for e in errors)} of {len(errors)}")
+    if spreads and max(spreads) > NOISY_SPREAD:
+        lines.append(f"the repeats of a configuration spread by up to {100 * max(spreads):.0f}% ((max - min) / median): "
+                     "the machine was not quiet, and the errors carry that noise (the calibrations were timed then too)")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", help="comma-separated names (default: all): " + ", ".join(RUNS))
@@ -84,20 +117,8 @@ def main(argv: list[str] | None = None) -> int:
                 times[n].append(t)
                 print(f"  {n} run {k + 1}: {t:.4f} s", flush=True)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
-    print(f"\n{'run':10} {'measured s':>11} {'predicted s':>12} {'error':>8}  flags")
-    errors = []
-    for n in names:
-        if not times[n]:
-            continue
-        measured = statistics.median(times[n])
-        pred = predict(root / f"{n}-1" / "workload.toml")
-        err = f"{100 * (pred / measured - 1):+.1f}%" if pred else "n/a"
-        if pred:
-            errors.append(abs(pred / measured - 1))
-        print(f"{n:10} {measured:11.4f} {pred or float('nan'):12.4f} {err:>8}  {shlex.join(RUNS[n])}")
-    if errors:
-        print(f"\nmean absolute error {100 * statistics.mean(errors):.1f}% over {len(errors)} configurations; "
-              f"within 15%: {sum(e <= 0.15 for e in errors)} of {len(errors)}")
+    preds = {n: predict(root / f"{n}-1" / "workload.toml") for n in names if times[n]}
+    print("\n" + "\n".join(report(times, preds)))
     return 0
 
 

@@ -119,3 +119,17 @@ def test_gpu_profile_runs_a_bench_step_on_a_cpu(tmp_path, capsys):
     out = json.loads((tmp_path / "p.json").read_text())
     assert out["device"] == "cpu" and out["kernels_per_step"] > 10 and out["wall_ms_per_step"] > 0
     assert out["prediction"]["step_time_s"] > 0 and sum(out["kernel_ms_per_step"].values()) > 0
+
+
+def test_own_runs_reports_errors_spread_and_a_noisy_machine():
+    mod = _load("own_runs")
+    # medians 0.25 and 0.50; predictions +4% and -10%; spreads (0.26 - 0.24) / 0.25 = 8% and 0%
+    quiet = mod.report({"default": [0.24, 0.25, 0.26], "fp32": [0.5, 0.5, 0.5]}, {"default": 0.26, "fp32": 0.45})
+    assert "+4.0%" in quiet[1] and "8.0%" in quiet[1] and "-10.0%" in quiet[2]
+    assert "mean absolute error 7.0% over 2 configurations; within 15%: 2 of 2" in quiet[3]
+    assert not any("not quiet" in line for line in quiet)
+    # a spread of (0.32 - 0.24) / 0.26 = 31%: the summary says the machine was busy
+    noisy = mod.report({"default": [0.24, 0.26, 0.32]}, {"default": 0.26})
+    assert "+0.0%" in noisy[1] and "spread by up to 31%" in noisy[-1]
+    # a failed prediction is n/a and out of the averages
+    assert "n/a" in mod.report({"tp2": [0.4]}, {"tp2": None})[1]
