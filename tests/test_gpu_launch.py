@@ -151,3 +151,20 @@ def test_a_bad_cross_entropy_fact_is_a_one_line_error():
     with pytest.raises(TrainperfError) as e:
         stack_kernels.resolve(dataclasses.replace(prof, kernels={**prof.kernels, "cross_entropy": "liger"}), "hopper")
     assert "cross_entropy" in str(e.value) and "liger" in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.torch
+def test_the_predicted_chunk_is_the_benchs():
+    """The memory model's chunk rule (``memory.fused_loss_bytes``) and the bench's
+    (``measure.loss.chunk_tokens``) agree: the logits part of the fused loss is chunk x vocab x 8."""
+    pytest.importorskip("torch")
+    from trainperf.measure.loss import chunk_tokens
+
+    for vocab in (256, 32_000, 128_256, 256_000):
+        model = dataclasses.replace(get_model("llama3.2-1b"), vocab=vocab)
+        w = Workload(model=model, hardware=H200, num_devices=1, seq_len=4096, global_batch=4, micro_batch=4,
+                     precision="bf16", stack=BENCH_STACK)
+        tokens = 4 * 4096
+        chunk = min(tokens, chunk_tokens(vocab, "cuda"))
+        expected = chunk * vocab * 8 + vocab * 2048 * 6 + tokens * 2048 * 4
+        assert _gib(w, "logits") == pytest.approx(expected / 2**30), vocab
