@@ -54,6 +54,7 @@ from trainperf import vec
 from trainperf.errors import SpecError, TrainperfError, UnknownNameError
 from trainperf.predict import stacks
 from trainperf.specs.checkpointing import POLICY_NAMES
+from trainperf.specs.hardware import KINDS as DEVICE_KINDS
 from trainperf.specs.parallel import PipelineSchedule
 
 PARALLELISMS: tuple[str, ...] = ("dp", "fsdp", "tp", "pp", "vpp", "cp", "ep")
@@ -68,7 +69,6 @@ GRAD_UNITS: tuple[str, ...] = ("layer", "tensor")
 EXPERT_TP: tuple[str, ...] = ("tp", "1")
 MOE_DISPATCHERS: tuple[str, ...] = ("nccl", "deepep", "hybrid-ep", "mori")
 """Token dispatch kernel families (:data:`trainperf.predict.kernels.expert_dispatch.FAMILIES`)."""
-DEVICE_KINDS: tuple[str, ...] = ("gpu", "cpu", "tpu")
 DEFAULT_LOSS_BYTES_PER_LOGIT = 6.0
 """bf16 logits plus the fp32 copy the loss upcasts to (PyTorch autocast runs cross-entropy in fp32)."""
 
@@ -113,10 +113,11 @@ class Capabilities:
     moe_dispatchers: tuple[str, ...] = MOE_DISPATCHERS
     """MoE token dispatch kernels the stack can run (``training.moe_dispatcher``)."""
     fused_loss_chunk_bytes: tuple[tuple[str, float], ...] = ()
-    """(device kind, bytes) pairs: device kind (``gpu``, ``cpu``, ``tpu``) -> bytes of fp32 logits one chunk holds where the
-    stack, on one device with nothing sharded, fuses the LM head into a chunked cross-entropy
-    (Liger-Kernel's fused linear cross-entropy; trainperf's bench); no entry: the whole logits at
-    the loss (``loss_bytes_per_logit``). :func:`fused_loss_bytes` prices what is live."""
+    """(device kind, bytes) pairs (kinds of :data:`trainperf.specs.hardware.KINDS`): the bytes of
+    fp32 logits one chunk holds where the stack, on one device with nothing sharded, fuses the LM
+    head into a chunked cross-entropy (Liger-Kernel's fused linear cross-entropy; trainperf's
+    bench); no entry: the whole logits at the loss (``loss_bytes_per_logit``). The step model's
+    ``memory.fused_loss_bytes`` prices what is live."""
     introduced: tuple[tuple[str, str, tuple[tuple[str, tuple[int, ...]], ...]], ...] = ()
     """``(key, value, ((product, release), ...))``: a value of a list-valued key the stack gained
     in a later release (``[capabilities.introduced]``, e.g. ``"expert_tp=1" = ["Megatron-Core
