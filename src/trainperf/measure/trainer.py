@@ -328,11 +328,11 @@ class BenchRun:
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         allocator = tune_cpu_allocator() if cfg.device_type == "cpu" else False
+        self.workload = workload = workload_from_dict(cfg.workload)
         if cfg.device_type == "cpu" and self.world > 1 and cfg.threads:
             from trainperf.measure.kernel_calibration import calibrate_collectives
 
-            calibrate_collectives(cfg.threads, workload_from_dict(cfg.workload), out)
-        self.workload = workload = workload_from_dict(cfg.workload)
+            calibrate_collectives(cfg.threads, workload, out)
         self.device = torch.device(cfg.device_type, int(os.environ.get("LOCAL_RANK", "0"))) \
             if cfg.device_type == "cuda" else torch.device("cpu")
         m = workload.model
