@@ -127,8 +127,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         model = intervals.fit_interval_model(rows, held["table"], held["group"])
         (DATA / intervals.PACKAGED).write_text(json.dumps(model.to_dict(), indent=1) + "\n", encoding="utf-8")
         cov = intervals.group_out_coverage(rows, held["group"])
-        print(f"80% ranges: leave-one-table-out {model.seen}, group-out {model.unseen}; group-out coverage "
-              f"{cov['coverage_pct']:.1f}% of {cov['rows']} rows (each group's range fitted without it)")
+        print(f"80% ranges: group-out log-ends {model.group_out} (leave-one-table-out's {model.table_out}); "
+              f"group-out coverage {cov['coverage_pct']:.1f}% of {cov['rows']} rows, "
+              f"{cov['group_balanced_coverage_pct']:.1f}% group-balanced (each group's range fitted without it)")
     s, lo, go = summarize(preds), summarize(held["table"]), summarize(held["group"])
     print(f"in-sample MAPE {s['mape_pct']:.2f}% (mean signed {s['mean_signed_pct']:+.2f}%); "
           f"leave-one-table-out MAPE {lo['mape_pct']:.2f}% (mean signed {lo['mean_signed_pct']:+.2f}%); "

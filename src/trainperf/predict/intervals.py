@@ -2,19 +2,22 @@
 
 A prediction is a point; how far off it may be depends on how far the workload is from what the
 profiles were fitted on. The range comes from the residuals ``log(measured / predicted)`` of the
-hold-out checks (:mod:`trainperf.predict.holdout`):
+**leave-one-(stack, silicon)-out** check (:mod:`trainperf.predict.holdout`), for every workload,
+a fitted pair's included: in the published tables every (stack, silicon) pair's tables come from
+one source and release (one repository at one commit), so leaving one table out keeps its
+siblings in the fit, and the range it gives (about +-9%) held 72% of the group-out rows. A
+user's run or a table from another release is a new source: what a held-out group is.
 
-* a workload whose (software stack, silicon) pair has published tables in the fit is like a new
-  table of a known pair: the **leave-one-table-out** residuals set its range;
-* a pair the fit has no table of is like a held-out group: the **leave-one-(stack, silicon)-out**
-  residuals set it;
-* beyond the data the range widens by stated factors (:data:`WIDEN`): silicon with no published
-  run at all, a sequence length, device count or precision beyond what was fitted on that
-  silicon, a mixture-of-experts model where the fit has none.
+The quantiles are the hull of two views of those residuals (:func:`range_quantiles`): pooled
+over rows (split-conformal), and balanced over groups (each group weighs one, however many rows
+it has: 88 of the 162 rows are Megatron-Core on Hopper, and a new source is one draw of a group,
+not of a row). Beyond the data the range widens by stated factors (:data:`WIDEN`): silicon with
+no published run at all, a sequence length, device count or precision beyond what was fitted on
+that silicon, a mixture-of-experts model where the fit has none.
 
-Each class's quantiles are taken of the residuals *divided by the widening factor each held-out
-row had*, so that on the held-out rows the nominal level is the real coverage; validate reports
-that coverage (``trainperf validate``), computed with each group's quantiles fitted without it.
+Each row's residual is divided by the widening factor it had against the fit without its group,
+so that on the held-out rows the nominal level is the real coverage; validate reports that
+coverage by rows and by groups (``trainperf validate``), each group's range fitted without it.
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ fitted on that silicon."""
 
 PACKAGED = "intervals.json"
 
+BASIS = "leave-one-(stack, silicon)-out"
+
 
 @dataclass(frozen=True)
 class Interval:
@@ -57,8 +62,7 @@ class Interval:
     high_s: float
     level: float
     basis: str
-    """Which held-out residuals set the range (``leave-one-table-out`` / ``leave-one-(stack,
-    silicon)-out``)."""
+    """Which held-out residuals set the range (:data:`BASIS`)."""
     widened_by: tuple[str, ...] = ()
     """Why the range is wider than its basis (each reason names the factor)."""
 
@@ -101,17 +105,14 @@ class Domain:
         return cls(pairs=frozenset(d.get("pairs", ())), silicon=dict(d.get("silicon", {})))
 
 
-def widening(domain: Domain, stack: str, silicon: str, w: Any) -> tuple[bool, float, tuple[str, ...]]:
-    """(pair seen?, width multiplier, reasons) of workload ``w`` run by ``stack`` on ``silicon``
-    against the fitted ``domain``."""
-    seen = f"{stack}@{silicon}" in domain.pairs
+def widening(domain: Domain, silicon: str, w: Any) -> tuple[float, tuple[str, ...]]:
+    """(width multiplier, reasons) of workload ``w`` on ``silicon`` against the fitted ``domain``."""
     d = domain.silicon.get(silicon)
+    if d is None:
+        return WIDEN["unseen_silicon"], (
+            f"no published run on {silicon} silicon: kernel physics only (x{WIDEN['unseen_silicon']:g})",)
     factor = 1.0
     why: list[str] = []
-    if d is None:
-        factor *= WIDEN["unseen_silicon"]
-        why.append(f"no published run on {silicon} silicon: kernel physics only (x{WIDEN['unseen_silicon']:g})")
-        return seen, factor, tuple(why)
     prec = "fp8" if w.precision in ("fp8", "fp4") else "16-bit"
     if prec not in d["precisions"]:
         factor *= WIDEN["precision"]
@@ -127,7 +128,7 @@ def widening(domain: Domain, stack: str, silicon: str, w: Any) -> tuple[bool, fl
         f = 1.0 + WIDEN["devices_per_doubling"] * math.log2(w.num_devices / d["max_devices"])
         factor *= f
         why.append(f"{w.num_devices:,} devices beyond the {d['max_devices']:,} fitted on {silicon} (x{f:.2f})")
-    return seen, factor, tuple(why)
+    return factor, tuple(why)
 
 
 def _quantiles(values: Sequence[float]) -> tuple[float, float]:
@@ -147,31 +148,65 @@ def _quantiles(values: Sequence[float]) -> tuple[float, float]:
     return xs[lo_k - 1], xs[hi_k - 1]
 
 
+def _balanced_quantiles(grouped: Sequence[tuple[str, float]]) -> tuple[float, float]:
+    """The ``LEVEL`` range's ends of ``(group, residual)`` pairs with each group weighing one
+    (each of its rows ``1/rows``): the smallest residual whose cumulative weight reaches
+    ``a`` and ``1 - a`` of the total, ``a = (1 - LEVEL) / 2``. No finite-sample correction: over
+    the ~9 groups of the tables it would take the extremes; the row-pooled view
+    (:func:`_quantiles`) it is joined with carries one (:func:`range_quantiles`)."""
+    sizes: dict[str, int] = {}
+    for g, _ in grouped:
+        sizes[g] = sizes.get(g, 0) + 1
+    pairs = sorted((x, 1.0 / sizes[g]) for g, x in grouped)
+    if not pairs:
+        return _quantiles([])
+    a, total = (1.0 - LEVEL) / 2.0, float(len(sizes))
+
+    def at(q: float) -> float:
+        c = 0.0
+        for x, wt in pairs:
+            c += wt
+            if c >= q * total - 1e-12:
+                return x
+        return pairs[-1][0]
+    return at(a), at(1.0 - a)
+
+
+def range_quantiles(grouped: Sequence[tuple[str, float]]) -> tuple[float, float]:
+    """The (low, high) log-ends of a range from ``(group, residual)`` pairs: the hull of the
+    row-pooled split-conformal quantiles (:func:`_quantiles`) and the group-balanced ones
+    (:func:`_balanced_quantiles`), so that neither a large group nor a small one sets it alone."""
+    plo, phi = _quantiles([x for _, x in grouped])
+    blo, bhi = _balanced_quantiles(grouped)
+    return min(plo, blo), max(phi, bhi)
+
+
 @dataclass(frozen=True)
 class IntervalModel:
-    """Quantiles of normalised held-out residuals per class, and the fitted domain."""
+    """The log-ends of a range from held-out residuals, and the fitted domain."""
 
-    seen: tuple[float, float]
-    """(low, high) quantiles of leave-one-table-out ``log(measured/predicted)``."""
-    unseen: tuple[float, float]
-    """The same of leave-one-(stack, silicon)-out residuals over each row's widening factor."""
+    group_out: tuple[float, float]
+    """(low, high) of leave-one-(stack, silicon)-out ``log(measured/predicted)`` over each row's
+    widening factor (:func:`range_quantiles`): every range's basis."""
     domain: Domain
+    table_out: tuple[float, float] = (0.0, 0.0)
+    """The same of leave-one-table-out residuals: reported (how close a new table of a fitted
+    source and release lands), not used for ranges."""
     rows: Mapping[str, int] = field(default_factory=dict)
 
-    def interval(self, predicted_s: float, w: Any, stack: str, silicon: str) -> Interval:
-        seen, factor, why = widening(self.domain, stack, silicon, w)
-        lo, hi = self.seen if seen else self.unseen
-        basis = "leave-one-table-out" if seen else "leave-one-(stack, silicon)-out"
+    def interval(self, predicted_s: float, w: Any, silicon: str) -> Interval:
+        factor, why = widening(self.domain, silicon, w)
+        lo, hi = self.group_out
         return Interval(low_s=predicted_s * math.exp(lo * factor), high_s=predicted_s * math.exp(hi * factor),
-                        level=LEVEL, basis=basis, widened_by=why)
+                        level=LEVEL, basis=BASIS, widened_by=why)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"level": LEVEL, "seen": list(self.seen), "unseen": list(self.unseen),
+        return {"level": LEVEL, "group_out": list(self.group_out), "table_out": list(self.table_out),
                 "domain": self.domain.to_dict(), "rows": dict(self.rows), "widen": dict(WIDEN)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> IntervalModel:
-        return cls(seen=tuple(d["seen"]), unseen=tuple(d["unseen"]),
+        return cls(group_out=tuple(d["group_out"]), table_out=tuple(d.get("table_out", (0.0, 0.0))),
                    domain=Domain.from_dict(d["domain"]), rows=dict(d.get("rows", {})))
 
 
@@ -180,14 +215,13 @@ def _log_residual(p: Any) -> float:
 
 
 def fit_interval_model(rows: Sequence[Any], table_out: Sequence[Any], group_out: Sequence[Any]) -> IntervalModel:
-    """Quantiles from hold-out predictions of ``rows`` (``FitRow`` s): leave-one-table-out for
-    known pairs; leave-one-group-out, each residual divided by the widening factor its row had
-    against the fit without its group, for unknown pairs."""
-    by_name = {r.name: r for r in rows}
-    seen_res = [_log_residual(p) for p in table_out]
-    unseen_res = _normalised_group_residuals(rows, group_out, by_name)
-    return IntervalModel(seen=_quantiles(seen_res), unseen=_quantiles([r for _, r in unseen_res]),
-                         domain=Domain.of(rows), rows={"seen": len(seen_res), "unseen": len(unseen_res)})
+    """The ranges' log-ends from hold-out predictions of ``rows`` (``FitRow`` s): of the
+    leave-one-group-out residuals, each divided by the widening factor its row had against the
+    fit without its group (:func:`range_quantiles`); the leave-one-table-out ones reported."""
+    grouped = _normalised_group_residuals(rows, group_out, {r.name: r for r in rows})
+    table = [_log_residual(p) for p in table_out]
+    return IntervalModel(group_out=range_quantiles(grouped), table_out=_quantiles(table), domain=Domain.of(rows),
+                         rows={"group_out": len(grouped), "table_out": len(table)})
 
 
 def _normalised_group_residuals(rows: Sequence[Any], group_out: Sequence[Any],
@@ -201,24 +235,28 @@ def _normalised_group_residuals(rows: Sequence[Any], group_out: Sequence[Any],
         g = f"{r.stack}@{r.generation}"
         if g not in domains:
             domains[g] = Domain.of([x for x in rows if f"{x.stack}@{x.generation}" != g])
-        _, factor, _ = widening(domains[g], r.stack, r.generation, r.workload)
+        factor, _ = widening(domains[g], r.generation, r.workload)
         out.append((g, _log_residual(p) / factor))
     return out
 
 
 def group_out_coverage(rows: Sequence[Any], group_out: Sequence[Any]) -> dict[str, Any]:
     """How many held-out rows fall inside their range, each group's range fitted without it
-    (nested: the group's own residuals never set its quantiles). Per group and overall."""
+    (nested: the group's own residuals never set its quantiles): per group, over the rows, and
+    over the groups (each group's coverage weighing one: what a new source can expect)."""
     by_name = {r.name: r for r in rows}
     norm = _normalised_group_residuals(rows, group_out, by_name)
     inside: dict[str, list[bool]] = {}
     for (g, res) in norm:
-        lo, hi = _quantiles([x for h, x in norm if h != g])
+        lo, hi = range_quantiles([(h, x) for h, x in norm if h != g])
         inside.setdefault(g, []).append(lo <= res <= hi)
     total = [x for v in inside.values() for x in v]
+    per_group = {g: {"rows": len(v), "coverage_pct": 100.0 * sum(v) / len(v)} for g, v in inside.items()}
     return {"level": LEVEL, "rows": len(total),
             "coverage_pct": 100.0 * sum(total) / len(total) if total else float("nan"),
-            "per_group": {g: {"rows": len(v), "coverage_pct": 100.0 * sum(v) / len(v)} for g, v in inside.items()}}
+            "group_balanced_coverage_pct": (sum(v["coverage_pct"] for v in per_group.values()) / len(per_group)
+                                            if per_group else float("nan")),
+            "per_group": per_group}
 
 
 @lru_cache(maxsize=1)
@@ -231,13 +269,12 @@ def packaged_model() -> IntervalModel | None:
         return None
 
 
-def interval_for(predicted_s: float, w: Any, stack: str | None = None) -> Interval | None:
-    """The packaged range around ``predicted_s`` for workload ``w`` (its own stack unless
-    ``stack`` names one); ``None`` when no interval model is packaged."""
-    from trainperf.predict.stacks import DEFAULT_STACK, generation_of
+def interval_for(predicted_s: float, w: Any) -> Interval | None:
+    """The packaged range around ``predicted_s`` for workload ``w``; ``None`` when no interval
+    model is packaged. The same for every stack: the basis holds whole (stack, silicon) groups out."""
+    from trainperf.predict.stacks import generation_of
 
     model = packaged_model()
     if model is None or not math.isfinite(predicted_s):
         return None
-    st = str(stack or getattr(w, "stack", None) or DEFAULT_STACK)
-    return model.interval(predicted_s, w, st, generation_of(w.hardware))
+    return model.interval(predicted_s, w, generation_of(w.hardware))

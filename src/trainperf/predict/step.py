@@ -225,9 +225,7 @@ def predict(w: Any, *, knobs: Knobs | None = None,
     p.extra["kernels"] = kernel_info(lay.kernels)
     from trainperf.predict.intervals import interval_for
 
-    st = stack if stack is not None else getattr(w, "stack", None)
-    name = getattr(st, "name", st)
-    return dataclasses.replace(p, interval=interval_for(p.step_time_s, w, str(name) if name else None))
+    return dataclasses.replace(p, interval=interval_for(p.step_time_s, w))
 
 
 def kernel_info(k: KernelPhysics) -> dict[str, Any]:

@@ -117,6 +117,8 @@ class RunsValidation:
                 max(v["mape_pct"] for v in by(self.group_out, "group").values()) if self.group_out else None),
             "interval_level_pct": 100.0 * LEVEL,
             "leave_one_group_out_interval_coverage_pct": (self.coverage or {}).get("coverage_pct"),
+            "leave_one_group_out_interval_group_balanced_coverage_pct":
+                (self.coverage or {}).get("group_balanced_coverage_pct"),
             "interval_coverage_per_group": (self.coverage or {}).get("per_group"),
             "per_architecture": self.architecture_groups(),
             "per_group": self._per("group"), "per_table": self._per("table"), "per_stack": self._per("stack"),
@@ -147,7 +149,7 @@ def validate_runs(data: str | Path | None = None, stack: str | None = None,
         if r.included:
             assert r.step_time_s is not None  # every included row has one (runs_table._row)
             pred = predict_row(r, stack)
-            iv = interval_for(pred, r.workload, stack or r.stack)
+            iv = interval_for(pred, r.workload)
             band = (iv.low_s, iv.high_s) if iv is not None else None
             signed = 100.0 * (pred / r.step_time_s - 1.0)
             ins.append(Prediction(r.row_id, r.table_id, r.stack, float(r.step_time_s), pred, r.generation))
