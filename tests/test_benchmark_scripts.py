@@ -83,6 +83,9 @@ def test_long_context_reads_the_published_table():
     # published time at the predictor's FLOP count: the inverse of the TFLOP/s ratio
     assert r["published_s"] / r["predicted_s"] == pytest.approx(r["predicted_tflops"] / 419.0)
     assert r["attention_share_pct"] > 70  # attention-dominated at 256k
+    # the optimizer is offloaded, and the H200 row at 8K set the host's rate: in sample
+    assert mod.workload("h200-sxm", 8192, "deepspeed").offload_optimizer
+    assert rs[("h200-sxm", 8192)]["signed_pct"] == pytest.approx(0.0, abs=1.0)
     mape, signed, n = mod.summary(list(rs.values()), 65536)
     assert n == 8 and mape >= abs(signed)
 

@@ -59,6 +59,7 @@ WORKLOAD_FLAGS: dict[str, str] = {
     "fp8_recipe": "training.fp8_recipe",
     "moe_dispatcher": "training.moe_dispatcher",
     "moe_imbalance": "training.moe_imbalance",
+    "offload_optimizer": "training.offload_optimizer",
     "stack": "training.stack",
     "etp": "parallel.etp",
     "first_stage_layers": "parallel.first_stage_layers",
@@ -133,6 +134,9 @@ def add_software_arguments(parser: argparse.ArgumentParser) -> None:
                    help="MoE token dispatch kernels: nccl | deepep | hybrid-ep | mori (default: the stack's)")
     s.add_argument("--moe-imbalance", type=float, metavar="F",
                    help="tokens the busiest expert-parallel rank receives over the mean (default 1: balanced)")
+    s.add_argument("--offload-optimizer", dest="offload_optimizer", action=argparse.BooleanOptionalAction,
+                   default=None, help="optimizer states and step on the host CPU (DeepSpeed ZeRO-Offload, "
+                                      "Megatron-Core --optimizer-cpu-offload)")
     s.add_argument("--stack", metavar="NAME|FILE",
                    help="software-stack profile: generic (default) | megatron-core | megatron-lm-2021 | maxtext | paxml | "
                         "torchtitan | llm-foundry | deepspeed | trainperf-bench (what `trainperf bench` runs), or a "

@@ -204,6 +204,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
                 "moe_dispatcher": args.moe_dispatcher or tr.get("moe_dispatcher"),
                 "moe_imbalance": float(args.moe_imbalance if args.moe_imbalance is not None
                                        else tr.get("moe_imbalance", 1.0)),
+                "offload_optimizer": _offload(args, tr, hardware),
                 "stack": str(args.stack or tr.get("stack", "generic"))}
     release = getattr(args, "stack_release", "")
     if release:
@@ -501,3 +502,13 @@ def _rate(tokens_per_s: float) -> str:
     if tokens_per_s <= 0:
         return "no plan fits"
     return f"{tokens_per_s / 1e6:.3g}M tok/s"
+
+
+
+def _offload(args: argparse.Namespace, training: dict[str, Any], hardware: Any) -> bool:
+    """``--offload-optimizer`` or ``training.offload_optimizer``, checked as a workload checks it."""
+    from trainperf.specs.workload import check_offload
+
+    on = args.offload_optimizer if args.offload_optimizer is not None else training.get("offload_optimizer", False)
+    check_offload(hardware, on)
+    return bool(on)

@@ -71,6 +71,7 @@ class SoftwareFields(TypedDict):
     stack: str
     moe_dispatcher: str | None
     moe_imbalance: float
+    offload_optimizer: bool
 
 # Column names of a candidate table, in a fixed order.
 COLUMNS: tuple[str, ...] = (
@@ -206,6 +207,10 @@ class SearchSpace:
     """MoE token dispatch kernels of every plan (``training.moe_dispatcher``; None: the stack's)."""
     moe_imbalance: float = 1.0
     """Load of the busiest expert-parallel rank over the mean (``training.moe_imbalance``)."""
+    offload_optimizer: bool = False
+    """Every plan keeps its optimizer on the host CPU (``training.offload_optimizer``): not
+    searched, since the offloaded step costs seconds a device-resident one does not; stated, it
+    frees the optimizer states' memory for the plans."""
     stack: str = "generic"
     """Software-stack profile every plan is predicted with (``training.stack``: a name or file);
     its ``[capabilities]`` bound the space (:mod:`trainperf.predict.stack_capabilities`)."""
@@ -232,7 +237,8 @@ class SearchSpace:
         """The ``[training]`` software fields of a plan of this ``precision`` and ``tp``."""
         return {"compile": self.compile, "async_tp": self.async_tp and tp > 1,
                 "fp8_recipe": self.fp8_recipe if precision in ("fp8", "fp4") else None, "stack": self.stack,
-                "moe_dispatcher": self.moe_dispatcher, "moe_imbalance": self.moe_imbalance}
+                "moe_dispatcher": self.moe_dispatcher, "moe_imbalance": self.moe_imbalance,
+                "offload_optimizer": self.offload_optimizer}
 
     def __post_init__(self) -> None:
         for name, values, what in (("hardware.num_devices", self.num_devices, "device count"),

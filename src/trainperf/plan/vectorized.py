@@ -96,8 +96,20 @@ def _group_layout(model: ModelSpec, hardware: Hardware, seq_len: int, precision:
     kernels = dataclasses.replace(base.kernels, **software_fields(model.norm, model.mlp, base.kernels.silicon, stack, precision,
                                                                   bool(soft["compile"]), soft["fp8_recipe"],
                                                                   soft.get("moe_dispatcher")))
-    run = dataclasses.replace(run, async_tp=bool(soft["async_tp"]), moe_imbalance=float(soft.get("moe_imbalance", 1.0)))
+    run = dataclasses.replace(run, async_tp=bool(soft["async_tp"]), moe_imbalance=float(soft.get("moe_imbalance", 1.0)),
+                              offload_optimizer=bool(soft.get("offload_optimizer", False)))
     return dataclasses.replace(base, run=run, kernels=kernels)
+
+
+def _rows(base: Layout, lay: Candidates, lid: np.ndarray, model: ModelSpec, domain: int, devices_per_node: int,
+          gpipe: tuple[bool, bool], cp_shards: bool) -> Layout:
+    """The group's layout over the candidates ``lid`` of ``lay``: their meshes and, where the
+    optimizer is offloaded, the devices of each plan that share a host."""
+    rows = dataclasses.replace(base, mesh=mesh_arrays(lay, lid, model.layers, domain, gpipe, cp_shards))
+    if not base.run.offload_optimizer:
+        return rows
+    per_host = np.minimum(float(devices_per_node), lay["num_devices"][lid].astype(np.float64))
+    return dataclasses.replace(rows, device=dataclasses.replace(base.device, devices_per_host=per_host))
 
 
 def evaluate(c: Candidates, model: ModelSpec, hardware: Hardware, seq_len: int, devices_per_node: int,
@@ -128,7 +140,7 @@ def evaluate(c: Candidates, model: ModelSpec, hardware: Hardware, seq_len: int, 
         # chunks bound the memory of the step model's ~100 intermediate arrays
         for start in range(0, pos.size, CHUNK_ROWS):
             idx, lid = pos[start:start + CHUNK_ROWS], lay_idx[start:start + CHUNK_ROWS]
-            rows = dataclasses.replace(base, mesh=mesh_arrays(lay, lid, model.layers, domain, gpipe, cp_shards))
+            rows = _rows(base, lay, lid, model, domain, devices_per_node, gpipe, cp_shards)
             if fitting_only:
                 mem_rows = _full(memory_only(rows, knobs).total_bytes, idx.size)
                 mem[idx] = mem_rows
@@ -138,7 +150,7 @@ def evaluate(c: Candidates, model: ModelSpec, hardware: Hardware, seq_len: int, 
                     continue
                 if not ok.all():
                     idx, lid = idx[ok], lid[ok]
-                    rows = dataclasses.replace(base, mesh=mesh_arrays(lay, lid, model.layers, domain, gpipe, cp_shards))
+                    rows = _rows(base, lay, lid, model, domain, devices_per_node, gpipe, cp_shards)
             out = step_costs(rows, knobs)
             step[idx] = _full(out.step_time_s, idx.size)
             mem[idx] = _full(out.memory.total_bytes, idx.size)

@@ -39,6 +39,7 @@ WIDEN: dict[str, float] = {
     "moe": 1.2,
     "seq_per_doubling": 0.25,
     "devices_per_doubling": 0.1,
+    "offload": 1.5,
 }
 """Multipliers of a range's log-width beyond the fitted data. Judgement, not a fit (the shared
 tables have too few such rows to fit them): 3x for silicon no published run covers (kernel
@@ -47,7 +48,8 @@ were predicted -38% on MI300X and -46% on a power-limited B200 with torchtitan, 
 with DeepSpeed: the 1.5x first chosen held none of the torchtitan ones), 1.3x for a precision
 never fitted on the silicon, 1.2x for an MoE model when no MoE run was fitted on it, and +25%
 per doubling of the sequence length / +10% per doubling of the device count beyond the largest
-fitted on that silicon."""
+fitted on that silicon; 1.5x for an optimizer offloaded to the host, which no fitted run has (its
+host rate comes from one published run: ``cpu_optimizer_params_per_s`` of the stack profiles)."""
 
 PACKAGED = "intervals.json"
 
@@ -107,12 +109,15 @@ class Domain:
 
 def widening(domain: Domain, silicon: str, w: Any) -> tuple[float, tuple[str, ...]]:
     """(width multiplier, reasons) of workload ``w`` on ``silicon`` against the fitted ``domain``."""
+    factor, why = 1.0, list[str]()
+    if getattr(w, "offload_optimizer", False):
+        factor *= WIDEN["offload"]
+        why.append(f"optimizer offloaded to the host, which no fitted run does (x{WIDEN['offload']:g})")
     d = domain.silicon.get(silicon)
     if d is None:
-        return WIDEN["unseen_silicon"], (
-            f"no published run on {silicon} silicon: kernel physics only (x{WIDEN['unseen_silicon']:g})",)
-    factor = 1.0
-    why: list[str] = []
+        factor *= WIDEN["unseen_silicon"]
+        why.append(f"no published run on {silicon} silicon: kernel physics only (x{WIDEN['unseen_silicon']:g})")
+        return factor, tuple(why)
     prec = "fp8" if w.precision in ("fp8", "fp4") else "16-bit"
     if prec not in d["precisions"]:
         factor *= WIDEN["precision"]

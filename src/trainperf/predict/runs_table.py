@@ -948,9 +948,29 @@ def _mapped(r: Mapping[str, str], stack: str, d: Any, reading: Any, prec: Any,
     return w, flops / (float(tflops) * 1e12 * n), f"tflops_per_gpu={tflops:g} under {how}"
 
 
+_OFFLOAD = re.compile(r"\b(?:cpu[ _-]?offload(?:ing)?|offload[ _-]optimizer|optimizer[ _-](?:cpu[ _-])?offload(?:ing)?"
+                      r"|optimizer[ _-]states?[ _-](?:cpu[ _-])?offload(?:ed|ing)?|zero[ _-]?offload)\b")
+_OFFLOAD_DENIED = re.compile(r"(?:\bno|\bwithout|w/o|\bdisabled?)\s*$")
+_OFFLOAD_OFF = re.compile(r"^\s*[:=]?\s*(?:none|off|false|disabled|no)\b")
+
+
+def read_offload(*cells: str) -> str | None:
+    """The words of ``cells`` that state the optimizer offloaded to the host CPU ("ZeRO-3 + CPU
+    offload", "offload_optimizer", "ZeRO-Offload"), or None; a denial ("no CPU offload",
+    "cpu_offload: none") states nothing. Parameter or activation offload alone is not this."""
+    for cell in cells:
+        low = cell.lower()
+        for m in _OFFLOAD.finditer(low):
+            if _OFFLOAD_DENIED.search(low[max(0, m.start() - 12):m.start()]) or _OFFLOAD_OFF.match(low[m.end():]):
+                continue
+            return cell[m.start():m.end()]
+    return None
+
+
 def _training(r: Mapping[str, str], stack: str, d: Any, prec: Any, tp: int, notes: list[str]) -> dict[str, Any]:
     """The ``[training]`` software fields of a row: precision, compilation, async TP, fp8 recipe
-    (what the framework cell says, else the stack's defaults, each noted)."""
+    (what the framework cell says, else the stack's defaults, each noted), an optimizer
+    offloaded to the host where the sharding, framework or notes cell says so."""
     precision = prec.precision
     training: dict[str, Any] = {"precision": precision}
     fw = _cell(r, "framework").lower()
@@ -974,6 +994,10 @@ def _training(r: Mapping[str, str], stack: str, d: Any, prec: Any, tp: int, note
         training["fp8_recipe"] = prec.fp8_recipe
     elif precision == "fp8" and not prec.note and d.get("fp8_recipe") is not None:
         training["fp8_recipe"] = _default(d, "fp8_recipe", "fp8 recipe", notes)
+    said = read_offload(_cell(r, "fsdp_zero"), fw, _cell(r, "notes"))
+    if said:
+        training["offload_optimizer"] = True
+        notes.append(f"optimizer offloaded to the host CPU (read from {said!r})")
     return training
 
 

@@ -34,6 +34,9 @@ predicted from that silicon's kernels. The facts::
                                            # (embedding, clipping, optimizer); absent: 20
     host_us_per_kernel = 34.0              # host microseconds per kernel launched on a GPU
                                            # (measured); absent: the profile's fitted op_overhead_us
+    cpu_optimizer_params_per_s = 4.36e9    # parameters a host steps per second with the
+                                           # optimizer offloaded (every device of the node
+                                           # stepping its shard at once)
     [kernels.sources]
     attention = "..."
 
@@ -65,18 +68,26 @@ CONTEXT_PARALLEL = ("ring-p2p", "ring-allgather", "ring-alltoall", "allgather", 
 KEYS = ("attention", "attention_by_silicon", "elementwise", "compiled", "fp8_recipe", "tp_overlap",
         "gpu_memory_fraction", "grouped_gemm", "context_parallel", "context_parallel_load_balance",
         "moe_dispatcher", "moe_host_sync", "autocast_unsharded", "cross_entropy", "kernels_per_layer", "moe_kernels_per_layer",
-        "kernels_per_step", "host_us_per_kernel", "sources")
+        "kernels_per_step", "host_us_per_kernel", "cpu_optimizer_params_per_s", "sources")
 
 BUILTIN: dict[str, Any] = {
     "attention": "fa2", "attention_by_silicon": {}, "elementwise": "eager", "compiled": False,
     "fp8_recipe": "tensorwise", "tp_overlap": "async-tp", "gpu_memory_fraction": 1.0,
     "grouped_gemm": "other", "context_parallel": "ring-p2p", "context_parallel_load_balance": True,
     "moe_dispatcher": "nccl", "moe_host_sync": True, "autocast_unsharded": False,
-    "cross_entropy": "eager", "kernels_per_layer": 0.0, "moe_kernels_per_layer": 0.0, "kernels_per_step": 0.0, "host_us_per_kernel": 0.0,
+    "cross_entropy": "eager", "kernels_per_layer": 0.0, "moe_kernels_per_layer": 0.0, "kernels_per_step": 0.0,
+    "host_us_per_kernel": 0.0, "cpu_optimizer_params_per_s": 4.36e9,
 }
 """What a stack with no facts at all is taken to run: PyTorch eager with FlashAttention-2, and
 context parallelism as a load-balanced ring of point-to-point K/V transfers (Liu et al. 2023's
-ring attention with zigzag chunks, as Megatron-Core runs it)."""
+ring attention with zigzag chunks, as Megatron-Core runs it), and an offloaded optimizer stepping
+as DeepSpeed's CPU Adam does (:data:`BUILTIN_SOURCES`)."""
+
+BUILTIN_SOURCES: dict[str, str] = {
+    "cpu_optimizer_params_per_s": "DeepSpeed's CPU Adam, the only offloaded optimizer step measured (see the "
+                                     "deepspeed profile's source): a stack that states none is taken to step as fast",
+}
+"""The source of a :data:`BUILTIN` value that is more than a default."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +152,12 @@ class StackKernels:
     autograd and the dispatcher, not only the CUDA launch): what a step whose kernels are shorter
     than their launch takes per kernel; 0: the profile's fitted ``op_overhead_us``. A CPU's own
     operator cost comes from its calibration (:mod:`trainperf.predict.kernels.cpu`), not from here."""
+    cpu_optimizer_params_per_s: float = 4.36e9
+    """Parameters per second a host steps when the stack offloads the optimizer to it (DeepSpeed's
+    CPU Adam, Megatron-Core's ``--optimizer-cpu-offload``), every device of the node stepping its
+    shard at once: a rate per host, not per device. Measured once, on a DGX H200 host; the B200
+    node of the same page steps about as fast with 17% more DRAM bandwidth and the same cores, so
+    it is not taken to scale with the host's memory bandwidth."""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def elementwise_impl(self, compile_flag: bool) -> str:
@@ -167,6 +184,8 @@ def validate_table(body: Mapping[str, Any], where: str) -> dict[str, Any]:
             stacks.check_number(at, v, 10_000.0, " of kernels")
         elif k == "host_us_per_kernel":
             stacks.check_number(at, v, 10_000.0, " of microseconds")
+        elif k == "cpu_optimizer_params_per_s":
+            stacks.check_number(at, v, 1e13, " of parameters per second")
         elif k == "attention_by_silicon" and not isinstance(v, Mapping):
             raise SpecError(at, v, "a table of silicon = family")
     for sil, fam in body.get("attention_by_silicon", {}).items():
@@ -179,7 +198,8 @@ def resolve(profile: Any, silicon: str, generic: Any = None) -> StackKernels:
     its missing facts taken from ``generic`` and then :data:`BUILTIN`."""
 
     facts: dict[str, Any] = dict(BUILTIN)
-    sources: dict[str, str] = {k: "trainperf default for a stack with no stated facts" for k in BUILTIN}
+    sources: dict[str, str] = {k: BUILTIN_SOURCES.get(k, "trainperf default for a stack with no stated facts")
+                               for k in BUILTIN}
     for prof in (generic, profile):
         if prof is None:
             continue
@@ -208,7 +228,8 @@ def resolve(profile: Any, silicon: str, generic: Any = None) -> StackKernels:
                         kernels_per_layer=float(facts["kernels_per_layer"]),
                         moe_kernels_per_layer=float(facts["moe_kernels_per_layer"]),
                         kernels_per_step=float(facts["kernels_per_step"]),
-                        host_us_per_kernel=float(facts["host_us_per_kernel"]), sources=sources)
+                        host_us_per_kernel=float(facts["host_us_per_kernel"]),
+                        cpu_optimizer_params_per_s=float(facts["cpu_optimizer_params_per_s"]), sources=sources)
 
 
 @lru_cache(maxsize=256)

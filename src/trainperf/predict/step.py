@@ -223,9 +223,21 @@ def predict(w: Any, *, knobs: Knobs | None = None,
     p = assemble(w, step_costs(lay, k.numbers()), k, convention=convention, train_tokens=train_tokens,
                  lora_fraction=trainable_fraction if trainable_fraction < 1 else 0.0, cp_flavour=lay.kernels.cp_flavour)
     p.extra["kernels"] = kernel_info(lay.kernels)
+    if w.offload_optimizer:
+        p = dataclasses.replace(p, notes=(*p.notes, offload_note(w, lay, p.breakdown.get("optimizer", 0.0))))
     from trainperf.predict.intervals import interval_for
 
     return dataclasses.replace(p, interval=interval_for(p.step_time_s, w))
+
+
+def offload_note(w: Any, lay: Any, optimizer_s: float) -> str:
+    """What the offloaded optimizer step is made of, and where its rate comes from."""
+    rate = as_float(lay.kernels.cpu_optimizer_params_per_s)
+    return (f"optimizer offloaded to the host CPU: {optimizer_s:.3g} s per step, the host stepping the shards of "
+            f"its {w.devices_per_node} device(s) at {rate:.3g} parameters/s (the stack's [kernels] "
+            f"cpu_optimizer_params_per_s) and each device copying its weights back over its "
+            f"{w.hardware.host_link_GB_per_s:g} GB/s host link; master weights and optimizer states live in host "
+            "memory, not counted per device")
 
 
 def kernel_info(k: KernelPhysics) -> dict[str, Any]:

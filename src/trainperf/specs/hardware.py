@@ -42,6 +42,10 @@ Conventions (the catalog follows them; custom devices should too):
     "Total", ROCm's VRAM total, XLA's bytes_limit), in GiB: an H100 80GB shows 81,559 MiB =
     79.65 GiB, more than the 74.5 GiB that "80 GB" read as 80e9 bytes would give. Omitted:
     ``hbm_GB`` read as decimal GB (never more than the part has).
+``host_link_GB_per_s``
+    Device-host copy bandwidth, ONE direction, as nvbandwidth / TransferBench measure it (PCIe
+    x16, NVLink-C2C to a Grace CPU): what offloading the optimizer moves gradients and updated
+    weights over. Omitted (0): not stated.
 ``sources``
     Field name -> citation (document title, URL, date, and a note on how the number was
     derived). Peaks have one entry per dtype, keyed ``"peak_tflops.<dtype>"``. Every numeric
@@ -95,6 +99,8 @@ NUMERIC_FIELDS: tuple[str, ...] = (
     "tdp_W",
 )
 """Numeric fields other than ``peak_tflops``; each needs a source."""
+HOST_FIELDS: tuple[str, ...] = ("host_link_GB_per_s",)
+"""Optional figures of the device's link to its host (0: not stated); each needs a source when set."""
 
 _ID_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 
@@ -201,6 +207,8 @@ class Hardware:
     docstring."""
     memory_usable_GiB: float = 0.0
     """Device memory the runtime exposes, GiB; 0: ``hbm_GB * 1e9`` bytes. Needs a source when set."""
+    host_link_GB_per_s: float = 0.0
+    """Device-host copy bandwidth, one direction, GB/s; 0: not stated. Needs a source when set."""
 
     @property
     def scale_up_devices(self) -> int:
@@ -277,6 +285,11 @@ class Hardware:
             raise SpecError(f"hardware[{self.id}].memory_usable_GiB", m,
                             f"at most hbm_GB={self.hbm_GB:g} (GiB exposed <= the part's raw memory)")
         object.__setattr__(self, "memory_usable_GiB", float(m))
+        for name in HOST_FIELDS:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+                raise SpecError(f"hardware[{self.id}].{name}", v, "a positive number of GB/s, or 0 when not stated")
+            object.__setattr__(self, name, float(v))
         self._check_sources()
 
     def _checked_peaks(self) -> dict[str, float]:
@@ -303,8 +316,8 @@ class Hardware:
         required = [*NUMERIC_FIELDS, *(f"peak_tflops.{p}" for p in self.peak_tflops)]
         if self.sustained_clock_fraction != 1.0:
             required.append("sustained_clock_fraction")
-        required += [k for k in ("scale_up_domain", "memory_usable_GiB") if getattr(self, k)]
-        allowed = {*NUMERIC_FIELDS, "sustained_clock_fraction", "scale_up_domain", "memory_usable_GiB",
+        required += [k for k in ("scale_up_domain", "memory_usable_GiB", *HOST_FIELDS) if getattr(self, k)]
+        allowed = {*NUMERIC_FIELDS, "sustained_clock_fraction", "scale_up_domain", "memory_usable_GiB", *HOST_FIELDS,
                    *(f"peak_tflops.{p}" for p in PRECISIONS)}
         for key in self.sources:
             if key not in allowed:
@@ -388,6 +401,7 @@ class Hardware:
             "sustained_clock_fraction": self.sustained_clock_fraction,
             "scale_up_domain": self.scale_up_domain,
             "memory_usable_GiB": self.memory_usable_GiB,
+            "host_link_GB_per_s": self.host_link_GB_per_s,
         }
 
 
@@ -395,7 +409,7 @@ class Hardware:
 
 _ENTRY_KEYS = frozenset(
     {"name", "vendor", "kind", "peak_tflops", *NUMERIC_FIELDS, "sources", "notes", "calibrated",
-     "silicon", "sustained_clock_fraction", "scale_up_domain", "memory_usable_GiB"}
+     "silicon", "sustained_clock_fraction", "scale_up_domain", "memory_usable_GiB", *HOST_FIELDS}
 )
 
 
@@ -612,7 +626,7 @@ def hardware_from_dict(d: Mapping[str, Any]) -> Hardware:
             fields[key] = value
             if key in NUMERIC_FIELDS:
                 sources[key] = _USER_SOURCE
-            elif key in ("sustained_clock_fraction", "scale_up_domain", "memory_usable_GiB"):
+            elif key in ("sustained_clock_fraction", "scale_up_domain", "memory_usable_GiB", *HOST_FIELDS):
                 if value in (1.0, 0) and (key == "sustained_clock_fraction") == (value == 1.0):
                     sources.pop(key, None)  # the default needs no citation
                 else:

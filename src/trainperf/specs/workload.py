@@ -92,6 +92,13 @@ class Workload:
     the load as balanced, what an auxiliary loss or DeepSeek's bias balancing aims at; a measured
     value can be stated (the bench's ``moe_imbalance`` is max / mean per expert, an upper bound of
     the per-rank figure when a rank holds several experts)."""
+    offload_optimizer: bool = False
+    """The optimizer lives on the host: fp32 master weights and optimizer states in host memory,
+    the optimizer step on the host CPU, gradients copied to the host and updated 16-bit weights
+    back (DeepSpeed ZeRO-Offload ``offload_optimizer: {device: cpu}``, Megatron-Core
+    ``--optimizer-cpu-offload``). The weights stay on the device (ZeRO-Infinity's parameter
+    offload is not modelled). Needs a device other than a CPU, with its host link's bandwidth
+    (``host_link_GB_per_s`` of the hardware)."""
     lora: LoraSpec | None = None
     """LoRA fine-tune: the base is frozen and only these adapters train; None: full training."""
     notes: tuple[str, ...] = field(default=(), compare=False)
@@ -127,9 +134,10 @@ class Workload:
             object.__setattr__(self, "activation_checkpointing", pol.name)
         if mapping:
             object.__setattr__(self, "notes", (*self.notes, f"activation checkpointing: {mapping}"))
-        for name in ("compile", "async_tp"):
+        for name in ("compile", "async_tp", "offload_optimizer"):
             if not isinstance(getattr(self, name), bool):
                 raise SpecError(f"training.{name}", getattr(self, name), "true or false")
+        self._check_offload()
         if self.fp8_recipe is not None:
             if self.fp8_recipe not in FP8_RECIPES:
                 raise SpecError("training.fp8_recipe", self.fp8_recipe, f"one of {', '.join(FP8_RECIPES)}")
@@ -142,6 +150,9 @@ class Workload:
         plan = self.plan.resolve(self.num_devices)
         object.__setattr__(self, "plan", plan)
         object.__setattr__(self, "notes", tuple(self.notes) + tuple(self._check_plan(plan)))
+
+    def _check_offload(self) -> None:
+        check_offload(self.hardware, self.offload_optimizer)
 
     def _check_moe(self) -> None:
         """``moe_dispatcher`` is a known family, ``moe_imbalance`` a finite factor >= 1 (at most the
@@ -247,3 +258,19 @@ class Workload:
 
 def _field(name: str) -> str:
     return {"num_devices": "hardware.num_devices"}.get(name, f"training.{name}")
+
+
+def check_offload(hw: Any, on: Any) -> None:
+    """``training.offload_optimizer`` is a bool, and an offloaded optimizer has a host apart from
+    the device and a host link to copy over (:attr:`Workload.offload_optimizer`)."""
+    if not isinstance(on, bool):
+        raise SpecError("training.offload_optimizer", on, "true or false")
+    if not on:
+        return
+    if hw.kind == "cpu":
+        raise SpecError("training.offload_optimizer", True,
+                        "false on a CPU device (its optimizer already runs in host memory)")
+    if not hw.host_link_GB_per_s:
+        raise SpecError("hardware.host_link_GB_per_s", 0,
+                        f"the device-host copy bandwidth in GB/s, which offload_optimizer needs and the catalog "
+                        f"does not state for {hw.id} (give it in [hardware], next to device = \"{hw.id}\")")

@@ -7,7 +7,8 @@
               peak_tflops (overrides the catalog peak for the run's precision, labelled as such)
 [parallel]    dp, fsdp, zero_stage, tp, sequence_parallel, pp, vpp, cp, ep, pp_schedule
 [training]    seq_len, global_batch, micro_batch, precision, activation_checkpointing,
-              compile, async_tp, fp8_recipe, moe_dispatcher, moe_imbalance (and stack)
+              compile, async_tp, fp8_recipe, moe_dispatcher, moe_imbalance, offload_optimizer
+              (and stack)
 [lora]        rank, alpha, targets (optional: a LoRA fine-tune, see trainperf.specs.lora)
 ```
 
@@ -40,7 +41,8 @@ SECTIONS: dict[str, frozenset[str]] = {
                           | {f.name for f in dataclasses.fields(Hardware)}),
     "parallel": frozenset(f.name for f in dataclasses.fields(ParallelPlan)),
     "training": frozenset({"seq_len", "global_batch", "micro_batch", "precision", "activation_checkpointing",
-                           "stack", "compile", "async_tp", "fp8_recipe", "moe_dispatcher", "moe_imbalance"}),
+                           "stack", "compile", "async_tp", "fp8_recipe", "moe_dispatcher", "moe_imbalance",
+                           "offload_optimizer"}),
     "lora": frozenset({"rank", "alpha", "targets"}),
 }
 _HW_WORKLOAD_KEYS = frozenset({"device", "num_devices", "devices_per_node", "peak_tflops"})
@@ -200,6 +202,7 @@ def workload_from_dict(data: Mapping[str, Any], overrides: Mapping[str, Any] | N
         compile=training.get("compile", False), async_tp=training.get("async_tp", False),
         fp8_recipe=training.get("fp8_recipe"), moe_dispatcher=training.get("moe_dispatcher"),
         moe_imbalance=training.get("moe_imbalance", 1.0),
+        offload_optimizer=training.get("offload_optimizer", False),
         lora=_lora(data.get("lora")),
     )
 
@@ -258,6 +261,7 @@ def workload_to_dict(w: Any) -> dict[str, Any]:
             **({"fp8_recipe": w.fp8_recipe} if w.fp8_recipe else {}),
             **({"moe_dispatcher": w.moe_dispatcher} if w.moe_dispatcher else {}),
             **({"moe_imbalance": w.moe_imbalance} if w.moe_imbalance != 1.0 else {}),
+            **({"offload_optimizer": True} if w.offload_optimizer else {}),
         },
         **({"lora": w.lora.to_dict()} if getattr(w, "lora", None) is not None else {}),
     }

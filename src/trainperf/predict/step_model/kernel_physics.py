@@ -93,6 +93,7 @@ def _kernels(hw: Any, precision: str, stack: str, _mtime: float, compile_flag: b
         moe_ops_per_layer_fwd=sk.moe_kernels_per_layer if hw.kind == "gpu" else 0.0,
         step_kernels=sk.kernels_per_step if hw.kind == "gpu" else 0.0,
         host_us_per_kernel=sk.host_us_per_kernel if hw.kind == "gpu" else 0.0,
+        cpu_optimizer_params_per_s=sk.cpu_optimizer_params_per_s,
         fused_loss_chunk_bytes=stack_capabilities.fused_loss_chunk_bytes(stack, hw.kind),
         **software_fields(norm, mlp, sil, stack, precision, compile_flag, fp8_recipe, moe_dispatcher))
 

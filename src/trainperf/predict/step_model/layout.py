@@ -191,6 +191,9 @@ class Run:
     adapters: tuple[tuple[float, float], ...] = ()
     """(in, out) of each matrix of a layer with a LoRA adapter (:class:`~trainperf.specs.lora.LoraSpec`)."""
     adapter_rank: float = 0.0
+    offload_optimizer: Flag = False
+    """Master weights and optimizer states live on the host and the host CPU steps them
+    (:attr:`~trainperf.specs.workload.Workload.offload_optimizer`)."""
 
     def __post_init__(self) -> None:
         _check_positive(self, ("act_bytes", "trainable_fraction", "moe_imbalance"))
@@ -211,6 +214,10 @@ class DevicePhysics:
     """Scale-out (NIC) bandwidth per device and direction."""
     hbm_capacity_bytes: Num
     """Memory the device exposes to a process."""
+    host_link_bytes_per_s: Num = 0.0
+    """Device-host copy bandwidth, one direction (0: not stated)."""
+    devices_per_host: Num = 1.0
+    """The run's devices on one host (sharing its CPUs)."""
 
     def __post_init__(self) -> None:
         _check_positive(self, ("peak_flops", "attn_peak_flops", "hbm_bytes_per_s"))
@@ -302,6 +309,9 @@ class KernelPhysics:
     """Operators an MoE layer launches forward where counted (a CPU's, routing included, or the
     GPU kernels of the stack's ``[kernels] moe_kernels_per_layer``); 0: the
     dense layer's and :func:`~trainperf.predict.step_model.compute.moe_launches`."""
+    cpu_optimizer_params_per_s: Num = 4.36e9
+    """Parameters a host steps per second when the optimizer is offloaded to it, every device of
+    the node stepping its shard at once (the stack's ``[kernels] cpu_optimizer_params_per_s``)."""
     autocast_unsharded: bool = False
     """Where the plan leaves nothing for FSDP to wrap, the stack runs 16-bit by ``torch.autocast``
     over fp32 weights, so the residual stream and the norms' outputs are fp32: a block's input
@@ -390,7 +400,7 @@ def run_of(w: Any, trainable_fraction: float = 1.0) -> Run:
     return Run(policy=w.activation_checkpointing, async_tp=bool(w.async_tp), fp8=w.precision in ("fp8", "fp4"),
                state_kind="fp32" if full else "mixed", act_bytes=4.0 if full else 2.0,
                trainable_fraction=float(trainable_fraction), moe_imbalance=float(getattr(w, "moe_imbalance", 1.0)),
-               **adapters_of(w))
+               offload_optimizer=bool(getattr(w, "offload_optimizer", False)), **adapters_of(w))
 
 
 def adapters_of(w: Any) -> dict[str, Any]:
@@ -402,16 +412,17 @@ def adapters_of(w: Any) -> dict[str, Any]:
             "adapter_rank": float(lora.rank)}
 
 
-def device_of(hw: Any, precision: str) -> DevicePhysics:
+def device_of(hw: Any, precision: str, devices_per_host: int = 1) -> DevicePhysics:
     """The :class:`DevicePhysics` of a device at a precision: compute at the clock the part
-    sustains under its power cap."""
+    sustains under its power cap; ``devices_per_host`` of the run share a host."""
     attn_prec = ATTENTION_PEAK_PRECISION.get(precision, precision)
     if not hw.supports(attn_prec):
         attn_prec = precision
     return DevicePhysics(
         peak_flops=hw.sustained_peak_flops(precision), attn_peak_flops=hw.sustained_peak_flops(attn_prec),
         hbm_bytes_per_s=hw.hbm_bandwidth_GB_per_s * 1e9, intra_bytes_per_s=hw.intra_node_link_GB_per_s * 1e9,
-        inter_bytes_per_s=hw.inter_node_link_GB_per_s * 1e9, hbm_capacity_bytes=hw.usable_memory_bytes)
+        inter_bytes_per_s=hw.inter_node_link_GB_per_s * 1e9, hbm_capacity_bytes=hw.usable_memory_bytes,
+        host_link_bytes_per_s=hw.host_link_GB_per_s * 1e9, devices_per_host=float(devices_per_host))
 
 
 def layout_of(w: Any, trainable_fraction: float = 1.0) -> Layout:
@@ -419,7 +430,7 @@ def layout_of(w: Any, trainable_fraction: float = 1.0) -> Layout:
     from trainperf.predict.step_model.kernel_physics import kernels_of
 
     return Layout(model=model_shape(w.model, w.seq_len), mesh=mesh_of(w), run=run_of(w, trainable_fraction),
-                  device=device_of(w.hardware, w.precision), kernels=kernels_of(w))
+                  device=device_of(w.hardware, w.precision, w.devices_per_node or 1), kernels=kernels_of(w))
 
 
 def residual_width(lay: Layout) -> Num:

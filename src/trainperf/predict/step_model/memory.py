@@ -228,11 +228,13 @@ class Memory:
 
 def _states(lay: Layout, st: Stage) -> tuple[Num, Num, Num]:
     """(weights, gradients, optimizer states) of the busiest stage under the plan's shard counts
-    (:data:`STATE_BYTES`; they span dp x cp: :attr:`~trainperf.specs.parallel.ParallelPlan.shards_optimizer`)."""
+    (:data:`STATE_BYTES`; they span dp x cp: :attr:`~trainperf.specs.parallel.ParallelPlan.shards_optimizer`);
+    no optimizer states on the device where the run offloads them to the host (the gradients are
+    counted whole: ZeRO-Offload copies them out bucket by bucket, and the buckets are live)."""
     m, train = lay.mesh, lay.run.trainable_fraction
     w_b, g_b, o_b = STATE_BYTES[lay.run.state_kind]
-    return (st.sharded(st.p_stage, m.shards_params) * w_b, st.sharded(st.p_stage, m.shards_grads) * train * g_b,
-            st.sharded(st.p_stage, m.shards_optimizer) * train * o_b)
+    opt = vec.where(lay.run.offload_optimizer, 0.0, st.sharded(st.p_stage, m.shards_optimizer) * train * o_b)
+    return (st.sharded(st.p_stage, m.shards_params) * w_b, st.sharded(st.p_stage, m.shards_grads) * train * g_b, opt)
 
 
 def _gathered(lay: Layout, st: Stage) -> Num:
