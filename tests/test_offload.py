@@ -179,3 +179,11 @@ def test_plan_with_an_offloaded_optimizer_agrees_with_predict(capsys):
     assert p.breakdown["optimizer"] > w.model.total_params / 4.36e9
     assert main([*args, "--device", "h100-pcie"]) == 2  # the last --device wins
     assert "hardware.host_link_GB_per_s" in capsys.readouterr().err
+
+
+def test_hw_shows_the_host_link_with_its_source(capsys):
+    assert main(["hw", "h200-sxm"]) == 0
+    out = capsys.readouterr().out
+    assert "host link (GB/s, device to host, one direction): 55" in out and "nvbandwidth" in out
+    assert main(["hw", "h100-pcie"]) == 0
+    assert "host link" not in capsys.readouterr().out  # not stated: not shown

@@ -761,6 +761,9 @@ def format_hardware_detail(hw: Hardware) -> str:
     if hw.memory_usable_GiB:
         lines.append(f"  memory exposed to a process (GiB): {hw.memory_usable_GiB:g}")
         lines.append(f"      source: {hw.sources.get('memory_usable_GiB', 'no source')}")
+    if hw.host_link_GB_per_s:
+        lines.append(f"  host link (GB/s, device to host, one direction): {hw.host_link_GB_per_s:g}")
+        lines.append(f"      source: {hw.sources.get('host_link_GB_per_s', 'no source')}")
     if hw.notes:
         lines.append(f"  notes: {hw.notes}")
     return "\n".join(lines)
