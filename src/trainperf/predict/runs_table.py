@@ -375,11 +375,16 @@ def _mlp(arch: str) -> str:
 
 
 # -------------------------------------------------------------------------------- the mapping
+PRESET_ALIASES: dict[str, str] = {"llama3405b": "llama3.1-405b"}
+"""Model names, letters and digits only, that name a preset under another version: Meta released
+Llama 3's 405B model only as Llama 3.1 (papers and tables write "Llama 3 405B")."""
+
+
 @lru_cache(maxsize=1)
 def _preset_keys() -> dict[str, str]:
     from trainperf.specs.presets import model_ids
 
-    return {re.sub(r"[^a-z0-9]", "", i): i for i in model_ids()}
+    return {**PRESET_ALIASES, **{re.sub(r"[^a-z0-9]", "", i): i for i in model_ids()}}
 
 
 def _preset_named(name: str) -> Any:
@@ -841,7 +846,8 @@ def _essentials(r: Mapping[str, str]) -> bool:
     batch = has("global_batch_seqs") or has("micro_batch")
     best_case = _cell(r, "tflops_per_gpu").lower().startswith("up to")  # a bound, not this run's figure
     time = (has("step_time_s", read_seconds) or has("tokens_per_s_global", read_rate)
-            or has("tokens_per_s_per_gpu", read_rate) or (has("tflops_per_gpu") and not best_case))
+            or has("tokens_per_s_per_gpu", read_rate) or (has("tflops_per_gpu") and not best_case)
+            or has("mfu_pct"))
     return shape and batch and has("num_gpus") and time
 
 
@@ -882,8 +888,8 @@ def _figures(r: Mapping[str, str], reading: Any, notes: list[str]) -> tuple[Any,
     step, tps, tflops = _times(r, notes)
     if _cell(r, "tflops_per_gpu").lower().startswith("up to") and step is None and tps is None:
         raise _Skip("time", "only a best-case 'up to' TFLOP/s figure published; no step time or tokens/s")
-    if step is None and tps is None and tflops is None:
-        raise _Skip("time", "no step time, tokens/s or TFLOP/s published")
+    if step is None and tps is None and tflops is None and not _claimed_mfu(r):
+        raise _Skip("time", "no step time, tokens/s, TFLOP/s or MFU published")
     n = _num_devices(r, notes)
     if not n:
         raise _Skip("devices", "device count not stated for this figure")
@@ -920,6 +926,8 @@ def _mapped(r: Mapping[str, str], stack: str, d: Any, reading: Any, prec: Any,
         prec = Precision(_default(d, "precision", f"precision ({_cell(r, 'precision')[:30]!r})", notes))
     if prec.note:
         notes.append(prec.note)
+    if step is None and tps is None and tflops is None:
+        tflops = tflops_from_mfu(_claimed_mfu(r) or 0.0, _cell(r, "mfu_basis"), hw, prec.precision, notes)
     model = _model(r, notes)
     dpn = _devices_per_node(r, n, hw, notes)
     plan = _plan(r, n, dpn, d, notes, int(model["layers"]))
@@ -999,6 +1007,28 @@ def _training(r: Mapping[str, str], stack: str, d: Any, prec: Any, tp: int, note
         training["offload_optimizer"] = True
         notes.append(f"optimizer offloaded to the host CPU (read from {said!r})")
     return training
+
+
+_PEAK_IN_BASIS = re.compile(r"(?:(bf16|fp16|fp8|fp4|tf32|fp32)\D{0,12}?)?(\d[\d,]*(?:\.\d+)?)\s*(?:tflop|tf\b)", re.I)
+
+
+def tflops_from_mfu(mfu_pct: float, basis: str, hw: Any, precision: str, notes: list[str]) -> float:
+    """TFLOP/s per device from an MFU alone: ``mfu_pct`` of the peak the ``basis`` cell states
+    for the row's precision ("MFU vs v5e bf16 peak (197 TF)", "peak BF16 989 TF, FP8 1979 TF"),
+    else of the catalog's dense peak of the precision; said in the notes."""
+    found = [(m.group(1).lower() if m.group(1) else None, float(m.group(2).replace(",", "")))
+             for m in _PEAK_IN_BASIS.finditer(basis)]
+    mine = [v for dt, v in found if dt == precision] or ([found[0][1]] if len(found) == 1 else [])
+    if mine:
+        peak, where = mine[0], f"the {mine[0]:g} TFLOP/s peak its basis states"
+    else:
+        peak = float(hw.peak_tflops[precision]) if precision in hw.peak_tflops else 0.0
+        where = f"the catalog's dense {precision} peak of {hw.id} ({peak:g} TFLOP/s)"
+    if peak <= 0:
+        raise _Skip("time", f"only an MFU published, and no {precision} peak of {hw.id} to read it against")
+    notes.append(f"only an MFU published: {mfu_pct:g}% of {where} = {mfu_pct * peak / 100:.4g} TFLOP/s per device, "
+                 "under the FLOP count the stack reports")
+    return mfu_pct * peak / 100.0
 
 
 def _claimed_mfu(r: Mapping[str, str]) -> float | None:
