@@ -724,3 +724,37 @@ def test_a_row_with_only_an_mfu_is_read_against_the_peak_its_basis_states():
     assert catalog.step_time_s == pytest.approx(same.step_time_s * 989.0 / 989.4, rel=1e-9)
     none = _hand_row(model="Llama 3 70B", tp="4", pp="4", step_time_s="")
     assert not none.included and "MFU" in none.exclude_reason
+
+
+@pytest.mark.parametrize(("cells", "want"), [
+    ({"tp": "TP2 PP4 CP2 VP5"}, {"tp": 2, "pp": 4, "cp": 2, "vpp": 5}),
+    ({"tp": "tp2/pp4"}, {"tp": 2, "pp": 4, "cp": 1, "vpp": 1}),
+    ({"dp": "DP 8 x TP 8", "num_gpus": "64"}, {"tp": 8, "pp": 1, "cp": 1, "vpp": 1}),
+    ({"tp": "4", "pp": "", "dp": "tensor parallel size 4, pipeline parallel size 2", "num_gpus": "64"},
+     {"tp": 4, "pp": 2, "cp": 1, "vpp": 1}),
+])
+def test_a_degree_written_in_another_plan_cell_is_read(cells, want):
+    r = _hand_row(model="Llama 3.1 70B", **cells)
+    assert r.included, r.exclude_reason
+    p = r.workload.plan
+    assert {"tp": p.tp, "pp": p.pp, "cp": p.cp, "vpp": p.vpp} == want
+    assert sum("read from the" in a and "cell" in a for a in r.assumptions) == sum(
+        v > 1 for k, v in want.items() if not cells.get(k))
+
+
+def test_a_degree_in_its_own_cell_wins_over_another_cells_words():
+    r = _hand_row(model="Llama 3.1 70B", tp="4", pp="2", dp="TP 8 PP 4")
+    assert (r.workload.plan.tp, r.workload.plan.pp) == (4, 2)
+
+
+def test_megatron_recompute_num_layers_reads_as_block():
+    r = _hand_row(model="Llama 3.1 70B", tp="4", pp="4", act_ckpt="recompute_num_layers=20")
+    assert r.workload.activation_checkpointing == "full:20"
+    assert any("recompute method not stated; block taken" in a for a in r.assumptions)
+
+
+@pytest.mark.parametrize("cell", ["FP8 (1x128 tiles)", "fp8 with 128x128 weight blocks", "FP8 tile-wise"])
+def test_deepseek_fine_grained_fp8_reads_as_blockwise(cell):
+    from trainperf.predict.runs_cells import read_precision
+
+    assert read_precision(cell).fp8_recipe == "blockwise"

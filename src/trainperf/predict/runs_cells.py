@@ -248,7 +248,8 @@ def read_precision(cell: str | None) -> Precision | None:
     bf16"``, ``"FP8 hybrid (TE)"`` (Transformer Engine's DelayedScaling, its default recipe),
     ``"fp8 current scaling"`` (tensorwise), ``"MXFP8"`` (per-32-element block scales, recipe
     ``mxfp8``), block-wise fp8 (recipe ``blockwise``), NVIDIA's abbreviations ``FP8-CS``
-    (tensorwise), ``FP8-DS`` (delayed), ``FP8-MX`` (mxfp8), ``FP8-SS``/``FP8-BLK`` (blockwise), ``"NVFP4"``/``"MXFP4"`` (fp4). ``None`` when unstated; an
+    (tensorwise), ``FP8-DS`` (delayed), ``FP8-MX`` (mxfp8), ``FP8-SS``/``FP8-BLK`` (blockwise), DeepSeek's
+    "1x128 tiles" / "128x128 blocks" (blockwise), ``"NVFP4"``/``"MXFP4"`` (fp4). ``None`` when unstated; an
     unreadable precision is a :class:`CellError`."""
     if unstated(cell):
         return None
@@ -269,7 +270,8 @@ def read_precision(cell: str | None) -> Precision | None:
             return Precision("fp8", "tensorwise")
         if re.search(r"delayed|amax[ _-]history", s):
             return Precision("fp8", "delayed")
-        if re.search(r"block[- ]?wise|blockwise|block scal|deepseek", s):
+        if re.search(r"block[- ]?wise|blockwise|block scal|deepseek|tile[- ]?wise|\b1\s*x\s*128\b|\b128\s*x\s*128\b", s):
+            # DeepSeek-V3's fine-grained scaling: 1x128 activation tiles, 128x128 weight blocks
             return Precision("fp8", "blockwise")
         if re.search(r"\bte\b|transformer[ _-]?engine|hybrid", s):
             return Precision("fp8", "delayed", "fp8 via Transformer Engine: its default recipe, DelayedScaling")

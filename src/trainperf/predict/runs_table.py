@@ -259,6 +259,11 @@ def _policy(cell: str, stack: str, d: Any, precision: str, params_B: float, note
         return f"full:{m.group(1)}"
     if re.search(r"\buniform\b", low):  # Megatron recompute_method=uniform: every layer fully recomputed
         return "full"
+    m = re.search(r"recompute[ _-]num[ _-]layers\W{0,3}(\d+)", cell.lower())
+    if m:  # Megatron --recompute-num-layers N without its method: block (the first N of each chunk)
+        notes.append(f"activation checkpointing {cell[:40]!r}: recompute method not stated; block taken (the first "
+                     f"{m.group(1)} layers of each model chunk fully recomputed; uniform would recompute every layer)")
+        return f"full:{m.group(1)}"
     custom = _maxtext_custom(low)
     if custom:
         return custom
@@ -536,10 +541,39 @@ def _model(r: Mapping[str, str], notes: list[str]) -> dict[str, Any]:
     return fields
 
 
+_DEGREE_NAMES: dict[str, str] = {
+    "tp": r"tp|tensor[ _-]?(?:model[ _-]?)?parallel(?:ism)?(?:[ _-]?(?:size|degree))?",
+    "pp": r"pp|pipeline[ _-]?(?:model[ _-]?)?parallel(?:ism)?(?:[ _-]?(?:size|degree))?",
+    "cp": r"cp|context[ _-]?parallel(?:ism)?(?:[ _-]?(?:size|degree))?",
+    "ep": r"ep|expert[ _-]?(?:model[ _-]?)?parallel(?:ism)?(?:[ _-]?(?:size|degree))?",
+    "etp": r"etp|expert[ _-]?tensor[ _-]?parallel(?:ism)?(?:[ _-]?(?:size|degree))?",
+    "vpp": r"vpp|vp|virtual[ _-]?pipeline(?:[ _-]?(?:model[ _-]?)?parallel(?:ism)?)?(?:[ _-]?(?:size|degree|stages?))?",
+}
+"""How a parallel degree is named where a cell writes several ("TP2 PP4 CP2 VP5", "DP 8 x TP 8")."""
+_PLAN_CELLS = ("tp", "pp", "cp", "vpp", "ep", "etp", "dp", "fsdp_zero", "sp")
+"""The cells of a row that state its parallel plan."""
+
+
+def named_degree(r: Mapping[str, str], col: str, notes: list[str]) -> int | None:
+    """A degree whose own cell is blank, named in another plan cell (``"TP2 PP4"`` in the tp cell
+    states pp = 4; ``"DP 8 x TP 8"`` in the dp cell states tp = 8), noted; None when no cell
+    names it."""
+    pattern = re.compile(rf"(?<![a-z])(?:{_DEGREE_NAMES[col]})\s*[=:]?\s*(\d+)(?![\d.])")
+    for other in _PLAN_CELLS:
+        cell = _cell(r, other)
+        m = pattern.search(cell.lower()) if other != col and cell else None
+        if m and int(m.group(1)) > 0:
+            notes.append(f"{col} {m.group(1)} read from the {other} cell {cell[:40]!r}")
+            return int(m.group(1))
+    return None
+
+
 def _degree(r: Mapping[str, str], col: str, d: Any, notes: list[str]) -> int:
-    """A parallel degree: the cell's value; blank is "not used" (1); a cell that says it is not
-    stated takes the stack default (noted)."""
+    """A parallel degree: the cell's value, else one another plan cell names (:func:`named_degree`);
+    blank is "not used" (1); a cell that says it is not stated takes the stack default (noted)."""
     v = _count(r, col, col)
+    if v is None and not _cell(r, col):
+        v = named_degree(r, col, notes)
     if v is not None:
         return v
     cell = _cell(r, col)
@@ -622,6 +656,8 @@ def _vpp(r: Mapping[str, str], pp: int, layers: int, notes: list[str]) -> int:
     if vpp is None:
         m = _VPP_IN_PP.search(pp_cell)
         vpp = int(m.group(1)) if m else None
+    if vpp is None and not cell:
+        vpp = named_degree(r, "vpp", notes)
     if vpp is not None:
         return vpp
     low = cell.lower()
@@ -651,6 +687,8 @@ def _flag_or_none(cell: str) -> bool | None:
 
 def _plan(r: Mapping[str, str], n: int, dpn: int, d: Any, notes: list[str], layers: int) -> dict[str, Any]:
     tp = _count(r, "tp", "tp")
+    if tp is None and not _cell(r, "tp"):
+        tp = named_degree(r, "tp", notes)
     if tp is None:
         tp = _default(d, "tp", f"tensor-parallel degree ({_cell(r, 'tp')[:40]!r})", notes)
     pp = _degree(r, "pp", d, notes)
@@ -673,6 +711,8 @@ def _plan(r: Mapping[str, str], n: int, dpn: int, d: Any, notes: list[str], laye
     data = n // model_par
     plan: dict[str, Any] = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "sequence_parallel": sp}
     etp = _count(r, "etp", "etp") if "etp" in r else None
+    if etp is None and not _cell(r, "etp"):
+        etp = named_degree(r, "etp", notes)
     if etp is not None and ep > 1 and etp != tp:  # MoE parallel folding: experts split etp ways, not tp
         plan["etp"] = etp
     elif etp is None and ep > 1 and tp > 1 and (tp * cp * data) % (ep * tp) and (tp * cp * data) % ep == 0:
