@@ -758,3 +758,31 @@ def test_deepseek_fine_grained_fp8_reads_as_blockwise(cell):
     from trainperf.predict.runs_cells import read_precision
 
     assert read_precision(cell).fp8_recipe == "blockwise"
+
+
+def test_rates_in_sequences_and_flops_in_other_units_are_converted():
+    common = dict(model="Llama 3.1 70B", tp="4", pp="4", step_time_s="")
+    tokens = _hand_row(**common, tokens_per_s_global=str(120 * 4096))
+    seqs = _hand_row(**common, tokens_per_s_global="120 seq/s")
+    assert seqs.step_time_s == pytest.approx(tokens.step_time_s, rel=1e-12)
+    assert any("counts sequences: x 4096" in a for a in seqs.assumptions)
+    assert _hand_row(**common, tokens_per_s_per_gpu="0.1171875 samples/sec/GPU").step_time_s == pytest.approx(
+        tokens.step_time_s, rel=1e-12)  # 120 over the 1024 devices
+    # a number derived from samples is still tokens when tokens come first (BLOOM's row 400)
+    derived = _hand_row(**common, tokens_per_s_global=f"{120 * 4096} (derived from 120 samples/s)")
+    assert derived.step_time_s == pytest.approx(tokens.step_time_s, rel=1e-12)
+    tera = _hand_row(**common, tflops_per_gpu="410")
+    assert _hand_row(**common, tflops_per_gpu="0.41 PFLOP/s").step_time_s == pytest.approx(tera.step_time_s)
+
+
+def test_a_tflops_cell_counting_hardware_flops_includes_the_recomputation():
+    from trainperf.accounting.conventions import hardware_flops_per_token, model_flops_per_token
+
+    common = dict(model="Llama 3.1 70B", tp="4", pp="4", step_time_s="", act_ckpt="full")
+    model = _hand_row(**common, tflops_per_gpu="410")
+    hfu = _hand_row(**common, tflops_per_gpu="410 TFLOP/s/GPU (HFU)")
+    w = hfu.workload
+    conv = next(a for a in model.assumptions if "TFLOP/s FLOP count" in a).split(": ")[1].split(" taken")[0]
+    ratio = (hardware_flops_per_token(w.model, w.seq_len, "full", conv, pipeline_chunks=4)
+             / model_flops_per_token(w.model, w.seq_len, conv))
+    assert ratio > 1.3 and hfu.step_time_s == pytest.approx(model.step_time_s * ratio, rel=1e-9)

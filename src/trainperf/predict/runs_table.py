@@ -45,7 +45,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from trainperf.accounting.conventions import model_flops_per_token
+from trainperf.accounting.conventions import hardware_flops_per_token, model_flops_per_token
 from trainperf.errors import InputFileError, SpecError, TrainperfError, UnknownNameError
 from trainperf.predict.runs_cells import (
     CellError,
@@ -807,6 +807,11 @@ def _flops_per_step(r: Mapping[str, str], w: Any, d: Any, notes: list[str]) -> t
     if "maxtext" in basis:
         return B * s * model_flops_per_token(m, s, "palm"), "palm convention (MaxText: 6N + non-causal attention)"
     conv = _default(d, "tflops_convention", "TFLOP/s FLOP count", notes)
+    if re.search(r"\bhfu\b|hardware[ _-]?(?:tera)?flop", _cell(r, "tflops_per_gpu").lower()):
+        # the cell counts what the devices computed: the recomputation too (HFU's numerator)
+        chunks = w.plan.pp * w.plan.vpp
+        per_token = hardware_flops_per_token(m, s, w.activation_checkpointing, conv, pipeline_chunks=chunks)
+        return B * s * per_token, f"{conv} convention with recomputation (the cell counts hardware FLOPs)"
     return B * s * model_flops_per_token(m, s, conv), f"{conv} convention (stack default)"
 
 
@@ -852,6 +857,12 @@ def _num_devices(r: Mapping[str, str], notes: list[str]) -> int | None:
     return _count(r, "num_gpus")
 
 
+_FLOP_UNIT = re.compile(r"(peta|tera|giga|[pgt])\s*-?flop", re.IGNORECASE)
+"""The prefix of a FLOP/s unit in a TFLOP/s cell ("0.41 PFLOP/s" is 410 TFLOP/s)."""
+_SEQUENCES = re.compile(r"^\s*[~≈]?\s*[\d.,]+\s*[kKmM]?\s*(?:seq(?:uence)?s?|samples?)\b", re.IGNORECASE)
+"""A rate whose first number counts sequences ("120 seq/s", "19.6 samples/sec"), not tokens."""
+
+
 def _times(r: Mapping[str, str], notes: list[str]) -> tuple[float | None, float | None, float | None]:
     """(step seconds, global tokens/s, TFLOP/s per device) as published; rates per device are
     multiplied by the device count later."""
@@ -868,6 +879,12 @@ def _times(r: Mapping[str, str], notes: list[str]) -> tuple[float | None, float 
         tflops = read_number(_cell(r, "tflops_per_gpu"))
     except CellError as e:
         raise _Skip("cell", f"time: {e}") from None
+    unit = _FLOP_UNIT.search(_cell(r, "tflops_per_gpu"))
+    if tflops is not None and unit and unit.group(1).lower()[0] in "pg":
+        scale = 1e3 if unit.group(1).lower()[0] == "p" else 1e-3
+        notes.append(f"tflops_per_gpu {_cell(r, 'tflops_per_gpu')[:30]!r}: {unit.group(0)} read as {tflops * scale:g} "
+                     "TFLOP/s")
+        tflops *= scale
     if tps is None and tps_dev is not None:
         return step, -tps_dev, tflops  # negative: per device, scaled once the device count is known
     return step, tps, tflops
@@ -948,6 +965,10 @@ def _figures(r: Mapping[str, str], reading: Any, notes: list[str]) -> tuple[Any,
         notes.append(gbs_note)
     if not seq:
         raise _Skip("batch", "sequence length or global batch not stated")
+    said = [c for c in ("tokens_per_s_global", "tokens_per_s_per_gpu") if _SEQUENCES.match(_cell(r, c))]
+    if tps is not None and said:
+        notes.append(f"{said[0]} {_cell(r, said[0])[:30]!r} counts sequences: x {seq} tokens each")
+        tps *= seq
     if not reading.resolved:
         raise _Skip("hardware", f"hardware {_cell(r, 'hardware')[:80]!r}: {reading.how}")
     return step, tps, tflops, n, gbs, seq
