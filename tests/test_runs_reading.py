@@ -786,3 +786,12 @@ def test_a_tflops_cell_counting_hardware_flops_includes_the_recomputation():
     ratio = (hardware_flops_per_token(w.model, w.seq_len, "full", conv, pipeline_chunks=4)
              / model_flops_per_token(w.model, w.seq_len, conv))
     assert ratio > 1.3 and hfu.step_time_s == pytest.approx(model.step_time_s * ratio, rel=1e-9)
+
+
+@pytest.mark.parametrize(("cell", "per_node", "want"), [
+    ("8 nodes", "", 64), ("2 x DGX H100", "", 16), ("16 nodes", "4", 64), ("128 GPUs (16 nodes)", "", 128),
+])
+def test_a_device_count_in_nodes_is_nodes_times_the_node(cell, per_node, want):
+    r = _hand_row(model="Llama 3.1 8B", num_gpus=cell, gpus_per_node=per_node, global_batch_seqs="128")
+    assert r.included, r.exclude_reason
+    assert r.workload.num_devices == want
