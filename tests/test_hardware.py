@@ -584,3 +584,12 @@ def test_sustained_clock_fraction_is_validated_and_cited():
     assert custom.silicon == "hopper"  # inherited from the base
     with pytest.raises(SpecError, match="silicon"):
         hardware_from_dict({**good, "silicon": "Hopper 2"})
+
+
+def test_a800_is_an_a100_with_a_narrower_nvlink():
+    from trainperf.specs.device_names import read_device
+
+    a800, a100 = get_hardware("a800-sxm-80gb"), get_hardware("a100-sxm-80gb")
+    assert a800.silicon == "ampere" and a800.peak_tflops == a100.peak_tflops
+    assert (a800.intra_node_link_GB_per_s, a100.intra_node_link_GB_per_s) == (200.0, 300.0)
+    assert read_device("NVIDIA A800-SXM4-80GB").device_id == read_device("A800 80GB").device_id == "a800-sxm-80gb"
