@@ -226,6 +226,23 @@ def _default(d: Any, key: str, what: str, notes: list[str], params_B: float | No
 
 
 # ------------------------------------------------------------------------------------ policies
+def _megatron_method(low: str, cell: str, notes: list[str]) -> str | None:
+    """Megatron's full recomputation by method: ``block`` N (the first N layers of each model
+    chunk: ``full:N``), ``uniform`` (every layer: ``full``), or ``recompute_num_layers`` N without
+    a method (block taken, noted); None when the cell names none."""
+    m = re.search(r"\bblock\W{0,3}(?:recompute_num_layers\W{0,3})?(\d+)", low)
+    if m:
+        return f"full:{m.group(1)}"
+    if re.search(r"\buniform\b", low):
+        return "full"
+    m = re.search(r"recompute[ _-]num[ _-]layers\W{0,3}(\d+)", cell.lower())
+    if m:
+        notes.append(f"activation checkpointing {cell[:40]!r}: recompute method not stated; block taken (the first "
+                     f"{m.group(1)} layers of each model chunk fully recomputed; uniform would recompute every layer)")
+        return f"full:{m.group(1)}"
+    return None
+
+
 def _policy(cell: str, stack: str, d: Any, precision: str, params_B: float, notes: list[str]) -> str:
     """The activation-checkpointing policy of a cell (policy names of the workload schema); a
     cell that states nothing takes the stack's default for the model's size."""
@@ -254,16 +271,9 @@ def _policy(cell: str, stack: str, d: Any, precision: str, params_B: float, note
         low = rest
     if unstated(low):
         return _default(d, "activation_checkpointing", "activation checkpointing", notes, params_B)
-    m = re.search(r"\bblock\W{0,3}(?:recompute_num_layers\W{0,3})?(\d+)", low)
-    if m:  # Megatron recompute_method=block: the first K layers of each model chunk fully recomputed
-        return f"full:{m.group(1)}"
-    if re.search(r"\buniform\b", low):  # Megatron recompute_method=uniform: every layer fully recomputed
-        return "full"
-    m = re.search(r"recompute[ _-]num[ _-]layers\W{0,3}(\d+)", cell.lower())
-    if m:  # Megatron --recompute-num-layers N without its method: block (the first N of each chunk)
-        notes.append(f"activation checkpointing {cell[:40]!r}: recompute method not stated; block taken (the first "
-                     f"{m.group(1)} layers of each model chunk fully recomputed; uniform would recompute every layer)")
-        return f"full:{m.group(1)}"
+    megatron = _megatron_method(low, cell, notes)
+    if megatron:
+        return megatron
     custom = _maxtext_custom(low)
     if custom:
         return custom
