@@ -21,6 +21,7 @@ from trainperf import vec
 from trainperf.accounting.flops import attention_pairs
 from trainperf.predict.kernels.collectives import LevelModel
 from trainperf.predict.kernels.expert_dispatch import DispatchModel
+from trainperf.predict.stack_kernels import CPU_ADAM_PARAMS_PER_S
 
 if TYPE_CHECKING:
     from trainperf.predict.step_model.context_parallel import Flavour
@@ -309,7 +310,7 @@ class KernelPhysics:
     """Operators an MoE layer launches forward where counted (a CPU's, routing included, or the
     GPU kernels of the stack's ``[kernels] moe_kernels_per_layer``); 0: the
     dense layer's and :func:`~trainperf.predict.step_model.compute.moe_launches`."""
-    cpu_optimizer_params_per_s: Num = 4.36e9
+    cpu_optimizer_params_per_s: Num = CPU_ADAM_PARAMS_PER_S
     """Parameters a host steps per second when the optimizer is offloaded to it, every device of
     the node stepping its shard at once (the stack's ``[kernels] cpu_optimizer_params_per_s``)."""
     autocast_unsharded: bool = False
