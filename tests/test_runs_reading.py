@@ -795,3 +795,17 @@ def test_a_device_count_in_nodes_is_nodes_times_the_node(cell, per_node, want):
     r = _hand_row(model="Llama 3.1 8B", num_gpus=cell, gpus_per_node=per_node, global_batch_seqs="128")
     assert r.included, r.exclude_reason
     assert r.workload.num_devices == want
+
+
+@pytest.mark.parametrize(("cells", "shared", "dense"), [
+    ({"moe_experts": "64 routed + 2 shared"}, 2, 0),
+    ({"moe_experts": "64", "arch_type": "MoE (fine-grained, 2 shared experts, first 1 layer dense)"}, 2, 1),
+    ({"moe_experts": "64", "arch_type": "MoE, 3 dense layers"}, 0, 3),
+    ({"moe_experts": "64", "arch_type": "MoE"}, 0, 0),
+])
+def test_an_moe_rows_words_state_shared_experts_and_dense_layers(cells, shared, dense):
+    r = _hand_row(model="custom MoE", layers="28", hidden="2048", heads="16", kv_heads="16", ffn_hidden="10944",
+                  vocab="102400", moe_topk="6", moe_expert_ffn="1408", ep="8", **cells)
+    assert r.included, r.exclude_reason
+    m = r.workload.model
+    assert (m.moe_experts, m.moe_shared_experts, m.moe_dense_layers) == (64, shared, dense)

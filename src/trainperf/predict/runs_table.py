@@ -543,12 +543,33 @@ def _model(r: Mapping[str, str], notes: list[str]) -> dict[str, Any]:
     experts = _count(r, "moe_experts")
     if experts:
         fields.update(moe_experts=experts, moe_topk=_count(r, "moe_topk") or 1,
-                      moe_expert_ffn=_count(r, "moe_expert_ffn") or ffn)
+                      moe_expert_ffn=_count(r, "moe_expert_ffn") or ffn, **_moe_words(r, layers, notes))
     try:
         ModelSpec(**fields)  # validates here, so a bad shape reads as this row's reason
     except TrainperfError as e:
         raise _Skip("model", f"model shape does not validate: {e}") from None
     return fields
+
+
+_SHARED = re.compile(r"(\d+)\s*(?:x\s*)?shared(?:[ _-]?experts?)?\b")
+_DENSE_FIRST = re.compile(r"(?:first|leading)\s*(\d+)\s*(?:layers?\s*)?(?:are\s*)?dense|(\d+)\s*dense\s*layers?")
+
+
+def _moe_words(r: Mapping[str, str], layers: int, notes: list[str]) -> dict[str, int]:
+    """What an MoE row's words state beyond its columns: shared experts ("64 routed + 2 shared",
+    "2 shared experts") and leading dense layers ("first 3 layers dense"), from the MoE, arch and
+    model cells, noted."""
+    text = " ".join(_cell(r, c) for c in ("moe_experts", "arch_type", "model")).lower()
+    out: dict[str, int] = {}
+    m = _SHARED.search(text)
+    if m and int(m.group(1)) > 0:
+        out["moe_shared_experts"] = int(m.group(1))
+        notes.append(f"{m.group(1)} shared expert(s) per MoE layer, read from {m.group(0)!r}")
+    d = _DENSE_FIRST.search(text)
+    if d and 0 < int(d.group(1) or d.group(2)) < layers:
+        out["moe_dense_layers"] = int(d.group(1) or d.group(2))
+        notes.append(f"the first {out['moe_dense_layers']} layers dense (no experts), read from {d.group(0)!r}")
+    return out
 
 
 _DEGREE_NAMES: dict[str, str] = {
