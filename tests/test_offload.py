@@ -3,25 +3,20 @@ catalog, step time and memory, the stack's host rate, table reading and the rang
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
-from pathlib import Path
 
 import pytest
 
+from hand_runs import parse_hand_rows
 from trainperf.cli.main import main
 from trainperf.errors import SpecError
 from trainperf.predict import intervals, predict
-from trainperf.predict.runs_table import parse_runs, read_offload
+from trainperf.predict.runs_table import read_offload
 from trainperf.predict.stack_kernels import for_stack
 from trainperf.predict.step_model.optimizer import offloaded_optimizer_s
 from trainperf.specs.hardware import get_hardware, hardware_from_dict
 from trainperf.specs.workload_file import workload_from_dict, workload_to_dict
-
-FIXTURE = Path(__file__).parent / "fixtures" / "runs_tables" / "messy_runs.csv"
-"""A runs table with the packaged columns (its header is what the hand-built rows fill)."""
 
 
 def _w(device: str = "h200-sxm", offload: bool = True, **hw):
@@ -139,21 +134,12 @@ def test_table_words_that_state_an_offloaded_optimizer(cell, said):
 
 
 def test_a_table_row_stating_cpu_offload_is_predicted_offloaded():
-    header = list(csv.DictReader(FIXTURE.open()).fieldnames)
-    rows = []
-    for i, zero in enumerate(("ZeRO-3 + CPU offload", "ZeRO-3")):
-        row = dict.fromkeys(header, "")
-        row.update(row_id=f"o{i}", table_id="hand", source="hand-built", model="Llama 3.1 8B", layers="32",
-                   hidden="4096", heads="32", kv_heads="8", ffn_hidden="14336", vocab="128256",
-                   arch_type="dense (SwiGLU, GQA)", seq_len="8192", micro_batch="1", global_batch_seqs="8",
-                   hardware="H200 SXM 141GB", num_gpus="8", fsdp_zero=zero, act_ckpt="full", precision="bf16",
-                   framework="DeepSpeed 0.19", step_time_s="3.0")
-        rows.append(row)
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=header)
-    w.writeheader()
-    w.writerows(rows)
-    on, off = parse_runs(buf.getvalue(), "hand.csv")
+    row = dict(table_id="hand", source="hand-built", model="Llama 3.1 8B", layers="32", hidden="4096", heads="32",
+               kv_heads="8", ffn_hidden="14336", vocab="128256", arch_type="dense (SwiGLU, GQA)", seq_len="8192",
+               micro_batch="1", global_batch_seqs="8", hardware="H200 SXM 141GB", num_gpus="8", act_ckpt="full",
+               precision="bf16", framework="DeepSpeed 0.19", step_time_s="3.0")
+    on, off = parse_hand_rows([{**row, "row_id": f"o{i}", "fsdp_zero": zero}
+                               for i, zero in enumerate(("ZeRO-3 + CPU offload", "ZeRO-3"))])
     assert on.included and off.included, (on.exclude_reason, off.exclude_reason)
     assert on.workload.offload_optimizer and not off.workload.offload_optimizer
     assert any("CPU offload" in n for n in on.assumptions)

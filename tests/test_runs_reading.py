@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hand_runs import parse_hand_rows
 from trainperf.cli.main import main
 from trainperf.errors import TrainperfError
 from trainperf.predict.runs_cells import (
@@ -365,34 +366,20 @@ def test_reading_the_local_batch_as_a_micro_batch_would_be_a_bubble():
 
 
 def test_a_hand_built_pp_row(tmp_path):
-    header = list(csv.DictReader(FIXTURE.open()).fieldnames)
-    row = dict.fromkeys(header, "")
-    row.update(row_id="pp1", table_id="hand", source="hand-built", model="Llama 3 70B", layers="80", hidden="8192",
-               heads="64", kv_heads="8", ffn_hidden="28672", vocab="128256", arch_type="dense (SwiGLU, GQA)",
-               seq_len="8192", micro_batch="4 (local batch size)", hardware="H100 SXM5 80GB", num_gpus="128",
-               tp="8", pp="4", act_ckpt="full", precision="bf16", framework="torchtitan", step_time_s="12.5")
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=header)
-    w.writeheader()
-    w.writerow(row)
-    (r,) = parse_runs(buf.getvalue(), "hand.csv")
+    (r,) = parse_hand_rows([dict(
+        row_id="pp1", table_id="hand", source="hand-built", model="Llama 3 70B", layers="80", hidden="8192",
+        heads="64", kv_heads="8", ffn_hidden="28672", vocab="128256", arch_type="dense (SwiGLU, GQA)",
+        seq_len="8192", micro_batch="4 (local batch size)", hardware="H100 SXM5 80GB", num_gpus="128",
+        tp="8", pp="4", act_ckpt="full", precision="bf16", framework="torchtitan", step_time_s="12.5")])
     assert r.included, r.exclude_reason
     assert (r.workload.global_batch, r.workload.micro_batch, r.workload.grad_accum_steps) == (16, 1, 4)
 
 
 def _hand_row(**cells: str):
-    header = list(csv.DictReader(FIXTURE.open()).fieldnames)
-    row = dict.fromkeys(header, "")
-    row.update(row_id="h1", table_id="hand", source="hand-built", seq_len="4096", micro_batch="1",
-               global_batch_seqs="1024",
-               hardware="H100 SXM5 80GB", num_gpus="1024", act_ckpt="selective", precision="bf16",
-               framework="NeMo 25.04 (Megatron-Core)", step_time_s="30")
-    row.update(cells)
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=header)
-    w.writeheader()
-    w.writerow(row)
-    (r,) = parse_runs(buf.getvalue(), "hand.csv")
+    (r,) = parse_hand_rows([{
+        "row_id": "h1", "table_id": "hand", "source": "hand-built", "seq_len": "4096", "micro_batch": "1",
+        "global_batch_seqs": "1024", "hardware": "H100 SXM5 80GB", "num_gpus": "1024", "act_ckpt": "selective",
+        "precision": "bf16", "framework": "NeMo 25.04 (Megatron-Core)", "step_time_s": "30", **cells}])
     return r
 
 
