@@ -142,8 +142,8 @@ def curate_gemm(c: Curation, rows: list[Row]) -> None:
         elif q.startswith("max achievable matmul TFLOPS (MAMF, mean)"):
             sku, silicon = _sku(dev, GEMM_SKU)
             if sku is None:
-                c.reject(r, "GH200 is not a catalog SKU (a 900 W Hopper module whose clocks no catalog "
-                            "Hopper part sustains)")
+                c.reject(r, "the 900 W GH200 with 141 GiB HBM3e is not a catalog SKU (the catalog's gh200 "
+                            "is the 96 GB HBM3 part; no catalog Hopper part sustains this module's clocks)")
                 continue
             c.keep("gemm", r, silicon=silicon, sku=sku, dtype_key=_dtype_key(r["dtype"]), use="peak",
                    sweep="", m="", n="", k="", tflops=_num(r["value"]))
