@@ -50,6 +50,11 @@ REAL_WORLD = [
     ("H100 HBM2e", "h100-sxm-hbm2e"),
     ("H800", "h800"),
     ("H20", "h20"),
+    ("A100-40G", "a100-sxm-40gb"),  # a bare G after a memory size
+    ("8*A100-SXM4-40G", "a100-sxm-40gb"),
+    ("V100 16G", "v100-sxm2-16gb"),
+    ("A100-40G (400G RoCE)", "a100-sxm-40gb"),
+    ("A100 (8x200G IB)", "a100-sxm-80gb"),  # a NIC's "200G" picks no part: the base part
     ("8x H20 96GB HBM3", "h20"),
     ("H200 141GB", "h200-sxm"),  # not the H20: the family is the whole word
     ("GH200 (Alps, 4 per node)", "gh200"),

@@ -26,7 +26,9 @@ The rule, in order:
    * a *form*: SXM/SXM2-SXM6, OAM, HGX, DGX, mezzanine (the *board* part); PCIe; NVL (the
      PCIe-card pair such as H100 NVL -- but NVL72/NVL36 name a GB200 rack, a board); GCD (one
      die of an MI250/MI250X, which wins over "OAM" in the same text: it says what was counted);
-   * a *memory*: a number followed by GB or GiB (never Gb/s).
+   * a *memory*: a number followed by GB or GiB (never Gb/s); a number followed by a bare G
+     ("A100-40G", "V100 16G") is read as GB only where it picks among the candidates left (a
+     "400G" NIC, which no part has, then says nothing).
 
    * a *power*: a number followed by W or watts ("@ 500W power limit").
 
@@ -82,6 +84,8 @@ _COMMON = frozenset({"per", "the", "and", "with", "for", "from", "one", "gpu", "
                      "habana", "tesla", "instinct", "cloud", "accelerator"})
 """Words of catalog names that say nothing about which part is meant (rule step 4 skips them)."""
 _MEMORY = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s*(?:gb|gib)(?![a-z/]|\s*/\s*s)")
+_MEMORY_G = re.compile(r"(?<![a-z0-9.])(\d+(?:\.\d+)?)\s*g(?![a-z/]|\s*/\s*s)")
+"""A number and a bare G ("40G"): memory where it picks a candidate (a NIC's "400G" does not)."""
 _POWER = re.compile(r"(?<![\w.])(\d{2,4}(?:\.\d+)?)\s*(?:w|watts?)(?![a-z])")
 POWER_TOLERANCE = 0.10
 """Largest relative gap between a stated power and a catalog part's ``tdp_W`` (rule step 4)."""
@@ -281,6 +285,8 @@ def read_device(text: str) -> DeviceReading:
                                  tuple(p.id for p in parts))
         parts = kept
         steps.append(f"{mem:g} GB" + ("" if near == 0 else f" (catalog {kept[0].hbm_GB:g} GB, within 7%)"))
+    if not mems and len(parts) > 1:
+        parts = _by_bare_g(parts, low, steps)
     if len(parts) > 1:  # with several forms stated, their words decide nothing
         parts = _distinguishing_words(parts, [w for w in words if not several or not _is_form_word(w)], steps)
     if len(parts) > 1:
@@ -328,6 +334,18 @@ def _distinguishing_words(parts: list[_Part], words: list[str], steps: list[str]
         if having and len(having) < len(parts) and len(w) > 2 and not w.isdigit():
             parts = having
             steps.append(f"{w!r} in the catalog name")
+    return parts
+
+
+def _by_bare_g(parts: list[_Part], low: str, steps: list[str]) -> list[_Part]:
+    """A number with a bare G ("A100-40G") keeps the candidates whose memory is within 7% of it,
+    when that is some but not all of them (otherwise unchanged: "400G" is a NIC)."""
+    for m in _MEMORY_G.findall(low):
+        mem = float(m)
+        having = [p for p in parts if abs(p.hbm_GB - mem) <= MEMORY_TOLERANCE * p.hbm_GB]
+        if having and len(having) < len(parts):
+            steps.append(f"'{m}G' read as {mem:g} GB")
+            return having
     return parts
 
 

@@ -10,8 +10,10 @@ log2(head_dim) between the measured head dims, and held flat beyond the measured
 512 and above 32k tokens (Hopper FA2/FA3/cuDNN reach 32k by a measured 32k/16k ratio; the
 families derived from them and FA4 with them; the others end at 16k) the nearest measured value
 is used, so long context up to 1M tokens and beyond is accepted, at the last measured
-efficiency (docs/KERNELS.md, "Long context", says why flat). Families a silicon cannot run
-are first mapped by :func:`resolve_family`. Not modelled: GQA/MQA (MHA measurements), sliding
+efficiency (docs/KERNELS.md, "Long context", says why flat). Hopper FA2, FA3 and cuDNN stand at
+the level of MagiAttention's later H100 figures (GQA, hd128, 16k), the older figures giving their
+shape. Families a silicon cannot run are first mapped by :func:`resolve_family`. Not modelled:
+the GQA group size (the shapes are MHA measurements, the Hopper level a GQA one), sliding
 windows, variable-length packing, dropout, fp8 attention. Data and fallbacks: docs/KERNELS.md.
 """
 
