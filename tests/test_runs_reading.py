@@ -68,6 +68,19 @@ def test_step_times_with_units(cell, seconds):
     assert read_seconds(cell)[0] == pytest.approx(seconds)
 
 
+@pytest.mark.parametrize(("cell", "seconds"), [
+    ("0.5 it/s", 2.0), ("2 steps/sec", 0.5), ("0.8 it / s", 1.25), ("4 iters/s (tqdm)", 0.25)])
+def test_a_step_rate_is_inverted_and_said(cell, seconds):
+    v, note = read_seconds(cell)
+    assert v == pytest.approx(seconds) and "rate" in note and "inverted" in note
+    assert read_seconds("1.23 s/it") == (pytest.approx(1.23), "")  # seconds per iteration: a time
+
+
+@pytest.mark.parametrize(("cell", "value"), [("2^13", 8192), ("2**20 tokens", 1048576), ("2 ^ 11", 2048)])
+def test_a_power_written_out_is_read_as_its_value_not_its_base(cell, value):
+    assert read_count(cell) == value
+
+
 def test_a_step_time_range_takes_its_midpoint_and_says_so():
     v, note = read_seconds("10.9-11.1 s")
     assert v == pytest.approx(11.0) and "range" in note
@@ -711,6 +724,20 @@ def test_a_row_with_only_an_mfu_is_read_against_the_peak_its_basis_states():
     assert catalog.step_time_s == pytest.approx(same.step_time_s * 989.0 / 989.4, rel=1e-9)
     none = _hand_row(model="Llama 3 70B", tp="4", pp="4", step_time_s="")
     assert not none.included and "MFU" in none.exclude_reason
+    # an MFU written as a fraction, without a % sign, is that fraction of 100% (noted); with one, percent
+    frac = _hand_row(**{**base, "mfu_pct": "0.40"}, mfu_basis="")
+    assert frac.step_time_s == pytest.approx(catalog.step_time_s, rel=1e-9)
+    assert any("without a % sign" in n for n in frac.assumptions) and frac.claimed_mfu_pct == pytest.approx(40.0)
+    tiny = _hand_row(**{**base, "mfu_pct": "0.40%"}, mfu_basis="")
+    assert tiny.claimed_mfu_pct == pytest.approx(0.40)
+
+
+@pytest.mark.parametrize(("cell", "policy"), [
+    ("recompute_granularity=selective", "selective"), ("recompute all layers", "full"), ("AC: every layer", "full")])
+def test_checkpointing_written_as_a_setting_or_in_words(cell, policy):
+    r = _hand_row(model="Llama 3 70B", tp="4", pp="4", act_ckpt=cell)
+    assert r.included, r.exclude_reason
+    assert r.workload.activation_checkpointing == policy
 
 
 @pytest.mark.parametrize(("cells", "want"), [

@@ -39,8 +39,13 @@ def unstated(cell: str | None) -> bool:
     return bool(_UNSTATED.match(cell.strip().lower()))
 
 
+_POWER = re.compile(r"(?<![\w.])(\d{1,3})\s*(?:\^|\*\*)\s*(\d{1,2})(?![\d.])")
+
+
 def _clean(cell: str) -> str:
     s = cell.strip().lower().replace("\u2212", "-").replace("\u00d7", "x")
+    # a power written out ("2^13", "2**20") is read as its value, not as its base
+    s = _POWER.sub(lambda m: str(int(m.group(1)) ** int(m.group(2))), s)
     # thousands separators: "1,024", "1_024", "1'024", thin spaces
     return re.sub(r"(?<=\d)[,_'\u2009\u202f](?=\d{3}(?!\d))", "", s)
 
@@ -143,7 +148,8 @@ _TIME_UNITS = (("ms", 1e-3), ("msec", 1e-3), ("millisecond", 1e-3), ("us", 1e-6)
 
 def read_seconds(cell: str | None) -> tuple[float | None, str]:
     """Seconds (``"7.0"``, ``"7.0 (derived)"``, ``"850 ms"``, ``"1.2 s"``, ``"2 min"``), and a
-    note for a range, whose midpoint is taken (``"1.2-1.3 s"``)."""
+    note for a range, whose midpoint is taken (``"1.2-1.3 s"``), or for a rate (``"0.5 it/s"``,
+    inverted)."""
     if unstated(cell):
         return None, ""
     s = _clean(str(cell))
@@ -158,6 +164,12 @@ def read_seconds(cell: str | None) -> tuple[float | None, str]:
         if not m:
             return None, ""
         value, rest = float(m.group(1)), s[m.end():]
+    if re.match(r"\s*(?:it|iters?|iterations?|steps?|batch(?:es)?)\s*/\s*s(?:ec(?:ond)?)?\b", rest):
+        if value <= 0:
+            raise CellError(f"step rate {str(cell).strip()!r} is not positive")
+        # a rate ("0.5 it/s", tqdm's unit for fast loops): the step time is its inverse
+        note = "; ".join(x for x in (note, f"step time given as a rate {str(cell).strip()!r}: inverted") if x)
+        value, rest = 1.0 / value, ""
     unit = re.match(r"\s*([a-zµ]+)", rest)
     scale = 1.0
     if unit:

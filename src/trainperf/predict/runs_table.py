@@ -265,8 +265,8 @@ def _policy(cell: str, stack: str, d: Any, precision: str, params_B: float, note
         return first(mods, "selective")
     # "AC: full", "activation checkpointing = selective", "recompute: block 4": the value after the name
     low = re.sub(r"^sac(?![a-z])", "selective", low)  # SAC: selective activation checkpointing
-    rest = re.sub(r"^(?:ac|activation[ _-]?checkpoint(?:ing)?|act[ _-]?ckpt|recompute|checkpointing)(?![a-z])"
-                  r"\s*[:=(]?\s*", "", low)
+    rest = re.sub(r"^(?:ac|activation[ _-]?checkpoint(?:ing)?|act[ _-]?ckpt|recompute(?:[ _-]granularity)?|"
+                  r"checkpointing)(?![a-z])\s*[:=(]?\s*", "", low)
     if rest and rest != low and not re.match(r"(?:true|yes|on|false|no|off|none|null)\b", rest):
         low = rest
     if unstated(low):
@@ -274,6 +274,8 @@ def _policy(cell: str, stack: str, d: Any, precision: str, params_B: float, note
     megatron = _megatron_method(low, cell, notes)
     if megatron:
         return megatron
+    if re.match(r"(?:all|every)\s*(?:the\s*)?(?:layers?|blocks?)\b|all$", low):  # "recompute all layers"
+        return "full"
     custom = _maxtext_custom(low)
     if custom:
         return custom
@@ -1024,7 +1026,7 @@ def _mapped(r: Mapping[str, str], stack: str, d: Any, reading: Any, prec: Any,
     if prec.note:
         notes.append(prec.note)
     if step is None and tps is None and tflops is None:
-        tflops = tflops_from_mfu(_claimed_mfu(r) or 0.0, _cell(r, "mfu_basis"), hw, prec.precision, notes)
+        tflops = tflops_from_mfu(_claimed_mfu(r, notes) or 0.0, _cell(r, "mfu_basis"), hw, prec.precision, notes)
     model = _model(r, notes)
     dpn = _devices_per_node(r, n, hw, notes)
     plan = _plan(r, n, dpn, d, notes, int(model["layers"]))
@@ -1128,11 +1130,19 @@ def tflops_from_mfu(mfu_pct: float, basis: str, hw: Any, precision: str, notes: 
     return mfu_pct * peak / 100.0
 
 
-def _claimed_mfu(r: Mapping[str, str]) -> float | None:
+def _claimed_mfu(r: Mapping[str, str], notes: list[str] | None = None) -> float | None:
+    """The ``mfu_pct`` cell in percent; a value of at most 1 without a % sign is a fraction
+    ("0.40" is 40%, noted in ``notes``): no training run publishes an MFU below 1%."""
+    cell = _cell(r, "mfu_pct")
     try:
-        return read_number(_cell(r, "mfu_pct"))
+        v = read_number(cell)
     except CellError:
         return None
+    if v is not None and 0 < v <= 1.0 and "%" not in cell:
+        if notes is not None:
+            notes.append(f"mfu_pct {cell.strip()[:20]!r} without a % sign: read as the fraction {v:g} = {100 * v:g}%")
+        return 100.0 * v
+    return v
 
 
 def parse_runs(text: str, where: str = PACKAGED) -> tuple[TableRun, ...]:
