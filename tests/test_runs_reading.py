@@ -711,6 +711,17 @@ def test_llama3_405b_names_the_llama31_preset():
     assert any("llama3.1-405b" in n for n in r.assumptions)
 
 
+@pytest.mark.parametrize(("model", "preset", "params_B"), [
+    ("Grok-1 314B", "grok-1", 316.5), ("Qwen2.5-72B", "qwen2.5-72b", 72.71), ("Mistral 7B", "mistral-7b", 7.242),
+    ("DeepSeek-V2 236B", "deepseek-v2", 235.7), ("Kimi K2", "kimi-k2", 1026.0), ("Falcon-180B", "falcon-180b", 178.6),
+    ("Gemma 2 27B", "gemma2-27b", 27.23), ("Qwen3-8B", "qwen3-8b", 8.191)])
+def test_a_row_naming_a_released_model_without_its_shape_takes_the_preset(model, preset, params_B):
+    r = _hand_row(model=model, tp="8", pp="4")
+    assert r.included, r.exclude_reason
+    assert r.workload.model.total_params / 1e9 == pytest.approx(params_B, rel=2e-3)
+    assert any(preset in a for a in r.assumptions), r.assumptions
+
+
 def test_a_row_with_only_an_mfu_is_read_against_the_peak_its_basis_states():
     base = dict(model="Llama 3 70B", tp="4", pp="4", step_time_s="", mfu_pct="40")
     stated = _hand_row(**base, mfu_basis="MFU vs peak BF16 989 TF, FP8 1979 TF")
