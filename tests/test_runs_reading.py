@@ -711,6 +711,14 @@ def test_llama3_405b_names_the_llama31_preset():
     assert any("llama3.1-405b" in n for n in r.assumptions)
 
 
+def test_a_vpp_count_in_the_pp_cell_and_async_tp_in_the_sp_cell_are_read():
+    r = _hand_row(model="Llama 3 70B", tp="8", pp="4 (interleaved, v=5)", num_gpus="256")
+    assert r.included, r.exclude_reason
+    assert (r.workload.plan.pp, r.workload.plan.vpp) == (4, 5)
+    a = _hand_row(model="Llama 3 70B", tp="8", sp="yes (async TP)", pp="4", num_gpus="256")
+    assert a.workload.async_tp and a.workload.plan.sequence_parallel
+
+
 @pytest.mark.parametrize(("model", "preset", "params_B"), [
     ("Grok-1 314B", "grok-1", 316.5), ("Qwen2.5-72B", "qwen2.5-72b", 72.71), ("Mistral 7B", "mistral-7b", 7.242),
     ("DeepSeek-V2 236B", "deepseek-v2", 235.7), ("Kimi K2", "kimi-k2", 1026.0), ("Falcon-180B", "falcon-180b", 178.6),

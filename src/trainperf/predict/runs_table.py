@@ -668,12 +668,13 @@ def _sharding(r: Mapping[str, str], data: int, dpn: int, d: Any, notes: list[str
 
 
 _INTERLEAVED = re.compile(r"interleav|virtual[ _-]?(?:pipeline|stage)|\bvpp\b|\bv-?pp\b")
-_VPP_IN_PP = re.compile(r"\b(?:vpp|vp|virtual[ _-]?(?:pipeline[ _-]?)?(?:stages?|size|degree)?)\s*[=:]?\s*(\d+)")
+_VPP_IN_PP = re.compile(r"\b(?:vpp|vp|virtual[ _-]?(?:pipeline[ _-]?)?(?:stages?|size|degree)?)\s*[=:]?\s*(\d+)"
+                        r"|\bv\s*[=:]\s*(\d+)")
 
 
 def _vpp(r: Mapping[str, str], pp: int, layers: int, notes: list[str]) -> int:
     """Virtual pipeline stages per rank: the vpp cell's count ("5", "VP=5", "5 (interleaved)"), or
-    one written in the pp cell ("PP4 (interleaved, vpp=5)"). A row that says its schedule is
+    one written in the pp cell ("PP4 (interleaved, vpp=5)", "4 (interleaved, v=5)"). A row that says its schedule is
     interleaved without a count ("interleaved", "yes", "not stated (paper uses interleaved
     schedule)") is interleaved: with one layer per virtual stage, ``layers // pp`` chunks, the
     most the layer count allows (NVIDIA's NeMo 24.09/24.11 recipes for GPT-3 175B, Nemotron-4
@@ -688,7 +689,7 @@ def _vpp(r: Mapping[str, str], pp: int, layers: int, notes: list[str]) -> int:
         raise _Skip("cell", f"vpp: {cell[:40]!r} is not a positive count")
     if vpp is None:
         m = _VPP_IN_PP.search(pp_cell)
-        vpp = int(m.group(1)) if m else None
+        vpp = int(m.group(1) or m.group(2)) if m else None
     if vpp is None and not cell:
         vpp = named_degree(r, "vpp", notes)
     if vpp is not None:
@@ -1085,8 +1086,8 @@ def _training(r: Mapping[str, str], stack: str, d: Any, prec: Any, tp: int, note
         training["compile"] = True
     elif d.get("compile").value:  # generic's [defaults] states every true/false key
         training["compile"] = _default(d, "compile", "compilation", notes)
-    if "asynctp" in re.sub(r"[\s_-]", "", fw):
-        training["async_tp"] = True
+    if tp > 1 and any("asynctp" in re.sub(r"[\s_-]", "", _cell(r, c).lower()) for c in ("framework", "sp", "tp")):
+        training["async_tp"] = True  # "async TP" in the framework, sequence-parallel or tp cell
     elif tp > 1 and d.get("async_tp").value:
         training["async_tp"] = _default(d, "async_tp", "async tensor parallelism", notes)
     if (stack == "torchtitan" and not training.get("compile")
