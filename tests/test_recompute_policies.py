@@ -98,7 +98,8 @@ def test_partial_layer_policies(llama7b):
 ])
 def test_kept_activation_widths(llama7b, policy, h, q, kv, ffn):
     w = saved_widths(get_policy(policy), llama7b)
-    assert (w.h, w.q, w.kv, w.ffn) == (h, q, kv, ffn), kept_tensors(get_policy(policy), llama7b)
+    # q counts the queries, ctx the attention context (of equal width but under MLA)
+    assert (w.h, w.q + w.ctx, w.kv, w.ffn) == (h, q, kv, ffn), kept_tensors(get_policy(policy), llama7b)
     per_token = 2 * (h * 4096 + q * 4096 + kv * 4096 + ffn * 11008)
     assert saved_activation_bytes_per_token(llama7b, policy) == per_token
 
@@ -163,9 +164,22 @@ def test_recompute_module_widths_on_a_dense_model(llama7b):
     """Llama-2-7B keeps h 4, q 2, kv 2, ffn 3 without recomputation; ``layernorm`` drops the two
     norm outputs, ``mlp`` the gate, up and activation outputs."""
     w = saved_widths(get_policy("selective:core_attn+layernorm"), llama7b)
-    assert (w.h, w.q, w.kv, w.ffn) == (2, 2, 2, 3)
+    assert (w.h, w.q, w.ctx, w.kv, w.ffn) == (2, 1, 1, 2, 3)
     w = saved_widths(get_policy("selective:layernorm+mlp"), llama7b)
-    assert (w.h, w.q, w.kv, w.ffn) == (2, 2, 2, 0)
+    assert (w.h, w.q, w.ctx, w.kv, w.ffn) == (2, 1, 1, 2, 0)
+
+
+def test_mla_keeps_its_narrower_context_and_up_projected_keys_and_values():
+    """DeepSeek-V3 (128 heads, qk 128 + 64 rope, v 128): the attention context, the output
+    projection's input, is 128 x 128 wide, not the queries' 128 x 192; the kept keys and values
+    are the up-projected ones (24,576 and 16,384 wide), not kv_heads x hidden/heads."""
+    ds = get_model("deepseek-v3")
+    assert (ds.q_dim, ds.context_dim) == (24576, 16384)
+    per_token = 2 * (4 * 7168 + 24576 + (24576 + 16384) + 16384 + 3 * 18432)
+    assert saved_activation_bytes_per_token(ds, "none") == per_token
+    # mla_up_proj re-runs the up-projections: q, k and v are not kept, the context is
+    per_token_up = 2 * (2 * 7168 + 16384 + 3 * 18432)
+    assert saved_activation_bytes_per_token(ds, "selective:layernorm+mla_up_proj") == per_token_up
 
 
 def test_recompute_module_flops_on_moe_and_mla():

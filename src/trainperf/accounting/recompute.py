@@ -140,18 +140,20 @@ class SavedWidths:
     """Count of key/value-wide tensors (split over tp)."""
     ffn: float
     """Count of MLP-wide tensors (split over tp)."""
+    ctx: float = 0.0
+    """Count of attention-context tensors (heads x value head dim, split over tp)."""
     gemm_in_h: float = 0.0
     """Of ``h``: tensors that are a weight matmul's input (the norm outputs feeding q/k/v and the MLP)."""
-    gemm_in_q: float = 0.0
-    """Of ``q``: the attention context, the output projection's input."""
+    gemm_in_ctx: float = 0.0
+    """Of ``ctx``: the attention context, the output projection's input."""
     gemm_in_ffn: float = 0.0
     """Of ``ffn``: the activation output, the down projection's input."""
 
 
 def saved_widths(policy: Policy, model: ModelSpec) -> SavedWidths:
     """How many tensors of each width one layer keeps under ``policy`` (``none``, gated:
-    ``h=4, q=2, kv=2, ffn=3``). Bytes per token = act_bytes * (h*hidden + q*q_dim + kv*kv_dim +
-    ffn*ffn_hidden), the split widths divided by tp (:func:`trainperf.predict.step_model.memory.saved_activation_bytes_per_layer`)."""
+    ``h=4, q=1, kv=2, ctx=1, ffn=3``). Bytes per token = act_bytes * (h*hidden + q*q_dim + kv*kv_dim +
+    ctx*context_dim + ffn*ffn_hidden), the split widths divided by tp (:func:`trainperf.predict.step_model.memory.saved_activation_bytes_per_layer`)."""
     return _widths(_kept(policy, *_names_roles(model), model.gated_mlp))
 
 
@@ -165,13 +167,13 @@ GEMM_INPUTS: frozenset[str] = frozenset({"norm1_out", "attn_context", "norm2_out
 
 
 def _widths(kept: tuple[str, ...]) -> SavedWidths:
-    counts = {"h": 0.0, "q": 0.0, "kv": 0.0, "ffn": 0.0}
-    gemm_in = {"h": 0.0, "q": 0.0, "kv": 0.0, "ffn": 0.0}
+    counts = {"h": 0.0, "q": 0.0, "kv": 0.0, "ctx": 0.0, "ffn": 0.0}
+    gemm_in = dict.fromkeys(counts, 0.0)
     for t in kept:
         counts[TENSOR_WIDTH[t]] += 1.0
         if t in GEMM_INPUTS:
             gemm_in[TENSOR_WIDTH[t]] += 1.0
-    return SavedWidths(**counts, gemm_in_h=gemm_in["h"], gemm_in_q=gemm_in["q"], gemm_in_ffn=gemm_in["ffn"])
+    return SavedWidths(**counts, gemm_in_h=gemm_in["h"], gemm_in_ctx=gemm_in["ctx"], gemm_in_ffn=gemm_in["ffn"])
 
 
 @dataclass(frozen=True)
@@ -271,9 +273,14 @@ def layer_recompute(policy: str, attn_names: tuple[str, ...], mlp_names: tuple[s
 
 
 def saved_activation_bytes_per_token(model: ModelSpec, policy: str, act_bytes: float = 2.0) -> float:
-    """Activation bytes one dense layer keeps per token under ``policy`` (no tp; flash attention)."""
+    """Activation bytes one dense layer keeps per token under ``policy`` (no tp; flash attention).
+    Under MLA the kept keys and values are the up-projected ones (``heads x qk_head_dim`` and
+    ``heads x v_head_dim``), the context ``heads x v_head_dim``."""
     w = saved_widths(get_policy(policy), model)
-    return act_bytes * (w.h * model.hidden + w.q * model.q_dim + w.kv * model.kv_dim + w.ffn * model.ffn_hidden)
+    kv = (model.heads * (model.qk_head_dim + model.v_dim_per_head) / 2 if model.attention == "mla"
+          else model.kv_dim)
+    return act_bytes * (w.h * model.hidden + w.q * model.q_dim + w.kv * kv + w.ctx * model.context_dim
+                        + w.ffn * model.ffn_hidden)
 
 
 def layer_matmul_flops(model: ModelSpec, seq_len: int) -> dict[str, float]:

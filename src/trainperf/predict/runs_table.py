@@ -362,6 +362,17 @@ def _maxtext_custom(low: str) -> str | None:
     return get_policy("custom:" + "+".join(f"{n}={w}" for n, w in where.items())).name
 
 
+_MODULE_WORDS: tuple[tuple[str, str], ...] = (
+    (r"(?<![a-z_])(?:rms|layer)[ -]?norms?(?![a-z_])", "layernorm"),
+    (r"(?<![a-z_])mla[ -]?up[ -]?proj(?:ections?)?(?![a-z_])", "mla_up_proj"),
+    (r"(?<![a-z_])core[ -]?attention(?![a-z_])", "core_attn"),
+    (r"(?<![a-z_])moe[ -]?activations?(?![a-z_])", "moe_act"),
+)
+"""Module names as papers write them ("RMSNorm", "MLA up-projections", "core attention") -> the
+Megatron-Core ``--recompute-modules`` names the policy takes (DeepSeek-V3's report, section 3.2.3,
+recomputes "all RMSNorm operations and MLA up-projections")."""
+
+
 def _recompute_modules(low: str) -> str | None:
     """``selective:M1+M2`` for a cell naming Megatron-Core's recompute modules ("recompute_modules:
     core_attn, moe_act", "selective (layernorm, mla_up_proj)"), else None. The plain words ``mlp``
@@ -369,10 +380,13 @@ def _recompute_modules(low: str) -> str | None:
 
     m = re.search(r"recompute[_ -]modules?\W*(.*)", low)
     named = m is not None
-    m = m or re.search(r"^selective\b\W*(.*)", low)
+    m = m or re.search(r"^(?:selective|recompute[sd]?|recomputing)\b\W*(.*)", low)
     if not m:
         return None
-    found = [mod for mod in RECOMPUTE_MODULES if re.search(rf"(?<![a-z_]){mod}(?![a-z_])", m.group(1))]
+    said = m.group(1)
+    for pattern, mod in _MODULE_WORDS:
+        said = re.sub(pattern, mod, said)
+    found = [mod for mod in RECOMPUTE_MODULES if re.search(rf"(?<![a-z_]){mod}(?![a-z_])", said)]
     if not found or not (named or set(found) - {"mlp", "moe"}):
         return None
     return get_policy("selective:" + "+".join(found)).name

@@ -14,7 +14,8 @@ name                width  what it is
 ``layer_input``     h      block input = first norm input (the checkpoint boundary)
 ``norm1_out``       h      first norm output = q/k/v projection input
 ``q`` ``k`` ``v``   q, kv  projection outputs
-``attn_context``    q      attention (SDPA / flash) output = o_proj input
+``attn_context``    ctx    attention (SDPA / flash) output = o_proj input (heads x value
+                           head dim: the query width, but narrower under MLA)
 ``attn_out``        h      o_proj output
 ``attn_residual``   h      residual after attention = second norm input
 ``norm2_out``       h      second norm output = MLP input
@@ -147,7 +148,7 @@ from typing import Any
 from trainperf.errors import SpecError
 
 TENSOR_WIDTH: dict[str, str] = {
-    "layer_input": "h", "norm1_out": "h", "q": "q", "k": "kv", "v": "kv", "attn_context": "q",
+    "layer_input": "h", "norm1_out": "h", "q": "q", "k": "kv", "v": "kv", "attn_context": "ctx",
     "attn_out": "h", "attn_residual": "h", "norm2_out": "h", "mlp_gate": "ffn", "mlp_up": "ffn",
     "mlp_act": "ffn", "mlp_out": "h",
 }

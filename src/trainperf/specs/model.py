@@ -317,6 +317,12 @@ class ModelSpec:
         return self.head_dim  # type: ignore[return-value]
 
     @property
+    def context_dim(self) -> int:
+        """Width of the attention output, the output projection's input (heads x value head dim;
+        the query width except under MLA, whose value heads are narrower than its query heads)."""
+        return self.heads * self.v_dim_per_head
+
+    @property
     def v_dim_per_head(self) -> int:
         """Value dimension per head."""
         return self.v_head_dim if self.attention == "mla" else self.head_dim  # type: ignore[return-value]

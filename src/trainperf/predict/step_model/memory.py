@@ -51,13 +51,15 @@ DDP_BUCKET_BYTES = 25e6
 # ----------------------------------------------------------------------------- formulas
 def saved_activation_bytes_per_layer(s: Num, b: Num, h: Num, q_dim: Num, kv_dim: Num, ffn: Num, t: Num, sp: Flag,
                                      widths: recompute.SavedWidths, act_bytes: Num = 2.0,
-                                     gemm_in_bytes: Num | None = None, core_recomputed: Flag = False) -> Num:
+                                     gemm_in_bytes: Num | None = None, core_recomputed: Flag = False,
+                                     ctx_dim: Num | None = None) -> Num:
     """Activation bytes one layer keeps per micro-batch under a checkpointing policy.
 
     ``widths`` (:class:`trainperf.accounting.recompute.SavedWidths`) counts the kept tensors of
     each width, derived from the policy's kept-tensor list: hidden-wide ones are replicated over
     the tp ranks unless sequence parallel (then split ``t`` ways); query, key/value and MLP-wide
-    ones are split ``t`` ways. With ``none`` this is :func:`activation_bytes_per_layer` (flash
+    ones are split ``t`` ways, as is the attention context (``ctx_dim`` wide: heads x value head
+    dim; ``None``: ``q_dim``, which it is but under MLA). With ``none`` this is :func:`activation_bytes_per_layer` (flash
     attention); with ``full`` the layer input only. Fused attention is assumed (no scores kept).
 
     ``gemm_in_bytes``: bytes per element a stack keeps of a weight matmul's input under fp8
@@ -67,13 +69,14 @@ def saved_activation_bytes_per_layer(s: Num, b: Num, h: Num, q_dim: Num, kv_dim:
     """
     rep_div = vec.where(sp, t, 1.0)
     rep = widths.h * h / rep_div
-    split = (widths.q * q_dim + widths.kv * kv_dim + widths.ffn * ffn) / t
+    ctx_w = q_dim if ctx_dim is None else ctx_dim
+    split = (widths.q * q_dim + widths.kv * kv_dim + widths.ctx * ctx_w + widths.ffn * ffn) / t
     total = s * b * act_bytes * (rep + split)
     if gemm_in_bytes is None:
         return total
     cheaper = act_bytes - gemm_in_bytes
     gin = widths.gemm_in_h * h / rep_div + widths.gemm_in_ffn * ffn / t
-    ctx = widths.gemm_in_q * q_dim / t * vec.where(core_recomputed, cheaper, -gemm_in_bytes)
+    ctx = widths.gemm_in_ctx * ctx_w / t * vec.where(core_recomputed, cheaper, -gemm_in_bytes)
     return total - s * b * (cheaper * gin + ctx)
 
 
@@ -268,10 +271,10 @@ def _kept(lay: Layout, st: Stage) -> _Kept:
         ffn = (1.0 - share) * ms.ffn + share * (ms.moe_topk * lay.run.moe_imbalance + ms.moe_shared) * ms.expert_ffn
         kept_none.append(saved_activation_bytes_per_layer(ms.seq_len / m.cp, m.micro_batch, ms.hidden, ms.q_dim,
                                                           st.kv_local * t, ffn, t, m.sp, rc.widths_none, act_b,
-                                                          gin_b, False))
+                                                          gin_b, False, ms.heads * ms.v_head_dim))
         kept.append(saved_activation_bytes_per_layer(ms.seq_len / m.cp, m.micro_batch, ms.hidden, ms.q_dim,
                                                      st.kv_local * t, 1.0, t, m.sp, mlp_kept_widths(lay, rc, share),
-                                                     act_b, gin_b, bool(rc.attention_core)))
+                                                     act_b, gin_b, bool(rc.attention_core), ms.heads * ms.v_head_dim))
     layer_none, layer = kept_none[0], kept[0]
     moe_none, moe = kept_none[1] - kept_none[0], kept[1] - kept[0]
     # unfused (eager) attention materialises the scores; a policy that keeps the attention core
