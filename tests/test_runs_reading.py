@@ -752,7 +752,9 @@ def test_a_row_with_only_an_mfu_is_read_against_the_peak_its_basis_states():
 
 
 @pytest.mark.parametrize(("cell", "policy"), [
-    ("recompute_granularity=selective", "selective"), ("recompute all layers", "full"), ("AC: every layer", "full")])
+    ("recompute_granularity=selective", "selective"), ("recompute all layers", "full"), ("AC: every layer", "full"),
+    ("recompute RMSNorm and MLA up-projections", "selective:layernorm+mla_up_proj"),
+    ("recompute core attention", "selective")])
 def test_checkpointing_written_as_a_setting_or_in_words(cell, policy):
     r = _hand_row(model="Llama 3 70B", tp="4", pp="4", act_ckpt=cell)
     assert r.included, r.exclude_reason
