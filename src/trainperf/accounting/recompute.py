@@ -277,9 +277,7 @@ def saved_activation_bytes_per_token(model: ModelSpec, policy: str, act_bytes: f
     Under MLA the kept keys and values are the up-projected ones (``heads x qk_head_dim`` and
     ``heads x v_head_dim``), the context ``heads x v_head_dim``."""
     w = saved_widths(get_policy(policy), model)
-    kv = (model.heads * (model.qk_head_dim + model.v_dim_per_head) / 2 if model.attention == "mla"
-          else model.kv_dim)
-    return act_bytes * (w.h * model.hidden + w.q * model.q_dim + w.kv * kv + w.ctx * model.context_dim
+    return act_bytes * (w.h * model.hidden + w.q * model.q_dim + w.kv * model.kept_kv_dim + w.ctx * model.context_dim
                         + w.ffn * model.ffn_hidden)
 
 

@@ -317,6 +317,15 @@ class ModelSpec:
         return self.head_dim  # type: ignore[return-value]
 
     @property
+    def kept_kv_dim(self) -> float:
+        """Width of the keys a layer keeps for its backward, equal to the values' (their mean under
+        MLA, whose up-projected keys are ``heads x qk_head_dim`` and values ``heads x v_head_dim``
+        wide): ``kv_dim`` otherwise."""
+        if self.attention == "mla":
+            return self.heads * (self.qk_head_dim + self.v_dim_per_head) / 2.0
+        return float(self.kv_dim)
+
+    @property
     def context_dim(self) -> int:
         """Width of the attention output, the output projection's input (heads x value head dim;
         the query width except under MLA, whose value heads are narrower than its query heads)."""

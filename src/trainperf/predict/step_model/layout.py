@@ -350,9 +350,8 @@ def _matmuls(named: dict[str, tuple[int, int]], row: str, kv: tuple[str, ...] = 
 def _attention_widths(model: Any) -> tuple[float, float, float]:
     """(kv_dim, rope_q, rope_k) of :class:`ModelShape`."""
     if model.attention == "mla":
-        return (model.heads * (model.qk_head_dim + model.v_head_dim) / 2.0,
-                float(model.heads * model.qk_rope_head_dim), float(model.qk_rope_head_dim))
-    return float(model.kv_dim), float(model.q_dim), float(model.kv_dim)
+        return model.kept_kv_dim, float(model.heads * model.qk_rope_head_dim), float(model.qk_rope_head_dim)
+    return model.kept_kv_dim, float(model.q_dim), float(model.kv_dim)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -267,14 +267,15 @@ def _kept(lay: Layout, st: Stage) -> _Kept:
     ms, m, rc, act_b = lay.model, lay.mesh, st.rc, lay.run.act_bytes
     gin_b, t = lay.kernels.fp8_gemm_input_bytes, m.tp
     kept_none, kept = [], []
+    ctx = ms.heads * ms.v_head_dim  # the attention context (narrower than the queries under MLA)
     for share in (0.0, 1.0):  # a dense layer, an MoE layer
         ffn = (1.0 - share) * ms.ffn + share * (ms.moe_topk * lay.run.moe_imbalance + ms.moe_shared) * ms.expert_ffn
         kept_none.append(saved_activation_bytes_per_layer(ms.seq_len / m.cp, m.micro_batch, ms.hidden, ms.q_dim,
                                                           st.kv_local * t, ffn, t, m.sp, rc.widths_none, act_b,
-                                                          gin_b, False, ms.heads * ms.v_head_dim))
+                                                          gin_b, False, ctx))
         kept.append(saved_activation_bytes_per_layer(ms.seq_len / m.cp, m.micro_batch, ms.hidden, ms.q_dim,
                                                      st.kv_local * t, 1.0, t, m.sp, mlp_kept_widths(lay, rc, share),
-                                                     act_b, gin_b, bool(rc.attention_core), ms.heads * ms.v_head_dim))
+                                                     act_b, gin_b, bool(rc.attention_core), ctx))
     layer_none, layer = kept_none[0], kept[0]
     moe_none, moe = kept_none[1] - kept_none[0], kept[1] - kept[0]
     # unfused (eager) attention materialises the scores; a policy that keeps the attention core
