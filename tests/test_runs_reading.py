@@ -844,3 +844,28 @@ def test_an_moe_rows_words_state_shared_experts_and_dense_layers(cells, shared, 
     assert r.included, r.exclude_reason
     m = r.workload.model
     assert (m.moe_experts, m.moe_shared_experts, m.moe_dense_layers) == (64, shared, dense)
+
+
+def test_a_one_table_file_is_validated_with_its_hold_outs_and_bad_rows_are_listed(tmp_path, capsys, monkeypatch):
+    """A runs file of one table: leaving it out leaves nothing to fit (the vendor defaults predict
+    it), which crashed the fit on an empty problem. Rows whose values no rule bounds (a sequence
+    beyond any position table, an MFU that is no percentage) are listed as unread with their
+    reason; the table is still read."""
+    monkeypatch.setenv("TRAINPERF_CACHE_DIR", str(tmp_path / "cache"))
+    header = list(csv.DictReader(FIXTURE.open()).fieldnames or [])
+    base = dict(table_id="T", model="Llama3-8B", seq_len="8192", global_batch_seqs="128", micro_batch="1",
+                hardware="H100 SXM 80GB", num_gpus="64", tp="8", act_ckpt="none", precision="bf16",
+                framework="NeMo 2.0", tokens_per_s_per_gpu="1500")
+    rows = [{**base, "row_id": "ok"}, {**base, "row_id": "long", "seq_len": "1e12"},
+            {**base, "row_id": "neg", "tokens_per_s_per_gpu": "", "mfu_pct": "-0.5"},
+            {**base, "row_id": "big", "tokens_per_s_per_gpu": "", "mfu_pct": "250"}]
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=header)
+        w.writeheader()
+        w.writerows({**dict.fromkeys(header, ""), **r} for r in rows)
+    assert main(["validate", "--data", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "leave-one-(stack, silicon)-out" in out
+    assert "row long (T): model does not validate: max_seq_len" in out
+    assert "row neg (T): mfu_pct '-0.5' is not a percentage" in out and "row big (T): mfu_pct '250'" in out

@@ -197,9 +197,9 @@ def _generic_params(lay: _Layout, feats: Sequence[Layout], generic_global_knobs:
     rows = lay.rows
     for knob in generic_global_knobs:
         feature = _FEATURE_OF.get(knob)
-        uses = np.array([bool(_uses(f, feature)) if feature else True for f in feats])
+        uses = np.array([bool(_uses(f, feature)) if feature else True for f in feats], dtype=bool)  # bool if empty
         if knob == "async_tp_overlap":
-            uses &= np.array([r.workload.plan.tp > 1 for r in rows])
+            uses &= np.array([r.workload.plan.tp > 1 for r in rows], dtype=bool)
         lay.add("generic", "*", knob, uses, prior_generic)
 
 

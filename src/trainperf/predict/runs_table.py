@@ -528,7 +528,10 @@ def _model(r: Mapping[str, str], notes: list[str]) -> dict[str, Any]:
             fields: dict[str, Any] = {f.name: getattr(preset, f.name) for f in dataclasses.fields(ModelSpec)
                                       if f.name != "extra"}
             fields["max_seq_len"] = max(_count(r, "seq_len") or 2048, 2048, fields.get("max_seq_len") or 0)
-            ModelSpec(**fields)
+            try:
+                ModelSpec(**fields)
+            except TrainperfError as e:
+                raise _Skip("model", f"model does not validate: {e}") from None
             return fields
     if not layers or not hidden:
         raise _Skip("model", "model shape (layers, hidden) not given")
@@ -990,6 +993,9 @@ def _row(r: Mapping[str, str]) -> TableRun:
         return TableRun(**base, workload=w, step_time_s=float(step), step_time_from=src, assumptions=tuple(notes))
     except _Skip as e:
         return TableRun(**base, exclude_reason=str(e), exclude_kind=e.kind, assumptions=tuple(notes))
+    except TrainperfError as e:  # a value no rule above bounds: this row is unread, the table is not
+        return TableRun(**base, exclude_reason=f"a cell does not validate: {e}", exclude_kind="cell",
+                        assumptions=tuple(notes))
 
 
 def _figures(r: Mapping[str, str], reading: Any, notes: list[str]) -> tuple[Any, ...]:
@@ -1041,7 +1047,10 @@ def _mapped(r: Mapping[str, str], stack: str, d: Any, reading: Any, prec: Any,
     if prec.note:
         notes.append(prec.note)
     if step is None and tps is None and tflops is None:
-        tflops = tflops_from_mfu(_claimed_mfu(r, notes) or 0.0, _cell(r, "mfu_basis"), hw, prec.precision, notes)
+        mfu = _claimed_mfu(r, notes) or 0.0
+        if not 0.0 < mfu <= 100.0:
+            raise _Skip("cell", f"mfu_pct {_cell(r, 'mfu_pct')[:30]!r} is not a percentage above 0 and at most 100")
+        tflops = tflops_from_mfu(mfu, _cell(r, "mfu_basis"), hw, prec.precision, notes)
     model = _model(r, notes)
     dpn = _devices_per_node(r, n, hw, notes)
     plan = _plan(r, n, dpn, d, notes, int(model["layers"]))
