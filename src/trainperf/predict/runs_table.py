@@ -597,7 +597,8 @@ _DEGREE_NAMES: dict[str, str] = {
     "cp": r"cp|context[ _-]?parallel(?:ism)?(?:[ _-]?(?:size|degree))?",
     "ep": r"ep|expert[ _-]?(?:model[ _-]?)?parallel(?:ism)?(?:[ _-]?(?:size|degree))?",
     "etp": r"etp|expert[ _-]?tensor[ _-]?parallel(?:ism)?(?:[ _-]?(?:size|degree))?",
-    "vpp": r"vpp|vp|virtual[ _-]?pipeline(?:[ _-]?(?:model[ _-]?)?parallel(?:ism)?)?(?:[ _-]?(?:size|degree|stages?))?",
+    "vpp": r"vpp|vp|virtual[ _-]?pipeline(?:[ _-]?(?:model[ _-]?)?parallel(?:ism)?)?(?:[ _-]?(?:size|degree|stages?))?"
+           r"|virtual[ _-]?stages?",
 }
 """How a parallel degree is named where a cell writes several ("TP2 PP4 CP2 VP5", "DP 8 x TP 8")."""
 _PLAN_CELLS = ("tp", "pp", "cp", "vpp", "ep", "etp", "dp", "fsdp_zero", "sp")
@@ -685,8 +686,8 @@ def _sharding(r: Mapping[str, str], data: int, dpn: int, d: Any, notes: list[str
 
 
 _INTERLEAVED = re.compile(r"interleav|virtual[ _-]?(?:pipeline|stage)|\bvpp\b|\bv-?pp\b")
-_VPP_IN_PP = re.compile(r"\b(?:vpp|vp|virtual[ _-]?(?:pipeline[ _-]?)?(?:stages?|size|degree)?)\s*[=:]?\s*(\d+)"
-                        r"|\bv\s*[=:]\s*(\d+)")
+_VPP_IN_PP = re.compile(rf"(?<![a-z])(?:{_DEGREE_NAMES['vpp']})\s*[=:]?\s*(\d+)(?![\d.])|\bv\s*[=:]\s*(\d+)")
+"""A virtual-stage count written in the pp cell: the names :func:`named_degree` reads, or "v=5"."""
 
 
 def _vpp(r: Mapping[str, str], pp: int, layers: int, notes: list[str]) -> int:
