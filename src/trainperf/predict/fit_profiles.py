@@ -271,6 +271,72 @@ def build_problem(rows: Sequence[FitRow], *, base: Sequence[Profile] = (), gener
                    measured=np.array([r.measured_step_time_s for r in rows]))
 
 
+@dataclass
+class _Objective:
+    """The fit's objective over a problem: log residuals against the measured step times, their
+    Huber loss plus the ridge prior, and a forward-difference Jacobian of the residuals."""
+
+    pb: Problem
+    eps: float
+
+    def residual(self, pred: np.ndarray) -> np.ndarray:
+        return np.log(np.maximum(pred, 1e-12)) - np.log(self.pb.measured)
+
+    def loss(self, res: np.ndarray, th: np.ndarray) -> float:
+        a = np.abs(res)
+        h = np.where(a <= HUBER_DELTA, 0.5 * a * a, HUBER_DELTA * (a - 0.5 * HUBER_DELTA))
+        return float((self.pb.weights * h).sum() + 0.5 * (self.pb.prior * th * th).sum())
+
+    def jacobian(self, theta: np.ndarray, pred: np.ndarray) -> np.ndarray:
+        pb = self.pb
+        J = np.zeros((len(pb.rows), len(pb.params)))
+        logp = np.log(pred)
+        for j in range(len(pb.params)):
+            th = theta.copy()
+            th[j] += self.eps
+            p2 = pb.predict(th, pb.param_groups[j])
+            m = ~np.isnan(p2)
+            J[m, j] = (np.log(p2[m]) - logp[m]) / self.eps
+        return J
+
+
+@dataclass
+class _State:
+    """Where the Levenberg-Marquardt iteration stands."""
+
+    theta: np.ndarray
+    pred: np.ndarray
+    res: np.ndarray
+    loss: float
+    J: np.ndarray
+    lam: float = 1e-2
+
+
+def _lm_step(obj: _Objective, s: _State) -> tuple[bool, bool]:
+    """One damped Gauss-Newton step on the Huber-reweighted normal equations, raising the damping
+    until the loss falls (at most six tries); an accepted step updates ``s`` and the Jacobian by
+    Broyden's rank-one formula. Returns (accepted, improved by more than a relative 1e-5)."""
+    pb = obj.pb
+    a = np.abs(s.res)
+    W = pb.weights * np.where(a <= HUBER_DELTA, 1.0, HUBER_DELTA / np.maximum(a, 1e-12))
+    A = s.J.T @ (s.J * W[:, None]) + np.diag(pb.prior)
+    b = s.J.T @ (W * s.res) + pb.prior * s.theta
+    for _ in range(6):
+        step = np.linalg.solve(A + s.lam * np.diag(np.diag(A) + 1e-9), -b)
+        th = s.theta + step
+        p_new = pb.predict(th)
+        r_new = obj.residual(p_new)
+        l_new = obj.loss(r_new, th)
+        if np.isfinite(l_new) and l_new < s.loss:
+            improved = s.loss - l_new > 1e-5 * max(s.loss, 1e-3)
+            s.J += np.outer(r_new - s.res - s.J @ step, step) / max(float(step @ step), 1e-18)
+            s.theta, s.pred, s.res, s.loss = th, p_new, r_new, l_new
+            s.lam = max(s.lam / 3.0, 1e-6)
+            return True, improved
+        s.lam *= 4.0
+    return False, False
+
+
 def solve(pb: Problem, max_iter: int = 30, eps: float = 1e-3, refresh: int = 4,
           theta0: np.ndarray | None = None) -> tuple[np.ndarray, float]:
     """Levenberg-Marquardt with Huber IRLS weights; returns (theta, loss).
@@ -278,69 +344,27 @@ def solve(pb: Problem, max_iter: int = 30, eps: float = 1e-3, refresh: int = 4,
     The finite-difference Jacobian is recomputed every ``refresh`` accepted steps (and after a
     failed step) and updated by Broyden's rank-one formula in between (Broyden 1965): the
     model is smooth in the knobs, so this saves most of the step-model evaluations."""
-    n_p = len(pb.params)
-    theta = np.zeros(n_p) if theta0 is None else np.array(theta0, dtype=float)
-    if n_p == 0:
+    theta = np.zeros(len(pb.params)) if theta0 is None else np.array(theta0, dtype=float)
+    if len(pb.params) == 0:
         return theta, 0.0
-    logm = np.log(pb.measured)
-
-    def residual(pred: np.ndarray) -> np.ndarray:
-        return np.log(np.maximum(pred, 1e-12)) - logm
-
-    def loss_of(res: np.ndarray, th: np.ndarray) -> float:
-        a = np.abs(res)
-        h = np.where(a <= HUBER_DELTA, 0.5 * a * a, HUBER_DELTA * (a - 0.5 * HUBER_DELTA))
-        return float((pb.weights * h).sum() + 0.5 * (pb.prior * th * th).sum())
-
-    def jacobian(theta: np.ndarray, pred: np.ndarray) -> np.ndarray:
-        J = np.zeros((len(pb.rows), n_p))
-        logp = np.log(pred)
-        for j in range(n_p):
-            th = theta.copy()
-            th[j] += eps
-            p2 = pb.predict(th, pb.param_groups[j])
-            m = ~np.isnan(p2)
-            J[m, j] = (np.log(p2[m]) - logp[m]) / eps
-        return J
-
+    obj = _Objective(pb, eps)
     pred = pb.predict(theta)
-    res = residual(pred)
-    loss = loss_of(res, theta)
-    lam = 1e-2
-    J = jacobian(theta, pred)
+    res = obj.residual(pred)
+    s = _State(theta, pred, res, obj.loss(res, theta), obj.jacobian(theta, pred))
     since = 0
     for _ in range(max_iter):
-        a = np.abs(res)
-        hw = np.where(a <= HUBER_DELTA, 1.0, HUBER_DELTA / np.maximum(a, 1e-12))
-        W = pb.weights * hw
-        A = J.T @ (J * W[:, None]) + np.diag(pb.prior)
-        b = J.T @ (W * res) + pb.prior * theta
-        improved = accepted = False
-        for _ in range(6):
-            step = np.linalg.solve(A + lam * np.diag(np.diag(A) + 1e-9), -b)
-            th = theta + step
-            p_new = pb.predict(th)
-            r_new = residual(p_new)
-            l_new = loss_of(r_new, th)
-            if np.isfinite(l_new) and l_new < loss:
-                improved = loss - l_new > 1e-5 * max(loss, 1e-3)
-                J += np.outer(r_new - res - J @ step, step) / max(float(step @ step), 1e-18)
-                theta, pred, res, loss = th, p_new, r_new, l_new
-                lam = max(lam / 3.0, 1e-6)
-                accepted = True
-                break
-            lam *= 4.0
+        accepted, improved = _lm_step(obj, s)
         since += 1
         if not accepted or since >= refresh:
             if not accepted and since == 0:
                 break  # a fresh Jacobian and still no descent: converged
-            J = jacobian(theta, pred)
+            s.J = obj.jacobian(s.theta, s.pred)
             since = 0
             if not accepted:
                 continue
         if not improved and accepted:
             break
-    return theta, loss
+    return s.theta, s.loss
 
 
 # ------------------------------------------------------------------------------ profiles out

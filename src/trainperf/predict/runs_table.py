@@ -243,26 +243,28 @@ def _megatron_method(low: str, cell: str, notes: list[str]) -> str | None:
     return None
 
 
+def _first_known(*names: str) -> str:
+    """The first of ``names`` that is a policy of the workload schema (the last one otherwise)."""
+    for n in names:
+        try:
+            get_policy(n)
+            return n
+        except TrainperfError:
+            continue
+    return names[-1]
+
+
 def _policy(cell: str, stack: str, d: Any, precision: str, params_B: float, notes: list[str]) -> str:
     """The activation-checkpointing policy of a cell (policy names of the workload schema); a
-    cell that states nothing takes the stack's default for the model's size."""
-
+    cell that states nothing takes the stack's default for the model's size. The rules run in
+    order: Megatron-Core's modules and methods, MaxText's policies (:func:`_policy_named`), then
+    the words other frameworks use (:func:`_policy_words`)."""
     low = cell.lower()
-
-    def first(*names: str) -> str:
-        for n in names:
-            try:
-                get_policy(n)
-                return n
-            except TrainperfError:
-                continue
-        return names[-1]
-
     if unstated(cell):
         return _default(d, "activation_checkpointing", "activation checkpointing", notes, params_B)
     mods = _recompute_modules(re.sub(r"^(?:ac|activation[ _-]?checkpoint(?:ing)?|act[ _-]?ckpt)\W*", "", low))
     if mods:  # Megatron-Core --recompute-modules (selective granularity)
-        return first(mods, "selective")
+        return _first_known(mods, "selective")
     # "AC: full", "activation checkpointing = selective", "recompute: block 4": the value after the name
     low = re.sub(r"^sac(?![a-z])", "selective", low)  # SAC: selective activation checkpointing
     rest = re.sub(r"^(?:ac|activation[ _-]?checkpoint(?:ing)?|act[ _-]?ckpt|recompute(?:[ _-]granularity)?|"
@@ -276,6 +278,17 @@ def _policy(cell: str, stack: str, d: Any, precision: str, params_B: float, note
         return megatron
     if re.match(r"(?:all|every)\s*(?:the\s*)?(?:layers?|blocks?)\b|all$", low):  # "recompute all layers"
         return "full"
+    got = _policy_named(low, cell, precision, notes) or _policy_words(low, cell, d, notes)
+    if got:
+        return got
+    raise _Skip("checkpointing", f"activation checkpointing {cell[:60]!r} not readable "
+                                 "(none, selective, selective op/layer, full, or a policy name)")
+
+
+def _policy_named(low: str, cell: str, precision: str, notes: list[str]) -> str | None:
+    """A MaxText policy the cell names: ``custom`` with its per-tensor choices, a policy name
+    anywhere in the cell, ``remat_policy=custom`` without choices (a named policy keeping about
+    as much stands in, noted), ``remat_policy=NAME``; None when the cell names none."""
     custom = _maxtext_custom(low)
     if custom:
         return custom
@@ -288,8 +301,8 @@ def _policy(cell: str, stack: str, d: Any, precision: str, params_B: float, note
     if "remat_policy=custom" in low or "custom remat" in low:
         # a custom policy names per-tensor choices the row does not give: a named policy that
         # keeps about as much stands in for it, and the row's assumptions say so
-        got = first("save_dot_except_mlp", "selective") if precision == "fp8" else first("save_dot_except_mlpwi",
-                                                                                          "selective")
+        got = (_first_known("save_dot_except_mlp", "selective") if precision == "fp8"
+               else _first_known("save_dot_except_mlpwi", "selective"))
         notes.append(f"activation checkpointing {cell[:40]!r}: the custom policy's per-tensor choices are not "
                      f"stated; {got} assumed")
         return got
@@ -297,12 +310,19 @@ def _policy(cell: str, stack: str, d: Any, precision: str, params_B: float, note
     if m and m.group(1) in POLICIES:
         return m.group(1)
     if "qkv_proj_offloaded" in low:
-        return first("qkv_proj_offloaded", "full")
+        return _first_known("qkv_proj_offloaded", "full")
+    return None
+
+
+def _policy_words(low: str, cell: str, d: Any, notes: list[str]) -> str | None:
+    """A policy in words: a schema name first, torchtitan's selective op / every n-th layer, a
+    bare "selective" (what it means in the stack, noted), LLM Foundry's boolean, full or none;
+    None when no rule reads the cell."""
     word = re.match(r"[a-z_:0-9-]+", low)
     if word and word.group(0) in POLICIES and word.group(0) not in ("none", "full", "selective"):
         return word.group(0)
     if re.search(r"selective\W*(?:op|ops|per[- ]op)\b|\bop[- ]level|per[- ]op\b|selective_ac_option\W*op", low):
-        return first("selective-op", "selective")
+        return _first_known("selective-op", "selective")
     m = re.search(r"selective\W*layer|every\s*(\d+)(?:nd|rd|th|st)?\s*layers?|ac[_ ]freq\D{0,3}(\d+)", low)
     if m:  # torchtitan: every n-th layer fully checkpointed (selective_ac_option = "2")
         n = next((int(g) for g in m.groups() if g), 2)
@@ -321,8 +341,7 @@ def _policy(cell: str, stack: str, d: Any, precision: str, params_B: float, note
         return "full"
     if low.startswith(("none", "no", "false", "off", "disabled", "null")):
         return "none"
-    raise _Skip("checkpointing", f"activation checkpointing {cell[:60]!r} not readable "
-                                 "(none, selective, selective op/layer, full, or a policy name)")
+    return None
 
 
 _MAXTEXT_ALIASES: dict[str, str] = {
