@@ -229,11 +229,35 @@ def _html_config(report: Any) -> list[str]:
 
 
 def render_html(report: Any) -> str:
-    conv = report.convention
+    """The report as one self-contained HTML page (inline CSS and figures, no script)."""
     parts = [f"<h1>{_h(report.title)}</h1>",
              f'<p class="meta">Generated {_h(report.created_utc)} by trainperf. FLOP convention for '
-             f"every TFLOP/s and MFU figure: <b>{_h(conv)}</b>. Warm-up steps are excluded from every "
-             "statistic (shaded in the plots).</p>"]
+             f"every TFLOP/s and MFU figure: <b>{_h(report.convention)}</b>. Warm-up steps are excluded from every "
+             "statistic (shaded in the plots).</p>",
+             _html_nav(report)]
+    parts += _html_summary(report)
+    parts += _html_config(report)
+    if report.overlay_figures:
+        parts += ['<h2 id="overlay">Runs overlaid</h2>', *(_html_figure(f) for f in report.overlay_figures)]
+    parts += _html_runs(report)
+    if report.explanations:
+        parts += _html_predicted(report)
+    if report.sweeps:
+        parts += _html_sweeps(report)
+    if report.comparisons:
+        parts += _html_comparisons(report)
+    if report.notes:
+        parts.append('<h2 id="notes">Notes</h2><ul class="notes">'
+                     + "".join(f"<li>{_h(n)}</li>" for n in report.notes) + "</ul>")
+    return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f'<meta http-equiv="Content-Security-Policy" content="{_h(REPORT_CSP)}">'
+            '<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<title>{_h(report.title)}</title><style>{CSS}</style></head>"
+            f"<body><main>{''.join(parts)}</main></body></html>\n")
+
+
+def _html_nav(report: Any) -> str:
+    """The page's links to its sections, only those the report has."""
     nav = ['<a href="#summary">summary</a>']
     if report.configs:
         nav.append('<a href="#config">what ran</a>')
@@ -248,79 +272,95 @@ def render_html(report: Any) -> str:
         nav.append('<a href="#published">published</a>')
     if report.notes:
         nav.append('<a href="#notes">notes</a>')
-    parts.append(f"<nav>{''.join(nav)}</nav>")
+    return f"<nav>{''.join(nav)}</nav>"
+
+
+def _html_summary(report: Any) -> list[str]:
+    """The summary table of every run, and the peaks MFU divides by."""
     h, rows = summary_table(report)
-    parts += ['<h2 id="summary">Summary</h2>', _html_table(h, rows, left=2)]
+    out = ['<h2 id="summary">Summary</h2>', _html_table(h, rows, left=2)]
     peaks = _peaks(report)
     if peaks:
-        parts.append('<p class="meta">Peaks used for MFU: ' + "; ".join(_h(p) for p in peaks) + ".</p>")
-    parts += _html_config(report)
-    if report.overlay_figures:
-        parts += ['<h2 id="overlay">Runs overlaid</h2>', *(_html_figure(f) for f in report.overlay_figures)]
-    parts.append('<h2 id="runs">Runs</h2>')
+        out.append('<p class="meta">Peaks used for MFU: ' + "; ".join(_h(p) for p in peaks) + ".</p>")
+    return out
+
+
+def _html_runs(report: Any) -> list[str]:
+    """The "Runs" section: one table of the runs without figures, then a panel per run with figures."""
+    out = ['<h2 id="runs">Runs</h2>']
     plain = [sec for sec in report.runs if not sec.figures]
     if plain:
-        parts.append("<p>Runs with one figure each (published results, single-step records):</p>")
-        parts.append(_html_table(["run", "source", "from"],
-                                 [[sec.summary.name, sec.run.source, sec.loaded.origin] for sec in plain],
-                                 left=3, wide=2))
+        out.append("<p>Runs with one figure each (published results, single-step records):</p>")
+        out.append(_html_table(["run", "source", "from"],
+                               [[sec.summary.name, sec.run.source, sec.loaded.origin] for sec in plain],
+                               left=3, wide=2))
     for sec in report.runs:
-        if not sec.figures:
-            continue
-        s = sec.summary
-        tag = '<span class="tag warn">interrupted</span>' if s.interrupted else ""
-        parts.append(f"<h3>{_h(s.name)}<span class=\"tag\">{_h(sec.run.source)}</span>{tag}</h3>")
-        parts.append(f'<p class="meta">From {_h(sec.loaded.origin)}. Warm-up excluded: '
-                     f"{_h(warmup_text(sec.series))} ({_h(s.warmup_rule)}).{_h(_layout_sentence(report, s.name))}</p>")
         if sec.figures:
-            parts.append(_html_figure(sec.figures[0]))
-        if len(sec.figures) > 1:
-            parts.append('<div class="pair">' + "".join(_html_figure(f) for f in sec.figures[1:]) + "</div>")
-    if report.explanations:
-        parts.append('<h2 id="predicted">Predicted vs measured step time</h2>')
-        parts.append("<p>The predictor's breakdown of one step beside the measured steady-state median. "
-                     "<b>Unexplained</b> is measured − predicted: time the model does not account for "
-                     "(negative: it over-predicts).</p>")
-        if report.explain_figure is not None:
-            parts.append(_html_figure(report.explain_figure))
-        h, rows = explain_table(report.explanations)
-        parts.append(_html_table(h, rows))
-        for e in report.explanations:
-            for n in e.notes:
-                parts.append(f'<p class="meta">{_h(e.name)}: {_h(n)}</p>')
-        mem = memory_table(report.explanations)
-        if mem is not None:
-            parts += ["<h3>Memory per device: predicted vs measured</h3>", _html_table(*mem),
-                      f'<p class="meta">{_h(MEMORY_NOTE)}</p>']
-    if report.sweeps:
-        parts.append('<h2 id="scaling">Scaling</h2>')
-        for sw, fig in report.sweeps:
-            parts.append(f"<h3>{_h(sw.title)}</h3>")
-            if fig is not None:
-                parts.append(_html_figure(fig))
-            h, rows = sweep_table(sw)
-            parts.append(_html_table(h, rows))
-            parts.append(f'<p class="meta">Efficiency: {_h(sw.basis)}, relative to the '
-                         f"{_h(sw.base.num_devices)}-device run.{_h(_unused(sw))}</p>")
-    if report.comparisons:
-        parts.append('<h2 id="published">Compared with published results</h2>')
-        for c, fig in report.comparisons:
-            parts.append(f"<h3>{_h(c.title)}</h3>")
-            if fig is not None:
-                parts.append(_html_figure(fig))
-            h, rows = comparison_table(c)
-            parts.append(_html_table(h, rows, left=3, wide=2))
-            parts.append(f'<p class="meta">TFLOP/s and MFU recomputed for every row under {_h(c.convention)} '
-                         "with each device's own peak; claimed columns are what each source reported "
-                         f"under its own convention.{_h(_left_out(c))}</p>")
-    if report.notes:
-        parts.append('<h2 id="notes">Notes</h2><ul class="notes">'
-                     + "".join(f"<li>{_h(n)}</li>" for n in report.notes) + "</ul>")
-    return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f'<meta http-equiv="Content-Security-Policy" content="{_h(REPORT_CSP)}">'
-            '<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{_h(report.title)}</title><style>{CSS}</style></head>"
-            f"<body><main>{''.join(parts)}</main></body></html>\n")
+            out += _html_run(report, sec)
+    return out
+
+
+def _html_run(report: Any, sec: Any) -> list[str]:
+    """One run's heading, origin and warm-up line, and its figures (the first alone, the rest paired)."""
+    s = sec.summary
+    tag = '<span class="tag warn">interrupted</span>' if s.interrupted else ""
+    out = [f"<h3>{_h(s.name)}<span class=\"tag\">{_h(sec.run.source)}</span>{tag}</h3>",
+           f'<p class="meta">From {_h(sec.loaded.origin)}. Warm-up excluded: '
+           f"{_h(warmup_text(sec.series))} ({_h(s.warmup_rule)}).{_h(_layout_sentence(report, s.name))}</p>"]
+    if sec.figures:
+        out.append(_html_figure(sec.figures[0]))
+    if len(sec.figures) > 1:
+        out.append('<div class="pair">' + "".join(_html_figure(f) for f in sec.figures[1:]) + "</div>")
+    return out
+
+
+def _html_predicted(report: Any) -> list[str]:
+    """The "Predicted vs measured" section: step-time breakdown, its notes, and memory per device."""
+    out = ['<h2 id="predicted">Predicted vs measured step time</h2>',
+           "<p>The predictor's breakdown of one step beside the measured steady-state median. "
+           "<b>Unexplained</b> is measured − predicted: time the model does not account for "
+           "(negative: it over-predicts).</p>"]
+    if report.explain_figure is not None:
+        out.append(_html_figure(report.explain_figure))
+    h, rows = explain_table(report.explanations)
+    out.append(_html_table(h, rows))
+    for e in report.explanations:
+        for n in e.notes:
+            out.append(f'<p class="meta">{_h(e.name)}: {_h(n)}</p>')
+    mem = memory_table(report.explanations)
+    if mem is not None:
+        out += ["<h3>Memory per device: predicted vs measured</h3>", _html_table(*mem),
+                f'<p class="meta">{_h(MEMORY_NOTE)}</p>']
+    return out
+
+
+def _html_sweeps(report: Any) -> list[str]:
+    """The "Scaling" section: per sweep, its figure, table and efficiency basis."""
+    out = ['<h2 id="scaling">Scaling</h2>']
+    for sw, fig in report.sweeps:
+        out.append(f"<h3>{_h(sw.title)}</h3>")
+        if fig is not None:
+            out.append(_html_figure(fig))
+        h, rows = sweep_table(sw)
+        out.append(_html_table(h, rows))
+        out.append(f'<p class="meta">Efficiency: {_h(sw.basis)}, relative to the '
+                   f"{_h(sw.base.num_devices)}-device run.{_h(_unused(sw))}</p>")
+    return out
+
+
+def _html_comparisons(report: Any) -> list[str]:
+    """The "Compared with published results" section: per comparison, its figure and table."""
+    out = ['<h2 id="published">Compared with published results</h2>']
+    for c, fig in report.comparisons:
+        out.append(f"<h3>{_h(c.title)}</h3>")
+        if fig is not None:
+            out.append(_html_figure(fig))
+        h, rows = comparison_table(c)
+        out.append(_html_table(h, rows, left=3, wide=2))
+        out.append(f'<p class="meta">TFLOP/s and MFU recomputed for every row under {_h(c.convention)} '
+                   "with each device's own peak; claimed columns are what each source reported "
+                   f"under its own convention.{_h(_left_out(c))}</p>")
+    return out
 
 
 def write_html(report: Any, path: Path) -> Path:

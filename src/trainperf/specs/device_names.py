@@ -230,6 +230,17 @@ def _ids(parts: list[_Part]) -> str:
     return ", ".join(f"{p.id} ({p.hbm_GB:g} GB)" for p in parts)
 
 
+class _Unresolved(Exception):
+    """Why a text names no single catalog part, and the ids it could name.
+
+    Lets any rule step end the reading; :func:`read_device` turns it into an unresolved reading."""
+
+    def __init__(self, how: str, candidates: tuple[str, ...] = ()) -> None:
+        super().__init__(how)
+        self.how = how
+        self.candidates = candidates
+
+
 @lru_cache(maxsize=4096)
 def read_device(text: str) -> DeviceReading:
     """Read a hardware text as a catalog id by the module's rule (never raises for text)."""
@@ -244,49 +255,23 @@ def read_device(text: str) -> DeviceReading:
         return DeviceReading(text, exact[key], how)
     if _norm(low) in exact:
         return DeviceReading(text, exact[_norm(low)], "catalog name")
+    try:
+        part, steps = _read_words(low, families, fam_norm)
+    except _Unresolved as exc:
+        return DeviceReading(text, "", exc.how, exc.candidates)
+    return DeviceReading(text, part.id, "; ".join(steps))
+
+
+def _read_words(low: str, families: dict[str, list[_Part]], fam_norm: dict[str, str]) -> tuple[_Part, list[str]]:
+    """Rule steps 2-5 on a lowercased text: the one part its words leave and the steps that picked
+    it; raises :class:`_Unresolved` otherwise."""
     words = _words(low)
-    named = _parts_named(words, fam_norm)
     steps: list[str] = []
-    if len(named) > 1:
-        cands = tuple(p.id for f in named for p in families[f])
-        return DeviceReading(text, "", f"names several parts ({', '.join(named)}); state one", cands)
-    if named:
-        fam = named[0]
-        parts = list(families[fam])
-        steps.append(f"part {fam}")
-    else:
-        unknown = _unknown_part(words, fam_norm)
-        silicon = {_SILICON_SYNONYMS.get(w, w) for w in words}
-        parts = [p for ps in families.values() for p in ps if p.silicon and p.silicon in silicon]
-        if unknown or not parts:  # a part the catalog lacks is not read as its generation
-            return DeviceReading(text, "", unknown or _unknown_reason(low))
-        steps.append(f"generation {parts[0].silicon}")
+    parts = _named_candidates(words, low, families, fam_norm, steps)
     forms = _forms_stated(words)
     several = len(forms) > 1
-    if forms:
-        kept = [p for p in parts if p.form in forms]
-        if not kept:
-            form = _FORM_TEXT[sorted(forms)[0]]
-            return DeviceReading(text, "", f"no catalog {steps[0].split()[-1]} part has form {form} "
-                                 f"(catalog: {', '.join(p.id for p in parts)})", tuple(p.id for p in parts))
-        parts = kept
-        steps.append(f"forms {' and '.join(_FORM_TEXT[f] for f in sorted(forms))} both stated" if several
-                     else f"form {_FORM_TEXT[forms.pop()]}")
-    elif any(p.form == "board" for p in parts) and any(p.form != "board" for p in parts):
-        parts = [p for p in parts if p.form == "board"]
-        steps.append("form not stated: board (SXM/OAM) part")
-    mems = [float(m) for m in _MEMORY.findall(low)]
-    if mems:
-        mem = mems[0]
-        near = min(abs(p.hbm_GB - mem) for p in parts)
-        kept = [p for p in parts if abs(p.hbm_GB - mem) == near and near <= MEMORY_TOLERANCE * p.hbm_GB]
-        if not kept:
-            return DeviceReading(text, "", f"no catalog part of this kind has {mem:g} GB (catalog: {_ids(parts)})",
-                                 tuple(p.id for p in parts))
-        parts = kept
-        steps.append(f"{mem:g} GB" + ("" if near == 0 else f" (catalog {kept[0].hbm_GB:g} GB, within 7%)"))
-    if not mems and len(parts) > 1:
-        parts = _by_bare_g(parts, low, steps)
+    parts = _by_form(parts, forms, steps)
+    parts = _by_memory(parts, low, steps)
     if len(parts) > 1:  # with several forms stated, their words decide nothing
         parts = _distinguishing_words(parts, [w for w in words if not several or not _is_form_word(w)], steps)
     if len(parts) > 1:
@@ -294,20 +279,79 @@ def read_device(text: str) -> DeviceReading:
     if several and len(parts) == 1:
         steps += _agreeing(parts[0], words, low, steps)
     if several and len(parts) > 1:
-        return DeviceReading(text, "", f"states several forms ({', '.join(sorted(forms))}) and its memory, memory "
-                             f"type and power leave {', '.join(p.id for p in parts)}; state one",
-                             tuple(p.id for p in parts))
+        raise _Unresolved(f"states several forms ({', '.join(sorted(forms))}) and its memory, memory "
+                          f"type and power leave {', '.join(p.id for p in parts)}; state one",
+                          tuple(p.id for p in parts))
     if len(parts) > 1:
-        same_family = len({p.family for p in parts}) == 1
-        if same_family and len({p.peaks for p in parts}) == 1:
-            base = min(parts, key=lambda p: (len(p.id.split("-")), -p.hbm_GB, p.id))
-            others = [p.id for p in parts if p is not base]
-            steps.append(f"memory not stated: the family's base part (also {', '.join(others)})")
-            parts = [base]
-        else:
-            return DeviceReading(text, "", f"could name {', '.join(p.id for p in parts)}; state the part",
-                                 tuple(p.id for p in parts))
-    return DeviceReading(text, parts[0].id, "; ".join(steps))
+        parts = [_base_part(parts, steps)]
+    return parts[0], steps
+
+
+def _named_candidates(words: list[str], low: str, families: dict[str, list[_Part]], fam_norm: dict[str, str],
+                      steps: list[str]) -> list[_Part]:
+    """Rule steps 2-3: the parts of the one family the words name, else of the generation they
+    name; raises :class:`_Unresolved` for several parts, an unknown part or none."""
+    named = _parts_named(words, fam_norm)
+    if len(named) > 1:
+        cands = tuple(p.id for f in named for p in families[f])
+        raise _Unresolved(f"names several parts ({', '.join(named)}); state one", cands)
+    if named:
+        steps.append(f"part {named[0]}")
+        return list(families[named[0]])
+    unknown = _unknown_part(words, fam_norm)
+    silicon = {_SILICON_SYNONYMS.get(w, w) for w in words}
+    parts = [p for ps in families.values() for p in ps if p.silicon and p.silicon in silicon]
+    if unknown or not parts:  # a part the catalog lacks is not read as its generation
+        raise _Unresolved(unknown or _unknown_reason(low))
+    steps.append(f"generation {parts[0].silicon}")
+    return parts
+
+
+def _by_form(parts: list[_Part], forms: set[str], steps: list[str]) -> list[_Part]:
+    """Rule step 3: the stated forms keep their parts (none left: :class:`_Unresolved`); no form
+    stated keeps the board parts of a family that also has others."""
+    if forms:
+        kept = [p for p in parts if p.form in forms]
+        if not kept:
+            form = _FORM_TEXT[sorted(forms)[0]]
+            raise _Unresolved(f"no catalog {steps[0].split()[-1]} part has form {form} "
+                              f"(catalog: {', '.join(p.id for p in parts)})", tuple(p.id for p in parts))
+        steps.append(f"forms {' and '.join(_FORM_TEXT[f] for f in sorted(forms))} both stated" if len(forms) > 1
+                     else f"form {_FORM_TEXT[next(iter(forms))]}")
+        return kept
+    if any(p.form == "board" for p in parts) and any(p.form != "board" for p in parts):
+        steps.append("form not stated: board (SXM/OAM) part")
+        return [p for p in parts if p.form == "board"]
+    return parts
+
+
+def _by_memory(parts: list[_Part], low: str, steps: list[str]) -> list[_Part]:
+    """Rule step 3: a stated memory keeps the nearest parts within 7% (none: :class:`_Unresolved`);
+    without one, a number with a bare G may pick among several."""
+    mems = [float(m) for m in _MEMORY.findall(low)]
+    if not mems:
+        return _by_bare_g(parts, low, steps) if len(parts) > 1 else parts
+    mem = mems[0]
+    near = min(abs(p.hbm_GB - mem) for p in parts)
+    kept = [p for p in parts if abs(p.hbm_GB - mem) == near and near <= MEMORY_TOLERANCE * p.hbm_GB]
+    if not kept:
+        raise _Unresolved(f"no catalog part of this kind has {mem:g} GB (catalog: {_ids(parts)})",
+                          tuple(p.id for p in parts))
+    steps.append(f"{mem:g} GB" + ("" if near == 0 else f" (catalog {kept[0].hbm_GB:g} GB, within 7%)"))
+    return kept
+
+
+def _base_part(parts: list[_Part], steps: list[str]) -> _Part:
+    """Rule step 5: of several parts of one family with the same peaks, the family's base part;
+    raises :class:`_Unresolved` when they differ in more than memory."""
+    same_family = len({p.family for p in parts}) == 1
+    if not (same_family and len({p.peaks for p in parts}) == 1):
+        raise _Unresolved(f"could name {', '.join(p.id for p in parts)}; state the part",
+                          tuple(p.id for p in parts))
+    base = min(parts, key=lambda p: (len(p.id.split("-")), -p.hbm_GB, p.id))
+    others = [p.id for p in parts if p is not base]
+    steps.append(f"memory not stated: the family's base part (also {', '.join(others)})")
+    return base
 
 
 def _is_form_word(w: str) -> bool:

@@ -226,6 +226,15 @@ class Hardware:
         object.__setattr__(
             self, "sources", _FrozenDict({str(k): str(v) for k, v in dict(self.sources).items()})
         )
+        self._check_identity()
+        self._check_numeric_fields()
+        self._check_descriptive_fields()
+        self._check_clock_and_domain()
+        self._check_memory_and_host_link()
+        self._check_sources()
+
+    def _check_identity(self) -> None:
+        """``id``, ``name``, ``vendor`` and ``kind`` are well-formed."""
         if not isinstance(self.id, str) or not _ID_RE.match(self.id):
             raise SpecError(
                 "hardware.id", self.id, "lowercase letters, digits and single hyphens, e.g. 'h100-sxm'"
@@ -236,6 +245,9 @@ class Hardware:
             raise SpecError(f"hardware[{self.id}].vendor", self.vendor, f"one of {', '.join(VENDORS)}")
         if self.kind not in KINDS:
             raise SpecError(f"hardware[{self.id}].kind", self.kind, f"one of {', '.join(KINDS)}")
+
+    def _check_numeric_fields(self) -> None:
+        """Every :data:`NUMERIC_FIELDS` value is positive; stored as float (``devices_per_node``: int)."""
         for name in NUMERIC_FIELDS:
             value = getattr(self, name)
             if not _is_positive_number(value):
@@ -255,6 +267,10 @@ class Hardware:
             "tdp_W",
         ):
             object.__setattr__(self, name, float(getattr(self, name)))
+
+    def _check_descriptive_fields(self) -> None:
+        """Some peak unless a CPU (filled by calibration), and well-typed ``calibrated``, ``notes``,
+        ``silicon``."""
         if not self.peak_tflops and self.kind != "cpu":
             raise SpecError(
                 f"hardware[{self.id}].peak_tflops", {}, f"at least one of {', '.join(PRECISIONS)}"
@@ -266,6 +282,10 @@ class Hardware:
         if not isinstance(self.silicon, str) or (self.silicon and not SILICON_RE.match(self.silicon)):
             raise SpecError(f"hardware[{self.id}].silicon", self.silicon,
                             "a lowercase generation id such as 'hopper' or 'cdna3' (or empty)")
+
+    def _check_clock_and_domain(self) -> None:
+        """``sustained_clock_fraction`` in (0, 1]; ``scale_up_domain`` 0 or an integer that divides,
+        or is a multiple of, ``devices_per_node``."""
         f = self.sustained_clock_fraction
         if isinstance(f, bool) or not isinstance(f, int | float) or not 0.0 < f <= 1.0:
             raise SpecError(f"hardware[{self.id}].sustained_clock_fraction", f, "a fraction in (0, 1]")
@@ -278,6 +298,9 @@ class Hardware:
         if d and (d % self.devices_per_node and self.devices_per_node % d):
             raise SpecError(f"hardware[{self.id}].scale_up_domain", d,
                             f"a multiple or a divisor of devices_per_node={self.devices_per_node}")
+
+    def _check_memory_and_host_link(self) -> None:
+        """``memory_usable_GiB`` between 0 and ``hbm_GB``; :data:`HOST_FIELDS` finite and >= 0."""
         m = self.memory_usable_GiB
         if isinstance(m, bool) or not isinstance(m, int | float) or not math.isfinite(m) or m < 0:
             raise SpecError(f"hardware[{self.id}].memory_usable_GiB", m, "a positive number of GiB, or 0 for hbm_GB")
@@ -290,7 +313,6 @@ class Hardware:
             if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
                 raise SpecError(f"hardware[{self.id}].{name}", v, "a positive number of GB/s, or 0 when not stated")
             object.__setattr__(self, name, float(v))
-        self._check_sources()
 
     def _checked_peaks(self) -> dict[str, float]:
         if not isinstance(self.peak_tflops, Mapping):
@@ -580,6 +602,26 @@ def hardware_from_dict(d: Mapping[str, Any]) -> Hardware:
     """
     if not isinstance(d, Mapping):
         raise SpecError("hardware", d, "a table of device fields")
+    _check_custom_keys(d)
+    fields: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    base_id = d.get("base", d.get("device"))
+    if base_id is not None:
+        fields, sources = _base_fields(str(base_id))
+    _apply_custom_fields(d, fields, sources, based=base_id is not None)
+    if base_id is not None:
+        _reset_base_derived(d, fields, sources)
+    if isinstance(d.get("sources"), Mapping):
+        sources.update({str(k): str(v) for k, v in d["sources"].items()})
+    _complete_custom_fields(d, fields, sources)
+    try:
+        return Hardware(sources=sources, **fields)
+    except TypeError as exc:
+        raise SpecError("hardware", sorted(d), str(exc)) from None
+
+
+def _check_custom_keys(d: Mapping[str, Any]) -> None:
+    """Every key of a custom device is a hardware field, and at most one of ``base``/``device``."""
     unknown = sorted(set(d) - _CUSTOM_KEYS)
     if unknown:
         import difflib  # only an error needs it
@@ -595,33 +637,28 @@ def hardware_from_dict(d: Mapping[str, Any]) -> Hardware:
         raise SpecError(
             "hardware.device", d["device"], "give either base or device (the same thing), not both"
         )
-    fields: dict[str, Any] = {}
-    sources: dict[str, str] = {}
-    base_id = d.get("base", d.get("device"))
-    if base_id is not None:
-        base = get_hardware(str(base_id))
-        fields = base.to_dict()
-        sources = dict(fields.pop("sources"))
-        fields["peak_tflops"] = dict(fields["peak_tflops"])
-        fields["id"] = f"{base.id}-custom"
-        fields["name"] = f"{base.name} (custom)"
-        fields["calibrated"] = base.calibrated
+
+
+def _base_fields(base_id: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """The fields and sources of catalog device ``base_id``, renamed as its custom variant."""
+    base = get_hardware(base_id)
+    fields = base.to_dict()
+    sources = dict(fields.pop("sources"))
+    fields["peak_tflops"] = dict(fields["peak_tflops"])
+    fields["id"] = f"{base.id}-custom"
+    fields["name"] = f"{base.name} (custom)"
+    fields["calibrated"] = base.calibrated
+    return fields, sources
+
+
+def _apply_custom_fields(d: Mapping[str, Any], fields: dict[str, Any], sources: dict[str, str],
+                         based: bool) -> None:
+    """Copy the given fields over ``fields`` (in place), citing each number as user-supplied."""
     for key, value in d.items():
         if key in ("base", "device", "sources"):
             continue
         if key == "peak_tflops":
-            if not isinstance(value, Mapping):
-                raise SpecError(
-                    "hardware.peak_tflops", value, "a table of dtype -> TFLOP/s, e.g. {bf16 = 989.4}"
-                )
-            peaks = fields.get("peak_tflops", {}) if base_id is not None else {}
-            for dtype, tflops in value.items():
-                canon = normalize_precision(dtype)
-                if canon not in PRECISIONS:
-                    raise SpecError("hardware.peak_tflops", dtype, f"dtype keys are {', '.join(PRECISIONS)}")
-                peaks[canon] = tflops
-                sources[f"peak_tflops.{canon}"] = _USER_SOURCE
-            fields["peak_tflops"] = peaks
+            fields["peak_tflops"] = _custom_peaks(value, fields, sources, based)
         else:
             fields[key] = value
             if key in NUMERIC_FIELDS:
@@ -631,18 +668,39 @@ def hardware_from_dict(d: Mapping[str, Any]) -> Hardware:
                     sources.pop(key, None)  # the default needs no citation
                 else:
                     sources[key] = _USER_SOURCE
-    if base_id is not None:
-        # a base's exposed memory belongs to its hbm_GB, its domain to its node size
-        if "hbm_GB" in d and "memory_usable_GiB" not in d:
-            fields["memory_usable_GiB"] = 0.0
-            sources.pop("memory_usable_GiB", None)
-        dom, dpn = fields.get("scale_up_domain", 0), fields.get("devices_per_node")
-        if ("devices_per_node" in d and "scale_up_domain" not in d and dom and isinstance(dpn, int)
-                and dpn > 0 and dom % dpn and dpn % dom):
-            fields["scale_up_domain"] = 0
-            sources.pop("scale_up_domain", None)
-    if isinstance(d.get("sources"), Mapping):
-        sources.update({str(k): str(v) for k, v in d["sources"].items()})
+
+
+def _custom_peaks(value: Any, fields: dict[str, Any], sources: dict[str, str], based: bool) -> dict[str, Any]:
+    """The peaks of a custom device: the given dtypes over the base's (when ``based``), cited."""
+    if not isinstance(value, Mapping):
+        raise SpecError(
+            "hardware.peak_tflops", value, "a table of dtype -> TFLOP/s, e.g. {bf16 = 989.4}"
+        )
+    peaks = fields.get("peak_tflops", {}) if based else {}
+    for dtype, tflops in value.items():
+        canon = normalize_precision(dtype)
+        if canon not in PRECISIONS:
+            raise SpecError("hardware.peak_tflops", dtype, f"dtype keys are {', '.join(PRECISIONS)}")
+        peaks[canon] = tflops
+        sources[f"peak_tflops.{canon}"] = _USER_SOURCE
+    return peaks
+
+
+def _reset_base_derived(d: Mapping[str, Any], fields: dict[str, Any], sources: dict[str, str]) -> None:
+    """Drop a base's figures that a user override made inconsistent (in place)."""
+    # a base's exposed memory belongs to its hbm_GB, its domain to its node size
+    if "hbm_GB" in d and "memory_usable_GiB" not in d:
+        fields["memory_usable_GiB"] = 0.0
+        sources.pop("memory_usable_GiB", None)
+    dom, dpn = fields.get("scale_up_domain", 0), fields.get("devices_per_node")
+    if ("devices_per_node" in d and "scale_up_domain" not in d and dom and isinstance(dpn, int)
+            and dpn > 0 and dom % dpn and dpn % dom):
+        fields["scale_up_domain"] = 0
+        sources.pop("scale_up_domain", None)
+
+
+def _complete_custom_fields(d: Mapping[str, Any], fields: dict[str, Any], sources: dict[str, str]) -> None:
+    """Default the descriptive fields, require every number, and drop sources of absent dtypes."""
     fields.setdefault("id", "custom")
     fields["id"] = str(fields["id"]).strip().lower()
     fields.setdefault("name", fields["id"])
@@ -661,10 +719,6 @@ def hardware_from_dict(d: Mapping[str, Any]) -> Hardware:
     for key in list(sources):  # sources of dtypes no longer present would fail validation
         if key.startswith("peak_tflops.") and key.split(".", 1)[1] not in fields["peak_tflops"]:
             del sources[key]
-    try:
-        return Hardware(sources=sources, **fields)
-    except TypeError as exc:
-        raise SpecError("hardware", sorted(d), str(exc)) from None
 
 
 # ---------------------------------------------------------------------- text output

@@ -177,12 +177,27 @@ class ModelSpec:
     """Free-form notes that travel with a preset; never used in computations."""
 
     def __post_init__(self) -> None:
+        self._check_sizes()
+        self._fill_heads()
+        self._check_kinds()
+        self._check_counts_and_flags()
+        self._check_moe()
+        self._check_attention_layers()
+        if (self.moe_shared_expert_gate or self.moe_router_bias) and not self.moe_experts:
+            raise SpecError("moe_experts", 0, "a positive number of experts when moe_shared_expert_gate "
+                            "or moe_router_bias is set")
+
+    def _check_sizes(self) -> None:
+        """The core dimensions are positive, and no bounded field exceeds its bound."""
         for name in ("layers", "hidden", "heads", "ffn_hidden", "vocab", "max_seq_len"):
             _positive(name, getattr(self, name))
         for name, bound in MODEL_FIELD_BOUNDS.items():  # before any work that grows with them
             value = getattr(self, name)
             if isinstance(value, int) and value > bound.hi:
                 raise SpecError(name, shown(value), bound.valid())
+
+    def _fill_heads(self) -> None:
+        """Default ``kv_heads`` and ``head_dim`` from ``heads`` and ``hidden``, and check they fit."""
         if self.kv_heads is None:
             object.__setattr__(self, "kv_heads", self.heads)
         assert self.kv_heads is not None  # filled from heads just above
@@ -198,6 +213,9 @@ class ModelSpec:
         _positive("head_dim", self.head_dim)
         if self.heads % self.kv_heads:
             raise SpecError("kv_heads", self.kv_heads, f"must divide heads={self.heads}")
+
+    def _check_kinds(self) -> None:
+        """``mlp``, ``norm``, ``position`` and ``attention`` name known kinds."""
         if self.mlp not in MLP_KINDS:
             raise SpecError("mlp", self.mlp, f"one of {', '.join(MLP_KINDS)}")
         if self.norm not in NORM_KINDS:
@@ -206,6 +224,9 @@ class ModelSpec:
             raise SpecError("position", self.position, f"one of {', '.join(POSITION_KINDS)}")
         if self.attention not in ATTENTION_KINDS:
             raise SpecError("attention", self.attention, f"one of {', '.join(ATTENTION_KINDS)}")
+
+    def _check_counts_and_flags(self) -> None:
+        """Optional counts are integers >= 0, flags are booleans, ``towers`` a tuple of Tower."""
         for name in ("moe_experts", "moe_topk", "moe_shared_experts", "moe_dense_layers",
                      "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
                      "v_head_dim", "sliding_window", "sliding_window_layers", "norms_per_layer",
@@ -221,6 +242,9 @@ class ModelSpec:
             object.__setattr__(self, "towers", tuple(self.towers))
         if not isinstance(self.towers, tuple) or not _all_towers(self.towers):
             raise SpecError("towers", self.towers, "a tuple of Tower (set by the Hugging Face reader)")
+
+    def _check_moe(self) -> None:
+        """An MoE model's routing fits its experts and layers; a dense one sets no MoE count."""
         if self.moe_experts:
             if not 1 <= self.moe_topk <= self.moe_experts:
                 raise SpecError("moe_topk", self.moe_topk, f"between 1 and moe_experts={self.moe_experts}")
@@ -233,6 +257,9 @@ class ModelSpec:
         elif self.moe_topk or self.moe_shared_experts or self.moe_dense_layers:
             raise SpecError("moe_experts", 0, "a positive number of experts when moe_topk, "
                             "moe_shared_experts or moe_dense_layers is set")
+
+    def _check_attention_layers(self) -> None:
+        """MLA has its head dimensions; sliding-window and chunked layers fit in the model."""
         if self.attention == "mla":
             for name in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
                 _positive(name, getattr(self, name))
@@ -249,9 +276,6 @@ class ModelSpec:
             raise SpecError("chunked_attention_layers", self.chunked_attention_layers,
                             f"at most layers - sliding_window_layers = "
                             f"{self.layers - self.sliding_window_layers}")
-        if (self.moe_shared_expert_gate or self.moe_router_bias) and not self.moe_experts:
-            raise SpecError("moe_experts", 0, "a positive number of experts when moe_shared_expert_gate "
-                            "or moe_router_bias is set")
 
     # ---------------------------------------------------------------------------------------
     @property

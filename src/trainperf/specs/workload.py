@@ -165,6 +165,30 @@ class Workload:
         object.__setattr__(self, "moe_imbalance", float(f))
 
     def _check_plan(self, plan: ParallelPlan) -> list[str]:
+        """The resolved plan fits the model, devices and batch; notes on what it costs."""
+        notes = self._check_tp(plan) + self._check_pp(plan)
+        if plan.cp > 1 and self.seq_len % plan.cp:
+            raise SpecError("parallel.cp", plan.cp, f"must divide seq_len={self.seq_len}")
+        self._check_expert_grid(plan)
+        if self.async_tp and plan.tp == 1:
+            raise SpecError("training.async_tp", True, "requires tp > 1")
+        if plan.pp > 1:
+            plan.stage_layers(self.model.layers)  # raises when the uneven split does not add up
+        per_step = self.micro_batch * plan.data_parallel
+        if self.global_batch % per_step:
+            raise SpecError(
+                "training.global_batch", self.global_batch,
+                f"a multiple of micro_batch*dp*fsdp={self.micro_batch}*{plan.data_parallel}={per_step}"
+                f" (e.g. {per_step * max(1, round(self.global_batch / per_step))})",
+            )
+        if plan.pp > 1 and self.grad_accum_steps < plan.pp:
+            notes.append(f"only {self.grad_accum_steps} micro-batches for pp={plan.pp}: the pipeline "
+                         "bubble dominates")
+        return notes
+
+    def _check_tp(self, plan: ParallelPlan) -> list[str]:
+        """``tp`` divides the heads and MLP width; notes on replicated kv heads and a tp wider
+        than the scale-up domain."""
         m, notes = self.model, []
         if plan.tp > 1:
             if m.heads % plan.tp:
@@ -182,6 +206,11 @@ class Workload:
             if plan.tp > domain:  # type: ignore[operator]
                 notes.append(f"tp={plan.tp} spans nodes beyond its NVLink/xGMI domain ({domain} devices): "
                              "tp traffic crosses the inter-node network")
+        return notes
+
+    def _check_pp(self, plan: ParallelPlan) -> list[str]:
+        """``pp * vpp`` model chunks fit in the layers; a note when they split unevenly."""
+        m, notes = self.model, []
         if plan.pp > 1:
             # Megatron's embedding and loss may each take a layer slot of a model chunk
             slots = int(plan.account_for_embedding_in_pipeline_split) + int(plan.account_for_loss_in_pipeline_split)
@@ -193,8 +222,12 @@ class Workload:
             if m.layers % (plan.pp * plan.vpp) and not uneven:
                 notes.append(f"layers={m.layers} do not split evenly into pp*vpp={plan.pp * plan.vpp} "
                              "chunks: the largest stage sets the pace")
-        if plan.cp > 1 and self.seq_len % plan.cp:
-            raise SpecError("parallel.cp", plan.cp, f"must divide seq_len={self.seq_len}")
+        return notes
+
+    def _check_expert_grid(self, plan: ParallelPlan) -> None:
+        """``ep`` and ``etp`` only for an MoE model, dividing its experts and expert width, and the
+        expert grid fits the dense one."""
+        m = self.model
         if plan.ep > 1:
             if not m.is_moe:
                 raise SpecError("parallel.ep", plan.ep, "1 for a dense model (ep applies to MoE layers)")
@@ -211,21 +244,6 @@ class Workload:
         if dense_grid % (plan.ep * plan.expert_tp):
             raise SpecError("parallel.ep", plan.ep,
                             f"ep*etp={plan.ep}*{plan.expert_tp} must divide tp*cp*dp*fsdp={dense_grid}")
-        if self.async_tp and plan.tp == 1:
-            raise SpecError("training.async_tp", True, "requires tp > 1")
-        if plan.pp > 1:
-            plan.stage_layers(m.layers)  # raises when the uneven split does not add up
-        per_step = self.micro_batch * plan.data_parallel
-        if self.global_batch % per_step:
-            raise SpecError(
-                "training.global_batch", self.global_batch,
-                f"a multiple of micro_batch*dp*fsdp={self.micro_batch}*{plan.data_parallel}={per_step}"
-                f" (e.g. {per_step * max(1, round(self.global_batch / per_step))})",
-            )
-        if plan.pp > 1 and self.grad_accum_steps < plan.pp:
-            notes.append(f"only {self.grad_accum_steps} micro-batches for pp={plan.pp}: the pipeline "
-                         "bubble dominates")
-        return notes
 
     # --- derived quantities -----------------------------------------------------------------------
     @property
