@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import dataclass
 from typing import Any
 
 from trainperf.accounting.conventions import DEFAULT_CONVENTION
@@ -172,70 +173,109 @@ def summarize(
 ) -> Summary:
     """Steady-state summary of ``run``. Rates need the workload (tokens per step, devices, model);
     without it only step-time statistics and the run's own claims are given."""
-    cols: dict[str, list[Any]]
-    lazy = steady_columns(run, warmup)
-    if lazy is None:
-        steady, k, rule = steady_steps(run, warmup)
-        fields = ("step_time_s", "claimed_tokens_per_s", "claimed_tokens_per_s_per_device",
-                  "claimed_tflops_per_device", "claimed_mfu_pct", "tokens")
-        cols = {f: [getattr(s, f) for s in steady] for f in fields}
-    else:
-        cols, k, rule = lazy
+    cols, k, rule = _steady_cols(run, warmup)
     times = cols["step_time_s"]
     if not isinstance(times, list) and len(times) < _BIG:
         times = times.tolist()
     n_steady = len(times)
     med, p10, p90 = _time_stats(times) if n_steady else (None, None, None)
-    claimed = {
-        "tokens_per_s": _median_or_none(cols["claimed_tokens_per_s"]),
-        "tokens_per_s_per_device": _median_or_none(cols["claimed_tokens_per_s_per_device"]),
-        "tflops_per_device": _median_or_none(cols["claimed_tflops_per_device"]),
-        "mfu_pct": _median_or_none(cols["claimed_mfu_pct"]),
-    }
-    claimed = {k2: v for k2, v in claimed.items() if v is not None}
+    claimed = _claimed(cols)
     w = run.workload
-    rates: dict[str, Any] = {}
-    tokens_step = None
+    rates = _Rates()
+    tokens_step: int | None = None
     if w is not None and med is not None:
-        tokens_step = w.tokens_per_step
-        if isinstance(cols, _SteadyColumns):
-            tok = _tokens_median(cols["tokens"], w.tokens_per_step, cols.nones("tokens"), tokens_step)
-        else:
-            step_tokens = cols["tokens"]
-            if None in step_tokens:  # what run.tokens_per_step gives: the step's own count, else the workload's
-                step_tokens = [w.tokens_per_step if t is None else t for t in step_tokens]
-            tok = statistics.median([t for t in step_tokens if t]) if any(step_tokens) else tokens_step
-        tokens_step = int(tok)
-        try:
-            # Rates at the median step time, for the tokens a steady step actually carries (a
-            # log's real batch may differ from the workload's).
-            tp = throughput(w, tokens_per_s=tokens_step / med, convention=convention, peak_tflops=peak_tflops,
-                            train_tokens=train_tokens, model_flops_per_seq=model_flops_per_seq)
-            rates = dict(tokens_per_s=tp.tokens_per_s, tokens_per_s_per_device=tp.tokens_per_s_per_device,
-                         tflops_per_device=tp.tflops_per_device, mfu_pct=tp.mfu_pct, hfu_pct=tp.hfu_pct,
-                         model_flops_per_token=tp.model_flops_per_token, peak_tflops=tp.peak_tflops,
-                         peak_source=tp.peak_source, days_to_train=tp.days_to_train)
-        except TrainperfError as e:
-            # No peak (e.g. uncalibrated CPU): throughput still stands, MFU is left out and says why.
-            tps = tokens_step / med
-            rates = dict(tokens_per_s=tps, tokens_per_s_per_device=tps / w.num_devices,
-                         peak_source=f"no peak: {e}", days_to_train=train_tokens / tps / 86400.0)
+        # Rates at the median step time, for the tokens a steady step actually carries (a
+        # log's real batch may differ from the workload's).
+        tokens_step = _steady_tokens_per_step(cols, w)
+        rates = _rates(w, tokens_step / med, convention=convention, peak_tflops=peak_tflops,
+                       train_tokens=train_tokens, model_flops_per_seq=model_flops_per_seq)
     return Summary(
         name=run.name, source=run.source, steps_total=len(run.steps), steps_measured=n_steady,
         warmup_steps=k, warmup_rule=rule, step_time_median_s=med,
         step_time_p10_s=p10, step_time_p90_s=p90,
         step_time_mean_s=statistics.fmean(times) if n_steady else None,
         tokens_per_step=tokens_step,
-        tokens_per_s=rates.get("tokens_per_s"), tokens_per_s_per_device=rates.get("tokens_per_s_per_device"),
-        tflops_per_device=rates.get("tflops_per_device"), mfu_pct=rates.get("mfu_pct"),
-        hfu_pct=rates.get("hfu_pct"), convention=convention,
-        model_flops_per_token=rates.get("model_flops_per_token"), peak_tflops=rates.get("peak_tflops"),
-        peak_source=rates.get("peak_source"), precision=w.precision if w is not None else None,
+        tokens_per_s=rates.tokens_per_s, tokens_per_s_per_device=rates.tokens_per_s_per_device,
+        tflops_per_device=rates.tflops_per_device, mfu_pct=rates.mfu_pct,
+        hfu_pct=rates.hfu_pct, convention=convention,
+        model_flops_per_token=rates.model_flops_per_token, peak_tflops=rates.peak_tflops,
+        peak_source=rates.peak_source, precision=w.precision if w is not None else None,
         num_devices=w.num_devices if w is not None else None, interrupted=run.interrupted,
-        train_tokens=train_tokens, days_to_train=rates.get("days_to_train"),
+        train_tokens=train_tokens, days_to_train=rates.days_to_train,
         loss_last=_loss_last(run), memory_max_GiB=_memory_max(run),
         claimed=claimed,
     )
+
+
+_EAGER_FIELDS = ("step_time_s", "claimed_tokens_per_s", "claimed_tokens_per_s_per_device",
+                 "claimed_tflops_per_device", "claimed_mfu_pct", "tokens")
+
+
+def _steady_cols(run: RunRecord, warmup: int | None) -> tuple[dict[str, Any], int, str]:
+    """The steps that count as columns (lazy when the run's steps are, else read from the
+    StepRecords), the number excluded as warm-up, and the rule used."""
+    lazy = steady_columns(run, warmup)
+    if lazy is not None:
+        return lazy
+    steady, k, rule = steady_steps(run, warmup)
+    return {f: [getattr(s, f) for s in steady] for f in _EAGER_FIELDS}, k, rule
+
+
+def _claimed(cols: dict[str, Any]) -> dict[str, float]:
+    """The medians of the rates the run itself claims, leaving out those it never states."""
+    claimed = {
+        "tokens_per_s": _median_or_none(cols["claimed_tokens_per_s"]),
+        "tokens_per_s_per_device": _median_or_none(cols["claimed_tokens_per_s_per_device"]),
+        "tflops_per_device": _median_or_none(cols["claimed_tflops_per_device"]),
+        "mfu_pct": _median_or_none(cols["claimed_mfu_pct"]),
+    }
+    return {k: v for k, v in claimed.items() if v is not None}
+
+
+def _steady_tokens_per_step(cols: dict[str, Any], w: Any) -> int:
+    """Median tokens of a steady step: each step's own non-zero count, else the workload's (what
+    ``run.tokens_per_step`` gives); the workload's when no step has any."""
+    fallback = w.tokens_per_step
+    if isinstance(cols, _SteadyColumns):
+        tok = _tokens_median(cols["tokens"], w.tokens_per_step, cols.nones("tokens"), fallback)
+    else:
+        step_tokens = cols["tokens"]
+        if None in step_tokens:
+            step_tokens = [w.tokens_per_step if t is None else t for t in step_tokens]
+        tok = statistics.median([t for t in step_tokens if t]) if any(step_tokens) else fallback
+    return int(tok)
+
+
+@dataclass(frozen=True)
+class _Rates:
+    """The rates of a summary; ``None`` where they could not be given."""
+
+    tokens_per_s: float | None = None
+    tokens_per_s_per_device: float | None = None
+    tflops_per_device: float | None = None
+    mfu_pct: float | None = None
+    hfu_pct: float | None = None
+    model_flops_per_token: float | None = None
+    peak_tflops: float | None = None
+    peak_source: str | None = None
+    days_to_train: float | None = None
+
+
+def _rates(w: Any, tokens_per_s: float, *, convention: str, peak_tflops: float | None,
+           train_tokens: float, model_flops_per_seq: float | None) -> _Rates:
+    """Rates at ``tokens_per_s`` (a steady step's tokens / the median step time); without a
+    peak, only the token rates and the time to train, and why MFU is missing."""
+    try:
+        tp = throughput(w, tokens_per_s=tokens_per_s, convention=convention, peak_tflops=peak_tflops,
+                        train_tokens=train_tokens, model_flops_per_seq=model_flops_per_seq)
+    except TrainperfError as e:
+        # No peak (e.g. uncalibrated CPU): throughput still stands, MFU is left out and says why.
+        return _Rates(tokens_per_s=tokens_per_s, tokens_per_s_per_device=tokens_per_s / w.num_devices,
+                      peak_source=f"no peak: {e}", days_to_train=train_tokens / tokens_per_s / 86400.0)
+    return _Rates(tokens_per_s=tp.tokens_per_s, tokens_per_s_per_device=tp.tokens_per_s_per_device,
+                  tflops_per_device=tp.tflops_per_device, mfu_pct=tp.mfu_pct, hfu_pct=tp.hfu_pct,
+                  model_flops_per_token=tp.model_flops_per_token, peak_tflops=tp.peak_tflops,
+                  peak_source=tp.peak_source, days_to_train=tp.days_to_train)
 
 
 def _loss_last(run: RunRecord) -> float | None:

@@ -107,35 +107,16 @@ def throughput(
     ``model_flops_per_seq`` overrides the convention's count (to reproduce a publication's own
     rounding, e.g. the 1.82e15 of NVIDIA's MaxText Llama2 70B recipe); the convention is then reported as ``given``.
     """
-    given = [x is not None for x in (step_time_s, tokens_per_s, tokens_per_s_per_device)]
-    if sum(given) != 1:
-        raise SpecError("rate", f"{sum(given)} given",
-                        "exactly one of --step-time, --tokens-per-s, --tokens-per-s-per-device")
+    _check_one_rate(step_time_s, tokens_per_s, tokens_per_s_per_device)
     n = workload.num_devices
     tokens_step = workload.tokens_per_step
-    if step_time_s is not None:
-        t = _positive("step_time_s", step_time_s)
-    elif tokens_per_s is not None:
-        t = tokens_step / _positive("tokens_per_s", tokens_per_s)
-    else:
-        t = tokens_step / (_positive("tokens_per_s_per_device", tokens_per_s_per_device) * n)
+    t = _step_time(tokens_step, n, step_time_s, tokens_per_s, tokens_per_s_per_device)
     tps = tokens_step / t
     tps_dev = tps / n
     seq = workload.seq_len
-    if model_flops_per_seq is not None:
-        per_token = _positive("model_flops_per_seq", model_flops_per_seq) / seq
-        conv_name = f"given ({model_flops_per_seq:.6g} per sequence)"
-        recompute = recompute_flops_per_token(workload.model, seq, workload.activation_checkpointing, convention,
-                                              workload.plan.pp * workload.plan.vpp)
-    else:
-        get_convention(convention)
-        # A LoRA fine-tune's adapters are counted as they run (an explicit fraction wins).
-        lora = getattr(workload, "lora", None) if not lora_fraction else None
-        per_token = model_flops_per_token(workload.model, seq, convention, lora_fraction, lora)
-        conv_name = convention
-        recompute = recompute_flops_per_token(workload.model, seq, workload.activation_checkpointing, convention,
-                                              workload.plan.pp * workload.plan.vpp)
-    hw_per_token = per_token + recompute
+    flops = _flops_per_token(workload, seq, convention, model_flops_per_seq, lora_fraction)
+    per_token = flops.model
+    hw_per_token = per_token + flops.recompute
     peak = resolve_peak(workload.hardware, workload.precision, peak_tflops)
     tflops_dev = per_token * tps_dev / 1e12
     hw_tflops_dev = hw_per_token * tps_dev / 1e12
@@ -149,10 +130,57 @@ def throughput(
         model_flops_per_token=per_token, model_flops_per_seq=per_token * seq,
         hardware_flops_per_token=hw_per_token, tflops_per_device=tflops_dev,
         hardware_tflops_per_device=hw_tflops_dev, mfu_pct=100.0 * tflops_dev / peak.tflops,
-        hfu_pct=100.0 * hw_tflops_dev / peak.tflops, convention=conv_name, peak_tflops=peak.tflops,
+        hfu_pct=100.0 * hw_tflops_dev / peak.tflops, convention=flops.convention, peak_tflops=peak.tflops,
         peak_source=peak.source, precision=workload.precision, num_devices=n,
         train_tokens=train_tokens, days_to_train=days, cost_usd=cost, usd_per_device_hour=usd_per_device_hour,
     )
+
+
+def _check_one_rate(step_time_s: float | None, tokens_per_s: float | None,
+                    tokens_per_s_per_device: float | None) -> None:
+    """Reject a call that gives none, or more than one, of the three rates."""
+    given = [x is not None for x in (step_time_s, tokens_per_s, tokens_per_s_per_device)]
+    if sum(given) != 1:
+        raise SpecError("rate", f"{sum(given)} given",
+                        "exactly one of --step-time, --tokens-per-s, --tokens-per-s-per-device")
+
+
+def _step_time(tokens_step: int, num_devices: int, step_time_s: float | None, tokens_per_s: float | None,
+               tokens_per_s_per_device: float | None) -> float:
+    """Seconds per step from the one rate given: tokens per step / (global) tokens per second."""
+    if step_time_s is not None:
+        return _positive("step_time_s", step_time_s)
+    if tokens_per_s is not None:
+        return tokens_step / _positive("tokens_per_s", tokens_per_s)
+    return tokens_step / (_positive("tokens_per_s_per_device", tokens_per_s_per_device) * num_devices)
+
+
+@dataclass(frozen=True)
+class _FlopsPerToken:
+    """Model FLOPs per token (the MFU numerator's), the recomputation FLOPs HFU adds, and the
+    name of the convention that counted them."""
+
+    model: float
+    recompute: float
+    convention: str
+
+
+def _flops_per_token(workload: Any, seq: int, convention: str, model_flops_per_seq: float | None,
+                     lora_fraction: float) -> _FlopsPerToken:
+    """FLOPs per token under ``convention`` (or the given per-sequence count / ``seq``), plus the
+    activation recomputation's (:mod:`trainperf.accounting.conventions`)."""
+    if model_flops_per_seq is not None:
+        per_token = _positive("model_flops_per_seq", model_flops_per_seq) / seq
+        conv_name = f"given ({model_flops_per_seq:.6g} per sequence)"
+    else:
+        get_convention(convention)
+        # A LoRA fine-tune's adapters are counted as they run (an explicit fraction wins).
+        lora = getattr(workload, "lora", None) if not lora_fraction else None
+        per_token = model_flops_per_token(workload.model, seq, convention, lora_fraction, lora)
+        conv_name = convention
+    recompute = recompute_flops_per_token(workload.model, seq, workload.activation_checkpointing, convention,
+                                          workload.plan.pp * workload.plan.vpp)
+    return _FlopsPerToken(per_token, recompute, conv_name)
 
 
 def mfu_pct(model_flops_per_token: float, tokens_per_s_per_device: float, peak_tflops: float) -> float:

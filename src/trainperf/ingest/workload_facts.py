@@ -127,112 +127,198 @@ def resolve_workload(facts: LogFacts, workload_path: str | None, overrides: dict
     total_weights, nanoGPT tokens per iteration, Megatron batch x seq); with a sequence length
     it gives the global batch. ``base`` (a workload dict) stands in for a workload file.
     """
-    from trainperf.specs.workload_file import check_schema, read_workload_file, workload_from_dict
+    from trainperf.specs.workload_file import read_workload_file
 
-    data: dict[str, dict[str, Any]] = {}
-    origin: dict[str, str] = {}
     res = WorkloadResolution(workload=None, tokens_per_step=tokens_per_step)
     file_data = read_workload_file(workload_path) if workload_path else dict(base or {})
     base_dir = file_data.pop("_base_dir", None)
     file_label = f"workload file {workload_path}" if workload_path else "given workload"
-    header = facts.get("workload")  # a trainperf JSONL run header
-    if isinstance(header, dict):
-        for section, body in header.items():
-            if isinstance(body, dict):
-                for k, v in body.items():
-                    if v is not None:
-                        data.setdefault(section, {})[k] = v
-                        origin[f"{section}.{k}"] = "log (trainperf run header)"
-        try:
-            check_schema(data, where="run header")
-        except TrainperfError as e:
-            res.notes.append(f"run header workload ignored: {one_line(str(e))}")
-            data, origin = {}, {}
+    data, origin = _from_run_header(facts, res)
+    a = _Assembly(data, origin, file_label, res)
+    _merge_file(a, file_data)
+    user_device = "device" in data.get("hardware", {}) or "hardware.device" in overrides
+    _merge_log_facts(a, facts)
+    _merge_model(data, origin, facts, overrides, res)
+    if not user_device:
+        _merge_log_device(a, facts, overrides)
+    _merge_flags(a, overrides)
+    _peak_stands_in_for_device(data, origin, res, facts.values.get("device_name"))
+    tr = data.setdefault("training", {})
+    _global_batch_from_tokens(tr, origin, tokens_per_step, res)
+    _set_known_counts(data, res)
+    res.missing.extend(_missing(data))
+    _note_training_defaults(tr, origin)
+    res.fields = dict(sorted(origin.items()))
+    if res.missing:
+        return res
+    res.workload = _build_workload(data, base_dir)
+    return res
+
+
+@dataclass
+class _Assembly:
+    """The workload dict being merged from the three layers, where each field came from, and
+    the resolution that collects the notes."""
+
+    data: dict[str, dict[str, Any]]
+    origin: dict[str, str]
+    file_label: str
+    res: WorkloadResolution
+
+    def put(self, dotted: str, value: Any, why: str) -> None:
+        """Set a field from the log, noting when it contradicts the workload file's value."""
+        section, key = dotted.split(".", 1)
+        old = self.data.get(section, {}).get(key)
+        if old is not None and old != value and self.origin.get(dotted, "") == self.file_label:
+            self.res.notes.append(f"{dotted}: the workload file says {old!r}, the log says {value!r}; "
+                                  "using the log's (override with a flag)")
+        self.data.setdefault(section, {})[key] = value
+        self.origin[dotted] = why
+
+
+def _from_run_header(facts: LogFacts,
+                     res: WorkloadResolution) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """The workload a trainperf JSONL run header states, with origins; nothing (and a note)
+    when it fails the workload schema."""
+    from trainperf.specs.workload_file import check_schema
+
+    data: dict[str, dict[str, Any]] = {}
+    origin: dict[str, str] = {}
+    header = facts.get("workload")
+    if not isinstance(header, dict):
+        return data, origin
+    for section, body in header.items():
+        if isinstance(body, dict):
+            for k, v in body.items():
+                if v is not None:
+                    data.setdefault(section, {})[k] = v
+                    origin[f"{section}.{k}"] = "log (trainperf run header)"
+    try:
+        check_schema(data, where="run header")
+    except TrainperfError as e:
+        res.notes.append(f"run header workload ignored: {one_line(str(e))}")
+        return {}, {}
+    return data, origin
+
+
+def _merge_file(a: _Assembly, file_data: dict[str, Any]) -> None:
+    """Lay the workload file's (or the given workload's) fields over the run header's."""
     for section, body in file_data.items():
         for k, v in body.items():
-            data.setdefault(section, {})[k] = v
-            origin[f"{section}.{k}"] = file_label
-    user_device = "device" in data.get("hardware", {}) or "hardware.device" in overrides
+            a.data.setdefault(section, {})[k] = v
+            a.origin[f"{section}.{k}"] = a.file_label
 
-    def put(dotted: str, value: Any, why: str) -> None:
-        section, key = dotted.split(".", 1)
-        old = data.get(section, {}).get(key)
-        if old is not None and old != value and origin.get(dotted, "") == file_label:
-            res.notes.append(f"{dotted}: the workload file says {old!r}, the log says {value!r}; "
-                             "using the log's (override with a flag)")
-        data.setdefault(section, {})[key] = value
-        origin[dotted] = why
 
+def _merge_log_facts(a: _Assembly, facts: LogFacts) -> None:
+    """Lay the log's stated non-model facts over the file's (the device comes by name, later)."""
     fv = facts.values
     for key, dotted in WORKLOAD_FACTS.items():
         if key not in fv or dotted.startswith("model.") or dotted == "hardware.device":
             continue
-        put(dotted, fv[key], f"log ({facts.where.get(key, '')})")
-    _merge_model(data, origin, facts, overrides, res)
-    if not user_device and isinstance(fv.get("device_name"), str):
-        dev = device_id_from_name(fv["device_name"])
-        if dev:
-            put("hardware.device", dev, f"log device name {fv['device_name']!r} "
-                                        f"({facts.where.get('device_name', '')})")
-        elif data.get("hardware", {}).get("peak_tflops") is None and "hardware.peak_tflops" not in overrides:
-            res.notes.append(f"the log names the device {fv['device_name']!r}, which is not in the catalog; "
-                             "give --device ID (see `trainperf hw`) or --peak-tflops X")
+        a.put(dotted, fv[key], f"log ({facts.where.get(key, '')})")
+
+
+def _merge_log_device(a: _Assembly, facts: LogFacts, overrides: dict[str, Any]) -> None:
+    """The catalog device the log names, or a note asking for one when it is not in the catalog."""
+    fv = facts.values
+    if not isinstance(fv.get("device_name"), str):
+        return
+    dev = device_id_from_name(fv["device_name"])
+    if dev:
+        a.put("hardware.device", dev, f"log device name {fv['device_name']!r} "
+                                      f"({facts.where.get('device_name', '')})")
+    elif a.data.get("hardware", {}).get("peak_tflops") is None and "hardware.peak_tflops" not in overrides:
+        a.res.notes.append(f"the log names the device {fv['device_name']!r}, which is not in the catalog; "
+                           "give --device ID (see `trainperf hw`) or --peak-tflops X")
+
+
+def _merge_flags(a: _Assembly, overrides: dict[str, Any]) -> None:
+    """Lay the non-model flags over everything, noting where they correct the log."""
     for dotted, value in overrides.items():
         if value is not None and not dotted.startswith("model."):
             section, key = dotted.split(".", 1)
-            old = data.get(section, {}).get(key)
-            if old is not None and old != value and origin.get(dotted, "").startswith("log"):
-                res.notes.append(f"{dotted}: the log says {old!r}; using {value!r} from {_flag_origin(dotted)}")
-            data.setdefault(section, {})[key] = value
-            origin[dotted] = _flag_origin(dotted)
-    _peak_stands_in_for_device(data, origin, res, fv.get("device_name"))
-    tr = data.setdefault("training", {})
-    if "global_batch" not in tr and tokens_per_step and isinstance(tr.get("seq_len"), int):
-        gb, rem = divmod(tokens_per_step, tr["seq_len"])
-        if gb > 0 and rem == 0:
-            tr["global_batch"] = gb
-            origin["training.global_batch"] = (f"log tokens per step {tokens_per_step} / seq_len "
-                                               f"{tr['seq_len']}")
-        else:
-            res.notes.append(f"the log's tokens per step {tokens_per_step} is not a multiple of "
-                             f"seq_len {tr['seq_len']}")
-    model = data.get("model", {})
-    have_model = any(model.get(k) for k in _WHOLE_MODEL_KEYS) or all(k in model for k in _MODEL_REQUIRED)
+            old = a.data.get(section, {}).get(key)
+            if old is not None and old != value and a.origin.get(dotted, "").startswith("log"):
+                a.res.notes.append(f"{dotted}: the log says {old!r}; using {value!r} from {_flag_origin(dotted)}")
+            a.data.setdefault(section, {})[key] = value
+            a.origin[dotted] = _flag_origin(dotted)
+
+
+def _global_batch_from_tokens(tr: dict[str, Any], origin: dict[str, str], tokens_per_step: int | None,
+                              res: WorkloadResolution) -> None:
+    """Global batch = the log's tokens per step / seq_len, when not given and it divides evenly."""
+    if "global_batch" in tr or not tokens_per_step or not isinstance(tr.get("seq_len"), int):
+        return
+    gb, rem = divmod(tokens_per_step, tr["seq_len"])
+    if gb > 0 and rem == 0:
+        tr["global_batch"] = gb
+        origin["training.global_batch"] = (f"log tokens per step {tokens_per_step} / seq_len "
+                                           f"{tr['seq_len']}")
+    else:
+        res.notes.append(f"the log's tokens per step {tokens_per_step} is not a multiple of "
+                         f"seq_len {tr['seq_len']}")
+
+
+def _set_known_counts(data: dict[str, dict[str, Any]], res: WorkloadResolution) -> None:
+    """Tokens per step (the log's, else seq_len x global batch) and the device count, when known:
+    enough for tokens/s without a model or device."""
+    tr = data["training"]
     seq, gb = tr.get("seq_len"), tr.get("global_batch")
     if res.tokens_per_step is None and _positive_int(seq) and _positive_int(gb):
         assert seq is not None and gb is not None  # _positive_int rejects None
         res.tokens_per_step = seq * gb
     nd = data.get("hardware", {}).get("num_devices")
     res.num_devices = nd if _positive_int(nd) else None
+
+
+def _missing(data: dict[str, dict[str, Any]]) -> list[str]:
+    """What the rates need and no layer gave, in :data:`_REQUIRED`'s words and order."""
+    missing: list[str] = []
     for dotted, what in _REQUIRED.items():
         if dotted == "model":
-            if not have_model:
-                lacking = [k for k in _MODEL_REQUIRED if k not in model]
-                res.missing.append(what if not model else
-                                   f"the model's {', '.join(lacking)} (not in the log: give "
-                                   + ", ".join(f"--{k.replace('_', '-')} N" for k in lacking)
-                                   + ", or --model PRESET)")
+            lacking_model = _missing_model(data.get("model", {}), what)
+            if lacking_model is not None:
+                missing.append(lacking_model)
             continue
         section, key = dotted.split(".", 1)
         if dotted == "hardware.device" and isinstance(data.get("hardware", {}).get("peak_tflops"), dict):
             continue  # an inline device (a file's, or the --peak-tflops stand-in)
         if data.get(section, {}).get(key) is None:
-            res.missing.append(what)
+            missing.append(what)
+    return missing
+
+
+def _missing_model(model: dict[str, Any], what: str) -> str | None:
+    """``None`` when the model is named whole or has every required field, else what it lacks
+    (``what`` when there is no model at all) and the flags that would give it."""
+    if any(model.get(k) for k in _WHOLE_MODEL_KEYS) or all(k in model for k in _MODEL_REQUIRED):
+        return None
+    lacking = [k for k in _MODEL_REQUIRED if k not in model]
+    return (what if not model else
+            f"the model's {', '.join(lacking)} (not in the log: give "
+            + ", ".join(f"--{k.replace('_', '-')} N" for k in lacking)
+            + ", or --model PRESET)")
+
+
+def _note_training_defaults(tr: dict[str, Any], origin: dict[str, str]) -> None:
+    """Say which training fields no layer gave, so their defaults show as defaults."""
     if "precision" not in tr:
         origin["training.precision"] = "default (bf16)"
     if "activation_checkpointing" not in tr:
         origin["training.activation_checkpointing"] = "default (none; give --activation-checkpointing if the run recomputed)"
-    res.fields = dict(sorted(origin.items()))
-    if res.missing:
-        return res
+
+
+def _build_workload(data: dict[str, Any], base_dir: Any) -> Any:
+    """The validated Workload of the merged dict; an invalid one is an input error (one line)."""
+    from trainperf.specs.workload_file import workload_from_dict
+
     if base_dir:
         data["_base_dir"] = base_dir
     try:
-        res.workload = workload_from_dict(data)
+        return workload_from_dict(data)
     except TrainperfError as e:
         raise InputFileError(f"the workload assembled from the log, the workload file and the flags is "
                              f"invalid: {one_line(str(e))} (fix it with a flag)") from None
-    return res
 
 
 def _positive_int(v: Any) -> bool:

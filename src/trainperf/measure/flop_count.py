@@ -123,47 +123,87 @@ def count_flops_per_token(
     inputs; its tensors are moved to the meta device. ``vocab_size`` is accepted for
     documentation of the token ids and is not needed on the meta device.
     """
-    for name, v in (("seq_len", seq_len), ("batch", batch)):
-        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-            raise SpecError(name, v, "a positive integer")
-    if not isinstance(module, nn.Module):
-        raise SpecError("module", type(module).__name__, "a torch.nn.Module")
+    _check_arguments(module, seq_len, batch)
     from torch.func import functional_call
     from torch.utils.flop_counter import FlopCounterMode
 
     del vocab_size  # token values do not exist on the meta device; only shapes matter
     meta = torch.device("meta")
+    state = _meta_state(module, meta)
+    args, kwargs = _meta_inputs(batch, seq_len, make_inputs, meta)
+
+    def forward() -> Any:
+        return functional_call(module, state, args, kwargs)
+
+    passes = _count_passes(module, forward, FlopCounterMode, backward)
+    tokens = batch * seq_len
+    return FlopCount(forward_flops_per_token=passes.forward / tokens,
+                     training_flops_per_token=(passes.forward + passes.backward) / tokens,
+                     batch=batch, seq_len=seq_len, forward_by_op=passes.forward_by_op,
+                     backward_by_op=passes.backward_by_op, scalar_reads_assumed=passes.scalar_reads)
+
+
+def _check_arguments(module: nn.Module, seq_len: int, batch: int) -> None:
+    """Reject a non-positive (or non-int) ``seq_len`` / ``batch`` and a ``module`` that is not one."""
+    for name, v in (("seq_len", seq_len), ("batch", batch)):
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise SpecError(name, v, "a positive integer")
+    if not isinstance(module, nn.Module):
+        raise SpecError("module", type(module).__name__, "a torch.nn.Module")
+
+
+def _meta_state(module: nn.Module, meta: torch.device) -> dict[str, torch.Tensor]:
+    """Meta stand-ins for the module's parameters (keeping ``requires_grad``) and buffers."""
     params = {n: torch.empty_like(p, device=meta).requires_grad_(p.requires_grad)
               for n, p in module.named_parameters()}
     buffers = {n: torch.empty_like(b, device=meta) for n, b in module.named_buffers()}
+    return {**params, **buffers}
+
+
+def _meta_inputs(batch: int, seq_len: int,
+                 make_inputs: Callable[[int, int], tuple[tuple[Any, ...], dict[str, Any]]] | None,
+                 meta: torch.device) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The call's ``(args, kwargs)`` on the meta device: ``make_inputs``'s, else one
+    ``(batch, seq_len)`` tensor of token ids."""
+    if make_inputs is None:
+        return (torch.zeros(batch, seq_len, dtype=torch.long, device=meta),), {}
 
     def to_meta(x: Any) -> Any:
         return torch.empty_like(x, device=meta) if isinstance(x, torch.Tensor) else x
 
-    if make_inputs is None:
-        args: tuple[Any, ...] = (torch.zeros(batch, seq_len, dtype=torch.long, device=meta),)
-        kwargs: dict[str, Any] = {}
-    else:
-        a, kw = make_inputs(batch, seq_len)
-        args = tuple(to_meta(x) for x in a)
-        kwargs = {k: to_meta(v) for k, v in kw.items()}
+    a, kw = make_inputs(batch, seq_len)
+    return tuple(to_meta(x) for x in a), {k: to_meta(v) for k, v in kw.items()}
 
+
+@dataclass(frozen=True)
+class _Passes:
+    """FLOPs of the whole batch in the forward and the backward pass, by aten op, and the
+    data-dependent scalar reads answered with 1 / True."""
+
+    forward: float
+    forward_by_op: dict[str, float]
+    backward: float
+    backward_by_op: dict[str, float]
+    scalar_reads: int
+
+
+def _count_passes(module: nn.Module, forward: Callable[[], Any], counter_mode: Callable[..., Any],
+                  backward: bool) -> _Passes:
+    """Count one ``forward()`` and (when ``backward``) the backward of its output's sum under
+    ``counter_mode`` (``FlopCounterMode``), in training mode; the module's mode is restored."""
     was_training = module.training
     module.train()  # training-mode graph (dropout and the like take part as in a training step)
     scalars = _meta_scalar_mode()
     try:
-        with FlopCounterMode(display=False) as fwd_counter, scalars:
-            out = _first_tensor(functional_call(module, {**params, **buffers}, args, kwargs))
+        with counter_mode(display=False) as fwd_counter, scalars:
+            out = _first_tensor(forward())
         fwd = float(fwd_counter.get_total_flops())
         fwd_ops = _by_op(fwd_counter)
         bwd, bwd_ops = 0.0, {}
         if backward and out.requires_grad:
-            with FlopCounterMode(display=False) as bwd_counter, scalars:
+            with counter_mode(display=False) as bwd_counter, scalars:
                 out.sum().backward()
             bwd, bwd_ops = float(bwd_counter.get_total_flops()), _by_op(bwd_counter)
     finally:
         module.train(was_training)
-    tokens = batch * seq_len
-    return FlopCount(forward_flops_per_token=fwd / tokens, training_flops_per_token=(fwd + bwd) / tokens,
-                     batch=batch, seq_len=seq_len, forward_by_op=fwd_ops, backward_by_op=bwd_ops,
-                     scalar_reads_assumed=type(scalars).reads)
+    return _Passes(fwd, fwd_ops, bwd, bwd_ops, type(scalars).reads)
