@@ -351,18 +351,18 @@ def solve(pb: Problem, max_iter: int = 30, eps: float = 1e-3, refresh: int = 4,
     pred = pb.predict(theta)
     res = obj.residual(pred)
     s = _State(theta, pred, res, obj.loss(res, theta), obj.jacobian(theta, pred))
-    since = 0
+    since = 0  # accepted steps since the Jacobian was last computed afresh
     for _ in range(max_iter):
         accepted, improved = _lm_step(obj, s)
-        since += 1
-        if not accepted or since >= refresh:
-            if not accepted and since == 0:
-                break  # a fresh Jacobian and still no descent: converged
+        if not accepted and since == 0:
+            break  # a fresh Jacobian and still no descent: converged
+        since = since + 1 if accepted else refresh
+        if since >= refresh:
             s.J = obj.jacobian(s.theta, s.pred)
             since = 0
             if not accepted:
                 continue
-        if not improved and accepted:
+        if not improved:
             break
     return s.theta, s.loss
 
