@@ -74,6 +74,101 @@ def nearest_convention(run: RunRecord, fpt: float) -> tuple[str, float] | None:
     return " / ".join(same), fpt / counts[best] - 1
 
 
+_RATE_REASON = ("timing basis: the log's rate is its own (per-line window or last interval); trainperf's is "
+                "tokens per step / steady median step time")
+
+
+def _rate_row(metric: str, ours: float | None, claimed: float | None, per_device: bool,
+              n: int | None) -> dict[str, Any] | None:
+    """The row of a claimed rate (``None`` when the log claims none), its reason read from the
+    ratio: same basis, a scope mismatch over ``n`` devices, or the timing basis."""
+    if claimed is None:
+        return None
+    r = _ratio(claimed, ours)
+    if r is None:
+        reason = "no trainperf figure (workload unknown)"
+    elif abs(r - 1) <= 0.01:
+        reason = "same basis (within 1%)"
+    elif per_device and n and n > 1 and abs(r / n - 1) <= 0.05:
+        reason = f"scope: the log's figure is global (all {n} devices), trainperf's is per device"
+    elif not per_device and n and n > 1 and abs(r * n - 1) <= 0.05:
+        reason = f"scope: the log's figure is per device, trainperf's is global ({n} devices)"
+    else:
+        reason = f"{_RATE_REASON}; differs by {r - 1:+.1%}"
+    return {"metric": metric, "trainperf": ours, "claimed": claimed, "ratio": r, "reason": reason}
+
+
+def _tflops_row(run: RunRecord, summary: Summary, tf_claim: float) -> tuple[dict[str, Any], float | None]:
+    """The claimed TFLOP/s per device row, split into convention and throughput factors, and the
+    convention factor implied by the log's own figures (``None`` when they do not imply one)."""
+    conv_factor = None
+    r = _ratio(tf_claim, summary.tflops_per_device)
+    fpt, how = implied_flops_per_token(summary)
+    parts = []
+    if fpt and summary.model_flops_per_token:
+        conv_factor = fpt / summary.model_flops_per_token
+        near = nearest_convention(run, fpt)
+        named = f" = the {near[0]} convention ({near[1]:+.2%})" if near and abs(near[1]) < 0.015 else (
+            f", nearest named: {near[0]} ({near[1]:+.2%})" if near else "")
+        parts.append(f"convention: the log counts {fpt:.4g} FLOPs/token ({how}){named}; trainperf's "
+                     f"{summary.convention} counts {summary.model_flops_per_token:.4g} "
+                     f"(factor {conv_factor:.4f})")
+        if r is not None:
+            parts.append(f"throughput/timing factor {r / conv_factor:.4f}")
+    elif r is None:
+        parts.append("no trainperf figure (workload unknown)")
+    row = {"metric": "tflops_per_device", "trainperf": summary.tflops_per_device, "claimed": tf_claim,
+           "ratio": r, "reason": "; ".join(parts) or "-"}
+    return row, conv_factor
+
+
+def _log_peak(tf_claim: float | None, mfu_claim: float,
+              claimed_peak_tflops: float | None) -> tuple[float | None, str]:
+    """The peak TFLOP/s the log divides by, and how it is known: implied by its claimed TFLOP/s
+    and MFU when it gives both, else the stated or documented one."""
+    if tf_claim and mfu_claim:
+        return tf_claim / (mfu_claim / 100.0), "claimed TFLOP/s / claimed MFU"
+    return claimed_peak_tflops, "stated in the log or documented for the framework"
+
+
+def _mfu_row(run: RunRecord, summary: Summary, mfu_claim: float, tf_claim: float | None,
+             conv_factor: float | None, claimed_convention: str | None,
+             claimed_peak_tflops: float | None) -> dict[str, Any]:
+    """The claimed MFU row, split into peak, convention and throughput factors (the convention
+    factor from the log's figures, else from the framework's documented convention)."""
+    r = _ratio(mfu_claim, summary.mfu_pct)
+    parts = []
+    peak, peak_how = _log_peak(tf_claim, mfu_claim, claimed_peak_tflops)
+    if peak and summary.peak_tflops:
+        pf = summary.peak_tflops / peak
+        parts.append(f"peak: the log divides by {peak:.4g} TFLOP/s ({peak_how}), trainperf by "
+                     f"{summary.peak_tflops:.4g} ({summary.peak_source}) (factor {pf:.4f})")
+        if conv_factor is None and claimed_convention and run.workload is not None and summary.model_flops_per_token:
+            conv_factor = model_flops_per_token(run.workload.model, run.workload.seq_len,
+                                                claimed_convention) / summary.model_flops_per_token
+            parts.append(f"convention: the framework documents {claimed_convention} "
+                         f"(factor {conv_factor:.4f})")
+        elif conv_factor is not None:
+            parts.append(f"convention factor {conv_factor:.4f}")
+        if r is not None and conv_factor:
+            parts.append(f"throughput/timing factor {r / (pf * conv_factor):.4f}")
+    elif r is None:
+        parts.append("no trainperf figure (workload or peak unknown)")
+    return {"metric": "mfu_pct", "trainperf": summary.mfu_pct, "claimed": mfu_claim, "ratio": r,
+            "reason": "; ".join(parts) or "-"}
+
+
+def _run_mean_row(summary: Summary, run_claims: dict[str, Any]) -> dict[str, Any] | None:
+    """The step time row of a run-level steps/s claim (``None`` without one)."""
+    if not run_claims.get("claimed_train_steps_per_second"):
+        return None
+    mean_t = 1.0 / run_claims["claimed_train_steps_per_second"]
+    return {"metric": "step_time_s (run mean)", "trainperf": summary.step_time_median_s,
+            "claimed": mean_t, "ratio": _ratio(mean_t, summary.step_time_median_s),
+            "reason": "the log's is train_runtime / steps over the whole run (start-up, warm-up, "
+                      "evaluation, checkpointing included); trainperf's is the steady median"}
+
+
 def compare_claims(run: RunRecord, summary: Summary, *, claimed_convention: str | None = None,
                    claimed_peak_tflops: float | None = None,
                    run_claims: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -81,80 +176,24 @@ def compare_claims(run: RunRecord, summary: Summary, *, claimed_convention: str 
     c = summary.claimed
     n = summary.num_devices
     rows: list[dict[str, Any]] = []
-    rate_reason = ("timing basis: the log's rate is its own (per-line window or last interval); trainperf's is "
-                   "tokens per step / steady median step time")
-
-    def rate_row(metric: str, ours: float | None, claimed: float | None, per_device: bool) -> None:
-        if claimed is None:
-            return
-        r = _ratio(claimed, ours)
-        if r is None:
-            reason = "no trainperf figure (workload unknown)"
-        elif abs(r - 1) <= 0.01:
-            reason = "same basis (within 1%)"
-        elif per_device and n and n > 1 and abs(r / n - 1) <= 0.05:
-            reason = f"scope: the log's figure is global (all {n} devices), trainperf's is per device"
-        elif not per_device and n and n > 1 and abs(r * n - 1) <= 0.05:
-            reason = f"scope: the log's figure is per device, trainperf's is global ({n} devices)"
-        else:
-            reason = f"{rate_reason}; differs by {r - 1:+.1%}"
-        rows.append({"metric": metric, "trainperf": ours, "claimed": claimed, "ratio": r, "reason": reason})
-
-    rate_row("tokens_per_s", summary.tokens_per_s, c.get("tokens_per_s"), False)
-    rate_row("tokens_per_s_per_device", summary.tokens_per_s_per_device, c.get("tokens_per_s_per_device"), True)
+    for row in (_rate_row("tokens_per_s", summary.tokens_per_s, c.get("tokens_per_s"), False, n),
+                _rate_row("tokens_per_s_per_device", summary.tokens_per_s_per_device,
+                          c.get("tokens_per_s_per_device"), True, n)):
+        if row is not None:
+            rows.append(row)
 
     conv_factor = None
     tf_claim = c.get("tflops_per_device")
     if tf_claim is not None:
-        r = _ratio(tf_claim, summary.tflops_per_device)
-        fpt, how = implied_flops_per_token(summary)
-        parts = []
-        if fpt and summary.model_flops_per_token:
-            conv_factor = fpt / summary.model_flops_per_token
-            near = nearest_convention(run, fpt)
-            named = f" = the {near[0]} convention ({near[1]:+.2%})" if near and abs(near[1]) < 0.015 else (
-                f", nearest named: {near[0]} ({near[1]:+.2%})" if near else "")
-            parts.append(f"convention: the log counts {fpt:.4g} FLOPs/token ({how}){named}; trainperf's "
-                         f"{summary.convention} counts {summary.model_flops_per_token:.4g} "
-                         f"(factor {conv_factor:.4f})")
-            if r is not None:
-                parts.append(f"throughput/timing factor {r / conv_factor:.4f}")
-        elif r is None:
-            parts.append("no trainperf figure (workload unknown)")
-        rows.append({"metric": "tflops_per_device", "trainperf": summary.tflops_per_device, "claimed": tf_claim,
-                     "ratio": r, "reason": "; ".join(parts) or "-"})
+        tf_row, conv_factor = _tflops_row(run, summary, tf_claim)
+        rows.append(tf_row)
 
     mfu_claim = c.get("mfu_pct")
     if mfu_claim is not None:
-        r = _ratio(mfu_claim, summary.mfu_pct)
-        parts = []
-        peak = claimed_peak_tflops
-        peak_how = "stated in the log or documented for the framework"
-        if tf_claim and mfu_claim:
-            peak, peak_how = tf_claim / (mfu_claim / 100.0), "claimed TFLOP/s / claimed MFU"
-        if peak and summary.peak_tflops:
-            pf = summary.peak_tflops / peak
-            parts.append(f"peak: the log divides by {peak:.4g} TFLOP/s ({peak_how}), trainperf by "
-                         f"{summary.peak_tflops:.4g} ({summary.peak_source}) (factor {pf:.4f})")
-            if conv_factor is None and claimed_convention and run.workload is not None and summary.model_flops_per_token:
-                conv_factor = model_flops_per_token(run.workload.model, run.workload.seq_len,
-                                                    claimed_convention) / summary.model_flops_per_token
-                parts.append(f"convention: the framework documents {claimed_convention} "
-                             f"(factor {conv_factor:.4f})")
-            elif conv_factor is not None:
-                parts.append(f"convention factor {conv_factor:.4f}")
-            if r is not None and conv_factor:
-                parts.append(f"throughput/timing factor {r / (pf * conv_factor):.4f}")
-        elif r is None:
-            parts.append("no trainperf figure (workload or peak unknown)")
-        rows.append({"metric": "mfu_pct", "trainperf": summary.mfu_pct, "claimed": mfu_claim, "ratio": r,
-                     "reason": "; ".join(parts) or "-"})
+        rows.append(_mfu_row(run, summary, mfu_claim, tf_claim, conv_factor, claimed_convention,
+                             claimed_peak_tflops))
 
-    rc = run_claims or {}
-    if rc.get("claimed_train_steps_per_second"):
-        mean_t = 1.0 / rc["claimed_train_steps_per_second"]
-        rows.append({"metric": "step_time_s (run mean)", "trainperf": summary.step_time_median_s,
-                     "claimed": mean_t, "ratio": _ratio(mean_t, summary.step_time_median_s),
-                     "reason": "the log's is train_runtime / steps over the whole run (start-up, warm-up, "
-                               "evaluation, checkpointing included); trainperf's is the steady median"})
+    mean_row = _run_mean_row(summary, run_claims or {})
+    if mean_row is not None:
+        rows.append(mean_row)
     return rows

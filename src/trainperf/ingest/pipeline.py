@@ -32,12 +32,12 @@ import statistics
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainperf.accounting.summarize import default_warmup_steps
 from trainperf.errors import InputFileError
 from trainperf.ingest.base import LogParser, ParseState
-from trainperf.ingest.flags import flag_impossible
+from trainperf.ingest.flags import FlagReport, flag_impossible
 from trainperf.ingest.reader import (
     PARTIAL,
     LogLine,
@@ -50,6 +50,9 @@ from trainperf.ingest.registry import detect_format, get_parser
 from trainperf.ingest.templates import DIGITS_TO_ZERO, RANK_RE, Templates, read_fields
 from trainperf.records.run_record import MAX_TOKENS_PER_STEP, RunRecord, StepRecord, storable_step
 from trainperf.records.step_columns import StepColumns, StepColumnsBuilder
+
+if TYPE_CHECKING:
+    from trainperf.ingest.workload_facts import WorkloadResolution
 
 SAMPLE_LINES = 5_000
 MAX_SAMPLE_LINES = 100_000
@@ -304,6 +307,36 @@ class _Feeder:
             return
         ends = np.cumsum(lens + 1)
         starts = np.concatenate([[0], ends[:-1]])
+        vals, ranks, prefix = self._read_template_lines(block, starts, tid)
+        is_t = tid >= 0
+        text, barriers = self._other_lines(block, starts, ends, is_t)
+        base = self.total
+        a = 0
+        for stop in [*barriers, n]:
+            if stop > a:
+                rows = np.arange(a, stop)
+                t_rows = rows[is_t[a:stop]]
+                if len(t_rows):
+                    self._feed_run(block, starts, ends, prefix, ranks, vals, t_rows, a, stop, text, base)
+                else:
+                    for i in range(a, stop):
+                        self.total = base + i
+                        self.feed(text[i])
+            if stop < n:
+                self.total = base + stop
+                self.feed(text[stop])
+            a = stop + 1
+        self.total = base + n
+
+    def _read_template_lines(self, block: bytes, starts: Any,
+                             tid: Any) -> tuple[dict[str, Any], Any, Any]:
+        """The fields (by name), rank and prefix length of each template line of ``block``, as
+        arrays by row; a line whose numbers do not read exactly or that fails
+        :meth:`~LogParser.block_valid` gets template id -1 in ``tid`` (read line by line)."""
+        import numpy as np
+
+        assert self.templates is not None
+        n = len(tid)
         buf = np.frombuffer(block, dtype=np.uint8)
         fields = self.parser.block_fields
         vals = {f.name: np.empty(n, dtype=np.int64 if f.kind == "int" else np.float64) for f in fields}
@@ -325,31 +358,22 @@ class _Feeder:
             prefix[rows] = tmpl.prefix_end
             if not ok.all():
                 tid[rows[~ok]] = -1
-        is_t = tid >= 0
-        # Every other line, as text; one that cannot change what a step line gives (inert) may
-        # sit inside a run of template lines, any other one ends the run.
+        return vals, ranks, prefix
+
+    def _other_lines(self, block: bytes, starts: Any, ends: Any,
+                     is_t: Any) -> tuple[dict[int, str], list[int]]:
+        """Every line of ``block`` that is not a template line, decoded, by row; and the rows of
+        those that are not inert (:meth:`~LogParser.block_inert`), in order."""
+        import numpy as np
+
+        # An inert line cannot change what a step line gives, so it may sit inside a run of
+        # template lines; any other one ends the run.
         other_rows = np.flatnonzero(~is_t).tolist()
         text = {i: block[s:e - 1].decode("utf-8", errors="replace") for i, s, e in
                 zip(other_rows, starts[other_rows].tolist(), ends[other_rows].tolist(), strict=True)}
         inert = self.parser.block_inert
         barriers = [i for i in other_rows if not inert(text[i])]
-        base = self.total
-        a = 0
-        for stop in [*barriers, n]:
-            if stop > a:
-                rows = np.arange(a, stop)
-                t_rows = rows[is_t[a:stop]]
-                if len(t_rows):
-                    self._feed_run(block, starts, ends, prefix, ranks, vals, t_rows, a, stop, text, base)
-                else:
-                    for i in range(a, stop):
-                        self.total = base + i
-                        self.feed(text[i])
-            if stop < n:
-                self.total = base + stop
-                self.feed(text[stop])
-            a = stop + 1
-        self.total = base + n
+        return text, barriers
 
     def _feed_run(self, block: bytes, starts: Any, ends: Any, prefix: Any, ranks: Any, vals: dict[str, Any],
                   t_rows: Any, a: int, b: int, text: dict[int, str], base: int) -> None:
@@ -580,6 +604,144 @@ class ParsedLog:
     format: str = ""
 
 
+@dataclass
+class _Detection:
+    """The parser a log is read with, how it was chosen, and each format's detection score."""
+
+    parser: LogParser
+    how: str
+    scores: dict[str, float]
+
+
+def _detect(source: str | Path, fmt: str | None, it: Iterator[bytes | str | LogLine | PartialLine],
+            head: list[Any], stats: ReadStats) -> _Detection:
+    """The format given with ``fmt``, else detected from the first lines read from ``it`` (kept
+    in ``head`` to be parsed first); raises :class:`InputFileError` when none is found."""
+    if fmt is not None:
+        return _Detection(get_parser(fmt), "given with --format", {})
+    # The first SAMPLE_LINES lines (markers count as lines), doubled until a format is found.
+    texts: list[str | LogLine] = []
+    more = _sample(it, head, texts, SAMPLE_LINES)
+    sample = texts[:SAMPLE_LINES]
+    name, scores = detect_format(_texts(sample))
+    while name is None and len(sample) < MAX_SAMPLE_LINES and (more or len(texts) > len(sample)):
+        more = _sample(it, head, texts, 2 * len(sample))
+        sample = texts[:2 * len(sample)]
+        name, scores = detect_format(_texts(sample))
+    del texts
+    if name is None:
+        n = sum(1 for x in sample if isinstance(x, str))
+        if n == 0 and not stats.skipped_files:
+            raise InputFileError(f"log {str(source)!r} is empty")
+        raise InputFileError(f"no known training-log format found in the first {n:,} lines of "
+                             f"{str(source)!r}; give --format (one of {', '.join(scores)})")
+    parser = get_parser(name)
+    how = f"auto-detected (score {scores[name]:.3g} on the first {len(sample):,} lines)"
+    return _Detection(parser, how, scores)
+
+
+def _run_parser_gc_paused(lines: Iterable[str | bytes | LogLine | PartialLine], parser: LogParser,
+                          state: ParseState, counts: LineCounts) -> Collected:
+    """:func:`run_parser` (watching other formats) with the cyclic garbage collector paused."""
+    # The cyclic GC would rescan the parser's objects again and again as more are allocated
+    # (quadratic in the run's length); parsing creates no reference cycles, so pause it.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return run_parser(lines, parser, state, counts, watch_other_formats=True)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _input_meta(source: str | Path, det: _Detection, stats: ReadStats, counts: LineCounts,
+                state: ParseState) -> dict[str, Any]:
+    """The record's meta about its input: the log, its format, and what was read, used and
+    skipped (lines and files)."""
+    return {
+        "name": Path(str(source)).name if str(source) != "-" else "stdin",
+        "log": str(source),
+        "format": det.parser.name,
+        "format_detection": det.how,
+        "format_scores": {k: round(v, 3) for k, v in det.scores.items() if v > 0},
+        "files": stats.files,
+        "skipped_files": stats.skipped_files,
+        "lines_total": counts.lines_total,
+        "lines_used": counts.lines_used,
+        "skipped_lines": counts.lines_total - counts.lines_used - counts.other_rank_lines,
+        "other_rank_lines": counts.other_rank_lines,
+        "malformed_lines": state.malformed_lines,
+        "overlong_lines": stats.overlong_lines,
+        "damaged_lines": {"nul_lines": stats.nul_lines, "non_utf8_lines": stats.non_utf8_lines,
+                          "overlong_lines": stats.overlong_lines},
+        "skipped_reasons": _skipped_reasons(counts, state, stats),
+        "truncated_input": stats.truncated,
+        "cut_lines": state.cut_count,
+        "cut_line_examples": [{"line": n, "text": t} for n, t in state.cut_lines],
+    }
+
+
+def _steps_meta(col: Collected, flags: FlagReport, streams: list[dict[str, Any]],
+                dropped: list[int]) -> dict[str, Any]:
+    """The record's meta about its steps: parsed, flagged, other streams, ranks and restarts."""
+    return {
+        "steps_parsed": col.parsed,
+        "flagged_steps": flags.count,
+        "flag_reasons": flags.reasons,
+        "flag_peak": {"tflops": flags.peak_tflops, "source": flags.peak_source},
+        "other_streams": streams,
+        "step_lines_sampled_out": 0,
+        "steps_sampling_stride": 1,
+        "rank_used": col.rank,
+        "ranks_with_steps": sorted(col.ranks_with_steps),
+        "other_rank_steps": col.other_rank_steps,
+        "restarts": col.restarts,
+        "superseded_steps": col.superseded_steps,
+        "restart_warmup_dropped": dropped,
+    }
+
+
+def _workload_meta(state: ParseState, parser: LogParser, res: WorkloadResolution, tokens_per_step: int | None,
+                   found: list[str], not_found: list[str]) -> dict[str, Any]:
+    """The record's meta about its workload: which facts the log states (``found``, ``not_found``)
+    and where, where every workload field came from, the parser's claim conventions, the notes."""
+    facts = state.facts
+    return {
+        "fields_in_log": found,
+        "fields_not_in_log": not_found,
+        "log_facts": {k: v for k, v in facts.values.items() if k not in ("workload", "gqa")},
+        "log_fact_lines": {k: v for k, v in facts.where.items() if k != "workload"},
+        "fact_conflicts": facts.conflicts,
+        "workload_fields": res.fields,
+        "workload_missing": res.missing,
+        "workload_notes": res.notes,
+        "tokens_per_step_in_log": tokens_per_step,
+        "claimed_convention": parser.claimed_convention,
+        "claimed_scope": parser.claimed_scope,
+        "notes": state.notes,  # the same list: the notes added after this are in the record too
+    }
+
+
+def _add_notes(state: ParseState, parser: LogParser, flags: FlagReport, streams: list[dict[str, Any]],
+               stats: ReadStats) -> None:
+    """Note what the report must tell: cut step lines, impossible steps, the file's other
+    streams, and an input that ended early."""
+    if state.cut_count:
+        where = ", ".join(f"line {n}" for n, _ in state.cut_lines)
+        state.note(f"{state.cut_count} step line(s) cut mid-number (no delimiter after the number, as when a job is "
+                   f"killed mid-write) counted malformed, not as steps: {where}")
+    if flags.count:
+        state.note(f"{flags.count} physically impossible step(s) kept in the record but left out of the medians: "
+                   + "; ".join(flags.reasons[:3]))
+    for o in streams:
+        med = o["step_time_median_s"]
+        state.note(f"this file also holds a {o['format']} stream (from line {o['first_line']}): {o['steps']} step(s)"
+                   + (f", median step time {med:.4g} s" if med is not None else "")
+                   + f"; only the {parser.name} stream is summarized (--format {o['format']} picks that one)")
+    if stats.truncated:
+        state.note("the input ended early (truncated gzip stream or read error); the steps read so far are kept")
+
+
 def parse_log(source: str | Path, *, fmt: str | None = None, workload_path: str | None = None,
               overrides: dict[str, Any] | None = None, warmup: int | None = None,
               workload: Any = None) -> ParsedLog:
@@ -602,40 +764,11 @@ def parse_log(source: str | Path, *, fmt: str | None = None, workload_path: str 
     stats = ReadStats()
     it = iter_log_blocks(source, stats)
     head: list[Any] = []  # what detection read, fed to the parser first
-    if fmt is not None:
-        parser = get_parser(fmt)
-        detection = "given with --format"
-        scores: dict[str, float] = {}
-    else:
-        # The first SAMPLE_LINES lines (markers count as lines), doubled until a format is found.
-        texts: list[str | LogLine] = []
-        more = _sample(it, head, texts, SAMPLE_LINES)
-        sample = texts[:SAMPLE_LINES]
-        name, scores = detect_format(_texts(sample))
-        while name is None and len(sample) < MAX_SAMPLE_LINES and (more or len(texts) > len(sample)):
-            more = _sample(it, head, texts, 2 * len(sample))
-            sample = texts[:2 * len(sample)]
-            name, scores = detect_format(_texts(sample))
-        del texts
-        if name is None:
-            n = sum(1 for x in sample if isinstance(x, str))
-            if n == 0 and not stats.skipped_files:
-                raise InputFileError(f"log {str(source)!r} is empty")
-            raise InputFileError(f"no known training-log format found in the first {n:,} lines of "
-                                 f"{str(source)!r}; give --format (one of {', '.join(scores)})")
-        parser = get_parser(name)
-        detection = f"auto-detected (score {scores[name]:.3g} on the first {len(sample):,} lines)"
+    det = _detect(source, fmt, it, head, stats)
+    parser = det.parser
     state = ParseState(hints=hints)
     counts = LineCounts()
-    # The cyclic GC would rescan the parser's objects again and again as more are allocated
-    # (quadratic in the run's length); parsing creates no reference cycles, so pause it.
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        col = run_parser(itertools.chain(head, it), parser, state, counts, watch_other_formats=True)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
+    col = _run_parser_gc_paused(itertools.chain(head, it), parser, state, counts)
     del head
     if parser.stack and "stack" not in state.facts.values:
         state.facts.values["stack"] = parser.stack
@@ -649,65 +782,8 @@ def parse_log(source: str | Path, *, fmt: str | None = None, workload_path: str 
     found, not_found = log_field_coverage(facts.values, tokens_per_step)
     flags = flag_impossible(steps, res.workload, facts.values, _device_hint(overrides, base, facts.values))
     streams = other_streams(counts, hints)
-    meta: dict[str, Any] = {
-        "name": Path(str(source)).name if str(source) != "-" else "stdin",
-        "log": str(source),
-        "format": parser.name,
-        "format_detection": detection,
-        "format_scores": {k: round(v, 3) for k, v in scores.items() if v > 0},
-        "files": stats.files,
-        "skipped_files": stats.skipped_files,
-        "lines_total": counts.lines_total,
-        "lines_used": counts.lines_used,
-        "skipped_lines": counts.lines_total - counts.lines_used - counts.other_rank_lines,
-        "other_rank_lines": counts.other_rank_lines,
-        "malformed_lines": state.malformed_lines,
-        "overlong_lines": stats.overlong_lines,
-        "damaged_lines": {"nul_lines": stats.nul_lines, "non_utf8_lines": stats.non_utf8_lines,
-                          "overlong_lines": stats.overlong_lines},
-        "skipped_reasons": _skipped_reasons(counts, state, stats),
-        "truncated_input": stats.truncated,
-        "cut_lines": state.cut_count,
-        "cut_line_examples": [{"line": n, "text": t} for n, t in state.cut_lines],
-        "steps_parsed": col.parsed,
-        "flagged_steps": flags.count,
-        "flag_reasons": flags.reasons,
-        "flag_peak": {"tflops": flags.peak_tflops, "source": flags.peak_source},
-        "other_streams": streams,
-        "step_lines_sampled_out": 0,
-        "steps_sampling_stride": 1,
-        "rank_used": col.rank,
-        "ranks_with_steps": sorted(col.ranks_with_steps),
-        "other_rank_steps": col.other_rank_steps,
-        "restarts": col.restarts,
-        "superseded_steps": col.superseded_steps,
-        "restart_warmup_dropped": dropped,
-        "fields_in_log": found,
-        "fields_not_in_log": not_found,
-        "log_facts": {k: v for k, v in facts.values.items() if k not in ("workload", "gqa")},
-        "log_fact_lines": {k: v for k, v in facts.where.items() if k != "workload"},
-        "fact_conflicts": facts.conflicts,
-        "workload_fields": res.fields,
-        "workload_missing": res.missing,
-        "workload_notes": res.notes,
-        "tokens_per_step_in_log": tokens_per_step,
-        "claimed_convention": parser.claimed_convention,
-        "claimed_scope": parser.claimed_scope,
-        "notes": state.notes,
-    }
-    if state.cut_count:
-        where = ", ".join(f"line {n}" for n, _ in state.cut_lines)
-        state.note(f"{state.cut_count} step line(s) cut mid-number (no delimiter after the number, as when a job is "
-                   f"killed mid-write) counted malformed, not as steps: {where}")
-    if flags.count:
-        state.note(f"{flags.count} physically impossible step(s) kept in the record but left out of the medians: "
-                   + "; ".join(flags.reasons[:3]))
-    for o in streams:
-        med = o["step_time_median_s"]
-        state.note(f"this file also holds a {o['format']} stream (from line {o['first_line']}): {o['steps']} step(s)"
-                   + (f", median step time {med:.4g} s" if med is not None else "")
-                   + f"; only the {parser.name} stream is summarized (--format {o['format']} picks that one)")
-    if stats.truncated:
-        state.note("the input ended early (truncated gzip stream or read error); the steps read so far are kept")
+    meta = {**_input_meta(source, det, stats, counts, state), **_steps_meta(col, flags, streams, dropped),
+            **_workload_meta(state, parser, res, tokens_per_step, found, not_found)}
+    _add_notes(state, parser, flags, streams, stats)
     run = RunRecord(source="ingest", steps=steps, workload=res.workload, meta=meta)  # type: ignore[arg-type]  # StepColumns is a Sequence[StepRecord]
     return ParsedLog(run=run, parser=parser, facts=facts, counts=counts, state=state, format=parser.name)
