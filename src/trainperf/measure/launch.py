@@ -176,8 +176,13 @@ def sbatch_script(spec: SlurmSpec, python: str = "python") -> str:
     when any node's torchrun fails, so no node trains alone. The run directory is locked for the
     job's life (``flock``, where the util-linux tool exists).
     """
-    q = shlex.quote
-    py = q(python)
+    grace = math.ceil(spec.stop_grace_s)
+    lines = [*_sbatch_directives(spec), *_sbatch_setup(spec, grace), *_sbatch_run(spec, shlex.quote(python), grace)]
+    return "\n".join(lines)
+
+
+def _sbatch_directives(spec: SlurmSpec) -> list[str]:
+    """The script's first line and its ``#SBATCH`` lines (values checked by :func:`check_slurm_values`)."""
     lines = [
         "#!/bin/bash",
         f"#SBATCH --job-name={spec.job_name}",
@@ -193,14 +198,19 @@ def sbatch_script(spec: SlurmSpec, python: str = "python") -> str:
         lines.append(f"#SBATCH --partition={spec.partition}")
     if spec.account:
         lines.append(f"#SBATCH --account={spec.account}")
-    grace = math.ceil(spec.stop_grace_s)
-    lines += [
+    return lines
+
+
+def _sbatch_setup(spec: SlurmSpec, grace: int) -> list[str]:
+    """The shell's setup before the run: strict mode, ``$OUT``, the directory's lock and the
+    SIGTERM trap."""
+    return [
         "# Written by `trainperf slurm`; submit with `sbatch` (or re-run with --submit).",
         f"# Stopping: {spec.signal_lead_s} s before the time limit (--signal above), on scancel, or at the",
         "# limit, every process of the step gets SIGTERM: each worker finishes its step in progress",
         f"# (at most {grace} s), writes its end line and exits; this script then writes summary.json.",
         "set -euo pipefail",
-        f"OUT={q(spec.out_dir)}",
+        f"OUT={shlex.quote(spec.out_dir)}",
         "# One run per directory: hold its lock for the job's life (skipped where flock is missing).",
         "if command -v flock >/dev/null 2>&1; then",
         '    exec 9>>"$OUT/.trainperf-run.lock"',
@@ -208,6 +218,13 @@ def sbatch_script(spec: SlurmSpec, python: str = "python") -> str:
         "fi",
         "# SIGTERM to this shell (scancel, time limit) must not end it before the summary is written.",
         "trap 'echo \"trainperf: SIGTERM; the run stops after its step in progress\" >&2' TERM",
+    ]
+
+
+def _sbatch_run(spec: SlurmSpec, py: str, grace: int) -> list[str]:
+    """The run: ``srun`` of torchrun on every node (c10d rendezvous on the head node), then the
+    summary and the run's exit status; ``py`` is the shell-quoted interpreter."""
+    return [
         'HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
         f"RDZV_PORT={spec.port}",
         "# On each node, torchrun (in trainperf's agent): each rank's output in $OUT/rank<k>.log, the",
@@ -217,11 +234,10 @@ def sbatch_script(spec: SlurmSpec, python: str = "python") -> str:
         "    --nnodes=\"$SLURM_NNODES\" "
         f"--nproc-per-node={spec.gpus_per_node} --max-restarts=0 \\",
         "    --rdzv-backend=c10d --rdzv-endpoint=\"$HEAD_NODE:$RDZV_PORT\" --rdzv-id=\"$SLURM_JOB_ID\" \\",
-        f"    -m trainperf.measure.trainer {q(spec.config_path)} || status=$?",
+        f"    -m trainperf.measure.trainer {shlex.quote(spec.config_path)} || status=$?",
         "# Summary from the run record (also after a failure or a stop: the finished steps are kept),",
         "# with one line naming a worker that died (rank, signal or exit code, its log rank<k>.log).",
         f'{py} -m trainperf.measure.results "$OUT" --exit-code "$status"',
         'exit "$status"',
         "",
     ]
-    return "\n".join(lines)

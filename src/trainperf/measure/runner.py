@@ -279,8 +279,24 @@ def prepare(workload: Workload, opts: BenchOptions, say: Callable[[str], None] =
     ``local=False`` (a config for other machines, e.g. Slurm) skips the checks of this
     machine's devices and the CPU calibration.
     """
-    from trainperf.specs.workload_file import workload_to_dict
+    device_type = _check_device(workload, opts, local)
+    check_plan(workload)
+    workload = as_run(workload)
+    from trainperf.measure.model import check_supported
 
+    check_supported(workload.model)
+    moe = check_features(workload, opts, device_type, local)
+    compile_ = _resolve_compile(workload, opts, device_type, say)
+    _check_inputs(workload, opts, local)
+    workload, threads, peaks = _resolve_peaks_and_threads(workload, opts, device_type, local, say)
+    convention = lora_convention(workload, opts.convention, say)
+    return workload, _bench_config(workload, opts, device_type=device_type, threads=threads, peaks=peaks,
+                                   compile_=compile_, convention=convention, moe=moe)
+
+
+def _check_device(workload: Workload, opts: BenchOptions, local: bool) -> str:
+    """Check the workload's bounds, device and device count against the launch; returns the
+    device type the bench trains on (``cuda`` or ``cpu``)."""
     device_type = "cuda" if workload.hardware.kind == "gpu" else "cpu"
     check_work_bounds(workload, opts.launch, local=local)
     if workload.hardware.kind not in ("gpu", "cpu"):
@@ -291,17 +307,23 @@ def prepare(workload: Workload, opts: BenchOptions, say: Callable[[str], None] =
     if workload.num_devices != opts.launch.world_size:
         raise SpecError("hardware.num_devices", workload.num_devices,
                         f"--nproc x --nnodes = {opts.launch.world_size} (one process per device)")
-    check_plan(workload)
-    workload = as_run(workload)
-    from trainperf.measure.model import check_supported
+    return device_type
 
-    check_supported(workload.model)
-    moe = check_features(workload, opts, device_type, local)
+
+def _resolve_compile(workload: Workload, opts: BenchOptions, device_type: str,
+                     say: Callable[[str], None]) -> bool:
+    """``opts.compile``, or when not given (None): on for Float8 on a GPU, said so, else off."""
     compile_ = opts.compile
     if compile_ is None:
         compile_ = workload.precision == "fp8" and device_type == "cuda"
         if compile_:
             say("compile: on (Float8 on a GPU runs compiled, as torchtitan does; --no-compile for eager)")
+    return compile_
+
+
+def _check_inputs(workload: Workload, opts: BenchOptions, local: bool) -> None:
+    """Refuse a data file, TensorBoard or LoRA run this install cannot serve, and an unusable
+    checkpoint directory."""
     if opts.data:
         from trainperf.measure.data import TextDataset
 
@@ -319,6 +341,12 @@ def prepare(workload: Workload, opts: BenchOptions, say: Callable[[str], None] =
     from trainperf.measure.checkpoint_manifest import check_checkpoint_dir
 
     check_checkpoint_dir(opts.checkpoint_dir, resume=opts.resume)  # a --resume checkpoint: verified, unread
+
+
+def _resolve_peaks_and_threads(workload: Workload, opts: BenchOptions, device_type: str, local: bool,
+                               say: Callable[[str], None]) -> tuple[Workload, int | None, list[dict[str, Any]]]:
+    """Threads per process (CPU) and the peaks; on this CPU, its kernels calibrated and the
+    workload's hardware entry replaced by the run's (:func:`_run_cpu`)."""
     threads = (opts.threads or threads_per_process(opts.launch.nproc_per_node)) if device_type == "cpu" else None
     peaks = resolve_peaks(workload, opts, threads, say) if local else []
     if local and workload.hardware.kind == "cpu" and not opts.peak_tflops_given:
@@ -327,9 +355,17 @@ def prepare(workload: Workload, opts: BenchOptions, say: Callable[[str], None] =
         if threads is not None:
             calibrate_for_run(workload, threads, say)
         workload = workload.replace(hardware=_run_cpu(workload.precision, peaks[0], threads))
+    return workload, threads, peaks
+
+
+def _bench_config(workload: Workload, opts: BenchOptions, *, device_type: str, threads: int | None,
+                  peaks: list[dict[str, Any]], compile_: bool, convention: str,
+                  moe: dict[str, Any] | None) -> BenchConfig:
+    """The config every process of the run reads: paths made absolute, FLOPs per token counted."""
+    from trainperf.specs.workload_file import workload_to_dict
+
     seq = workload.seq_len
-    convention = lora_convention(workload, opts.convention, say)
-    return workload, BenchConfig(
+    return BenchConfig(
         workload=workload_to_dict(workload), steps=opts.steps, warmup=opts.warmup, seed=opts.seed,
         data=os.path.abspath(opts.data) if opts.data else None, compile=bool(compile_), lr=opts.lr,
         out_dir=os.path.abspath(opts.out_dir), device_type=device_type, threads=threads,
@@ -384,8 +420,7 @@ def execute(workload: Workload, cfg: BenchConfig, launch: LaunchSpec,
     :class:`~trainperf.measure.stop.RunStopped` propagates.
     """
     from trainperf.measure.failures import failure_line
-    from trainperf.records.output_path import claim_run_dir, write_text_atomic
-    from trainperf.specs.workload_file import dump_workload_toml
+    from trainperf.records.output_path import claim_run_dir
 
     warn = warn or (lambda m: print(m, file=sys.stderr, flush=True))
     out = Path(cfg.out_dir)
@@ -395,40 +430,18 @@ def execute(workload: Workload, cfg: BenchConfig, launch: LaunchSpec,
         if claim.fd is None:
             say(f"note: {out} is on a filesystem without file locks; only the exclusive creation of "
                 "steps.jsonl keeps another run out")
-        config_path = out / "run_config.json"
-        for path, text in ((out / "workload.toml", dump_workload_toml(workload)), (config_path, cfg.to_json())):
-            write_text_atomic(path, text, what="--out", force=True)  # never through a FIFO/device/link
+        config_path = _write_run_files(out, workload, cfg)
         say(f"bench: {workload.describe()}")
         say(f"output: {out}")
         if launch.distributed:
             stop, rc, failures = _run_distributed(cfg, launch, config_path, say)
         else:
-            from trainperf.measure.trainer import train
-
-            rc = 0
-            try:
-                with stop_signals_raise():
-                    train(cfg, say=say, interactive=True)
-            except RunStopped as e:
-                stop, rc = e.signum, e.exit_code
-            except KeyboardInterrupt:
-                stop, rc = signal.SIGINT, 128 + signal.SIGINT
+            stop, rc = _run_in_process(cfg, say)
         claim.check_still_there()  # a directory removed mid-run: said so, not "failed before its first step"
         if not (out / "steps.jsonl").exists():
-            if failures:
-                raise RunFailedError(failure_line(failures, out, steps_kept=0, last_step=None))
-            if stop is not None:
-                raise RunStopped(stop, "before the first step")
-            if launch.nnodes > 1:
-                say("this node holds no run record: global rank 0 (on another node) writes steps.jsonl")
-                return None, rc
-            where = f"see {out / 'torchrun.log'} and the rank*.log beside it" if launch.distributed \
-                else "see the messages above"
-            raise RunFailedError(f"the run failed before its first step (exit code {rc}); {where}")
-        summary = write_summary(out, exit_code=rc)
-        measured = stated_imbalance(workload, summary)
-        if measured is not workload:
-            write_text_atomic(out / "workload.toml", dump_workload_toml(measured), what="--out", force=True)
+            _no_run_record(out, launch, failures, stop, rc, say)  # raises unless another node holds it
+            return None, rc
+        summary = _summarize_run(out, workload, rc)
     if failures:
         warn(failure_line(failures, out, steps_kept=summary["steps_completed"], last_step=summary["last_step"]))
     say("")
@@ -438,6 +451,61 @@ def execute(workload: Workload, cfg: BenchConfig, launch: LaunchSpec,
         stopped.summary = summary
         raise stopped
     return summary, rc
+
+
+def _write_run_files(out: Path, workload: Workload, cfg: BenchConfig) -> Path:
+    """Write ``workload.toml`` and ``run_config.json`` into ``out``; returns the config's path."""
+    from trainperf.records.output_path import write_text_atomic
+    from trainperf.specs.workload_file import dump_workload_toml
+
+    config_path = out / "run_config.json"
+    for path, text in ((out / "workload.toml", dump_workload_toml(workload)), (config_path, cfg.to_json())):
+        write_text_atomic(path, text, what="--out", force=True)  # never through a FIFO/device/link
+    return config_path
+
+
+def _run_in_process(cfg: BenchConfig, say: Callable[[str], None]) -> tuple[int | None, int]:
+    """Train in this process; returns (the stop signal or None, exit code)."""
+    from trainperf.measure.trainer import train
+
+    try:
+        with stop_signals_raise():
+            train(cfg, say=say, interactive=True)
+    except RunStopped as e:
+        return e.signum, e.exit_code
+    except KeyboardInterrupt:
+        return signal.SIGINT, 128 + signal.SIGINT
+    return None, 0
+
+
+def _no_run_record(out: Path, launch: LaunchSpec, failures: list[Any], stop: int | None, rc: int,
+                   say: Callable[[str], None]) -> None:
+    """The run left no ``steps.jsonl``: raise why (failed workers, a stop, a failure), except on
+    a node of several, where global rank 0 on another node writes it (said so)."""
+    from trainperf.measure.failures import failure_line
+
+    if failures:
+        raise RunFailedError(failure_line(failures, out, steps_kept=0, last_step=None))
+    if stop is not None:
+        raise RunStopped(stop, "before the first step")
+    if launch.nnodes > 1:
+        say("this node holds no run record: global rank 0 (on another node) writes steps.jsonl")
+        return
+    where = f"see {out / 'torchrun.log'} and the rank*.log beside it" if launch.distributed \
+        else "see the messages above"
+    raise RunFailedError(f"the run failed before its first step (exit code {rc}); {where}")
+
+
+def _summarize_run(out: Path, workload: Workload, rc: int) -> dict[str, Any]:
+    """Write ``summary.json`` from the run record, and the MoE load measured into ``workload.toml``."""
+    from trainperf.records.output_path import write_text_atomic
+    from trainperf.specs.workload_file import dump_workload_toml
+
+    summary = write_summary(out, exit_code=rc)
+    measured = stated_imbalance(workload, summary)
+    if measured is not workload:
+        write_text_atomic(out / "workload.toml", dump_workload_toml(measured), what="--out", force=True)
+    return summary
 
 
 def stated_imbalance(workload: Workload, summary: dict[str, Any]) -> Workload:

@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import torch
 import torch.nn.functional as F
@@ -318,23 +318,62 @@ class BenchRun:
 
         self.cfg = cfg
         self.rank, self.world = _init_distributed(cfg)
-        stream = sys.stderr if cfg.quiet else sys.stdout
+        self.say = out = self._printer(say, sys.stderr if cfg.quiet else sys.stdout)
+        allocator = self._tune_threads_and_allocator()
+        self.workload = workload = workload_from_dict(cfg.workload)
+        self._calibrate_collectives()
+        self.device = torch.device(cfg.device_type, int(os.environ.get("LOCAL_RANK", "0"))) \
+            if cfg.device_type == "cuda" else torch.device("cpu")
+        # fp8 conversion, MoE options and LoRA adapters change the model's modules: all before
+        # parallelize wraps them and the optimizer takes their parameters.
+        self._build_model()
+        self.moe_stats, self.moe_options = self._setup_moe(out)
+        self._apply_lora()
+        self._parallelize()
+        self._find_experts()
+        self.last_moe: Any = None
+        """The last step's :class:`~trainperf.measure.moe.StepMoE` (MoE models)."""
+        self.batches = self._make_batches()
+        self.expert_tag = self._expert_tag()
+        """This rank's experts' own names in checkpoints under expert parallel (``ep1of2``)."""
+        self.start = self._resume_step()
+        sinks, meta = self._sinks_and_meta(allocator)
+        self._set_up_loss()
+        self.accum = workload.grad_accum_steps
+        self.stop: GracefulStop | None = None
+        """The loop's stop request while :meth:`run` runs."""
+        self.stop_votes: torch.Tensor | None = None
+        """Ranks that asked to stop, summed over the ranks with the last step's loss."""
+        self.tokens_local = workload.micro_batch * workload.seq_len * self.accum
+        self.meter = self._make_meter(sinks, meta)
+
+    def _printer(self, say: Callable[[str], None] | None, stream: TextIO) -> Callable[[str], None]:
+        """What :attr:`say` calls: ``say`` (default: print to ``stream``), on rank 0 only."""
 
         def out(msg: str) -> None:
             if self.rank == 0:
                 (say or (lambda m: print(m, file=stream, flush=True)))(msg)
 
-        self.say = out
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
-        allocator = tune_cpu_allocator() if cfg.device_type == "cpu" else False
-        self.workload = workload = workload_from_dict(cfg.workload)
+        return out
+
+    def _tune_threads_and_allocator(self) -> bool:
+        """Set the intra-op threads (if given) and tune the CPU allocator; returns whether it was."""
+        if self.cfg.threads:
+            torch.set_num_threads(self.cfg.threads)
+        return tune_cpu_allocator() if self.cfg.device_type == "cpu" else False
+
+    def _calibrate_collectives(self) -> None:
+        """Several CPU processes with threads given: time the collectives over the run's group
+        (:func:`~trainperf.measure.kernel_calibration.calibrate_collectives`)."""
+        cfg = self.cfg
         if cfg.device_type == "cpu" and self.world > 1 and cfg.threads:
             from trainperf.measure.kernel_calibration import calibrate_collectives
 
-            calibrate_collectives(cfg.threads, workload, out)
-        self.device = torch.device(cfg.device_type, int(os.environ.get("LOCAL_RANK", "0"))) \
-            if cfg.device_type == "cuda" else torch.device("cpu")
+            calibrate_collectives(cfg.threads, self.workload, self.say)
+
+    def _build_model(self) -> None:
+        """Build the workload's model on :attr:`device` (converted to Float8 for an fp8 run)."""
+        cfg, workload, out = self.cfg, self.workload, self.say
         m = workload.model
         active = f", {m.active_params / 1e6:.2f}M active" if m.is_moe else ""
         out(f"building {m.name} ({m.total_params / 1e6:.2f}M params{active}) ...")
@@ -346,16 +385,25 @@ class BenchRun:
             conv = convert(self.model, workload.fp8_recipe or DEFAULT_RECIPE, cfg.device_type)
             out(conv.describe())
             cfg.meta["fp8"] = conv.to_dict()
-        self.moe_stats, self.moe_options = self._setup_moe(out)
+
+    def _apply_lora(self) -> None:
+        """A LoRA workload: add its adapters and freeze the base, recorded in the run's metadata."""
+        workload = self.workload
         if workload.lora is not None:
             from trainperf.measure.lora import apply_lora
 
             n = apply_lora(self.model, workload.lora)
-            out(f"{workload.lora.describe()}: {n / 1e6:.3f}M trainable parameters, the base frozen")
-            cfg.meta["lora"] = {**workload.lora.to_dict(), "trainable_params": n, **lora_flop_check(self, out)}
+            self.say(f"{workload.lora.describe()}: {n / 1e6:.3f}M trainable parameters, the base frozen")
+            self.cfg.meta["lora"] = {**workload.lora.to_dict(), "trainable_params": n,
+                                     **lora_flop_check(self, self.say)}
+
+    def _parallelize(self) -> None:
+        """Parallelize the model by the workload's plan; the trained modules, optimizer and
+        autocast dtype follow from it."""
+        cfg, workload = self.cfg, self.workload
         self.setup = parallelize(self.model, workload, device_type=cfg.device_type, compile=cfg.compile,
                                  fp8_base=cfg.fp8_base)
-        out(f"parallelism: {self.setup.description}")
+        self.say(f"parallelism: {self.setup.description}")
         plan = workload.plan
         self.pp = plan.pp
         # Under pipeline parallel this rank trains only its stages; the optimizer and checkpoints
@@ -365,42 +413,62 @@ class BenchRun:
             {f"stage{sid}": m for sid, m in self.setup.stages})
         self.opt = make_optimizer(self.trained, cfg.lr)
         self.amp = autocast_dtype(workload, self.setup, cfg.fp8_base)
+
+    def _find_experts(self) -> None:
+        """The trained MoE layers and their expert parameters (none for a dense model)."""
         from trainperf.measure.moe import moe_layers
 
         self.moe_layers = moe_layers(self.trained)
         self.expert_params = [p for layer in self.moe_layers for p in layer.experts.parameters()]
         if self.moe_layers:
             # a DTensor's numel is its size over the FSDP mesh: this rank's experts, whole
-            cfg.meta["moe"]["expert_params_per_rank"] = _gather_int(sum(p.numel() for p in self.expert_params))
-        self.last_moe: Any = None
-        """The last step's :class:`~trainperf.measure.moe.StepMoE` (MoE models)."""
-        dataset = TextDataset.from_path(cfg.data, workload.seq_len, workload.model.vocab) if cfg.data else None
-        self.batches = Batches(vocab=workload.model.vocab, seq_len=workload.seq_len,
-                               micro_batch=workload.micro_batch, global_batch=workload.global_batch,
-                               dp_rank=self.setup.dp_rank, dp_size=self.setup.dp_size, seed=cfg.seed,
-                               dataset=dataset)
-        self.expert_tag = None
-        """This rank's experts' own names in checkpoints under expert parallel (``ep1of2``)."""
-        if self.setup.ep_group is not None:
-            import torch.distributed as dist
+            self.cfg.meta["moe"]["expert_params_per_rank"] = _gather_int(sum(p.numel() for p in self.expert_params))
 
-            self.expert_tag = f"ep{dist.get_rank(self.setup.ep_group)}of{self.setup.ep_size}"
-        self.start = 1
+    def _make_batches(self) -> Batches:
+        """This data-parallel rank's batches: from ``cfg.data`` when given, else synthetic."""
+        cfg, workload = self.cfg, self.workload
+        dataset = TextDataset.from_path(cfg.data, workload.seq_len, workload.model.vocab) if cfg.data else None
+        return Batches(vocab=workload.model.vocab, seq_len=workload.seq_len,
+                       micro_batch=workload.micro_batch, global_batch=workload.global_batch,
+                       dp_rank=self.setup.dp_rank, dp_size=self.setup.dp_size, seed=cfg.seed,
+                       dataset=dataset)
+
+    def _expert_tag(self) -> str | None:
+        """This rank's experts' name in checkpoints under expert parallel; None without it."""
+        if self.setup.ep_group is None:
+            return None
+        import torch.distributed as dist
+
+        return f"ep{dist.get_rank(self.setup.ep_group)}of{self.setup.ep_size}"
+
+    def _resume_step(self) -> int:
+        """The first step to run: 1, or after the latest checkpoint when resuming (loaded here)."""
+        cfg, out = self.cfg, self.say
         if cfg.resume and cfg.checkpoint_dir:
             k = ckpt.latest_step(cfg.checkpoint_dir)
             if k is not None:
                 ckpt.load(cfg.checkpoint_dir, k, self.trained, self.opt, self.expert_tag)
-                self.start = k + 1
                 out(f"resumed from {cfg.checkpoint_dir}/step-{k}")
-            else:
-                out(f"no checkpoint under {cfg.checkpoint_dir}: starting from step 1")
-        sinks: list[Any] = [ConsoleSink(printer=out)]
+                return k + 1
+            out(f"no checkpoint under {cfg.checkpoint_dir}: starting from step 1")
+        return 1
+
+    def _sinks_and_meta(self, allocator: bool) -> tuple[list[Any], dict[str, Any]]:
+        """The meter's sinks (console; TensorBoard on rank 0) and the run's metadata."""
+        cfg = self.cfg
+        sinks: list[Any] = [ConsoleSink(printer=self.say)]
         if cfg.tensorboard and self.rank == 0:
             sinks.append(TensorBoardSink(cfg.tensorboard))
         meta = {**cfg.meta, "convention": cfg.convention, "parallelism": self.setup.description,
                 "data": self.batches.kind, "seed": cfg.seed, "compile": cfg.compile, "world_size": self.world,
                 "threads": torch.get_num_threads(), "torch": torch.__version__, "cpu_allocator_tuned": allocator,
                 "resumed_from_step": self.start - 1 if self.start > 1 else None}
+        return sinks, meta
+
+    def _set_up_loss(self) -> None:
+        """The trained parameters, the loss (compiled, or fused with the head) and, under
+        pipeline parallel, the schedule that runs it."""
+        cfg, plan = self.cfg, self.workload.plan
         self.params = [p for p in self.trained.parameters() if p.requires_grad]
         self.loss_fn = torch.compile(cross_entropy) if cfg.compile else cross_entropy
         self.fused_head = fused_head_ok(self.model, self.setup, plan.pp)
@@ -410,21 +478,19 @@ class BenchRun:
             from trainperf.measure.pipeline import build_schedule
 
             self.schedule, _ = build_schedule(self.setup.stages, plan.pp * plan.vpp, self.device,
-                                              self.setup.pp_group, plan.pp_schedule, workload.grad_accum_steps,
-                                              self.loss_fn)
-        self.accum = workload.grad_accum_steps
-        self.stop: GracefulStop | None = None
-        """The loop's stop request while :meth:`run` runs."""
-        self.stop_votes: torch.Tensor | None = None
-        """Ranks that asked to stop, summed over the ranks with the last step's loss."""
-        self.tokens_local = workload.micro_batch * workload.seq_len * self.accum
-        self.meter = ThroughputMeter(
+                                              self.setup.pp_group, plan.pp_schedule,
+                                              self.workload.grad_accum_steps, self.loss_fn)
+
+    def _make_meter(self, sinks: list[Any], meta: dict[str, Any]) -> ThroughputMeter:
+        """The meter writing ``steps.jsonl`` from :attr:`start` on (exclusive: one run per directory)."""
+        cfg, workload = self.cfg, self.workload
+        return ThroughputMeter(
             Path(cfg.out_dir) / "steps.jsonl", flops_per_token=cfg.flops_per_token,
             hardware_flops_per_token=cfg.hardware_flops_per_token, peak_tflops=cfg.peak_tflops,
             peak_source=cfg.peak_source, total_steps=max(1, cfg.steps - self.start + 1), warmup_steps=cfg.warmup,
             data_parallel_size=self.setup.dp_size, num_devices=workload.num_devices, device=cfg.device_type,
             sinks=sinks, workload=workload, meta=meta, source="bench", first_step=self.start,
-            recalibrate=self._recalibrate, warn=out, exclusive=True,
+            recalibrate=self._recalibrate, warn=self.say, exclusive=True,
         )
 
     def _setup_moe(self, out: Callable[[str], None]) -> tuple[Any, Any]:
