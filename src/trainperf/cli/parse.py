@@ -9,7 +9,8 @@ puts the log's own claims next to trainperf's figures with the ratio and the rea
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import dataclasses
+from typing import TYPE_CHECKING, Any
 
 from trainperf.cli.common import (
     add_convention_argument,
@@ -23,6 +24,9 @@ from trainperf.cli.common import (
 from trainperf.cli.common import table as common_table
 from trainperf.errors import InputFileError
 from trainperf.numbers import fmt
+
+if TYPE_CHECKING:
+    from trainperf.ingest.pipeline import ParsedLog
 
 HELP = "parse another framework's training log and recompute its metrics on one basis"
 
@@ -48,7 +52,6 @@ def parse_and_summarize(log: str, *, fmt_name: str | None, workload_path: str | 
     """Everything ``trainperf parse`` shows, as one dict (also used by ``trainperf compare``)."""
     from trainperf.accounting.conventions import get_convention
     from trainperf.accounting.summarize import summarize
-    from trainperf.ingest.claims import compare_claims, conventions_table
     from trainperf.ingest.pipeline import parse_log
 
     get_convention(convention)
@@ -62,6 +65,26 @@ def parse_and_summarize(log: str, *, fmt_name: str | None, workload_path: str | 
     summary = summarize(run, convention=convention, warmup=warmup)
     if run.workload is None:
         summary = device_free_rates(summary, run, parsed.facts, workload_path, overrides, warmup)
+    return _summary_dict(parsed, summary, _check_claims(parsed, summary))
+
+
+@dataclasses.dataclass(frozen=True)
+class _ClaimChecks:
+    """The log's own claims set against trainperf's figures, per convention, and the reason an
+    MFU is impossible (a list of at most one)."""
+
+    run_claims: dict[str, Any]
+    claims: list[dict[str, Any]]
+    by_convention: list[dict[str, Any]]
+    impossible: list[str]
+
+
+def _check_claims(parsed: ParsedLog, summary: Any) -> _ClaimChecks:
+    """Compare the log's claims with ``summary``, and check every MFU (ours, and each
+    convention's) for being impossible."""
+    from trainperf.ingest.claims import compare_claims, conventions_table
+
+    run = parsed.run
     facts = parsed.facts.values
     run_claims = {k: v for k, v in facts.items() if k.startswith("claimed_")}
     claims = compare_claims(run, summary, claimed_convention=parsed.parser.claimed_convention,
@@ -70,6 +93,26 @@ def parse_and_summarize(log: str, *, fmt_name: str | None, workload_path: str | 
     by_convention = conventions_table(run, summary)
     for row in by_convention:
         row["mfu_impossible"] = bool(mfu_problems_of(row.get("mfu_pct"), summary, f"mfu_pct[{row['convention']}]"))
+    return _ClaimChecks(run_claims, claims, by_convention, impossible)
+
+
+_LINE_KEYS = ("lines_total", "skipped_lines", "skipped_reasons", "damaged_lines", "other_rank_lines",
+              "malformed_lines", "cut_lines", "cut_line_examples", "flagged_steps", "flag_reasons", "other_streams")
+"""The parse's line and step bookkeeping, copied from the run's meta as it is."""
+
+_RATE_KEYS = ("step_time_median_s", "step_time_p10_s", "step_time_p90_s", "step_time_mean_s", "tokens_per_step",
+              "tokens_per_s", "tokens_per_s_per_device", "tflops_per_device", "mfu_pct", "hfu_pct", "convention",
+              "model_flops_per_token", "peak_tflops", "peak_source", "num_devices", "loss_last", "memory_max_GiB")
+"""The summary's figures, copied from the summary's attributes of the same names."""
+
+_FACT_KEYS = ("fields_in_log", "fields_not_in_log", "log_facts", "log_fact_lines", "restarts", "superseded_steps",
+              "restart_warmup_dropped", "rank_used", "ranks_with_steps", "other_rank_steps")
+"""Where the workload facts came from, the restarts and the ranks, copied from the run's meta."""
+
+
+def _summary_dict(parsed: ParsedLog, summary: Any, checks: _ClaimChecks) -> dict[str, Any]:
+    """The dict :func:`parse_and_summarize` returns; its keys in the order ``--json`` prints them."""
+    run, meta = parsed.run, parsed.run.meta
     warmup_rule = summary.warmup_rule
     if meta["restarts"]:
         warmup_rule += f"; after each of the {len(meta['restarts'])} restart(s) the same rule drops that segment's first steps"
@@ -81,53 +124,18 @@ def parse_and_summarize(log: str, *, fmt_name: str | None, workload_path: str | 
         "steps_total": summary.steps_total,
         "warmup_steps": summary.warmup_steps,
         "warmup_rule": warmup_rule,
-        "lines_total": meta["lines_total"],
-        "skipped_lines": meta["skipped_lines"],
-        "skipped_reasons": meta["skipped_reasons"],
-        "damaged_lines": meta["damaged_lines"],
-        "other_rank_lines": meta["other_rank_lines"],
-        "malformed_lines": meta["malformed_lines"],
-        "cut_lines": meta["cut_lines"],
-        "cut_line_examples": meta["cut_line_examples"],
-        "flagged_steps": meta["flagged_steps"],
-        "flag_reasons": meta["flag_reasons"],
-        "other_streams": meta["other_streams"],
-        "step_time_median_s": summary.step_time_median_s,
-        "step_time_p10_s": summary.step_time_p10_s,
-        "step_time_p90_s": summary.step_time_p90_s,
-        "step_time_mean_s": summary.step_time_mean_s,
-        "tokens_per_step": summary.tokens_per_step,
-        "tokens_per_s": summary.tokens_per_s,
-        "tokens_per_s_per_device": summary.tokens_per_s_per_device,
-        "tflops_per_device": summary.tflops_per_device,
-        "mfu_pct": summary.mfu_pct,
-        "hfu_pct": summary.hfu_pct,
-        "convention": summary.convention,
-        "model_flops_per_token": summary.model_flops_per_token,
-        "peak_tflops": summary.peak_tflops,
-        "peak_source": summary.peak_source,
-        "num_devices": summary.num_devices,
-        "loss_last": summary.loss_last,
-        "memory_max_GiB": summary.memory_max_GiB,
-        "claimed": {**summary.claimed, **run_claims},
-        "claims": claims,
-        "by_convention": by_convention,
-        "mfu_impossible": impossible[0] if impossible else None,
+        **{k: meta[k] for k in _LINE_KEYS},
+        **{k: getattr(summary, k) for k in _RATE_KEYS},
+        "claimed": {**summary.claimed, **checks.run_claims},
+        "claims": checks.claims,
+        "by_convention": checks.by_convention,
+        "mfu_impossible": checks.impossible[0] if checks.impossible else None,
         "workload": run.workload.describe() if run.workload is not None else None,
         "workload_fields": meta["workload_fields"],
         "workload_missing": meta["workload_missing"],
         "workload_notes": meta["workload_notes"] + list(run.workload.notes if run.workload is not None else ()),
-        "fields_in_log": meta["fields_in_log"],
-        "fields_not_in_log": meta["fields_not_in_log"],
-        "log_facts": meta["log_facts"],
-        "log_fact_lines": meta["log_fact_lines"],
-        "restarts": meta["restarts"],
-        "superseded_steps": meta["superseded_steps"],
-        "restart_warmup_dropped": meta["restart_warmup_dropped"],
-        "rank_used": meta["rank_used"],
-        "ranks_with_steps": meta["ranks_with_steps"],
-        "other_rank_steps": meta["other_rank_steps"],
-        "notes": meta["notes"] + meta["fact_conflicts"] + impossible,
+        **{k: meta[k] for k in _FACT_KEYS},
+        "notes": meta["notes"] + meta["fact_conflicts"] + checks.impossible,
         "meta": meta,
         "_run": run,
         "_summary": summary,
@@ -244,6 +252,20 @@ def _mfu_cell(x: float | None, impossible: bool) -> str:
 
 
 def _print_human(o: dict[str, Any]) -> None:
+    """The report of ``trainperf parse`` (``o``: :func:`parse_and_summarize`'s dict) as text."""
+    _print_reading(o)
+    _print_steps(o)
+    print()
+    _print_workload(o)
+    print()
+    _print_summary(o)
+    _print_claims(o)
+    for n in o["notes"]:
+        print(f"note: {shown(n)}")
+
+
+def _print_reading(o: dict[str, Any]) -> None:
+    """The log, its format, and how many of its lines were read, used, skipped or damaged."""
     m = o["meta"]
     print(f"log: {o['log']}")
     print(f"format: {o['format']} ({o['format_detection']})")
@@ -259,6 +281,11 @@ def _print_human(o: dict[str, Any]) -> None:
               f"{'; '.join(b for b in bits if b)}")
     if m["skipped_files"]:
         print(f"  files not read: {', '.join(m['skipped_files'])}")
+
+
+def _print_steps(o: dict[str, Any]) -> None:
+    """The steps parsed and kept (the rank kept, the restarts) and the warm-up excluded."""
+    m = o["meta"]
     ranks = o["ranks_with_steps"]
     rank_txt = f"rank {o['rank_used']} kept of ranks {ranks}" if len(ranks) > 1 else (
         f"rank {o['rank_used']}" if o["rank_used"] is not None else "single stream")
@@ -270,7 +297,10 @@ def _print_human(o: dict[str, Any]) -> None:
         print(f"  {o['superseded_steps']} repeated step(s) replaced by the resumed run's; "
               f"warm-up dropped after restarts: steps {o['restart_warmup_dropped']}")
     print(f"warm-up: {o['warmup_steps']} excluded ({o['warmup_rule']})")
-    print()
+
+
+def _print_workload(o: dict[str, Any]) -> None:
+    """Which workload facts the log states, the workload, and where each of its fields came from."""
     print(f"the log states: {', '.join(o['fields_in_log']) or 'none of the workload facts'}; "
           f"not in the log: {', '.join(o['fields_not_in_log']) or '-'}")
     need = "the TFLOP/s and MFU rates need " if o["tokens_per_s"] is not None else "rates need "
@@ -279,7 +309,10 @@ def _print_human(o: dict[str, Any]) -> None:
         print(table(sorted(o["workload_fields"].items()), ["field", "from"], wrap=WRAP_COLUMN))
     for n in o["workload_notes"]:
         print(f"  note: {shown(n)}")
-    print()
+
+
+def _print_summary(o: dict[str, Any]) -> None:
+    """trainperf's own figures: step time, tokens/s, TFLOP/s and MFU, the peak, the last loss."""
     rows = [
         ("step time median (s)", fmt(o["step_time_median_s"])),
         ("step time p10 / p90 (s)", f"{fmt(o['step_time_p10_s'])} / {fmt(o['step_time_p90_s'])}"),
@@ -293,6 +326,10 @@ def _print_human(o: dict[str, Any]) -> None:
         ("loss (last)", fmt(o["loss_last"])),
     ]
     print(table(rows, ["summary (trainperf)", "value"], wrap=WRAP_COLUMN + 14))
+
+
+def _print_claims(o: dict[str, Any]) -> None:
+    """The log's claims next to trainperf's figures, and the rates under every convention."""
     if o["claims"]:
         print()
         print(table([(c["metric"], fmt(c["trainperf"], 5), fmt(c["claimed"], 5),
@@ -304,5 +341,3 @@ def _print_human(o: dict[str, Any]) -> None:
                       _mfu_cell(r["mfu_pct"], r["mfu_impossible"]), "-" if r["claimed_over_this"] is None else f"x{r['claimed_over_this']:.4f}")
                      for r in o["by_convention"]],
                     ["convention", "FLOPs/token", "TFLOP/s/device", "MFU", "log TFLOP/s / this"]))
-    for n in o["notes"]:
-        print(f"note: {shown(n)}")

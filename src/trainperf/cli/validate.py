@@ -8,9 +8,12 @@ out together), overall, per group, per table and per stack."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainperf.cli.common import add_json_argument, print_json, table
+
+if TYPE_CHECKING:
+    from trainperf.predict.validate_runs import RunsValidation
 
 HELP = ("predict every published run: MAPE, mean signed error, worst row; in-sample, leave-one-table-out and "
         "leave-one-(stack, silicon)-out")
@@ -45,24 +48,50 @@ def run(args: argparse.Namespace) -> int:
     v = validate_runs(args.data, stack=args.stack, loto=not args.no_loto, runs=runs)
     d = v.to_dict()
     readings = {r.row_id: row_reading(r) for r in runs}
-    for row in d["rows"]:  # how each row's cells were read: hardware resolution, defaults taken
-        rd = readings.get(row["row_id"], {})
-        row.update(device=rd.get("device"), hardware_read=rd.get("hardware_read"),
-                   states_essentials=rd.get("states_essentials"), unread_kind=rd.get("unread_kind"))
+    _add_readings(d["rows"], readings)
     d["reading"] = reading_summary(runs)
     if args.json:
         print_json(d)
         return 0
+    _require_predicted(d, args.data)
+    if args.data:
+        _print_rows_read(v, readings)
+    _print_per_table(v, d["per_table"])
+    print()
+    _print_per_group(v, d["per_group"])
+    print()
+    _print_unread(d["reading"])
+    _print_overall(d, args.stack)
+    _print_architecture(d["per_architecture"])
+    _print_interval_coverage(d)
+    print("signed error: positive = predicted slower than published")
+    return 0
+
+
+def _add_readings(rows: list[dict[str, Any]], readings: dict[str, dict[str, Any]]) -> None:
+    """Add to each row how its cells were read: hardware resolution, whether it states the
+    essentials, why it was not read."""
+    for row in rows:
+        rd = readings.get(row["row_id"], {})
+        row.update(device=rd.get("device"), hardware_read=rd.get("hardware_read"),
+                   states_essentials=rd.get("states_essentials"), unread_kind=rd.get("unread_kind"))
+
+
+def _require_predicted(d: dict[str, Any], data: str | None) -> None:
+    """A one-line error when not one row of the runs file could be predicted (its first reason)."""
     if not d["rows_predicted"]:
         from trainperf.errors import InputFileError
 
         why = next((r["exclude_reason"] for r in d["rows"] if r.get("exclude_reason")), "no row was read")
-        raise InputFileError(f"runs file {args.data or 'packaged'!r}: none of its {d['rows_total']} row(s) can be "
+        raise InputFileError(f"runs file {data or 'packaged'!r}: none of its {d['rows_total']} row(s) can be "
                              f"predicted (first reason: {str(why)[:200]}); `--json` lists each row's")
-    if args.data:
-        _print_rows_read(v, readings)
+
+
+def _print_per_table(v: RunsValidation, per_table: dict[str, dict[str, Any]]) -> None:
+    """One line per published table: its stack, MAPE and mean signed error in-sample,
+    leave-one-table-out and leave-one-(stack, silicon)-out."""
     rows = []
-    for t, x in d["per_table"].items():
+    for t, x in per_table.items():
         i, lo, go = x["in_sample"], x["leave_one_table_out"] or {}, x["leave_one_group_out"] or {}
         stack = next(r.stack for r in v.rows if r.table_id == t)
         rows.append([t[:48], stack, i["rows"], _abs(i["mape_pct"]), _pct(i["mean_signed_pct"]),
@@ -70,9 +99,13 @@ def run(args: argparse.Namespace) -> int:
                      _abs(go.get("mape_pct")), _pct(go.get("mean_signed_pct"))])
     print(table(rows, ["table", "stack", "rows", "MAPE %", "signed %", "LOTO MAPE %", "LOTO signed %",
                        "group-out MAPE %", "group-out signed %"]))
-    print()
+
+
+def _print_per_group(v: RunsValidation, per_group: dict[str, dict[str, Any]]) -> None:
+    """One line per (stack, silicon) group: its tables and rows, MAPE in-sample and held out,
+    and its worst row."""
     rows = []
-    for g, x in d["per_group"].items():
+    for g, x in per_group.items():
         i, lo, go = x["in_sample"], x["leave_one_table_out"] or {}, x["leave_one_group_out"] or {}
         tables = len({r.table_id for r in v.rows if r.included and r.group == g})
         rows.append([g, tables, i["rows"], _abs(i["mape_pct"]), _abs(lo.get("mape_pct")),
@@ -80,9 +113,11 @@ def run(args: argparse.Namespace) -> int:
                      f"{go.get('worst', i['worst'])} ({_pct(go.get('worst_pct', i['worst_pct']))})"])
     print(table(rows, ["group (stack@silicon)", "tables", "rows", "MAPE %", "LOTO MAPE %",
                        "group-out MAPE %", "group-out signed %", "worst row (group-out %)"]))
-    print()
-    _print_unread(d["reading"])
-    how = f"stack {args.stack} for every row" if args.stack else "each row's stack profile"
+
+
+def _print_overall(d: dict[str, Any], stack: str | None) -> None:
+    """The totals over every predicted row: in-sample, and each hold-out that was run."""
+    how = f"stack {stack} for every row" if stack else "each row's stack profile"
     print(f"in-sample ({how}): MAPE {d['mape_pct']:.2f}%, mean signed {d['mean_signed_pct']:+.2f}% over "
           f"{d['rows_predicted']} of {d['rows_total']} rows; worst row {d['worst_row']} ({d['worst_pct']:+.1f}%)")
     if d["leave_one_table_out_mape_pct"] is not None:
@@ -95,14 +130,15 @@ def run(args: argparse.Namespace) -> int:
               f"{d['leave_one_group_out_mean_signed_pct']:+.2f}%; worst group "
               f"{d['leave_one_group_out_max_group_mape_pct']:.1f}% MAPE; worst row "
               f"{d['leave_one_group_out_worst_row']} ({d['leave_one_group_out_worst_pct']:+.1f}%)")
-    _print_architecture(d["per_architecture"])
+
+
+def _print_interval_coverage(d: dict[str, Any]) -> None:
+    """How many rows the prediction ranges hold under leave-one-(stack, silicon)-out, when run."""
     if d.get("leave_one_group_out_interval_coverage_pct") is not None:
         print(f"{d['interval_level_pct']:.0f}% ranges under leave-one-(stack, silicon)-out hold "
               f"{d['leave_one_group_out_interval_coverage_pct']:.1f}% of the rows and "
               f"{d['leave_one_group_out_interval_group_balanced_coverage_pct']:.1f}% of a group's rows on average "
               "(each group's range fitted without it)")
-    print("signed error: positive = predicted slower than published")
-    return 0
 
 
 def _print_architecture(groups: dict[str, dict[str, Any]]) -> None:
