@@ -227,6 +227,51 @@ def test_fsdp_copies_on_a_cpu_are_counted_from_fsdp2(measured):
     assert rs == pytest.approx(14.0 * st.p_stage / 20e9 + hooks, rel=1e-9)
 
 
+def test_data_parallel_replicas_pay_fsdp2_s_copies_and_per_block_all_reduces_on_a_cpu(measured):
+    """The bench runs dp = 2 as FSDP2 over replicas (one shard): per micro-batch, a gather pass of
+    10 bytes per parameter (the fp32 parameters cast to bf16, 4 + 2; the buffer copied out, 2 x 2)
+    and a reduce pass of 22 (the bf16 gradients cast up, 6; the divide and the add into the fp32
+    gradient, 16) at the measured elementwise 20 GB/s, with two thirds of FSDP2's 900 us per module;
+    and one gradient all-reduce per block and the root, every micro-batch. DDP (the generic stack)
+    pays neither: one bucketed all-reduce a step."""
+    from trainperf.predict.step import resolve_knobs
+    from trainperf.predict.step_model.collectives import fabric_of
+    from trainperf.predict.step_model.data_parallel import (
+        DDP_BUCKETS,
+        GRAD_REDUCE_BYTES,
+        DataParallel,
+        data_parallel,
+        replica_copies_s,
+    )
+    from trainperf.predict.step_model.layout import layout_of
+    from trainperf.predict.step_model.stage import busiest_stage
+    from trainperf.predict.step_model.step import step_costs
+
+    def sync_of(stack: str) -> tuple[float, float, float, float, float]:
+        w = workload_from_dict({
+            "model": {"preset": "debug"},
+            "hardware": {"device": "cpu", "num_devices": 2, "devices_per_node": 2, "peak_tflops": 0.4},
+            "parallel": {"dp": 2},
+            "training": {"seq_len": 256, "micro_batch": 8, "global_batch": 32, "precision": "bf16", "stack": stack}})
+        lay, kn = layout_of(w, 1.0), resolve_knobs(w).numbers()
+        st = busiest_stage(lay)
+        fab = fabric_of(lay, kn.link_fraction)
+        dp: DataParallel = data_parallel(lay, st, kn, fab, step_costs(lay, kn).compute)
+        group = dp.grad_sync.group
+        grad = st.p_stage * GRAD_REDUCE_BYTES
+        return (float(dp.grad_sync.time_s), float(replica_copies_s(lay, st, kn)), float(st.p_stage),
+                float(fab.time_s("all-reduce", grad, group, st.layers + 1.0)),
+                float(fab.time_s("all-reduce", grad, group, min(st.layers, DDP_BUCKETS))))
+
+    sync, copies, p, per_block, _ = sync_of("trainperf-bench")
+    hooks = (get_model("debug").layers + 1) * 900e-6 / 3
+    assert copies == pytest.approx(32.0 * p / 20e9 + 2 * hooks, rel=1e-9)
+    assert sync == pytest.approx(2 * (per_block + copies), rel=1e-9)  # two micro-batches
+    ddp_sync, ddp_copies, _, _, bucketed = sync_of("generic")
+    assert ddp_copies == 0.0
+    assert ddp_sync == pytest.approx(bucketed, rel=1e-9)  # once a step, in min(layers, 8) buckets
+
+
 def test_a_cp_bench_run_records_the_sharding_it_runs():
     """The bench shards parameters over the cp ranks (FSDP2 over dp_shard x cp, as torchtitan):
     with no fsdp or dp degree its workload says ZeRO-3 over dp x cp, so `predict` prices gathers
@@ -393,3 +438,27 @@ def test_an_moe_block_s_operators_are_counted_and_priced_on_a_cpu(tmp_path, monk
     extra, _ = moe_launches(lay, st)  # the GPU's extra kernels per layer forward, replaced by the count
     per_layer_fwd = st.moe_frac * (600.0 - 180.0) / 3.0 - extra
     assert overhead[600.0] - overhead[None] == pytest.approx(moe.layers * 3.0 * per_layer_fwd * 10e-6, rel=1e-6)
+
+
+def test_only_the_bench_runs_data_parallel_replicas_as_fsdp2():
+    """The packaged stacks state how their replicas reduce gradients; a bad value is one line."""
+    from trainperf.errors import UnknownNameError
+    from trainperf.predict import stack_kernels
+
+    assert stack_kernels.for_stack("trainperf-bench", "hopper").data_parallel == "fsdp2-replicas"
+    assert {stack_kernels.for_stack(s, "hopper").data_parallel for s in ("megatron-core", "torchtitan", "generic")} \
+        == {"ddp"}
+    with pytest.raises(UnknownNameError, match="data_parallel"):
+        stack_kernels.validate_table({"data_parallel": "zero"}, "stack x")
+
+
+def test_an_expert_exchange_on_a_cpu_is_named_for_gloo(measured):
+    """The bench's all_to_all_single runs on gloo between CPU processes: the breakdown says so."""
+    w = workload_from_dict({
+        "model": {"preset": "debug-moe"},
+        "hardware": {"device": "cpu", "num_devices": 2, "devices_per_node": 2, "peak_tflops": 0.4},
+        "parallel": {"dp": 2, "ep": 2},
+        "training": {"seq_len": 256, "micro_batch": 8, "global_batch": 16, "precision": "bf16",
+                     "stack": "trainperf-bench"}})
+    algos = {c.name: c.algorithm for c in predict(w).collectives}
+    assert algos["ep dispatch"] == algos["ep combine"] == "all-to-all (gloo)"

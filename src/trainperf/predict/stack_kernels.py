@@ -25,6 +25,8 @@ predicted from that silicon's kernels. The facts::
     autocast_unsharded = false             # with no data or context parallelism (nothing for FSDP
                                            # to wrap), 16-bit runs by torch.autocast over fp32
                                            # weights (fp32 residual stream and norm outputs)
+    data_parallel = "ddp"                  # how replicated data parallelism reduces gradients:
+                                           # ddp (buckets) | fsdp2-replicas (per block, FSDP2's copies)
     cross_entropy = "eager"                # the loss as separate PyTorch ops (eager) or one
                                            # fused kernel (fused); a compiled step fuses it
     kernels_per_layer = 33.4               # GPU kernels one layer launches forward (measured);
@@ -62,13 +64,18 @@ from trainperf.predict.kernels.gemm import GROUPED_IMPLS
 ELEMENTWISE = ("eager", "fused", "compiled")
 TP_OVERLAP = ("never", "async-tp", "sequence-parallel", "always")
 CROSS_ENTROPY = ("eager", "fused")
+DATA_PARALLEL = ("ddp", "fsdp2-replicas")
+"""How a stack runs replicated data parallelism (``dp`` without FSDP shards): DDP's bucketed
+all-reduce of the gradients, or FSDP2 over a replicate-only mesh (HSDP with one shard), which
+all-reduces each wrapped block's gradients from its post-backward hook and casts the parameters
+and gradients through its own copy-in and copy-out buffers, as for sharded FSDP."""
 CONTEXT_PARALLEL = ("ring-p2p", "ring-allgather", "ring-alltoall", "allgather", "ulysses")
 """How a stack's context-parallel attention exchanges K/V
 (:data:`trainperf.predict.step_model.context_parallel.FLAVOURS` says what each one costs)."""
 KEYS = ("attention", "attention_by_silicon", "elementwise", "compiled", "fp8_recipe", "tp_overlap",
         "gpu_memory_fraction", "grouped_gemm", "context_parallel", "context_parallel_load_balance",
-        "moe_dispatcher", "moe_host_sync", "autocast_unsharded", "cross_entropy", "kernels_per_layer", "moe_kernels_per_layer",
-        "kernels_per_step", "host_us_per_kernel", "cpu_optimizer_params_per_s", "sources")
+        "moe_dispatcher", "moe_host_sync", "autocast_unsharded", "data_parallel", "cross_entropy", "kernels_per_layer",
+        "moe_kernels_per_layer", "kernels_per_step", "host_us_per_kernel", "cpu_optimizer_params_per_s", "sources")
 
 CPU_ADAM_PARAMS_PER_S = 4.36e9
 """Parameters per second DeepSpeed's CPU Adam steps on a DGX H200 host, every GPU's shard at
@@ -79,7 +86,7 @@ BUILTIN: dict[str, Any] = {
     "attention": "fa2", "attention_by_silicon": {}, "elementwise": "eager", "compiled": False,
     "fp8_recipe": "tensorwise", "tp_overlap": "async-tp", "gpu_memory_fraction": 1.0,
     "grouped_gemm": "other", "context_parallel": "ring-p2p", "context_parallel_load_balance": True,
-    "moe_dispatcher": "nccl", "moe_host_sync": True, "autocast_unsharded": False,
+    "moe_dispatcher": "nccl", "moe_host_sync": True, "autocast_unsharded": False, "data_parallel": "ddp",
     "cross_entropy": "eager", "kernels_per_layer": 0.0, "moe_kernels_per_layer": 0.0, "kernels_per_step": 0.0,
     "host_us_per_kernel": 0.0, "cpu_optimizer_params_per_s": CPU_ADAM_PARAMS_PER_S,
 }
@@ -137,6 +144,8 @@ class StackKernels:
     reduce-scatters) and the pipeline's sends move 4 bytes per element (trainperf's own bench);
     False where the 16-bit activations come from 16-bit parameters (FSDP's mixed-precision
     policy, Megatron-Core's bf16 modules)."""
+    data_parallel: str = "ddp"
+    """How replicated data parallelism reduces the gradients (:data:`DATA_PARALLEL`)."""
     cross_entropy: str = "eager"
     """How the stack's loss runs when the step is not compiled: ``eager`` (separate PyTorch ops:
     the fp32 upcast, log-softmax, NLL and their backward) or ``fused`` (one kernel: Megatron-Core's
@@ -174,7 +183,7 @@ def validate_table(body: Mapping[str, Any], where: str) -> dict[str, Any]:
     """Check a ``[kernels]`` table (unknown keys and bad values are one-line errors)."""
     choices = {"attention": attention.FAMILIES, "elementwise": ELEMENTWISE, "tp_overlap": TP_OVERLAP,
                "grouped_gemm": GROUPED_IMPLS, "context_parallel": CONTEXT_PARALLEL, "moe_dispatcher": DISPATCHERS,
-               "cross_entropy": CROSS_ENTROPY}
+               "cross_entropy": CROSS_ENTROPY, "data_parallel": DATA_PARALLEL}
     for k, v in body.items():
         at = f"{where} [kernels].{k}"
         if k not in KEYS:
@@ -229,6 +238,7 @@ def resolve(profile: Any, silicon: str, generic: Any = None) -> StackKernels:
                         context_parallel_load_balance=bool(facts["context_parallel_load_balance"]),
                         moe_dispatcher=str(facts["moe_dispatcher"]), moe_host_sync=bool(facts["moe_host_sync"]),
                         autocast_unsharded=bool(facts["autocast_unsharded"]),
+                        data_parallel=str(facts["data_parallel"]),
                         cross_entropy=str(facts["cross_entropy"]),
                         kernels_per_layer=float(facts["kernels_per_layer"]),
                         moe_kernels_per_layer=float(facts["moe_kernels_per_layer"]),

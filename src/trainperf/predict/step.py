@@ -303,6 +303,8 @@ def _dispatcher(w: Any) -> str:
     from trainperf.predict.stacks import generation_of
 
     fam = w.moe_dispatcher or stack_kernels.for_stack(getattr(w, "stack", None), generation_of(w.hardware)).moe_dispatcher
+    if fam == "nccl" and w.hardware.kind == "cpu":  # the same all_to_all_single call runs on gloo there
+        return "all-to-all (gloo)"
     return DISPATCHER_NAMES[fam]
 
 

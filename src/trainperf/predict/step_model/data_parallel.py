@@ -79,25 +79,46 @@ def _sharded(lay: Layout, st: Stage, fab: Fabric) -> _Sharded:
                     fab.time_s("reduce-scatter", grad_b, g, st.layers), gather_b, grad_b)
 
 
-def host_copies_s(lay: Layout, st: Stage, kn: KnobValues, s: _Sharded) -> tuple[Num, Num]:
-    """(one all-gather pass, one reduce-scatter pass) of FSDP2's copies, in seconds, where the
-    host computes (a CPU): nothing runs them beside compute there. Counted (PyTorch FSDP2
-    ``foreach_all_gather`` / ``foreach_reduce``, read): the gather's copy-in casts the fp32
-    shard to the gathered dtype (read 4, write ``g`` per local element) and its copy-out splits
-    the gathered buffer into the parameters (read and write ``g`` per element); the
+def _copy_bytes(p_stage: Num, gathered: Num, trained: Num, n: Num) -> tuple[Num, Num]:
+    """(all-gather pass, reduce-scatter pass) bytes of FSDP2's copies over ``n`` shards (PyTorch
+    FSDP2 ``foreach_all_gather`` / ``foreach_reduce``, read): the gather's copy-in casts the fp32
+    shard to the gathered dtype (read 4, write ``gathered`` per local element) and its copy-out
+    splits the gathered buffer into the parameters (read and write ``gathered`` per element); the
     reduce-scatter's copy-in casts the gradients up to fp32 (read 2, write 4), the result is
     divided and added into the sharded fp32 gradient (read and write 4, twice, per local
-    element). At the device's elementwise rate; each pass also carries a third of FSDP2's measured
-    host time per module (its hooks; one module per layer and the root). 0 on a GPU: there they
-    are kernels on the collectives' streams, inside the overlap."""
-    n = vec.maximum(s.group.size, 1.0)
-    gathered = s.gather_bytes / vec.maximum(st.p_stage, 1.0)
-    ag_b = st.p_stage * ((4.0 + gathered) / n + 2.0 * gathered)
-    rs_b = st.p_stage * lay.run.trainable_fraction * (6.0 + 16.0 / n)
+    element)."""
+    return p_stage * ((4.0 + gathered) / n + 2.0 * gathered), p_stage * trained * (6.0 + 16.0 / n)
+
+
+def _copies_s(lay: Layout, kn: KnobValues, st: Stage, ag_b: Num, rs_b: Num, on: Num) -> tuple[Num, Num]:
+    """Seconds of the two passes' bytes at the device's elementwise rate, each with a third of
+    FSDP2's measured host time per module (its hooks; one module per layer and the root)."""
     bw = lay.device.hbm_bytes_per_s * lay.kernels.elementwise_fraction * kn.memory_bound_fraction
-    on = st.zero3 & lay.kernels.host_bound
     hooks = (st.layers + 1.0) * lay.kernels.fsdp_module_s / 3.0
     return vec.where(on, ag_b / bw + hooks, 0.0), vec.where(on, rs_b / bw + hooks, 0.0)
+
+
+def host_copies_s(lay: Layout, st: Stage, kn: KnobValues, s: _Sharded) -> tuple[Num, Num]:
+    """(one all-gather pass, one reduce-scatter pass) of FSDP2's copies (:func:`_copy_bytes`), in
+    seconds, where the host computes (a CPU): nothing runs them beside compute there. 0 on a GPU:
+    there they are kernels on the collectives' streams, inside the overlap."""
+    n = vec.maximum(s.group.size, 1.0)
+    gathered = s.gather_bytes / vec.maximum(st.p_stage, 1.0)
+    ag_b, rs_b = _copy_bytes(st.p_stage, gathered, lay.run.trainable_fraction, n)
+    return _copies_s(lay, kn, st, ag_b, rs_b, st.zero3 & lay.kernels.host_bound)
+
+
+def replica_copies_s(lay: Layout, st: Stage, kn: KnobValues) -> Num:
+    """Seconds of FSDP2's copies per micro-batch where replicated data parallelism runs as FSDP2
+    over replicas (one shard: :attr:`~.layout.Kernels.dp_fsdp2_replicas`, trainperf's own bench,
+    ``measure/parallelize.py``) and the host computes: the parameters cast forward and the
+    gradients cast and accumulated backward as a sharded FSDP2 does (:func:`_copy_bytes`,
+    ``n = 1``). 0 elsewhere (DDP, or a GPU, where they hide in the overlap)."""
+    gathered = PARAM_GATHER_BYTES * vec.where(lay.run.fp8, 0.5, 1.0)
+    ag_b, rs_b = _copy_bytes(st.p_stage, gathered, lay.run.trainable_fraction, 1.0)
+    on = st.plain_dp & (lay.mesh.fsdp <= 1) & lay.kernels.dp_fsdp2_replicas & lay.kernels.host_bound
+    ag, rs = _copies_s(lay, kn, st, ag_b, rs_b, on)
+    return ag + rs
 
 
 def _fsdp(lay: Layout, st: Stage, kn: KnobValues, s: _Sharded, c: Compute) -> tuple[CommCost, CommCost]:
@@ -127,7 +148,9 @@ def _replicated(lay: Layout, st: Stage, kn: KnobValues, fab: Fabric, c: Compute)
     """(gradient sync, ZeRO-1/2 parameter all-gather) over the replicated group (dp x cp; the
     replicas dp under HSDP): a bucketed all-reduce of the gradients (of the fsdp shard under
     HSDP) behind the last backward, or with ZeRO-1/2 a reduce-scatter, and an all-gather of the
-    updated parameters behind the first forward."""
+    updated parameters behind the first forward. Where the stack runs the replicas as FSDP2
+    (``dp_fsdp2_replicas``), one all-reduce per block and the root behind every micro-batch's
+    backward, and on a CPU FSDP2's copies (:func:`replica_copies_s`)."""
     m, ovl = lay.mesh, kn.overlap
     hsdp = m.fsdp > 1
     n = vec.where(hsdp, m.dp, m.dp * m.cp)
@@ -136,14 +159,19 @@ def _replicated(lay: Layout, st: Stage, kn: KnobValues, fab: Fabric, c: Compute)
     trained = st.p_stage * lay.run.trainable_fraction
     grad = trained * GRAD_REDUCE_BYTES / vec.where(hsdp, m.fsdp * m.cp, 1.0)
     zero12 = vec.where(st.plain_dp, vec.where(m.fsdp <= 1, m.zero_stage >= 1, False), False)
+    # FSDP2 replicas all-reduce each wrapped block's gradients and the root's, every micro-batch
+    # (nothing turns the sync off between them); DDP once a step, in buckets
+    fsdp2 = lay.kernels.dp_fsdp2_replicas
+    calls = vec.where(fsdp2, st.layers + 1.0, vec.minimum(st.layers, DDP_BUCKETS))
+    times = vec.where(fsdp2 & (m.fsdp <= 1), m.grad_accum, 1.0)
     sync = vec.where(st.plain_dp, vec.where(zero12, fab.time_s("reduce-scatter", grad, dp),
-                                            fab.time_s("all-reduce", grad, dp, vec.minimum(st.layers, DDP_BUCKETS))),
-                     0.0)
+                                            times * fab.time_s("all-reduce", grad, dp, calls)), 0.0)
+    sync = sync + m.grad_accum * replica_copies_s(lay, st, kn)
     sync_bytes = vec.where(st.plain_dp, ring_bytes_per_device("all-reduce", grad, n) / vec.where(zero12, 2.0, 1.0),
                            0.0)
     gather = vec.where(zero12, fab.time_s("all-gather", trained * PARAM_GATHER_BYTES, dp), 0.0)
     gather_bytes = vec.where(zero12, ring_bytes_per_device("all-gather", trained * PARAM_GATHER_BYTES, n), 0.0)
-    return (CommCost(sync, exposed_s(sync, c.bwd_mb, ovl), sync_bytes, dp),
+    return (CommCost(sync, exposed_s(sync, times * c.bwd_mb, ovl), times * sync_bytes, dp),
             CommCost(gather, exposed_s(gather, c.fwd_mb, ovl), gather_bytes, dp))
 
 

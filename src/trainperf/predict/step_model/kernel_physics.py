@@ -88,6 +88,7 @@ def _kernels(hw: Any, precision: str, stack: str, _mtime: float, compile_flag: b
         fp8_gemm_input_bytes=stack_capabilities.fp8_gemm_input_bytes(stack, precision),
         cp_flavour=context_parallel.flavour(sk.context_parallel, sk.context_parallel_load_balance),
         autocast_unsharded=sk.autocast_unsharded,
+        dp_fsdp2_replicas=sk.data_parallel == "fsdp2-replicas",
         # counted on a GPU's runs of the stack: a CPU's calibration counts and prices its own
         ops_per_layer_fwd=sk.kernels_per_layer if hw.kind == "gpu" else 0.0,
         moe_ops_per_layer_fwd=sk.moe_kernels_per_layer if hw.kind == "gpu" else 0.0,

@@ -319,6 +319,11 @@ class KernelPhysics:
     gathered by tensor parallelism (and its gradient) and the activation pipeline stages send move
     4 bytes per element, not the 16-bit dtype's 2 (:func:`residual_width`; the stack's ``[kernels]
     autocast_unsharded``, :class:`~trainperf.predict.stack_kernels.StackKernels`)."""
+    dp_fsdp2_replicas: bool = False
+    """Replicated data parallelism runs as FSDP2 over replicas (the stack's ``[kernels]
+    data_parallel = "fsdp2-replicas"``): one gradient all-reduce per wrapped block and the root,
+    and, where the host computes, FSDP2's casts of the parameters and gradients through its
+    copy-in and copy-out buffers (:func:`~trainperf.predict.step_model.data_parallel.replica_copies_s`)."""
 
 
 @dataclass(frozen=True, slots=True)
