@@ -21,7 +21,7 @@ from trainperf.specs.workload_file import workload_from_dict
 
 PEAK = {"fp32": 0.1, "bf16": 0.4}
 KERNELS = {"elementwise_GB_per_s": 20.0, "op_overhead_us": 10.0, "ops_per_layer": 180.0, "fsdp_module_us": 900.0,
-           "tp_module_us": 1500.0,
+           "tp_module_us": 1500.0, "optimizer_GB_per_s": 17.0,
            "attention": [{"seq": 256, "head_dim": 32, "causal": True, "fwd_fraction": 0.3, "bwd_fraction": 0.15},
                          {"seq": 1024, "head_dim": 32, "causal": True, "fwd_fraction": 0.5, "bwd_fraction": 0.25}]}
 GLOO = {"bf16": {"all-reduce": {"ranks": 2, "latency_us": 200.0, "busbw_GB_per_s": 1.0},
@@ -157,10 +157,11 @@ def test_the_cache_keeps_a_running_mean_of_measurements():
                                                    "fwd_fraction": 0.1, "bwd_fraction": 0.2},), tp_module_us=800.0)
     fast = dataclasses.replace(slow, elementwise_GB_per_s=30.0, op_overhead_us=5.0, attention=(
         cc.MeasuredAttention(256, 32, True, 0.3, 0.1), cc.MeasuredAttention(512, 32, True, 0.4, 0.2)),
-        tp_module_us=None, fsdp_module_us=600.0)
+        tp_module_us=None, fsdp_module_us=600.0, optimizer_GB_per_s=40.0)
     got = merge_kernels(slow, fast)
     assert (got.elementwise_GB_per_s, got.op_overhead_us) == (20.0, 12.5)
-    assert (got.tp_module_us, got.fsdp_module_us) == (800.0, 600.0)
+    assert (got.tp_module_us, got.fsdp_module_us, got.optimizer_GB_per_s) == (800.0, 600.0, 40.0)
+    assert merge_kernels(got, dataclasses.replace(got, optimizer_GB_per_s=20.0)).optimizer_GB_per_s == 30.0
     assert {(a.seq, a.fwd_fraction, a.bwd_fraction) for a in got.attention} == {(256, 0.2, 0.15), (512, 0.4, 0.2)}
     a = {"all-reduce": cc.MeasuredCollective(2, 100.0, 1.0, averaged=True)}
     b = {"all-reduce": cc.MeasuredCollective(2, 300.0, 2.0, averaged=True)}
@@ -462,3 +463,40 @@ def test_an_expert_exchange_on_a_cpu_is_named_for_gloo(measured):
                      "stack": "trainperf-bench"}})
     algos = {c.name: c.algorithm for c in predict(w).collectives}
     assert algos["ep dispatch"] == algos["ep combine"] == "all-to-all (gloo)"
+
+
+def test_the_optimizer_step_is_priced_at_the_rate_the_bench_measured(measured):
+    """One process stepping the debug model: the optimizer takes 34 bytes per parameter at the
+    measured 17 GB/s (clipping and fused AdamW timed together), plus its 20 launches at the
+    measured 10 us per operator; not the memory bandwidth's estimate."""
+    from trainperf.predict.step import resolve_knobs
+    from trainperf.predict.step_model.layout import layout_of
+    from trainperf.predict.step_model.optimizer import OPTIMIZER_KERNELS, optimizer_s
+    from trainperf.predict.step_model.stage import busiest_stage
+
+    w = _workload(1)
+    lay, kn = layout_of(w, 1.0), resolve_knobs(w).numbers()
+    st = busiest_stage(lay)
+    want = 34.0 * st.p_stage / 17e9 + OPTIMIZER_KERNELS * 10e-6
+    assert optimizer_s(lay, st, kn) == pytest.approx(want, rel=1e-9)
+    assert predict(w).breakdown["optimizer"] == pytest.approx(want, rel=1e-9)
+
+
+def test_the_bench_times_its_optimizer_over_the_parameters_a_process_steps():
+    """The timed step and the step model count the same bytes; the sample is the run's own
+    parameters per process (a LoRA run's adapters), clamped so the timing takes a moment."""
+    pytest.importorskip("torch")
+    from trainperf.measure import kernel_calibration as kc
+    from trainperf.predict.step_model import optimizer
+
+    assert kc.OPTIMIZER_BYTES_PER_PARAM == optimizer.OPTIMIZER_BYTES_PER_PARAM
+    rate = kc.optimizer_GB_per_s(1000)  # clamped up to 2^18 parameters
+    assert 0.1 < rate < 1e4
+    dense = workload_from_dict({
+        "model": {"preset": "debug"}, "hardware": {"device": "cpu", "num_devices": 2, "devices_per_node": 2},
+        "parallel": {"fsdp": 2}, "training": {"seq_len": 256, "micro_batch": 8, "global_batch": 16}})
+    assert kc.stepped_params(dense) == dense.model.total_params // 2
+    lora = workload_from_dict({
+        "model": {"preset": "debug"}, "hardware": {"device": "cpu", "num_devices": 1},
+        "lora": {"rank": 8}, "training": {"seq_len": 256, "micro_batch": 8, "global_batch": 8}})
+    assert kc.stepped_params(lora) == lora.lora.adapter_params(lora.model)

@@ -51,6 +51,12 @@ FLASH_BACKWARD_FACTOR = 2.5
 """Backward/forward FLOP ratio the step model counts for fused attention (FlashAttention-2's
 five GEMMs backward against two forward, Dao 2023); the same constant as
 ``trainperf.predict.step_model.attention`` (a test checks they agree)."""
+OPTIMIZER_BYTES_PER_PARAM = 34.0
+"""Bytes per parameter the step model charges an optimizer step (AdamW plus clipping's read);
+the same constant as ``trainperf.predict.step_model.optimizer`` (a test checks they agree)."""
+OPTIMIZER_SAMPLE = (1 << 18, 1 << 25)
+"""Fewest and most parameters the optimizer's rate is timed over: a run's own count between
+them, so that a model whose states fit the caches is timed in them and a large one past them."""
 PROBE_TOKENS = 8
 """Tokens of the overhead probe: a layer's compute at 8 tokens is a few microseconds."""
 _MAX_POINTS = 32
@@ -212,17 +218,44 @@ class _OperatorCount(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+def optimizer_GB_per_s(params: int) -> float:
+    """Bytes per second of the bench's optimizer step over ``params`` fp32 parameters (clamped to
+    :data:`OPTIMIZER_SAMPLE`, in 16 tensors): the gradients' norms summed and the gradients scaled
+    (``trainer.clip_grad_norm``), then fused AdamW (``trainer.make_optimizer``; foreach where
+    fused is refused), bytes counted as the step model charges them
+    (:data:`OPTIMIZER_BYTES_PER_PARAM` per parameter)."""
+    n = min(max(int(params), OPTIMIZER_SAMPLE[0]), OPTIMIZER_SAMPLE[1])
+    g = torch.Generator().manual_seed(0)
+    ps = [torch.nn.Parameter(torch.randn(n // 16, generator=g)) for _ in range(16)]
+    for p in ps:
+        p.grad = torch.randn(p.shape, generator=g)
+    try:
+        opt = torch.optim.AdamW(ps, lr=1e-6, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
+    except (RuntimeError, TypeError, ValueError):
+        opt = torch.optim.AdamW(ps, lr=1e-6, betas=(0.9, 0.95), weight_decay=0.1, foreach=True)
+    grads = [p.grad for p in ps]
+
+    def step() -> None:
+        total = torch.stack(torch._foreach_norm(grads)).square().sum().sqrt()
+        torch._foreach_mul_(grads, float(1.0 / (total + 1e-6)))
+        opt.step()
+
+    return OPTIMIZER_BYTES_PER_PARAM * 16 * (n // 16) / _median_s(step, min_time_s=0.2, most=20) / 1e9
+
+
 def measure_kernels(spec: ModelSpec, batch: int, heads: int, seq: int, dtype: torch.dtype, peak_tflops: float,
-                    causal_only: bool) -> MeasuredKernels:
-    """Everything of the module docstring, at the run's shape."""
+                    causal_only: bool, optimizer_params: int | None = None) -> MeasuredKernels:
+    """Everything of the module docstring, at the run's shape; the optimizer's rate over
+    ``optimizer_params`` (the parameters a run's process steps; None: not timed)."""
     hd = spec.head_dim or spec.hidden // spec.heads
     points = tuple(attention_point(batch, heads, seq, hd, dtype, c, peak_tflops)
                    for c in ((True,) if causal_only else (True, False)))
     per_op, ops = op_overhead(spec, dtype)
     rate = round(elementwise_GB_per_s(spec, batch * seq, dtype), 3)
     width = MeasuredWidth(spec.hidden, rate, round(per_op, 3), ops, moe_ops_per_layer=moe_layer_ops(spec, dtype))
+    opt = None if optimizer_params is None else round(optimizer_GB_per_s(optimizer_params), 3)
     return MeasuredKernels(elementwise_GB_per_s=rate, op_overhead_us=round(per_op, 3), ops_per_layer=ops,
-                           attention=points, widths=(width,))
+                           attention=points, widths=(width,), optimizer_GB_per_s=opt)
 
 
 NEW_WEIGHT = 0.5
@@ -266,7 +299,8 @@ def merge_kernels(old: MeasuredKernels | None, new: MeasuredKernels) -> Measured
                            op_overhead_us=_mean(old.op_overhead_us, new.op_overhead_us), ops_per_layer=new.ops_per_layer,
                            attention=tuple(points.values())[-_MAX_POINTS:], widths=tuple(widths.values())[-_MAX_POINTS:],
                            fsdp_module_us=_mean_of(old.fsdp_module_us, new.fsdp_module_us),
-                           tp_module_us=_mean_of(old.tp_module_us, new.tp_module_us))
+                           tp_module_us=_mean_of(old.tp_module_us, new.tp_module_us),
+                           optimizer_GB_per_s=_mean_of(old.optimizer_GB_per_s, new.optimizer_GB_per_s))
 
 
 _DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
@@ -292,7 +326,7 @@ def calibrate_for_run(workload, threads: int, say: Callable[[str], None]) -> Non
     torch.set_num_threads(threads)
     try:
         new = measure_kernels(m, workload.micro_batch, max(1, m.heads // plan.tp), workload.seq_len // plan.cp,
-                              dtype, attn_peak, plan.cp == 1)
+                              dtype, attn_peak, plan.cp == 1, optimizer_params=stepped_params(workload))
     except ValueError as e:  # a figure out of bounds: a cached peak far below what this CPU does
         say(f"  note: this CPU's {prec} kernels not kept ({e}); `trainperf calibrate` measures the peak again")
         return
@@ -303,6 +337,15 @@ def calibrate_for_run(workload, threads: int, say: Callable[[str], None]) -> Non
         f"{workload.seq_len // plan.cp} tokens {new.attention[0].fwd_fraction:.0%} of the matmul peak forward")
     cal = load_calibration(threads=threads) or cal
     save_calibration(dataclasses.replace(cal, kernels={**cal.kernels, prec: merge_kernels(cal.kernels.get(prec), new)}))
+
+
+def stepped_params(workload) -> int:
+    """Parameters one process of the run steps: the trainable ones (a LoRA run's adapters) over
+    the ways the plan shards the optimizer states, the pipeline stages and the tensor and expert
+    parallel splits (an even split: the timing needs the order of magnitude, not the count)."""
+    m, plan = workload.model, workload.plan
+    trainable = workload.lora.adapter_params(m) if workload.lora is not None else m.total_params
+    return max(1, int(trainable / (plan.shards_optimizer * plan.pp * plan.tp * max(plan.ep, 1))))
 
 
 def calibrate_collectives(threads: int, workload, say: Callable[[str], None]) -> None:

@@ -199,11 +199,19 @@ class MeasuredKernels:
     """Host time DTensor tensor parallelism adds per sharded module (a norm or a Linear) and step,
     its waits for the collectives left out, measured with several processes
     (:func:`trainperf.measure.collective_calibration.tp_module_us`); None: not measured."""
+    optimizer_GB_per_s: float | None = None
+    """Bytes per second of the bench's optimizer step (gradient clipping's norms and scaling, then
+    fused AdamW) over as many parameters as a run's process steps, bytes counted as the step
+    model charges them (``OPTIMIZER_BYTES_PER_PARAM`` per parameter): the rate carries what the
+    kernels do beside moving bytes (:func:`trainperf.measure.kernel_calibration.optimizer_GB_per_s`);
+    None: not measured (caches written before 2026-11-28)."""
 
     def __post_init__(self) -> None:
         _positive("kernels", "elementwise_GB_per_s", self.elementwise_GB_per_s, 1e5)
         _positive("kernels", "op_overhead_us", self.op_overhead_us, 1e6)
         _positive("kernels", "ops_per_layer", self.ops_per_layer, 1e6)
+        if self.optimizer_GB_per_s is not None:
+            _positive("kernels", "optimizer_GB_per_s", self.optimizer_GB_per_s, 1e5)
         for name in ("fsdp_module_us", "tp_module_us"):
             if getattr(self, name) is not None:
                 _positive("kernels", name, getattr(self, name), 1e7)

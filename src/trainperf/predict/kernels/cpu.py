@@ -6,7 +6,7 @@ threads each of its processes gets (:func:`~trainperf.specs.cpu_calibration.thre
 of the workload's ``devices_per_node``): SDPA's forward and backward efficiency at the lengths
 runs used (:mod:`trainperf.measure.kernel_calibration`), the eager elementwise rate, the host
 cost per operator with the operators a layer runs (those three measured at the width nearest the
-model's), and gloo's latency and bus bandwidth per
+model's), the optimizer step's rate, and gloo's latency and bus bandwidth per
 collective kind between the run's processes (:mod:`trainperf.measure.collective_calibration`).
 
 Differences from a GPU, each from what a CPU is:
@@ -53,6 +53,8 @@ class CpuPhysics:
     """Host seconds DTensor tensor parallelism adds per sharded module and step (0: not measured)."""
     moe_ops_per_layer_fwd: float = 0.0
     """Operators an MoE layer runs forward, a third of those forward and backward (0: not counted)."""
+    optimizer_bytes_per_s: float = 0.0
+    """The optimizer step's rate, bytes as the step model charges them (0: not measured)."""
 
 
 def physics(w: Any) -> CpuPhysics | None:
@@ -81,7 +83,7 @@ def _physics(threads: int, precision: str, link_GB_per_s: float, hidden: int, _s
     return CpuPhysics(_curves(k.attention), at.elementwise_GB_per_s * 1e9, at.op_overhead_us, at.ops_per_layer / 3.0,
                       _link(cal.collectives.get(precision, {}), link_GB_per_s), source,
                       (k.fsdp_module_us or 0.0) * 1e-6, (k.tp_module_us or 0.0) * 1e-6,
-                      (at.moe_ops_per_layer or 0.0) / 3.0)
+                      (at.moe_ops_per_layer or 0.0) / 3.0, (k.optimizer_GB_per_s or 0.0) * 1e9)
 
 
 def _curves(points: tuple[cc.MeasuredAttention, ...]) -> tuple[tuple[int, ...], tuple[dict[bool, Any], ...]] | None:

@@ -48,7 +48,8 @@ def kernels_of(w: Any) -> KernelPhysics:
 def measured_cpu(k: KernelPhysics, w: Any) -> KernelPhysics:
     """``k`` with what the bench measured on this CPU for workload ``w`` (:mod:`trainperf.predict.kernels.cpu`): the
     attention curves, the eager elementwise rate (its extra passes included: one pass each), the
-    operators a layer runs, gloo's collectives; operators' host cost adds to their compute."""
+    operators a layer runs, the optimizer step's rate, gloo's collectives; operators' host cost
+    adds to their compute."""
     phys = k_cpu.physics(w)
     if phys is None:
         return dataclasses.replace(k, host_bound=True)
@@ -59,7 +60,8 @@ def measured_cpu(k: KernelPhysics, w: Any) -> KernelPhysics:
         changes.update(elementwise_fraction=phys.elementwise_bytes_per_s / (w.hardware.hbm_bandwidth_GB_per_s * 1e9),
                        norm_passes=1.0, rope_passes=1.0, act_passes=1.0, ops_per_layer_fwd=phys.ops_per_layer_fwd,
                        fsdp_module_s=phys.fsdp_module_s, tp_module_s=phys.tp_module_s,
-                       moe_ops_per_layer_fwd=phys.moe_ops_per_layer_fwd)
+                       moe_ops_per_layer_fwd=phys.moe_ops_per_layer_fwd,
+                       optimizer_bytes_per_s=phys.optimizer_bytes_per_s)
     if phys.link is not None:
         changes["link_up"] = phys.link
     return dataclasses.replace(k, **changes)

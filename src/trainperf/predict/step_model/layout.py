@@ -310,6 +310,11 @@ class KernelPhysics:
     """Operators an MoE layer launches forward where counted (a CPU's, routing included, or the
     GPU kernels of the stack's ``[kernels] moe_kernels_per_layer``); 0: the
     dense layer's and :func:`~trainperf.predict.step_model.compute.moe_launches`."""
+    optimizer_bytes_per_s: Num = 0.0
+    """Rate of the optimizer step where the device measured it (a CPU's calibration: clipping and
+    fused AdamW timed by the bench), bytes counted as
+    :data:`~trainperf.predict.step_model.optimizer.OPTIMIZER_BYTES_PER_PARAM`; 0: the silicon's
+    memory bandwidth times the stack's memory-bound share."""
     cpu_optimizer_params_per_s: Num = CPU_ADAM_PARAMS_PER_S
     """Parameters a host steps per second when the optimizer is offloaded to it, every device of
     the node stepping its shard at once (the stack's ``[kernels] cpu_optimizer_params_per_s``)."""

@@ -22,12 +22,15 @@ def optimizer_s(lay: Layout, st: Stage, kn: KnobValues) -> Num:
     """Seconds of the optimizer step: on the host CPU where the run offloads it
     (:func:`offloaded_optimizer_s`), else on the device: :data:`OPTIMIZER_BYTES_PER_PARAM` per
     local trainable parameter (sharded as the optimizer states are) at the silicon's STREAM-like
-    bandwidth times the stack's memory-bound share, plus the launches (:data:`OPTIMIZER_KERNELS`,
+    bandwidth times the stack's memory-bound share (a CPU: at the rate its bench measured for
+    clipping and fused AdamW, :attr:`~.layout.Kernels.optimizer_bytes_per_s`), plus the launches (:data:`OPTIMIZER_KERNELS`,
     or the step's kernels outside the layers where the stack counted them, at
     :func:`host_s_per_kernel`). Left out: gradient clipping's all-reduce of the norm (one scalar)."""
     local = st.sharded(st.p_stage, lay.mesh.shards_optimizer) * lay.run.trainable_fraction
-    eff = lay.kernels.hbm_fraction * kn.memory_bound_fraction
-    on_device = (memory_time_s(local * OPTIMIZER_BYTES_PER_PARAM, lay.device.hbm_bytes_per_s, eff)
+    measured = lay.kernels.optimizer_bytes_per_s
+    bw = vec.where(measured > 0, measured, lay.device.hbm_bytes_per_s)
+    eff = vec.where(measured > 0, 1.0, lay.kernels.hbm_fraction * kn.memory_bound_fraction)
+    on_device = (memory_time_s(local * OPTIMIZER_BYTES_PER_PARAM, bw, eff)
                  + vec.where(lay.kernels.step_kernels > 0, lay.kernels.step_kernels, OPTIMIZER_KERNELS)
                  * host_s_per_kernel(lay, kn))
     return vec.where(lay.run.offload_optimizer, offloaded_optimizer_s(lay, st), on_device)
