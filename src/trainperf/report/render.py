@@ -334,13 +334,16 @@ def _html_predicted(report: Any) -> list[str]:
     return out
 
 
+def _html_heading(title: str, fig: Any) -> list[str]:
+    """A sweep's or comparison's heading, and its figure when there is one."""
+    return [f"<h3>{_h(title)}</h3>"] + ([] if fig is None else [_html_figure(fig)])
+
+
 def _html_sweeps(report: Any) -> list[str]:
     """The "Scaling" section: per sweep, its figure, table and efficiency basis."""
     out = ['<h2 id="scaling">Scaling</h2>']
     for sw, fig in report.sweeps:
-        out.append(f"<h3>{_h(sw.title)}</h3>")
-        if fig is not None:
-            out.append(_html_figure(fig))
+        out += _html_heading(sw.title, fig)
         h, rows = sweep_table(sw)
         out.append(_html_table(h, rows))
         out.append(f'<p class="meta">Efficiency: {_h(sw.basis)}, relative to the '
@@ -352,9 +355,7 @@ def _html_comparisons(report: Any) -> list[str]:
     """The "Compared with published results" section: per comparison, its figure and table."""
     out = ['<h2 id="published">Compared with published results</h2>']
     for c, fig in report.comparisons:
-        out.append(f"<h3>{_h(c.title)}</h3>")
-        if fig is not None:
-            out.append(_html_figure(fig))
+        out += _html_heading(c.title, fig)
         h, rows = comparison_table(c)
         out.append(_html_table(h, rows, left=3, wide=2))
         out.append(f'<p class="meta">TFLOP/s and MFU recomputed for every row under {_h(c.convention)} '
