@@ -163,7 +163,7 @@ def _replicated(lay: Layout, st: Stage, kn: KnobValues, fab: Fabric, c: Compute)
     # (nothing turns the sync off between them); DDP once a step, in buckets
     fsdp2 = lay.kernels.dp_fsdp2_replicas
     calls = vec.where(fsdp2, st.layers + 1.0, vec.minimum(st.layers, DDP_BUCKETS))
-    times = vec.where(fsdp2 & (m.fsdp <= 1), m.grad_accum, 1.0)
+    times = vec.where(zero12, 1.0, vec.where(fsdp2 & (m.fsdp <= 1), m.grad_accum, 1.0))
     sync = vec.where(st.plain_dp, vec.where(zero12, fab.time_s("reduce-scatter", grad, dp),
                                             times * fab.time_s("all-reduce", grad, dp, calls)), 0.0)
     sync = sync + m.grad_accum * replica_copies_s(lay, st, kn)
