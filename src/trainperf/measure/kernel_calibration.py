@@ -20,12 +20,16 @@ dtype and with its threads per process:
 * **per-operator overhead**: one dense block of the run's width, forward and backward at one
   sequence of 8 tokens (where compute is negligible), divided by the operators it runs (counted
   with a ``TorchDispatchMode``; their product, the layer's host cost, is what the step model
-  uses, the count only apportions it).
+  uses, the count only apportions it); at a wide model the block's tiny GEMMs and weight-sized
+  traffic are in that time too (44 us per operator at width 768 against 10 at 256 here);
+* **the optimizer step**: gradient clipping and fused AdamW over as many parameters as one of the
+  run's processes steps (:func:`optimizer_GB_per_s`), bytes as the step model charges them.
 
 Each CPU run measures them (about a second) and the calibration cache keeps, beside the matmul
 peak, a running mean of every run's (:class:`~trainperf.specs.cpu_calibration.MeasuredKernels`,
-:func:`merge_kernels`). Left out: the optimizer (priced from bytes) and collectives (measured
-between the run's processes: :mod:`trainperf.measure.collective_calibration`).
+:func:`merge_kernels`). Left out: autocast's casts of the weights and their gradients (about 12
+bytes per parameter per micro-batch, not priced), and collectives (measured between the run's
+processes: :mod:`trainperf.measure.collective_calibration`).
 """
 
 from __future__ import annotations
