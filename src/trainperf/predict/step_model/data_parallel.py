@@ -110,7 +110,7 @@ def host_copies_s(lay: Layout, st: Stage, kn: KnobValues, s: _Sharded) -> tuple[
 
 def replica_copies_s(lay: Layout, st: Stage, kn: KnobValues) -> Num:
     """Seconds of FSDP2's copies per micro-batch where replicated data parallelism runs as FSDP2
-    over replicas (one shard: :attr:`~.layout.Kernels.dp_fsdp2_replicas`, trainperf's own bench,
+    over replicas (one shard: :attr:`~.layout.KernelPhysics.dp_fsdp2_replicas`, trainperf's own bench,
     ``measure/parallelize.py``) and the host computes: the parameters cast forward and the
     gradients cast and accumulated backward as a sharded FSDP2 does (:func:`_copy_bytes`,
     ``n = 1``). 0 elsewhere (DDP, or a GPU, where they hide in the overlap)."""
