@@ -23,9 +23,9 @@ def optimizer_s(lay: Layout, st: Stage, kn: KnobValues) -> Num:
     (:func:`offloaded_optimizer_s`), else on the device: :data:`OPTIMIZER_BYTES_PER_PARAM` per
     local trainable parameter (sharded as the optimizer states are) at the silicon's STREAM-like
     bandwidth times the stack's memory-bound share (a CPU: at the rate its bench measured for
-    clipping and fused AdamW, :attr:`~.layout.KernelPhysics.optimizer_bytes_per_s`), plus the launches (:data:`OPTIMIZER_KERNELS`,
-    or the step's kernels outside the layers where the stack counted them, at
-    :func:`host_s_per_kernel`). Left out: gradient clipping's all-reduce of the norm (one scalar)."""
+    clipping and fused AdamW, :attr:`~.layout.KernelPhysics.optimizer_bytes_per_s`), plus the
+    launches (:data:`OPTIMIZER_KERNELS`, or the step's kernels outside the layers where the stack
+    counted them, at :func:`host_s_per_kernel`). Left out: gradient clipping's all-reduce of the norm (one scalar)."""
     local = st.sharded(st.p_stage, lay.mesh.shards_optimizer) * lay.run.trainable_fraction
     measured = lay.kernels.optimizer_bytes_per_s
     bw = vec.where(measured > 0, measured, lay.device.hbm_bytes_per_s)
