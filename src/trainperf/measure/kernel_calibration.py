@@ -224,24 +224,21 @@ class _OperatorCount(TorchDispatchMode):
 
 def optimizer_GB_per_s(params: int) -> float:
     """Bytes per second of the bench's optimizer step over ``params`` fp32 parameters (clamped to
-    :data:`OPTIMIZER_SAMPLE`, in 16 tensors): the gradients' norms summed and the gradients scaled
-    (``trainer.clip_grad_norm``), then fused AdamW (``trainer.make_optimizer``; foreach where
-    fused is refused), bytes counted as the step model charges them
+    :data:`OPTIMIZER_SAMPLE`, in 16 tensors): the bench's own calls, ``trainer.clip_grad_norm``
+    then the step of ``trainer.make_optimizer``'s AdamW (fused; foreach where fused is refused),
+    bytes counted as the step model charges them
     (:data:`OPTIMIZER_BYTES_PER_PARAM` per parameter)."""
+    from trainperf.measure.trainer import GRAD_CLIP, clip_grad_norm, make_optimizer
+
     n = min(max(int(params), OPTIMIZER_SAMPLE[0]), OPTIMIZER_SAMPLE[1])
     g = torch.Generator().manual_seed(0)
-    ps = [torch.nn.Parameter(torch.randn(n // 16, generator=g)) for _ in range(16)]
+    ps = torch.nn.ParameterList(torch.nn.Parameter(torch.randn(n // 16, generator=g)) for _ in range(16))
     for p in ps:
         p.grad = torch.randn(p.shape, generator=g)
-    try:
-        opt = torch.optim.AdamW(ps, lr=1e-6, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
-    except (RuntimeError, TypeError, ValueError):
-        opt = torch.optim.AdamW(ps, lr=1e-6, betas=(0.9, 0.95), weight_decay=0.1, foreach=True)
-    grads = [p.grad for p in ps]
+    opt = make_optimizer(ps, lr=1e-6)
 
     def step() -> None:
-        total = torch.stack(torch._foreach_norm(grads)).square().sum().sqrt()
-        torch._foreach_mul_(grads, float(1.0 / (total + 1e-6)))
+        clip_grad_norm(list(ps), GRAD_CLIP)
         opt.step()
 
     return OPTIMIZER_BYTES_PER_PARAM * 16 * (n // 16) / _median_s(step, min_time_s=0.2, most=20) / 1e9
