@@ -212,7 +212,19 @@ def bench_workload(args: argparse.Namespace, *, local: bool = True):
         check_device_here(str(device))
     choice = bench_precision(requested, device, local=local, nodes=launch.nnodes)
     ov["training.precision"] = choice.precision
-    return workload_from_dict(data, ov), launch, peak_given, choice
+    workload = workload_from_dict(data, ov)
+    _check_schedule(workload.plan)
+    return workload, launch, peak_given, choice
+
+
+def _check_schedule(plan: Any) -> None:
+    """The bench runs torch.distributed.pipelining's schedules (its stack profile's list), not
+    DeepSeek's DualPipe: a plan naming another is refused, not run as 1F1B."""
+    from trainperf.predict.stack_capabilities import capabilities_of
+
+    runs = capabilities_of("trainperf-bench").pipeline_schedules
+    if plan.pp > 1 and plan.pp_schedule not in runs:
+        raise SpecError("parallel.pp_schedule", plan.pp_schedule, f"one the bench runs: {', '.join(runs)}")
 
 
 def moe_flags(args: argparse.Namespace) -> dict[str, Any] | None:

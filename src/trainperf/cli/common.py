@@ -112,7 +112,7 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, positional: str =
     for name in ("dp", "fsdp", "zero_stage", "tp", "pp", "vpp", "cp", "ep"):
         p.add_argument(f"--{name.replace('_', '-')}", type=int, metavar="N", dest=name)
     p.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None)
-    p.add_argument("--pp-schedule", metavar="NAME", help="1f1b | interleaved | gpipe")
+    p.add_argument("--pp-schedule", metavar="NAME", help="1f1b | interleaved | gpipe | dualpipe")
     p.add_argument("--etp", type=int, metavar="N", help="expert tensor parallel degree (default: tp)")
     p.add_argument("--first-stage-layers", type=int, metavar="N", help="layers on the first pipeline stage")
     p.add_argument("--last-stage-layers", type=int, metavar="N", help="layers on the last pipeline stage")

@@ -795,7 +795,11 @@ def _plan(r: Mapping[str, str], n: int, dpn: int, d: Any, notes: list[str], laye
     if vpp > 1:
         plan.update(vpp=vpp, pp_schedule="interleaved")
     elif pp > 1:
-        sched = "gpipe" if "gpipe" in (_cell(r, "pp") + _cell(r, "vpp")).lower() else None
+        words = (_cell(r, "pp") + _cell(r, "vpp")).lower()
+        sched = "gpipe" if "gpipe" in words else "dualpipe" if re.search(r"dual[ -]?pipe(?!v)", words) else None
+        if sched is None and "dualpipev" in words.replace(" ", "").replace("-", ""):
+            notes.append("pipeline schedule DualPipeV: not modelled (DualPipe's is, with two copies of the "
+                         "parameters that DualPipeV does not hold); the stack's default taken")
         if sched is None and d.get("pp_schedule").value != "1f1b":
             sched = _default(d, "pp_schedule", "pipeline schedule", notes)
         if sched:

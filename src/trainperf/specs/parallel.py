@@ -18,8 +18,8 @@ from typing import Any, Literal
 from trainperf import vec
 from trainperf.errors import SpecError
 
-PipelineSchedule = Literal["1f1b", "interleaved", "gpipe"]
-PIPELINE_SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "gpipe")
+PipelineSchedule = Literal["1f1b", "interleaved", "gpipe", "dualpipe"]
+PIPELINE_SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "gpipe", "dualpipe")
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,13 @@ class ParallelPlan:
     pp_schedule: PipelineSchedule = "1f1b"
     """Pipeline schedule. ``vpp > 1`` implies ``interleaved`` (1F1B) unless ``gpipe`` is named:
     then it is the circular GPipe schedule of JAX stacks (MaxText ``num_pipeline_repeats``,
-    Praxis ``circular_repeat``), where each rank holds ``vpp`` non-adjacent layer chunks."""
+    Praxis ``circular_repeat``), where each rank holds ``vpp`` non-adjacent layer chunks.
+    ``dualpipe``: DeepSeek-V3's bidirectional schedule (arXiv 2412.19437, section 3.2.1): rank
+    ``i`` holds stage ``i`` of one copy of the model and stage ``pp - 1 - i`` of a second, half
+    the micro-batches enter at each end, and each forward chunk runs beside a backward chunk so
+    that the expert-parallel all-to-alls of one hide behind the other's compute; ``pp`` even,
+    ``vpp = 1``, at least ``2 * pp`` micro-batches a step (DualPipe's ``num_chunks >=
+    num_ranks * 2``)."""
     etp: int | None = None
     """Expert tensor-parallel degree (Megatron-Core ``expert_tensor_parallel_size``): routed
     experts are split ``etp`` ways instead of ``tp``. ``None`` means ``tp`` (Megatron's default).
@@ -80,6 +86,9 @@ class ParallelPlan:
             raise SpecError("parallel.sequence_parallel", True, "requires tp > 1")
         if self.pp_schedule not in PIPELINE_SCHEDULES:
             raise SpecError("parallel.pp_schedule", self.pp_schedule, f"one of {', '.join(PIPELINE_SCHEDULES)}")
+        if self.pp_schedule == "dualpipe" and (self.pp % 2 or self.vpp > 1):
+            raise SpecError("parallel.pp_schedule", "dualpipe", f"an even pp with vpp = 1 (DualPipe pairs rank i "
+                            f"with rank pp-1-i; got pp={self.pp}, vpp={self.vpp})")
         if self.vpp > 1:
             if self.pp == 1:
                 raise SpecError("parallel.vpp", self.vpp, "requires pp > 1")
@@ -181,15 +190,15 @@ class ParallelPlan:
         return self
 
     def describe(self) -> str:
-        """Compact label such as ``fsdp=64`` or ``dp=2 fsdp=8 tp=8 sp`` (``gpipe`` after the
-        pipeline degrees when the schedule is GPipe; 1F1B, plain or interleaved, is the default)."""
+        """Compact label such as ``fsdp=64`` or ``dp=2 fsdp=8 tp=8 sp`` (``gpipe`` or ``dualpipe``
+        after the pipeline degrees for those schedules; 1F1B, plain or interleaved, is the default)."""
         parts = []
         for name in ("dp", "fsdp", "tp", "pp", "vpp", "cp", "ep", "etp"):
             v = getattr(self, name)
             if (v and v > 1) or (name == "etp" and v is not None and v != self.tp):
                 parts.append(f"{name}={v}")
-            if name == "vpp" and self.pp > 1 and self.pp_schedule == "gpipe":
-                parts.append("gpipe")
+            if name == "vpp" and self.pp > 1 and self.pp_schedule in ("gpipe", "dualpipe"):
+                parts.append(self.pp_schedule)
         if self.first_stage_layers is not None:
             parts.append(f"first-stage-layers={self.first_stage_layers}")
         if self.last_stage_layers is not None:

@@ -509,16 +509,26 @@ class Compute:
 def compute(lay: Layout, st: Stage, kn: KnobValues) -> Compute:
     """Compute per micro-batch of the slowest pipeline rank: the last (its layers plus the LM head
     and loss, and each multi-token-prediction module: one more layer, its ``2h -> h`` projection
-    and one more head and loss) or, with an uneven split, a busier earlier one."""
+    and one more head and loss) or, with an uneven split, a busier earlier one.
+
+    Under DualPipe rank ``i`` runs stage ``i`` for the micro-batches entering at one end and stage
+    ``pp - 1 - i`` for those entering at the other, half of them each (DeepSeek-V3 report,
+    section 3.2.1): per micro-batch, the mean of the two. The first rank's pair is the first and
+    the last stage (the head, the loss and the multi-token-prediction modules at half their
+    count); a middle rank's pair, two middle stages."""
     g = gemm_speed(lay, kn)
     lt, ht, m = layer_times(lay, st, kn, g), head_times(lay, st, kn, g), lay.mesh
     mtp = lay.model.mtp_layers
     per_layer = lt.fwd + lt.bwd + lt.rec
     proj = mtp * g.time_s(st.m_tok, lay.model.hidden, 2.0 * lay.model.hidden)
-    last = (m.layers_last + mtp) * per_layer + (1.0 + mtp) * (ht.fwd + ht.bwd) + (2.0 + lay.run.trainable_fraction) * proj
-    crit_last = last >= vec.maximum(m.layers_first, m.layers_mid) * per_layer
-    n = vec.where(crit_last, m.layers_last + mtp, vec.maximum(m.layers_first, m.layers_mid))
-    on = vec.where(crit_last, 1.0 + mtp, 0.0)
-    p_on = vec.where(crit_last, proj, 0.0)
+    share = vec.where(m.dualpipe, 0.5, 1.0)  # of the last stage's work on its rank, per micro-batch
+    end_layers = vec.where(m.dualpipe, 0.5 * (m.layers_first + m.layers_last + mtp), m.layers_last + mtp)
+    others = vec.where(m.dualpipe, m.layers_mid, vec.maximum(m.layers_first, m.layers_mid))
+    last = (end_layers * per_layer + share * ((1.0 + mtp) * (ht.fwd + ht.bwd)
+                                              + (2.0 + lay.run.trainable_fraction) * proj))
+    crit_last = last >= others * per_layer
+    n = vec.where(crit_last, end_layers, others)
+    on = vec.where(crit_last, share * (1.0 + mtp), 0.0)
+    p_on = vec.where(crit_last, share * proj, 0.0)
     return Compute(lt, ht, n, on, n * lt.fwd + on * ht.fwd + p_on,
                    n * lt.bwd + on * ht.bwd + (1.0 + lay.run.trainable_fraction) * p_on, n * lt.rec, p_on)

@@ -1,4 +1,4 @@
-"""Expert-parallel communication: the MoE token dispatch and combine, exposed in full.
+"""Expert-parallel communication: the MoE token dispatch and combine, on the critical path.
 
 Each MoE block sends its routed tokens to the experts' ranks (dispatch) and brings the expert
 outputs back (combine), forward, again backward (the gradient of the combine travels as a dispatch
@@ -18,8 +18,14 @@ than the family's floor.
 NCCL's all-to-all carries ``topk`` copies of a token; DeepEP, Hybrid-EP and MORI one per
 destination rank and, across domains, one per destination domain
 (:func:`~trainperf.predict.kernels.expert_dispatch.copies_per_token`). The busiest rank receives
-``moe_imbalance`` times the mean and so sets the pace. Nothing hides the calls: the layer waits for
-its tokens (overlap schedules such as DualPipe or Megatron-Core's EP A2A overlap are not modelled).
+``moe_imbalance`` times the mean and so sets the pace. Nothing hides the calls, the layer waits for
+its tokens, except under DualPipe (DeepSeek-V3 report, section 3.2.1), which runs a forward chunk
+beside a backward chunk so that the all-to-alls of each hide behind the other's compute: there the
+calls are exposed only where they are longer than the share ``overlap`` (the knob) of the
+micro-batch's compute (:func:`~.context_parallel.behind`), the warm-up and cool-down chunks (which
+run unpaired) taken as the rest. Not modelled: the SMs the dispatch
+kernels take from the overlapped compute (DeepSeek gives 20 of an H800's 132 to them), and
+Megatron-Core's EP all-to-all overlap (``--overlap-moe-expert-parallel-comm``).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from trainperf import vec
 from trainperf.predict.kernels.expert_dispatch import LevelDispatch, copies_per_token
 from trainperf.predict.step_model.collectives import CommCost, Fabric, Group, OnCriticalPath
 from trainperf.predict.step_model.compute import Compute
+from trainperf.predict.step_model.context_parallel import behind
 from trainperf.predict.step_model.layout import Layout, Num
 from trainperf.predict.step_model.stage import Stage
 
@@ -84,17 +91,20 @@ def call_s(lay: Layout, fab: Fabric, g: Group, op: str, tokens: Num) -> tuple[Nu
     return vec.where(on, vec.maximum(t_up, t_out), 0.0), vec.where(on, tok_bytes * (local + cross), 0.0)
 
 
-def expert_parallel(lay: Layout, st: Stage, fab: Fabric, c: Compute) -> ExpertParallel:
-    """The step's dispatches and combines on the slowest rank (exposed in full): one of each per
-    MoE block forward, backward and recomputation."""
+def expert_parallel(lay: Layout, st: Stage, fab: Fabric, c: Compute, overlap: Num = 0.0) -> ExpertParallel:
+    """The step's dispatches and combines on the slowest rank: one of each per MoE block forward,
+    backward and recomputation; exposed in full, or under DualPipe what the share ``overlap`` of
+    the micro-batch's compute does not hide (split between the two in proportion)."""
     m = lay.mesh
     ep = fab.group(m.ep, m.etp)
     tokens = st.m_tok * vec.where(m.sp, 1.0, m.etp) / m.tp
     calls = c.layers * st.moe_frac * (2.0 + st.rec_frac * st.rc.moe_region) * (m.ep > 1)
     M = m.grad_accum
+    timed = [call_s(lay, fab, ep, op, tokens) for op in ("dispatch", "combine")]
+    both = calls * (timed[0][0] + timed[1][0])
+    shown = vec.where(m.dualpipe, behind(both, c.mb_s, overlap) / vec.maximum(both, 1e-30), 1.0)
     out = []
-    for op in ("dispatch", "combine"):
-        t, b = call_s(lay, fab, ep, op, tokens)
+    for t, b in timed:
         mb_s = calls * t
-        out.append(OnCriticalPath(CommCost(M * mb_s, M * mb_s, M * calls * b, ep), mb_s))
+        out.append(OnCriticalPath(CommCost(M * mb_s, M * mb_s * shown, M * calls * b, ep), mb_s * shown))
     return ExpertParallel(out[0], out[1])

@@ -164,6 +164,9 @@ class Mesh:
     layers_last: Num
     scale_up_domain: Num
     """Devices per NVLink/xGMI/ICI domain, at most the run's devices."""
+    dualpipe: Flag = False
+    """DualPipe schedule with pp > 1 (:mod:`.pipeline`): rank ``i`` runs stage ``i`` of one copy of
+    the model and stage ``pp - 1 - i`` of another, half the micro-batches each, and holds both."""
 
     def __post_init__(self) -> None:
         _check_positive(self, ("micro_batch", "grad_accum", "dp", "fsdp", "tp", "pp", "vpp", "cp", "ep", "etp",
@@ -401,7 +404,8 @@ def mesh_of(w: Any) -> Mesh:
         shards_params=float(p.shards_params), shards_grads=float(p.shards_grads),
         shards_optimizer=float(p.shards_optimizer), layers_first=float(first), layers_mid=float(mid),
         layers_last=float(last), scale_up_domain=float(min(w.hardware.scale_up_domain or w.devices_per_node,
-                                                           w.num_devices)))
+                                                           w.num_devices)),
+        dualpipe=p.pp > 1 and p.pp_schedule == "dualpipe")
 
 
 def run_of(w: Any, trainable_fraction: float = 1.0) -> Run:

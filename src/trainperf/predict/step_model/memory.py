@@ -161,6 +161,12 @@ def last_rank_inflight_layers(pp: Num, vpp: Num, grad_accum: Num, layers_last: N
     return chunks * layers_last / vpp
 
 
+def dualpipe_inflight_units(pp: Num, grad_accum: Num) -> Num:
+    """Micro-batch-stage activation sets a DualPipe rank holds at its peak: ``pp + 1`` (DeepSeek-V3
+    report, Table 2, against 1F1B's ``pp``), at most the micro-batches there are."""
+    return vec.minimum(pp + 1.0, grad_accum)
+
+
 def fsdp_unsharded_bytes(p_layer_local: Num, p_edge_local: Num, train_frac: Num, gather_bytes: Num, grad_bytes: Num,
                          grad_unit: Num | None = None) -> Num:
     """Bytes of parameters FSDP / ZeRO-3 holds unsharded at once, per device.
@@ -369,15 +375,35 @@ def _peak_activations(lay: Layout, st: Stage, kept: _Kept) -> tuple[Num, Num]:
     logits = (st.m_tok * vec.where(m.gpipe, M, 1.0) * lay.model.vocab / m.tp * lay.kernels.loss_bytes_per_logit
               * (1.0 + mtp))
     alone = (m.dp * m.fsdp * m.tp * m.pp * m.cp == 1) & (mtp == 0)
-    logits = vec.where(alone & (lay.kernels.fused_loss_chunk_bytes > 0), fused_loss_bytes(lay, st.m_tok), logits)
+    logits = logits_all = vec.where(alone & (lay.kernels.fused_loss_chunk_bytes > 0), fused_loss_bytes(lay, st.m_tok),
+                                    logits)
     last = (last_rank_inflight_layers(m.pp, m.vpp, M, m.layers_last + mtp, m.interleaved, m.gpipe)
             * (kept.layer + sh_last * kept.moe))
     # one stage is both the first and the last rank; with pp > 1 the busier of the two sets the peak
     last_peaks = vec.where(m.pp > 1, last + logits > first, False)
     share = vec.where(last_peaks, sh_last, vec.where(second_peaks, sh_second, sh_first))
     working = kept.layer_none + share * kept.moe_none if st.rc.stores_less else st.rc.attention_core * kept.scores
-    return (vec.where(last_peaks, last, first) + working,
-            vec.where(m.pp > 1, vec.where(last_peaks, logits, 0.0), logits))
+    acts = vec.where(last_peaks, last, first)
+    logits = vec.where(m.pp > 1, vec.where(last_peaks, logits, 0.0), logits)
+    if vec.is_number(m.dualpipe) and not m.dualpipe:
+        return acts + working, logits
+    dual, dual_logits = _dualpipe_activations(lay, kept, (sh_first, sh_second, sh_last), logits_all)
+    return (vec.where(m.dualpipe, dual, acts) + working, vec.where(m.dualpipe, dual_logits, logits))
+
+
+def _dualpipe_activations(lay: Layout, kept: _Kept, shares: tuple[Num, Num, Num], logits: Num) -> tuple[Num, Num]:
+    """(activations, logits) of the DualPipe rank whose sum peaks, working set aside: the first
+    rank holds :func:`dualpipe_inflight_units` sets of the mean of its two stages (the first and
+    the last, with the multi-token-prediction modules) and the logits of the micro-batches that end
+    on it; a middle rank as many of two middle stages."""
+    m = lay.mesh
+    sh_first, sh_mid, sh_last = shares
+    units = dualpipe_inflight_units(m.pp, m.grad_accum)
+    ends = 0.5 * (m.layers_first * (kept.layer + sh_first * kept.moe)
+                  + (m.layers_last + lay.model.mtp_layers) * (kept.layer + sh_last * kept.moe))
+    mid = m.layers_mid * (kept.layer + sh_mid * kept.moe)
+    mid_peaks = units * mid > units * ends + logits
+    return units * vec.where(mid_peaks, mid, ends), vec.where(mid_peaks, 0.0, logits)
 
 
 def memory(lay: Layout, st: Stage, kn: KnobValues) -> Memory:

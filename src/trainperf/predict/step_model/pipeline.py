@@ -7,6 +7,12 @@ With ``p`` stages, ``m`` micro-batches and per-micro-batch stage time ``t``:
   fraction ``(p - 1) / (m + p - 1)`` of the step (``(p-1)/m`` of the ideal time).
 * interleaved 1F1B (or circular GPipe) with ``v`` model chunks per device: bubble
   ``(p - 1) * t / v``, i.e. ``(p - 1) / (v * m)`` of the ideal time.
+* DualPipe (DeepSeek-V3 report, arXiv 2412.19437, section 3.2.1 and Table 2): micro-batches
+  enter at both ends of a pipeline whose rank ``i`` holds stage ``i`` of one copy of the model and
+  stage ``p - 1 - i`` of another; a forward chunk runs beside a backward chunk, and backward
+  passes split into input and weight gradients (zero-bubble style) fill the rest: bubble
+  ``(p/2 - 1)(F&B + B - 3W)`` (:func:`dualpipe_bubble_s`). The expert-parallel all-to-alls hide
+  behind the paired chunk's compute (:mod:`.expert_parallel`).
 
 Each micro-batch sends its activations to the next stage forward and their gradient back,
 once per model chunk: ``[b, s/cp, h]`` (``/tp`` with sequence parallelism; fp32 where the stack
@@ -31,6 +37,22 @@ def bubble_time_s(pp: Num, vpp: Num, microbatch_time_s: Num) -> Num:
     return (pp - 1.0) / vpp * microbatch_time_s
 
 
+def dualpipe_bubble_s(pp: Num, pair_s: Num, backward_s: Num, wgrad_s: Num) -> Num:
+    """DualPipe's idle seconds per step, ``(p/2 - 1)(F&B + B - 3W)`` (DeepSeek-V3 report, Table 2):
+    ``F&B`` a forward and a backward chunk run together (``pair_s``: a micro-batch's critical
+    path on one rank), ``B`` the backward for inputs (``backward_s - wgrad_s``), ``W`` the
+    backward for weights (``wgrad_s``); at least 0."""
+    return (0.5 * pp - 1.0) * vec.maximum(pair_s + backward_s - 4.0 * wgrad_s, 0.0)
+
+
+def wgrad_s(c: Compute, trainable_fraction: Num) -> Num:
+    """Seconds of one micro-batch's weight-gradient GEMMs on the slowest rank (``W`` of the
+    zero-bubble schedules): one forward GEMM's time per trained matrix (the layers', the head's,
+    the multi-token-prediction projections'; a frozen matrix none, its adapters theirs)."""
+    dense = c.layers * c.layer.gemm_fwd + c.head_on * c.head.gemm + c.mtp_proj
+    return trainable_fraction * dense + c.layers * c.layer.adapter_fwd
+
+
 @dataclass(slots=True, eq=False)
 class Pipeline:
     """The step's pipeline costs."""
@@ -52,4 +74,6 @@ def pipeline(lay: Layout, kn: KnobValues, fab: Fabric, c: Compute, dp: DataParal
     fsdp_s = dp.fsdp_allgather.time_s + dp.fsdp_reducescatter.time_s
     left = vec.maximum(0.0, M * c.fwd_mb + M * (c.bwd_mb + c.rec_mb) - kn.overlap * fsdp_s)
     sends = CommCost(M * sends_mb, exposed_s(M * sends_mb, left, kn.overlap), M * 2.0 * m.vpp * msg * on, pp)
-    return Pipeline(vec.where(on, bubble_time_s(m.pp, m.vpp, microbatch_s), 0.0), sends)
+    bubble = vec.where(m.dualpipe, dualpipe_bubble_s(m.pp, microbatch_s, c.bwd_mb, wgrad_s(c, lay.run.trainable_fraction)),
+                       bubble_time_s(m.pp, m.vpp, microbatch_s))
+    return Pipeline(vec.where(on, bubble, 0.0), sends)

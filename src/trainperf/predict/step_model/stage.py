@@ -57,7 +57,8 @@ class Stage:
     """Parameters of the average layer per device (before data-parallel sharding)."""
     p_stage: Num
     """Parameters of the stage per device, before data-parallel sharding (routed experts split
-    over ep and etp; the embedding or head on an end stage)."""
+    over ep and etp; the embedding or head on an end stage); twice that under DualPipe, whose
+    ranks hold a stage of each of two copies of the model."""
     p_experts: Num
     """Of ``p_stage``, the routed experts' parameters."""
     zero3: Flag
@@ -157,6 +158,10 @@ def busiest_stage(lay: Layout) -> Stage:
     # the last stage carries the multi-token-prediction modules when it is (or ties for) the busiest
     mtp_last = vec.where(m.layers_last >= layers, ms.mtp_layers, 0.0)
     p_layer_local, p_stage, p_experts = _stage_params(lay, layers, dense_frac, moe_frac, mtp_last)
+    # DualPipe: a rank holds two stages (one of each copy of the model), with their gradients and
+    # optimizer states; counted as twice the busiest stage
+    copies = vec.where(m.dualpipe, 2.0, 1.0)
+    p_stage, p_experts = copies * p_stage, copies * p_experts
     kv_local = ms.kv_dim / ms.kv_heads * vec.maximum(ms.kv_heads / m.tp, 1.0)
     return Stage(
         m_tok=m_tok, layers=layers, dense_frac=dense_frac, moe_frac=moe_frac, dense_first=by_rank[0],

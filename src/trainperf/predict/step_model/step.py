@@ -6,7 +6,8 @@
          + exposed CP ring + exposed PP sends                    context_parallel.py, pipeline.py
          + optimizer                                             optimizer.py
 
-``M`` is the micro-batches per step; the bubble is ``(p-1)/v`` micro-batch times. Memory per
+``M`` is the micro-batches per step; the bubble is ``(p-1)/v`` micro-batch times (DualPipe's:
+pipeline.py). Memory per
 device (memory.py) is priced alongside, from the same stage (stage.py).
 """
 
@@ -119,7 +120,7 @@ def step_costs(lay: Layout, kn: KnobValues) -> StepCosts:
     st = busiest_stage(lay)
     fab = fabric_of(lay, kn.link_fraction)
     c = compute(lay, st, kn)
-    tp, ep = tensor_parallel(lay, st, kn, fab, c), expert_parallel(lay, st, fab, c)
+    tp, ep = tensor_parallel(lay, st, kn, fab, c), expert_parallel(lay, st, fab, c, kn.overlap)
     dp = data_parallel(lay, st, kn, fab, c)
     mb = _microbatch_s(c, tp, ep)
     pp = pipeline(lay, kn, fab, c, dp, mb)

@@ -1,0 +1,144 @@
+"""DualPipe (DeepSeek-V3 report, arXiv 2412.19437, section 3.2.1 and Table 2): the bubble
+``(pp/2 - 1)(F&B + B - 3W)``, two copies of the parameters, ``pp + 1`` micro-batch activation
+sets, each rank running a pair of stages, and the expert-parallel all-to-alls hidden behind the
+paired chunk's compute."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainperf.cli.main import main
+from trainperf.errors import SpecError
+from trainperf.predict import predict
+from trainperf.predict.efficiency import vendor_knobs
+from trainperf.predict.step_model import layout_of, step_costs
+from trainperf.predict.step_model import memory as mem
+from trainperf.predict.step_model.pipeline import dualpipe_bubble_s, wgrad_s
+from trainperf.specs.parallel import ParallelPlan
+from trainperf.specs.workload_file import workload_from_dict
+
+
+def _w(schedule: str = "dualpipe", model: str = "llama2-70b", n: int = 64, pp: int = 4, gbs: int = 64,
+       parallel: dict | None = None, **training) -> object:
+    return workload_from_dict({
+        "model": {"preset": model},
+        "hardware": {"device": "h100-sxm", "num_devices": n},
+        "parallel": {"tp": 8, "pp": pp, "sequence_parallel": True, "pp_schedule": schedule, **(parallel or {})},
+        "training": {"seq_len": 4096, "global_batch": gbs, "micro_batch": 1, "precision": "bf16",
+                     "activation_checkpointing": "none", **training}})
+
+
+def _costs(w: object):
+    lay = layout_of(w)
+    return lay, step_costs(lay, vendor_knobs(lay.device))
+
+
+def test_bubble_formula_by_hand():
+    # a GEMM-only chunk: F = 1, backward 2 (B = W = 1), F&B = 3: (8/2 - 1)(3 + 1 - 3) = 3 = 3 F
+    assert dualpipe_bubble_s(8.0, 3.0, 2.0, 1.0) == pytest.approx(3.0)
+    assert dualpipe_bubble_s(2.0, 3.0, 2.0, 1.0) == 0.0  # pp = 2: both ends at once, no bubble
+    assert dualpipe_bubble_s(8.0, 1.0, 0.5, 1.0) == 0.0  # never negative
+
+
+def test_bubble_in_a_prediction_and_against_1f1b():
+    _, dual = _costs(_w())
+    c = dual.compute
+    w = wgrad_s(c, 1.0)
+    assert 0.0 < w < c.bwd_mb
+    assert dual.pp.bubble_s == pytest.approx((4 / 2 - 1) * (dual.microbatch_s + c.bwd_mb - 4.0 * w), rel=1e-9)
+    _, one = _costs(_w("1f1b"))
+    assert one.pp.bubble_s == pytest.approx(3 * one.microbatch_s, rel=1e-9)
+    assert dual.pp.bubble_s < one.pp.bubble_s / 3
+
+
+def test_two_copies_of_the_parameters():
+    d, o = predict(_w()), predict(_w("1f1b"))
+    for part in ("weights", "gradients", "optimizer states"):
+        assert d.memory_breakdown_GiB[part] == pytest.approx(2 * o.memory_breakdown_GiB[part], rel=1e-9)
+
+
+def test_pp_plus_one_activation_sets_on_a_rank_running_the_ends():
+    """Llama-2-70B over pp 4 (20 layers a stage), no recomputation: rank 0 runs the first and the
+    last stage, holding pp + 1 = 5 micro-batch sets of 20 layers (1F1B's rank 0: 4) and the
+    logits of the micro-batches that end on it."""
+    lay, dual = _costs(_w())
+    _, one = _costs(_w("1f1b"))
+    kept = mem._kept(lay, dual.stage)
+    layer_set = 20 * kept.layer
+    assert mem.dualpipe_inflight_units(4.0, 16.0) == 5.0
+    assert mem.dualpipe_inflight_units(4.0, 3.0) == 3.0
+    working = dual.memory.activations_bytes - 5 * layer_set
+    assert one.memory.activations_bytes - 4 * layer_set == pytest.approx(working, rel=1e-9)
+    assert dual.memory.logits_bytes > 0 and one.memory.logits_bytes == 0  # 1F1B's peak is rank 0, no loss there
+
+
+def test_a_rank_pairs_two_stages_per_micro_batch():
+    """Rank 0 runs the first and the last stage for half the micro-batches each: per micro-batch
+    the mean of (20 + 20) layers and half a head."""
+    _, dual = _costs(_w())
+    _, one = _costs(_w("1f1b"))
+    assert dual.compute.layers == pytest.approx(20.0)
+    assert dual.compute.head_on == pytest.approx(0.5)
+    assert one.compute.head_on == pytest.approx(1.0)
+    assert dual.compute.fwd_mb < one.compute.fwd_mb
+
+
+def test_expert_all_to_alls_hide_behind_the_paired_chunk():
+    def w(schedule: str) -> object:
+        return workload_from_dict({
+            "model": {"preset": "mixtral-8x7b"}, "hardware": {"device": "h100-sxm", "num_devices": 64},
+            "parallel": {"pp": 4, "ep": 8, "pp_schedule": schedule},
+            "training": {"seq_len": 4096, "global_batch": 128, "micro_batch": 1, "precision": "bf16",
+                         "stack": "generic"}})
+    lay, dual = _costs(w("dualpipe"))
+    _, one = _costs(w("1f1b"))
+    ov = vendor_knobs(lay.device).overlap
+    both = dual.ep.dispatch.comm.time_s + dual.ep.combine.comm.time_s
+    assert both > 0
+    assert dual.ep.dispatch.comm.time_s == pytest.approx(one.ep.dispatch.comm.time_s, rel=1e-9)
+    M = dual.grad_accum
+    expected = max(0.0, both / M - ov * dual.compute.mb_s) * M
+    assert dual.ep.exposed_s == pytest.approx(expected, rel=1e-9, abs=1e-12)
+    assert one.ep.exposed_s == pytest.approx(both, rel=1e-9)
+
+
+def test_plans_dualpipe_cannot_run_are_refused_in_one_line(capsys):
+    with pytest.raises(SpecError, match=r"parallel\.pp_schedule.*even pp"):
+        ParallelPlan(pp=3, pp_schedule="dualpipe")
+    with pytest.raises(SpecError, match="vpp = 1"):
+        ParallelPlan(pp=4, vpp=2, pp_schedule="dualpipe")
+    with pytest.raises(SpecError, match=r"at least 2\*pp=8 micro-batches"):
+        _w(gbs=4)
+    rc = main(["predict", "--model", "llama2-70b", "--device", "h100-sxm", "--num-devices", "64", "--tp", "8",
+               "--pp", "4", "--pp-schedule", "dualpipe", "--global-batch", "4"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "dualpipe" in err[0]
+
+
+def test_a_stack_without_dualpipe_says_it_cannot_run_it():
+    p = predict(_w(stack="megatron-core"))
+    assert any("cannot run this plan" in n for n in p.notes)
+    assert not any("cannot run" in n for n in predict(_w(stack="generic")).notes)
+
+
+def test_the_bench_refuses_dualpipe(tmp_path, capsys):
+    rc = main(["bench", "--pp", "2", "--nproc", "2", "--pp-schedule", "dualpipe", "--global-batch", "8", "--micro-batch", "1",
+               "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "parallel.pp_schedule" in err and "1f1b" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_deepseek_v3_as_trained_names_the_hidden_all_to_alls(capsys):
+    """DeepSeek-V3's plan (report, section 3.2): 2048 H800, DualPipe over 16 stages, EP 64,
+    ZeRO-1 data parallelism, fp8 with 1x128/128x128 blocks, DeepEP-style dispatch, one MTP module.
+    The dispatch and combine are named and hidden behind compute, the bubble is DualPipe's."""
+    rc = main(["predict", "--model", "deepseek-v3", "--mtp-layers", "1", "--device", "h800", "--num-devices",
+               "2048", "--pp", "16", "--pp-schedule", "dualpipe", "--ep", "64", "--zero-stage", "1",
+               "--seq-len", "4096", "--global-batch", "15360", "--micro-batch", "1", "--precision", "fp8",
+               "--fp8-recipe", "blockwise", "--activation-checkpointing", "full", "--moe-dispatcher", "deepep"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "pp=16 dualpipe" in out
+    for words in ("ep dispatch", "ep combine", "grouped GEMMs (routed experts)", "pipeline bubble", "DeepEP"):
+        assert words in out
