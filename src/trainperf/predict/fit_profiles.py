@@ -232,7 +232,10 @@ def _param_groups(masks: Mapping[str, np.ndarray], groups: Sequence[batch.Group]
 
 
 def _table_weights(rows: Sequence[FitRow]) -> np.ndarray:
-    """Every table weighted equally (its rows share one weight), averaging 1 over tables."""
+    """Every table weighted equally (its rows share one weight), averaging 1 over tables; none for
+    no rows (a hold-out that leaves nothing to fit)."""
+    if not rows:
+        return np.zeros(0)
     tables = [r.table for r in rows]
     counts = {t: tables.count(t) for t in set(tables)}
     weights = np.array([1.0 / counts[t] for t in tables])
