@@ -142,3 +142,30 @@ def test_deepseek_v3_as_trained_names_the_hidden_all_to_alls(capsys):
     assert "pp=16 dualpipe" in out
     for words in ("ep dispatch", "ep combine", "grouped GEMMs (routed experts)", "pipeline bubble", "DeepEP"):
         assert words in out
+
+
+def test_the_readme_quotes_the_deepseek_v3_figures_the_model_gives():
+    """README's DualPipe paragraph quotes DeepSeek-V3's predicted step and days per trillion
+    tokens, and 1F1B's days: they are the model's, to the digits quoted."""
+    import re
+    from pathlib import Path
+
+    text = " ".join((Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8").split())
+    got = re.search(r"is predicted at ([\d.]+) s a step, ([\d.]+) days per trillion tokens, against the "
+                    r"report's 3\.7 \(an average over its batch-size ramp, so an upper bound on the steady "
+                    r"step\): (\d+)% slow, against (\d+)% slow under 1F1B", text)
+    assert got, "README's DeepSeek-V3 DualPipe sentence changed: update this test with it"
+    step_s, days, slow, slow_1f1b = float(got[1]), float(got[2]), int(got[3]), int(got[4])
+
+    def run(schedule: str) -> object:
+        return predict(workload_from_dict({
+            "model": {"preset": "deepseek-v3", "mtp_layers": 1},
+            "hardware": {"device": "h800", "num_devices": 2048},
+            "parallel": {"pp": 16, "ep": 64, "zero_stage": 1, "pp_schedule": schedule},
+            "training": {"seq_len": 4096, "global_batch": 15360, "micro_batch": 1, "precision": "fp8",
+                         "fp8_recipe": "blockwise", "activation_checkpointing": "full", "moe_dispatcher": "deepep"}}))
+    dual, one = run("dualpipe"), run("1f1b")
+    assert round(dual.step_time_s, 1) == step_s
+    assert round(dual.days_to_train, 2) == days
+    assert round(100 * (dual.days_to_train / 3.7 - 1)) == slow
+    assert round(100 * (one.days_to_train / 3.7 - 1)) == slow_1f1b
