@@ -135,6 +135,21 @@ def test_interleaved_pipeline_matches_single_process_and_resumes(tmp_path, env):
     assert _losses(tmp_path / "resumed") == pytest.approx(ref[2:], rel=1e-4)
 
 
+def test_dualpipev_matches_single_process(tmp_path, env):
+    """pp=2 under DualPipeV (torch's ScheduleDualPipeV: 4 stages of one layer in a V, rank 0
+    holding the first and the last, so the embedding, the head and the loss): the same sequences
+    in the same micro-batches as one process with gradient accumulation, so the same losses."""
+    four = [*FP32, "--layers", "4", "--global-batch", "4", "--micro-batch", "1"]
+    one = _run(env, *four, "--steps", "3", "--out", str(tmp_path / "one"))
+    dual = _run(env, *four, "--nproc", "2", "--pp", "2", "--pp-schedule", "dualpipev", "--steps", "3",
+                "--out", str(tmp_path / "dual"))
+    assert one.returncode == 0 and dual.returncode == 0, dual.stderr[-3000:]
+    s = json.loads((tmp_path / "dual" / "summary.json").read_text())
+    assert s["parallelism"].startswith("PP=2 x vpp=2 (dualpipev: 4 stages, 2 per pipeline rank; "
+                                       "pipeline rank 0 holds stages 0, 3)")
+    assert _losses(tmp_path / "dual") == pytest.approx(_losses(tmp_path / "one"), rel=1e-4)
+
+
 def test_two_nodes_via_c10d_rendezvous(tmp_path, env):
     endpoint = f"127.0.0.1:{_free_port()}"
     procs = [subprocess.Popen(_cmd(*TINY_FLAGS, "--steps", "3", "--fsdp", "2", "--nnodes", "2", "--nproc", "1",

@@ -93,7 +93,7 @@ def test_its_capabilities_and_defaults_are_the_benchs():
     assert caps.sequence_parallel == "optional" and caps.cp_shards_states and caps.hybrid_shard
     assert caps.zero_stages == (0,) and caps.checkpointing == ("none", "selective", "full")
     assert caps.expert_tp == ("1",) and caps.moe_dispatchers == ("nccl",)
-    assert set(caps.pipeline_schedules) == {"1f1b", "interleaved", "gpipe"}
+    assert set(caps.pipeline_schedules) == {"1f1b", "interleaved", "gpipe", "dualpipev"}
     d = stack_defaults(BENCH_STACK)
     assert d.get("selective").value == "selective"  # Korthikanti's attention core, not torchtitan's per-op
     assert d.get("sequence_parallel").value is False and d.get("precision").value == "bf16"

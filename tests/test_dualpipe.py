@@ -144,6 +144,42 @@ def test_deepseek_v3_as_trained_names_the_hidden_all_to_alls(capsys):
         assert words in out
 
 
+def test_dualpipev_runs_a_v_of_half_stages():
+    """DualPipeV (PyTorch's ScheduleDualPipeV): vpp 2 (set), rank 0 holding the first and the last
+    of 2 pp half-stages (the embedding and the head), DualPipe's bubble over 2 pp stages of half a
+    rank's work, 2 pp + 1 half-stage activation sets, one copy of the parameters, nothing hidden."""
+    assert ParallelPlan(pp=4, pp_schedule="dualpipev").vpp == 2
+    with pytest.raises(SpecError, match=r"parallel\.vpp"):
+        ParallelPlan(pp=4, vpp=3, pp_schedule="dualpipev")
+    lay, v = _costs(_w("dualpipev"))
+    _, one = _costs(_w("1f1b"))
+    c, w = v.compute, wgrad_s(v.compute, 1.0)
+    assert v.pp.bubble_s == pytest.approx((4 - 1) * (v.microbatch_s / 2 + c.bwd_mb / 2 - 4 * w / 2), rel=1e-9)
+    assert c.layers == 20.0 and c.head_on == 1.0  # rank 0: its 20 layers, the head every micro-batch
+    ms = lay.model
+    assert v.stage.p_stage == pytest.approx(one.stage.p_stage + min(ms.params_embedding, ms.params_head) / 8, rel=1e-9)
+    assert mem.dualpipe_inflight_units(4.0, 16.0, True) == 4.5
+    kept = mem._kept(lay, v.stage)
+    working = one.memory.activations_bytes - 4 * 20 * kept.layer
+    assert v.memory.activations_bytes - working == pytest.approx(4.5 * 20 * kept.layer, rel=1e-9)
+
+
+def test_a_runs_table_names_dualpipe_in_its_pp_cell():
+    from hand_runs import parse_hand_rows
+
+    def row(pp: str) -> object:
+        (r,) = parse_hand_rows([{
+            "row_id": "h1", "table_id": "hand", "source": "hand-built", "model": "Llama2-70B", "layers": "80",
+            "hidden": "8192", "heads": "64", "kv_heads": "8", "ffn_hidden": "28672", "vocab": "32000",
+            "seq_len": "4096", "micro_batch": "1", "global_batch_seqs": "512", "hardware": "H100 SXM5 80GB",
+            "num_gpus": "64", "tp": "8", "pp": pp, "act_ckpt": "none", "precision": "bf16", "step_time_s": "30"}])
+        assert r.included, r.exclude_reason
+        return r.workload.plan.pp_schedule
+    assert row("4 (DualPipe)") == "dualpipe"
+    assert row("4, DualPipeV") == "dualpipev"
+    assert row("4") == "1f1b"
+
+
 def test_the_readme_quotes_the_deepseek_v3_figures_the_model_gives():
     """README's DualPipe paragraph quotes DeepSeek-V3's predicted step and days per trillion
     tokens, and 1F1B's days: they are the model's, to the digits quoted."""

@@ -294,7 +294,7 @@ def _split_pipeline(model: nn.Module, workload: Workload, mesh, done: list[str])
     from trainperf.measure.pipeline import split_stages
 
     pp_rank = mesh["pp"].get_local_rank()
-    stages = split_stages(model, pp_rank, plan.pp, plan.vpp)
+    stages = split_stages(model, pp_rank, plan.pp, plan.vpp, v_shape=plan.pp_schedule == "dualpipev")
     done.append(f"PP={plan.pp}" + (f" x vpp={plan.vpp}" if plan.vpp > 1 else "")
                 + f" ({plan.pp_schedule}: {plan.pp * plan.vpp} stages, {len(stages)} per pipeline rank; "
                 + f"pipeline rank {pp_rank} holds stage{'s' if len(stages) > 1 else ''} "

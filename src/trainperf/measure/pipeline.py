@@ -1,10 +1,12 @@
 """Pipeline parallel with ``torch.distributed.pipelining``: split the model into stages and
-build the schedule (1F1B, interleaved 1F1B, GPipe), as torchtitan's ``pipeline_llama`` does.
+build the schedule (1F1B, interleaved 1F1B, GPipe, DualPipeV), as torchtitan's
+``pipeline_llama`` does.
 
 The model is cut by layers into ``pp * vpp`` stages of (nearly) equal layer counts; stage 0
 keeps the embedding, the last stage the final norm and LM head. Pipeline rank ``r`` holds
 stages ``r, r + pp, r + 2 pp, ...`` (the looped placement interleaved 1F1B expects; Narayanan
-et al. 2021). Each stage is then parallelized like a whole model (TP, AC, compile, FSDP).
+et al. 2021), or under DualPipeV stages ``r`` and ``2 pp - 1 - r`` (a V: the first and the last
+stage on rank 0). Each stage is then parallelized like a whole model (TP, AC, compile, FSDP).
 """
 
 from __future__ import annotations
@@ -29,13 +31,21 @@ def stage_layer_ranges(layers: int, num_stages: int) -> list[tuple[int, int]]:
     return out
 
 
-def split_stages(model: nn.Module, pp_rank: int, pp: int, vpp: int) -> list[tuple[int, nn.Module]]:
-    """(stage index, stage module) pairs held by pipeline rank ``pp_rank``."""
+def stage_ids(pp_rank: int, pp: int, vpp: int, v_shape: bool = False) -> list[int]:
+    """Stages pipeline rank ``pp_rank`` holds: looped (``r, r + pp, ...``) or, for DualPipeV, the
+    V's ``r`` and ``2 pp - 1 - r`` (torch's ``generate_rank_to_stage_mapping(style="v")``)."""
+    if v_shape:
+        return [pp_rank, 2 * pp - 1 - pp_rank]
+    return [pp_rank + k * pp for k in range(vpp)]
+
+
+def split_stages(model: nn.Module, pp_rank: int, pp: int, vpp: int,
+                 v_shape: bool = False) -> list[tuple[int, nn.Module]]:
+    """(stage index, stage module) pairs held by pipeline rank ``pp_rank`` (:func:`stage_ids`)."""
     num_stages = pp * vpp
     ranges = stage_layer_ranges(len(model.layers), num_stages)
     stages = []
-    for k in range(vpp):
-        sid = pp_rank + k * pp
+    for sid in stage_ids(pp_rank, pp, vpp, v_shape):
         lo, hi = ranges[sid]
         m = copy.deepcopy(model)
         m.layers = nn.ModuleList(list(m.layers)[lo:hi])
@@ -53,9 +63,16 @@ def build_schedule(stage_modules: list[tuple[int, nn.Module]], num_stages: int, 
                    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]):
     """The pipeline schedule over this rank's stages; ``step(x, target=y, losses=[...])`` runs it."""
     from torch.distributed.pipelining import PipelineStage
-    from torch.distributed.pipelining.schedules import Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
+    from torch.distributed.pipelining.schedules import (
+        Schedule1F1B,
+        ScheduleDualPipeV,
+        ScheduleGPipe,
+        ScheduleInterleaved1F1B,
+    )
 
     stages = [PipelineStage(m, sid, num_stages, device, group=pp_group) for sid, m in stage_modules]
+    if schedule_name == "dualpipev":
+        return ScheduleDualPipeV(stages, n_microbatches=n_microbatches, loss_fn=loss_fn), stages
     if len(stages) > 1:
         return ScheduleInterleaved1F1B(stages, n_microbatches=n_microbatches, loss_fn=loss_fn), stages
     if schedule_name == "interleaved":

@@ -625,13 +625,16 @@ class BenchRun:
 
     def _pipeline_step(self, step: int, amp: torch.dtype | None) -> tuple[torch.Tensor, float]:
         """One step through the pipeline schedule: this rank's micro-batches, same sequences as
-        without pipeline parallel; the loss lives on the last stage and is averaged to all."""
+        without pipeline parallel; the loss lives on the last stage (rank 0's under DualPipeV) and
+        is averaged to all."""
 
         assert self.schedule is not None  # train_step calls this only when pp > 1 built a schedule
         parts = [self.batches.get(step - 1, m, self.device) for m in range(self.accum)]
         x = torch.cat([p[0] for p in parts])
         y = torch.cat([p[1] for p in parts])
-        first, last = self.setup.pp_rank == 0, self.setup.pp_rank == self.pp - 1
+        # the first stage takes the inputs, the last the targets: rank 0 holds both under DualPipeV
+        v_shape = self.workload.plan.pp_schedule == "dualpipev"
+        first, last = self.setup.pp_rank == 0, self.setup.pp_rank == (0 if v_shape else self.pp - 1)
         losses: list[torch.Tensor] = []
         with torch.autocast(self.device.type, dtype=amp or torch.float32, enabled=amp is not None):
             args = (x,) if first else ()

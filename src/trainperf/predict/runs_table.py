@@ -792,14 +792,12 @@ def _plan(r: Mapping[str, str], n: int, dpn: int, d: Any, notes: list[str], laye
         plan["etp"] = 1
         notes.append(f"etp not stated: 1 taken (ep={ep} x tp={tp} does not divide the tp*cp*dp={tp * cp * data} "
                      "ranks the experts fold over; ep alone does: Megatron-Core's expert_tensor_parallel_size=1)")
-    if vpp > 1:
+    words = (_cell(r, "pp") + _cell(r, "vpp")).lower()
+    dual = re.search(r"dual[ -]?pipe([ -]?v)?", words) if pp > 1 else None
+    if vpp > 1 and not (dual and dual[1]):
         plan.update(vpp=vpp, pp_schedule="interleaved")
     elif pp > 1:
-        words = (_cell(r, "pp") + _cell(r, "vpp")).lower()
-        sched = "gpipe" if "gpipe" in words else "dualpipe" if re.search(r"dual[ -]?pipe(?!v)", words) else None
-        if sched is None and "dualpipev" in words.replace(" ", "").replace("-", ""):
-            notes.append("pipeline schedule DualPipeV: not modelled (DualPipe's is, with two copies of the "
-                         "parameters that DualPipeV does not hold); the stack's default taken")
+        sched = "gpipe" if "gpipe" in words else ("dualpipev" if dual[1] else "dualpipe") if dual else None
         if sched is None and d.get("pp_schedule").value != "1f1b":
             sched = _default(d, "pp_schedule", "pipeline schedule", notes)
         if sched:

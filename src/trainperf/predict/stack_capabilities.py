@@ -59,7 +59,7 @@ from trainperf.specs.parallel import PipelineSchedule
 
 PARALLELISMS: tuple[str, ...] = ("dp", "fsdp", "tp", "pp", "vpp", "cp", "ep")
 SP_MODES: tuple[str, ...] = ("optional", "always", "never")
-SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "gpipe", "dualpipe")
+SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "gpipe", "dualpipe", "dualpipev")
 KEYS: tuple[str, ...] = ("parallelisms", "hybrid_shard", "zero_stages", "pipeline_zero_stages", "sequence_parallel",
                          "pipeline_schedules", "max_vpp",
                          "pipeline_slots", "uneven_stages", "checkpointing", "loss_bytes_per_logit",

@@ -18,8 +18,8 @@ from typing import Any, Literal
 from trainperf import vec
 from trainperf.errors import SpecError
 
-PipelineSchedule = Literal["1f1b", "interleaved", "gpipe", "dualpipe"]
-PIPELINE_SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "gpipe", "dualpipe")
+PipelineSchedule = Literal["1f1b", "interleaved", "gpipe", "dualpipe", "dualpipev"]
+PIPELINE_SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "gpipe", "dualpipe", "dualpipev")
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,10 @@ class ParallelPlan:
     the micro-batches enter at each end, and each forward chunk runs beside a backward chunk so
     that the expert-parallel all-to-alls of one hide behind the other's compute; ``pp`` even,
     ``vpp = 1``, at least ``2 * pp`` micro-batches a step (DualPipe's ``num_chunks >=
-    num_ranks * 2``)."""
+    num_ranks * 2``). ``dualpipev``: its "cut-in-half" variant as PyTorch runs it
+    (``torch.distributed.pipelining.ScheduleDualPipeV``): ``2 * pp`` stages, rank ``i`` holding
+    stages ``i`` and ``2 * pp - 1 - i`` (a V: the first and the last on rank 0), one copy of the
+    model, at least ``2 * pp`` micro-batches; ``vpp`` is 2 (set)."""
     etp: int | None = None
     """Expert tensor-parallel degree (Megatron-Core ``expert_tensor_parallel_size``): routed
     experts are split ``etp`` ways instead of ``tp``. ``None`` means ``tp`` (Megatron's default).
@@ -89,10 +92,14 @@ class ParallelPlan:
         if self.pp_schedule == "dualpipe" and (self.pp % 2 or self.vpp > 1):
             raise SpecError("parallel.pp_schedule", "dualpipe", f"an even pp with vpp = 1 (DualPipe pairs rank i "
                             f"with rank pp-1-i; got pp={self.pp}, vpp={self.vpp})")
+        if self.pp_schedule == "dualpipev" and self.pp > 1:
+            if self.vpp not in (1, 2):
+                raise SpecError("parallel.vpp", self.vpp, "2 (or omitted) under dualpipev: two stages a rank, in a V")
+            object.__setattr__(self, "vpp", 2)
         if self.vpp > 1:
             if self.pp == 1:
                 raise SpecError("parallel.vpp", self.vpp, "requires pp > 1")
-            if self.pp_schedule != "gpipe":
+            if self.pp_schedule not in ("gpipe", "dualpipev"):
                 object.__setattr__(self, "pp_schedule", "interleaved")
         if self.etp is not None and (isinstance(self.etp, bool) or not isinstance(self.etp, int) or self.etp < 1):
             raise SpecError("parallel.etp", self.etp, "an integer >= 1, or omitted for etp = tp")
@@ -197,7 +204,7 @@ class ParallelPlan:
             v = getattr(self, name)
             if (v and v > 1) or (name == "etp" and v is not None and v != self.tp):
                 parts.append(f"{name}={v}")
-            if name == "vpp" and self.pp > 1 and self.pp_schedule in ("gpipe", "dualpipe"):
+            if name == "vpp" and self.pp > 1 and self.pp_schedule in ("gpipe", "dualpipe", "dualpipev"):
                 parts.append(self.pp_schedule)
         if self.first_stage_layers is not None:
             parts.append(f"first-stage-layers={self.first_stage_layers}")

@@ -181,10 +181,11 @@ class Workload:
                 f"a multiple of micro_batch*dp*fsdp={self.micro_batch}*{plan.data_parallel}={per_step}"
                 f" (e.g. {per_step * max(1, round(self.global_batch / per_step))})",
             )
-        if plan.pp > 1 and plan.pp_schedule == "dualpipe" and self.grad_accum_steps < 2 * plan.pp:
-            raise SpecError("parallel.pp_schedule", "dualpipe",
+        if plan.pp > 1 and plan.pp_schedule in ("dualpipe", "dualpipev") and self.grad_accum_steps < 2 * plan.pp:
+            raise SpecError("parallel.pp_schedule", plan.pp_schedule,
                             f"at least 2*pp={2 * plan.pp} micro-batches a step (DualPipe's num_chunks >= 2 * "
-                            f"num_ranks); global_batch / (micro_batch*dp*fsdp) gives {self.grad_accum_steps}")
+                            f"num_ranks; DualPipeV's, one per stage); global_batch / (micro_batch*dp*fsdp) gives "
+                            f"{self.grad_accum_steps}")
         if plan.pp > 1 and self.grad_accum_steps < plan.pp:
             notes.append(f"only {self.grad_accum_steps} micro-batches for pp={plan.pp}: the pipeline "
                          "bubble dominates")

@@ -515,15 +515,18 @@ def compute(lay: Layout, st: Stage, kn: KnobValues) -> Compute:
     ``pp - 1 - i`` for those entering at the other, half of them each (DeepSeek-V3 report,
     section 3.2.1): per micro-batch, the mean of the two. The first rank's pair is the first and
     the last stage (the head, the loss and the multi-token-prediction modules at half their
-    count); a middle rank's pair, two middle stages."""
+    count); a middle rank's pair, two middle stages. Under DualPipeV rank 0 holds the first and
+    the last of ``2 * pp`` stages: its layers, the head and the loss for every micro-batch."""
     g = gemm_speed(lay, kn)
     lt, ht, m = layer_times(lay, st, kn, g), head_times(lay, st, kn, g), lay.mesh
     mtp = lay.model.mtp_layers
     per_layer = lt.fwd + lt.bwd + lt.rec
     proj = mtp * g.time_s(st.m_tok, lay.model.hidden, 2.0 * lay.model.hidden)
     share = vec.where(m.dualpipe, 0.5, 1.0)  # of the last stage's work on its rank, per micro-batch
-    end_layers = vec.where(m.dualpipe, 0.5 * (m.layers_first + m.layers_last + mtp), m.layers_last + mtp)
-    others = vec.where(m.dualpipe, m.layers_mid, vec.maximum(m.layers_first, m.layers_mid))
+    end_layers = vec.where(m.dualpipe, 0.5 * (m.layers_first + m.layers_last + mtp),
+                           vec.where(m.dualpipev, m.layers_first, m.layers_last) + mtp)
+    others = vec.where(m.dualpipe, m.layers_mid, vec.maximum(vec.where(m.dualpipev, m.layers_last, m.layers_first),
+                                                            m.layers_mid))
     last = (end_layers * per_layer + share * ((1.0 + mtp) * (ht.fwd + ht.bwd)
                                               + (2.0 + lay.run.trainable_fraction) * proj))
     crit_last = last >= others * per_layer

@@ -167,6 +167,9 @@ class Mesh:
     dualpipe: Flag = False
     """DualPipe schedule with pp > 1 (:mod:`.pipeline`): rank ``i`` runs stage ``i`` of one copy of
     the model and stage ``pp - 1 - i`` of another, half the micro-batches each, and holds both."""
+    dualpipev: Flag = False
+    """DualPipeV (PyTorch's ``ScheduleDualPipeV``) with pp > 1: ``2 * pp`` stages in a V, rank ``i``
+    holding stages ``i`` and ``2 * pp - 1 - i`` (the embedding and the head both on rank 0)."""
 
     def __post_init__(self) -> None:
         _check_positive(self, ("micro_batch", "grad_accum", "dp", "fsdp", "tp", "pp", "vpp", "cp", "ep", "etp",
@@ -405,7 +408,7 @@ def mesh_of(w: Any) -> Mesh:
         shards_optimizer=float(p.shards_optimizer), layers_first=float(first), layers_mid=float(mid),
         layers_last=float(last), scale_up_domain=float(min(w.hardware.scale_up_domain or w.devices_per_node,
                                                            w.num_devices)),
-        dualpipe=p.pp > 1 and p.pp_schedule == "dualpipe")
+        dualpipe=p.pp > 1 and p.pp_schedule == "dualpipe", dualpipev=p.pp > 1 and p.pp_schedule == "dualpipev")
 
 
 def run_of(w: Any, trainable_fraction: float = 1.0) -> Run:

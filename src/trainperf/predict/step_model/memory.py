@@ -161,10 +161,13 @@ def last_rank_inflight_layers(pp: Num, vpp: Num, grad_accum: Num, layers_last: N
     return chunks * layers_last / vpp
 
 
-def dualpipe_inflight_units(pp: Num, grad_accum: Num) -> Num:
-    """Micro-batch-stage activation sets a DualPipe rank holds at its peak: ``pp + 1`` (DeepSeek-V3
-    report, Table 2, against 1F1B's ``pp``), at most the micro-batches there are."""
-    return vec.minimum(pp + 1.0, grad_accum)
+def dualpipe_inflight_units(pp: Num, grad_accum: Num, v_shape: Flag = False) -> Num:
+    """Micro-batch activation sets of a rank's layers (one stage's, the mean of its two) a DualPipe
+    rank holds at its peak: ``pp + 1`` (DeepSeek-V3 report, Table 2, against 1F1B's ``pp``), at
+    most the micro-batches there are. DualPipeV: ``2 pp + 1`` of its ``2 pp`` half-stages (the same
+    table over ``2 pp`` stages; PyTorch's ``ScheduleDualPipeV`` runs ``2 pp`` forward chunks on
+    every rank before its first backward), ``pp + 1/2`` sets of the rank's layers."""
+    return vec.where(v_shape, 0.5 * vec.minimum(2.0 * pp + 1.0, 2.0 * grad_accum), vec.minimum(pp + 1.0, grad_accum))
 
 
 def fsdp_unsharded_bytes(p_layer_local: Num, p_edge_local: Num, train_frac: Num, gather_bytes: Num, grad_bytes: Num,
@@ -385,22 +388,26 @@ def _peak_activations(lay: Layout, st: Stage, kept: _Kept) -> tuple[Num, Num]:
     working = kept.layer_none + share * kept.moe_none if st.rc.stores_less else st.rc.attention_core * kept.scores
     acts = vec.where(last_peaks, last, first)
     logits = vec.where(m.pp > 1, vec.where(last_peaks, logits, 0.0), logits)
-    if vec.is_number(m.dualpipe) and not m.dualpipe:
+    if vec.is_number(m.dualpipe) and not (m.dualpipe or m.dualpipev):
         return acts + working, logits
     dual, dual_logits = _dualpipe_activations(lay, kept, (sh_first, sh_second, sh_last), logits_all)
-    return (vec.where(m.dualpipe, dual, acts) + working, vec.where(m.dualpipe, dual_logits, logits))
+    on = vec.where(m.dualpipe, True, m.dualpipev)
+    return (vec.where(on, dual, acts) + working, vec.where(on, dual_logits, logits))
 
 
 def _dualpipe_activations(lay: Layout, kept: _Kept, shares: tuple[Num, Num, Num], logits: Num) -> tuple[Num, Num]:
-    """(activations, logits) of the DualPipe rank whose sum peaks, working set aside: the first
-    rank holds :func:`dualpipe_inflight_units` sets of the mean of its two stages (the first and
-    the last, with the multi-token-prediction modules) and the logits of the micro-batches that end
-    on it; a middle rank as many of two middle stages."""
+    """(activations, logits) of the DualPipe (or DualPipeV) rank whose sum peaks, working set
+    aside: the first rank holds :func:`dualpipe_inflight_units` sets of the mean of its two stages
+    (the first and the last, with the multi-token-prediction modules; DualPipeV: of its layers,
+    the first and last half-stages) and the logits of the micro-batches that end on it; a middle
+    rank as many of its layers."""
     m = lay.mesh
     sh_first, sh_mid, sh_last = shares
-    units = dualpipe_inflight_units(m.pp, m.grad_accum)
-    ends = 0.5 * (m.layers_first * (kept.layer + sh_first * kept.moe)
-                  + (m.layers_last + lay.model.mtp_layers) * (kept.layer + sh_last * kept.moe))
+    units = dualpipe_inflight_units(m.pp, m.grad_accum, m.dualpipev)
+    mtp = lay.model.mtp_layers
+    first = m.layers_first * (kept.layer + sh_first * kept.moe)
+    ends = vec.where(m.dualpipev, first + mtp * (kept.layer + sh_last * kept.moe),
+                     0.5 * (first + (m.layers_last + mtp) * (kept.layer + sh_last * kept.moe)))
     mid = m.layers_mid * (kept.layer + sh_mid * kept.moe)
     mid_peaks = units * mid > units * ends + logits
     return units * vec.where(mid_peaks, mid, ends), vec.where(mid_peaks, 0.0, logits)

@@ -13,6 +13,10 @@ With ``p`` stages, ``m`` micro-batches and per-micro-batch stage time ``t``:
   passes split into input and weight gradients (zero-bubble style) fill the rest: bubble
   ``(p/2 - 1)(F&B + B - 3W)`` (:func:`dualpipe_bubble_s`). The expert-parallel all-to-alls hide
   behind the paired chunk's compute (:mod:`.expert_parallel`).
+* DualPipeV (its "cut-in-half" variant, github.com/deepseek-ai/DualPipe; PyTorch's
+  ``ScheduleDualPipeV``): ``2p`` half-stages in a V, rank ``i`` holding ``i`` and ``2p - 1 - i``;
+  DualPipe's bubble over ``2p`` stages of half a rank's work each. PyTorch runs a paired forward
+  and backward one after the other (unless a custom overlap is registered): nothing is hidden.
 
 Each micro-batch sends its activations to the next stage forward and their gradient back,
 once per model chunk: ``[b, s/cp, h]`` (``/tp`` with sequence parallelism; fp32 where the stack
@@ -74,6 +78,9 @@ def pipeline(lay: Layout, kn: KnobValues, fab: Fabric, c: Compute, dp: DataParal
     fsdp_s = dp.fsdp_allgather.time_s + dp.fsdp_reducescatter.time_s
     left = vec.maximum(0.0, M * c.fwd_mb + M * (c.bwd_mb + c.rec_mb) - kn.overlap * fsdp_s)
     sends = CommCost(M * sends_mb, exposed_s(M * sends_mb, left, kn.overlap), M * 2.0 * m.vpp * msg * on, pp)
-    bubble = vec.where(m.dualpipe, dualpipe_bubble_s(m.pp, microbatch_s, c.bwd_mb, wgrad_s(c, lay.run.trainable_fraction)),
-                       bubble_time_s(m.pp, m.vpp, microbatch_s))
+    w = wgrad_s(c, lay.run.trainable_fraction)
+    # DualPipeV: DualPipe's bubble over 2 pp half-stages, each half a rank's work per micro-batch
+    bubble = vec.where(m.dualpipe, dualpipe_bubble_s(m.pp, microbatch_s, c.bwd_mb, w),
+                       vec.where(m.dualpipev, dualpipe_bubble_s(2.0 * m.pp, 0.5 * microbatch_s, 0.5 * c.bwd_mb, 0.5 * w),
+                                 bubble_time_s(m.pp, m.vpp, microbatch_s)))
     return Pipeline(vec.where(on, bubble, 0.0), sends)

@@ -135,8 +135,9 @@ def _stage_params(lay: Layout, layers: Num, dense_frac: Num, moe_frac: Num, mtp_
     t = m.tp
     moe_block = ms.params_router_layer + (ms.moe_experts / m.ep * (t / m.etp) + ms.moe_shared) * ms.params_expert
     p_layer = ms.params_attn_layer + dense_frac * ms.params_dense_mlp_layer + moe_frac * moe_block
-    ends = vec.where(m.pp > 1, vec.maximum(ms.params_embedding, ms.params_head),
-                     ms.params_embedding + ms.params_head)
+    # one rank holds both ends without pipeline parallelism, and under DualPipeV (rank 0 holds the V's two ends)
+    both = ms.params_embedding + ms.params_head
+    ends = vec.where(m.dualpipev, both, vec.where(m.pp > 1, vec.maximum(ms.params_embedding, ms.params_head), both))
     # multi-token-prediction blocks (an MoE block in an MoE model, a dense one else) sit on the last stage
     mtp_block = ms.params_attn_layer + vec.where(ms.moe_layers > 0, moe_block, ms.params_dense_mlp_layer)
     p_stage = (layers * p_layer + ends + mtp_last * (mtp_block + 2.0 * ms.hidden * ms.hidden)) / t
@@ -157,6 +158,7 @@ def busiest_stage(lay: Layout) -> Stage:
     m_tok = m.micro_batch * ms.seq_len / m.cp
     # the last stage carries the multi-token-prediction modules when it is (or ties for) the busiest
     mtp_last = vec.where(m.layers_last >= layers, ms.mtp_layers, 0.0)
+    mtp_last = vec.where(m.dualpipev, vec.where(m.layers_first >= layers, ms.mtp_layers, 0.0), mtp_last)
     p_layer_local, p_stage, p_experts = _stage_params(lay, layers, dense_frac, moe_frac, mtp_last)
     # DualPipe: a rank holds two stages (one of each copy of the model), with their gradients and
     # optimizer states; counted as twice the busiest stage
