@@ -205,3 +205,39 @@ def test_the_readme_quotes_the_deepseek_v3_figures_the_model_gives():
     assert round(dual.days_to_train, 2) == days
     assert round(100 * (dual.days_to_train / 3.7 - 1)) == slow
     assert round(100 * (one.days_to_train / 3.7 - 1)) == slow_1f1b
+
+
+def _search(stack: str, require_stack: bool, n: int, gbs: int, model: str = "deepseek-v3", device: str = "h800",
+            seq: int = 4096, per_node: int = 8):
+    from trainperf.plan.search import search
+    from trainperf.plan.space import SearchSpace
+    from trainperf.specs.hardware import get_hardware
+    from trainperf.specs.presets import get_model
+
+    space = SearchSpace((n,), per_node, seq, (gbs,), stack=stack, require_stack=require_stack,
+                        checkpointing=("full",), max_micro_batch=2)
+    return search(get_model(model), get_hardware(device), space, top_k=3)
+
+
+def test_the_planner_proposes_dualpipe_where_the_stack_runs_it():
+    """DeepSeek-V3 on 2048 H800 at the report's batch: with a stack that lists DualPipe (the
+    generic profile, not filtered to packaged frameworks) the fastest plan is a DualPipe plan,
+    faster than the best the frameworks' schedules give; their search rejects it."""
+    free = _search("generic", False, 2048, 15360)
+    frameworks = _search("generic", True, 2048, 15360)
+    best = free.top[0].workload.plan
+    assert best.pp_schedule == "dualpipe" and best.pp % 2 == 0
+    assert free.top[0].to_dict()["pp_schedule"] == "dualpipe"
+    assert all(p.workload.plan.pp_schedule not in ("dualpipe", "dualpipev") for p in frameworks.top)
+    assert free.top[0].step_time_s < 0.85 * frameworks.top[0].step_time_s
+    assert frameworks.rejected["no_stack"] > 0
+
+
+def test_the_planner_needs_two_micro_batches_a_rank_for_dualpipe():
+    """The bench's stack lists DualPipeV: on 2 CPUs a pp=2 plan of 2 sequences has at most 2
+    micro-batches a step, fewer than 2*pp = 4, so its DualPipeV options are rejected by name; at 16
+    sequences none is."""
+    r = _search("trainperf-bench", True, 2, 2, model="debug", device="cpu", seq=256, per_node=1)
+    assert r.rejected["dualpipe_microbatches"] > 0
+    r = _search("trainperf-bench", True, 2, 16, model="debug", device="cpu", seq=256, per_node=1)
+    assert r.rejected["dualpipe_microbatches"] == 0

@@ -174,3 +174,31 @@ def test_pricing_only_the_plans_that_fit_changes_nothing_that_fits(case):
     assert np.array_equal(full.memory_GiB, lean.memory_GiB) and full.capacity_GiB == lean.capacity_GiB
     assert np.array_equal(full.step_time_s[fit], lean.step_time_s[fit])
     assert np.isinf(lean.step_time_s[~fit]).all()
+
+
+@pytest.mark.parametrize("name,dev,counts,gbs", [("deepseek-v3", "h800", (256,), (512,)),
+                                                 ("llama2-70b", "h100-sxm", (64,), (128,))])
+def test_dualpipe_plans_equal_scalar_predictor(name, dev, counts, gbs):
+    """DualPipe and DualPipeV plans (the ``sched`` column; searched where the stack lists them:
+    the generic profile, here without the packaged-stack filter) price as the scalar predictor
+    prices the same plan, and every one of them has what the schedule needs: an even pp for
+    DualPipe, vpp 2 for DualPipeV, at least 2*pp micro-batches a step."""
+    model, hw = get_model(name), get_hardware(dev)
+    space = SearchSpace(counts, 8, 4096, gbs, max_micro_batch=2, max_vpp=2, require_stack=False,
+                        checkpointing=("full",))
+    cands = enumerate_candidates(model, hw, space)
+    ev = vectorized.evaluate(cands, model, hw, 4096, 8)
+    for code, schedule in ((1, "dualpipe"), (2, "dualpipev")):
+        rows = np.flatnonzero(cands["sched"] == code)
+        assert rows.size > 0
+        accum = cands["global_batch"][rows] // (cands["dp"][rows] * cands["fsdp"][rows] * cands["micro_batch"][rows])
+        assert (accum >= 2 * cands["pp"][rows]).all()
+        assert (cands["vpp"][rows] == code).all() and (cands["slots"][rows] == 0).all()
+        assert code == 2 or (cands["pp"][rows] % 2 == 0).all()
+        rng = np.random.default_rng(code)
+        for i in rng.choice(rows, min(12, rows.size), replace=False):
+            w = workload_of(model, hw, space, cands, int(i))
+            assert w.plan.pp_schedule == schedule
+            p = predict(w)
+            assert ev.step_time_s[i] == pytest.approx(p.step_time_s, rel=1e-6), w.describe()
+            assert ev.memory_GiB[i] == pytest.approx(p.memory_per_device_GiB, rel=1e-6), w.describe()

@@ -56,7 +56,8 @@ def test_counts_add_up_and_reasons_are_named():
 
 def test_counts_match_a_brute_force_enumeration():
     """considered / valid / per-reason counts equal plain nested loops over every option
-    (the generic stack's whole space, Megatron's embedding/loss slots included)."""
+    (the generic stack's whole space, Megatron's embedding/loss slots, DualPipe and DualPipeV
+    included)."""
     import itertools
     from collections import Counter
 
@@ -72,10 +73,15 @@ def test_counts_match_a_brute_force_enumeration():
         dp = n // (tp * pp * cp * fsdp)
         vmax = min(max_vpp, max(1, (m.layers + 2) // pp)) if pp > 1 else 1
         for gbs, mbs in itertools.product(gbs_opts, range(1, max_mbs + 1)):
-            for vpp, slots in itertools.product(range(1, vmax + 1), range(4) if pp > 1 else (0,)):
+            # the stack's own schedules by (vpp, slots), then DualPipe (even pp) and DualPipeV (2 pp <= layers)
+            options = [(vpp, slots, 0) for vpp, slots in itertools.product(range(1, vmax + 1),
+                                                                            range(4) if pp > 1 else (0,))]
+            options += [(1, 0, 1)] if pp > 1 and pp % 2 == 0 else []
+            options += [(2, 0, 2)] if pp > 1 and 2 * pp <= m.layers else []
+            for vpp, slots, sched in options:
                 e, lo = slots & 1, slots >> 1
                 per_rank = (m.layers + e + lo) // pp
-                pair_ok = (vpp == 1 and slots == 0) or (
+                pair_ok = sched > 0 or (vpp == 1 and slots == 0) or (
                     (m.layers + e + lo) % (pp * vpp) == 0 and per_rank - e >= 1 and per_rank - lo >= 1)
                 k = (2 if tp > 1 else 1) * (3 if dp > 1 else 1) * 3  # sp x zero x checkpointing
                 considered += k
@@ -86,7 +92,8 @@ def test_counts_match_a_brute_force_enumeration():
                        "cp_seq" if seq % cp else "batch_dp" if gbs % (dp * fsdp) else
                        "mbs_local" if (gbs // (dp * fsdp)) % mbs else
                        "vpp_layers" if not pair_ok else
-                       "vpp_microbatches" if vpp > 1 and accum % pp else None)
+                       "vpp_microbatches" if sched == 0 and vpp > 1 and accum % pp else
+                       "dualpipe_microbatches" if sched and accum < 2 * pp else None)
                 if why:
                     reasons[why] += k
                 else:

@@ -122,7 +122,8 @@ def _short(row: dict[str, Any]) -> str:
 _REASON_FIELD: dict[str, tuple[str, ...]] = {
     "tp_cross_node": ("tp",), "tp_heads": ("tp",), "tp_kv_heads": ("tp",), "tp_ffn": ("tp",),
     "pp_layers": ("pp",), "cp_seq": ("cp",), "batch_dp": ("dp", "fsdp"), "mbs_local": ("micro_batch",),
-    "vpp_layers": ("vpp", "pp"), "vpp_microbatches": ("vpp", "micro_batch", "pp"), "ep_ranks": ("ep", "etp"),
+    "vpp_layers": ("vpp", "pp"), "vpp_microbatches": ("vpp", "micro_batch", "pp"),
+    "dualpipe_microbatches": ("micro_batch", "pp"), "ep_ranks": ("ep", "etp"),
     "etp_ffn": ("etp", "tp"),
     "stack": ("dp", "fsdp", "tp", "sp", "pp", "vpp", "cp", "ep", "etp", "zero"), "no_stack": (),
 }

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, overload
+from typing import Any, cast, overload
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from trainperf.plan import scalar, vectorized
 from trainperf.plan.space import (
     AC_POLICIES,
     REASONS,
+    SCHEDULES_BY_CODE,
     SLOT_EMBEDDING,
     SLOT_LOSS,
     Candidates,
@@ -116,7 +117,8 @@ class RankedPlan:
         return {
             "rank": self.rank, "plan": self.label, "num_devices": w.num_devices,
             "dp": p.dp, "fsdp": p.fsdp, "zero_stage": p.zero_stage, "tp": p.tp,
-            "sequence_parallel": p.sequence_parallel, "pp": p.pp, "vpp": p.vpp, "cp": p.cp,
+            "sequence_parallel": p.sequence_parallel, "pp": p.pp, "vpp": p.vpp,
+            "pp_schedule": p.pp_schedule if p.pp > 1 else None, "cp": p.cp,
             "ep": p.ep, "etp": p.expert_tp, "global_batch": w.global_batch, "micro_batch": w.micro_batch,
             "grad_accum_steps": w.grad_accum_steps, "activation_checkpointing": w.activation_checkpointing,
             "precision": w.precision, "step_time_s": self.step_time_s, "tokens_per_s": self.tokens_per_s,
@@ -209,6 +211,8 @@ def workload_of(model: ModelSpec, hardware: Hardware, space: SearchSpace, cands:
     r = cands.row(i)
     slots = int(r["slots"])
     sched: PipelineSchedule = capabilities_of(space.stack).schedule_for(int(r["vpp"])) if int(r["pp"]) > 1 else "1f1b"
+    if int(r["pp"]) > 1 and int(r["sched"]):
+        sched = cast(PipelineSchedule, SCHEDULES_BY_CODE[int(r["sched"])])
     _emb, _loss, first_layers, last_layers = slot_stages(model.layers, int(r["pp"]), slots)
     first = int(first_layers) if first_layers >= 0 else None
     last = int(last_layers) if last_layers >= 0 else None

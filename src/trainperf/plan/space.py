@@ -75,7 +75,7 @@ class SoftwareFields(TypedDict):
 
 # Column names of a candidate table, in a fixed order.
 COLUMNS: tuple[str, ...] = (
-    "num_devices", "dp", "fsdp", "tp", "pp", "cp", "global_batch", "micro_batch", "vpp", "slots", "ep",
+    "num_devices", "dp", "fsdp", "tp", "pp", "cp", "global_batch", "micro_batch", "vpp", "slots", "sched", "ep",
     "etp", "sp", "zero", "ac", "precision", "layout",
 )
 """``layout`` numbers the plans that differ only in ZeRO stage, checkpointing and precision (one
@@ -94,6 +94,12 @@ SLOT_FIRST_SHIFT = 8
 others (Megatron's ``num_layers_in_first_pipeline_stage``): the first rank holds the most
 micro-batches in flight, so a lighter one can let a plan fit that the even split does not;
 never combined with the slots or a lighter last stage."""
+SCHEDULES_BY_CODE: tuple[str, ...] = ("", "dualpipe", "dualpipev")
+"""What the ``sched`` column codes: 0 the schedule the stack runs a plan of its ``vpp`` under
+(:meth:`~trainperf.predict.stack_capabilities.Capabilities.schedule_for`: 1F1B, interleaved or
+GPipe), 1 DeepSeek-V3's DualPipe (even pp, vpp 1), 2 PyTorch's DualPipeV (vpp 2, two stages a rank
+in a V); the last two only where the stack lists them (``pipeline_schedules``)."""
+SCHED_DUALPIPE, SCHED_DUALPIPEV = 1, 2
 
 
 def lighter_last_options(layers: int, pp: int, vpp: int, max_d: int) -> list[int]:
@@ -146,6 +152,7 @@ REASONS: dict[str, str] = {
     "mbs_local": "micro batch does not divide the local batch (global batch / dp*fsdp)",
     "vpp_layers": "pp*vpp does not divide the layers (plus any embedding/loss slots) evenly",
     "vpp_microbatches": "interleaved schedule needs the micro-batches per step to be a multiple of pp",
+    "dualpipe_microbatches": "DualPipe / DualPipeV need at least 2*pp micro-batches per step",
     "ep_ranks": "ep does not divide the ranks the experts fold over (dp*fsdp*cp, times tp when etp = 1)",
     "etp_ffn": "etp does not divide the expert FFN width",
     "fixed": "excluded by --fix (a degree the user fixed)",
@@ -497,6 +504,19 @@ def vpp_slot_pairs(layers: int, pp: int, max_vpp: int, slot_options: tuple[int, 
     return np.asarray(out, dtype=np.int64)
 
 
+def bidirectional_pairs(schedules: tuple[str, ...], layers: int, pp: int) -> np.ndarray:
+    """The ``(vpp, slots, sched)`` rows of DualPipe and DualPipeV a ``pp``-stage pipeline of
+    ``layers`` layers can run where the stack lists them (``schedules``): DualPipe with an even pp
+    (rank i pairs with rank pp-1-i; DeepSeek-V3 report, arXiv 2412.19437, section 3.2.1), DualPipeV
+    with two stages a rank, so at least ``2 * pp`` layers. Neither takes slots or uneven stages."""
+    out = []
+    if pp > 1 and pp % 2 == 0 and "dualpipe" in schedules:
+        out.append((1, 0, SCHED_DUALPIPE))
+    if pp > 1 and 2 * pp <= layers and "dualpipev" in schedules:
+        out.append((2, 0, SCHED_DUALPIPEV))
+    return np.asarray(out, dtype=np.int64).reshape(-1, 3)
+
+
 def slot_stages(layers: Any, pp: Any, slots: Any) -> tuple[Any, Any, Any, Any]:
     """What a ``slots`` code stands for, as :func:`~trainperf.specs.parallel.stage_layer_split`'s
     ``(emb, loss, first, last)``: Megatron's embedding and loss slots (bits), a last stage ``d``
@@ -515,19 +535,24 @@ def slot_stages(layers: Any, pp: Any, slots: Any) -> tuple[Any, Any, Any, Any]:
 def plan_facts(caps: Any, cols: Mapping[str, np.ndarray]) -> Any:
     """The :class:`~trainperf.predict.stack_capabilities.PlanFacts` of candidate rows: the
     columns the table has so far (``None`` for the others). Experts split like the dense layers
-    (``etp = tp``) count as not set apart; a row's schedule is the one the stack runs it under
+    (``etp = tp``) count as not set apart; a row's schedule is the one its ``sched`` code names
+    (:data:`SCHEDULES_BY_CODE`), else the one the stack runs it under
     (:meth:`~trainperf.predict.stack_capabilities.Capabilities.schedule_for`)."""
 
     def col(name: str) -> Any:
         return cols.get(name)
 
-    vpp, slots = col("vpp"), col("slots")
+    vpp, slots, code = col("vpp"), col("slots"), col("sched")
     has = {sched: sched in caps.pipeline_schedules for sched in (caps.schedule_for(1), caps.schedule_for(2))}
+    ok = None if vpp is None else np.where(vpp > 1, has[caps.schedule_for(2)], has[caps.schedule_for(1)])
+    if ok is not None and code is not None:
+        named = np.asarray([False] + [s in caps.pipeline_schedules for s in SCHEDULES_BY_CODE[1:]])
+        ok = np.where(code > 0, named[code], ok)
     return PlanFacts(
         dp=col("dp"), fsdp=col("fsdp"), tp=col("tp"), pp=col("pp"), vpp=vpp, cp=col("cp"), ep=col("ep"),
         zero_stage=col("zero"), sp=None if "sp" not in cols else cols["sp"] == 1, etp=col("etp"),
         etp_given=None if "etp" not in cols else cols["etp"] != cols["tp"],
-        schedule_ok=None if vpp is None else np.where(vpp > 1, has[caps.schedule_for(2)], has[caps.schedule_for(1)]),
+        schedule_ok=ok,
         slots=None if slots is None else (slots & (SLOT_EMBEDDING | SLOT_LOSS)) != 0,
         uneven=None if slots is None else (slots >> SLOT_LIGHTER_SHIFT) != 0)
 
@@ -611,8 +636,9 @@ def enumerate_candidates(model: ModelSpec, hardware: Hardware, space: SearchSpac
     own: tp within a scale-up domain unless allowed, and an interleaved schedule only when the
     layers (plus Megatron's embedding/loss slots) split evenly into pp*vpp chunks and the
     micro-batches per step are a multiple of pp (Megatron-LM's requirement for its interleaved
-    1F1B schedule). Plain 1F1B may split the layers unevenly, as Workload allows. Memory is
-    checked later, by the evaluator.
+    1F1B schedule); DualPipe and DualPipeV where the stack lists them, with at least 2*pp
+    micro-batches per step. Plain 1F1B may split the layers unevenly, as Workload allows. Memory
+    is checked later, by the evaluator.
 
     ``--fix`` values are applied first at each stage, so every other rejection is counted among
     plans that have the fixed values (what :func:`trainperf.plan.feasibility.fixed_refusal` reads).
@@ -655,19 +681,24 @@ class _Enumeration:
         return min(vmax, self.space.max_vpp) if self.space.max_vpp else vmax
 
     def pairs(self, pp: int) -> np.ndarray:
-        """The (vpp, slots) options of a ``pp``-stage pipeline (:func:`vpp_slot_pairs`)."""
+        """The (vpp, slots, sched) options of a ``pp``-stage pipeline: the stack's default
+        schedules' (:func:`vpp_slot_pairs`) and DualPipe's and DualPipeV's where it lists them
+        (:func:`bidirectional_pairs`)."""
         if pp not in self.pair_cache:
             L = self.model.layers
-            self.pair_cache[pp] = vpp_slot_pairs(L, pp, self.vmax_of(pp), self.slot_opts, self.lighter,
-                                                 first_layers_bound(L, pp) if self.uneven else 0)
+            pairs = vpp_slot_pairs(L, pp, self.vmax_of(pp), self.slot_opts, self.lighter,
+                                   first_layers_bound(L, pp) if self.uneven else 0)
+            default = np.column_stack([pairs, np.zeros(pairs.shape[0], dtype=np.int64)])
+            self.pair_cache[pp] = np.concatenate([default, bidirectional_pairs(self.caps.pipeline_schedules, L, pp)])
         return self.pair_cache[pp]
 
     def n_vpp_options(self, pp: int) -> int:
         if pp <= 1:
             return 1
-        # the lighter first/last options are generated valid, so they count only as what they are
-        n_lighter = int((self.pairs(pp)[:, 1] >> SLOT_LIGHTER_SHIFT > 0).sum())
-        return self.vmax_of(pp) * len(self.slot_opts) + n_lighter
+        # the lighter first/last and bidirectional options are generated valid: they count only as what they are
+        t = self.pairs(pp)
+        n_extra = int(((t[:, 1] >> SLOT_LIGHTER_SHIFT > 0) | (t[:, 2] > 0)).sum())
+        return self.vmax_of(pp) * len(self.slot_opts) + n_extra
 
     def n_options(self, cols: dict[str, np.ndarray], stage: int) -> np.ndarray:
         """Options each row has at ``stage``."""
@@ -731,12 +762,16 @@ class _Enumeration:
                                           ("mbs_local", local % c["micro_batch"] == 0)])
 
     def pipeline(self, c: dict[str, np.ndarray], applied: set[int]) -> dict[str, np.ndarray]:
-        """Stage 3: the (vpp, slots) pairs each pp can run; interleaving needs the micro-batches
-        per step to be a multiple of pp."""
+        """Stage 3: the (vpp, slots, sched) options each pp can run; interleaving needs the
+        micro-batches per step to be a multiple of pp, DualPipe and DualPipeV at least ``2 * pp``
+        of them (DualPipe's ``num_chunks >= num_ranks * 2``)."""
         c = self.expand_vpp(c)
         accum = c["global_batch"] // (c["dp"] * c["fsdp"] * c["micro_batch"])
-        return self.counter.reject(c, 3, [self.fix(c, "vpp", "slots"), self.stack(c, applied),
-                                          ("vpp_microbatches", (c["vpp"] == 1) | (accum % c["pp"] == 0))])
+        default = c["sched"] == 0
+        return self.counter.reject(c, 3, [
+            self.fix(c, "vpp", "slots"), self.stack(c, applied),
+            ("vpp_microbatches", (c["vpp"] == 1) | ~default | (accum % c["pp"] == 0)),
+            ("dualpipe_microbatches", default | (accum >= 2 * c["pp"]))])
 
     def experts(self, c: dict[str, np.ndarray], applied: set[int]) -> dict[str, np.ndarray]:
         """Stage 4: expert parallelism over the ranks the experts fold over (ep x etp covers
@@ -780,8 +815,8 @@ class _Enumeration:
         return c
 
     def expand_vpp(self, c: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Expand every row by the ``(vpp, slots)`` pairs its pp can run; the pairs it cannot are
-        counted as ``vpp_layers`` (weighted by the plans each would have expanded into)."""
+        """Expand every row by the ``(vpp, slots, sched)`` options its pp can run; the ones it cannot
+        are counted as ``vpp_layers`` (weighted by the plans each would have expanded into)."""
         pp = c["pp"]
         uniq, inv = np.unique(pp, return_inverse=True)
         tables = [self.pairs(int(u)) for u in uniq]
@@ -794,7 +829,7 @@ class _Enumeration:
             if bad.sum():
                 self.counter.rejected["vpp_layers"] += int(bad.sum())
         _check_rows(int(cnt.sum()), "layouts x virtual pipeline stages")
-        flat = np.concatenate(tables) if tables else np.zeros((0, 2), dtype=np.int64)
+        flat = np.concatenate(tables) if tables else np.zeros((0, 3), dtype=np.int64)
         start_u = np.concatenate([[0], np.cumsum(cnt_u)[:-1]]).astype(np.int64)
         rows = np.repeat(np.arange(pp.shape[0]), cnt)
         offset = np.arange(rows.shape[0]) - np.repeat(np.cumsum(cnt) - cnt, cnt)
@@ -802,6 +837,7 @@ class _Enumeration:
         out = {k: v[rows] for k, v in c.items()}
         out["vpp"] = flat[sel, 0].astype(COLUMN_DTYPE)
         out["slots"] = flat[sel, 1].astype(COLUMN_DTYPE)
+        out["sched"] = flat[sel, 2].astype(COLUMN_DTYPE)
         return out
 
     # ---------------------------------------------------------------------------- table

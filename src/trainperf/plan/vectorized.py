@@ -22,7 +22,14 @@ from typing import Any
 import numpy as np
 
 from trainperf.plan import scalar
-from trainperf.plan.space import AC_POLICIES, Candidates, SoftwareFields, slot_stages
+from trainperf.plan.space import (
+    AC_POLICIES,
+    SCHED_DUALPIPE,
+    SCHED_DUALPIPEV,
+    Candidates,
+    SoftwareFields,
+    slot_stages,
+)
 from trainperf.predict.stack_capabilities import capabilities_of
 from trainperf.predict.step_model import memory_only, step_costs
 from trainperf.predict.step_model.layout import Layout, Mesh
@@ -55,25 +62,27 @@ def mesh_arrays(c: Candidates, idx: np.ndarray, layers: int, scale_up_domain: in
     """The :class:`~trainperf.predict.step_model.layout.Mesh` of candidate rows ``idx``, as arrays.
 
     Experts are split like the dense layers (``etp = tp``) or not at all (``etp = 1``), as the
-    candidate says. ``scale_up_domain``: devices per NVLink/xGMI domain. ``gpipe``: whether the
-    stack pipelines with GPipe at (vpp = 1, vpp > 1)
+    candidate says; DualPipe and DualPipeV where its ``sched`` code names them. ``scale_up_domain``:
+    devices per NVLink/xGMI domain. ``gpipe``: whether the stack pipelines with GPipe at (vpp = 1, vpp > 1)
     (:meth:`~trainperf.predict.stack_capabilities.Capabilities.schedule_for`). ``cp_shards_states``:
     the stack shards the states over the cp ranks of a plan that shards nothing else, as
     :func:`~trainperf.predict.stack_capabilities.apply_stack` does for one workload.
     """
     f64 = np.float64
     col = {k: c[k][idx] for k in ("num_devices", "dp", "fsdp", "zero", "tp", "pp", "vpp", "cp", "micro_batch",
-                                  "global_batch", "sp", "ep", "etp", "slots")}
+                                  "global_batch", "sp", "ep", "etp", "slots", "sched")}
     dp, fsdp, zero, cp = (col[k].astype(f64) for k in ("dp", "fsdp", "zero", "cp"))
     if cp_shards_states:
         zero = np.where((cp > 1) & (fsdp == 1) & (dp == 1) & (zero < 3), 3.0, zero)
-    pp, vpp = col["pp"].astype(f64), col["vpp"].astype(f64)
+    pp, vpp, sched = col["pp"].astype(f64), col["vpp"].astype(f64), col["sched"]
+    default = sched == 0  # the stack's own schedule for the vpp, not DualPipe or DualPipeV
     first, mid, last = stage_layer_split(float(layers), pp, *slot_stages(layers, col["pp"], col["slots"]))
     return Mesh(
         micro_batch=col["micro_batch"].astype(f64),
         grad_accum=(col["global_batch"] // (col["micro_batch"] * col["dp"] * col["fsdp"])).astype(f64),
         dp=dp, fsdp=fsdp, zero_stage=zero, tp=col["tp"].astype(f64), sp=col["sp"].astype(bool), pp=pp, vpp=vpp,
-        interleaved=(vpp > 1) & (not gpipe[1]), gpipe=(pp > 1) & np.where(vpp > 1, gpipe[1], gpipe[0]), cp=cp,
+        interleaved=(vpp > 1) & (not gpipe[1]) & default, gpipe=(pp > 1) & np.where(vpp > 1, gpipe[1], gpipe[0]) & default,
+        dualpipe=(pp > 1) & (sched == SCHED_DUALPIPE), dualpipev=(pp > 1) & (sched == SCHED_DUALPIPEV), cp=cp,
         ep=col["ep"].astype(f64), etp=col["etp"].astype(f64), shards_params=shards_params(dp, fsdp, zero, cp),
         shards_grads=shards_grads(dp, fsdp, zero, cp), shards_optimizer=shards_optimizer(dp, fsdp, zero, cp),
         layers_first=first, layers_mid=mid, layers_last=last,
