@@ -150,6 +150,20 @@ def test_dualpipev_matches_single_process(tmp_path, env):
     assert _losses(tmp_path / "dual") == pytest.approx(_losses(tmp_path / "one"), rel=1e-4)
 
 
+def test_dualpipev_beside_fsdp_matches_single_process(tmp_path, env):
+    """DualPipeV on two pipeline ranks, each stage sharded by FSDP2 over two data-parallel ranks
+    (four processes): the losses of one process with gradient accumulation over the same eight
+    sequences, so the V's placement, the loss on rank 0 and the sharded gradients agree."""
+    four = [*FP32, "--layers", "4", "--global-batch", "8", "--micro-batch", "1"]
+    one = _run(env, *four, "--steps", "2", "--out", str(tmp_path / "one"))
+    dual = _run(env, *four, "--nproc", "4", "--pp", "2", "--fsdp", "2", "--pp-schedule", "dualpipev",
+                "--steps", "2", "--out", str(tmp_path / "dual"))
+    assert one.returncode == 0 and dual.returncode == 0, dual.stderr[-3000:]
+    s = json.loads((tmp_path / "dual" / "summary.json").read_text())
+    assert "dualpipev" in s["parallelism"] and "FSDP2 over 2 ranks" in s["parallelism"]
+    assert _losses(tmp_path / "dual") == pytest.approx(_losses(tmp_path / "one"), rel=1e-4)
+
+
 def test_two_nodes_via_c10d_rendezvous(tmp_path, env):
     endpoint = f"127.0.0.1:{_free_port()}"
     procs = [subprocess.Popen(_cmd(*TINY_FLAGS, "--steps", "3", "--fsdp", "2", "--nnodes", "2", "--nproc", "1",
