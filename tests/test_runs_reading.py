@@ -152,11 +152,25 @@ def test_precisions_and_fp8_recipes(cell, precision, recipe):
     ("custom: qkv/out/mlpwo kept on device", "maxtext", "custom:qkv_proj=device+out_proj=device+mlpwo=device"),
     ("remat_policy=custom; decoder layer input offloaded to host; qkv_proj and out_proj on device", "maxtext",
      "custom:decoder_layer_input=offload+qkv_proj=device+out_proj=device"),
+    # whole words only: "offload" is not "off", and torchtitan's bare "op" is its per-op policy
+    ("activation offload", "generic", "none"), ("offloaded activations", "generic", "none"), ("Off", "generic", "none"),
+    ("op", "torchtitan", "selective-op"), ("enabled (every layer)", "generic", "full"),
 ])
 def test_checkpointing_spellings(cell, stack, policy):
     from trainperf.predict.runs_table import _policy
 
     assert _policy(cell, stack, stack_defaults(stack), "bf16", 8.0, []) == policy
+
+
+def test_activation_offloading_is_read_as_no_recomputation_and_said():
+    notes: list[str] = []
+    from trainperf.predict.runs_table import _policy
+
+    assert _policy("offload", "generic", stack_defaults("generic"), "bf16", 8.0, notes) == "none"
+    assert any("offloading" in n and "not modelled" in n for n in notes)
+    for cell in ("only attention recomputed", "onload"):  # no longer read from their first letters
+        with pytest.raises(Exception, match="not readable"):
+            _policy(cell, "generic", stack_defaults("generic"), "bf16", 8.0, [])
 
 
 def test_an_unreadable_precision_is_refused_and_mixed_alone_is_unstated():

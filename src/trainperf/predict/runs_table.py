@@ -321,7 +321,7 @@ def _policy_words(low: str, cell: str, d: Any, notes: list[str]) -> str | None:
     word = re.match(r"[a-z_:0-9-]+", low)
     if word and word.group(0) in POLICIES and word.group(0) not in ("none", "full", "selective"):
         return word.group(0)
-    if re.search(r"selective\W*(?:op|ops|per[- ]op)\b|\bop[- ]level|per[- ]op\b|selective_ac_option\W*op", low):
+    if re.search(r"selective\W*(?:op|ops|per[- ]op)\b|\bop[- ]level|per[- ]op\b|selective_ac_option\W*op|^ops?$", low):
         return _first_known("selective-op", "selective")
     m = re.search(r"selective\W*layer|every\s*(\d+)(?:nd|rd|th|st)?\s*layers?|ac[_ ]freq\D{0,3}(\d+)", low)
     if m:  # torchtitan: every n-th layer fully checkpointed (selective_ac_option = "2")
@@ -336,10 +336,15 @@ def _policy_words(low: str, cell: str, d: Any, notes: list[str]) -> str | None:
     m = re.match(r"(?:fsdp_config\.)?activation[_ ]checkpointing\W*(true|yes|on|false|no|off|none|null)\b", low)
     if m:  # LLM Foundry / Composer yaml: fsdp_config.activation_checkpointing: true (whole blocks)
         return "full" if m.group(1) in ("true", "yes", "on") else "none"
-    if (low.startswith(("full", "yes", "true", "on", "enabled", "recompute", "remat", "activation checkpointing",
-                        "checkpoint")) or "remat_policy=full" in low):
+    if re.match(r"(?:activation\W*)?offload", low):  # activations moved to the host, not recomputed
+        notes.append(f"activation checkpointing {cell[:40]!r}: activation offloading read as no recomputation; the "
+                     "host transfers and the device memory it frees are not modelled")
+        return "none"
+    # whole words: "on" is not "only attention", "off" not "offload", "no" not "non-uniform"
+    if re.match(r"(?:full|yes|true|on|enabled|recompute|remat|activation checkpointing|checkpoint)(?![a-z])",
+                low) or "remat_policy=full" in low:
         return "full"
-    if low.startswith(("none", "no", "false", "off", "disabled", "null")):
+    if re.match(r"(?:none|no|false|off|disabled|null)(?![a-z])", low):
         return "none"
     return None
 
