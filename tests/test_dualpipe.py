@@ -241,3 +241,25 @@ def test_the_planner_needs_two_micro_batches_a_rank_for_dualpipe():
     assert r.rejected["dualpipe_microbatches"] > 0
     r = _search("trainperf-bench", True, 2, 16, model="debug", device="cpu", seq=256, per_node=1)
     assert r.rejected["dualpipe_microbatches"] == 0
+
+
+def test_plan_with_a_stack_file_that_lists_dualpipe(tmp_path, capsys):
+    """A user's own stack profile (Megatron-Core's, with DualPipe added to its schedules): `plan`
+    proposes DualPipe plans for DeepSeek-V3, and --json names the schedule."""
+    import json
+    from pathlib import Path
+
+    import trainperf.predict as predict_pkg
+
+    src = (Path(predict_pkg.__file__).parent / "data" / "stacks" / "megatron-core.toml").read_text()
+    src = src.replace('name = "megatron-core"', 'name = "my-dualpipe-stack"', 1)
+    src = src.replace('pipeline_schedules = [\n    "1f1b",', 'pipeline_schedules = [\n    "dualpipe",\n    "1f1b",', 1)
+    assert '"dualpipe",' in src
+    stack = tmp_path / "mine.toml"
+    stack.write_text(src)
+    rc = main(["plan", "--model", "deepseek-v3", "--device", "h800", "--num-devices", "2048", "--seq-len", "4096",
+               "--global-batch", "15360", "--activation-checkpointing", "full", "--max-micro-batch", "1",
+               "--stack", str(stack), "--top", "3", "--json"])
+    assert rc == 0
+    top = json.loads(capsys.readouterr().out)["plans"]
+    assert top and top[0]["pp_schedule"] == "dualpipe" and top[0]["pp"] % 2 == 0
