@@ -263,3 +263,11 @@ def test_plan_with_a_stack_file_that_lists_dualpipe(tmp_path, capsys):
     assert rc == 0
     top = json.loads(capsys.readouterr().out)["plans"]
     assert top and top[0]["pp_schedule"] == "dualpipe" and top[0]["pp"] % 2 == 0
+
+
+def test_why_the_best_plan_names_a_schedule_difference():
+    from trainperf.plan.explain import plan_differences
+
+    a, b = _w("dualpipe"), _w("1f1b")
+    assert plan_differences(a, b) == ["schedule dualpipe vs 1f1b"]
+    assert plan_differences(a, a) == []

@@ -33,6 +33,8 @@ def plan_differences(a: Any, b: Any) -> list[str]:
         x, y = getattr(a.plan, attr), getattr(b.plan, attr)
         if x != y:
             out.append(f"{name} {x} vs {y}")
+    if a.plan.pp > 1 and b.plan.pp > 1 and a.plan.pp_schedule != b.plan.pp_schedule:
+        out.append(f"schedule {a.plan.pp_schedule} vs {b.plan.pp_schedule}")
     if a.plan.sequence_parallel != b.plan.sequence_parallel:
         out.append(f"sequence parallel {'on' if a.plan.sequence_parallel else 'off'} vs "
                    f"{'on' if b.plan.sequence_parallel else 'off'}")
