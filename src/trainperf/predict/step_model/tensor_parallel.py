@@ -53,13 +53,16 @@ def _block_s(lay: Layout, fab: Fabric, g: Group, buf: Num) -> Num:
     forward, a reduce-scatter of the input's gradient and an all-gather of the output's backward.
     The input and its gradient are :func:`~trainperf.predict.step_model.layout.residual_width`
     times ``buf``."""
-    wide = residual_width(lay)
+    wide, sp = residual_width(lay), lay.mesh.sp
+    if sp is False:  # one plan without sequence parallelism: the gathers are not priced (speed)
+        return 0.5 * (fab.time_s("all-reduce", buf, g) + fab.time_s("all-reduce", buf * wide, g))
     gather = vec.where(lay.run.fp8, 0.5, wide)
     agrs = 0.5 * (fab.time_s("all-gather", buf * gather, g) + fab.time_s("reduce-scatter", buf, g)
                   + fab.time_s("reduce-scatter", buf * wide, g) + fab.time_s("all-gather", buf * vec.where(
                       lay.run.fp8, 0.5, 1.0), g))
-    return vec.where(lay.mesh.sp, agrs, 0.5 * (fab.time_s("all-reduce", buf, g)
-                                               + fab.time_s("all-reduce", buf * wide, g)))
+    if sp is True:
+        return agrs
+    return vec.where(sp, agrs, 0.5 * (fab.time_s("all-reduce", buf, g) + fab.time_s("all-reduce", buf * wide, g)))
 
 
 def host_s(lay: Layout, layers: Num) -> Num:
@@ -112,6 +115,8 @@ def _expert_block_s(lay: Layout, fab: Fabric, g: Group, buf: Num) -> Num:
     """Seconds of one MoE block's forward expert-tp collectives over the etp group ``g`` (the
     dispatcher's gather and scatter of ``topk`` copies, in 16 bits; 0 with etp = 1)."""
     m = lay.mesh
+    if not lay.model.expert_mats:  # a dense model has no MoE block (speed)
+        return 0.0
     moe_buf = buf * lay.model.moe_topk
     agrs = fab.time_s("all-gather", moe_buf, g) + fab.time_s("reduce-scatter", moe_buf, g)
     return vec.where(m.etp > 1, vec.where(m.sp, agrs, fab.time_s("all-reduce", buf, g)), 0.0)
