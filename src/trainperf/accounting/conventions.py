@@ -159,7 +159,14 @@ def model_flops_per_token(model: ModelSpec, seq_len: int, convention: str = DEFA
         from trainperf.accounting.lora import lora_flops_per_token
 
         return lora_flops_per_token(model, seq_len, lora)
-    return _FUNCS[conv.name](model, seq_len, lora_fraction)
+    return _counted(conv.name, model, seq_len, lora_fraction)
+
+
+@functools.lru_cache(maxsize=512)
+def _counted(convention: str, model: ModelSpec, seq_len: int, lora_fraction: float) -> float:
+    """:data:`_FUNCS`' count, kept per (convention, model, length): the count is a pure function
+    of them, and a prediction or a planner's rerank asks for the same one many times."""
+    return _FUNCS[convention](model, seq_len, lora_fraction)
 
 
 def recompute_flops_per_token(model: ModelSpec, seq_len: int, policy: str,
