@@ -54,15 +54,15 @@ def _block_s(lay: Layout, fab: Fabric, g: Group, buf: Num) -> Num:
     The input and its gradient are :func:`~trainperf.predict.step_model.layout.residual_width`
     times ``buf``."""
     wide, sp = residual_width(lay), lay.mesh.sp
-    if sp is False:  # one plan without sequence parallelism: the gathers are not priced (speed)
-        return 0.5 * (fab.time_s("all-reduce", buf, g) + fab.time_s("all-reduce", buf * wide, g))
+    # one plan (a Python bool) prices only the collectives it runs; the planner's arrays both
+    ar = 0.0 if sp is True else 0.5 * (fab.time_s("all-reduce", buf, g) + fab.time_s("all-reduce", buf * wide, g))
+    if sp is False:
+        return ar
     gather = vec.where(lay.run.fp8, 0.5, wide)
     agrs = 0.5 * (fab.time_s("all-gather", buf * gather, g) + fab.time_s("reduce-scatter", buf, g)
                   + fab.time_s("reduce-scatter", buf * wide, g) + fab.time_s("all-gather", buf * vec.where(
                       lay.run.fp8, 0.5, 1.0), g))
-    if sp is True:
-        return agrs
-    return vec.where(sp, agrs, 0.5 * (fab.time_s("all-reduce", buf, g) + fab.time_s("all-reduce", buf * wide, g)))
+    return agrs if sp is True else vec.where(sp, agrs, ar)
 
 
 def host_s(lay: Layout, layers: Num) -> Num:
