@@ -155,6 +155,7 @@ def test_precisions_and_fp8_recipes(cell, precision, recipe):
     # whole words only: "offload" is not "off", and torchtitan's bare "op" is its per-op policy
     ("activation offload", "generic", "none"), ("offloaded activations", "generic", "none"), ("Off", "generic", "none"),
     ("op", "torchtitan", "selective-op"), ("enabled (every layer)", "generic", "full"),
+    ("nothing recomputed", "generic", "none"),
 ])
 def test_checkpointing_spellings(cell, stack, policy):
     from trainperf.predict.runs_table import _policy
@@ -168,7 +169,7 @@ def test_activation_offloading_is_read_as_no_recomputation_and_said():
 
     assert _policy("offload", "generic", stack_defaults("generic"), "bf16", 8.0, notes) == "none"
     assert any("offloading" in n and "not modelled" in n for n in notes)
-    for cell in ("only attention recomputed", "onload"):  # no longer read from their first letters
+    for cell in ("only attention recomputed", "onload", "non-uniform"):  # not read from their first letters
         with pytest.raises(Exception, match="not readable"):
             _policy(cell, "generic", stack_defaults("generic"), "bf16", 8.0, [])
 

@@ -233,7 +233,7 @@ def _megatron_method(low: str, cell: str, notes: list[str]) -> str | None:
     m = re.search(r"\bblock\W{0,3}(?:recompute_num_layers\W{0,3})?(\d+)", low)
     if m:
         return f"full:{m.group(1)}"
-    if re.search(r"\buniform\b", low):
+    if re.search(r"(?<![a-z-])uniform\b", low):  # not "non-uniform"
         return "full"
     m = re.search(r"recompute[ _-]num[ _-]layers\W{0,3}(\d+)", cell.lower())
     if m:
@@ -344,7 +344,7 @@ def _policy_words(low: str, cell: str, d: Any, notes: list[str]) -> str | None:
     if re.match(r"(?:full|yes|true|on|enabled|recompute|remat|activation checkpointing|checkpoint)(?![a-z])",
                 low) or "remat_policy=full" in low:
         return "full"
-    if re.match(r"(?:none|no|false|off|disabled|null)(?![a-z])", low):
+    if re.match(r"(?:none|no|nothing|false|off|disabled|null)(?![a-z])", low):
         return "none"
     return None
 
