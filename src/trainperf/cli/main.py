@@ -36,7 +36,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("trainperf.cli.report", "write a self-contained HTML report (plus Markdown and PNGs) of runs, sweeps and published comparisons"),
     "parse": ("trainperf.cli.parse", "parse another framework's training log and recompute its metrics on one basis"),
     "compare": ("trainperf.cli.compare", "several runs (logs, trainperf runs, published records) side by side"),
-    "plan": ("trainperf.cli.plan", "search every parallel plan (dp/fsdp/zero, tp, sp, pp/vpp, cp, ep, micro batch, checkpointing) and rank them"),
+    "plan": ("trainperf.cli.plan", "search every parallel plan (dp/fsdp/zero, tp, sp, pp/vpp and the stack's pipeline "
+                                   "schedules, cp, ep, micro batch, checkpointing) and rank them"),
 }
 
 

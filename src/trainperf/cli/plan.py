@@ -44,7 +44,8 @@ from trainperf.specs.bounds import (
     Bound,
 )
 
-HELP = "search every parallel plan (dp/fsdp/zero, tp, sp, pp/vpp, cp, ep, micro batch, checkpointing) and rank them"
+HELP = ("search every parallel plan (dp/fsdp/zero, tp, sp, pp/vpp and the stack's pipeline schedules, cp, ep, micro "
+        "batch, checkpointing) and rank them")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
