@@ -247,11 +247,9 @@ def test_plan_with_a_stack_file_that_lists_dualpipe(tmp_path, capsys):
     """A user's own stack profile (Megatron-Core's, with DualPipe added to its schedules): `plan`
     proposes DualPipe plans for DeepSeek-V3, and --json names the schedule."""
     import json
-    from pathlib import Path
+    from importlib import resources
 
-    import trainperf.predict as predict_pkg
-
-    src = (Path(predict_pkg.__file__).parent / "data" / "stacks" / "megatron-core.toml").read_text()
+    src = resources.files("trainperf.predict").joinpath("data/stacks/megatron-core.toml").read_text(encoding="utf-8")
     src = src.replace('name = "megatron-core"', 'name = "my-dualpipe-stack"', 1)
     src = src.replace('pipeline_schedules = [\n    "1f1b",', 'pipeline_schedules = [\n    "dualpipe",\n    "1f1b",', 1)
     assert '"dualpipe",' in src
