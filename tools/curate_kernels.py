@@ -133,91 +133,140 @@ def _dtype_key(dtype: str) -> str:
 
 
 def curate_gemm(c: Curation, rows: list[Row]) -> None:
+    """Dense and grouped GEMM throughput (``gemm.csv``); the fp8 recipe rows are left to curate_fp8."""
     for r in rows:
-        q, dev, src, sw, p = r["quantity"], r["device"], r["source"], r["software"], r["params"]
-        if "XLA perf table" in q:
-            c.reject(r, "XLA matmul table: the generator computes M*N*K*b/ns (FMA/s) while bf16/tf32 "
-                        "magnitudes read as FLOP/s, the sm_90 fp8 entries exceed the 1979 TFLOP/s spec, "
-                        "and the SKU behind sm_90/gfx942/gfx950 is not stated")
-        elif q.startswith("max achievable matmul TFLOPS (MAMF, mean)"):
-            sku, silicon = _sku(dev, GEMM_SKU)
-            if sku is None:
-                c.reject(r, "the 900 W GH200 with 141 GiB HBM3e is not a catalog SKU (the catalog's gh200 "
-                            "is the 96 GB HBM3 part; no catalog Hopper part sustains this module's clocks)")
-                continue
-            c.keep("gemm", r, silicon=silicon, sku=sku, dtype_key=_dtype_key(r["dtype"]), use="peak",
-                   sweep="", m="", n="", k="", tflops=_num(r["value"]))
-        elif q.startswith("max achievable matmul TFLOPS (MAMF)"):
-            c.reject(r, "superseded software: MI300X MAMF under ROCm 6.1 (450), the same source "
-                        "measures 668 with ROCm 6.2+")
-        elif q.startswith("max-achievable GEMM TFLOPS (AMD MAF)"):
-            sku, silicon = _sku(dev, GEMM_SKU)
-            c.keep("gemm", r, silicon=silicon, sku=sku, dtype_key=_dtype_key(r["dtype"]), use="peak",
-                   sweep="", m="", n="", k="", tflops=_num(r["value"]))
-        elif q.startswith("MAF alternate footnote value"):
-            c.reject(r, "duplicate: footnote restatement of an AMD MAF table value (the table value is used)")
-        elif q == "GEMM achieved TFLOPS" and "AI-benchmarking-guide" in src:
-            if "ROCm 6.8.1" in sw:
-                c.reject(r, "superseded software: the same Azure MI300X sweep under ROCm 6.8.1 "
-                            "(the ROCm 6.8.5 sweep is used)")
-                continue
-            sku, silicon = _sku(dev, GEMM_SKU)
-            m, n, k = (int(x) for x in re.search(r"m=(\d+),n=(\d+),k=(\d+)", p).groups())
-            lib = "hipBLASLt" if "hipBLASLt" in sw else "cuBLASLt"
-            c.keep("gemm", r, silicon=silicon, sku=sku, dtype_key=_dtype_key(r["dtype"]), use="sweep",
-                   sweep=f"azure-{sku}-{_dtype_key(r['dtype'])}-{lib}", m=m, n=n, k=k,
-                   tflops=_num(r["value"]))
-        elif q == "GEMM achieved TFLOPS" and "HipKittens" in src:
-            lib = r["where"]
-            vendor_lib = ("tflops_pytorch" in lib or "tflops_hipblaslt" in lib)
-            if not vendor_lib:
-                c.reject(r, "research kernel (HipKittens / ThunderKittens / AITER tgemm / earlier "
-                            "comparison csv): not the hipBLASLt path PyTorch training stacks call")
-                continue
-            sku, silicon = _sku(dev, GEMM_SKU)
-            d = int(re.search(r"M=N=K=(\d+)", p).group(1))
-            c.keep("gemm", r, silicon=silicon, sku=sku, dtype_key=_dtype_key(r["dtype"]), use="sweep",
-                   sweep=f"hipkittens-{sku}-{_dtype_key(r['dtype'])}-hipBLASLt", m=d, n=d, k=d,
-                   tflops=_num(r["value"]))
-        elif q == "GEMM achieved TFLOPS" and "rocm-blogs" in src and "hipBLASLt" in sw:
-            sku, silicon = _sku(dev, GEMM_SKU)
-            d = int(re.search(r"M=N=K=(\d+)", p).group(1))
-            c.keep("gemm", r, silicon=silicon, sku=sku, dtype_key="fp8", use="sweep",
-                   sweep="rocmblog-mi355x-fp8-hipBLASLt", m=d, n=d, k=d, tflops=_num(r["value"]))
-        elif q == "GEMM achieved TFLOPS" and "rocm-blogs" in src:
-            c.reject(r, "research kernel (hand-written HIP ping-pong kernel), not a library path")
-        elif q == "GEMM achieved TFLOPS" and "tilelang" in src:
-            c.reject(r, "research kernel compiler (TileLang K-sweep on H800), not the cuBLAS path stacks call; "
-                        "its small-K points are bound by writing the 8192x8192 output, not by shape")
-        elif "DeepGEMM" in sw or "deepseek-ai/DeepGEMM" in src:
-            c.reject(r, "custom block-scaled kernels of one stack (DeepGEMM), M=64/128 decode shapes and "
-                        "grouped MoE layouts: no dense-GEMM class uses them (cited in docs for blockwise)")
-        elif q.startswith(("Fprop GEMM time", "per-layer GEMM time")):
-            continue  # fp8 recipe rows, curated by curate_fp8
-        elif q.startswith("grouped GEMM fwd+bwd time (bf16 torch._grouped_mm)"):
-            # the routed-expert GEMM PyTorch-native MoE stacks (torchtitan) call: forward plus the
-            # two backward GEMMs of M tokens x (K -> N) over G groups, 6*M*N*K FLOPs in all
-            sku, silicon = _sku(dev, GEMM_SKU)
-            m, n, k, g = (int(x) for x in re.search(r"M=(\d+),N=(\d+),K=(\d+),G=(\d+)", p).groups())
-            tflops = 6.0 * m * n * k / (_num(r["value"]) * 1e-6) / 1e12
-            c.keep("gemm", r, silicon=silicon, sku=sku, dtype_key="bf16", use="grouped",
-                   sweep=f"torch-grouped-mm-G{g}", m=m, n=n, k=k, tflops=f"{tflops:.1f}")
-        elif "grouped" in q.lower() or "MoE layer" in q or "mxfp8 GEMM speedup" in q:
-            c.reject(r, "grouped MoE GEMMs in mxfp8 or claims: the grouped-GEMM class holds bf16 "
-                        "torch._grouped_mm only (no mxfp8 recipe for MoE experts in the API)")
-        elif q.startswith("SwiGLU MLP matmul TFLOPS"):
-            c.reject(r, "shape incomplete: the token count (M) of the SwiGLU MLP benchmark is not stated")
-        elif "GB300" in dev:
-            c.reject(r, "dtype not stated and SM clock locked; informs sustained_clock_fraction, not GEMM "
-                        "efficiency (GB300 at 500 W: ~617 vs ~1600-2174 TFLOP/s at 1400 W)")
-        elif q.startswith("CUTLASS"):
-            c.reject(r, "approximate (~) values from an issue thread; the doc example's SKU is not stated")
-        elif q.startswith("DGEMM"):
-            c.reject(r, "fp64 (no fp64 GEMM class) and the MI250X GCD/card is not stated")
-        elif "engine clock" in q or "software efficiency" in q:
-            c.reject(r, "clock observation (cited in docs: MI300X MAF runs at ~1.2 GHz of 2.1 GHz boost)")
+        if not (_gemm_peak(c, r) or _gemm_sweep(c, r) or _gemm_grouped(c, r) or _gemm_other(c, r)):
+            raise AssertionError(f"gemm row not classified: {r['line']} {r['quantity']}")
+
+
+def _gemm_keep_peak(c: Curation, r: Row, sku: str | None, silicon: str) -> None:
+    """Keep a max-achievable (MAMF / MAF) figure as the peak of its SKU and dtype."""
+    c.keep("gemm", r, silicon=silicon, sku=sku, dtype_key=_dtype_key(r["dtype"]), use="peak",
+           sweep="", m="", n="", k="", tflops=_num(r["value"]))
+
+
+def _gemm_peak(c: Curation, r: Row) -> bool:
+    """The XLA table and the max-achievable tables (MAMF, AMD MAF); False for any other row."""
+    q, dev = r["quantity"], r["device"]
+    if "XLA perf table" in q:
+        c.reject(r, "XLA matmul table: the generator computes M*N*K*b/ns (FMA/s) while bf16/tf32 "
+                    "magnitudes read as FLOP/s, the sm_90 fp8 entries exceed the 1979 TFLOP/s spec, "
+                    "and the SKU behind sm_90/gfx942/gfx950 is not stated")
+    elif q.startswith("max achievable matmul TFLOPS (MAMF, mean)"):
+        sku, silicon = _sku(dev, GEMM_SKU)
+        if sku is None:
+            c.reject(r, "the 900 W GH200 with 141 GiB HBM3e is not a catalog SKU (the catalog's gh200 "
+                        "is the 96 GB HBM3 part; no catalog Hopper part sustains this module's clocks)")
         else:
-            raise AssertionError(f"gemm row not classified: {r['line']} {q}")
+            _gemm_keep_peak(c, r, sku, silicon)
+    elif q.startswith("max achievable matmul TFLOPS (MAMF)"):
+        c.reject(r, "superseded software: MI300X MAMF under ROCm 6.1 (450), the same source "
+                    "measures 668 with ROCm 6.2+")
+    elif q.startswith("max-achievable GEMM TFLOPS (AMD MAF)"):
+        sku, silicon = _sku(dev, GEMM_SKU)
+        _gemm_keep_peak(c, r, sku, silicon)
+    elif q.startswith("MAF alternate footnote value"):
+        c.reject(r, "duplicate: footnote restatement of an AMD MAF table value (the table value is used)")
+    else:
+        return False
+    return True
+
+
+def _gemm_sweep(c: Curation, r: Row) -> bool:
+    """The 'GEMM achieved TFLOPS' shape sweeps: library paths keep, research kernels reject."""
+    src, sw = r["source"], r["software"]
+    if r["quantity"] != "GEMM achieved TFLOPS":
+        return False
+    if "AI-benchmarking-guide" in src:
+        _gemm_azure(c, r)
+    elif "HipKittens" in src:
+        _gemm_hipkittens(c, r)
+    elif "rocm-blogs" in src and "hipBLASLt" in sw:
+        sku, silicon = _sku(r["device"], GEMM_SKU)
+        d = int(re.search(r"M=N=K=(\d+)", r["params"]).group(1))
+        c.keep("gemm", r, silicon=silicon, sku=sku, dtype_key="fp8", use="sweep",
+               sweep="rocmblog-mi355x-fp8-hipBLASLt", m=d, n=d, k=d, tflops=_num(r["value"]))
+    elif "rocm-blogs" in src:
+        c.reject(r, "research kernel (hand-written HIP ping-pong kernel), not a library path")
+    elif "tilelang" in src:
+        c.reject(r, "research kernel compiler (TileLang K-sweep on H800), not the cuBLAS path stacks call; "
+                    "its small-K points are bound by writing the 8192x8192 output, not by shape")
+    else:
+        return False
+    return True
+
+
+def _gemm_azure(c: Curation, r: Row) -> None:
+    """Azure AI-benchmarking-guide cuBLASLt / hipBLASLt sweeps (its superseded ROCm run is rejected)."""
+    sw = r["software"]
+    if "ROCm 6.8.1" in sw:
+        c.reject(r, "superseded software: the same Azure MI300X sweep under ROCm 6.8.1 "
+                    "(the ROCm 6.8.5 sweep is used)")
+        return
+    sku, silicon = _sku(r["device"], GEMM_SKU)
+    m, n, k = (int(x) for x in re.search(r"m=(\d+),n=(\d+),k=(\d+)", r["params"]).groups())
+    lib = "hipBLASLt" if "hipBLASLt" in sw else "cuBLASLt"
+    c.keep("gemm", r, silicon=silicon, sku=sku, dtype_key=_dtype_key(r["dtype"]), use="sweep",
+           sweep=f"azure-{sku}-{_dtype_key(r['dtype'])}-{lib}", m=m, n=n, k=k,
+           tflops=_num(r["value"]))
+
+
+def _gemm_hipkittens(c: Curation, r: Row) -> None:
+    """HipKittens' square sweeps: only the vendor-library columns (PyTorch, hipBLASLt) are kept."""
+    lib = r["where"]
+    vendor_lib = ("tflops_pytorch" in lib or "tflops_hipblaslt" in lib)
+    if not vendor_lib:
+        c.reject(r, "research kernel (HipKittens / ThunderKittens / AITER tgemm / earlier "
+                    "comparison csv): not the hipBLASLt path PyTorch training stacks call")
+        return
+    sku, silicon = _sku(r["device"], GEMM_SKU)
+    d = int(re.search(r"M=N=K=(\d+)", r["params"]).group(1))
+    c.keep("gemm", r, silicon=silicon, sku=sku, dtype_key=_dtype_key(r["dtype"]), use="sweep",
+           sweep=f"hipkittens-{sku}-{_dtype_key(r['dtype'])}-hipBLASLt", m=d, n=d, k=d,
+           tflops=_num(r["value"]))
+
+
+def _gemm_grouped(c: Curation, r: Row) -> bool:
+    """DeepGEMM, the fp8 recipe rows (skipped) and grouped GEMMs; False for any other row."""
+    q, sw = r["quantity"], r["software"]
+    if "DeepGEMM" in sw or "deepseek-ai/DeepGEMM" in r["source"]:
+        c.reject(r, "custom block-scaled kernels of one stack (DeepGEMM), M=64/128 decode shapes and "
+                    "grouped MoE layouts: no dense-GEMM class uses them (cited in docs for blockwise)")
+    elif q.startswith(("Fprop GEMM time", "per-layer GEMM time")):
+        return True  # fp8 recipe rows, curated by curate_fp8
+    elif q.startswith("grouped GEMM fwd+bwd time (bf16 torch._grouped_mm)"):
+        # the routed-expert GEMM PyTorch-native MoE stacks (torchtitan) call: forward plus the
+        # two backward GEMMs of M tokens x (K -> N) over G groups, 6*M*N*K FLOPs in all
+        sku, silicon = _sku(r["device"], GEMM_SKU)
+        m, n, k, g = (int(x) for x in re.search(r"M=(\d+),N=(\d+),K=(\d+),G=(\d+)", r["params"]).groups())
+        tflops = 6.0 * m * n * k / (_num(r["value"]) * 1e-6) / 1e12
+        c.keep("gemm", r, silicon=silicon, sku=sku, dtype_key="bf16", use="grouped",
+               sweep=f"torch-grouped-mm-G{g}", m=m, n=n, k=k, tflops=f"{tflops:.1f}")
+    elif "grouped" in q.lower() or "MoE layer" in q or "mxfp8 GEMM speedup" in q:
+        c.reject(r, "grouped MoE GEMMs in mxfp8 or claims: the grouped-GEMM class holds bf16 "
+                    "torch._grouped_mm only (no mxfp8 recipe for MoE experts in the API)")
+    else:
+        return False
+    return True
+
+
+def _gemm_other(c: Curation, r: Row) -> bool:
+    """The remaining GEMM rows, all rejected (incomplete shape, locked clocks, fp64, claims)."""
+    q = r["quantity"]
+    if q.startswith("SwiGLU MLP matmul TFLOPS"):
+        c.reject(r, "shape incomplete: the token count (M) of the SwiGLU MLP benchmark is not stated")
+    elif "GB300" in r["device"]:
+        c.reject(r, "dtype not stated and SM clock locked; informs sustained_clock_fraction, not GEMM "
+                    "efficiency (GB300 at 500 W: ~617 vs ~1600-2174 TFLOP/s at 1400 W)")
+    elif q.startswith("CUTLASS"):
+        c.reject(r, "approximate (~) values from an issue thread; the doc example's SKU is not stated")
+    elif q.startswith("DGEMM"):
+        c.reject(r, "fp64 (no fp64 GEMM class) and the MI250X GCD/card is not stated")
+    elif "engine clock" in q or "software efficiency" in q:
+        c.reject(r, "clock observation (cited in docs: MI300X MAF runs at ~1.2 GHz of 2.1 GHz boost)")
+    else:
+        return False
+    return True
 
 
 # -------------------------------------------------------------------------------- attention
@@ -241,77 +290,101 @@ def _seq(text: str) -> int:
 
 
 def curate_attention(c: Curation, rows: list[Row]) -> None:
+    """Attention kernel throughput (``attention.csv``): per-length curves, anchors, speedups and checks."""
     for r in rows:
-        q, dev, src, sw, p = r["quantity"], r["device"], r["source"], r["software"], r["params"]
-        fam = _family(sw)
-        if q in ("attention fwd+bwd TFLOPS", "attention fwd TFLOPS", "attention bwd TFLOPS") and \
-                ("H100 SXM5" in dev or "A100 SXM4" in dev or dev == "MI355X"):
-            if "fp8" in r["dtype"]:
-                c.reject(r, "fp8 attention (third-party transcription): the API models 16-bit attention")
-                continue
-            if "HipKittens;" in sw:
-                c.reject(r, "research kernel (HipKittens), not a family training stacks ship")
-                continue
-            if fam is None:
-                c.reject(r, "FlashAttention v1: superseded, not a modelled family")
-                continue
-            if dev == "MI355X":
-                if "GQA" in p:
-                    c.reject(r, "GQA variant: the MHA sweep of the same kernel is used (GQA fwd is within "
-                                "~10% of MHA; the GQA bwd 'ref' runs 3x slower, a fallback path)")
-                    continue
-                if "bwd" in q and "causal=False" in p:
-                    c.reject(r, "suspect: AITER non-causal backward (300-389 TFLOP/s) is below its causal "
-                                "backward (389-1109) although causal does half the work; the JSON 'ref' "
-                                "of this file is likely another kernel")
-                    continue
-                seq = int(re.search(r"seqlen=(\d+)", p).group(1))
-                hd = int(re.search(r"D=(\d+)", p).group(1))
-                causal = "causal=True" in p
-                direction = "bwd" if "bwd" in q else "fwd"
-                c.keep("attention", r, silicon="cdna4", sku="mi355x", family=fam, direction=direction,
-                       seq_len=seq, head_dim=hd, causal=causal, tflops=_num(r["value"]), use="curve")
-                continue
-            sku, silicon = ("h100-sxm", "hopper") if "H100" in dev else ("a100-sxm-80gb", "ampere")
-            hd = int(re.search(r"head_dim=(\d+)", p).group(1))
-            if "causal=True" in p:
-                causal = True
-            elif "causal=False" in p:
-                causal = False
-            elif "bwd" in q:
-                causal = False  # FA3 paper bwd figure; non-causal per the cross-check in docs/KERNELS.md
-            else:
-                raise AssertionError(r["line"])
-            direction = {"attention fwd+bwd TFLOPS": "fwdbwd", "attention fwd TFLOPS": "fwd",
-                         "attention bwd TFLOPS": "bwd"}[q]
-            # the H100 fwd+bwd figure is an older FA2 release; the FA3 paper's fwd/bwd figures make the curves
-            use = "check" if direction == "fwdbwd" and silicon == "hopper" else "curve"
-            c.keep("attention", r, silicon=silicon, sku=sku, family=fam, direction=direction,
-                   seq_len=_seq(p), head_dim=hd, causal=causal, tflops=_num(r["value"]), use=use)
-        elif q.startswith("attention TFLOPS (") and "AI-benchmarking-guide" in src:
-            sku, silicon = _sku(dev, GEMM_SKU)
-            hd = int(re.search(r"head_dim=(\d+)", p).group(1))
-            family = "eager" if "Standard" in q else ("ck" if silicon.startswith("cdna") else "fa2")
-            c.keep("attention", r, silicon=silicon, sku=sku, family=family, direction="fwdbwd",
-                   seq_len=8192, head_dim=hd, causal=False, tflops=_num(r["value"]), use="anchor")
-        elif q.startswith("FA speedup B200(FA4) vs H200(FA3)"):
-            seq = int(re.search(r"seqlen (\d+)K", p).group(1)) * 1024
-            c.keep("attention", r, silicon="blackwell", sku="b200", family="fa4", direction="fwdbwd",
-                   seq_len=seq, head_dim=128, causal=True, tflops="", use="speedup")
-        elif q.startswith("in-step attention (FlashAttention kernels)"):
-            sku, silicon = ("h200-sxm", "hopper") if "H200" in dev else ("b200", "blackwell")
-            c.keep("attention", r, silicon=silicon, sku=sku, family="fa3" if silicon == "hopper" else "fa4",
-                   direction="fwdbwd", seq_len=8192, head_dim=128, causal=True, tflops=_num(r["value"]),
-                   use="check")
-        elif "tritonbench" in sw:
-            c.reject(r, "GPU not named (presumably H100); the FA3 paper figure covers the same kernels")
-        elif "TPU v5e" in dev:
-            c.reject(r, "a user's Pallas kernel vs XLA timing without a FLOP count; not splash attention")
-        elif "model not stated" in dev:
-            c.reject(r, "GPU not stated in this TE JAX output (context-parallel ring/all-gather speedups "
-                        "2.22x/2.36x at CP=4 are cited in docs for the step model)")
-        else:
-            raise AssertionError(f"attention row not classified: {r['line']} {q}")
+        if not (_attn_curve(c, r) or _attn_other(c, r)):
+            raise AssertionError(f"attention row not classified: {r['line']} {r['quantity']}")
+
+
+def _attn_curve(c: Curation, r: Row) -> bool:
+    """The fwd / bwd / fwd+bwd TFLOP/s curves on H100, A100 and MI355X; False for any other row."""
+    q, dev, sw = r["quantity"], r["device"], r["software"]
+    if q not in ("attention fwd+bwd TFLOPS", "attention fwd TFLOPS", "attention bwd TFLOPS") or \
+            not ("H100 SXM5" in dev or "A100 SXM4" in dev or dev == "MI355X"):
+        return False
+    fam = _family(sw)
+    if "fp8" in r["dtype"]:
+        c.reject(r, "fp8 attention (third-party transcription): the API models 16-bit attention")
+    elif "HipKittens;" in sw:
+        c.reject(r, "research kernel (HipKittens), not a family training stacks ship")
+    elif fam is None:
+        c.reject(r, "FlashAttention v1: superseded, not a modelled family")
+    elif dev == "MI355X":
+        _attn_mi355x(c, r, fam)
+    else:
+        _attn_nvidia(c, r, fam)
+    return True
+
+
+def _attn_mi355x(c: Curation, r: Row, fam: str) -> None:
+    """MI355X (AITER) curves: the MHA sweep, without the suspect non-causal backward."""
+    q, p = r["quantity"], r["params"]
+    if "GQA" in p:
+        c.reject(r, "GQA variant: the MHA sweep of the same kernel is used (GQA fwd is within "
+                    "~10% of MHA; the GQA bwd 'ref' runs 3x slower, a fallback path)")
+        return
+    if "bwd" in q and "causal=False" in p:
+        c.reject(r, "suspect: AITER non-causal backward (300-389 TFLOP/s) is below its causal "
+                    "backward (389-1109) although causal does half the work; the JSON 'ref' "
+                    "of this file is likely another kernel")
+        return
+    seq = int(re.search(r"seqlen=(\d+)", p).group(1))
+    hd = int(re.search(r"D=(\d+)", p).group(1))
+    causal = "causal=True" in p
+    direction = "bwd" if "bwd" in q else "fwd"
+    c.keep("attention", r, silicon="cdna4", sku="mi355x", family=fam, direction=direction,
+           seq_len=seq, head_dim=hd, causal=causal, tflops=_num(r["value"]), use="curve")
+
+
+def _attn_nvidia(c: Curation, r: Row, fam: str) -> None:
+    """H100 / A100 curves (FlashAttention papers, cuDNN, Triton, xformers, eager)."""
+    q, dev, p = r["quantity"], r["device"], r["params"]
+    sku, silicon = ("h100-sxm", "hopper") if "H100" in dev else ("a100-sxm-80gb", "ampere")
+    hd = int(re.search(r"head_dim=(\d+)", p).group(1))
+    if "causal=True" in p:
+        causal = True
+    elif "causal=False" in p:
+        causal = False
+    elif "bwd" in q:
+        causal = False  # FA3 paper bwd figure; non-causal per the cross-check in docs/KERNELS.md
+    else:
+        raise AssertionError(r["line"])
+    direction = {"attention fwd+bwd TFLOPS": "fwdbwd", "attention fwd TFLOPS": "fwd",
+                 "attention bwd TFLOPS": "bwd"}[q]
+    # the H100 fwd+bwd figure is an older FA2 release; the FA3 paper's fwd/bwd figures make the curves
+    use = "check" if direction == "fwdbwd" and silicon == "hopper" else "curve"
+    c.keep("attention", r, silicon=silicon, sku=sku, family=fam, direction=direction,
+           seq_len=_seq(p), head_dim=hd, causal=causal, tflops=_num(r["value"]), use=use)
+
+
+def _attn_other(c: Curation, r: Row) -> bool:
+    """Anchors, the FA4 speedup, in-step checks and the rejected rows; False for any other row."""
+    q, dev, src, sw, p = r["quantity"], r["device"], r["source"], r["software"], r["params"]
+    if q.startswith("attention TFLOPS (") and "AI-benchmarking-guide" in src:
+        sku, silicon = _sku(dev, GEMM_SKU)
+        hd = int(re.search(r"head_dim=(\d+)", p).group(1))
+        family = "eager" if "Standard" in q else ("ck" if silicon.startswith("cdna") else "fa2")
+        c.keep("attention", r, silicon=silicon, sku=sku, family=family, direction="fwdbwd",
+               seq_len=8192, head_dim=hd, causal=False, tflops=_num(r["value"]), use="anchor")
+    elif q.startswith("FA speedup B200(FA4) vs H200(FA3)"):
+        seq = int(re.search(r"seqlen (\d+)K", p).group(1)) * 1024
+        c.keep("attention", r, silicon="blackwell", sku="b200", family="fa4", direction="fwdbwd",
+               seq_len=seq, head_dim=128, causal=True, tflops="", use="speedup")
+    elif q.startswith("in-step attention (FlashAttention kernels)"):
+        sku, silicon = ("h200-sxm", "hopper") if "H200" in dev else ("b200", "blackwell")
+        c.keep("attention", r, silicon=silicon, sku=sku, family="fa3" if silicon == "hopper" else "fa4",
+               direction="fwdbwd", seq_len=8192, head_dim=128, causal=True, tflops=_num(r["value"]),
+               use="check")
+    elif "tritonbench" in sw:
+        c.reject(r, "GPU not named (presumably H100); the FA3 paper figure covers the same kernels")
+    elif "TPU v5e" in dev:
+        c.reject(r, "a user's Pallas kernel vs XLA timing without a FLOP count; not splash attention")
+    elif "model not stated" in dev:
+        c.reject(r, "GPU not stated in this TE JAX output (context-parallel ring/all-gather speedups "
+                    "2.22x/2.36x at CP=4 are cited in docs for the step model)")
+    else:
+        return False
+    return True
 
 
 # ----------------------------------------------------------------------------- long context
@@ -358,123 +431,174 @@ def _kind(q: str) -> str:
 
 
 def curate_collectives(c: Curation, rows: list[Row]) -> None:
+    """Collective bandwidth (``collectives.csv``): nccl-tests sweeps, vendor guides and issue reports."""
     for r in rows:
-        q, dev, src, p, _sw = r["quantity"], r["device"], r["source"], r["params"], r["software"]
-        if "xla" in src.lower():
+        if "xla" in r["source"].lower():
             c.reject(r, "XLA collective table subset: the bulk table (collectives_xla_perf_table.csv) is "
                         "curated instead")
-        elif "ml-engineering" in src and q == "all_reduce busbw" and "A100 SXM (8x" in dev:
-            c.keep("collectives", r, silicon="ampere", sku="a100-sxm-80gb", level="scale-up",
-                   kind="all-reduce", algo="ring", ranks=8, nodes=1, size_bytes=_size(p[5:]),
-                   busbw_GBps=_num(r["value"]), time_us=_num(re.search(r"time=([0-9.]+)", p).group(1)),
-                   nic_GBps_per_device="", sweep="stas00-a100-8gpu")
-        elif "ml-engineering" in src and q.startswith("all_reduce latency"):
-            c.reject(r, "duplicate: the time column of the A100 sweep rows (kept there)")
-        elif "ml-engineering" in src and q == "all_reduce busbw" and "H200 SXM (8x" in dev:
-            size = _size(p[8:])
-            c.keep("collectives", r, silicon="hopper", sku="h200-sxm", level="scale-up", kind="all-reduce",
-                   algo="default", ranks=8, nodes=1, size_bytes=size, busbw_GBps=_num(r["value"]),
-                   time_us="", nic_GBps_per_device="", sweep="stas00-h200-8gpu")
-        elif "ml-engineering" in src and "H200 SXM" in dev and "SHARP section" in r["where"]:
-            kind = _kind(q)
-            algo = "ring" if ("NVLS off" in q or "Ring" in p) else "nvls"
-            ranks = int(re.search(r"(\d+) GPUs", p).group(1))
-            size = _size(re.search(r"payload ([0-9.]+\s*[KMG]iB)", p).group(1))
-            c.keep("collectives", r, silicon="hopper", sku="h200-sxm", level="scale-up", kind=kind,
-                   algo=algo, ranks=ranks, nodes=1, size_bytes=size, busbw_GBps=_num(r["value"]),
-                   time_us="", nic_GBps_per_device="", sweep="stas00-h200-algo")
-        elif "ml-engineering" in src and q.startswith("all_reduce busbw (NVLS disabled"):
-            c.keep("collectives", r, silicon="hopper", sku="h200-sxm", level="scale-up", kind="all-reduce",
-                   algo="ring", ranks=8, nodes=1, size_bytes=16 * 2**30, busbw_GBps=_num(r["value"]),
-                   time_us="", nic_GBps_per_device="", sweep="stas00-h200-algo")
-        elif "ml-engineering" in src and "p6-b200.48xlarge" in dev:
-            algo = "ring" if ("NVLS off" in q or "Ring" in p) else "nvls"
-            ranks = int(re.search(r"(\d+) GPUs", p).group(1))
-            c.keep("collectives", r, silicon="blackwell", sku="b200", level="scale-up", kind="all-reduce",
-                   algo=algo, ranks=ranks, nodes=1, size_bytes=8 * 2**30, busbw_GBps=_num(r["value"]),
-                   time_us="", nic_GBps_per_device="", sweep="stas00-b200-algo")
-        elif "ml-engineering" in src and "p6-b200, 1 node" in dev:
-            c.keep("collectives", r, silicon="blackwell", sku="b200", level="scale-up", kind="all-reduce",
-                   algo="default", ranks=8, nodes=1, size_bytes=_size(p[8:]), busbw_GBps=_num(r["value"]),
-                   time_us="", nic_GBps_per_device="", sweep="stas00-b200-8gpu")
-        elif "ml-engineering" in src and "p6-b200, 4 nodes" in dev:
-            # EFA v4: 8 x 400 Gb/s per node = 50 GB/s per GPU
-            c.keep("collectives", r, silicon="blackwell", sku="b200", level="scale-out", kind="all-reduce",
-                   algo="default", ranks=32, nodes=4, size_bytes=_size(p[8:]), busbw_GBps=_num(r["value"]),
-                   time_us="", nic_GBps_per_device=50.0, sweep="stas00-b200-4node")
-        elif "ml-engineering" in src and "p5en.48xlarge, 4 nodes" in dev:
-            # p5en: 16 x 200 Gb/s EFA per node = 50 GB/s per GPU
-            algo = "nvlstree" if "NVLSTree" in q else "ring"
-            c.keep("collectives", r, silicon="hopper", sku="h200-sxm", level="scale-out", kind="all-reduce",
-                   algo=algo, ranks=32, nodes=4, size_bytes=4 * 2**30, busbw_GBps=_num(r["value"]),
-                   time_us="", nic_GBps_per_device=50.0, sweep="stas00-h200-4node")
-        elif "ml-engineering" in src and "MI300X" in dev:
-            ranks = int(re.search(r"(\d+) GPUs", p).group(1))
-            c.keep("collectives", r, silicon="cdna3", sku="mi300x", level="scale-up", kind="all-reduce",
-                   algo="ring", ranks=ranks, nodes=1, size_bytes=4 * 2**30, busbw_GBps=_num(r["value"]),
-                   time_us="", nic_GBps_per_device="", sweep="stas00-mi300x-ranks")
-        elif "ml-engineering" in src and q.startswith("P2P unidirectional"):
-            sku, silicon = {"A100": ("a100-sxm-80gb", "ampere"), "H100": ("h100-sxm", "hopper"),
-                            "GB200": ("gb200", "blackwell")}[dev.split()[0]]
-            c.keep("collectives", r, silicon=silicon, sku=sku, level="scale-up", kind="send-recv",
-                   algo="p2p", ranks=2, nodes=1, size_bytes="", busbw_GBps=_num(r["value"]), time_us="",
-                   nic_GBps_per_device="", sweep="p2p")
-        elif "ml-engineering" in src and q == "device-to-device copy, unidirectional":
-            c.keep("collectives", r, silicon="hopper", sku="h200-sxm", level="scale-up", kind="send-recv",
-                   algo="p2p", ranks=2, nodes=1, size_bytes="", busbw_GBps=_num(r["value"]), time_us="",
-                   nic_GBps_per_device="", sweep="p2p")
-        elif "AI-benchmarking-guide" in src and q.startswith("all_reduce busbw"):
-            sku, silicon = _sku(dev, GEMM_SKU)
-            ranks = 4 if sku == "gb200" else 8  # ND GB200 v6 VMs hold 4 GPUs
-            algo = "ring" if silicon in ("ampere", "cdna3") or "Ring" in p else "default"
-            c.keep("collectives", r, silicon=silicon, sku=sku, level="scale-up", kind="all-reduce",
-                   algo=algo, ranks=ranks, nodes=1, size_bytes=_size(p[8:]), busbw_GBps=_num(r["value"]),
-                   time_us="", nic_GBps_per_device="", sweep=f"azure-{sku}")
-        elif "nanotron-ultrascale" in src:
-            kind = _kind(q)
-            nodes = int(re.search(r"(\d+) node", p).group(1))
-            if kind != "all-reduce":
-                c.reject(r, "definition unclear: the playbook's all-gather/reduce-scatter 'bandwidth' at one "
-                            "node (250 GB/s) is neither the nccl-tests busbw (361) nor its algbw")
-                continue
-            if nodes == 1:
-                c.reject(r, "single node (NVLS): the hopper scale-up sweeps cover it")
-                continue
-            # HF cluster: AWS p5, 32 x 100 Gb/s EFA per node = 50 GB/s per GPU
-            c.keep("collectives", r, silicon="hopper", sku="h100-sxm", level="scale-out", kind="all-reduce",
-                   algo="default", ranks=8 * nodes, nodes=nodes, size_bytes=256 * 2**20,
-                   busbw_GBps=_num(r["value"]), time_us="", nic_GBps_per_device=50.0, sweep="hf-playbook-nodes")
-        elif "create-a3mega" in src:
-            c.reject(r, "A3 Mega GPUDirect-TCPXO at 2 nodes: busbw exceeds the NICs' line rate (a tree, not "
-                        "a ring) and TCPXO is not an RDMA fabric the catalog describes")
-        elif "nccl/issues/812" in src and "192GB/s" in r["where"]:
-            c.keep("collectives", r, silicon="ampere", sku="a100-sxm-80gb", level="scale-out",
-                   kind="all-reduce", algo="ring", ranks="", nodes="", size_bytes="",
-                   busbw_GBps=_num(r["value"]), time_us="", nic_GBps_per_device=25.0, sweep="dgx-a100-multinode")
-        elif "nccl-tests/issues/2" in src and "NDR" in dev:
-            c.keep("collectives", r, silicon="hopper", sku="h100-sxm", level="scale-out", kind="all-reduce",
-                   algo="ring", ranks="", nodes="", size_bytes="", busbw_GBps=_num(r["value"]) * 8,
-                   time_us="", nic_GBps_per_device=50.0, sweep="ndr-expected")
-        elif "nccl-tests/issues/2" in src and "NVLS" in q:
-            c.keep("collectives", r, silicon="hopper", sku="h100-sxm", level="scale-up", kind="all-reduce",
-                   algo="nvls", ranks=8, nodes=1, size_bytes="", busbw_GBps=_num(r["value"]), time_us="",
-                   nic_GBps_per_device="", sweep="h100-nvls-issue")
-        elif "nccl-tests/issues/2" in src:
-            c.reject(r, "misconfigured setup in a bug report (2 ranks over RoCE, user expected 200 GB/s)")
-        elif "nccl/issues/837" in src:
-            c.reject(r, "2 NICs for 8 GPUs (not a catalog node) and a config regression from NCCL 2.11 on")
-        elif "nccl/issues/812" in src:
-            c.reject(r, "user report the maintainer calls low (8x100 Gb/s NICs)")
-        elif "rccl/issues/1210" in src:
-            c.reject(r, "link-level protocol ceiling (48 of 64 GB/s per xGMI link); cited in docs")
-        elif "habana" in src.lower():
-            c.reject(r, "Gaudi generation not stated and 'NW bandwidth' (513 GB/s) exceeds the Gaudi 2 "
-                        "scale-up rate: not comparable with nccl-tests busbw")
-        elif ("copy bandwidth" in q or "copy (PCIe" in q or "bidirectional" in q or "ib_write_bw" in q
-              or "effective busbw" in q):
-            c.reject(r, "host/PCIe copy, RDMA write or a latency demo: no collective class uses it")
-        else:
-            raise AssertionError(f"collectives row not classified: {r['line']} {q} {dev}")
+        elif not (_coll_stas00(c, r) or _coll_guides(c, r) or _coll_issues(c, r)):
+            raise AssertionError(f"collectives row not classified: {r['line']} {r['quantity']} {r['device']}")
+
+
+def _coll_stas00(c: Curation, r: Row) -> bool:
+    """Stas Bekman's ml-engineering measurements; False for rows from elsewhere or not used here."""
+    return "ml-engineering" in r["source"] and (
+        _coll_stas00_a100_h200(c, r) or _coll_stas00_b200_h200_nodes(c, r) or _coll_stas00_mi300x_p2p(c, r))
+
+
+def _coll_stas00_a100_h200(c: Curation, r: Row) -> bool:
+    """ml-engineering: the A100 8-GPU sweep and the H200 8-GPU and algorithm (NVLS / ring) sweeps."""
+    q, dev, p = r["quantity"], r["device"], r["params"]
+    if q == "all_reduce busbw" and "A100 SXM (8x" in dev:
+        c.keep("collectives", r, silicon="ampere", sku="a100-sxm-80gb", level="scale-up",
+               kind="all-reduce", algo="ring", ranks=8, nodes=1, size_bytes=_size(p[5:]),
+               busbw_GBps=_num(r["value"]), time_us=_num(re.search(r"time=([0-9.]+)", p).group(1)),
+               nic_GBps_per_device="", sweep="stas00-a100-8gpu")
+    elif q.startswith("all_reduce latency"):
+        c.reject(r, "duplicate: the time column of the A100 sweep rows (kept there)")
+    elif q == "all_reduce busbw" and "H200 SXM (8x" in dev:
+        size = _size(p[8:])
+        c.keep("collectives", r, silicon="hopper", sku="h200-sxm", level="scale-up", kind="all-reduce",
+               algo="default", ranks=8, nodes=1, size_bytes=size, busbw_GBps=_num(r["value"]),
+               time_us="", nic_GBps_per_device="", sweep="stas00-h200-8gpu")
+    elif "H200 SXM" in dev and "SHARP section" in r["where"]:
+        kind = _kind(q)
+        algo = "ring" if ("NVLS off" in q or "Ring" in p) else "nvls"
+        ranks = int(re.search(r"(\d+) GPUs", p).group(1))
+        size = _size(re.search(r"payload ([0-9.]+\s*[KMG]iB)", p).group(1))
+        c.keep("collectives", r, silicon="hopper", sku="h200-sxm", level="scale-up", kind=kind,
+               algo=algo, ranks=ranks, nodes=1, size_bytes=size, busbw_GBps=_num(r["value"]),
+               time_us="", nic_GBps_per_device="", sweep="stas00-h200-algo")
+    elif q.startswith("all_reduce busbw (NVLS disabled"):
+        c.keep("collectives", r, silicon="hopper", sku="h200-sxm", level="scale-up", kind="all-reduce",
+               algo="ring", ranks=8, nodes=1, size_bytes=16 * 2**30, busbw_GBps=_num(r["value"]),
+               time_us="", nic_GBps_per_device="", sweep="stas00-h200-algo")
+    else:
+        return False
+    return True
+
+
+def _coll_stas00_b200_h200_nodes(c: Curation, r: Row) -> bool:
+    """ml-engineering: the B200 algorithm, 1-node and 4-node sweeps and the H200 4-node (p5en) runs."""
+    q, dev, p = r["quantity"], r["device"], r["params"]
+    if "p6-b200.48xlarge" in dev:
+        algo = "ring" if ("NVLS off" in q or "Ring" in p) else "nvls"
+        ranks = int(re.search(r"(\d+) GPUs", p).group(1))
+        c.keep("collectives", r, silicon="blackwell", sku="b200", level="scale-up", kind="all-reduce",
+               algo=algo, ranks=ranks, nodes=1, size_bytes=8 * 2**30, busbw_GBps=_num(r["value"]),
+               time_us="", nic_GBps_per_device="", sweep="stas00-b200-algo")
+    elif "p6-b200, 1 node" in dev:
+        c.keep("collectives", r, silicon="blackwell", sku="b200", level="scale-up", kind="all-reduce",
+               algo="default", ranks=8, nodes=1, size_bytes=_size(p[8:]), busbw_GBps=_num(r["value"]),
+               time_us="", nic_GBps_per_device="", sweep="stas00-b200-8gpu")
+    elif "p6-b200, 4 nodes" in dev:
+        # EFA v4: 8 x 400 Gb/s per node = 50 GB/s per GPU
+        c.keep("collectives", r, silicon="blackwell", sku="b200", level="scale-out", kind="all-reduce",
+               algo="default", ranks=32, nodes=4, size_bytes=_size(p[8:]), busbw_GBps=_num(r["value"]),
+               time_us="", nic_GBps_per_device=50.0, sweep="stas00-b200-4node")
+    elif "p5en.48xlarge, 4 nodes" in dev:
+        # p5en: 16 x 200 Gb/s EFA per node = 50 GB/s per GPU
+        algo = "nvlstree" if "NVLSTree" in q else "ring"
+        c.keep("collectives", r, silicon="hopper", sku="h200-sxm", level="scale-out", kind="all-reduce",
+               algo=algo, ranks=32, nodes=4, size_bytes=4 * 2**30, busbw_GBps=_num(r["value"]),
+               time_us="", nic_GBps_per_device=50.0, sweep="stas00-h200-4node")
+    else:
+        return False
+    return True
+
+
+def _coll_stas00_mi300x_p2p(c: Curation, r: Row) -> bool:
+    """ml-engineering: the MI300X rank sweep and the point-to-point (P2P, device copy) bandwidths."""
+    q, dev, p = r["quantity"], r["device"], r["params"]
+    if "MI300X" in dev:
+        ranks = int(re.search(r"(\d+) GPUs", p).group(1))
+        c.keep("collectives", r, silicon="cdna3", sku="mi300x", level="scale-up", kind="all-reduce",
+               algo="ring", ranks=ranks, nodes=1, size_bytes=4 * 2**30, busbw_GBps=_num(r["value"]),
+               time_us="", nic_GBps_per_device="", sweep="stas00-mi300x-ranks")
+    elif q.startswith("P2P unidirectional"):
+        sku, silicon = {"A100": ("a100-sxm-80gb", "ampere"), "H100": ("h100-sxm", "hopper"),
+                        "GB200": ("gb200", "blackwell")}[dev.split()[0]]
+        c.keep("collectives", r, silicon=silicon, sku=sku, level="scale-up", kind="send-recv",
+               algo="p2p", ranks=2, nodes=1, size_bytes="", busbw_GBps=_num(r["value"]), time_us="",
+               nic_GBps_per_device="", sweep="p2p")
+    elif q == "device-to-device copy, unidirectional":
+        c.keep("collectives", r, silicon="hopper", sku="h200-sxm", level="scale-up", kind="send-recv",
+               algo="p2p", ranks=2, nodes=1, size_bytes="", busbw_GBps=_num(r["value"]), time_us="",
+               nic_GBps_per_device="", sweep="p2p")
+    else:
+        return False
+    return True
+
+
+def _coll_guides(c: Curation, r: Row) -> bool:
+    """Azure's AI-benchmarking-guide all-reduce and the HF ultrascale playbook; False otherwise."""
+    q, dev, src, p = r["quantity"], r["device"], r["source"], r["params"]
+    if "AI-benchmarking-guide" in src and q.startswith("all_reduce busbw"):
+        sku, silicon = _sku(dev, GEMM_SKU)
+        ranks = 4 if sku == "gb200" else 8  # ND GB200 v6 VMs hold 4 GPUs
+        algo = "ring" if silicon in ("ampere", "cdna3") or "Ring" in p else "default"
+        c.keep("collectives", r, silicon=silicon, sku=sku, level="scale-up", kind="all-reduce",
+               algo=algo, ranks=ranks, nodes=1, size_bytes=_size(p[8:]), busbw_GBps=_num(r["value"]),
+               time_us="", nic_GBps_per_device="", sweep=f"azure-{sku}")
+    elif "nanotron-ultrascale" in src:
+        _coll_hf_playbook(c, r)
+    else:
+        return False
+    return True
+
+
+def _coll_hf_playbook(c: Curation, r: Row) -> None:
+    """The HF ultrascale playbook's multi-node all-reduce (its other rows are rejected)."""
+    kind = _kind(r["quantity"])
+    nodes = int(re.search(r"(\d+) node", r["params"]).group(1))
+    if kind != "all-reduce":
+        c.reject(r, "definition unclear: the playbook's all-gather/reduce-scatter 'bandwidth' at one "
+                    "node (250 GB/s) is neither the nccl-tests busbw (361) nor its algbw")
+        return
+    if nodes == 1:
+        c.reject(r, "single node (NVLS): the hopper scale-up sweeps cover it")
+        return
+    # HF cluster: AWS p5, 32 x 100 Gb/s EFA per node = 50 GB/s per GPU
+    c.keep("collectives", r, silicon="hopper", sku="h100-sxm", level="scale-out", kind="all-reduce",
+           algo="default", ranks=8 * nodes, nodes=nodes, size_bytes=256 * 2**20,
+           busbw_GBps=_num(r["value"]), time_us="", nic_GBps_per_device=50.0, sweep="hf-playbook-nodes")
+
+
+def _coll_issues(c: Curation, r: Row) -> bool:
+    """Figures from issue threads and vendor pages: a few anchors keep, the rest reject."""
+    q, dev, src = r["quantity"], r["device"], r["source"]
+    if "create-a3mega" in src:
+        c.reject(r, "A3 Mega GPUDirect-TCPXO at 2 nodes: busbw exceeds the NICs' line rate (a tree, not "
+                    "a ring) and TCPXO is not an RDMA fabric the catalog describes")
+    elif "nccl/issues/812" in src and "192GB/s" in r["where"]:
+        c.keep("collectives", r, silicon="ampere", sku="a100-sxm-80gb", level="scale-out",
+               kind="all-reduce", algo="ring", ranks="", nodes="", size_bytes="",
+               busbw_GBps=_num(r["value"]), time_us="", nic_GBps_per_device=25.0, sweep="dgx-a100-multinode")
+    elif "nccl-tests/issues/2" in src and "NDR" in dev:
+        c.keep("collectives", r, silicon="hopper", sku="h100-sxm", level="scale-out", kind="all-reduce",
+               algo="ring", ranks="", nodes="", size_bytes="", busbw_GBps=_num(r["value"]) * 8,
+               time_us="", nic_GBps_per_device=50.0, sweep="ndr-expected")
+    elif "nccl-tests/issues/2" in src and "NVLS" in q:
+        c.keep("collectives", r, silicon="hopper", sku="h100-sxm", level="scale-up", kind="all-reduce",
+               algo="nvls", ranks=8, nodes=1, size_bytes="", busbw_GBps=_num(r["value"]), time_us="",
+               nic_GBps_per_device="", sweep="h100-nvls-issue")
+    elif "nccl-tests/issues/2" in src:
+        c.reject(r, "misconfigured setup in a bug report (2 ranks over RoCE, user expected 200 GB/s)")
+    elif "nccl/issues/837" in src:
+        c.reject(r, "2 NICs for 8 GPUs (not a catalog node) and a config regression from NCCL 2.11 on")
+    elif "nccl/issues/812" in src:
+        c.reject(r, "user report the maintainer calls low (8x100 Gb/s NICs)")
+    elif "rccl/issues/1210" in src:
+        c.reject(r, "link-level protocol ceiling (48 of 64 GB/s per xGMI link); cited in docs")
+    elif "habana" in src.lower():
+        c.reject(r, "Gaudi generation not stated and 'NW bandwidth' (513 GB/s) exceeds the Gaudi 2 "
+                    "scale-up rate: not comparable with nccl-tests busbw")
+    elif ("copy bandwidth" in q or "copy (PCIe" in q or "bidirectional" in q or "ib_write_bw" in q
+          or "effective busbw" in q):
+        c.reject(r, "host/PCIe copy, RDMA write or a latency demo: no collective class uses it")
+    else:
+        return False
+    return True
 
 
 XLA_COLL_SKU = [("sm_100_B200", "b200", "blackwell"), ("sm_90", "h100-sxm", "hopper"),
@@ -698,71 +822,97 @@ def curate_moe(c: Curation, rows: list[Row]) -> None:
     algbw x (n-1)/n already, and across domains its cross-domain bytes are algbw x (d-1)/d for d
     domains of equal size. ``link_GBps`` is what the kernel fit divides by: the catalog's per-GPU
     NVLink/xGMI bandwidth (scale-up) or the NIC per GPU (scale-out)."""
+    for r in rows:
+        if _moe_deepep(c, r) or _moe_hybrid_ep(c, r) or _moe_mori_primus(c, r):
+            continue
+        if "alltoall" in r["quantity"]:
+            _curate_nccl_alltoall(c, r)
+        else:
+            raise AssertionError(f"moe row not classified: {r['line']} {r['quantity']} {r['device']}")
+
+
+def _moe_up(r: Row) -> float:
+    """The catalog's per-GPU scale-up (NVLink / xGMI) bandwidth of the row's SKU, GB/s."""
     from trainperf.specs.hardware import get_hardware
 
-    def up(r: Row) -> float:
-        return get_hardware(_sku(r["device"], MOE_SKU)[0]).intra_node_link_GB_per_s
+    return get_hardware(_sku(r["device"], MOE_SKU)[0]).intra_node_link_GB_per_s
 
-    for r in rows:
-        q, p, sw, v, dev = r["quantity"], r["params"], r["software"], _num(r["value"]), r["device"]
-        if "low-latency" in q.lower() or "low-latency" in sw.lower():
-            c.reject(r, "low-latency (decode) kernels at 128 tokens: training dispatches with the normal kernels")
-        elif sw.startswith("DeepEP V1 normal kernels (Feb 2025)") and "RDMA" in q:
-            c.reject(r, "superseded: the same DeepEP internode kernels after Tencent's PR #130 (Apr 2025 README)")
-        elif sw.startswith("DeepEP V1 normal kernels") and "NVLink" in q:
-            _moe_keep(c, r, family="deepep", op=_moe_op(q), level="scale-up", ranks=8, nodes=1, tokens=4096,
-                      topk=8, gbps=v * 7 / 8, link=up(r), basis="received bytes incl. the rank's own x 7/8",
-                      use="plateau")
-        elif sw.startswith("DeepEP V1 normal kernels after Tencent"):
-            n = _ranks(p)
-            _moe_keep(c, r, family="deepep", op=_moe_op(q), level="scale-out", ranks=n, nodes=n // 8, tokens=4096,
-                      topk=8, gbps=v, link=MOE_NIC_GBPS["h800"], basis="RDMA bytes (bottleneck)", use="plateau")
-        elif sw.startswith("DeepEP V2"):
-            c.reject(r, "SKU not named (SM90 / SM100 class) and 'logical' bandwidth counting local-rank traffic "
-                        "of the EP 8x2 topology: no per-link efficiency of a catalog part follows")
-        elif "H100 Platform" in r["where"]:
-            c.reject(r, "NIC not stated, and 'algorithm bandwidth' across nodes mixes NVLink and IB traffic: no "
-                        "NIC efficiency follows (DeepEP's H800 RDMA figures stand for hopper)")
-        elif sw.startswith("DeepEP PCIe"):
-            c.reject(r, "DeepEP's PCIe mode (NVLink disabled, every token through the NIC) on H20: a layout no "
-                        "training stack on NVLink nodes runs")
-        elif "Hybrid-EP doc" in sw or "Hybrid-EP (DeepEP" in sw:
-            family = "deepep" if sw.startswith("DeepEP") else "hybrid-ep"
-            want = DEEPEP_SMS if family == "deepep" else HYBRID_SMS
-            if "kernel only" in q:
-                c.reject(r, "kernel-only timing: the torch-API rows (what a training stack calls) are used")
-            elif not re.search(rf"{want}\b", p):
-                c.reject(r, f"SM-count sweep: the {family} rows at {want.split('=')[1]} SMs are used "
-                            "(Hybrid-EP: its design point; DeepEP: nearest Megatron-Core's default of 20)")
-            elif r["dtype"] != "bf16":
-                c.reject(r, "fp8 dispatch: the stacks modelled dispatch 16-bit tokens (Megatron-Core, "
-                            "torchtitan); the bf16 rows are used")
-            else:
-                n = _ranks(p)
-                _moe_keep(c, r, family=family, op=_moe_op(q), level="scale-up", ranks=n, nodes=1, tokens=4096,
-                          topk=8, gbps=v * (n - 1) / n, link=up(r),
-                          basis="algorithm bandwidth x (n-1)/n", use="plateau")
-        elif sw == "MORI-EP" and "(XGMI)" in q and "kernel EP8" in p:
-            c.reject(r, "duplicate: MORI's tuning files sweep the same intranode kernels over 128-4096 tokens "
-                        "(bf16), which are used")
-        elif sw == "MORI-EP" and "(XGMI)" in q:
-            c.reject(r, "XGMI leg of an internode dispatch (the RDMA leg, its bottleneck, is used)")
-        elif sw == "MORI-EP" and "stale" in p:
-            c.reject(r, "the MORI README marks the MI300X EP32 value as stale (previous kernel version)")
-        elif sw == "MORI-EP" and "(RDMA)" in q:
-            n = _ranks(p)
-            _moe_keep(c, r, family="mori", op=_moe_op(q), level="scale-out", ranks=n, nodes=n // 8, tokens=4096,
-                      topk=8, gbps=v, link=MOE_NIC_GBPS[_sku(dev, MOE_SKU)[0]], basis="RDMA bytes",
-                      use="plateau")
-        elif sw.startswith("MORI-EP tuning"):
-            _curate_mori_sweep(c, r)
-        elif sw.startswith("Primus-Turbo"):
-            c.reject(r, "fused comm + grouped-GEMM kernels of one stack (Primus-Turbo Mega MoE): no modelled "
-                        "stack runs them; cited in docs/KERNELS.md (comm leg ~0.69 of xGMI, 87-94% overlap)")
-        elif "alltoall" in q:
-            _curate_nccl_alltoall(c, r, up)
-        else:
-            raise AssertionError(f"moe row not classified: {r['line']} {q} {dev}")
+
+def _moe_deepep(c: Curation, r: Row) -> bool:
+    """DeepEP's normal kernels (V1 intranode and internode); its other rows reject. False otherwise."""
+    q, p, sw, v = r["quantity"], r["params"], r["software"], _num(r["value"])
+    if "low-latency" in q.lower() or "low-latency" in sw.lower():
+        c.reject(r, "low-latency (decode) kernels at 128 tokens: training dispatches with the normal kernels")
+    elif sw.startswith("DeepEP V1 normal kernels (Feb 2025)") and "RDMA" in q:
+        c.reject(r, "superseded: the same DeepEP internode kernels after Tencent's PR #130 (Apr 2025 README)")
+    elif sw.startswith("DeepEP V1 normal kernels") and "NVLink" in q:
+        _moe_keep(c, r, family="deepep", op=_moe_op(q), level="scale-up", ranks=8, nodes=1, tokens=4096,
+                  topk=8, gbps=v * 7 / 8, link=_moe_up(r), basis="received bytes incl. the rank's own x 7/8",
+                  use="plateau")
+    elif sw.startswith("DeepEP V1 normal kernels after Tencent"):
+        n = _ranks(p)
+        _moe_keep(c, r, family="deepep", op=_moe_op(q), level="scale-out", ranks=n, nodes=n // 8, tokens=4096,
+                  topk=8, gbps=v, link=MOE_NIC_GBPS["h800"], basis="RDMA bytes (bottleneck)", use="plateau")
+    elif sw.startswith("DeepEP V2"):
+        c.reject(r, "SKU not named (SM90 / SM100 class) and 'logical' bandwidth counting local-rank traffic "
+                    "of the EP 8x2 topology: no per-link efficiency of a catalog part follows")
+    elif "H100 Platform" in r["where"]:
+        c.reject(r, "NIC not stated, and 'algorithm bandwidth' across nodes mixes NVLink and IB traffic: no "
+                    "NIC efficiency follows (DeepEP's H800 RDMA figures stand for hopper)")
+    elif sw.startswith("DeepEP PCIe"):
+        c.reject(r, "DeepEP's PCIe mode (NVLink disabled, every token through the NIC) on H20: a layout no "
+                    "training stack on NVLink nodes runs")
+    else:
+        return False
+    return True
+
+
+def _moe_hybrid_ep(c: Curation, r: Row) -> bool:
+    """The Hybrid-EP document's torch-API bf16 rows (Hybrid-EP and DeepEP V1); False for other rows."""
+    q, p, sw = r["quantity"], r["params"], r["software"]
+    if not ("Hybrid-EP doc" in sw or "Hybrid-EP (DeepEP" in sw):
+        return False
+    family = "deepep" if sw.startswith("DeepEP") else "hybrid-ep"
+    want = DEEPEP_SMS if family == "deepep" else HYBRID_SMS
+    if "kernel only" in q:
+        c.reject(r, "kernel-only timing: the torch-API rows (what a training stack calls) are used")
+    elif not re.search(rf"{want}\b", p):
+        c.reject(r, f"SM-count sweep: the {family} rows at {want.split('=')[1]} SMs are used "
+                    "(Hybrid-EP: its design point; DeepEP: nearest Megatron-Core's default of 20)")
+    elif r["dtype"] != "bf16":
+        c.reject(r, "fp8 dispatch: the stacks modelled dispatch 16-bit tokens (Megatron-Core, "
+                    "torchtitan); the bf16 rows are used")
+    else:
+        n = _ranks(p)
+        _moe_keep(c, r, family=family, op=_moe_op(q), level="scale-up", ranks=n, nodes=1, tokens=4096,
+                  topk=8, gbps=_num(r["value"]) * (n - 1) / n, link=_moe_up(r),
+                  basis="algorithm bandwidth x (n-1)/n", use="plateau")
+    return True
+
+
+def _moe_mori_primus(c: Curation, r: Row) -> bool:
+    """MORI-EP (README figures and tuning sweeps) and Primus-Turbo rows; False for other rows."""
+    q, p, sw = r["quantity"], r["params"], r["software"]
+    if sw == "MORI-EP" and "(XGMI)" in q and "kernel EP8" in p:
+        c.reject(r, "duplicate: MORI's tuning files sweep the same intranode kernels over 128-4096 tokens "
+                    "(bf16), which are used")
+    elif sw == "MORI-EP" and "(XGMI)" in q:
+        c.reject(r, "XGMI leg of an internode dispatch (the RDMA leg, its bottleneck, is used)")
+    elif sw == "MORI-EP" and "stale" in p:
+        c.reject(r, "the MORI README marks the MI300X EP32 value as stale (previous kernel version)")
+    elif sw == "MORI-EP" and "(RDMA)" in q:
+        n = _ranks(p)
+        _moe_keep(c, r, family="mori", op=_moe_op(q), level="scale-out", ranks=n, nodes=n // 8, tokens=4096,
+                  topk=8, gbps=_num(r["value"]), link=MOE_NIC_GBPS[_sku(r["device"], MOE_SKU)[0]],
+                  basis="RDMA bytes", use="plateau")
+    elif sw.startswith("MORI-EP tuning"):
+        _curate_mori_sweep(c, r)
+    elif sw.startswith("Primus-Turbo"):
+        c.reject(r, "fused comm + grouped-GEMM kernels of one stack (Primus-Turbo Mega MoE): no modelled "
+                    "stack runs them; cited in docs/KERNELS.md (comm leg ~0.69 of xGMI, 87-94% overlap)")
+    else:
+        return False
+    return True
 
 
 def _curate_mori_sweep(c: Curation, r: Row) -> None:
@@ -802,7 +952,7 @@ def _curate_mori_sweep(c: Curation, r: Row) -> None:
               use="sweep", sweep=f"mori-{sku}-intranode-{op}", time_us=lat)
 
 
-def _curate_nccl_alltoall(c: Curation, r: Row, up: object) -> None:
+def _curate_nccl_alltoall(c: Curation, r: Row) -> None:
     """nccl-tests / rccl-tests all-to-all at 4-16 GiB per rank (only the largest sizes are printed)."""
     p, dev = r["params"], r["device"]
     sku, _silicon = _sku(dev, MOE_SKU)
@@ -820,7 +970,7 @@ def _curate_nccl_alltoall(c: Curation, r: Row, up: object) -> None:
         return
     if domains == 1:
         _moe_keep(c, r, family="nccl", op="all-to-all", level="scale-up", ranks=n, nodes=1, tokens="", topk="",
-                  gbps=_num(r["value"]), link=up(r), basis="nccl-tests busbw", use="plateau",
+                  gbps=_num(r["value"]), link=_moe_up(r), basis="nccl-tests busbw", use="plateau",
                   sweep=f"size={size}", time_us=time_us)
         return
     cross = algbw * (domains - 1) / domains

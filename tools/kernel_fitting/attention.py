@@ -241,11 +241,25 @@ Entry = tuple[Curves, bool, str, list[str]]
 """(curves, measured, source, the sources it was derived from)."""
 
 
+Fams = dict[str, dict[str, Entry]]
+"""silicon -> attention family -> its entry."""
+
+
 def params(rows: list[Row]) -> dict[str, dict[str, dict]]:
     """Per silicon and family: {"measured", "source", "curves"} (see the module docstring)."""
-    fams: dict[str, dict[str, Entry]] = defaultdict(dict)
-    hop, amp, c4 = Measured(rows, "hopper"), Measured(rows, "ampere"), Measured(rows, "cdna4")
+    fams: Fams = defaultdict(dict)
+    _hopper(rows, fams)
+    _ampere(rows, fams)
+    _blackwell_fa4(rows, fams)
+    _blackwell_sm80(rows, fams)
+    _amd(rows, fams)
+    _fallbacks(fams)
+    return _output(fams)
 
+
+def _hopper(rows: list[Row], fams: Fams) -> None:
+    """Adds the measured Hopper families (FA2, FA3, cuDNN, eager, Triton) to ``fams``."""
+    hop = Measured(rows, "hopper")
     # hopper: FA2, FA3, cuDNN, eager measured forward and backward (bwd: third-party transcription
     # of the FA3 paper figure, non-causal); Triton forward only. FA2, FA3 and cuDNN go on to 32k by
     # the 32k/16k ratio of one benchmark that measured both lengths (MagiAttention's H100 figures)
@@ -257,10 +271,14 @@ def params(rows: list[Row]) -> dict[str, dict[str, dict]]:
             c, note = leveled(c, rows, fam)
             notes.append(note)
         fams["hopper"][fam] = (c, True, hop.source(fam, notes), [])
-    h_fa2, h_fa3, h_eager = (fams["hopper"][f][0] for f in ("fa2", "fa3", "eager"))
-    c, notes = measured_curves(hop, "triton", h_fa2)
+    c, notes = measured_curves(hop, "triton", fams["hopper"]["fa2"][0])
     fams["hopper"]["triton"] = (c, True, hop.source("triton", notes), [])
 
+
+def _ampere(rows: list[Row], fams: Fams) -> None:
+    """Adds the measured Ampere families, and Hopper xformers scaled from Ampere's, to ``fams``."""
+    amp = Measured(rows, "ampere")
+    h_fa2, h_eager = fams["hopper"]["fa2"][0], fams["hopper"]["eager"][0]
     # ampere: fwd+bwd figures split with Hopper's bwd/fwd ratios (FA2's for xformers and Triton)
     for fam, ref in (("fa2", h_fa2), ("xformers", h_fa2), ("triton", h_fa2), ("eager", h_eager)):
         c, notes = measured_curves(amp, fam, ref)
@@ -273,6 +291,9 @@ def params(rows: list[Row]) -> dict[str, dict[str, dict]]:
         "FA2 fwd+bwd fractions at 8k hd128 (both kernels run sm80 code)",
         [fams["ampere"]["xformers"][2], fams["hopper"]["fa2"][2], fams["ampere"]["fa2"][2]])
 
+
+def _blackwell_fa4(rows: list[Row], fams: Fams) -> None:
+    """Adds Blackwell FA4 and cuDNN (the Hopper curves x the measured FA4 speedup) to ``fams``."""
     # blackwell
     sp = sorted((int(r["seq_len"]), float(r["value"]), r) for r in rows if r["use"] == "speedup")
     sx, sv = np.log2([s for s, _, _ in sp]), np.array([v for _, v, _ in sp])
@@ -283,13 +304,17 @@ def params(rows: list[Row]) -> dict[str, dict[str, dict]]:
         return np.interp(x, sx, sv) * conv
 
     fams["blackwell"]["fa4"] = (
-        _scale(h_fa3, fa4_speedup, sx), True,
+        _scale(fams["hopper"]["fa3"][0], fa4_speedup, sx), True,
         f"the Hopper FA3 curves x the measured B200 FA4 / H200 FA3 fwd+bwd speedup, {speed}, held flat outside, "
         f"x {conv:.4f} (H100 / B200 bf16 peaks)", [fams["hopper"]["fa3"][2]])
     fams["blackwell"]["cudnn"] = (
         _scale(fams["hopper"]["cudnn"][0], fa4_speedup, sx), False,
         "no Blackwell cuDNN measurement: the Hopper cuDNN curves x the B200 FA4 / H200 FA3 speedup (Blackwell-"
         f"native kernels assumed to gain as FA4 did) x {conv:.4f} (peaks)", [fams["hopper"]["cudnn"][2]])
+
+
+def _blackwell_sm80(rows: list[Row], fams: Fams) -> None:
+    """Adds Blackwell FA2, Triton, xformers (the GB200/H100 FA2 ratio) and eager to ``fams``."""
     gb, gb_row = _anchor(rows, "gb200", "fa2")
     h1, h1_row = _anchor(rows, "h100-sxm", "fa2")
     r_gb = gb / h1 * peak("h100-sxm", "bf16") / peak("gb200", "bf16")
@@ -302,9 +327,13 @@ def params(rows: list[Row]) -> dict[str, dict[str, dict]]:
             [fams["hopper"][fam][2]])
     fams["blackwell"]["eager"] = _eager_from_hopper(rows, fams["hopper"]["eager"], "gb200")
 
+
+def _amd(rows: list[Row], fams: Fams) -> None:
+    """Adds cdna3 CK and eager (anchored Hopper shapes) and the measured cdna4 AITER to ``fams``."""
     # cdna3: CK FA2 anchored on the one MI300X point, Hopper FA2 shape
     mi, mi_row = _anchor(rows, "mi300x", "ck")
     anchor = mi / peak("mi300x", "bf16")
+    h_fa2 = fams["hopper"]["fa2"][0]
     ref_fb = fwdbwd_at(h_fa2, (64, False), 8192)
     fams["cdna3"]["ck"] = (
         _scale(h_fa2, anchor / ref_fb), True,
@@ -315,9 +344,13 @@ def params(rows: list[Row]) -> dict[str, dict[str, dict]]:
     fams["cdna3"]["eager"] = _eager_from_hopper(rows, fams["hopper"]["eager"], "mi300x")
 
     # cdna4: AITER measured (MI355X)
+    c4 = Measured(rows, "cdna4")
     c, notes = measured_curves(c4, "aiter", None)
     fams["cdna4"]["aiter"] = (c, True, c4.source("aiter", notes), [])
 
+
+def _fallbacks(fams: Fams) -> None:
+    """Adds the unmeasured (silicon, family) pairs that borrow measured curves to ``fams``."""
     # fallbacks: same family on the nearest measured silicon of the vendor (ratio 1), or another
     # family measured on the same silicon
     _borrow(fams, "cdna3", "aiter", "cdna4", "aiter", "same library, nearest measured silicon of the vendor")
@@ -333,6 +366,9 @@ def params(rows: list[Row]) -> dict[str, dict[str, dict]]:
     for fam in ("xformers", "eager"):
         _borrow(fams, "volta", fam, "ampere", fam, "nearest measured silicon of the vendor")
 
+
+def _output(fams: Fams) -> dict[str, dict[str, dict]]:
+    """The params.json entries of every catalog silicon: its families, else the vendor's flat default."""
     out: dict[str, dict[str, dict]] = {}
     for sil, vendor in silicons().items():
         out[sil] = {}
@@ -342,14 +378,18 @@ def params(rows: list[Row]) -> dict[str, dict[str, dict]]:
             out[sil][fam] = {"measured": meas, "source": src, "from": chain,
                              **({"curves_of": same} if same and not meas else {"curves": _json(curves)})}
         if not out[sil]:
-            v, src = vendor_knob(vendor, "attention_efficiency")
-            flat = {"128": {mask: [[9.0], [sig(v)], [sig(v)]] for mask in ("full", "causal")}}
-            fam_list = ("xla", "eager") if sil.startswith("tpu") else ("eager",) if sil == "cpu" else ("fa2", "eager")
-            for fam in fam_list:
-                out[sil][fam] = {"measured": False, "curves": flat,
-                                 "source": f"no {sil} attention measurement: {src}, flat in sequence length, "
-                                           "head dim and mask"}
+            out[sil] = _vendor_default(sil, vendor)
     return out
+
+
+def _vendor_default(sil: str, vendor: str) -> dict[str, dict]:
+    """Flat curves at the vendor's attention_efficiency for a silicon without any attention measurement."""
+    v, src = vendor_knob(vendor, "attention_efficiency")
+    flat = {"128": {mask: [[9.0], [sig(v)], [sig(v)]] for mask in ("full", "causal")}}
+    fam_list = ("xla", "eager") if sil.startswith("tpu") else ("eager",) if sil == "cpu" else ("fa2", "eager")
+    return {fam: {"measured": False, "curves": flat,
+                  "source": f"no {sil} attention measurement: {src}, flat in sequence length, "
+                            "head dim and mask"} for fam in fam_list}
 
 
 def _eager_from_hopper(rows: list[Row], hopper: Entry, sku: str) -> Entry:

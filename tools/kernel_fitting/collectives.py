@@ -143,14 +143,30 @@ def _triple(eff: Param, half: Param, lat: Param | None) -> dict[str, Param]:
     return {"eff_max": eff, "half_bytes": half, "latency_us": lat}
 
 
-def params(rows: list[Row]) -> dict[str, dict[str, Any]]:
-    sw = _sweeps(rows)
-    by_sil: dict[str, list[Row]] = defaultdict(list)
-    for r in rows:
-        by_sil[r["silicon"]].append(r)
-    up: dict[str, dict[str, dict[str, Param]]] = defaultdict(dict)
-    ring_ar: dict[str, dict[str, Param]] = {}
+Triple = dict[str, Param]
+"""{"eff_max", "half_bytes", "latency_us"} of one (silicon, level, kind)."""
+Table = dict[str, dict[str, Triple]]
+"""silicon -> collective kind -> its triple."""
 
+
+def params(rows: list[Row]) -> dict[str, dict[str, Any]]:
+    """Per silicon: the scale-up and scale-out bus-bandwidth model of every collective kind."""
+    sw = _sweeps(rows)
+    up = _default_all_reduce(sw)
+    ring_ar = _ring_all_reduce(rows, sw, up)
+    mesh_check = _cdna3_all_reduce(sw, up)
+    _scale_up_kinds(sw, up, ring_ar, mesh_check[1])
+    _ampere_scale_up(sw, up)
+    up_exp = _scale_up_exponent(sw)
+    out_p, e_hop, h_hop = _scale_out_all_reduce(sw)
+    out_exp = _scale_out_exponent(sw, e_hop, h_hop)
+    _scale_out_kinds(out_p)
+    return _assemble(up, ring_ar, out_p, up_exp, out_exp, mesh_check)
+
+
+def _default_all_reduce(sw: dict[str, list[Row]]) -> Table:
+    """Scale-up all-reduce of each measured silicon with NCCL's (RCCL's) default algorithm."""
+    up: Table = defaultdict(dict)
     # ---- scale-up all-reduce: the default algorithm of an 8-GPU node
     defaults = {"ampere": ["azure-a100-sxm-80gb", "stas00-a100-8gpu"],
                 "hopper": ["azure-h100-sxm", "azure-h200-sxm", "stas00-h200-8gpu"],
@@ -159,12 +175,18 @@ def params(rows: list[Row]) -> dict[str, dict[str, Any]]:
         algo = "NVLS (NCCL's default on an 8-GPU NVSwitch node)" if NVSWITCH.get(sil) else "ring"
         eff, half, lat = _fit_param(sw, names, "scale-up", f"{sil} all-reduce, {algo}")
         up[sil]["all-reduce"] = _triple(eff, half, lat)
+    return up
+
+
+def _ring_all_reduce(rows: list[Row], sw: dict[str, list[Row]], up: Table) -> dict[str, Triple]:
+    """Scale-up ring all-reduce of the NVSwitch silicons with NVLS (hopper, blackwell)."""
+    ring_ar: dict[str, Triple] = {}
     # ring all-reduce below the NVLS threshold (hopper, blackwell)
     h_ring_src = {"hopper": "xla-h100-sxm-all-reduce-8", "blackwell": "azure-gb200"}
     for sil in ("hopper", "blackwell"):
         _, h, _ = _fit_param(sw, [h_ring_src[sil]], "scale-up", f"{sil} ring all-reduce shape")
-        ring_rows = [r for r in by_sil[sil] if r["level"] == "scale-up" and r["kind"] == "all-reduce"
-                     and r["algo"] == "ring" and r["sweep"].startswith("stas00")]
+        ring_rows = [r for r in rows if r["silicon"] == sil and r["level"] == "scale-up"
+                     and r["kind"] == "all-reduce" and r["algo"] == "ring" and r["sweep"].startswith("stas00")]
         ring_eff, text = _point_eff(ring_rows, h["value"])
         ring_ar[sil] = _triple(
             param(ring_eff, True, f"{sil} ring all-reduce (NVLS off or below {NVSWITCH[sil]} ranks): large-message points "
@@ -172,6 +194,12 @@ def params(rows: list[Row]) -> dict[str, dict[str, Any]]:
             {**h, "source": f"{sil} ring all-reduce half size from the {h_ring_src[sil]} sweep: {h['source']}"},
             borrowed(up[sil]["all-reduce"]["latency_us"], f"no {sil} ring small-message sweep: the default "
                      "algorithm's floor"))
+    return ring_ar
+
+
+def _cdna3_all_reduce(sw: dict[str, list[Row]], up: Table) -> tuple[float, str]:
+    """Averages a second source into cdna3's all-reduce eff_max (in ``up``); returns the mesh check
+    (2-GPU / 8-GPU MI300X all-reduce busbw, citation of the 2-GPU row)."""
     # cdna3: the 8-GPU point of a second source joins the Azure sweep's eff (mean)
     mi8 = [r for r in sw["stas00-mi300x-ranks"] if r["ranks"] == "8"]
     e8, text8 = _point_eff(mi8, up["cdna3"]["all-reduce"]["half_bytes"]["value"])
@@ -180,8 +208,11 @@ def params(rows: list[Row]) -> dict[str, dict[str, Any]]:
                                                  f"mean of the Azure fit {e_az['value']:.3f} and {text8}; "
                                                  + e_az["source"])
     mi2 = next(r for r in sw["stas00-mi300x-ranks"] if r["ranks"] == "2")
-    mesh_check = (busbw(mi2) / busbw(mi8[0]), cite(mi2))
+    return busbw(mi2) / busbw(mi8[0]), cite(mi2)
 
+
+def _scale_up_kinds(sw: dict[str, list[Row]], up: Table, ring_ar: dict[str, Triple], mi2_cite: str) -> None:
+    """Adds all-gather, reduce-scatter, all-to-all and send/recv within a node to ``up``."""
     # ---- all-gather / reduce-scatter: hopper's measured ratio to ring all-reduce at 16 GiB, the
     # ring all-reduce half size (a ring's per-step latency and chunk give AG, RS and AR one S/(S+h))
     h_ag = {k: next(r for r in sw["stas00-h200-algo"] if r["kind"] == k) for k in ("all-gather", "reduce-scatter")}
@@ -190,46 +221,68 @@ def params(rows: list[Row]) -> dict[str, dict[str, Any]]:
     # ---- all-to-all and send/recv: XLA sweeps; send/recv eff_max from copy-engine P2P tests
     a2a = {"hopper": "xla-h100-sxm-all-to-all-8", "blackwell": "xla-b200-all-to-all-8", "cdna3": "xla-mi300x-all-to-all-8"}
     perm = {"hopper": "xla-h100-sxm-send-recv-8", "blackwell": "xla-b200-send-recv-8", "cdna3": "xla-mi300x-send-recv-8"}
-    p2p: dict[str, list[Row]] = {r["silicon"]: [] for r in sw["p2p"]}
-    for r in sw["p2p"]:
-        p2p[r["silicon"]].append(r)
+    p2p = _p2p(sw)
     for sil in ("ampere", "hopper", "blackwell", "cdna3"):
         ring = ring_ar.get(sil, up[sil]["all-reduce"])
         for kind, r in h_ag.items():
-            ratio = busbw(r) / busbw(ar16)
-            why = (("" if sil == "hopper" else "derived: ") + f"{kind} = ring all-reduce eff_max x {ratio:.3f}, the "
-                   f"H200 {kind}/ring all-reduce busbw ratio at 16 GiB ({cite(r)}; {cite(ar16)})")
-            up[sil][kind] = _triple(
-                {**param(ring["eff_max"]["value"] * ratio, sil == "hopper", why), "from": [ring["eff_max"]["source"]]},
-                borrowed(ring["half_bytes"], f"derived: {kind} half size = ring all-reduce's (same ring steps and "
-                         "chunks)"),
-                {**param(ring["latency_us"]["value"] / 2, False, f"derived: {kind} latency = half the all-reduce "
-                         "floor (half the ring steps)"), "from": [ring["latency_us"]["source"]]})
+            up[sil][kind] = _ring_kind(sil, kind, r, ar16, ring)
         if sil in a2a:
             eff, half, lat = _fit_param(sw, [a2a[sil]], "scale-up", f"{sil} all-to-all (XLA GPU runtime over "
                                         "NCCL/RCCL, SKU not stated; its all-reduce runs 5-20% under nccl-tests')")
             up[sil]["all-to-all"] = _triple(eff, half, lat)
         if sil in perm:
-            s, e = points(sw[perm[sil]])
-            if sil in p2p:
-                vals = [float(r["busbw_GBps"]) / link_of(r) for r in p2p[sil]]
-                eff_v = sum(vals) / len(vals)
-                eff_src = ("copy-engine P2P unidirectional bandwidth / link: " + ", ".join(
-                    f"{r['busbw_GBps']} GB/s ({cite(r)})" for r in p2p[sil]))
-                _, h_v, rms, n = fit(s, e, eff=eff_v)
-            else:
-                eff_v, h_v, rms, n = fit(s, e)
-                eff_src = (f"XLA collective-permute plateau: one peer is reached over one xGMI link of the mesh "
-                           f"(cf. the 2-GPU all-reduce, {cite(mi2)})")
-            src = f"{perm[sil]} ({cite(sw[perm[sil]][0])})"
-            lat_us = floor_us(sw[perm[sil]], "scale-up")
-            if lat_us is None:
-                raise ValueError(f"{src}: no message of <= {SMALL_BYTES['scale-up']} bytes for the latency floor")
-            up[sil]["send-recv"] = _triple(
-                param(eff_v, True, f"{sil} send/recv: {eff_src}"),
-                param(h_v, True, f"{sil} send/recv half size: fit of the XLA collective-permute sweep (8 pairs) at "
-                      f"eff_max {eff_v:.3f} on {n} messages of 4 MiB..4 GiB, rms log error {rms:.3f} [{src}]"),
-                param(lat_us, True, f"{sil} send/recv latency: smallest time per call of {src}"))
+            up[sil]["send-recv"] = _send_recv(sil, perm[sil], sw[perm[sil]], p2p.get(sil), mi2_cite)
+
+
+def _p2p(sw: dict[str, list[Row]]) -> dict[str, list[Row]]:
+    """The copy-engine P2P bandwidth rows by silicon."""
+    p2p: dict[str, list[Row]] = {r["silicon"]: [] for r in sw["p2p"]}
+    for r in sw["p2p"]:
+        p2p[r["silicon"]].append(r)
+    return p2p
+
+
+def _ring_kind(sil: str, kind: str, r: Row, ar16: Row, ring: Triple) -> Triple:
+    """All-gather or reduce-scatter: the ring all-reduce scaled by hopper's measured busbw ratio."""
+    ratio = busbw(r) / busbw(ar16)
+    why = (("" if sil == "hopper" else "derived: ") + f"{kind} = ring all-reduce eff_max x {ratio:.3f}, the "
+           f"H200 {kind}/ring all-reduce busbw ratio at 16 GiB ({cite(r)}; {cite(ar16)})")
+    return _triple(
+        {**param(ring["eff_max"]["value"] * ratio, sil == "hopper", why), "from": [ring["eff_max"]["source"]]},
+        borrowed(ring["half_bytes"], f"derived: {kind} half size = ring all-reduce's (same ring steps and "
+                 "chunks)"),
+        {**param(ring["latency_us"]["value"] / 2, False, f"derived: {kind} latency = half the all-reduce "
+                 "floor (half the ring steps)"), "from": [ring["latency_us"]["source"]]})
+
+
+def _send_recv(sil: str, name: str, sweep: list[Row], p2p: list[Row] | None, mi2_cite: str) -> Triple:
+    """Send/recv within a node: eff_max from P2P tests (else the sweep's plateau), half size and
+    latency from the XLA collective-permute sweep ``name``."""
+    s, e = points(sweep)
+    if p2p is not None:
+        vals = [float(r["busbw_GBps"]) / link_of(r) for r in p2p]
+        eff_v = sum(vals) / len(vals)
+        eff_src = ("copy-engine P2P unidirectional bandwidth / link: " + ", ".join(
+            f"{r['busbw_GBps']} GB/s ({cite(r)})" for r in p2p))
+        _, h_v, rms, n = fit(s, e, eff=eff_v)
+    else:
+        eff_v, h_v, rms, n = fit(s, e)
+        eff_src = (f"XLA collective-permute plateau: one peer is reached over one xGMI link of the mesh "
+                   f"(cf. the 2-GPU all-reduce, {mi2_cite})")
+    src = f"{name} ({cite(sweep[0])})"
+    lat_us = floor_us(sweep, "scale-up")
+    if lat_us is None:
+        raise ValueError(f"{src}: no message of <= {SMALL_BYTES['scale-up']} bytes for the latency floor")
+    return _triple(
+        param(eff_v, True, f"{sil} send/recv: {eff_src}"),
+        param(h_v, True, f"{sil} send/recv half size: fit of the XLA collective-permute sweep (8 pairs) at "
+              f"eff_max {eff_v:.3f} on {n} messages of 4 MiB..4 GiB, rms log error {rms:.3f} [{src}]"),
+        param(lat_us, True, f"{sil} send/recv latency: smallest time per call of {src}"))
+
+
+def _ampere_scale_up(sw: dict[str, list[Row]], up: Table) -> None:
+    """Adds ampere's all-to-all and send/recv (no XLA sweep) to ``up``."""
+    p2p = _p2p(sw)
     # ampere: all-to-all from hopper (both NVSwitch nodes), send/recv half size and latency from hopper
     up["ampere"]["all-to-all"] = {k: borrowed(v, "no ampere all-to-all sweep: hopper's (NVSwitch node, ratio 1)")
                                   for k, v in up["hopper"]["all-to-all"].items()}
@@ -240,6 +293,9 @@ def params(rows: list[Row]) -> dict[str, dict[str, Any]]:
         "half_bytes": borrowed(up["hopper"]["send-recv"]["half_bytes"], "no ampere send/recv sweep: hopper's"),
         "latency_us": borrowed(up["hopper"]["send-recv"]["latency_us"], "no ampere send/recv sweep: hopper's")}
 
+
+def _scale_up_exponent(sw: dict[str, list[Row]]) -> Param:
+    """Exponent of the scale-up half size in the group size."""
     # ---- ranks: the half size grows with the group (more ring steps); exponent from XLA all-reduce
     # and all-to-all on 8 (B200 node) against 64 and 72 (GB200 NVL72) GPUs
     exps = []
@@ -248,21 +304,40 @@ def params(rows: list[Row]) -> dict[str, dict[str, Any]]:
         for n in (64, 72):
             _, hn, _ = _fit_param(sw, [f"xla-gb200-{kind}-{n}"], "scale-up", "")
             exps.append(math.log(hn["value"] / h8["value"]) / math.log((n - 1) / 7))
-    up_exp = param(sum(exps) / len(exps), True, "exponent p of half_bytes(n) = half_bytes(8) ((n-1)/7)^p: mean over "
-                   "XLA all-reduce and all-to-all of log(h_n/h_8)/log((n-1)/7) for n = 64, 72 (GB200 NVL72) against "
-                   f"8 (B200): {', '.join(f'{x:.3f}' for x in exps)} [{cite(sw['xla-gb200-all-reduce-64'][0])}]")
+    return param(sum(exps) / len(exps), True, "exponent p of half_bytes(n) = half_bytes(8) ((n-1)/7)^p: mean over "
+                 "XLA all-reduce and all-to-all of log(h_n/h_8)/log((n-1)/7) for n = 64, 72 (GB200 NVL72) against "
+                 f"8 (B200): {', '.join(f'{x:.3f}' for x in exps)} [{cite(sw['xla-gb200-all-reduce-64'][0])}]")
 
+
+def _hf_playbook(sw: dict[str, list[Row]]) -> list[Row]:
+    """The HF playbook's multi-node all-reduce rows, by node count."""
+    return sorted(sw["hf-playbook-nodes"], key=lambda r: int(r["nodes"]))
+
+
+def _scale_out_all_reduce(sw: dict[str, list[Row]]) -> tuple[Table, float, float]:
+    """Scale-out all-reduce of blackwell, hopper and ampere, with hopper's unrounded (eff_max, half_bytes)."""
     # ---- scale-out
-    out_p: dict[str, dict[str, dict[str, Param]]] = defaultdict(dict)
+    out_p: Table = defaultdict(dict)
     eff, half, lat = _fit_param(sw, ["stas00-b200-4node"], "scale-out",
                                 "blackwell all-reduce across 4 nodes x 8 (EFA v4, 8 x 400 Gb/s per node), NCCL default")
     out_p["blackwell"]["all-reduce"] = _triple(eff, half, lat)
     assert lat is not None  # _triple raised otherwise
+    out_p["hopper"]["all-reduce"], e_hop, h_hop = _hopper_scale_out(sw, lat)
+    dgx = sw["dgx-a100-multinode"][0]
+    out_p["ampere"]["all-reduce"] = _triple(
+        param(busbw(dgx) / link_of(dgx), True, f"ampere scale-out: {dgx['busbw_GBps']} GB/s multi-node DGX-A100 "
+              f"all-reduce busbw / (8 x 25 GB/s HDR NICs), read as the large-message plateau ({cite(dgx)})"),
+        borrowed(out_p["hopper"]["all-reduce"]["half_bytes"], "no ampere sweep across nodes: hopper's half size"),
+        borrowed(lat, "no ampere small-message sweep across nodes: blackwell's"))
+    return out_p, e_hop, h_hop
+
+
+def _hopper_scale_out(sw: dict[str, list[Row]], lat: Param) -> tuple[Triple, float, float]:
+    """Hopper's scale-out all-reduce (latency: blackwell's ``lat``) and its unrounded (eff_max, half_bytes)."""
     # hopper: p5en ring at 4 GiB and the HF playbook's 4-node point, both 32 ranks: two equations
     # E S/(S+h) = e for (E, h)
     p5 = next(r for r in sw["stas00-h200-4node"] if r["algo"] == "ring")
-    hf = sorted(sw["hf-playbook-nodes"], key=lambda r: int(r["nodes"]))
-    hf4 = next(r for r in hf if r["nodes"] == "4")
+    hf4 = next(r for r in _hf_playbook(sw) if r["nodes"] == "4")
     s1, e1 = float(p5["size_bytes"]), busbw(p5) / link_of(p5)
     s2, e2 = float(hf4["size_bytes"]), busbw(hf4) / link_of(hf4)
     q = e1 / e2
@@ -270,16 +345,15 @@ def params(rows: list[Row]) -> dict[str, dict[str, Any]]:
     e_hop = e1 * (s1 + h_hop) / s1
     txt = (f"solved from two 32-rank all-reduce points: {p5['busbw_GBps']} GB/s ring at 4 GiB ({cite(p5)}) and "
            f"{hf4['busbw_GBps']} GB/s at 256 MiB ({cite(hf4)}), each / (8 x 50 GB/s NICs)")
-    out_p["hopper"]["all-reduce"] = _triple(param(e_hop, True, "hopper scale-out " + txt),
-                                            param(h_hop, True, "hopper scale-out " + txt),
-                                            borrowed(lat, "no hopper small-message sweep across nodes: blackwell's"))
-    dgx = sw["dgx-a100-multinode"][0]
-    out_p["ampere"]["all-reduce"] = _triple(
-        param(busbw(dgx) / link_of(dgx), True, f"ampere scale-out: {dgx['busbw_GBps']} GB/s multi-node DGX-A100 "
-              f"all-reduce busbw / (8 x 25 GB/s HDR NICs), read as the large-message plateau ({cite(dgx)})"),
-        borrowed(out_p["hopper"]["all-reduce"]["half_bytes"], "no ampere sweep across nodes: hopper's half size"),
-        borrowed(lat, "no ampere small-message sweep across nodes: blackwell's"))
+    return _triple(param(e_hop, True, "hopper scale-out " + txt),
+                   param(h_hop, True, "hopper scale-out " + txt),
+                   borrowed(lat, "no hopper small-message sweep across nodes: blackwell's")), e_hop, h_hop
+
+
+def _scale_out_exponent(sw: dict[str, list[Row]], e_hop: float, h_hop: float) -> Param:
+    """Exponent of the scale-out half size in the group size, given hopper's eff_max and half size."""
     # ranks: HF playbook 256 MiB all-reduce on 4..64 nodes (rings), with hopper's eff_max
+    hf = _hf_playbook(sw)
     xs, ys = [], []
     for r in hf:
         if int(r["nodes"]) < 4:
@@ -288,9 +362,13 @@ def params(rows: list[Row]) -> dict[str, dict[str, Any]]:
         xs.append(math.log((int(r["ranks"]) - 1) / 31))
         ys.append(math.log(float(r["size_bytes"]) * (e_hop / e_r - 1) / h_hop))
     slope = float(np.dot(xs, ys) / np.dot(xs, xs))
-    out_exp = param(slope, True, "exponent p of half_bytes(n) = half_bytes(32) ((n-1)/31)^p: least squares through "
-                    "the origin on the HF playbook's 256 MiB all-reduce over 4, 8, 16, 32 and 64 nodes of 8 H100 "
-                    f"with hopper's eff_max [{cite(hf[0])}]")
+    return param(slope, True, "exponent p of half_bytes(n) = half_bytes(32) ((n-1)/31)^p: least squares through "
+                 "the origin on the HF playbook's 256 MiB all-reduce over 4, 8, 16, 32 and 64 nodes of 8 H100 "
+                 f"with hopper's eff_max [{cite(hf[0])}]")
+
+
+def _scale_out_kinds(out_p: Table) -> None:
+    """Adds all-gather, reduce-scatter, all-to-all and send/recv across nodes, from each all-reduce, to ``out_p``."""
     for d in out_p.values():
         ar = d["all-reduce"]
         for kind in ("all-gather", "reduce-scatter", "all-to-all"):
@@ -305,8 +383,6 @@ def params(rows: list[Row]) -> dict[str, dict[str, Any]]:
             "latency_us": {**param(ar["latency_us"]["value"] / 62, False, "derived: send/recv across nodes = the "
                                    "all-reduce floor / 62 (one of a 32-rank ring's 2 x 31 steps)"),
                            "from": [ar["latency_us"]["source"]]}}
-
-    return _assemble(up, ring_ar, out_p, up_exp, out_exp, mesh_check)
 
 
 def _assemble(up: dict, ring_ar: dict, out_p: dict, up_exp: Param, out_exp: Param,

@@ -33,31 +33,71 @@ def _e2e(rows: list[Row]) -> dict[str, dict[str, Row]]:
 
 
 def params(rows: list[Row], peak_fraction: dict[str, dict[str, Param]]) -> dict[str, dict]:
+    """Per fp8 silicon: each recipe's factor over the pre-quantised fp8 GEMM time, and the end-to-end checks."""
     te, e2e = _te(rows), _e2e(rows)
     measured: dict[str, dict[str, Param]] = defaultdict(dict)
     ratio_r: dict[str, tuple[float, str]] = {}
     for sil, t in te.items():
-        pre = t[("tensorwise", "prequantized")]
-        bf = t[("bf16", "prequantized")]
-        ratio_r[sil] = (float(pre["value_num"]) / float(bf["value_num"]),
-                        f"pre-quantised fp8 / bf16 per-layer GEMM time {pre['value_num']}/{bf['value_num']} ms "
-                        f"({cite(pre)})")
-        for recipe in ("tensorwise", "delayed", "mxfp8"):
-            if (recipe, "autocast") in t and (recipe, "prequantized") in t:
-                a, p = t[(recipe, "autocast")], t[(recipe, "prequantized")]
-                v = float(a["value_num"]) / float(p["value_num"])
-                note = "" if v >= 1 else f" (measured {v:.3f} < 1, within the table's noise: held at 1)"
-                measured[sil][recipe] = param(max(v, 1.0), True, f"TE per-layer GEMM time with quantisation "
-                                              f"(autocast) / pre-quantised, {a['value_num']}/{p['value_num']} ms on "
-                                              f"{a['sku']}{note} ({cite(a)}; {cite(p)})")
-        if ("blockwise", "autocast") in t:
-            a = t[("blockwise", "autocast")]
-            v = float(a["value_num"]) / float(pre["value_num"])
-            measured[sil]["blockwise"] = param(v, False, f"derived: TE Float8BlockScaling autocast {a['value_num']} ms over the "
-                                               f"pre-quantised per-tensor kernels {pre['value_num']} ms (no pre-quantised "
-                                               "block row; block-scaled kernels run as fast as per-tensor ones: DeepGEMM "
-                                               "1550 vs TileLang 1541 TFLOP/s on H800) "
-                                               f"({cite(a)}; {cite(pre)})")
+        ratio_r[sil] = _prequantized_ratio(t)
+        for recipe, factor in _te_factors(t).items():
+            measured[sil][recipe] = factor
+    checks = _e2e_checks(e2e, measured, ratio_r, peak_fraction)
+    out: dict[str, dict] = {}
+    for sil in silicons():
+        if sil not in FP8_SILICONS:
+            continue
+        out[sil] = {"recipes": _recipes(sil, measured), "e2e_checks": checks.get(sil, [])}
+    return out
+
+
+def _prequantized_ratio(t: dict[tuple[str, str], Row]) -> tuple[float, str]:
+    """r = pre-quantised fp8 / bf16 per-layer GEMM time of one silicon's TE profile, and its source."""
+    pre = t[("tensorwise", "prequantized")]
+    bf = t[("bf16", "prequantized")]
+    return (float(pre["value_num"]) / float(bf["value_num"]),
+            f"pre-quantised fp8 / bf16 per-layer GEMM time {pre['value_num']}/{bf['value_num']} ms "
+            f"({cite(pre)})")
+
+
+def _te_factors(t: dict[tuple[str, str], Row]) -> dict[str, Param]:
+    """The recipe factors (autocast over pre-quantised time) one silicon's TE profile measures."""
+    out: dict[str, Param] = {}
+    pre = t[("tensorwise", "prequantized")]
+    for recipe in ("tensorwise", "delayed", "mxfp8"):
+        if (recipe, "autocast") in t and (recipe, "prequantized") in t:
+            a, p = t[(recipe, "autocast")], t[(recipe, "prequantized")]
+            v = float(a["value_num"]) / float(p["value_num"])
+            note = "" if v >= 1 else f" (measured {v:.3f} < 1, within the table's noise: held at 1)"
+            out[recipe] = param(max(v, 1.0), True, f"TE per-layer GEMM time with quantisation "
+                                f"(autocast) / pre-quantised, {a['value_num']}/{p['value_num']} ms on "
+                                f"{a['sku']}{note} ({cite(a)}; {cite(p)})")
+    if ("blockwise", "autocast") in t:
+        a = t[("blockwise", "autocast")]
+        v = float(a["value_num"]) / float(pre["value_num"])
+        out["blockwise"] = param(v, False, f"derived: TE Float8BlockScaling autocast {a['value_num']} ms over the "
+                                 f"pre-quantised per-tensor kernels {pre['value_num']} ms (no pre-quantised "
+                                 "block row; block-scaled kernels run as fast as per-tensor ones: DeepGEMM "
+                                 "1550 vs TileLang 1541 TFLOP/s on H800) "
+                                 f"({cite(a)}; {cite(pre)})")
+    return out
+
+
+def _gemm_ratio(sil: str, ratio_r: dict[str, tuple[float, str]],
+                peak_fraction: dict[str, dict[str, Param]]) -> tuple[float, str]:
+    """r of one silicon: TE's measured ratio, else bf16 / (2 x fp8) of the GEMM peak fractions."""
+    if sil in ratio_r:
+        return ratio_r[sil]
+    pf = peak_fraction[sil]
+    r = pf["bf16"]["value"] / (2 * pf["fp8"]["value"])
+    r_src = (f"bf16 / (2 x fp8) peak fractions {pf['bf16']['value']}/(2 x {pf['fp8']['value']}) of "
+             f"kernels.gemm on {sil}")
+    return r, r_src
+
+
+def _e2e_checks(e2e: dict[str, dict[str, Row]], measured: dict[str, dict[str, Param]],
+                ratio_r: dict[str, tuple[float, str]],
+                peak_fraction: dict[str, dict[str, Param]]) -> dict[str, list[dict]]:
+    """The implied factor of each torchao end-to-end row per silicon; adds the rowwise factor to ``measured``."""
     # rowwise (and checks) from torchao's Llama3-8B end-to-end table: step = 1 - g + g r F with g the
     # bf16 step's GEMM share, r = pre-quantised fp8 / bf16 GEMM time, F the recipe factor; the
     # tensorwise row gives g, the other rows F.
@@ -66,13 +106,7 @@ def params(rows: list[Row], peak_fraction: dict[str, dict[str, Param]]) -> dict[
         if "bf16" not in d:
             continue
         base = float(d["bf16"]["value_num"])
-        if sil in ratio_r:
-            r, r_src = ratio_r[sil]
-        else:
-            pf = peak_fraction[sil]
-            r = pf["bf16"]["value"] / (2 * pf["fp8"]["value"])
-            r_src = (f"bf16 / (2 x fp8) peak fractions {pf['bf16']['value']}/(2 x {pf['fp8']['value']}) of "
-                     f"kernels.gemm on {sil}")
+        r, r_src = _gemm_ratio(sil, ratio_r, peak_fraction)
         ft = measured.get(sil, {}).get("tensorwise") or measured["hopper"]["tensorwise"]
         s_t = float(d["tensorwise"]["value_num"]) / base
         g = (1 - 1 / s_t) / (1 - r * ft["value"])
@@ -90,24 +124,24 @@ def params(rows: list[Row], peak_fraction: dict[str, dict[str, Param]]) -> dict[
                     f"{s_t:.3f}x gives the bf16 step's GEMM share g = {g:.3f} with the tensorwise factor "
                     f"{ft['value']} ({'measured on this silicon' if own else 'hopper, no measurement here'}) and "
                     f"r = {r:.3f} ({r_src}); rowwise {s:.3f}x then gives the factor ({cite(row)})")
-    out: dict[str, dict] = {}
-    for sil in silicons():
-        if sil not in FP8_SILICONS:
+    return checks
+
+
+def _recipes(sil: str, measured: dict[str, dict[str, Param]]) -> dict[str, Param]:
+    """One silicon's factor of every recipe it runs: measured, else borrowed from the nearest measurement."""
+    recipes: dict[str, Param] = {}
+    for recipe in RECIPES:
+        if recipe == "mxfp8" and sil not in MX_SILICONS:
             continue
-        recipes: dict[str, Param] = {}
-        for recipe in RECIPES:
-            if recipe == "mxfp8" and sil not in MX_SILICONS:
-                continue
-            if recipe in measured.get(sil, {}):
-                recipes[recipe] = measured[sil][recipe]
-            elif recipe == "mxfp8":
-                recipes[recipe] = borrowed(measured["blackwell"]["mxfp8"], f"no {sil} MXFP8 measurement: blackwell's")
-            elif sil == "cdna4" and recipe in measured.get("cdna3", {}):
-                recipes[recipe] = borrowed(measured["cdna3"][recipe], "no cdna4 measurement: cdna3's (nearest measured "
-                                     "silicon of the vendor)")
-            else:
-                recipes[recipe] = borrowed(measured["hopper"][recipe], f"no {sil} {recipe} measurement: hopper's (the "
-                                     "quantisation pass is memory-bound on every silicon; cross-vendor where the "
-                                     "vendor has no measurement)")
-        out[sil] = {"recipes": recipes, "e2e_checks": checks.get(sil, [])}
-    return out
+        if recipe in measured.get(sil, {}):
+            recipes[recipe] = measured[sil][recipe]
+        elif recipe == "mxfp8":
+            recipes[recipe] = borrowed(measured["blackwell"]["mxfp8"], f"no {sil} MXFP8 measurement: blackwell's")
+        elif sil == "cdna4" and recipe in measured.get("cdna3", {}):
+            recipes[recipe] = borrowed(measured["cdna3"][recipe], "no cdna4 measurement: cdna3's (nearest measured "
+                                 "silicon of the vendor)")
+        else:
+            recipes[recipe] = borrowed(measured["hopper"][recipe], f"no {sil} {recipe} measurement: hopper's (the "
+                                 "quantisation pass is memory-bound on every silicon; cross-vendor where the "
+                                 "vendor has no measurement)")
+    return recipes
