@@ -19,6 +19,13 @@ some) an fp8 or attention ratio; they are the check of a stack on a GPU nobody f
   TFLOP/s per GPU on H200 and B200 (micro batch not stated: 1 assumed; the page's FA4/FA3
   attention ratio shapes the Blackwell attention curve, so these two are not fully out of
   sample).
+* A real NeMo log (``tests/fixtures/reallogs/nemo_2.log``, NeMo's performance notes):
+  ``pretrain_llama3_8b -g b200``, Megatron-Core, Llama 3 8B on 8 B200, global batch 128, micro
+  batch 2, seq 8192; the step time is the median the log parser reads (``train_step_timing``).
+  Not stated in the log: precision (bf16 taken: the performance scripts' default compute dtype,
+  read from memory; the log's 1,250 model TFLOP/s per GPU is 56% of the B200's bf16 peak and
+  28% of its fp8 peak), the parallel plan (data parallel 8 with the distributed optimizer, as
+  NeMo's Llama 3 8B pre-training recipes run at 8 GPUs) and recomputation (none taken).
 
 Prints, per run: the published and the predicted step time, the signed error (positive =
 predicted slower), the 80% range and whether it holds the published value. Usage:
@@ -30,10 +37,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+from pathlib import Path
 from typing import Any
 
 TORCHAO = "pytorch/ao@36027d8 docs/source/workflows/training.md"
 MLENG = "stas00/ml-engineering@744d01e insights/when-to-upgrade-gpus"
+NEMO_LOG = "tests/fixtures/reallogs/nemo_2.log"
+REPO = Path(__file__).resolve().parent.parent
 
 RUNS: tuple[dict[str, Any], ...] = (
     # name, device, stack, workload fields, published figure
@@ -51,6 +61,7 @@ RUNS: tuple[dict[str, Any], ...] = (
      "tflops_per_device": 461.0},
     {"name": "DeepSpeed ZeRO-2 Llama-3.1-8B bf16 (ml-engineering)", "device": "b200", "source": MLENG,
      "tflops_per_device": 778.0},
+    {"name": "NeMo Llama 3 8B bf16 (real log)", "device": "b200", "source": NEMO_LOG, "log": NEMO_LOG},
 )
 
 
@@ -63,6 +74,12 @@ def workload(run: dict[str, Any]) -> Any:
             "hardware": {"device": run["device"], "num_devices": 4}, "parallel": {"fsdp": 4, "ep": 4},
             "training": {"seq_len": 8192, "global_batch": 32, "micro_batch": 8, "precision": "bf16",
                          "activation_checkpointing": "none", "compile": True, "stack": "torchtitan"}})
+    if "log" in run:
+        return workload_from_dict({
+            "model": {"preset": "llama3-8b"}, "hardware": {"device": run["device"], "num_devices": 8},
+            "parallel": {"dp": 8, "zero_stage": 1},
+            "training": {"seq_len": 8192, "global_batch": 128, "micro_batch": 2, "precision": "bf16",
+                         "activation_checkpointing": "none", "stack": "megatron-core"}})
     if "tokens_per_s_per_device" in run:
         return workload_from_dict({
             "model": {"preset": "llama3-8b"}, "hardware": {"device": run["device"], "num_devices": 8},
@@ -76,13 +93,22 @@ def workload(run: dict[str, Any]) -> Any:
                      "activation_checkpointing": "none", "stack": "deepspeed"}})
 
 
+def logged_step_s(path: Path) -> float:
+    """Median step seconds of a training log, as ``trainperf`` reads it."""
+    from trainperf.ingest import parse_log
+
+    return statistics.median(s.step_time_s for s in parse_log(path).run.steps if s.step_time_s)
+
+
 def judge(run: dict[str, Any]) -> dict[str, Any]:
     from trainperf.predict import predict
 
     w = workload(run)
     p = predict(w)
     tokens_per_device = w.tokens_per_step / w.num_devices
-    if "tokens_per_s_per_device" in run:
+    if "log" in run:
+        published_s = logged_step_s(REPO / run["log"])
+    elif "tokens_per_s_per_device" in run:
         published_s = tokens_per_device / run["tokens_per_s_per_device"]
     else:  # the published model TFLOP/s at the predictor's own FLOP count (megatron convention)
         published_s = p.step_time_s * p.tflops_per_device / run["tflops_per_device"]
