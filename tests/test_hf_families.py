@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from trainperf.specs.hf_config import model_from_hf_config
+from trainperf.specs.model import ModelSpec
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
 
@@ -113,6 +114,24 @@ def test_qwen3_30b_a3b():
     s = spec("qwen3-30b-a3b-instruct-2507")
     assert s.total_params == expected == 30_532_122_624  # 30.5B total
     assert s.active_params == pytest.approx(3.3e9, rel=0.02)  # 3.3B activated
+
+
+@pytest.mark.parametrize(("name", "layers", "experts", "total", "active"), [
+    ("gpt-oss-120b", 36, 128, 116.83e9, 5.13e9), ("gpt-oss-20b", 24, 32, 20.91e9, 3.61e9)])
+def test_gpt_oss(name, layers, experts, total, active):
+    """GptOssAttention: biased q/k/v/o and one sink per head; GptOssMLP: a biased router and
+    biased gated experts (gate_up_proj, down_proj), 2880 wide; untied head. The model card
+    (OpenAI 2025, Table 1) gives the totals and the active count without the embedding."""
+    h, V = 2880, 201088
+    attn = gqa(h, 64, 8, 64, qkv_bias=True, o_bias=True) + 64
+    moe = linear(h, experts, bias=True) + experts * gated_mlp(h, 2880, bias=True)
+    expected = layers * (attn + moe + 2 * h) + 2 * V * h + h
+    s = spec(name)
+    assert s.total_params == expected
+    assert s.total_params == pytest.approx(total, rel=5e-4)
+    assert s.active_params - s.embedding_params == pytest.approx(active, rel=2e-3)
+    assert (s.sliding_window, s.sliding_window_layers, s.moe_topk) == (128, layers // 2, 4)
+    assert s.to_dict() | {"name": "", "source": ""} == ModelSpec.preset(name).to_dict() | {"name": "", "source": ""}
 
 
 def test_gpt2():
@@ -285,6 +304,8 @@ def _shrunk(cfg: dict) -> dict:
             out[key] = _shrunk(out[key])
     if "first_k_dense_replace" in out:
         out["first_k_dense_replace"] = 1
+    if isinstance(out.get("layer_types"), list):  # one entry per layer left
+        out["layer_types"] = out["layer_types"][:out["num_hidden_layers"]]
     if "num_experts_per_tok" in out:
         out["num_experts_per_tok"] = min(out["num_experts_per_tok"], 2)
     if isinstance(out.get("vision_config"), dict):

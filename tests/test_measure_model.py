@@ -96,6 +96,20 @@ def test_unsupported_features_are_named():
         build_model(ModelSpec(layers=1, hidden=32, heads=2, ffn_hidden=64, vocab=50, norm="layernorm"))
 
 
+@pytest.mark.parametrize(("field", "value"), [
+    ("attn_bias", True), ("mlp_bias", True), ("lm_head_bias", True), ("attention_sinks", True),
+    ("parallel_residual", True), ("norms_per_layer", 4), ("mtp_layers", 1)])
+def test_features_the_bench_model_lacks_are_refused_not_dropped(field, value):
+    """A spec the bench cannot build exactly is refused by name: a model without the biases or
+    extra norms would have fewer parameters than the spec and time a different network."""
+    spec = ModelSpec(layers=2, hidden=32, heads=2, ffn_hidden=64, vocab=50, **{field: value})
+    with pytest.raises(SpecError, match=rf"model\.{field}"):
+        build_model(spec)
+    with pytest.raises(SpecError, match=r"model\.moe_router_linear_bias"):
+        build_model(ModelSpec.preset("gpt-oss-20b").replace(layers=2, sliding_window=0, sliding_window_layers=0,
+                                                            attn_bias=False, mlp_bias=False, attention_sinks=False))
+
+
 def test_forward_shape_and_causality():
     spec = SHAPES["tied-gqa"]
     model = build_model(spec)

@@ -10,7 +10,8 @@ mask, gated (SwiGLU/GeGLU) or plain (GELU/ReLU) MLPs, tied or untied embeddings,
 and mixture-of-experts MLPs (:mod:`trainperf.measure.moe`: routed, shared and gated-shared
 experts, leading or interleaved dense layers, DeepSeek's router bias).
 Not covered (a :class:`~trainperf.errors.SpecError` says so): MLA, biases, LayerNorm,
-qk-norm, learned/ALiBi positions, sliding windows.
+qk-norm, learned/ALiBi positions, sliding-window and chunked attention, attention sinks, parallel
+blocks, extra norms, multi-token prediction.
 
 Module names follow torchtitan (``tok_embeddings``, ``layers.N.attention.wq`` ...,
 ``feed_forward.w1/w2/w3`` or ``moe.router/experts/shared_experts``, ``norm``, ``output``) so
@@ -42,6 +43,15 @@ def check_supported(spec: ModelSpec) -> None:
         ("norm", spec.norm, "rmsnorm", "'rmsnorm' (the bench model is Llama-style)"),
         ("position", spec.position, "rope", "'rope' (the bench model uses rotary positions)"),
         ("sliding_window", spec.sliding_window, 0, "0 (sliding windows are not implemented)"),
+        ("attention_chunk", spec.attention_chunk, 0, "0 (chunked attention is not implemented)"),
+        ("attn_bias", spec.attn_bias, False, "false (the bench model has no biases)"),
+        ("mlp_bias", spec.mlp_bias, False, "false (the bench model has no biases)"),
+        ("lm_head_bias", spec.lm_head_bias, False, "false (the bench model has no biases)"),
+        ("moe_router_linear_bias", spec.moe_router_linear_bias, False, "false (the bench model has no biases)"),
+        ("attention_sinks", spec.attention_sinks, False, "false (attention sinks are not implemented)"),
+        ("parallel_residual", spec.parallel_residual, False, "false (the bench model is pre-norm sequential)"),
+        ("norms_per_layer", spec.norms_per_layer, 2, "2 (the bench model has two pre-norms a block)"),
+        ("mtp_layers", spec.mtp_layers, 0, "0 (multi-token prediction is not implemented)"),
     ]
     for field, value, ok, valid in unsupported:
         if value != ok:

@@ -163,6 +163,13 @@ class ModelSpec:
     """DeepSeek-V3/Kimi-K2 ``e_score_correction_bias``: ``moe_experts`` values per MoE layer, a buffer
     (``nn.Buffer`` in transformers) moved by the load-balancing rule, not by gradients: counted in
     ``total_params`` (the checkpoint holds it) and in ``buffer_params``, not in ``trainable_params``."""
+    moe_router_linear_bias: bool = False
+    """GPT-OSS: the router's linear layer has a bias (``GptOssTopKRouter.bias``): ``moe_experts``
+    values per MoE layer, trained by gradients (unlike ``moe_router_bias``)."""
+    attention_sinks: bool = False
+    """GPT-OSS: one learned logit per head joins every query's softmax (``GptOssAttention.sinks``):
+    ``heads`` trained values a layer. Their FLOPs (one more exponent per query and head) are not
+    counted."""
     attention_chunk: int = 0
     """Chunk of chunked local attention, in tokens (Llama 4: 8192); 0 means none. A query sees only
     the keys of its own chunk (block-diagonal causal mask), not a sliding window."""
@@ -183,9 +190,10 @@ class ModelSpec:
         self._check_counts_and_flags()
         self._check_moe()
         self._check_attention_layers()
-        if (self.moe_shared_expert_gate or self.moe_router_bias) and not self.moe_experts:
-            raise SpecError("moe_experts", 0, "a positive number of experts when moe_shared_expert_gate "
-                            "or moe_router_bias is set")
+        if (self.moe_shared_expert_gate or self.moe_router_bias or self.moe_router_linear_bias) \
+                and not self.moe_experts:
+            raise SpecError("moe_experts", 0, "a positive number of experts when moe_shared_expert_gate, "
+                            "moe_router_bias or moe_router_linear_bias is set")
 
     def _check_sizes(self) -> None:
         """The core dimensions are positive, and no bounded field exceeds its bound."""
@@ -233,7 +241,7 @@ class ModelSpec:
                      "attention_chunk", "chunked_attention_layers", "mtp_layers"):
             _non_negative(name, getattr(self, name))
         for name in ("attn_bias", "mlp_bias", "lm_head_bias", "moe_shared_expert_gate", "moe_router_bias",
-                     "moe_dense_interleaved"):
+                     "moe_router_linear_bias", "attention_sinks", "moe_dense_interleaved"):
             if not isinstance(getattr(self, name), bool):
                 raise SpecError(name, getattr(self, name), "true or false")
         if self.norm_bias is not None and not isinstance(self.norm_bias, bool):
@@ -423,7 +431,7 @@ class ModelSpec:
             n += (self.q_lora_rank or 0) + self.kv_lora_rank + self.qk_rope_head_dim + self.hidden
         if self.qk_norm:
             n += 2 * self._norm_params(self.qk_head_dim)
-        return n
+        return n + (self.heads if self.attention_sinks else 0)
 
     @property
     def dense_mlp_params_per_layer(self) -> int:
@@ -437,12 +445,13 @@ class ModelSpec:
 
     @property
     def router_params_per_layer(self) -> int:
-        """Router logits matrix, the shared-expert gate (Qwen2-MoE) and the correction bias
-        buffer (DeepSeek-V3) of one MoE layer."""
+        """Router logits matrix (with its bias: GPT-OSS), the shared-expert gate (Qwen2-MoE) and the
+        correction bias buffer (DeepSeek-V3) of one MoE layer."""
         if not self.is_moe:
             return 0
         return (self.hidden * self.moe_experts + (self.hidden if self.moe_shared_expert_gate else 0)
-                + (self.moe_experts if self.moe_router_bias else 0))
+                + (self.moe_experts if self.moe_router_bias else 0)
+                + (self.moe_experts if self.moe_router_linear_bias else 0))
 
     @property
     def moe_params_per_layer(self) -> int:

@@ -24,6 +24,7 @@ READERS: dict[str, Reader] = {
     "qwen3": llama_like.qwen3,
     "qwen3_moe": llama_like.qwen3_moe,
     "phi3": llama_like.phi3,
+    "gpt_oss": llama_like.gpt_oss,
     "llama4": llama4.llama4,
     "llama4_text": llama4.llama4_text,
     "gpt2": gpt_like.gpt2,

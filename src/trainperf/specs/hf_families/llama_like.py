@@ -14,6 +14,13 @@ Families and the transformers modelling files their counts follow:
   ``moe_shared_experts = shared_width / moe_intermediate_size`` experts (same counts and FLOPs).
 * ``qwen3``, ``qwen3_moe`` (``modeling_qwen3.py``, ``modeling_qwen3_moe.py``): per-head q/k
   RMSNorm, ``head_dim`` default 128; ``attention_bias`` on q, k, v and o_proj.
+* ``gpt_oss`` (``models/gpt_oss/modeling_gpt_oss.py``): ``GptOssAttention`` has biases on q, k, v
+  and o_proj (``attention_bias``) and one learned attention-sink logit per head; ``layer_types``
+  alternate sliding (``sliding_window`` tokens) and full attention; ``GptOssMLP`` is a router
+  (``hidden x num_local_experts`` with a bias) and ``GptOssExperts``, each a gated MLP
+  ``intermediate_size`` wide whose ``gate_up_proj`` and ``down_proj`` carry biases. Not counted:
+  the sinks (``heads`` values a layer) and the router bias (``num_local_experts`` a layer), a few
+  thousand parameters in all.
 * ``phi3`` (``modeling_phi3.py``): fused ``qkv_proj`` and ``gate_up_proj``; the same weights as
   separate q/k/v and gate/up projections, so the Llama counts apply. ``sliding_window`` on every
   layer.
@@ -141,6 +148,19 @@ def qwen3(c: HFConfig) -> dict[str, Any]:
 def qwen3_moe(c: HFConfig) -> dict[str, Any]:
     f = qwen3(c)
     qwen_moe(c, f)
+    return f
+
+
+def gpt_oss(c: HFConfig) -> dict[str, Any]:
+    f = rope_decoder(c, tie_default=False, max_seq_default=131072)
+    f["attn_bias"] = c.flag("attention_bias", True)
+    f["mlp_bias"] = True  # GptOssExperts: gate_up_proj_bias and down_proj_bias on every expert
+    window_all_layers(c, f)
+    f["moe_experts"] = c.integer("num_local_experts", bound=EXPERTS)
+    f["moe_topk"] = c.integer("num_experts_per_tok", bound=EXPERTS)
+    f["moe_expert_ffn"] = f["ffn_hidden"]
+    f["moe_router_linear_bias"] = True
+    f["attention_sinks"] = True
     return f
 
 
