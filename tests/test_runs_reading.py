@@ -884,3 +884,19 @@ def test_a_one_table_file_is_validated_with_its_hold_outs_and_bad_rows_are_liste
     assert "leave-one-(stack, silicon)-out" in out
     assert "row long (T): model does not validate: max_seq_len" in out
     assert "row neg (T): mfu_pct '-0.5' is not a percentage" in out and "row big (T): mfu_pct '250'" in out
+
+
+@pytest.mark.parametrize(("cell", "preset"), [
+    ("meta-llama/Llama-3.3-70B-Instruct", "llama3.1-70b"), ("DeepSeek-R1", "deepseek-v3"),
+    ("Mistral AI Mixtral 8x22B", "mixtral-8x22b"), ("OpenAI gpt-oss-120b", "gpt-oss-120b"),
+])
+def test_a_model_cell_as_its_authors_write_it_names_the_preset_and_says_how(cell, preset):
+    r = _hand_row(model=cell, num_gpus="64", tp="8", pp="1", global_batch_seqs="128")
+    assert r.included, r.exclude_reason
+    assert r.workload.model.name == preset
+    assert any(a.startswith(f"the model cell {cell!r} read as the preset {preset}") for a in r.assumptions)
+
+
+def test_a_model_cell_of_another_network_is_not_read_as_a_preset():
+    r = _hand_row(model="Mistral-7B-v0.3", num_gpus="64", global_batch_seqs="128")
+    assert not r.included and "model shape" in r.exclude_reason

@@ -69,12 +69,16 @@ def device_id_from_name(name: str) -> str | None:
 
 
 def _preset_from_log(facts: LogFacts) -> str | None:
+    """The preset the log's model name (MaxText ``model_name``, as written; see
+    :func:`~trainperf.specs.model_names.preset_for_name`) or torchtitan flavour names."""
+    from trainperf.specs.model_names import preset_for_name
     from trainperf.specs.presets import model_ids
 
     ids = set(model_ids())
     name = facts.get("model")
-    if isinstance(name, str) and name.lower() in ids:
-        return name.lower()
+    match = preset_for_name(name) if isinstance(name, str) else None
+    if match is not None:
+        return match.preset
     flavor = facts.get("model_flavor")  # torchtitan "llama3 8b"
     if isinstance(flavor, str):
         fam, size = flavor.split(" ", 1)

@@ -430,29 +430,19 @@ def _mlp(arch: str) -> str:
 
 
 # -------------------------------------------------------------------------------- the mapping
-PRESET_ALIASES: dict[str, str] = {"llama3405b": "llama3.1-405b"}
-"""Model names, letters and digits only, that name a preset under another version: Meta released
-Llama 3's 405B model only as Llama 3.1 (papers and tables write "Llama 3 405B")."""
-
-
-@lru_cache(maxsize=1)
-def _preset_keys() -> dict[str, str]:
-    from trainperf.specs.presets import model_ids
-
-    return {**PRESET_ALIASES, **{re.sub(r"[^a-z0-9]", "", i): i for i in model_ids()}}
-
-
-def _preset_named(name: str) -> Any:
-    """The model preset a model cell names ("Llama 3.1 405B" -> llama3.1-405b), or ``None``:
-    the cell without parentheses, letters and digits only, equal to a preset id so written."""
+def _preset_named(name: str, notes: list[str] | None = None) -> Any:
+    """The model preset a model cell names ("Llama 3.1 405B" -> llama3.1-405b), or ``None``
+    (:func:`trainperf.specs.model_names.preset_for_name`); how a name that is not the preset id
+    was read goes to ``notes``."""
+    from trainperf.specs.model_names import preset_for_name
     from trainperf.specs.presets import get_model
 
-    key = re.sub(r"[^a-z0-9]", "", re.sub(r"\(.*?\)", "", name.lower()))
-    by_key = _preset_keys()
-    if key and key not in by_key:  # "DeepSeek-V3 671B": the name without its trailing size
-        key = re.sub(r"[^a-z0-9]", "", re.sub(r"[\s_-]+\d+(?:\.\d+)?\s*[bm]\b.*$", "",
-                                              re.sub(r"\(.*?\)", "", name.lower()).strip()))
-    return get_model(by_key[key]) if key and key in by_key else None
+    match = preset_for_name(name) if name else None
+    if match is None:
+        return None
+    if match.how and notes is not None:
+        notes.append(f"the model cell {name!r} read as the preset {match.preset}: {match.how}")
+    return get_model(match.preset)
 
 
 MLA_COLUMNS: tuple[str, ...] = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
@@ -472,13 +462,14 @@ q_lora_rank 1536, rope 64, nope 128, v_head_dim 128)")."""
 def _mla_preset(r: Mapping[str, str]) -> Any:
     """The MLA preset the model cell names, or whose family it names ("DeepSeek-V3 proxy (16
     layers)", "DeepSeek-V2"): the first MLA preset whose id's letters start the cell's."""
-    from trainperf.specs.presets import get_model
+    from trainperf.specs.presets import get_model, model_ids
 
     cell = re.sub(r"[^a-z0-9]", "", _cell(r, "model").lower())
     named = _preset_named(_cell(r, "model"))
     if named is not None and named.attention == "mla":
         return named
-    for key, pid in _preset_keys().items():
+    for pid in model_ids():
+        key = re.sub(r"[^a-z0-9]", "", pid)
         fam = re.sub(r"v?\d.*$", "", key)  # deepseekv3 -> deepseek
         if fam and cell.startswith(fam) and get_model(pid).attention == "mla":
             return get_model(pid)
@@ -536,7 +527,8 @@ def _preset_values(preset: Any, column: str) -> tuple[Any, ...]:
 
 def _model(r: Mapping[str, str], notes: list[str]) -> dict[str, Any]:
     layers, hidden, ffn, vocab = (_count(r, c) for c in ("layers", "hidden", "ffn_hidden", "vocab"))
-    preset = _preset_named(_cell(r, "model"))
+    read_as: list[str] = []
+    preset = _preset_named(_cell(r, "model"), read_as)
     if preset is not None and (not layers or layers == preset.layers) and (not hidden or hidden == preset.hidden):
         missing = [c for c, v in (("layers", layers), ("hidden", hidden), ("ffn_hidden", ffn), ("vocab", vocab))
                    if not v]
@@ -546,6 +538,7 @@ def _model(r: Mapping[str, str], notes: list[str]) -> dict[str, Any]:
         agrees = (all(not _count(r, c) or _count(r, c) in _preset_values(preset, c) for c in _SHAPE_COLUMNS)
                   and all(_count(r, c) in (None, getattr(preset, c)) for c in MLA_COLUMNS if c in r))
         if missing or agrees:
+            notes.extend(read_as)
             notes.append(f"{', '.join(missing)} not stated: from the model preset {preset.name} "
                          f"(the model cell {_cell(r, 'model')!r})" if missing else
                          f"architecture from the model preset {preset.name}: every shape column agrees with it")

@@ -1,0 +1,118 @@
+"""Which model preset a model name written by someone else means.
+
+Tables and logs name models as their authors write them: "Llama 3.1 405B", a Hugging Face repo
+id ("meta-llama/Llama-3.1-8B-Instruct"), with the vendor in front ("Mistral AI Mixtral 8x22B"),
+with a release tag ("Qwen3-30B-A3B-Instruct-2507", "DeepSeek-V3-0324"), or by a later release
+of the same network ("Llama 3.3 70B", "DeepSeek-R1"). :func:`preset_for_name` reads such a name
+as a preset id, and says how when the name is not the id itself. It only removes what does not
+change the network (the organisation, the vendor, a fine-tuning or date tag, the size after a
+name that already fixes it) and maps releases whose published config has the same shapes
+(:data:`SAME_ARCHITECTURE`); a version tag that does change the network ("Mistral-7B-v0.3": no
+sliding window, a larger vocabulary) is not removed, so such a name stays unread.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+SAME_ARCHITECTURE: dict[str, tuple[str, str]] = {
+    "llama3405b": ("llama3.1-405b", "Meta released Llama 3's 405B model only as Llama 3.1"),
+    "llama3370b": ("llama3.1-70b", "Llama 3.3 70B's config.json (meta-llama/Llama-3.3-70B-Instruct) has "
+                   "Llama 3.1 70B's shapes"),
+    "deepseekr1": ("deepseek-v3", "DeepSeek-R1 is trained from DeepSeek-V3-Base; its config.json "
+                   "(deepseek-ai/DeepSeek-R1) has DeepSeek-V3's shapes"),
+    "deepseekv31": ("deepseek-v3", "DeepSeek-V3.1's config.json (deepseek-ai/DeepSeek-V3.1) has "
+                    "DeepSeek-V3's shapes"),
+    "mistral7bv01": ("mistral-7b", "the preset is Mistral-7B-v0.1"),
+    "mixtral8x7bv01": ("mixtral-8x7b", "the preset is Mixtral-8x7B-v0.1"),
+    "mixtral8x22bv01": ("mixtral-8x22b", "the preset is Mixtral-8x22B-v0.1"),
+}
+"""A model name (letters and digits only) -> (the preset whose network it is, why)."""
+
+VENDORS: tuple[str, ...] = (
+    "meta", "mistral ai", "mistralai", "deepseek ai", "deepseekai", "nvidia", "google", "openai", "xai",
+    "alibaba", "moonshot ai", "moonshotai", "moonshot", "microsoft", "tiiuae", "tii", "mosaicml",
+    "databricks", "eleutherai", "ibm",
+)
+"""Organisations written before a model's own name ("NVIDIA Nemotron-4 340B")."""
+
+_TAG = r"(?:instruct|chat|base|it|hf|thinking|\d{4})"
+"""Words after a model's name that name a fine-tune or a dated release of the same network."""
+
+
+@dataclass(frozen=True)
+class NameMatch:
+    """A preset a model name was read as."""
+
+    preset: str
+    how: str | None = None
+    """How the name was read, when it is not the preset id itself (None when it is)."""
+
+
+def _key(text: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", text)
+
+
+@lru_cache(maxsize=1)
+def _ids() -> dict[str, str]:
+    from trainperf.specs.presets import model_ids
+
+    return {_key(i): i for i in model_ids()}
+
+
+def _forms(name: str) -> list[tuple[str, str | None]]:
+    """Readings of the name, each without one more thing that does not change the network."""
+    text = re.sub(r"\(.*?\)", "", name.lower()).strip()
+    forms: list[tuple[str, str | None]] = [(text, None)]
+    if "/" in text:
+        text = text.rsplit("/", 1)[1].strip()
+        forms.append((text, "the repository id's model name"))
+    for vendor in VENDORS:
+        m = re.match(r"[\s_-]+".join(map(re.escape, vendor.split())) + r"[\s_-]+", text)
+        if m:
+            text = text[m.end():]
+            forms.append((text, f"without the organisation '{vendor}'"))
+            break
+    untagged = re.sub(rf"(?:[\s_.-]+{_TAG})+$", "", text)
+    if untagged != text:
+        forms.append((untagged, f"without the release tag '{text[len(untagged):].strip(' _.-')}'"))
+        text = untagged
+    unsized = re.sub(r"[\s_-]+\d+(?:\.\d+)?\s*[bm]$", "", text)
+    if unsized != text:  # "DeepSeek-V3 671B": a name that already fixes the size
+        forms.append((unsized, SIZE_DROPPED))
+    return forms
+
+
+SIZE_DROPPED = "without its stated size"
+SIZE_TOLERANCE = 0.1
+"""How far a preset's parameter count may be from the size a name states when the name is read
+without it: "Grok-1 314B" is grok-1 (316.5B), "GPT-2 1.5B" is not gpt2 (124M)."""
+
+
+def _stated_params(name: str) -> float | None:
+    m = re.search(r"(\d+(?:\.\d+)?)\s*([bm])\s*$", re.sub(r"\(.*?\)", "", name.lower()).strip())
+    return float(m.group(1)) * (1e9 if m.group(2) == "b" else 1e6) if m else None
+
+
+def _size_agrees(preset: str, name: str) -> bool:
+    from trainperf.specs.presets import get_model
+
+    stated = _stated_params(name)
+    return stated is not None and abs(get_model(preset).total_params / stated - 1.0) <= SIZE_TOLERANCE
+
+
+def preset_for_name(name: str) -> NameMatch | None:
+    """The preset a model name means, or ``None`` when no reading of it names one."""
+    ids = _ids()
+    hows: list[str] = []
+    for form, how in _forms(str(name)):
+        if how:
+            hows.append(how)
+        key = _key(form)
+        preset, why = (ids[key], None) if key in ids else SAME_ARCHITECTURE.get(key, (None, None))
+        if preset is None or (how == SIZE_DROPPED and not _size_agrees(preset, str(name))):
+            continue
+        return NameMatch(preset, "; ".join([*hows, why] if why else hows) or None)
+    return None

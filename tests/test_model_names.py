@@ -1,0 +1,56 @@
+"""Model names as tables and logs write them, read as presets only where the network is the same."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from trainperf.specs.model_names import preset_for_name
+from trainperf.specs.presets import model_ids
+
+
+@pytest.mark.parametrize(("name", "preset"), [
+    ("meta-llama/Llama-3.1-8B", "llama3.1-8b"),
+    ("Meta Llama 3 8B", "llama3-8b"),
+    ("Qwen/Qwen3-30B-A3B-Instruct-2507", "qwen3-30b-a3b"),
+    ("mistralai/Mixtral-8x7B-v0.1", "mixtral-8x7b"),
+    ("Mistral AI Mixtral 8x22B", "mixtral-8x22b"),
+    ("NVIDIA Nemotron-4 340B", "nemotron4-340b"),
+    ("xAI Grok-1 314B", "grok-1"),
+    ("DeepSeek-V3 671B", "deepseek-v3"),
+    ("DeepSeek-V3-0324", "deepseek-v3"),
+    ("deepseek-ai/DeepSeek-R1", "deepseek-v3"),
+    ("Llama 3.3 70B Instruct", "llama3.1-70b"),
+    ("Llama 3 405B", "llama3.1-405b"),
+    ("Moonshot AI Kimi-K2-Instruct", "kimi-k2"),
+    ("OpenAI gpt-oss-120b", "gpt-oss-120b"),
+])
+def test_names_as_written_read_as_their_preset(name, preset):
+    match = preset_for_name(name)
+    assert match is not None and match.preset == preset
+    assert match.how  # every reading that is not the id itself says how it was read
+
+
+def test_a_name_spelled_as_the_id_needs_no_explanation():
+    assert preset_for_name("Llama 3.1 405B (BF16)") == preset_for_name("llama3.1-405b")
+    assert preset_for_name("LLaMA-2 70B").how is None
+
+
+@pytest.mark.parametrize("name", [
+    "GPT-2 1.5B",  # gpt2 is the 124M model: the stated size disagrees
+    "Mistral-7B-v0.3",  # no sliding window and a larger vocabulary than the v0.1 preset
+    "DeepSeek-V3.2",  # sparse attention: not DeepSeek-V3's network
+    "Gemma 2 2B",
+    "Llama 3.1 8B LoRA-merged 13B",
+    "",
+])
+def test_names_of_other_networks_stay_unread(name):
+    assert preset_for_name(name) is None
+
+
+@given(st.sampled_from(model_ids()))
+def test_every_preset_id_reads_as_itself(pid):
+    match = preset_for_name(pid)
+    assert match is not None and match.preset == pid and match.how is None
+    assert preset_for_name(pid.upper()).preset == pid
