@@ -900,3 +900,13 @@ def test_a_model_cell_as_its_authors_write_it_names_the_preset_and_says_how(cell
 def test_a_model_cell_of_another_network_is_not_read_as_a_preset():
     r = _hand_row(model="Mistral-7B-v0.3", num_gpus="64", global_batch_seqs="128")
     assert not r.included and "model shape" in r.exclude_reason
+
+
+def test_a_row_whose_fp8_recipe_its_silicon_lacks_is_listed_not_fatal():
+    """MXFP8 needs MX-format cores (Blackwell, CDNA4): on an H100 the row is unread with that
+    reason, and the other rows of the table are still predicted."""
+    r = _hand_row(model="Llama 3.1 70B", num_gpus="64", tp="4", pp="1", global_batch_seqs="128", precision="MXFP8")
+    assert not r.included
+    assert "training.fp8_recipe='mxfp8'" in r.exclude_reason and "hopper has no MX-format cores" in r.exclude_reason
+    ok = _hand_row(model="Llama 3.1 70B", num_gpus="64", tp="4", pp="1", global_batch_seqs="128", precision="FP8-CS")
+    assert ok.included and ok.workload.fp8_recipe == "tensorwise"

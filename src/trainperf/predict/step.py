@@ -150,6 +150,10 @@ def check_plan(w: Any) -> None:
     if w.precision in ("fp8", "fp4") and not w.hardware.supports(w.precision):
         have = ", ".join(w.hardware.precisions)
         raise SpecError("training.precision", w.precision, f"{w.hardware.id} supports {have}")
+    if w.precision in ("fp8", "fp4"):
+        from trainperf.predict.step_model.kernel_physics import kernels_of
+
+        kernels_of(w)  # the fp8 recipe, stated or the stack's, is one the silicon has (cached)
     if p.ep > 1 and not m.is_moe:
         raise SpecError("parallel.ep", p.ep, "1 for a dense model")
     if getattr(w, "moe_dispatcher", None):

@@ -42,11 +42,11 @@ def recipe_gemm_factor(silicon: str, recipe: str) -> float:
         # not measured there).
         return 1.0
     if table is None:
-        raise SpecError("fp8 recipe", recipe, f"silicon {silicon!r} has no fp8 tensor/matrix cores (no fp8 peak "
-                                             "in the catalog)")
+        raise SpecError("training.fp8_recipe", recipe,
+                        f"none: silicon {silicon!r} has no fp8 tensor/matrix cores (no fp8 peak in the catalog)")
     if recipe not in table["recipes"]:
-        raise SpecError("fp8 recipe", recipe, f"{silicon} has no MX-format cores; valid: "
-                                             f"{', '.join(sorted(table['recipes']))}")
+        raise SpecError("training.fp8_recipe", recipe, f"one {silicon} silicon runs ({silicon} has no MX-format "
+                        f"cores): {', '.join(sorted(table['recipes']))}")
     return table["recipes"][recipe]["value"]
 
 
