@@ -199,3 +199,19 @@ def test_a_stated_power_picks_among_parts_and_a_cap_below_every_rating_says_noth
     # 400 W is no H100 board part's rating: read as a cap, the part is chosen as without it
     assert read_device("H100 400W").device_id == read_device("H100").device_id
     assert read_device("H100 SXM5 80GB @ 500W").device_id == "h100-sxm"  # memory names the part; the cap is a cap
+
+
+@pytest.mark.parametrize(("text", "device"), [
+    ("p5.48xlarge", "h100-sxm"), ("AWS p4d.24xlarge", "a100-sxm-40gb"), ("p4de.24xlarge", "a100-sxm-80gb"),
+    ("p5en.48xlarge", "h200-sxm"), ("p6-b200.48xlarge", "b200"), ("ND96isr_H100_v5", "h100-sxm"),
+    ("Azure ND96amsr_A100_v4", "a100-sxm-80gb"), ("ND96isr_MI300X_v5", "mi300x"), ("a3-megagpu-8g", "h100-sxm"),
+    ("GCP a3-ultragpu-8g", "h200-sxm"), ("a4-highgpu-8g", "b200"), ("a2-highgpu-8g", "a100-sxm-40gb"),
+])
+def test_a_cloud_instance_type_reads_as_the_gpu_it_holds_and_says_so(text, device):
+    r = read_device(text)
+    assert r.device_id == device
+    assert r.how.startswith("cloud instance ")
+
+
+def test_an_instance_type_and_a_different_gpu_named_together_is_ambiguous():
+    assert not read_device("p5.48xlarge (A100)").resolved

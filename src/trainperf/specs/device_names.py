@@ -53,6 +53,10 @@ The rule, in order:
    memory (a bare "H100" is ``h100-sxm``, a bare "A100" ``a100-sxm-80gb``), with the
    alternatives named in ``how``. Otherwise the text is ambiguous and the reason lists them.
 
+Before the rule, a cloud instance type that holds one GPU model (:data:`CLOUD_INSTANCES`:
+"p5.48xlarge", "a3-megagpu-8g", "ND96isr_H100_v5") is replaced by that GPU's description, and the
+reading says so.
+
 The rule reads the catalog, so a part added to ``devices.toml`` is recognised without a code
 change (its family is the first segment of its id).
 """
@@ -241,6 +245,42 @@ class _Unresolved(Exception):
         self.candidates = candidates
 
 
+_AWS = "AWS EC2 accelerated-computing instance types (aws.amazon.com/ec2/instance-types)"
+_AZURE = "Azure ND-series sizes (learn.microsoft.com/azure/virtual-machines/sizes)"
+_GCP = "Google Cloud accelerator-optimized machine types (cloud.google.com/compute/docs/accelerator-optimized-machines)"
+CLOUD_INSTANCES: tuple[tuple[str, str, str], ...] = (
+    (r"\bp3dn\.24xlarge\b", "V100 SXM2 32GB", _AWS),
+    (r"\bp3\.(?:8|16)xlarge\b", "V100 SXM2 16GB", _AWS),
+    (r"\bp4d\.24xlarge\b", "A100 SXM 40GB", _AWS),
+    (r"\bp4de\.24xlarge\b", "A100 SXM 80GB", _AWS),
+    (r"\bp5\.48xlarge\b", "H100 SXM 80GB", _AWS),
+    (r"\bp5en?\.48xlarge\b", "H200 SXM 141GB", _AWS),
+    (r"\bp6-b200\.48xlarge\b", "B200", _AWS),
+    (r"\bp6e-gb200\b[\w.-]*", "GB200", _AWS),
+    (r"\bnd96asr_v4\b", "A100 SXM 40GB", _AZURE),
+    (r"\bnd96amsr_a100_v4\b", "A100 SXM 80GB", _AZURE),
+    (r"\bnd96isr_h100_v5\b", "H100 SXM 80GB", _AZURE),
+    (r"\bnd96isr_h200_v5\b", "H200 SXM 141GB", _AZURE),
+    (r"\bnd96isr_mi300x_v5\b", "MI300X", _AZURE),
+    (r"\ba2-highgpu-\d+g\b", "A100 SXM 40GB", _GCP),
+    (r"\ba2-ultragpu-\d+g\b", "A100 SXM 80GB", _GCP),
+    (r"\ba3-(?:highgpu|edgegpu|megagpu)-\d+g\b", "H100 SXM 80GB", _GCP),
+    (r"\ba3-ultragpu-\d+g\b", "H200 SXM 141GB", _GCP),
+    (r"\ba4-highgpu-\d+g\b", "B200", _GCP),
+    (r"\ba4x-highgpu-\d+g\b", "GB200", _GCP),
+)
+"""Cloud instance types (regex on the lowercased text) -> the GPU they hold, and the source."""
+
+
+def _instance(low: str) -> tuple[str, str]:
+    """``low`` with a cloud instance type replaced by its GPU, and the step that says so ("" if none)."""
+    for pattern, gpu, source in CLOUD_INSTANCES:
+        m = re.search(pattern, low)
+        if m:
+            return low[:m.start()] + gpu.lower() + low[m.end():], f"cloud instance {m.group(0)}: {gpu} ({source})"
+    return low, ""
+
+
 @lru_cache(maxsize=4096)
 def read_device(text: str) -> DeviceReading:
     """Read a hardware text as a catalog id by the module's rule (never raises for text)."""
@@ -255,11 +295,12 @@ def read_device(text: str) -> DeviceReading:
         return DeviceReading(text, exact[key], how)
     if _norm(low) in exact:
         return DeviceReading(text, exact[_norm(low)], "catalog name")
+    low, instance = _instance(low)
     try:
         part, steps = _read_words(low, families, fam_norm)
     except _Unresolved as exc:
-        return DeviceReading(text, "", exc.how, exc.candidates)
-    return DeviceReading(text, part.id, "; ".join(steps))
+        return DeviceReading(text, "", f"{instance}; {exc.how}" if instance else exc.how, exc.candidates)
+    return DeviceReading(text, part.id, "; ".join([instance, *steps] if instance else steps))
 
 
 def _read_words(low: str, families: dict[str, list[_Part]], fam_norm: dict[str, str]) -> tuple[_Part, list[str]]:
