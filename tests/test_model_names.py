@@ -25,6 +25,7 @@ from trainperf.specs.presets import model_ids
     ("Llama 3 405B", "llama3.1-405b"),
     ("Moonshot AI Kimi-K2-Instruct", "kimi-k2"),
     ("OpenAI gpt-oss-120b", "gpt-oss-120b"),
+    ("Qwen2-7B", "qwen2.5-7b"),
 ])
 def test_names_as_written_read_as_their_preset(name, preset):
     match = preset_for_name(name)
@@ -54,3 +55,17 @@ def test_every_preset_id_reads_as_itself(pid):
     match = preset_for_name(pid)
     assert match is not None and match.preset == pid and match.how is None
     assert preset_for_name(pid.upper()).preset == pid
+
+
+def test_a_same_network_release_has_the_presets_shapes():
+    """Qwen2-7B's published config (a fixture) is Qwen2.5-7B's network, shape for shape."""
+    from pathlib import Path
+
+    from trainperf.specs.hf_config import model_from_hf_config
+    from trainperf.specs.presets import get_model
+
+    fixture = Path(__file__).parent / "fixtures" / "hf_configs" / "qwen2-7b.json"
+    ours = model_from_hf_config(fixture).to_dict()
+    preset = get_model(preset_for_name("Qwen2-7B").preset).to_dict()
+    assert {k: v for k, v in ours.items() if k not in ("name", "source")} == \
+        {k: v for k, v in preset.items() if k not in ("name", "source")}

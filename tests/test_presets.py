@@ -95,6 +95,11 @@ PUBLISHED = [
     ("gpt2", 124_439_808, None, 0.0, "HF openai-community/gpt2: 124,439,808 (tied, learned positions)"),
     ("qwen3-30b-a3b", 30.5e9, 3.3e9, 0.02, "Qwen3-30B-A3B model card: 30.5B total, 3.3B activated"),
     ("qwen3-235b-a22b", 235e9, 22e9, 0.01, "Qwen3-235B-A22B model card: 235B total, 22B activated"),
+    ("qwen3-32b", 32.8e9, None, 0.002, "Qwen3-32B model card: 32.8B"),
+    ("qwen3-14b", 14.8e9, None, 0.003, "Qwen3-14B model card: 14.8B"),
+    ("qwen3-4b", 4.0e9, None, 0.01, "Qwen3-4B model card: 4.0B"),
+    ("mistral-nemo-12b", 12.2e9, None, 0.005, "Mistral NeMo (Mistral AI, 2024): 12B; model card 12.2B"),
+    ("dbrx", 132e9, 36e9, 0.015, "Databricks, Introducing DBRX (2024): 132B total, 36B active"),
     ("llama4-scout", 109e9, 17e9, 0.015, "Meta Llama 4 Scout model card: 109B total (with the vision encoder), 17B active"),
     ("llama4-maverick", 400e9, 17e9, 0.015, "Meta Llama 4 Maverick model card: 400B total, 17B active"),
 ]

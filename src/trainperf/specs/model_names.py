@@ -25,6 +25,8 @@ SAME_ARCHITECTURE: dict[str, tuple[str, str]] = {
                    "(deepseek-ai/DeepSeek-R1) has DeepSeek-V3's shapes"),
     "deepseekv31": ("deepseek-v3", "DeepSeek-V3.1's config.json (deepseek-ai/DeepSeek-V3.1) has "
                     "DeepSeek-V3's shapes"),
+    "qwen27b": ("qwen2.5-7b", "Qwen2-7B's config.json (Qwen/Qwen2-7B) has Qwen2.5-7B's shapes"),
+    "qwen272b": ("qwen2.5-72b", "Qwen2-72B's config.json (Qwen/Qwen2-72B) has Qwen2.5-72B's shapes"),
     "mistral7bv01": ("mistral-7b", "the preset is Mistral-7B-v0.1"),
     "mixtral8x7bv01": ("mixtral-8x7b", "the preset is Mixtral-8x7B-v0.1"),
     "mixtral8x22bv01": ("mixtral-8x22b", "the preset is Mixtral-8x22B-v0.1"),
