@@ -42,8 +42,22 @@ def test_missing_empty_binary_unknown_give_one_line_errors(tmp_path, capsys):
     (tmp_path / "prose.log").write_text("hello\nworld\n" * 50)
     assert "no known training-log format" in error_line(capsys, str(tmp_path / "prose.log"))
     assert "unknown" in error_line(capsys, str(tmp_path / "prose.log"), "--format", "nonsense")
-    assert "no step lines" in error_line(capsys, str(tmp_path / "prose.log"), "--format", "maxtext")
+    assert "no timed step lines" in error_line(capsys, str(tmp_path / "prose.log"), "--format", "maxtext")
     assert "convention" in error_line(capsys, str(LOGS / "nanogpt_shakespeare_char.log.gz"), "--convention", "bogus")
+
+
+def test_torchtitan_lines_without_timestamps_say_what_would_time_them(tmp_path, capsys):
+    """Console lines copied without the logger's timestamps carry tps but no time: the error says
+    which facts give the time, and with them the steps are timed as tokens / (tps x devices)."""
+    log = tmp_path / "tt.log"
+    log.write_text("".join(f"\x1b[31mstep: {s:2}  \x1b[32mloss: 9.{s}000  \x1b[33mmemory: 28.00GiB(29.47%)  "
+                           f"\x1b[34mtps: 5,000  \x1b[36mtflops: 300.0  \x1b[35mmfu: 30.0%\x1b[39m\n"
+                           for s in range(1, 6)))
+    err = error_line(capsys, str(log))
+    assert "5 step line(s)" in err and "--seq-len, --global-batch and --num-devices" in err
+    assert main(["parse", str(log), "--seq-len", "8192", "--global-batch", "8", "--num-devices", "8", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["step_time_median_s"] == pytest.approx(8 * 8192 / (5000 * 8))
 
 
 def test_garbage_mixed_encodings_and_truncated_lines_are_skipped_and_counted(tmp_path):

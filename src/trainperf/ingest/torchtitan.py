@@ -195,7 +195,8 @@ class TorchtitanParser(LogParser):
                        "timed from the last step line whose clock moved forward)")
         if dropped:
             state.note(f"{dropped} step line(s) without a preceding timestamped step line were left out "
-                       "(their time needs the tokens per step and the device count)")
+                       "(their time needs the tokens per step and the device count: the workload's, or "
+                       "--seq-len, --global-batch and --num-devices)")
         elif out:
             state.note(f"{len(out)} step time(s) derived as tokens per step / (tps x devices)")
         return out
