@@ -28,7 +28,8 @@ some) an fp8 or attention ratio; they are the check of a stack on a GPU nobody f
   NeMo's Llama 3 8B pre-training recipes run at 8 GPUs) and recomputation (none taken).
 
 Prints, per run: the published and the predicted step time, the signed error (positive =
-predicted slower), the 80% range and whether it holds the published value. Usage:
+predicted slower), the 80% range and whether it holds the published value; for a log that
+prints its peak memory, the predicted memory per device against it. Usage:
 ``python benchmarks/new_silicon.py [--json]``.
 """
 
@@ -93,11 +94,20 @@ def workload(run: dict[str, Any]) -> Any:
                      "activation_checkpointing": "none", "stack": "deepspeed"}})
 
 
-def logged_step_s(path: Path) -> float:
-    """Median step seconds of a training log, as ``trainperf`` reads it."""
+def logged(path: Path) -> dict[str, float]:
+    """Median step seconds of a training log, as ``trainperf`` reads it, and its peak memory
+    (GiB allocated and reserved by torch) where the log prints it."""
     from trainperf.ingest import parse_log
 
-    return statistics.median(s.step_time_s for s in parse_log(path).run.steps if s.step_time_s)
+    steps = parse_log(path).run.steps
+    out = {"step_s": statistics.median(s.step_time_s for s in steps if s.step_time_s)}
+    allocated = [s.memory_GiB for s in steps if s.memory_GiB]
+    reserved = [s.extra["memory_reserved_GiB"] for s in steps if "memory_reserved_GiB" in s.extra]
+    if allocated:
+        out["allocated_GiB"] = max(allocated)
+    if reserved:
+        out["reserved_GiB"] = max(reserved)
+    return out
 
 
 def judge(run: dict[str, Any]) -> dict[str, Any]:
@@ -106,8 +116,9 @@ def judge(run: dict[str, Any]) -> dict[str, Any]:
     w = workload(run)
     p = predict(w)
     tokens_per_device = w.tokens_per_step / w.num_devices
-    if "log" in run:
-        published_s = logged_step_s(REPO / run["log"])
+    log = logged(REPO / run["log"]) if "log" in run else {}
+    if log:
+        published_s = log["step_s"]
     elif "tokens_per_s_per_device" in run:
         published_s = tokens_per_device / run["tokens_per_s_per_device"]
     else:  # the published model TFLOP/s at the predictor's own FLOP count (megatron convention)
@@ -115,7 +126,8 @@ def judge(run: dict[str, Any]) -> dict[str, Any]:
     lo, hi = p.interval.low_s, p.interval.high_s
     return {"run": run["name"], "device": run["device"], "published_s": published_s,
             "predicted_s": p.step_time_s, "signed_pct": 100 * (p.step_time_s / published_s - 1),
-            "range_s": (lo, hi), "in_range": lo <= published_s <= hi, "widened_by": list(p.interval.widened_by)}
+            "range_s": (lo, hi), "in_range": lo <= published_s <= hi, "widened_by": list(p.interval.widened_by),
+            "memory_GiB": {"predicted": p.memory_per_device_GiB, **{k: v for k, v in log.items() if k != "step_s"}}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,6 +143,14 @@ def main(argv: list[str] | None = None) -> int:
         lo, hi = r["range_s"]
         print(f"{r['run']:52s} {r['device']:15s} {r['published_s']:11.3f} {r['predicted_s']:11.3f} "
               f"{r['signed_pct']:+8.1f}  {lo:.3f}-{hi:.3f} {'holds it' if r['in_range'] else 'MISSES'}")
+    for r in rows:
+        mem = r["memory_GiB"]
+        if "allocated_GiB" in mem:
+            print(f"memory, {r['run']} on {r['device']}: predicted {mem['predicted']:.1f} GiB (with the framework "
+                  f"reserve); the log's peak {mem['allocated_GiB']:.1f} GiB allocated "
+                  f"({100 * (mem['predicted'] / mem['allocated_GiB'] - 1):+.1f}%), "
+                  f"{mem.get('reserved_GiB', float('nan')):.1f} GiB reserved "
+                  f"({100 * (mem['predicted'] / mem.get('reserved_GiB', float('nan')) - 1):+.1f}%)")
     errs = [r["signed_pct"] for r in rows]
     print(f"MAPE {statistics.mean(abs(e) for e in errs):.1f}%, mean signed {statistics.mean(errs):+.1f}% "
           f"over {len(rows)} runs; ranges hold {sum(r['in_range'] for r in rows)} of {len(rows)} "

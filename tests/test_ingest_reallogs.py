@@ -122,6 +122,9 @@ def test_nemo_claims_and_config():
     f = parsed.facts.values
     assert (f["seq_len"], f["global_batch"], f["micro_batch"]) == (8192, 128, 2)
     assert parsed.run.steps[0].tokens is None or parsed.run.steps[0].tokens == 128 * 8192
+    # "max_memory_reserved: 127785762816 | max_memory_allocated: 115792977920" (bytes)
+    assert parsed.run.steps[0].memory_GiB == pytest.approx(115792977920 / 2**30)
+    assert parsed.run.steps[0].extra["memory_reserved_GiB"] == pytest.approx(127785762816 / 2**30)
 
 
 def test_torchtitan_claims():

@@ -23,7 +23,9 @@ printer (``Training epoch 0, iteration 9/49 | ... | global_step: 9 | reduced_tra
 train_step_timing in s: 7.912 | TFLOPS_per_GPU: 459.2 | consumed_samples: 1280``) or in the
 tqdm bar postfix (``... reduced_train_loss=10.40, global_step=9.000, train_step_timing in
 s=7.900]``). ``train_step_timing`` is the step's own wall time; ``tokens_per_sec_per_gpu`` and
-``TFLOPS_per_GPU`` are per-device claims. The printer's config dump (``  seq_length: 8192``)
+``TFLOPS_per_GPU`` are per-device claims; ``max_memory_allocated`` (bytes: the peak torch has
+allocated on the rank so far) is the step's memory in GiB, ``max_memory_reserved`` kept beside
+it. The printer's config dump (``  seq_length: 8192``)
 gives facts. The time must be followed by ``|``, ``,``, ``]`` or the end of a complete line.
 """
 
@@ -264,11 +266,23 @@ _NEMO_LOSS = re.compile(r"reduced_train_loss[:=]\s*([-+\d.eE]+|nan|inf)\s*(?:[|,
 _NEMO_TFLOPS = re.compile(r"TFLOPS_per_GPU[:=]\s*([-+\d.eE]+)\s*(?:[|,\]]|$)")
 _NEMO_TPS = re.compile(r"tokens_per_sec_per_gpu[:=]\s*([-+\d.eE]+)\s*(?:[|,\]]|$)")
 _NEMO_GBS = re.compile(r"global_batch_size[:=]\s*([\d.]+)")
+_NEMO_MEM = re.compile(r"max_memory_(allocated|reserved)[:=]\s*(\d+(?:\.\d+)?(?:[eE][+]?\d+)?)\s*(?:[|,\]]|$)")
 _NEMO_CONFIG = re.compile(r"^\s*(seq_length|micro_batch_size|global_batch_size|num_layers|hidden_size|"
                           r"num_attention_heads|ffn_hidden_size|num_query_groups):\s*(\d+)\s*$")
 _NEMO_FACTS = {"seq_length": "seq_len", "micro_batch_size": "micro_batch", "global_batch_size": "global_batch",
                "num_layers": "layers", "hidden_size": "hidden", "num_attention_heads": "heads",
                "ffn_hidden_size": "ffn_hidden", "num_query_groups": "kv_heads"}
+
+
+def _nemo_memory_GiB(line: str) -> dict[str, float]:
+    """The printer's ``max_memory_allocated`` / ``max_memory_reserved`` (bytes, the peaks
+    ``torch.cuda`` reports on this rank since the start) in GiB."""
+    out: dict[str, float] = {}
+    for m in _NEMO_MEM.finditer(line):
+        v = to_float(m.group(2))
+        if v is not None and v > 0:
+            out[m.group(1)] = v / 2**30
+    return out
 
 
 class NemoParser(LogParser):
@@ -308,11 +322,14 @@ class NemoParser(LogParser):
         gbs_m = _NEMO_GBS.search(line)
         gbs = to_float(gbs_m.group(1)) if gbs_m else None
         seq = state.facts.values.get("seq_len") or state.hints.get("seq_len")
+        mem = _nemo_memory_GiB(line)
         rec = make_step(step_i, to_time(t.group(1)), state,
                         loss=to_float(loss.group(1)) if loss else None,
                         claimed_tflops_per_device=positive(to_float(tf.group(1))) if tf else None,
                         claimed_tokens_per_s_per_device=positive(to_float(tps.group(1))) if tps else None,
-                        tokens=int(gbs) * seq if gbs and seq else None)
+                        tokens=int(gbs) * seq if gbs and seq else None,
+                        memory_GiB=mem.get("allocated"),
+                        extra={"memory_reserved_GiB": mem["reserved"]} if "reserved" in mem else {})
         if rec is not None:
             sc["last_step"] = step_i
             if gbs and gbs == int(gbs):
