@@ -69,3 +69,13 @@ def test_a_same_network_release_has_the_presets_shapes():
     preset = get_model(preset_for_name("Qwen2-7B").preset).to_dict()
     assert {k: v for k, v in ours.items() if k not in ("name", "source")} == \
         {k: v for k, v in preset.items() if k not in ("name", "source")}
+
+
+def test_an_unknown_preset_id_suggests_the_preset_the_name_reads_as():
+    from trainperf.errors import UnknownNameError
+    from trainperf.specs.presets import get_model
+
+    with pytest.raises(UnknownNameError, match=r"did you mean llama3\.1-8b \(the repository id's model name\)\?"):
+        get_model("meta-llama/Llama-3.1-8B")
+    with pytest.raises(UnknownNameError, match="did you mean llama3-8b"):
+        get_model("llama3-8B-xx")

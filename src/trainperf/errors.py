@@ -39,14 +39,15 @@ class MissingFieldError(SpecError):
 class UnknownNameError(TrainperfError):
     """A catalog id (device, model preset, convention, format...) that does not exist."""
 
-    def __init__(self, field: str, value: str, known: Iterable[str]) -> None:
+    def __init__(self, field: str, value: str, known: Iterable[str], hint: str | None = None) -> None:
         known = sorted(known)
-        import difflib  # only an error pays for it (a few ms of every start otherwise)
+        if hint is None:
+            import difflib  # only an error pays for it (a few ms of every start otherwise)
 
-        close = difflib.get_close_matches(str(value).lower(), known, n=4, cutoff=0.5)
-        if not close:
-            close = [k for k in known if str(value).lower() in k or k in str(value).lower()][:4]
-        hint = f"did you mean {', '.join(close)}?" if close else f"known: {', '.join(known)}"
+            close = difflib.get_close_matches(str(value).lower(), known, n=4, cutoff=0.5)
+            if not close:
+                close = [k for k in known if str(value).lower() in k or k in str(value).lower()][:4]
+            hint = f"did you mean {', '.join(close)}?" if close else f"known: {', '.join(known)}"
         self.field = field
         self.value = value
         self.known = known

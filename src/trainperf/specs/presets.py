@@ -61,7 +61,11 @@ def get_model(name: str) -> ModelSpec:
     """The preset with id ``name`` (case-insensitive, exact); unknown ids suggest close matches."""
     key = str(name).strip().lower()
     if key not in _entries():
-        raise UnknownNameError("model", str(name), _entries())
+        from trainperf.specs.model_names import preset_for_name
+
+        match = preset_for_name(str(name))
+        hint = f"did you mean {match.preset} ({match.how})?" if match is not None else None
+        raise UnknownNameError("model", str(name), _entries(), hint)
     spec = _preset(key)
     return dataclasses.replace(spec, extra=dict(spec.extra))
 
