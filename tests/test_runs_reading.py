@@ -158,20 +158,20 @@ def test_precisions_and_fp8_recipes(cell, precision, recipe):
     ("nothing recomputed", "generic", "none"),
 ])
 def test_checkpointing_spellings(cell, stack, policy):
-    from trainperf.predict.runs_table import _policy
+    from trainperf.predict.runs_policy import read_policy
 
-    assert _policy(cell, stack, stack_defaults(stack), "bf16", 8.0, []) == policy
+    assert read_policy(cell, stack, stack_defaults(stack), "bf16", 8.0, []) == policy
 
 
 def test_activation_offloading_is_read_as_no_recomputation_and_said():
     notes: list[str] = []
-    from trainperf.predict.runs_table import _policy
+    from trainperf.predict.runs_policy import read_policy
 
-    assert _policy("offload", "generic", stack_defaults("generic"), "bf16", 8.0, notes) == "none"
+    assert read_policy("offload", "generic", stack_defaults("generic"), "bf16", 8.0, notes) == "none"
     assert any("offloading" in n and "not modelled" in n for n in notes)
     for cell in ("only attention recomputed", "onload", "non-uniform"):  # not read from their first letters
         with pytest.raises(Exception, match="not readable"):
-            _policy(cell, "generic", stack_defaults("generic"), "bf16", 8.0, [])
+            read_policy(cell, "generic", stack_defaults("generic"), "bf16", 8.0, [])
 
 
 def test_an_unreadable_precision_is_refused_and_mixed_alone_is_unstated():

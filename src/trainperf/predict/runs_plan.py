@@ -1,0 +1,270 @@
+"""The parallel plan and batches of a runs-table row: the parallel degrees (tp, pp, cp, ep, etp,
+vpp: in their own cells, or named in another plan cell), the pipeline schedule, how the
+data-parallel ranks shard, and the global and micro batch (a local batch read per data-parallel
+rank); what the row does not state is the stack's default, noted in its assumptions."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from trainperf.predict.runs_cells import CellError, read_count, read_flag, unstated
+from trainperf.predict.runs_rows import RowSkip, row_cell, row_count, row_default
+
+_DEGREE_NAMES: dict[str, str] = {
+    "tp": r"tp|tensor[ _-]?(?:model[ _-]?)?parallel(?:ism)?(?:[ _-]?(?:size|degree))?",
+    "pp": r"pp|pipeline[ _-]?(?:model[ _-]?)?parallel(?:ism)?(?:[ _-]?(?:size|degree))?",
+    "cp": r"cp|context[ _-]?parallel(?:ism)?(?:[ _-]?(?:size|degree))?",
+    "ep": r"ep|expert[ _-]?(?:model[ _-]?)?parallel(?:ism)?(?:[ _-]?(?:size|degree))?",
+    "etp": r"etp|expert[ _-]?tensor[ _-]?parallel(?:ism)?(?:[ _-]?(?:size|degree))?",
+    "vpp": r"vpp|vp|virtual[ _-]?pipeline(?:[ _-]?(?:model[ _-]?)?parallel(?:ism)?)?(?:[ _-]?(?:size|degree|stages?))?"
+           r"|virtual[ _-]?stages?",
+}
+"""How a parallel degree is named where a cell writes several ("TP2 PP4 CP2 VP5", "DP 8 x TP 8")."""
+_PLAN_CELLS = ("tp", "pp", "cp", "vpp", "ep", "etp", "dp", "fsdp_zero", "sp")
+"""The cells of a row that state its parallel plan."""
+
+
+def named_degree(r: Mapping[str, str], col: str, notes: list[str]) -> int | None:
+    """A degree whose own cell is blank, named in another plan cell (``"TP2 PP4"`` in the tp cell
+    states pp = 4; ``"DP 8 x TP 8"`` in the dp cell states tp = 8), noted; None when no cell
+    names it."""
+    pattern = re.compile(rf"(?<![a-z])(?:{_DEGREE_NAMES[col]})\s*[=:]?\s*(\d+)(?![\d.])")
+    for other in _PLAN_CELLS:
+        cell = row_cell(r, other)
+        m = pattern.search(cell.lower()) if other != col and cell else None
+        if m and int(m.group(1)) > 0:
+            notes.append(f"{col} {m.group(1)} read from the {other} cell {cell[:40]!r}")
+            return int(m.group(1))
+    return None
+
+
+def _degree(r: Mapping[str, str], col: str, d: Any, notes: list[str]) -> int:
+    """A parallel degree: the cell's value, else one another plan cell names (:func:`named_degree`);
+    blank is "not used" (1); a cell that says it is not stated takes the stack default (noted)."""
+    v = row_count(r, col, col)
+    if v is None and not row_cell(r, col):
+        v = named_degree(r, col, notes)
+    if v is not None:
+        return v
+    cell = row_cell(r, col)
+    if not cell or col in ("ep",) or d.get(col) is None:
+        return 1
+    return row_default(d, col, f"{col} ({cell[:40]!r})", notes)
+
+
+_SHARD_DEGREE = re.compile(r"(?:fsdp|dp_shard|shard(?:ing)?)(?:[ _](?:degree|group|size))?\s*(?:[=:]\s*|\s+)(\d+)")
+
+
+_SHARDING_WORDS = re.compile(r"\bhsdp\b|\bfsdp\d?\b|hybrid[_ ]shard|full[_ ]shard|zero[- _]?(?:stage[- _]?)?[123]\b"
+                             r"|distributed optimi[sz]er|dist[_ ]?opt")
+"""Words of a framework cell that state how the data-parallel ranks shard."""
+
+
+def _sharding(r: Mapping[str, str], data: int, dpn: int, d: Any, notes: list[str]) -> dict[str, Any]:
+    """How the ``data`` data-parallel ranks shard (fsdp, dp, zero_stage): the ``fsdp_zero`` cell,
+    else what the framework cell names ("PyTorch FSDP", "DeepSpeed ZeRO-3", "torchtitan (FSDP2
+    1D)": the run's sharding, said in the row), else the stack's default."""
+    shard = row_cell(r, "fsdp_zero")
+    dp_cell = row_cell(r, "dp").lower()
+    fw = row_cell(r, "framework")
+    if unstated(shard) and _SHARDING_WORDS.search(fw.lower()):
+        shard = fw
+        notes.append(f"data-parallel sharding from the framework cell {fw[:40]!r}")
+    low = shard.lower()
+    m = _SHARD_DEGREE.search(low)
+    if m and not re.search(r"fsdp\s*=\s*-1", low):
+        fsdp = int(m.group(1))
+    elif re.search(r"fsdp\s*=\s*-1", low):  # all chips of a slice; slices are data parallel
+        fsdp = data // max(read_count(dp_cell) or 1, 1)
+    elif "fsdp degree" in dp_cell:
+        fsdp = read_count(dp_cell) or data
+    elif re.search(r"hsdp|hybrid[_ ]shard", low):
+        fsdp = math.gcd(data, dpn)
+        notes.append(f"{shard[:40]!r}: sharded within a node of {fsdp}, replicated across nodes")
+    elif re.search(r"full_shard|fully[_ ]shard|fsdp|zero[- _]?(?:stage[- _]?)?3|stage[- _]?3", low):
+        fsdp = data
+    elif re.search(r"shard_grad_op|zero[- _]?(?:stage[- _]?)?2|stage[- _]?2", low):
+        return {"dp": data, "zero_stage": 2}
+    elif re.search(r"zero[- _]?(?:stage[- _]?)?1|stage[- _]?1|distributed optimi[sz]er|dist[_ ]?opt", low):
+        return {"dp": data, "zero_stage": 1}
+    elif unstated(shard) and "(as stated" not in dp_cell:
+        how = row_default(d, "data_parallel_sharding", "data-parallel sharding", notes)
+        if how == "fsdp":
+            fsdp = data
+        elif how == "zero-1":
+            return {"dp": data, "zero_stage": 1}
+        else:
+            fsdp = 1
+    else:
+        fsdp = 1
+    if fsdp > 1:
+        if data % fsdp:
+            raise RowSkip("plan", f"FSDP degree {fsdp} does not divide the {data} data-parallel ranks")
+        return {"fsdp": fsdp, "dp": data // fsdp}
+    return {"dp": data}
+
+
+_INTERLEAVED = re.compile(r"interleav|virtual[ _-]?(?:pipeline|stage)|\bvpp\b|\bv-?pp\b")
+_VPP_IN_PP = re.compile(rf"(?<![a-z])(?:{_DEGREE_NAMES['vpp']})\s*[=:]?\s*(\d+)(?![\d.])|\bv\s*[=:]\s*(\d+)")
+"""A virtual-stage count written in the pp cell: the names :func:`named_degree` reads, or "v=5"."""
+
+
+def _vpp(r: Mapping[str, str], pp: int, layers: int, notes: list[str]) -> int:
+    """Virtual pipeline stages per rank: the vpp cell's count ("5", "VP=5", "5 (interleaved)"), or
+    one written in the pp cell ("PP4 (interleaved, vpp=5)", "4 (interleaved, v=5)"). A row that says its schedule is
+    interleaved without a count ("interleaved", "yes", "not stated (paper uses interleaved
+    schedule)") is interleaved: with one layer per virtual stage, ``layers // pp`` chunks, the
+    most the layer count allows (NVIDIA's NeMo 24.09/24.11 recipes for GPT-3 175B, Nemotron-4
+    340B and Grok-1 run one layer per virtual stage, Llama 3.1 405B two and Llama 3 70B four: the
+    published-runs table's stated vpp). The row's assumptions say so."""
+    cell, pp_cell = row_cell(r, "vpp"), row_cell(r, "pp").lower()
+    try:  # "interleaved 1F1B" names the schedule, not a count
+        vpp = read_count(re.sub(r"(?<![a-z0-9])1f1b(?![a-z0-9])", "", cell.lower()), "vpp")
+    except CellError as e:
+        raise RowSkip("cell", f"vpp: {e}") from None
+    if vpp is not None and vpp < 1:
+        raise RowSkip("cell", f"vpp: {cell[:40]!r} is not a positive count")
+    if vpp is None:
+        m = _VPP_IN_PP.search(pp_cell)
+        vpp = int(m.group(1) or m.group(2)) if m else None
+    if vpp is None and not cell:
+        vpp = named_degree(r, "vpp", notes)
+    if vpp is not None:
+        return vpp
+    low = cell.lower()
+    says = bool(_INTERLEAVED.search(low) or _INTERLEAVED.search(pp_cell)) or (
+        not unstated(cell) and _flag_or_none(cell) is True)
+    if not says:
+        if cell:
+            notes.append(f"vpp {cell[:40]!r}: non-interleaved 1F1B assumed")
+        return 1
+    what = f"vpp {(cell or row_cell(r, 'pp'))[:40]!r}"
+    if pp < 2 or layers // pp < 2:
+        notes.append(f"{what}: interleaving stated, but {layers} layers over pp={pp} leave one layer per rank; "
+                     "non-interleaved 1F1B assumed")
+        return 1
+    v = layers // pp
+    notes.append(f"{what}: interleaved 1F1B, vpp {v} assumed (one layer per virtual stage: {layers} layers // pp "
+                 f"{pp}; the count is not stated, and one layer per stage is the most the layer count allows)")
+    return v
+
+
+def _flag_or_none(cell: str) -> bool | None:
+    try:
+        return read_flag(cell)
+    except CellError:
+        return None
+
+
+def read_plan(r: Mapping[str, str], n: int, dpn: int, d: Any, notes: list[str], layers: int) -> dict[str, Any]:
+    tp = row_count(r, "tp", "tp")
+    if tp is None and not row_cell(r, "tp"):
+        tp = named_degree(r, "tp", notes)
+    if tp is None:
+        tp = row_default(d, "tp", f"tensor-parallel degree ({row_cell(r, 'tp')[:40]!r})", notes)
+    pp = _degree(r, "pp", d, notes)
+    cp = _degree(r, "cp", d, notes)
+    ep = _degree(r, "ep", d, notes)
+    vpp = _vpp(r, pp, layers, notes)
+    try:
+        sp = read_flag(row_cell(r, "sp"))
+    except CellError:
+        sp = None
+        notes.append(f"sp {row_cell(r, 'sp')[:40]!r} not read as yes or no")
+    if sp is None:
+        sp = bool(row_default(d, "sequence_parallel", "sequence parallelism", notes)) if tp > 1 else False
+    sp = sp and tp > 1
+    model_par = tp * pp * cp
+    if model_par < 1 or min(tp, pp, cp) < 1 or n < 1:  # a degree of 0 or -1: not a plan
+        raise RowSkip("plan", f"tp={tp}, pp={pp}, cp={cp} on {n} devices: every degree must be at least 1")
+    if n % model_par:
+        raise RowSkip("plan", f"{n} devices are not a multiple of tp*pp*cp={model_par}")
+    data = n // model_par
+    plan: dict[str, Any] = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "sequence_parallel": sp}
+    etp = row_count(r, "etp", "etp") if "etp" in r else None
+    if etp is None and not row_cell(r, "etp"):
+        etp = named_degree(r, "etp", notes)
+    if etp is not None and ep > 1 and etp != tp:  # MoE parallel folding: experts split etp ways, not tp
+        plan["etp"] = etp
+    elif etp is None and ep > 1 and tp > 1 and (tp * cp * data) % (ep * tp) and (tp * cp * data) % ep == 0:
+        # the experts' grid etp x ep x edp covers the tp x cp x dp ranks: with etp = tp (Megatron-Core's
+        # default) the stated ep does not fit, so the experts were not split over tp
+        plan["etp"] = 1
+        notes.append(f"etp not stated: 1 taken (ep={ep} x tp={tp} does not divide the tp*cp*dp={tp * cp * data} "
+                     "ranks the experts fold over; ep alone does: Megatron-Core's expert_tensor_parallel_size=1)")
+    words = (row_cell(r, "pp") + row_cell(r, "vpp")).lower()
+    dual = re.search(r"dual[ -]?pipe([ -]?v)?", words) if pp > 1 else None
+    if vpp > 1 and not (dual and dual[1]):
+        plan.update(vpp=vpp, pp_schedule="interleaved")
+    elif pp > 1:
+        sched = "gpipe" if "gpipe" in words else ("dualpipev" if dual[1] else "dualpipe") if dual else None
+        if sched is None and d.get("pp_schedule").value != "1f1b":
+            sched = row_default(d, "pp_schedule", "pipeline schedule", notes)
+        if sched:
+            plan["pp_schedule"] = sched
+    plan.update(_sharding(r, data, dpn, d, notes))
+    return plan
+
+
+_LOCAL = re.compile(r"\blocal\b|per[ -]dp[ -]rank|per data[- ]parallel")
+_MICRO = re.compile(r"micro[- _]?batch(?:[ _]size)?|\bmbs\b|pp[ _]microbatch")
+
+
+def read_batches(r: Mapping[str, str], gbs: int | None, gbs_cell: str, plan: dict[str, Any], n: int, d: Any,
+             notes: list[str]) -> tuple[int, int, bool]:
+    """(global batch, micro batch, whether the global batch was corrected) of a row.
+
+    The micro_batch column holds the micro batch, or -- when the cell says "local" or the
+    stack's ``micro_batch_column`` is ``local_batch`` (torchtitan) -- the batch per
+    data-parallel rank: global = local x dp x fsdp; under pipeline parallelism the local batch
+    is split into micro-batches of ``pipeline_microbatch_size`` (stated in the cell as
+    "microbatch N", else the stack default), else it runs whole."""
+    cell = row_cell(r, "micro_batch")
+    low = cell.lower()
+    data = plan["dp"] * plan.get("fsdp", 1)
+    value = row_count(r, "micro_batch")
+    column = d.get("micro_batch_column").value
+    says_micro = bool(_MICRO.search(low)) and not _LOCAL.search(low)
+    local_semantics = bool(_LOCAL.search(low)) or (column == "local_batch" and not says_micro)
+    if value is not None and local_semantics:
+        local = value
+        corrected = False
+        if gbs is None:
+            gbs = local * data
+            notes.append(f"global batch not stated: local batch {local} x {data} data-parallel ranks = {gbs}")
+        elif gbs != local * data and gbs == local * n and n != data:
+            notes.append(f"global batch {gbs_cell[:30]!r} is local x all {n} devices; the local batch is per "
+                         f"data-parallel rank, so global = {local} x {data} = {local * data}")
+            gbs, corrected = local * data, True
+        if plan["pp"] > 1:
+            m = re.search(r"micro[- _]?batch(?:[ _]size)?\D{0,3}(\d+)", low)
+            if m:
+                micro = int(m.group(1))
+            else:
+                got = d.get("pipeline_microbatch_size")
+                micro = got.value if got is not None else 1
+                src = got.note("pipeline micro-batch size") if got is not None else \
+                    "pipeline micro-batch size not stated: 1 taken"
+                notes.append(f"{src}; the local batch of {local} runs as {max(local // micro, 1)} pipeline micro-batches")
+        else:
+            micro = local
+        return gbs, micro, corrected
+    if gbs is None:
+        if value is not None and re.search(r"per[ -](?:chip|device|gpu|core)", low):
+            gbs = value * n  # MaxText's per_device_batch_size: global = per device x devices
+            notes.append(f"global batch not stated: {value} per device x {n} devices = {gbs}")
+        else:
+            raise RowSkip("batch", "sequence length or global batch not stated")
+    if gbs % data:
+        raise RowSkip("plan", f"global batch {gbs} does not split over the {data} data-parallel ranks")
+    local = gbs // data
+    if value is None:
+        mb = row_default(d, "micro_batch", "micro batch", notes)
+        value = local if mb == "local" else mb
+    if local % value:
+        notes.append(f"micro batch {value} does not divide the local batch {local}: {math.gcd(local, value)} taken")
+        value = math.gcd(local, value)
+    return gbs, value, False
