@@ -910,3 +910,32 @@ def test_a_row_whose_fp8_recipe_its_silicon_lacks_is_listed_not_fatal():
     assert "training.fp8_recipe='mxfp8'" in r.exclude_reason and "hopper has no MX-format cores" in r.exclude_reason
     ok = _hand_row(model="Llama 3.1 70B", num_gpus="64", tp="4", pp="1", global_batch_seqs="128", precision="FP8-CS")
     assert ok.included and ok.workload.fp8_recipe == "tensorwise"
+
+
+_VOCAB = {
+    "model": ["Llama 3 8B", "Llama 3.1 405B", "Mixtral 8x22B", "DeepSeek-V3", "Qwen3-30B-A3B", "gpt-oss-120b",
+              "Nemotron-4 340B", "Grok-1", "Gemma 2 27B", "GPT-3 175B", "meta-llama/Llama-3.3-70B-Instruct"],
+    "hardware": ["H100", "B200", "GB200 NVL72", "MI300X", "MI355X", "TPU v5p", "A100 80GB", "H800", "Gaudi 3",
+                 "p5.48xlarge", "V100", "H20"],
+    "precision": ["bf16", "fp8", "MXFP8", "FP8-CS", "fp8 blockwise", "fp16", "NVFP4", "float8 rowwise"],
+    "framework": ["NeMo 2.0", "Megatron-LM", "torchtitan", "MaxText", "DeepSpeed", "LLM Foundry", "Colossal-AI"],
+    "act_ckpt": ["none", "full", "selective", "selective op", "offload", "block, 4 layers", "",
+                 "save_dot_except_mlpwi", "selective (layernorm, mla_up_proj)"],
+    "tp": ["1", "2", "8", ""], "pp": ["1", "4", "16", ""], "cp": ["1", "2", ""], "ep": ["1", "8", "64", ""],
+    "vpp": ["", "2", "interleaved"], "micro_batch": ["1", "2"], "seq_len": ["4096", "8192", "131072"],
+    "num_gpus": ["8", "64", "1024"], "global_batch_seqs": ["64", "1024"], "fsdp_zero": ["", "FSDP", "zero-1"],
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.fixed_dictionaries({k: st.sampled_from(v) for k, v in _VOCAB.items()}),
+       st.floats(min_value=0.5, max_value=60.0))
+def test_any_row_is_predicted_or_listed_with_its_reason(cells, step_s):
+    """A row of any mix of plausible cells is either predicted (a finite positive step time) or
+    unread with a one-line reason: never an exception that would stop `validate --data`."""
+    (r,) = parse_hand_rows([{"row_id": "h", "table_id": "fuzz", "source": "hand", **cells,
+                             "step_time_s": f"{step_s:.3f}"}])
+    if r.included:
+        assert 0.0 < predict_row(r) < float("inf")
+    else:
+        assert r.exclude_reason and "\n" not in r.exclude_reason
