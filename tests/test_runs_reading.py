@@ -939,3 +939,29 @@ def test_any_row_is_predicted_or_listed_with_its_reason(cells, step_s):
         assert 0.0 < predict_row(r) < float("inf")
     else:
         assert r.exclude_reason and "\n" not in r.exclude_reason
+
+
+_SHAPE = dict(layers="52", hidden="4096", heads="32", kv_heads="8", ffn_hidden="21504", vocab="131072",
+              num_gpus="64", tp="8", pp="1", global_batch_seqs="128")
+
+
+@pytest.mark.parametrize(("model", "arch", "word"), [
+    ("Nemotron-H 56B", "hybrid Mamba2-Transformer", "mamba2"), ("custom", "RWKV-7", "rwkv"),
+    ("MiniMax-Text-01", "lightning attention + MoE", "lightning attention"),
+    ("Nemotron-H 8B", "dense (SwiGLU, GQA)", "nemotron-h"), ("T5-11B", "encoder-decoder", "encoder-decoder"),
+])
+def test_a_network_that_is_not_a_decoder_transformer_is_left_unread_by_name(model, arch, word):
+    """Predicting a state-space, hybrid, linear-attention or encoder-decoder network as a
+    transformer of its width would be a silently wrong number: the row is unread, saying why."""
+    r = _hand_row(model=model, arch_type=arch, **_SHAPE)
+    assert not r.included and f"names {word!r}" in r.exclude_reason
+
+
+@pytest.mark.parametrize(("arch", "layers_windowed"), [
+    ("dense, sliding window 4096", 52), ("dense, sliding window 4k alternating with global attention", 26),
+])
+def test_a_sliding_window_the_architecture_cell_states_is_read(arch, layers_windowed):
+    r = _hand_row(model="custom 7B", arch_type=arch, **_SHAPE)
+    assert r.included, r.exclude_reason
+    assert (r.workload.model.sliding_window, r.workload.model.sliding_window_layers) == (4096, layers_windowed)
+    assert any(a.startswith("sliding window of 4,096 tokens") for a in r.assumptions)

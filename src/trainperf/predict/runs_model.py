@@ -124,35 +124,93 @@ def _preset_values(preset: Any, column: str) -> tuple[Any, ...]:
     return (getattr(preset, column),)
 
 
+_OTHER_ARCHITECTURES = re.compile(
+    r"\b(mamba\d?|ssm|state[ -]space|rwkv\d*|hyena|retnet|xlstm|griffin|recurrentgemma|jamba|zamba\d?|"
+    r"nemotron[ -]?h|falcon[ -]?h1|linear[ -]attention|lightning[ -]attention|gated[ -]?delta(?:net)?|deltanet|"
+    r"encoder[ -]decoder|t5|ul2|vit|vision[ -]transformer|diffusion|conformer|bert)\b")
+"""Words of a model or architecture cell naming a network that is not a decoder-only transformer
+(attention and MLP/MoE blocks): state-space, recurrent, linear-attention and hybrid models,
+encoder-decoders and encoders. trainperf does not model them, so such a row is left unread
+rather than predicted as a transformer of its width."""
+
+
+def _refuse_other_architectures(r: Mapping[str, str]) -> None:
+    """Skip a row whose model or architecture cell names a network trainperf does not model."""
+    for col in ("arch_type", "model"):
+        m = _OTHER_ARCHITECTURES.search(row_cell(r, col).lower())
+        if m:
+            raise RowSkip("model", f"{col} {row_cell(r, col)[:40]!r} names {m.group(0)!r}: trainperf models "
+                                   "decoder-only transformers (attention with MLP or MoE blocks), not state-space, "
+                                   "recurrent, linear-attention, hybrid or encoder models")
+
+
+_WINDOW = re.compile(r"sliding[ _-]?window(?:\s*(?:of|=|:|size))?\s*(\d[\d,]*)\s*(k)?\b")
+_SOME_LAYERS = re.compile(r"alternat|interleav|every other|half|local[ /-]+global|global[ /-]+local")
+
+
+def _window_words(arch: str, layers: int, notes: list[str]) -> dict[str, int]:
+    """A sliding window an architecture cell states ("sliding window 4096", "sliding window 4k,
+    alternating with global"): on every layer, or on half of them where the cell says they
+    alternate; noted."""
+    low = arch.lower()
+    m = _WINDOW.search(low)
+    if not m:
+        return {}
+    window = int(m.group(1).replace(",", "")) * (1024 if m.group(2) else 1)
+    n = layers // 2 if _SOME_LAYERS.search(low) else layers
+    notes.append(f"sliding window of {window:,} tokens on {n} of {layers} layers, read from {arch[:60]!r}")
+    return {"sliding_window": window, "sliding_window_layers": n}
+
+
 def read_model(r: Mapping[str, str], notes: list[str]) -> dict[str, Any]:
+    """The ModelSpec fields of a row: the preset its model cell names where every shape it states
+    agrees with it, else its shape columns and words; a network trainperf does not model, or a
+    shape that is not given or does not validate, skips the row."""
+    _refuse_other_architectures(r)
     layers, hidden, ffn, vocab = (row_count(r, c) for c in ("layers", "hidden", "ffn_hidden", "vocab"))
     read_as: list[str] = []
     preset = _preset_named(row_cell(r, "model"), read_as)
     if preset is not None and (not layers or layers == preset.layers) and (not hidden or hidden == preset.hidden):
-        missing = [c for c, v in (("layers", layers), ("hidden", hidden), ("ffn_hidden", ffn), ("vocab", vocab))
-                   if not v]
-        # every shape the row states agrees with the preset it names: the preset's architecture
-        # (attention kind such as MLA, shared experts, dense layers of a MoE, norms, positions,
-        # biases, tied embeddings) is what the row's model has, which the columns cannot say
-        agrees = (all(not row_count(r, c) or row_count(r, c) in _preset_values(preset, c) for c in _SHAPE_COLUMNS)
-                  and all(row_count(r, c) in (None, getattr(preset, c)) for c in MLA_COLUMNS if c in r))
-        if missing or agrees:
-            notes.extend(read_as)
-            notes.append(f"{', '.join(missing)} not stated: from the model preset {preset.name} "
-                         f"(the model cell {row_cell(r, 'model')!r})" if missing else
-                         f"architecture from the model preset {preset.name}: every shape column agrees with it")
-            fields: dict[str, Any] = {f.name: getattr(preset, f.name) for f in dataclasses.fields(ModelSpec)
-                                      if f.name != "extra"}
-            fields["max_seq_len"] = max(row_count(r, "seq_len") or 2048, 2048, fields.get("max_seq_len") or 0)
-            try:
-                ModelSpec(**fields)
-            except TrainperfError as e:
-                raise RowSkip("model", f"model does not validate: {e}") from None
+        fields = _from_preset(r, preset, (layers, hidden, ffn, vocab), read_as, notes)
+        if fields is not None:
             return fields
     if not layers or not hidden:
         raise RowSkip("model", "model shape (layers, hidden) not given")
     if not ffn or not vocab:
         raise RowSkip("model", "model shape (ffn_hidden, vocab) not given")
+    return _from_shape(r, layers, hidden, ffn, vocab, notes)
+
+
+def _from_preset(r: Mapping[str, str], preset: Any, shape: tuple[int | None, ...], read_as: list[str],
+                 notes: list[str]) -> dict[str, Any] | None:
+    """The preset's fields where the row leaves shapes out or every shape it states agrees with
+    the preset; None otherwise (the row's own shape is read instead)."""
+    missing = [c for c, v in zip(("layers", "hidden", "ffn_hidden", "vocab"), shape, strict=True) if not v]
+    # every shape the row states agrees with the preset it names: the preset's architecture
+    # (attention kind such as MLA, shared experts, dense layers of a MoE, norms, positions,
+    # biases, tied embeddings) is what the row's model has, which the columns cannot say
+    agrees = (all(not row_count(r, c) or row_count(r, c) in _preset_values(preset, c) for c in _SHAPE_COLUMNS)
+              and all(row_count(r, c) in (None, getattr(preset, c)) for c in MLA_COLUMNS if c in r))
+    if not (missing or agrees):
+        return None
+    notes.extend(read_as)
+    notes.append(f"{', '.join(missing)} not stated: from the model preset {preset.name} "
+                 f"(the model cell {row_cell(r, 'model')!r})" if missing else
+                 f"architecture from the model preset {preset.name}: every shape column agrees with it")
+    fields: dict[str, Any] = {f.name: getattr(preset, f.name) for f in dataclasses.fields(ModelSpec)
+                              if f.name != "extra"}
+    fields["max_seq_len"] = max(row_count(r, "seq_len") or 2048, 2048, fields.get("max_seq_len") or 0)
+    try:
+        ModelSpec(**fields)
+    except TrainperfError as e:
+        raise RowSkip("model", f"model does not validate: {e}") from None
+    return fields
+
+
+def _from_shape(r: Mapping[str, str], layers: int, hidden: int, ffn: int, vocab: int,
+                notes: list[str]) -> dict[str, Any]:
+    """The fields of a row's shape columns and the words of its architecture cell (positions,
+    norms, MLP kind, MLA, experts, a sliding window)."""
     heads = row_count(r, "heads")
     if not heads:
         heads = hidden // 128
@@ -164,7 +222,7 @@ def read_model(r: Mapping[str, str], notes: list[str]) -> dict[str, Any]:
     fields = {
         "name": row_cell(r, "model") or "custom", "layers": layers, "hidden": hidden, "heads": heads,
         "kv_heads": kv, "ffn_hidden": ffn, "vocab": vocab, "mlp": _mlp(arch),
-        "max_seq_len": max(row_count(r, "seq_len") or 2048, 2048),
+        "max_seq_len": max(row_count(r, "seq_len") or 2048, 2048), **_window_words(arch, layers, notes),
     }
     if "alibi" in low:
         fields.update(position="alibi", norm="layernorm")
