@@ -965,3 +965,12 @@ def test_a_sliding_window_the_architecture_cell_states_is_read(arch, layers_wind
     assert r.included, r.exclude_reason
     assert (r.workload.model.sliding_window, r.workload.model.sliding_window_layers) == (4096, layers_windowed)
     assert any(a.startswith("sliding window of 4,096 tokens") for a in r.assumptions)
+
+
+@pytest.mark.parametrize(("notes", "factor"), [("capacity factor 1.25, tokens dropped", 1.25), ("CF=2", 2.0),
+                                               ("dropless", 1.0), ("", 1.0)])
+def test_an_moe_rows_capacity_factor_is_its_expert_load(notes, factor):
+    r = _hand_row(model="Mixtral 8x7B", num_gpus="64", tp="2", pp="1", ep="8", global_batch_seqs="128", notes=notes)
+    assert r.included, r.exclude_reason
+    assert r.workload.moe_imbalance == factor
+    assert any(a.startswith("expert capacity factor") for a in r.assumptions) == (factor != 1.0 or "CF" in notes)

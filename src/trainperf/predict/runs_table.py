@@ -411,7 +411,8 @@ def _mapped(r: Mapping[str, str], stack: str, d: Any, reading: Any, prec: Any,
     gbs, mb, corrected = read_batches(r, gbs, row_cell(r, "global_batch_seqs"), plan, n, d, notes)
     policy = read_policy(row_cell(r, "act_ckpt"), stack, d, prec.precision, ModelSpec(**model).total_params / 1e9, notes)
     training = _training(r, stack, d, prec, plan["tp"], notes)
-    training.update(seq_len=seq, global_batch=gbs, micro_batch=mb, activation_checkpointing=policy)
+    training.update(seq_len=seq, global_batch=gbs, micro_batch=mb, activation_checkpointing=policy,
+                    **_capacity_factor(r, model, notes))
     hw_cfg: dict[str, Any] = {"device": reading.device_id, "num_devices": n, "devices_per_node": dpn,
                               **_network(r, hw, n, dpn, notes)}
     try:
@@ -484,6 +485,25 @@ def _training(r: Mapping[str, str], stack: str, d: Any, prec: Any, tp: int, note
         training["offload_optimizer"] = True
         notes.append(f"optimizer offloaded to the host CPU (read from {said!r})")
     return training
+
+
+_CAPACITY = re.compile(r"(?:capacity[ _-]?factor|\bcf)\s*(?:[=:]|of)?\s*(\d+(?:\.\d+)?)")
+
+
+def _capacity_factor(r: Mapping[str, str], model: Mapping[str, Any], notes: list[str]) -> dict[str, float]:
+    """An MoE row's stated expert capacity factor ("capacity factor 1.25", "CF=1") as the
+    expert load of the busiest rank over the mean (``moe_imbalance``): tokens beyond an expert's
+    capacity are dropped and, where the stack pads, every expert computes its full capacity, so
+    the busiest expert computes at most (padded: exactly) the factor times the mean; noted."""
+    if not model.get("moe_experts"):
+        return {}
+    text = " ".join(row_cell(r, c) for c in ("arch_type", "moe_experts", "notes", "framework")).lower()
+    m = _CAPACITY.search(text)
+    if not m or not 1.0 <= float(m.group(1)) <= 16.0:
+        return {}
+    notes.append(f"expert capacity factor {m.group(1)} (read from {m.group(0)!r}) taken as the busiest expert's "
+                 "load over the mean: at most that with token dropping, exactly that where experts are padded")
+    return {"moe_imbalance": float(m.group(1))}
 
 
 _PEAK_IN_BASIS = re.compile(r"(?:(bf16|fp16|fp8|fp4|tf32|fp32)\D{0,12}?)?(\d[\d,]*(?:\.\d+)?)\s*(?:tflop|tf\b)", re.I)
