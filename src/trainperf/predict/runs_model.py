@@ -219,7 +219,7 @@ def _from_shape(r: Mapping[str, str], layers: int, hidden: int, ffn: int, vocab:
     kv = row_count(r, "kv_heads") or heads
     arch = row_cell(r, "arch_type")
     low = arch.lower()
-    fields = {
+    fields: dict[str, Any] = {
         "name": row_cell(r, "model") or "custom", "layers": layers, "hidden": hidden, "heads": heads,
         "kv_heads": kv, "ffn_hidden": ffn, "vocab": vocab, "mlp": _mlp(arch),
         "max_seq_len": max(row_count(r, "seq_len") or 2048, 2048), **_window_words(arch, layers, notes),
