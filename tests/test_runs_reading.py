@@ -974,3 +974,17 @@ def test_an_moe_rows_capacity_factor_is_its_expert_load(notes, factor):
     assert r.included, r.exclude_reason
     assert r.workload.moe_imbalance == factor
     assert any(a.startswith("expert capacity factor") for a in r.assumptions) == (factor != 1.0 or "CF" in notes)
+
+
+@pytest.mark.parametrize(("hardware", "cell", "want"), [
+    ("H100 SXM5 80GB", "16 nodes (128 GPUs)", 128),  # the GPUs it names, not the nodes
+    ("H100 SXM5 80GB", "16 nodes x 8 GPUs", 128),
+    ("GB200 NVL72", "2 racks", 144), ("GB200", "1 NVL72 rack", 72),
+    ("TPU v5p-512", "", 256),  # a v5p slice's -N counts TensorCores, two a chip
+    ("TPU v6e-256", "", 256), ("v5litepod-64", "", 64),  # a v5e/v6e slice's counts chips
+])
+def test_a_device_count_as_written_counts_devices(hardware, cell, want):
+    r = _hand_row(model="Llama 3.1 8B", hardware=hardware, num_gpus=cell, precision="bf16",
+                  global_batch_seqs="2304", tp="1", pp="1", fsdp_zero="FSDP")
+    assert r.included, r.exclude_reason
+    assert r.workload.num_devices == want

@@ -60,6 +60,7 @@ from trainperf.predict.runs_cells import (
     read_rate,
     read_seconds,
 )
+from trainperf.predict.runs_devices import read_num_devices
 from trainperf.predict.runs_model import read_model
 from trainperf.predict.runs_plan import read_batches, read_plan
 from trainperf.predict.runs_policy import read_policy
@@ -251,22 +252,6 @@ def _network(r: Mapping[str, str], hw: Any, n: int, dpn: int, notes: list[str]) 
             "sources": {"inter_node_link_GB_per_s": f"the runs table's interconnect cell {cell[:80]!r}"}}
 
 
-def _num_devices(r: Mapping[str, str], notes: list[str], reading: Any = None) -> int | None:
-    """The device count; "16 nodes" (or "2 x DGX H100") alone is nodes times the stated devices
-    per node, else the catalog's typical node of the row's device (noted)."""
-    cell = row_cell(r, "num_gpus")
-    m = re.match(r"^\s*(\d+)\s*(?:x\s*)?(?:nodes?|hosts?|servers?|dgx|hgx)\b(?!.*\d.*(?:gpu|device|chip))",
-                 cell.lower())
-    per = row_count(r, "gpus_per_node")
-    where = "devices per node"
-    if m and not per and reading is not None and reading.resolved:
-        per, where = get_hardware(reading.device_id).devices_per_node, "devices per node (the catalog's typical node)"
-    if m and per:
-        notes.append(f"num_gpus {cell[:30]!r}: {m.group(1)} nodes x {per} {where}")
-        return int(m.group(1)) * per
-    return row_count(r, "num_gpus")
-
-
 _FLOP_UNIT = re.compile(r"(peta|tera|giga|[pgt])\s*-?flop", re.IGNORECASE)
 """The prefix of a FLOP/s unit in a TFLOP/s cell ("0.41 PFLOP/s" is 410 TFLOP/s)."""
 _SEQUENCES = re.compile(r"^\s*[~≈]?\s*[\d.,]+\s*[kKmM]?\s*(?:seq(?:uence)?s?|samples?)\b", re.IGNORECASE)
@@ -360,7 +345,7 @@ def _figures(r: Mapping[str, str], reading: Any, notes: list[str]) -> tuple[Any,
         raise RowSkip("time", "only a best-case 'up to' TFLOP/s figure published; no step time or tokens/s")
     if step is None and tps is None and tflops is None and not _claimed_mfu(r):
         raise RowSkip("time", "no step time, tokens/s, TFLOP/s or MFU published")
-    n = _num_devices(r, notes, reading)
+    n = read_num_devices(r, notes, reading)
     if not n:
         raise RowSkip("devices", "device count not stated for this figure")
     if tps is not None and tps < 0:
