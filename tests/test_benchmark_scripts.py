@@ -136,3 +136,12 @@ def test_own_runs_reports_errors_spread_and_a_noisy_machine():
     assert "+0.0%" in noisy[1] and "spread by up to 31%" in noisy[-1]
     # a failed prediction is n/a and out of the averages
     assert "n/a" in mod.report({"tp2": [0.4]}, {"tp2": None})[1]
+
+
+def test_launch_bound_reads_the_published_steps_and_prices_compiled_launches():
+    mod = _load("launch_bound")
+    rows = {(r["stack"], r["model"], r["compile"]): r for s in mod.STACKS for r in (mod.judge(x, s) for x in mod.RUNS)}
+    eager, compiled = rows[("trainperf-bench", "llama3.2-1b", False)], rows[("trainperf-bench", "llama3.2-1b", True)]
+    assert (eager["published_ms"], compiled["published_ms"]) == (58.8, 18.7)
+    # a launch-bound step: compiling keeps about a quarter of the launch cost, as measured
+    assert 0.2 < compiled["predicted_ms"] / eager["predicted_ms"] < 0.5
