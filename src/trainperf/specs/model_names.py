@@ -65,7 +65,9 @@ def _ids() -> dict[str, str]:
 
 
 def _forms(name: str) -> list[tuple[str, str | None]]:
-    """Readings of the name, each without one more thing that does not change the network."""
+    """Readings of the name, each without one more thing that does not change the network (the
+    last, without a stated size, keeps the size in :data:`SIZE_DROPPED`'s place: see
+    :func:`preset_for_name`)."""
     text = re.sub(r"\(.*?\)", "", name.lower()).strip()
     forms: list[tuple[str, str | None]] = [(text, None)]
     if "/" in text:
@@ -83,7 +85,7 @@ def _forms(name: str) -> list[tuple[str, str | None]]:
         text = untagged
     unsized = re.sub(r"[\s_-]+\d+(?:\.\d+)?\s*[bm]$", "", text)
     if unsized != text:  # "DeepSeek-V3 671B": a name that already fixes the size
-        forms.append((unsized, SIZE_DROPPED))
+        forms.append((unsized, f"{SIZE_DROPPED} {text[len(unsized):].strip(' _-')}"))
     return forms
 
 
@@ -93,15 +95,12 @@ SIZE_TOLERANCE = 0.1
 without it: "Grok-1 314B" is grok-1 (316.5B), "GPT-2 1.5B" is not gpt2 (124M)."""
 
 
-def _stated_params(name: str) -> float | None:
-    m = re.search(r"(\d+(?:\.\d+)?)\s*([bm])\s*$", re.sub(r"\(.*?\)", "", name.lower()).strip())
-    return float(m.group(1)) * (1e9 if m.group(2) == "b" else 1e6) if m else None
-
-
-def _size_agrees(preset: str, name: str) -> bool:
+def _size_agrees(preset: str, size: str) -> bool:
+    """The preset's parameter count is within :data:`SIZE_TOLERANCE` of ``size`` ("314b", "1.5b")."""
     from trainperf.specs.presets import get_model
 
-    stated = _stated_params(name)
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([bm])", size)
+    stated = float(m.group(1)) * (1e9 if m.group(2) == "b" else 1e6) if m else None
     return stated is not None and abs(get_model(preset).total_params / stated - 1.0) <= SIZE_TOLERANCE
 
 
@@ -114,7 +113,8 @@ def preset_for_name(name: str) -> NameMatch | None:
             hows.append(how)
         key = _key(form)
         preset, why = (ids[key], None) if key in ids else SAME_ARCHITECTURE.get(key, (None, None))
-        if preset is None or (how == SIZE_DROPPED and not _size_agrees(preset, str(name))):
+        sized = how is not None and how.startswith(SIZE_DROPPED)
+        if preset is None or (sized and not _size_agrees(preset, how.removeprefix(SIZE_DROPPED).strip())):
             continue
         return NameMatch(preset, "; ".join([*hows, why] if why else hows) or None)
     return None
