@@ -113,8 +113,8 @@ def preset_for_name(name: str) -> NameMatch | None:
             hows.append(how)
         key = _key(form)
         preset, why = (ids[key], None) if key in ids else SAME_ARCHITECTURE.get(key, (None, None))
-        sized = how is not None and how.startswith(SIZE_DROPPED)
-        if preset is None or (sized and not _size_agrees(preset, how.removeprefix(SIZE_DROPPED).strip())):
+        size = how.removeprefix(SIZE_DROPPED).strip() if how and how.startswith(SIZE_DROPPED) else None
+        if preset is None or (size is not None and not _size_agrees(preset, size)):
             continue
         return NameMatch(preset, "; ".join([*hows, why] if why else hows) or None)
     return None
