@@ -186,7 +186,8 @@ def test_an_unreadable_precision_is_refused_and_mixed_alone_is_unstated():
     ("torchtitan", "torchtitan"), ("TorchTitan + AsyncTP", "torchtitan"), ("Composer", "llm-foundry"),
     ("LLM Foundry", "llm-foundry"), ("llmfoundry", "llm-foundry"), ("MosaicML", "llm-foundry"),
     ("MaxText", "maxtext"), ("Pax", "paxml"), ("PaxML (JAX) 24.03.04 container", "paxml"),
-    ("DeepSpeed", "deepspeed"), ("Megatron-DeepSpeed", "deepspeed"), ("JAX", "generic"), ("HF Trainer", "generic"),
+    ("DeepSpeed", "deepspeed"), ("Megatron-DeepSpeed", "deepspeed"), ("JAX", "generic"), ("HF Trainer", "hf-transformers"),
+    ("Hugging Face Accelerate (FSDP)", "hf-transformers"), ("HF Accelerate + DeepSpeed ZeRO-3", "deepspeed"),
 ])
 def test_frameworks_in_free_text(cell, stack):
     assert read_framework(cell) == stack

@@ -76,3 +76,19 @@ def test_a_stack_on_silicon_it_was_never_fitted_on_uses_that_silicons_kernels():
     assert b200.extra["kernels"]["silicon"] == "blackwell"
     # Blackwell's measured GEMM and attention speed make the same step faster than on Hopper
     assert b200.step_time_s < h100.step_time_s
+
+
+def test_hugging_face_runs_have_an_eager_launch_model_and_are_not_compared_by_the_planner():
+    from trainperf.predict.stack_capabilities import compared_stacks
+    from trainperf.predict.stacks import stack_of_framework
+
+    hf = stack_kernels.for_stack("hf-transformers", "hopper")
+    assert (hf.kernels_per_layer, hf.host_us_per_kernel, hf.elementwise_impl(False)) == (34.0, 30.0, "eager")
+    assert stack_of_framework("HF Trainer (Accelerate FSDP)") == "hf-transformers"
+    assert stack_of_framework("Megatron-Core, Transformer Engine") == "megatron-core"
+    assert "hf-transformers" not in compared_stacks() and "torchtitan" in compared_stacks()
+    # a launch-bound step: 16 layers x (34 forward + 68 backward + 34 recomputed) kernels at 30 us
+    w = workload_from_dict({"model": {"preset": "llama3.2-1b"}, "hardware": {"device": "h100-sxm", "num_devices": 1},
+                            "training": {"seq_len": 512, "global_batch": 1, "precision": "bf16",
+                                         "activation_checkpointing": "full", "stack": "hf-transformers"}})
+    assert predict(w).step_time_s > 16 * 136 * 30e-6

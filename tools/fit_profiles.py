@@ -51,6 +51,10 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "trainperf-bench": ("trainperf's own bench (`trainperf bench`: PyTorch FSDP2 or torch.autocast, DTensor TP/SP, "
                         "torch.distributed.pipelining, PyTorch context_parallel, all-to-all expert parallel, SDPA "
                         "attention).", ("trainperf bench", "trainperf-bench")),
+    "hf-transformers": ("Hugging Face Transformers models trained eagerly in PyTorch (Trainer, Accelerate, TRL): DDP, "
+                        "FSDP or DeepSpeed ZeRO, SDPA attention, one kernel launch per PyTorch op, a measured launch "
+                        "model.",
+                        ("hugging face", "huggingface", "hf trainer", "transformers", "accelerate")),
 }
 
 

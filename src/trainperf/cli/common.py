@@ -139,8 +139,9 @@ def add_software_arguments(parser: argparse.ArgumentParser) -> None:
                                       "Megatron-Core --optimizer-cpu-offload)")
     s.add_argument("--stack", metavar="NAME|FILE",
                    help="software-stack profile: generic (default) | megatron-core | megatron-lm-2021 | maxtext | paxml | "
-                        "torchtitan | llm-foundry | deepspeed | trainperf-bench (what `trainperf bench` runs), or a "
-                        "profile .toml from `trainperf calibrate-model`")
+                        "torchtitan | llm-foundry | deepspeed | trainperf-bench (what `trainperf bench` runs) | "
+                        "hf-transformers (Hugging Face Trainer/Accelerate, eager), or a profile .toml from "
+                        "`trainperf calibrate-model`")
 
 
 def add_architecture_arguments(group: Any) -> None:

@@ -57,6 +57,7 @@ class HfTrainerParser(LogParser):
     markers = ("it/s]", "s/it]", "{'", " = ")
     claimed_convention = "6n"
     claimed_scope = "train_samples_per_second / train_steps_per_second are global means over the whole run"
+    stack = "hf-transformers"
 
     def __init__(self) -> None:
         self._bars: dict[int, list[list[object]]] = {}

@@ -511,9 +511,10 @@ def plan_refusal(caps: Capabilities, w: Any) -> str | None:
 
 def compared_stacks() -> tuple[str, ...]:
     """The packaged stacks the planner compares: the published frameworks, i.e. every packaged
-    profile but ``generic`` (every table at once) and ``trainperf-bench`` (trainperf's own bench,
-    which a bench run's workload names; it is no framework a plan is carried out with)."""
-    return tuple(s for s in stacks.STACKS if s not in (stacks.DEFAULT_STACK, stacks.BENCH_STACK))
+    profile but ``generic`` (every table at once), ``trainperf-bench`` (trainperf's own bench,
+    which a bench run's workload names; it is no framework a plan is carried out with) and the
+    other profiles no published table was fitted on (``hf-transformers``: ``--stack`` names them)."""
+    return tuple(s for s in stacks.STACKS if s != stacks.DEFAULT_STACK and s not in stacks.UNPUBLISHED_STACKS)
 
 
 def packaged_capabilities() -> tuple[Capabilities, ...]:

@@ -47,10 +47,13 @@ from trainperf.specs.workload import BENCH_STACK as _BENCH_STACK
 
 DEFAULT_STACK = "generic"
 STACKS: tuple[str, ...] = ("generic", "megatron-core", "megatron-lm-2021", "maxtext", "paxml", "torchtitan",
-                           "llm-foundry", "deepspeed", "trainperf-bench")
+                           "llm-foundry", "deepspeed", "trainperf-bench", "hf-transformers")
 """Packaged profiles. ``generic`` is fitted on every table and is the default; ``trainperf-bench``
-states what trainperf's own bench runs (the stack a bench run's ``workload.toml`` names), with no
-fitted knobs of its own."""
+states what trainperf's own bench runs (the stack a bench run's ``workload.toml`` names), and
+``hf-transformers`` what Hugging Face Transformers models trained eagerly run (Trainer,
+Accelerate), each with no fitted knobs of its own: no published table."""
+UNPUBLISHED_STACKS: tuple[str, ...] = ("trainperf-bench", "hf-transformers")
+"""Packaged profiles no published table was fitted on (the planner does not compare them unless asked)."""
 BENCH_STACK = _BENCH_STACK
 """The profile of ``trainperf bench`` (:mod:`trainperf.measure`): not a published framework, so
 the planner does not offer it (:func:`trainperf.predict.stack_capabilities.stacks_for`)."""
@@ -63,6 +66,8 @@ _FRAMEWORK_KEYS: tuple[tuple[str, str], ...] = (
     ("maxtext", "maxtext"), ("paxml", "paxml"), ("pax", "paxml"),
     ("torchtitan", "torchtitan"),
     ("llm foundry", "llm-foundry"), ("llm-foundry", "llm-foundry"), ("composer", "llm-foundry"),
+    ("hugging face", "hf-transformers"), ("huggingface", "hf-transformers"), ("hf trainer", "hf-transformers"),
+    ("hf-transformers", "hf-transformers"), ("transformers", "hf-transformers"), ("accelerate", "hf-transformers"),
 )
 
 _GENERATIONS: tuple[tuple[str, str], ...] = (
