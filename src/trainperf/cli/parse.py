@@ -59,10 +59,10 @@ def parse_and_summarize(log: str, *, fmt_name: str | None, workload_path: str | 
     run = parsed.run
     meta = run.meta
     if not run.steps:
-        left_out = [n for n in parsed.state.notes if "left out" in n]
+        untimed = parsed.state.untimed
         raise InputFileError(
             f"no timed step lines for format {meta['format']} in {log!r} ({meta['lines_total']:,} lines read, "
-            f"{meta['malformed_lines']:,} malformed)" + "".join(f"; {n}" for n in left_out))
+            f"{meta['malformed_lines']:,} malformed)" + (f"; {untimed}" if untimed else ""))
     summary = summarize(run, convention=convention, warmup=warmup)
     if run.workload is None:
         summary = device_free_rates(summary, run, parsed.facts, workload_path, overrides, warmup)

@@ -130,6 +130,9 @@ class ParseState:
     hints: dict[str, Any] = field(default_factory=dict)
     """Facts the user gave (tokens_per_step, num_devices) that a parser may need to finish a step."""
     notes: list[str] = field(default_factory=list)
+    untimed: str = ""
+    """Why step lines were left out for want of a step time, and what would time them (a parser
+    that can finish steps from facts sets it; ``trainperf parse`` says it when no step is left)."""
     _scratch: dict[int | None, dict[str, Any]] = field(default_factory=dict)
 
     @property

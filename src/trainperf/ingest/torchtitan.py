@@ -194,9 +194,10 @@ class TorchtitanParser(LogParser):
             state.note(f"{back} step line(s) whose timestamp goes backwards got no step time (the next step is "
                        "timed from the last step line whose clock moved forward)")
         if dropped:
-            state.note(f"{dropped} step line(s) without a preceding timestamped step line were left out "
-                       "(their time needs the tokens per step and the device count: the workload's, or "
-                       "--seq-len, --global-batch and --num-devices)")
+            state.untimed = (f"{dropped} step line(s) without a preceding timestamped step line were left out "
+                             "(their time needs the tokens per step and the device count: the workload's, or "
+                             "--seq-len, --global-batch and --num-devices)")
+            state.note(state.untimed)
         elif out:
             state.note(f"{len(out)} step time(s) derived as tokens per step / (tps x devices)")
         return out

@@ -64,28 +64,28 @@ def _ids() -> dict[str, str]:
     return {_key(i): i for i in model_ids()}
 
 
-def _forms(name: str) -> list[tuple[str, str | None]]:
-    """Readings of the name, each without one more thing that does not change the network (the
-    last, without a stated size, keeps the size in :data:`SIZE_DROPPED`'s place: see
-    :func:`preset_for_name`)."""
+def _forms(name: str) -> list[tuple[str, str | None, str | None]]:
+    """Readings of the name, each without one more thing that does not change the network:
+    (reading, how it was read, the size it dropped: the last reading only)."""
     text = re.sub(r"\(.*?\)", "", name.lower()).strip()
-    forms: list[tuple[str, str | None]] = [(text, None)]
+    forms: list[tuple[str, str | None, str | None]] = [(text, None, None)]
     if "/" in text:
         text = text.rsplit("/", 1)[1].strip()
-        forms.append((text, "the repository id's model name"))
+        forms.append((text, "the repository id's model name", None))
     for vendor in VENDORS:
         m = re.match(r"[\s_-]+".join(map(re.escape, vendor.split())) + r"[\s_-]+", text)
         if m:
             text = text[m.end():]
-            forms.append((text, f"without the organisation '{vendor}'"))
+            forms.append((text, f"without the organisation '{vendor}'", None))
             break
     untagged = re.sub(rf"(?:[\s_.-]+{_TAG})+$", "", text)
     if untagged != text:
-        forms.append((untagged, f"without the release tag '{text[len(untagged):].strip(' _.-')}'"))
+        forms.append((untagged, f"without the release tag '{text[len(untagged):].strip(' _.-')}'", None))
         text = untagged
     unsized = re.sub(r"[\s_-]+\d+(?:\.\d+)?\s*[bm]$", "", text)
     if unsized != text:  # "DeepSeek-V3 671B": a name that already fixes the size
-        forms.append((unsized, f"{SIZE_DROPPED} {text[len(unsized):].strip(' _-')}"))
+        size = text[len(unsized):].strip(" _-")
+        forms.append((unsized, f"{SIZE_DROPPED} {size}", size))
     return forms
 
 
@@ -108,12 +108,11 @@ def preset_for_name(name: str) -> NameMatch | None:
     """The preset a model name means, or ``None`` when no reading of it names one."""
     ids = _ids()
     hows: list[str] = []
-    for form, how in _forms(str(name)):
+    for form, how, size in _forms(str(name)):
         if how:
             hows.append(how)
         key = _key(form)
         preset, why = (ids[key], None) if key in ids else SAME_ARCHITECTURE.get(key, (None, None))
-        size = how.removeprefix(SIZE_DROPPED).strip() if how and how.startswith(SIZE_DROPPED) else None
         if preset is None or (size is not None and not _size_agrees(preset, size)):
             continue
         return NameMatch(preset, "; ".join([*hows, why] if why else hows) or None)
