@@ -258,3 +258,25 @@ def test_megatron_deepspeed_variant(tmp_path):
     assert rec.step == 100 and rec.step_time_s == pytest.approx(12.8005) and rec.tokens == 512 * 2048
     assert rec.claimed_tflops_per_device == 150.2 and rec.claimed_tokens_per_s == 40.0 * 2048
     assert rec.loss == 7.2 and rec.grad_norm == 1.2
+
+
+def test_modded_nanogpt_steps_from_cumulative_train_time(tmp_path):
+    """modded-nanogpt's lines carry the cumulative training time: a step is the difference of
+    consecutive times; a validation line gives no step, and the timer's reset (the time going
+    down) gives none either. The script's own source, printed at the top of its logs, is no step."""
+    src = ('print0(f"step:{step+1}/{train_steps} train_time:{approx_training_time_ms:.0f}ms '
+           'step_avg:{approx_training_time_ms/(step + 1):.2f}ms", console=True)')
+    lines = [src, "step:0/100 val_loss:10.8258 train_time:0ms step_avg:0.04ms"]
+    lines += [f"step:{i}/100 train_time:{20000 + 70 * i}ms step_avg:{(20000 + 70 * i) / i:.2f}ms" for i in range(1, 11)]
+    lines += ["step:10/100 val_loss:7.1234 train_time:20700ms step_avg:2070.00ms",
+              "step:11/100 train_time:75ms step_avg:nanms",  # the reset after warm-up
+              "step:12/100 train_loss:6.9 train_time:155ms step_avg:77.50ms",
+              "step:14/100 train_time:315ms step_avg:78.75ms"]
+    log = tmp_path / "modded.log"
+    log.write_text("\n".join(lines) + "\n")
+    steps = {s.step: s for s in parse_log(log).run.steps}
+    assert parse_log(log).format == "nanogpt"
+    assert steps[1].step_time_s == pytest.approx(20.07)  # compile and warm-up land on the first step
+    assert [steps[i].step_time_s for i in range(2, 11)] == pytest.approx([0.07] * 9)
+    assert 11 not in steps and steps[12].step_time_s == pytest.approx(0.08) and steps[12].loss == 6.9
+    assert steps[14].step_time_s == pytest.approx(0.08)  # 160 ms over two steps
