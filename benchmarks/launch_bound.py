@@ -17,7 +17,10 @@ layer launches and the host's microseconds a kernel, on trainperf's own referenc
 with ``--stack hf-transformers`` (a Hugging Face Llama layer's kernels, 34 forward and 106
 forward and backward, counted with torch.profiler on transformers 5.24's LlamaForCausalLM on a
 CPU, at the bench's host cost). The compiled 1B step set the share of the launch cost a compiled
-step keeps (``compile_overhead_factor``): it is in sample; the others are not. Prints the published and
+step keeps (``compile_overhead_factor``): it is in sample. The 8B pair (compiling did not help) is
+part of the evidence, with the same page's Liger-Kernel row, for the share of unfused ops' extra
+passes a step pays (``IN_STEP_SHARE`` in ``tools/kernel_fitting/memory.py``), so it is not fully
+out of sample either; the eager 1B step is. Prints the published and
 predicted step, the signed error (positive = predicted slower). Usage:
 ``python benchmarks/launch_bound.py [--json]``.
 """

@@ -10,9 +10,10 @@ and 256K tokens. Each becomes a workload: ``llama3.1-8b``, 8 x ``h200-sxm`` or `
 over the 8 GPUs (each its own sequence: the row names no sequence parallelism), global batch 8,
 full checkpointing, the optimizer offloaded to the host CPU (``offload_optimizer``: the page's "CPU
 offload"; taken as DeepSpeed's ``offload_optimizer``, the weights staying on the GPUs), the
-``deepspeed`` stack with the attention family the page names (a profile file that says so:
-``[kernels] attention_by_silicon``). What the predictor does not model: Liger's fused loss (it
-changes memory, not FLOPs). One row was fitted on: the H200 row at 8K sets the deepspeed profile's
+``deepspeed`` stack with the attention family the page names and Liger's fused norms, RoPE,
+SwiGLU and cross-entropy (a profile file that says so: ``[kernels] attention_by_silicon``,
+``elementwise``, ``cross_entropy``). What the predictor does not model: Liger's fused linear
+cross-entropy never holding the whole logits (it changes memory, not FLOPs). One row was fitted on: the H200 row at 8K sets the deepspeed profile's
 host rate (``[kernels] cpu_optimizer_params_per_s``: the offloaded step is most of that step, MFU
 14% against 45% without offload and checkpointing on the same page), so it is in sample by
 construction; the B200 row at 8K checks the rate on another host. The page's FA4/FA3 kernel
@@ -46,10 +47,13 @@ PUBLISHED: dict[str, dict[int, float]] = {
 }
 """The page's table as the shared kernel collection records it (e2e_fp8_compile.csv, rows 6-17)."""
 
-KERNELS = {"attention": "fa3", "attention_by_silicon": {"blackwell": "fa4"}}
+KERNELS = {"attention": "fa3", "attention_by_silicon": {"blackwell": "fa4"}, "elementwise": "fused",
+           "cross_entropy": "fused"}
 KERNEL_SOURCES = {
     "attention": "ml-engineering when-to-upgrade-gpus: flash-attn 3.0.0 on H200",
     "attention_by_silicon": "ml-engineering when-to-upgrade-gpus: flash-attn-4 4.0.0b22 on B200",
+    "elementwise": "ml-engineering when-to-upgrade-gpus: Liger-Kernel's fused RMSNorm, RoPE and SwiGLU",
+    "cross_entropy": "ml-engineering when-to-upgrade-gpus: Liger-Kernel's fused cross-entropy",
 }
 
 

@@ -64,11 +64,12 @@ def test_the_stacks_kernels_change_the_prediction_where_physics_says():
     f_eager = layout_of(_w("torchtitan")).kernels
     f_comp = layout_of(_w("torchtitan", compile=True)).kernels
     assert f_comp.elementwise_impl == "compiled" and f_eager.elementwise_impl == "eager"
-    # unfused Python RMSNorm, RoPE and SwiGLU move their bytes several times (measured fused vs eager)
+    # unfused Python RMSNorm, RoPE and SwiGLU move their bytes more than once (a share of the
+    # microbenchmarks' fused-vs-eager penalty: tests/test_eager_in_step.py)
     for op in ("norm_passes", "rope_passes", "act_passes"):
-        assert getattr(f_eager, op) > 1.5 and getattr(f_comp, op) == 1.0
+        assert getattr(f_eager, op) > 1.2 and getattr(f_comp, op) == 1.0
     assert predict(_w("torchtitan", compile=True)).compute_breakdown["memory-bound ops"] < \
-        0.7 * tt.compute_breakdown["memory-bound ops"]
+        0.8 * tt.compute_breakdown["memory-bound ops"]
 
 
 def test_a_stack_on_silicon_it_was_never_fitted_on_uses_that_silicons_kernels():
