@@ -19,7 +19,7 @@ forward and backward, counted with torch.profiler on transformers 5.24's LlamaFo
 CPU, at the bench's host cost). The compiled 1B step set the share of the launch cost a compiled
 step keeps (``compile_overhead_factor``): it is in sample. The 8B pair (compiling did not help) is
 part of the evidence, with the same page's Liger-Kernel row, for the share of unfused ops' extra
-passes a step pays (``IN_STEP_SHARE`` in ``tools/kernel_fitting/memory.py``), so it is not fully
+passes a step pays (``EAGER_PASS_SHARE`` in ``trainperf.predict.stack_kernels``), so it is not fully
 out of sample either; the eager 1B step is. Prints the published and
 predicted step, the signed error (positive = predicted slower). Usage:
 ``python benchmarks/launch_bound.py [--json]``.

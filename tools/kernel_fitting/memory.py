@@ -227,40 +227,20 @@ NATIVE_SOURCE = ("one native PyTorch kernel (torch.nn.functional.layer_norm, gel
                  "over its ideal bytes, as a fused kernel -- no eager penalty")
 
 
-IN_STEP_SHARE = 0.15
-"""The share of an unfused op's extra passes (microbenchmark fused / eager - 1) a training step
-pays. The isolated kernels (Liger-Kernel's benchmarks: Hugging Face RMSNorm 3.6x, RoPE 6.7x,
-SwiGLU 2.5x slower than fused) would make a Llama-3.1-8B step at 8k tokens 9-10% slower eager
-than with fused kernels; end to end, swapping them for Liger's (fused RMSNorm, RoPE, SwiGLU and
-cross-entropy) changed the step by at most 1.5% on H200 and B200 (ZeRO-2, 8 GPUs), and compiling
-the 8B step did not speed it up (0.94x on one B200): stas00/ml-engineering@744d01e
-``insights/when-to-upgrade-gpus`` ("Liger-Kernel ... is a memory win, not a speed win at 8k") and
-``training/performance/README.md`` (torch.compile tables). 0.15 is the largest round share under
-which the step model's Liger swap on those two runs stays within the stated 1.5% (1.4% on H200,
-1.6% on B200; ``tests/test_eager_in_step.py``). Why the isolated kernels overstate the in-step
-cost is not known here; the end-to-end measurement is taken over the microbenchmark."""
-IN_STEP_SOURCE = ("in-step share {share:g} of the extra passes (stas00/ml-engineering@744d01e "
-                  "insights/when-to-upgrade-gpus: fused RMSNorm/RoPE/SwiGLU/CE change a Llama-3.1-8B 8k step by <= 1.5% "
-                  "on H200 and B200; torch.compile 0.94x on the 8B 8k step, "
-                  "training/performance/README.md): microbenchmark {g:.3f} -> 1 + {share:g} x ({g:.3f} - 1) = {v:.3f}; ")
-
-
 def eager_penalty_params(kernels: dict[tuple[str, str], dict[str, tuple[float, str]]]) -> dict[str, Param]:
-    """Per op: how many times its ideal bytes unfused PyTorch code moves in a training step: the
-    fused / eager time of the same kernel on one silicon (geometric mean over silicons), of whose
-    excess over one pass a step pays :data:`IN_STEP_SHARE`. Ops PyTorch runs as one native
-    kernel (LayerNorm, GELU, ReLU, residual adds) have none."""
+    """Per op: fused / eager time of the same kernel on one silicon (geometric mean over silicons):
+    how many times its ideal bytes unfused PyTorch code moves in an isolated benchmark (a training
+    step pays its stack's share of the excess: ``eager_pass_share`` of
+    :mod:`trainperf.predict.stack_kernels`). Ops PyTorch runs as one native kernel (LayerNorm,
+    GELU, ReLU, residual adds) have none."""
     out: dict[str, Param] = {}
     for op, names in EAGER_OPS.items():
         found = [(g / f, f"{sil} {base}: {g:.3f} fused / {f:.3f} eager [fused: {g_src}] [eager: {f_src}]")
                  for sil, base, f, f_src, g, g_src in _eager_vs_fused(kernels, exclude_megatron=True)
                  if base in names]
         g = math.exp(sum(math.log(v) for v, _ in found) / len(found))
-        v = 1.0 + IN_STEP_SHARE * (g - 1.0)
-        out[op] = param(v, True, IN_STEP_SOURCE.format(share=IN_STEP_SHARE, g=g, v=v)
-                        + f"microbenchmark: geometric mean over {len(found)} measurement(s) of fused / eager "
-                        "bandwidth of the same kernel: " + "; ".join(src for _, src in found),
-                        microbenchmark=round(g, 4))
+        out[op] = param(g, True, f"geometric mean over {len(found)} measurement(s) of fused / eager bandwidth of the "
+                        "same kernel: " + "; ".join(src for _, src in found))
     for op in ("layernorm", "gelu", "add"):
         out[op] = param(1.0, False, NATIVE_SOURCE)
     return out

@@ -29,6 +29,8 @@ predicted from that silicon's kernels. The facts::
                                            # ddp (buckets) | fsdp2-replicas (per block, FSDP2's copies)
     cross_entropy = "eager"                # the loss as separate PyTorch ops (eager) or one
                                            # fused kernel (fused); a compiled step fuses it
+    eager_pass_share = 0.15                # share of unfused ops' extra passes (microbenchmark
+                                           # eager / fused - 1) a step pays; absent: 0.15
     kernels_per_layer = 33.4               # GPU kernels one layer launches forward (measured);
                                            # absent: the step model's eager count (14)
     moe_kernels_per_layer = 103.7          # the same for an MoE layer, routing included
@@ -74,21 +76,33 @@ CONTEXT_PARALLEL = ("ring-p2p", "ring-allgather", "ring-alltoall", "allgather", 
 (:data:`trainperf.predict.step_model.context_parallel.FLAVOURS` says what each one costs)."""
 KEYS = ("attention", "attention_by_silicon", "elementwise", "compiled", "fp8_recipe", "tp_overlap",
         "gpu_memory_fraction", "grouped_gemm", "context_parallel", "context_parallel_load_balance",
-        "moe_dispatcher", "moe_host_sync", "autocast_unsharded", "data_parallel", "cross_entropy", "kernels_per_layer",
-        "moe_kernels_per_layer", "kernels_per_step", "host_us_per_kernel", "cpu_optimizer_params_per_s", "sources")
+        "moe_dispatcher", "moe_host_sync", "autocast_unsharded", "data_parallel", "cross_entropy", "eager_pass_share",
+        "kernels_per_layer", "moe_kernels_per_layer", "kernels_per_step", "host_us_per_kernel", "cpu_optimizer_params_per_s", "sources")
 
 CPU_ADAM_PARAMS_PER_S = 4.07e9
 """Parameters per second DeepSpeed's CPU Adam steps on a DGX H200 host, every GPU's shard at
 once (the deepspeed profile's ``cpu_optimizer_params_per_s``, with its derivation): the only
 offloaded optimizer step measured, so a stack that states none is taken to step as fast."""
 
+EAGER_PASS_SHARE = 0.15
+"""The share of an unfused op's extra passes a training step pays, for a stack that states none
+(:attr:`StackKernels.eager_pass_share`). Liger-Kernel's isolated benchmarks put Hugging Face's
+RMSNorm, RoPE and SwiGLU at 3.6x, 6.7x and 2.5x the time of fused kernels, which priced a
+Llama-3.1-8B step at 8k tokens 9-10% slower eager than fused; end to end, swapping them (and the
+cross-entropy) for Liger's changed that step by at most 1.5% on H200 and B200 (ZeRO-2, 8 GPUs),
+and compiling the 8B step did not make it faster (0.94x on one B200): stas00/ml-engineering@744d01e
+``insights/when-to-upgrade-gpus`` and ``training/performance/README.md``. 0.15 is the largest
+round share that keeps the model's swap within the stated 1.5% on both (``tests/test_eager_in_step.py``).
+Why the isolated kernels overstate a Hugging Face step is not known here; code that moves more
+(fp32 RoPE tables, trainperf's own bench) states its own share."""
+
 BUILTIN: dict[str, Any] = {
     "attention": "fa2", "attention_by_silicon": {}, "elementwise": "eager", "compiled": False,
     "fp8_recipe": "tensorwise", "tp_overlap": "async-tp", "gpu_memory_fraction": 1.0,
     "grouped_gemm": "other", "context_parallel": "ring-p2p", "context_parallel_load_balance": True,
     "moe_dispatcher": "nccl", "moe_host_sync": True, "autocast_unsharded": False, "data_parallel": "ddp",
-    "cross_entropy": "eager", "kernels_per_layer": 0.0, "moe_kernels_per_layer": 0.0, "kernels_per_step": 0.0,
-    "host_us_per_kernel": 0.0, "cpu_optimizer_params_per_s": CPU_ADAM_PARAMS_PER_S,
+    "cross_entropy": "eager", "eager_pass_share": EAGER_PASS_SHARE, "kernels_per_layer": 0.0,
+    "moe_kernels_per_layer": 0.0, "kernels_per_step": 0.0, "host_us_per_kernel": 0.0, "cpu_optimizer_params_per_s": CPU_ADAM_PARAMS_PER_S,
 }
 """What a stack with no facts at all is taken to run: PyTorch eager with FlashAttention-2, and
 context parallelism as a load-balanced ring of point-to-point K/V transfers (Liu et al. 2023's
@@ -96,6 +110,9 @@ ring attention with zigzag chunks, as Megatron-Core runs it), and an offloaded o
 as DeepSpeed's CPU Adam does (:data:`BUILTIN_SOURCES`)."""
 
 BUILTIN_SOURCES: dict[str, str] = {
+    "eager_pass_share": "stas00/ml-engineering@744d01e insights/when-to-upgrade-gpus: Liger-Kernel's fused RMSNorm, "
+                        "RoPE, SwiGLU and cross-entropy change a Hugging Face Llama-3.1-8B step at 8k tokens by "
+                        "<= 1.5% on H200 and B200 (EAGER_PASS_SHARE)",
     "cpu_optimizer_params_per_s": "DeepSpeed's CPU Adam, the only offloaded optimizer step measured (see the "
                                      "deepspeed profile's source): a stack that states none is taken to step as fast",
 }
@@ -150,6 +167,11 @@ class StackKernels:
     """How the stack's loss runs when the step is not compiled: ``eager`` (separate PyTorch ops:
     the fp32 upcast, log-softmax, NLL and their backward) or ``fused`` (one kernel: Megatron-Core's
     ``cross_entropy_loss_fusion``, flash-attn's or Liger's cross-entropy)."""
+    eager_pass_share: float = EAGER_PASS_SHARE
+    """Of the extra HBM passes unfused PyTorch code makes over a fused kernel of the same op
+    (:func:`trainperf.predict.kernels.memory_bound.eager_penalty`, measured on isolated kernels), the
+    share a training step of the stack pays: an eager op moves ``1 + share x (penalty - 1)`` times
+    its ideal bytes (:data:`EAGER_PASS_SHARE` where the stack states none)."""
     kernels_per_layer: float = 0.0
     """Kernels one transformer layer launches forward on a GPU, counted on the stack's own runs
     (its backward launches twice as many); 0: not counted, the step model's
@@ -198,6 +220,8 @@ def validate_table(body: Mapping[str, Any], where: str) -> dict[str, Any]:
             stacks.check_number(at, v, 10_000.0, " of kernels")
         elif k == "host_us_per_kernel":
             stacks.check_number(at, v, 10_000.0, " of microseconds")
+        elif k == "eager_pass_share" and (isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= 1):
+            raise SpecError(at, v, "a share from 0 to 1")
         elif k == "cpu_optimizer_params_per_s":
             stacks.check_number(at, v, 1e13, " of parameters per second")
         elif k == "attention_by_silicon" and not isinstance(v, Mapping):
@@ -240,6 +264,7 @@ def resolve(profile: Any, silicon: str, generic: Any = None) -> StackKernels:
                         autocast_unsharded=bool(facts["autocast_unsharded"]),
                         data_parallel=str(facts["data_parallel"]),
                         cross_entropy=str(facts["cross_entropy"]),
+                        eager_pass_share=float(facts["eager_pass_share"]),
                         kernels_per_layer=float(facts["kernels_per_layer"]),
                         moe_kernels_per_layer=float(facts["moe_kernels_per_layer"]),
                         kernels_per_step=float(facts["kernels_per_step"]),

@@ -38,6 +38,7 @@ from trainperf.predict.step_model.layout import (
     Layout,
     Matmul,
     Num,
+    residual_width,
 )
 from trainperf.predict.step_model.stage import Stage
 
@@ -296,10 +297,21 @@ def _routing_bytes(lay: Layout, st: Stage) -> Num:
                                       lay.run.act_bytes)
 
 
+def _residual_bytes_width(lay: Layout) -> Num:
+    """How many times a 16-bit activation's bytes the norms and residual adds move per element:
+    :func:`~trainperf.predict.step_model.layout.residual_width` (2 where the residual stream and
+    the norms' outputs are fp32, under autocast over unsharded fp32 weights: trainperf's own bench
+    on one GPU, whose H200 runs this prices within 12%) on a device whose memory-bound ops are
+    bandwidth-bound; 1 on a CPU, whose measured rate (its calibration, at the run's token count,
+    where the tensors sit in cache) is not: pricing the fp32 bytes there put the bench's own CPU
+    runs 3-6 points slower than measured (default +13% instead of +7%, 2026-11-28)."""
+    return 1.0 if lay.kernels.host_bound else residual_width(lay)
+
+
 def _elementwise_bytes(lay: Layout, st: Stage) -> Num:
     """Bytes the memory-bound ops of the average layer move forward per micro-batch."""
     ms, m, k = lay.model, lay.mesh, lay.kernels
-    hn = vec.where(m.sp, ms.hidden / m.tp, ms.hidden)
+    hn = vec.where(m.sp, ms.hidden / m.tp, ms.hidden) * _residual_bytes_width(lay)
     b = st.m_tok * elementwise_bytes_per_token(hn, st.rope_q_local, st.rope_k_local, st.ffn_eff / m.tp, ms.gated,
                                                lay.run.act_bytes, ms.rope, k.norm_passes, k.rope_passes,
                                                k.act_passes)
@@ -317,7 +329,7 @@ def _recomputed_op_bytes(lay: Layout, st: Stage) -> Num:
     if rc.elementwise or not (rc.norms or rc.rope or rc.expert_act or rc.shared_act or rc.dense_act
                               or rc.moe_region):
         return 0.0
-    hn = vec.where(m.sp, ms.hidden / t, ms.hidden)
+    hn = vec.where(m.sp, ms.hidden / t, ms.hidden) * _residual_bytes_width(lay)
     zero = 0.0 * hn
     norms_b = elementwise_bytes_per_token(hn, zero, zero, zero, ms.gated, act_b, False, k.norm_passes, 0.0,
                                           0.0) - 2.0 * 3.0 * hn * act_b

@@ -115,8 +115,9 @@ def software_fields(norm: str, mlp: str, silicon: str, stack: Any, precision: st
     eager = impl == "eager"
 
     def passes(op: str) -> float:
-        """Times unfused code moves the op's ideal bytes (per-op penalties measured fused vs eager)."""
-        return float(k_memory.eager_penalty(op)) if eager else 1.0
+        """Times unfused code moves the op's ideal bytes in a step: the stack's share of the extra
+        passes the isolated kernels measured (fused vs eager)."""
+        return 1.0 + sk.eager_pass_share * (float(k_memory.eager_penalty(op)) - 1.0) if eager else 1.0
 
     return {
         "compiled": bool(compile_flag) or sk.compiled, "elementwise_impl": impl, "fp8_recipe": recipe,
