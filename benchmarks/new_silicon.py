@@ -9,11 +9,16 @@ some) an fp8 or attention ratio; they are the check of a stack on a GPU nobody f
   batch 1 x seq 8192, median tokens/s per GPU over 100 steps, bf16 baselines on H100 ("SXM
   presumed"; torchtitan's own H100s are 500 W HBM2e parts, ``h100-sxm-hbm2e``), MI300X and a
   power-limited B200 (cap not stated). The fp8 rows of these tables set the rowwise fp8 factor
-  and are not repeated here.
+  and are not repeated here. Each row states its peak memory (torchtitan's logged maximum
+  reserved, GiB): 47.65 on H100, 39.09 on MI300X, 33.71 on B200. The H100 row ran torchtitan
+  0.0.2, which left the loss uncompiled (the torchtitan profile's own source says so): it is
+  predicted with a profile file stating that (``compiled_loss_bytes_per_logit`` = the eager 10
+  bytes); the MI300X and B200 rows ran August 2025 releases, which compile it.
 * torchao's MoE training README (``pytorch/ao@36027d8:torchao/prototype/moe_training/README.md``,
   "End-to-end training benchmark with TorchTitan"): Llama 4 Scout cut to 2 layers, 4 B200, FSDP 4,
   EP 4, no AC, compile, batch 8 x seq 8192, bf16 baseline, median tokens/s (per GPU, as torchtitan
-  logs it). The routed experts run grouped GEMMs, which no kernel measurement here covers.
+  logs it), max memory 145.55 GiB. The routed experts run grouped GEMMs, which no kernel
+  measurement here covers.
 * stas00/ml-engineering ``insights/when-to-upgrade-gpus`` ("Step decomposition @ 8k", total
   row): DeepSpeed ZeRO-2, Llama-3.1-8B, seq 8K, no activation checkpointing, 8 GPUs, model
   TFLOP/s per GPU on H200 and B200 (micro batch not stated: 1 assumed; the page's FA4/FA3
@@ -36,8 +41,10 @@ prints its peak memory, the predicted memory per device against it. Usage:
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -49,15 +56,15 @@ REPO = Path(__file__).resolve().parent.parent
 RUNS: tuple[dict[str, Any], ...] = (
     # name, device, stack, workload fields, published figure
     {"name": "torchtitan Llama3-8B bf16 (torchao)", "device": "h100-sxm", "source": TORCHAO,
-     "tokens_per_s_per_device": 6150.0},
+     "tokens_per_s_per_device": 6150.0, "peak_GiB": 47.65, "loss_uncompiled": True},
     {"name": "torchtitan Llama3-8B bf16 (torchao)", "device": "h100-sxm-hbm2e", "source": TORCHAO,
-     "tokens_per_s_per_device": 6150.0},
+     "tokens_per_s_per_device": 6150.0, "peak_GiB": 47.65, "loss_uncompiled": True},
     {"name": "torchtitan Llama3-8B bf16 (torchao)", "device": "mi300x", "source": TORCHAO,
-     "tokens_per_s_per_device": 5376.5},
+     "tokens_per_s_per_device": 5376.5, "peak_GiB": 39.09},
     {"name": "torchtitan Llama3-8B bf16 (torchao, power-limited)", "device": "b200", "source": TORCHAO,
-     "tokens_per_s_per_device": 8307.5},
+     "tokens_per_s_per_device": 8307.5, "peak_GiB": 33.71},
     {"name": "torchtitan Llama 4 Scout, 2 layers, bf16 (torchao MoE)", "device": "b200", "source": TORCHAO,
-     "tokens_per_s_per_device": 49381.0, "moe": True},
+     "tokens_per_s_per_device": 49381.0, "moe": True, "peak_GiB": 145.55},
     {"name": "DeepSpeed ZeRO-2 Llama-3.1-8B bf16 (ml-engineering)", "device": "h200-sxm", "source": MLENG,
      "tflops_per_device": 461.0},
     {"name": "DeepSpeed ZeRO-2 Llama-3.1-8B bf16 (ml-engineering)", "device": "b200", "source": MLENG,
@@ -82,16 +89,38 @@ def workload(run: dict[str, Any]) -> Any:
             "training": {"seq_len": 8192, "global_batch": 128, "micro_batch": 2, "precision": "bf16",
                          "activation_checkpointing": "none", "stack": "megatron-core"}})
     if "tokens_per_s_per_device" in run:
+        stack = _uncompiled_loss_profile() if run.get("loss_uncompiled") else "torchtitan"
         return workload_from_dict({
             "model": {"preset": "llama3-8b"}, "hardware": {"device": run["device"], "num_devices": 8},
             "parallel": {"fsdp": 8},
             "training": {"seq_len": 8192, "global_batch": 8, "micro_batch": 1, "precision": "bf16",
-                         "activation_checkpointing": "selective-op", "compile": True, "stack": "torchtitan"}})
+                         "activation_checkpointing": "selective-op", "compile": True, "stack": stack}})
     return workload_from_dict({
         "model": {"preset": "llama3.1-8b"}, "hardware": {"device": run["device"], "num_devices": 8},
         "parallel": {"dp": 8, "zero_stage": 2},
         "training": {"seq_len": 8192, "global_batch": 8, "micro_batch": 1, "precision": "bf16",
                      "activation_checkpointing": "none", "stack": "deepspeed"}})
+
+
+@functools.cache
+def _uncompiled_loss_profile() -> str:
+    """A profile file: the packaged ``torchtitan`` profile whose compiled step leaves the loss
+    uncompiled (torchtitan 0.0.2): the eager loss' live bytes per logit under compile too."""
+    import tomllib
+
+    import tomli_w
+
+    from trainperf.predict.stacks import packaged_profile
+
+    data = tomllib.loads(packaged_profile("torchtitan").to_toml())
+    data["name"] = "torchtitan-0.0.2"
+    caps = data.setdefault("capabilities", {})
+    caps["compiled_loss_bytes_per_logit"] = caps["loss_bytes_per_logit"]
+    caps.setdefault("sources", {})["compiled_loss_bytes_per_logit"] = (
+        "torchtitan 0.0.2 compiled the transformer blocks, not the loss (the packaged profile's source)")
+    path = Path(tempfile.mkdtemp(prefix="trainperf-new-silicon-")) / "torchtitan-0.0.2.toml"
+    path.write_text(tomli_w.dumps(data), encoding="utf-8")
+    return str(path)
 
 
 def logged(path: Path) -> dict[str, float]:
@@ -127,7 +156,8 @@ def judge(run: dict[str, Any]) -> dict[str, Any]:
     return {"run": run["name"], "device": run["device"], "published_s": published_s,
             "predicted_s": p.step_time_s, "signed_pct": 100 * (p.step_time_s / published_s - 1),
             "range_s": (lo, hi), "in_range": lo <= published_s <= hi, "widened_by": list(p.interval.widened_by),
-            "memory_GiB": {"predicted": p.memory_per_device_GiB, **{k: v for k, v in log.items() if k != "step_s"}}}
+            "memory_GiB": {"predicted": p.memory_per_device_GiB, **{k: v for k, v in log.items() if k != "step_s"},
+                           **({"reserved_GiB": run["peak_GiB"]} if "peak_GiB" in run else {})}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -145,6 +175,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['signed_pct']:+8.1f}  {lo:.3f}-{hi:.3f} {'holds it' if r['in_range'] else 'MISSES'}")
     for r in rows:
         mem = r["memory_GiB"]
+        if "reserved_GiB" in mem and "allocated_GiB" not in mem:
+            print(f"memory, {r['run']} on {r['device']}: predicted {mem['predicted']:.1f} GiB (with the framework "
+                  f"reserve); the published peak {mem['reserved_GiB']:.2f} GiB reserved "
+                  f"({100 * (mem['predicted'] / mem['reserved_GiB'] - 1):+.1f}%)")
         if "allocated_GiB" in mem:
             print(f"memory, {r['run']} on {r['device']}: predicted {mem['predicted']:.1f} GiB (with the framework "
                   f"reserve); the log's peak {mem['allocated_GiB']:.1f} GiB allocated "
