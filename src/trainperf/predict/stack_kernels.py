@@ -93,8 +93,9 @@ cross-entropy) for Liger's changed that step by at most 1.5% on H200 and B200 (Z
 and compiling the 8B step did not make it faster (0.94x on one B200): stas00/ml-engineering@744d01e
 ``insights/when-to-upgrade-gpus`` and ``training/performance/README.md``. 0.15 is the largest
 round share that keeps the model's swap within the stated 1.5% on both (``tests/test_eager_in_step.py``).
-Why the isolated kernels overstate a Hugging Face step is not known here; code that moves more
-(fp32 RoPE tables, trainperf's own bench) states its own share."""
+Why the isolated kernels overstate a Hugging Face step is not known here. A stack whose unfused
+code is known to pay more states its own share; none of the packaged ones does (trainperf's own
+bench fits its H200 runs at 0.15 once its fp32 residual stream is priced: docs/KERNELS.md)."""
 
 BUILTIN: dict[str, Any] = {
     "attention": "fa2", "attention_by_silicon": {}, "elementwise": "eager", "compiled": False,
