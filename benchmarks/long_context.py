@@ -59,20 +59,12 @@ KERNEL_SOURCES = {
 
 def _profile(tmp: Path) -> str:
     """The packaged ``deepspeed`` profile (its fitted knobs and facts) with the page's attention
-    kernels, written as a profile file."""
-    import tomllib
-
-    import tomli_w
-
+    and Liger kernels, written as a profile file."""
     from trainperf.predict.stacks import packaged_profile
 
-    data = tomllib.loads(packaged_profile("deepspeed").to_toml())
-    data["name"] = "deepspeed-fa3-fa4"
-    kernels = {**data.get("kernels", {}), **KERNELS}
-    kernels["sources"] = {**kernels.get("sources", {}), **KERNEL_SOURCES}
-    data["kernels"] = kernels
+    prof = packaged_profile("deepspeed").with_facts("deepspeed-fa3-fa4", "kernels", KERNELS, KERNEL_SOURCES)
     path = tmp / "deepspeed-fa3-fa4.toml"
-    path.write_text(tomli_w.dumps(data), encoding="utf-8")
+    path.write_text(prof.to_toml(), encoding="utf-8")
     return str(path)
 
 

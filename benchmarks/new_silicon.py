@@ -106,20 +106,15 @@ def workload(run: dict[str, Any]) -> Any:
 def _uncompiled_loss_profile() -> str:
     """A profile file: the packaged ``torchtitan`` profile whose compiled step leaves the loss
     uncompiled (torchtitan 0.0.2): the eager loss' live bytes per logit under compile too."""
-    import tomllib
-
-    import tomli_w
-
     from trainperf.predict.stacks import packaged_profile
 
-    data = tomllib.loads(packaged_profile("torchtitan").to_toml())
-    data["name"] = "torchtitan-0.0.2"
-    caps = data.setdefault("capabilities", {})
-    caps["compiled_loss_bytes_per_logit"] = caps["loss_bytes_per_logit"]
-    caps.setdefault("sources", {})["compiled_loss_bytes_per_logit"] = (
-        "torchtitan 0.0.2 compiled the transformer blocks, not the loss (the packaged profile's source)")
+    prof = packaged_profile("torchtitan")
+    prof = prof.with_facts("torchtitan-0.0.2", "capabilities",
+                           {"compiled_loss_bytes_per_logit": prof.capabilities["loss_bytes_per_logit"]},
+                           {"compiled_loss_bytes_per_logit": "torchtitan 0.0.2 compiled the transformer blocks, "
+                                                             "not the loss (the packaged profile's source)"})
     path = Path(tempfile.mkdtemp(prefix="trainperf-new-silicon-")) / "torchtitan-0.0.2.toml"
-    path.write_text(tomli_w.dumps(data), encoding="utf-8")
+    path.write_text(prof.to_toml(), encoding="utf-8")
     return str(path)
 
 

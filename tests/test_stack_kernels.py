@@ -93,3 +93,22 @@ def test_hugging_face_runs_have_an_eager_launch_model_and_are_not_compared_by_th
                             "training": {"seq_len": 512, "global_batch": 1, "precision": "bf16",
                                          "activation_checkpointing": "full", "stack": "hf-transformers"}})
     assert predict(w).step_time_s > 16 * 136 * 30e-6
+
+
+def test_a_profile_with_one_fact_changed_keeps_the_rest_and_reads_back(tmp_path):
+    """A run's stack that differs from the packaged one in a stated fact: the fact and its source
+    replaced, every other fact, source and fitted knob kept, and the file reads back the same."""
+    from trainperf.predict.stacks import load_profile, packaged_profile
+
+    base = packaged_profile("deepspeed")
+    var = base.with_facts("deepspeed-liger", "kernels", {"elementwise": "fused"}, {"elementwise": "Liger-Kernel"})
+    assert (var.name, var.kernels["elementwise"], var.kernels["sources"]["elementwise"]) == \
+        ("deepspeed-liger", "fused", "Liger-Kernel")
+    assert {k: v for k, v in var.kernels.items() if k not in ("elementwise", "sources")} == \
+        {k: v for k, v in base.kernels.items() if k not in ("elementwise", "sources")}
+    assert var.knobs == base.knobs and base.kernels["elementwise"] == "eager"
+    path = tmp_path / "deepspeed-liger.toml"
+    path.write_text(var.to_toml(), encoding="utf-8")
+    back = load_profile(str(path))
+    assert back.kernels["elementwise"] == "fused" and back.knobs == var.knobs
+    assert stack_kernels.for_stack(str(path), "hopper").elementwise == "fused"

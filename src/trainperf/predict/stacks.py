@@ -135,6 +135,14 @@ class Profile:
     """``[defaults]``: what the stack does when a run does not say (activation checkpointing,
     micro batch...), with sources; read when a runs table marks a value "not stated"."""
 
+    def with_facts(self, name: str, table: str, facts: Mapping[str, Any], sources: Mapping[str, str]) -> Profile:
+        """This profile named ``name`` with ``facts`` (and their ``sources``) over those of its
+        ``table`` (``kernels``, ``capabilities`` or ``defaults``): a run's stack where it differs from
+        the packaged one in a stated fact (write it with :meth:`to_toml` for ``--stack FILE``)."""
+        old = dict(getattr(self, table))
+        body = {**old, **facts, "sources": {**old.get("sources", {}), **sources}}
+        return dataclasses.replace(self, name=name, path="", **{table: body})
+
     def values_for(self, generation: str) -> dict[str, float]:
         """This profile's knob values for ``generation`` (generation entries over stack-wide)."""
         return {**self.knobs, **self.generations.get(generation, {})}
