@@ -140,8 +140,9 @@ class Profile:
         ``table`` (``kernels``, ``capabilities`` or ``defaults``): a run's stack where it differs from
         the packaged one in a stated fact (write it with :meth:`to_toml` for ``--stack FILE``)."""
         old = dict(getattr(self, table))
-        body = {**old, **facts, "sources": {**old.get("sources", {}), **sources}}
-        return dataclasses.replace(self, name=name, path="", **{table: body})
+        body: Mapping[str, Any] = {**old, **facts, "sources": {**old.get("sources", {}), **sources}}
+        tables: dict[str, Any] = {table: body}
+        return dataclasses.replace(self, name=name, path="", **tables)
 
     def values_for(self, generation: str) -> dict[str, float]:
         """This profile's knob values for ``generation`` (generation entries over stack-wide)."""
