@@ -89,3 +89,17 @@ def test_the_benchs_own_h200_runs_within_15_percent(model, seq, extra, measured_
     w = Workload(model=get_model(model), hardware=get_hardware("h200-sxm"), num_devices=1, seq_len=seq,
                  global_batch=2, micro_batch=2, precision="bf16", stack="trainperf-bench", **extra)
     assert predict(w).step_time_s == pytest.approx(measured_s, rel=0.15)
+
+
+def test_predict_says_how_many_passes_the_unfused_ops_make(capsys):
+    from trainperf.cli.main import main
+
+    args = ["predict", "--model", "llama3.1-8b", "--device", "h200-sxm", "--num-devices", "8", "--dp", "8",
+            "--zero-stage", "2", "--seq-len", "8192", "--global-batch", "8", "--micro-batch", "1",
+            "--precision", "bf16", "--stack", "deepspeed"]
+    assert main(args) == 0
+    assert "memory-bound ops eager (norms x1.39, RoPE x1.85, activation x1.22 their ideal bytes)" in \
+        capsys.readouterr().out
+    assert main([*args, "--compile"]) == 0
+    out = capsys.readouterr().out
+    assert "memory-bound ops compiled" in out and "their ideal bytes" not in out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from trainperf.cli.common import (
     add_convention_argument,
@@ -99,6 +100,14 @@ def render(p, price: float | None = None) -> str:
     return "\n".join(out)
 
 
+def _passes_text(kinfo: dict[str, Any]) -> str:
+    """`` (norms x1.39, RoPE x1.85, activation x1.22 their ideal bytes)`` where unfused ops move
+    more than one pass (the stack's share of the microbenchmarks' eager penalty); else empty."""
+    names = {"norm_passes": "norms", "rope_passes": "RoPE", "activation_passes": "activation"}
+    more = [f"{name} x{kinfo[k]:.3g}" for k, name in names.items() if kinfo.get(k, 1.0) > 1.0]
+    return f" ({', '.join(more)} their ideal bytes)" if more else ""
+
+
 COMPUTE_PARTS = ("matmul", "attention", "memory-bound ops", "kernel overhead", "grouped GEMMs (routed experts)",
                  "router + permute/unpermute")
 """The kernel classes the forward, backward and recompute times are made of (the predictor's
@@ -156,6 +165,7 @@ def _kernel_lines(p) -> list[str]:
     if kinfo:
         out.append(f"kernels ({kinfo['silicon']}): GEMMs at {100 * kinfo['gemm_peak_fraction']:.0f}% of peak at best, "
                    f"attention {kinfo['attn_family']}, memory-bound ops {kinfo['elementwise_impl']}"
+                   + _passes_text(kinfo)
                    + (f", fp8 {kinfo['fp8_recipe']} scaling" if kinfo.get("fp8_recipe") else "")
                    + (f", routed experts' grouped GEMMs at {kinfo['grouped_fraction']:.2f} of the dense law (measured)"
                       if w.model.is_moe and kinfo.get("grouped_fraction", 1.0) != 1.0 else "")
