@@ -145,3 +145,21 @@ def test_launch_bound_reads_the_published_steps_and_prices_compiled_launches():
     assert (eager["published_ms"], compiled["published_ms"]) == (58.8, 18.7)
     # a launch-bound step: compiling keeps about a quarter of the launch cost, as measured
     assert 0.2 < compiled["predicted_ms"] / eager["predicted_ms"] < 0.5
+
+
+def test_unseen_silicon_stand_in_beats_the_centre_on_whole_generations_held_out():
+    """Every generation held out in turn (benchmarks/unseen_silicon.py): Ampere takes Hopper's
+    shares and Hopper Ampere's; TPU v5e has no other TPU, so both ways give the same; over all
+    rows the stand-in is closer to the published times than the all-silicon centre."""
+    from trainperf.predict.fit_profiles import rows_from_table
+    from trainperf.predict.holdout import summarize
+    from trainperf.predict.runs_table import packaged_runs
+
+    res = _load("unseen_silicon").held_out(rows_from_table(packaged_runs()))
+    assert {g: r["stand_in"][0] for g, r in res.items()} == {"ampere": "hopper", "hopper": "ampere", "tpu-v5e": None}
+    tpu = res["tpu-v5e"]
+    assert [p.predicted_step_time_s for p in tpu["centre"]] == [p.predicted_step_time_s for p in tpu["stand-in"]]
+    centre = summarize([p for r in res.values() for p in r["centre"]])
+    stand = summarize([p for r in res.values() for p in r["stand-in"]])
+    assert stand["mape_pct"] < centre["mape_pct"]
+    assert abs(stand["mean_signed_pct"]) < abs(centre["mean_signed_pct"])

@@ -63,7 +63,8 @@ def test_profiles_load_and_every_value_has_a_source():
         for gen, vals in prof.generations.items():
             for knob in vals:
                 src = prof.source_of(knob, gen)
-                assert src and "fitted" in src and "leave-one-table-out" in src
+                assert src and (("fitted" in src and "leave-one-table-out" in src)
+                                or src.startswith(f"no table of this stack on {gen}: generic's {gen} share"))
     generic = packaged_profile("generic")
     assert {"ampere", "hopper"} <= set(generic.generations)
     # per generation, never per SKU: the same silicon gets the same knobs

@@ -20,7 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from trainperf.predict import fit_profiles, intervals
-from trainperf.predict.fit_profiles import FitRow, build_problem, profiles_from_fit, rows_from_table, solve
+from trainperf.predict.fit_profiles import (
+    COMPOSED,
+    FitRow,
+    build_problem,
+    profiles_from_fit,
+    rows_from_table,
+    solve,
+)
 from trainperf.predict.holdout import (
     PACKAGED_CACHE,
     Prediction,
@@ -67,6 +74,16 @@ def _packaged_facts(name: str) -> dict[str, Any]:
     return {"kernels": dict(p.kernels), "capabilities": dict(p.capabilities), "defaults": dict(p.defaults)}
 
 
+def _source(key: str, marker: str, fitted_text: str) -> str:
+    """The source written for a fitted value (``fitted_text``), or for a GEMM share composed for a
+    generation the stack has no table on (fit_profiles._with_generic_generations)."""
+    if marker != COMPOSED:
+        return fitted_text
+    gen = key.split(".")[0]
+    return (f"no table of this stack on {gen}: generic's {gen} share with the stack's shared deviation, "
+            "as the fit and its hold-outs compose them")
+
+
 def packaged_fit(rows: Sequence[FitRow]) -> tuple[dict[str, Profile], list[Prediction], dict[str, list[Prediction]]]:
     """Fit every packaged profile on ``rows`` and judge each stack on held-out data.
 
@@ -91,7 +108,7 @@ def packaged_fit(rows: Sequence[FitRow]) -> tuple[dict[str, Profile], list[Predi
             text = "fitted jointly with every stack's deviation on " + text.removeprefix("fitted on ")
         desc, fws = DESCRIPTIONS.get(name, ("", ()))
         out[name] = Profile(name=name, description=desc, frameworks=fws, knobs=prof.knobs,
-                            generations=prof.generations, sources={k: text for k in prof.sources},
+                            generations=prof.generations, sources={k: _source(k, v, text) for k, v in prof.sources.items()},
                             **_packaged_facts(name),
                             fit={"tables": tables, "rows": len(mine),
                                  "leave_one_group_out_mape_pct": round(go["mape_pct"], 2),

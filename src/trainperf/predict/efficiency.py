@@ -212,3 +212,31 @@ def vendor_knobs(vendor: str) -> Knobs:
 def knobs_from_mapping(base: Knobs, values: Mapping[str, Any], label: str) -> Knobs:
     """``base`` with some knobs replaced (a calibration file's values)."""
     return _apply(base, values, label)
+
+
+@dataclass(frozen=True)
+class Silicon:
+    """A silicon generation's place among the others (``[silicon.<name>]`` of efficiency.toml)."""
+
+    kind: str
+    """``gpu`` (GPUs and GPU-like matrix-engine accelerators), ``tpu`` or ``cpu``."""
+    released: int | None
+    """Year it was first released; None where not stated (a CPU)."""
+
+
+_SILICON_KINDS = ("gpu", "tpu", "cpu")
+
+
+@lru_cache(maxsize=64)
+def silicon(name: str) -> Silicon | None:
+    """The ``[silicon.<name>]`` entry of efficiency.toml, or None for a generation it does not
+    list (a user's device naming a silicon of its own)."""
+    entry = _table().get("silicon", {}).get(str(name))
+    if not isinstance(entry, Mapping):
+        return None
+    kind, year = entry.get("kind"), entry.get("released")
+    if kind not in _SILICON_KINDS:
+        raise SpecError(f"efficiency[silicon.{name}].kind", kind, f"one of {', '.join(_SILICON_KINDS)}")
+    if year is not None and (not isinstance(year, int) or isinstance(year, bool) or not 1990 <= year <= 2100):
+        raise SpecError(f"efficiency[silicon.{name}].released", year, "a year between 1990 and 2100")
+    return Silicon(kind=str(kind), released=year)

@@ -416,8 +416,29 @@ def profiles_from_fit(pb: Problem, theta: np.ndarray) -> dict[str, Profile]:
 
     out = {DEFAULT_STACK: profile(DEFAULT_STACK, "generic", vals_generic)}
     for s in sorted({p[1].split("/")[0] for p in pb.params if p[0] == "stack"}):
-        out[s] = profile(s, "stack", vals_full)
+        out[s] = _with_generic_generations(profile(s, "stack", vals_full), out[DEFAULT_STACK], pb, theta)
     return out
+
+
+COMPOSED = "composed"
+"""Source marker of a stack's GEMM share on a generation none of its tables ran on."""
+
+
+def _with_generic_generations(prof: Profile, generic: Profile, pb: Problem, theta: np.ndarray) -> Profile:
+    """``prof`` with a GEMM share for every generation ``generic`` was fitted on and the stack was
+    not: generic's share there with the stack's shared deviation, as the fit (and its hold-outs)
+    compose a stack on silicon it has no table on. Without it the stack-wide value would apply
+    there, the all-silicon centre, and drop what generic learnt of that generation."""
+    gen_tbl = {g: dict(v) for g, v in prof.generations.items()}
+    sources = dict(prof.sources)
+    for knob in GENERATION_KNOBS:
+        dev = sum(t for (lv, key, kn), t in zip(pb.params, theta, strict=True)
+                  if lv == "stack" and kn == knob and key == f"{prof.name}/*")
+        for g, vals in generic.generations.items():
+            if knob in vals and knob not in gen_tbl.get(g, {}):
+                gen_tbl.setdefault(g, {})[knob] = float(_from_x(knob, np.array(knob_logit(knob, vals[knob]) + dev)))
+                sources[f"{g}.{knob}"] = COMPOSED
+    return dataclasses.replace(prof, generations=gen_tbl, sources=sources)
 
 
 # ---------------------------------------------------------------------------------- results

@@ -38,7 +38,7 @@ predicted from that silicon's kernels. The facts::
                                            # (embedding, clipping, optimizer); absent: 20
     host_us_per_kernel = 34.0              # host microseconds per kernel launched on a GPU
                                            # (measured); absent: the profile's fitted op_overhead_us
-    cpu_optimizer_params_per_s = 4.07e9    # parameters a host steps per second with the
+    cpu_optimizer_params_per_s = 4.14e9    # parameters a host steps per second with the
                                            # optimizer offloaded (every device of the node
                                            # stepping its shard at once)
     [kernels.sources]
@@ -79,7 +79,7 @@ KEYS = ("attention", "attention_by_silicon", "elementwise", "compiled", "fp8_rec
         "moe_dispatcher", "moe_host_sync", "autocast_unsharded", "data_parallel", "cross_entropy", "eager_pass_share",
         "kernels_per_layer", "moe_kernels_per_layer", "kernels_per_step", "host_us_per_kernel", "cpu_optimizer_params_per_s", "sources")
 
-CPU_ADAM_PARAMS_PER_S = 4.07e9
+CPU_ADAM_PARAMS_PER_S = 4.14e9
 """Parameters per second DeepSpeed's CPU Adam steps on a DGX H200 host, every GPU's shard at
 once (the deepspeed profile's ``cpu_optimizer_params_per_s``, with its derivation): the only
 offloaded optimizer step measured, so a stack that states none is taken to step as fast."""

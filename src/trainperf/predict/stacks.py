@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from trainperf.errors import InputFileError, SpecError, UnknownNameError
-from trainperf.predict.efficiency import Knobs, check_knob_name, vendor_knobs
+from trainperf.predict.efficiency import Knobs, check_knob_name, silicon, vendor_knobs
 from trainperf.specs.catalog_cache import read_catalog
 from trainperf.specs.datafiles import parse_user_data, read_user_text
 from trainperf.specs.workload import BENCH_STACK as _BENCH_STACK
@@ -287,16 +287,62 @@ def load_profile(name_or_file: str | None) -> Profile:
 
 
 def knobs_with_profiles(hardware: Any, profiles: tuple[Profile, ...] | list[Profile]) -> Knobs:
-    """Vendor defaults, then each profile's values for the device's generation, in order."""
+    """Vendor defaults, then each profile's values for the device's generation, in order; a
+    profile with no entry for it takes its entry for the stand-in generation
+    (:func:`stand_in_generation`) where it has one."""
     gen = generation_of(hardware)
-    k = vendor_knobs(str(getattr(hardware, "vendor", "")))
+    vendor = str(getattr(hardware, "vendor", ""))
+    k = vendor_knobs(vendor)
+    stand = stand_in_generation(gen, _fitted_generations(profiles), vendor)
     vals = k.values()
     srcs = dict(k.sources)
     for prof in profiles:
-        for name, v in prof.values_for(gen).items():
+        g = gen if stand is None or gen in prof.generations else stand
+        for name, v in prof.values_for(g).items():
             vals[name] = v
-            srcs[name] = prof.source_of(name, gen) or prof.name
-    return dataclasses.replace(k, **vals, device=f"{'+'.join(p.name for p in profiles)}:{gen}", sources=srcs)
+            srcs[name] = prof.source_of(name, g) or prof.name
+    label = gen if stand in (None, gen) else f"{gen} as {stand}"
+    return dataclasses.replace(k, **vals, device=f"{'+'.join(p.name for p in profiles)}:{label}", sources=srcs)
+
+
+def _fitted_generations(profiles: tuple[Profile, ...] | list[Profile]) -> Collection[str]:
+    """The generations the published tables cover: those of the chain's ``generic`` (the packaged
+    one where the chain has none)."""
+    for prof in profiles:
+        if prof.name == DEFAULT_STACK:
+            return prof.generations.keys()
+    return packaged_profile(DEFAULT_STACK).generations.keys()
+
+
+_KIND_OF_VENDOR = {"google": "tpu", "cpu": "cpu"}
+
+
+def stand_in_generation(generation: str, fitted: Collection[str], vendor: str = "") -> str | None:
+    """The fitted generation whose stack shares a silicon no published table covers takes: of the
+    fitted generations of its kind (GPU, TPU: efficiency.toml ``[silicon]``), the one released
+    nearest to it, the newer on a tie (Blackwell and MI300X take Hopper's, TPU v6e takes v5e's);
+    for a silicon the table does not list, the newest fitted one of the kind its vendor makes.
+    ``generation`` itself where it is fitted; None where no generation of its kind is (a CPU,
+    whose kernels are measured on it), when the stack-wide values apply.
+
+    Why not the stack-wide values, the all-silicon centre of the fit: every GPU generation fitted
+    sits below that centre (a TPU pulls it up), and each has kept less of its GEMM microbenchmark
+    speed than the one before (Ampere -> Hopper); held out, a generation predicted from its
+    nearest fitted neighbour is closer than from the centre (benchmarks/unseen_silicon.py)."""
+    if generation in fitted:
+        return generation
+    me = silicon(generation)
+    kind = me.kind if me is not None else _KIND_OF_VENDOR.get(vendor, "gpu")
+    if kind == "cpu":
+        return None
+    known = [(g, s.released) for g in fitted
+             if (s := silicon(g)) is not None and s.kind == kind and s.released is not None]
+    if not known:
+        return None
+    if me is None or me.released is None:
+        return max(known, key=lambda c: (c[1], c[0]))[0]
+    year = me.released
+    return min(known, key=lambda c: (abs(c[1] - year), -c[1], c[0]))[0]
 
 
 def profile_cache_key(stack: str | None) -> tuple[str, float]:
