@@ -500,3 +500,16 @@ def test_the_bench_times_its_optimizer_over_the_parameters_a_process_steps():
         "model": {"preset": "debug"}, "hardware": {"device": "cpu", "num_devices": 1},
         "lora": {"rank": 8}, "training": {"seq_len": 256, "micro_batch": 8, "global_batch": 8}})
     assert kc.stepped_params(lora) == lora.lora.adapter_params(lora.model)
+
+
+def test_paired_timings_warm_up_then_alternate():
+    """The attention forward and forward+backward are timed in turn after two untimed calls of
+    each, so that a load that comes and goes falls on both (their difference is the backward)."""
+    from trainperf.measure import kernel_calibration as kc
+
+    calls: list[str] = []
+    medians = kc._medians_s((lambda: calls.append("f"), lambda: calls.append("b")), min_time_s=0.0)
+    assert calls[:2 * kc.WARMUP_CALLS] == ["f", "b"] * kc.WARMUP_CALLS
+    timed = calls[2 * kc.WARMUP_CALLS:]
+    assert timed == ["f", "b"] * (len(timed) // 2) and len(timed) // 2 >= 7
+    assert len(medians) == 2 and all(m >= 0.0 for m in medians)

@@ -67,18 +67,34 @@ _MAX_POINTS = 32
 """Attention lengths kept per dtype (the oldest dropped first)."""
 
 
-def _median_s(fn: Callable[[], object], min_time_s: float = 0.05, most: int = 50) -> float:
-    """Median seconds of ``fn`` over repeats lasting ``min_time_s`` in all (at least 5)."""
-    fn()
-    t = time.perf_counter()
-    fn()
-    once = max(time.perf_counter() - t, 1e-7)
-    times = []
-    for _ in range(min(most, max(5, int(min_time_s / once)))):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+WARMUP_CALLS = 2
+"""Untimed calls before a figure is timed: the first calls of a fresh process page in its buffers
+and the allocator's pools, and a backward's first call builds its graph's buffers (one warm-up
+left the attention backward 25% slow in one fresh process out of five here)."""
+
+
+def _median_s(fn: Callable[[], object], min_time_s: float = 0.15, most: int = 50) -> float:
+    """Median seconds of ``fn`` over repeats lasting ``min_time_s`` in all (at least 7), after
+    :data:`WARMUP_CALLS` untimed calls."""
+    return _medians_s((fn,), min_time_s, most)[0]
+
+
+def _medians_s(fns: tuple[Callable[[], object], ...], min_time_s: float = 0.15, most: int = 50) -> list[float]:
+    """Median seconds of each of ``fns``, timed in turn (one call of each per round, so that a
+    load that comes and goes falls on all alike: a difference of two of them, as the attention
+    backward is, then holds) over rounds lasting ``min_time_s`` in all (at least 7), after
+    :data:`WARMUP_CALLS` untimed calls of each."""
+    for _ in range(WARMUP_CALLS):
+        for fn in fns:
+            fn()
+    times: list[list[float]] = [[] for _ in fns]
+    start = time.perf_counter()
+    while len(times[0]) < 7 or (time.perf_counter() - start < min_time_s and len(times[0]) < most):
+        for fn, ts in zip(fns, times, strict=True):
+            t = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t)
+    return [statistics.median(ts) for ts in times]
 
 
 def attention_flops(batch: int, heads: int, seq: int, head_dim: int, causal: bool) -> float:
@@ -102,8 +118,8 @@ def attention_point(batch: int, heads: int, seq: int, head_dim: int, dtype: torc
     def fwd_bwd() -> None:
         F.scaled_dot_product_attention(q, k, v, is_causal=causal).backward(grad)
 
-    t_f = _median_s(fwd)
-    t_b = max(_median_s(fwd_bwd) - t_f, 1e-9)
+    t_f, t_fb = _medians_s((fwd, fwd_bwd), min_time_s=0.3)
+    t_b = max(t_fb - t_f, 1e-9)
     flops, peak = attention_flops(batch, heads, seq, head_dim, causal), peak_tflops * 1e12
     return MeasuredAttention(seq=seq, head_dim=head_dim, causal=causal, fwd_fraction=round(flops / t_f / peak, 5),
                              bwd_fraction=round(FLASH_BACKWARD_FACTOR * flops / t_b / peak, 5))
@@ -179,7 +195,7 @@ def op_overhead(spec: ModelSpec, dtype: torch.dtype) -> tuple[float, float]:
 
     dense = dataclasses.replace(spec, moe_experts=0, moe_topk=0, moe_shared_experts=0, moe_dense_layers=0)
     step = block_step(TransformerBlock(dense), spec.hidden, dtype)
-    seconds = _median_s(step, min_time_s=0.1)
+    seconds = _median_s(step, min_time_s=0.2)
     with _OperatorCount() as count:
         step()
     return seconds * 1e6 / max(count.ops, 1), float(count.ops)
