@@ -113,3 +113,26 @@ def test_unseen_silicon_benchmark_holds_out_whole_generations():
     theta = [0.1, 0.2, 0.3]
     assert list(mod._theta_for(F, P, theta, "hopper", "ampere")) == [0.1, 0.2, 0.3, 0.2, 0.3, 0.0]
     assert list(mod._theta_for(F, P, theta, "hopper", None)) == [0.1, 0.2, 0.3, 0.0, 0.0, 0.0]
+
+
+def test_a_calibration_on_unfitted_silicon_starts_from_and_writes_the_stand_ins_values():
+    """calibrate-model on one B200 run, moving only the 16-bit GEMM share: the knobs it does not
+    move are written as the fit started from them, torchtitan's Hopper entry (its fp8 share 0.96,
+    not the stack-wide 0.94), so the profile predicts the run as the fit did."""
+    from trainperf.predict import predict
+    from trainperf.predict.fit_profiles import FitRow, fit_user_profile
+    from trainperf.specs.workload_file import workload_from_dict
+
+    w = workload_from_dict({
+        "model": {"preset": "llama3-8b"}, "hardware": {"device": "b200", "num_devices": 8},
+        "parallel": {"fsdp": 8},
+        "training": {"seq_len": 8192, "global_batch": 8, "micro_batch": 1, "precision": "bf16",
+                     "activation_checkpointing": "selective-op", "compile": True, "stack": "torchtitan"}})
+    base = [packaged_profile("generic"), packaged_profile("torchtitan")]
+    prof, preds = fit_user_profile([FitRow("run", "mine", "torchtitan", w, 0.9)], "mine", base,
+                                   knobs=("matmul_fraction",))
+    entry = prof.generations["blackwell"]
+    hopper = base[1].generations["hopper"]
+    assert entry["fp8_matmul_fraction"] == hopper["fp8_matmul_fraction"] != base[1].knobs["fp8_matmul_fraction"]
+    assert entry["matmul_fraction"] != hopper["matmul_fraction"]  # the one knob it moved
+    assert predict(w, stack=prof).step_time_s == pytest.approx(preds[0].predicted_step_time_s, rel=1e-6)

@@ -33,7 +33,13 @@ from trainperf.errors import SpecError
 from trainperf.predict import batch
 from trainperf.predict.efficiency import KNOB_BOUNDS, KNOB_NAMES, check_knob_name, knob_logit, vendor_knobs
 from trainperf.predict.holdout import Prediction, summarize
-from trainperf.predict.stacks import DEFAULT_STACK, Profile, generation_of, knobs_with_profiles
+from trainperf.predict.stacks import (
+    DEFAULT_STACK,
+    Profile,
+    generation_of,
+    knobs_with_profiles,
+    resolved_values,
+)
 from trainperf.predict.step_model import Layout, layout_of
 from trainperf.predict.step_model.tensor_parallel import overlapped
 
@@ -488,15 +494,15 @@ def fit_user_profile(rows: Sequence[FitRow], name: str, base: Sequence[Profile] 
     err = summarize(preds)
     text = (f"fitted (trainperf calibrate-model) on {n} run(s): {', '.join(r.name for r in rows)}; "
             f"in-sample MAPE {err['mape_pct']:.1f}%")
-    gens = dict.fromkeys(r.generation for r in rows)
+    hardware = {r.generation: r.workload.hardware for r in rows}
     gen_tbl: dict[str, dict[str, float]] = {}
     sources: dict[str, str] = {}
-    for g in gens:
+    for g, hw in hardware.items():
         vals: dict[str, float] = {}
-        for prof in base:
-            for k, v in prof.values_for(g).items():
+        for prof, entry in resolved_values(list(base), hw):  # as the fit started from them
+            for k, v in prof.values_for(entry).items():
                 vals[k] = v
-                sources[f"{g}.{k}"] = prof.source_of(k, g) or prof.name
+                sources[f"{g}.{k}"] = prof.source_of(k, entry) or prof.name
         for k, v in fitted.generations.get(g, {}).items():
             vals[k] = v
             sources[f"{g}.{k}"] = text

@@ -297,12 +297,26 @@ def knobs_with_profiles(hardware: Any, profiles: tuple[Profile, ...] | list[Prof
     vals = k.values()
     srcs = dict(k.sources)
     for prof in profiles:
-        g = gen if stand is None or gen in prof.generations else stand
+        g = entry_generation(prof, gen, stand)
         for name, v in prof.values_for(g).items():
             vals[name] = v
             srcs[name] = prof.source_of(name, g) or prof.name
     label = gen if stand in (None, gen) else f"{gen} as {stand}"
     return dataclasses.replace(k, **vals, device=f"{'+'.join(p.name for p in profiles)}:{label}", sources=srcs)
+
+
+def entry_generation(prof: Profile, generation: str, stand: str | None) -> str:
+    """The generation whose entry of ``prof`` applies on ``generation``: its own where ``prof``
+    has one, else the stand-in's (:func:`stand_in_generation`; None: the stack-wide values)."""
+    return generation if stand is None or generation in prof.generations else stand
+
+
+def resolved_values(profiles: tuple[Profile, ...] | list[Profile], hardware: Any) -> list[tuple[Profile, str]]:
+    """Each profile of a chain with the generation whose entry it gives on ``hardware``, as
+    :func:`knobs_with_profiles` reads them."""
+    gen = generation_of(hardware)
+    stand = stand_in_generation(gen, _fitted_generations(profiles), str(getattr(hardware, "vendor", "")))
+    return [(prof, entry_generation(prof, gen, stand)) for prof in profiles]
 
 
 def _fitted_generations(profiles: tuple[Profile, ...] | list[Profile]) -> Collection[str]:
