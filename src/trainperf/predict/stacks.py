@@ -290,10 +290,8 @@ def knobs_with_profiles(hardware: Any, profiles: tuple[Profile, ...] | list[Prof
     """Vendor defaults, then each profile's values for the device's generation, in order; a
     profile with no entry for it takes its entry for the stand-in generation
     (:func:`stand_in_generation`) where it has one."""
-    gen = generation_of(hardware)
-    vendor = str(getattr(hardware, "vendor", ""))
-    k = vendor_knobs(vendor)
-    stand = stand_in_generation(gen, _fitted_generations(profiles), vendor)
+    gen, stand = _generation_and_stand_in(profiles, hardware)
+    k = vendor_knobs(str(getattr(hardware, "vendor", "")))
     vals = k.values()
     srcs = dict(k.sources)
     for prof in profiles:
@@ -314,18 +312,17 @@ def entry_generation(prof: Profile, generation: str, stand: str | None) -> str:
 def resolved_values(profiles: tuple[Profile, ...] | list[Profile], hardware: Any) -> list[tuple[Profile, str]]:
     """Each profile of a chain with the generation whose entry it gives on ``hardware``, as
     :func:`knobs_with_profiles` reads them."""
-    gen = generation_of(hardware)
-    stand = stand_in_generation(gen, _fitted_generations(profiles), str(getattr(hardware, "vendor", "")))
+    gen, stand = _generation_and_stand_in(profiles, hardware)
     return [(prof, entry_generation(prof, gen, stand)) for prof in profiles]
 
 
-def _fitted_generations(profiles: tuple[Profile, ...] | list[Profile]) -> Collection[str]:
-    """The generations the published tables cover: those of the chain's ``generic`` (the packaged
-    one where the chain has none)."""
-    for prof in profiles:
-        if prof.name == DEFAULT_STACK:
-            return prof.generations.keys()
-    return packaged_profile(DEFAULT_STACK).generations.keys()
+def _generation_and_stand_in(profiles: tuple[Profile, ...] | list[Profile], hardware: Any) -> tuple[str, str | None]:
+    """The device's generation and its stand-in among the generations the published tables cover:
+    those of the chain's ``generic`` (the packaged one where the chain has none)."""
+    fitted = next((p.generations.keys() for p in profiles if p.name == DEFAULT_STACK),
+                  packaged_profile(DEFAULT_STACK).generations.keys())
+    gen = generation_of(hardware)
+    return gen, stand_in_generation(gen, fitted, str(getattr(hardware, "vendor", "")))
 
 
 _KIND_OF_VENDOR = {"google": "tpu", "cpu": "cpu"}
