@@ -13,7 +13,8 @@ rest, and predicts the held-out rows two ways:
   Ampere's when held out; a TPU has no other TPU generation here, so it keeps the centre).
 
 Prints MAPE and mean signed error (positive = predicted slower than published) per held-out
-generation and over all rows, and the stand-in's ratio to the centre. Usage:
+generation and over all rows, the stand-in's ratio to the centre, and the stand-in's errors per
+stack within each held-out generation. Usage:
 ``python benchmarks/unseen_silicon.py [--json]``; about 10 s.
 """
 
@@ -69,7 +70,7 @@ def held_out(rows: list[Any]) -> dict[str, dict[str, list[Any]]]:
 
 def main(argv: list[str] | None = None) -> int:
     from trainperf.predict.fit_profiles import rows_from_table
-    from trainperf.predict.holdout import summarize
+    from trainperf.predict.holdout import by, summarize
     from trainperf.predict.runs_table import packaged_runs
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -99,6 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     a = report["all"]
     print(f"stand-in / centre MAPE: {a['stand-in']['mape_pct'] / a['centre']['mape_pct']:.3f} "
           "(signed: positive = predicted slower than published)")
+    print("by stack, stand-in (MAPE, mean signed):")
+    for held, ways in res.items():
+        per = by(ways["stand-in"], "stack")
+        print(f"  {held:10s} " + "; ".join(f"{k} {v['rows']} rows {v['mape_pct']:.1f}% ({v['mean_signed_pct']:+.1f}%)"
+                                          for k, v in per.items()))
     return 0
 
 
