@@ -24,23 +24,7 @@ import argparse
 import json
 from typing import Any
 
-import numpy as np
-
-
-def _theta_for(full: Any, pb: Any, theta: np.ndarray, held: str, stand: str | None) -> np.ndarray:
-    """The held-out fit's parameters laid out as the full problem's: a parameter of the held-out
-    generation (``generic/<held>``, ``<stack>/<held>``) takes the stand-in generation's value, or
-    zero (the centre) with no stand-in or no such parameter."""
-    pos = {p: i for i, p in enumerate(pb.params)}
-    out = []
-    for lvl, key, knob in full.params:
-        if (lvl, key, knob) in pos:
-            out.append(theta[pos[(lvl, key, knob)]])
-            continue
-        parts = key.split("/")
-        alt = (lvl, "/".join([*parts[:-1], stand]), knob) if stand and parts[-1] == held else None
-        out.append(theta[pos[alt]] if alt in pos else 0.0)
-    return np.array(out)
+from trainperf.predict.holdout import theta_for as _theta_for
 
 
 def held_out(rows: list[Any]) -> dict[str, dict[str, list[Any]]]:

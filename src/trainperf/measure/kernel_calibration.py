@@ -73,6 +73,10 @@ and the allocator's pools, and a backward's first call builds its graph's buffer
 left the attention backward 25% slow in one fresh process out of five here)."""
 
 
+MIN_TIMED_CALLS = 7
+"""Fewest timed calls of each figure, however long the calls take."""
+
+
 def _median_s(fn: Callable[[], object], min_time_s: float = 0.15, most: int = 50) -> float:
     """Median seconds of ``fn`` over repeats lasting ``min_time_s`` in all (at least 7), after
     :data:`WARMUP_CALLS` untimed calls."""
@@ -89,7 +93,7 @@ def _medians_s(fns: tuple[Callable[[], object], ...], min_time_s: float = 0.15, 
             fn()
     times: list[list[float]] = [[] for _ in fns]
     start = time.perf_counter()
-    while len(times[0]) < 7 or (time.perf_counter() - start < min_time_s and len(times[0]) < most):
+    while len(times[0]) < MIN_TIMED_CALLS or (time.perf_counter() - start < min_time_s and len(times[0]) < most):
         for fn, ts in zip(fns, times, strict=True):
             t = time.perf_counter()
             fn()

@@ -86,8 +86,7 @@ def leave_out(rows: Sequence[Any], key: Callable[[Any], str], **kw: Any) -> list
         train = [r for r, k in zip(rows, keys, strict=True) if k != held]
         pb = fp.build_problem(train, **kw)
         theta, _ = fp.solve(pb)
-        pos = {p: i for i, p in enumerate(pb.params)}
-        th_full = np.array([theta[pos[p]] if p in pos else 0.0 for p in full.params])
+        th_full = theta_for(full, pb, theta)
         idx = [i for i, k in enumerate(keys) if k == held]
         gi = sorted({g for g, grp in enumerate(full.groups) if set(grp.index.tolist()) & set(idx)})
         pred = full.predict(th_full, gi)
@@ -96,6 +95,24 @@ def leave_out(rows: Sequence[Any], key: Callable[[Any], str], **kw: Any) -> list
             out[r.name] = Prediction(r.name, r.table, r.stack, r.measured_step_time_s, float(pred[i]),
                                      r.generation)
     return [out[r.name] for r in rows]
+
+
+def theta_for(full: Any, pb: Any, theta: Any, held: str | None = None,
+              stand: str | None = None) -> np.ndarray:
+    """A reduced fit's parameters (``pb``, ``theta``) laid out as the full problem's (``full``):
+    a parameter the reduced fit lacks is zero (the held-out rows' own deviations), except that a
+    parameter of generation ``held`` (``generic/<held>``, ``<stack>/<held>``) takes the value of
+    generation ``stand``'s where the reduced fit has it (benchmarks/unseen_silicon.py)."""
+    pos = {p: i for i, p in enumerate(pb.params)}
+    out = []
+    for lvl, key, knob in full.params:
+        if (lvl, key, knob) in pos:
+            out.append(theta[pos[(lvl, key, knob)]])
+            continue
+        parts = key.split("/")
+        alt = (lvl, "/".join([*parts[:-1], stand]), knob) if stand and parts[-1] == held else None
+        out.append(theta[pos[alt]] if alt in pos else 0.0)
+    return np.array(out, dtype=float)
 
 
 def leave_one_table_out(rows: Sequence[Any], **kw: Any) -> list[Prediction]:
