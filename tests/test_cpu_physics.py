@@ -62,10 +62,62 @@ def test_measured_records_round_trip_through_the_cache(tmp_path):
 
 @pytest.mark.parametrize(("table", "value"), [("kernels", {"bf16": {**KERNELS, "op_overhead_us": -1}}),
                                               ("collectives", {"bf16": {"all-reduce": {
-                                                  "ranks": 2, "latency_us": 1e300, "busbw_GB_per_s": 1}}})])
+                                                  "ranks": 2, "latency_us": 1e300, "busbw_GB_per_s": 1}}}),
+                                              ("collectives", {"bf16": {"all-reduce": {
+                                                  "ranks": 2, "latency_us": 9, "busbw_GB_per_s": 1,
+                                                  "sync_wait_us": -5}}}),
+                                              ("collectives", {"bf16": {"all-reduce": {
+                                                  "ranks": 2, "latency_us": 9, "busbw_GB_per_s": 1,
+                                                  "sync_wait_us": True}}})])
 def test_a_measurement_out_of_bounds_is_refused(table, value):
-    with pytest.raises(ValueError, match=r"op_overhead_us|latency_us"):
+    with pytest.raises(ValueError, match=r"op_overhead_us|latency_us|sync_wait_us"):
         _calibration(1, **{table: value})
+
+
+def test_the_ranks_drift_adds_to_every_collective_in_a_step(measured, monkeypatch):
+    """The wait measured once for the ranks' drift (``sync_wait_us``) lengthens every call of
+    every kind by as much: the DP gradient sync of two processes by its buckets x 300 us; a cache
+    without it (written before the field) prices none."""
+    w = _workload(2, dp=2)
+    before = predict(w).breakdown["dp grad sync (exposed)"]
+    for threads in {cc.threads_per_process(1), cc.threads_per_process(2)}:
+        drift = {"bf16": {k: {**v, "averaged": True, "sync_wait_us": 300.0} for k, v in GLOO["bf16"].items()}}
+        cc.save_calibration(_calibration(threads, kernels={"bf16": KERNELS, "fp32": KERNELS}, collectives=drift))
+    phys = k_cpu.physics(w)
+    assert {k: v[2] for k, v in phys.link.by_kind.items() if k in GLOO["bf16"]} == {"all-reduce": 500.0,
+                                                                                    "all-gather": 450.0}
+    after = predict(w).breakdown["dp grad sync (exposed)"]
+    buckets = (before - 4.0 * w.model.total_params / 1e9) / 200e-6
+    assert after - before == pytest.approx(round(buckets) * 300e-6, rel=1e-6)
+
+
+def test_the_drift_probe_runs_and_waits_for_no_one_alone(tmp_path, monkeypatch):
+    """One process (a 1-rank group): the probe runs its blocks and finds no wait (clamped at 0,
+    never negative); every kind carries the one figure (a bus factor of 1 for the test: one rank
+    moves no bus bytes)."""
+    pytest.importorskip("torch")
+    import torch
+    import torch.distributed as dist
+
+    from trainperf.measure import collective_calibration as coll
+    from trainperf.measure.collective_calibration import measure_collectives, sync_wait_s
+
+    monkeypatch.setattr(coll, "BUS_VOLUME", {k: (lambda n: 1.0) for k in coll.BUS_VOLUME})
+
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        assert 0.0 <= sync_wait_s(torch.float32) < 1.0  # timing noise only: a busy test machine
+        # the arithmetic, on set block times (compute alone, the all-gather's burst, both): the
+        # mean of each block's joint time less the other two, a block below 0 included
+        blocks = [(5e-3, 1e-4, 5.4e-3)] * (coll.DRIFT_BLOCKS - 1) + [(5e-3, 1e-4, 4.0e-3)]
+        times = iter([t for b in blocks for t in b] * 2)
+        monkeypatch.setattr(coll, "_block_s", lambda fn, group: next(times))
+        want = ((coll.DRIFT_BLOCKS - 1) * 3e-4 - 1.1e-3) / coll.DRIFT_BLOCKS
+        assert sync_wait_s(torch.float32) == pytest.approx(max(0.0, want), rel=1e-9)
+        got = measure_collectives(torch.float32)
+        assert len({m.sync_wait_us for m in got.values()}) == 1 and "all-gather" in got
+    finally:
+        dist.destroy_process_group()
 
 
 def test_measured_attention_prices_the_core(measured):
@@ -166,6 +218,11 @@ def test_the_cache_keeps_a_running_mean_of_measurements():
     a = {"all-reduce": cc.MeasuredCollective(2, 100.0, 1.0, averaged=True)}
     b = {"all-reduce": cc.MeasuredCollective(2, 300.0, 2.0, averaged=True)}
     assert merge_collectives(a, b)["all-reduce"] == cc.MeasuredCollective(2, 200.0, 1.5, averaged=True)
+    # the drift wait: a running mean too; one never measured takes the new one
+    drift = {k: dataclasses.replace(v, sync_wait_us=400.0) for k, v in b.items()}
+    assert merge_collectives(a, drift)["all-reduce"].sync_wait_us == 400.0
+    assert merge_collectives(drift, {"all-reduce": dataclasses.replace(b["all-reduce"], sync_wait_us=200.0)}
+                             )["all-reduce"].sync_wait_us == 300.0
     # a measurement of bursts replaces one of single calls, and is not replaced by one
     single = {"all-reduce": cc.MeasuredCollective(2, 50.0, 5.0)}
     assert merge_collectives(single, b)["all-reduce"] == b["all-reduce"]

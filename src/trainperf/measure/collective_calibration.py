@@ -34,6 +34,13 @@ GRADIENT_KINDS = ("all-reduce", "reduce-scatter")
 """Kinds timed in fp32, the dtype gradients are reduced in; the others move activations,
 parameters or tokens in the run's dtype."""
 
+DRIFT_SEGMENT_S = 5e-3
+"""Compute between two collectives where :func:`sync_wait_s` measures the ranks' drift: about
+what separates two collectives of the bench's CPU runs under tensor parallelism (the default
+model under ``--tp 2``: 48 collectives in a step of about 0.4 s)."""
+DRIFT_CALLS = 12
+DRIFT_BLOCKS = 7
+
 BUS_VOLUME: dict[str, Callable[[int], float]] = {
     "all-reduce": lambda n: 2.0 * (n - 1) / n,
     "all-gather": lambda n: (n - 1) / n,
@@ -102,11 +109,72 @@ def alpha_beta(bus_bytes: list[float], times_s: list[float]) -> tuple[float, flo
     return latency, bus_bytes[-1] / beyond
 
 
+def _segment(seconds: float, group: dist.ProcessGroup | None) -> Callable[[], None]:
+    """About ``seconds`` of compute on this rank, made of what a layer's operators do: an fp32
+    GEMM (fast on every CPU) into a fresh 1 MiB output, SiLU and a product into fresh tensors,
+    a sum; rank 0's count of them on every rank, so that the ranks do equal work as a step's do.
+    (Matmuls on a few cached KiB, allocating nothing, drift apart about half as much here.)"""
+    a, b = torch.ones(1024, 256), torch.ones(256, 256)
+
+    def op() -> None:
+        y = torch.mm(a, b)
+        (torch.nn.functional.silu(y) * y).sum()
+    t = time.perf_counter()
+    for _ in range(8):
+        op()
+    count = torch.tensor([max(1, round(seconds * 8 / max(time.perf_counter() - t, 1e-9)))], dtype=torch.int64)
+    dist.broadcast(count, dist.get_global_rank(group, 0) if group is not None else 0, group=group)
+    reps = int(count)
+
+    def run() -> None:
+        for _ in range(reps):
+            op()
+    return run
+
+
+def _block_s(fn: Callable[[], None], group: dist.ProcessGroup | None) -> float:
+    """Seconds per call of :data:`DRIFT_CALLS` calls of ``fn`` back to back, after a barrier."""
+    dist.barrier(group=group)
+    t = time.perf_counter()
+    for _ in range(DRIFT_CALLS):
+        fn()
+    return (time.perf_counter() - t) / DRIFT_CALLS
+
+
+def sync_wait_s(run_dtype: torch.dtype, group: dist.ProcessGroup | None = None) -> float:
+    """Seconds a collective costs beyond its burst time (what :func:`measure_collectives` fits)
+    when the ranks come to it from compute, as a step's ranks do: per block of
+    :data:`DRIFT_CALLS` iterations, the time of :data:`DRIFT_SEGMENT_S` of compute followed by a
+    small all-gather, less the same compute alone and the all-gather alone in a burst; the mean
+    over :data:`DRIFT_BLOCKS` blocks (a step pays the mean of its collectives' waits, which come
+    in bursts of a core taken away; the three timed in turn within a block, so that load from
+    other processes hits them alike), at least 0. On a shared host the ranks' compute drifts
+    apart between two collectives (other processes, gloo's threads and the OS take a core now
+    and then) and the first to arrive waits for the last; in a burst they stay in step. Rank 0's
+    figure on every rank."""
+    seg = _segment(DRIFT_SEGMENT_S, group)
+    small = _call("all-gather", SIZES_BYTES[0], run_dtype, group)
+
+    def both() -> None:
+        seg()
+        small()
+    small()
+    waits = []
+    for _ in range(DRIFT_BLOCKS):
+        alone, burst, joint = _block_s(seg, group), _block_s(small, group), _block_s(both, group)
+        waits.append(joint - alone - burst)
+    got = torch.tensor([max(0.0, statistics.mean(waits))], dtype=torch.float64)
+    dist.broadcast(got, dist.get_global_rank(group, 0) if group is not None else 0, group=group)
+    return float(got)
+
+
 def measure_collectives(run_dtype: torch.dtype, group: dist.ProcessGroup | None = None
                         ) -> dict[str, MeasuredCollective]:
     """Latency and bus bandwidth of each collective kind over ``group`` (all ranks must call it;
-    send/recv only with an even group size), in ``run_dtype`` except :data:`GRADIENT_KINDS`.
-    Every rank returns rank 0's figures (broadcast), so that all agree."""
+    send/recv only with an even group size), in ``run_dtype`` except :data:`GRADIENT_KINDS`, and
+    the wait the ranks' drift adds to each call in a step (:func:`sync_wait_s`, measured once:
+    it belongs to the arrival, not to the kind). Every rank returns rank 0's figures
+    (broadcast), so that all agree."""
     n = dist.get_world_size(group)
     out: dict[str, tuple[float, float]] = {}
     for kind, factor in BUS_VOLUME.items():
@@ -118,8 +186,10 @@ def measure_collectives(run_dtype: torch.dtype, group: dist.ProcessGroup | None 
         out[kind] = alpha_beta([factor(n) * s for s in SIZES_BYTES], times)
     figures = torch.tensor([v for kind in out for v in out[kind]], dtype=torch.float64)
     dist.broadcast(figures, dist.get_global_rank(group, 0) if group is not None else 0, group=group)
+    wait_us = round(sync_wait_s(run_dtype, group) * 1e6, 3)
     return {kind: MeasuredCollective(ranks=n, latency_us=round(float(figures[2 * i]) * 1e6, 3),
-                                     busbw_GB_per_s=round(float(figures[2 * i + 1]) / 1e9, 4), averaged=True)
+                                     busbw_GB_per_s=round(float(figures[2 * i + 1]) / 1e9, 4), averaged=True,
+                                     sync_wait_us=wait_us)
             for i, kind in enumerate(out)}
 
 

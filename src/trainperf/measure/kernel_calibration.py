@@ -388,8 +388,10 @@ def calibrate_collectives(threads: int, workload, say: Callable[[str], None]) ->
     cal = load_calibration(threads=threads) if dist.get_rank() == 0 else None
     if cal is None:
         return
+    wait = next(iter(got.values())).sync_wait_us if got else None
     say(f"  gloo between the run's processes ({precision}): " + ", ".join(
         f"{k} {v.busbw_GB_per_s:.2f} GB/s + {v.latency_us:.0f} us" for k, v in got.items())
+        + (f"; the ranks' drift adds {wait:.0f} us per collective in a step" if wait is not None else "")
         + "; host time per module: " + ", ".join(f"{'FSDP2' if k.startswith('fsdp') else 'DTensor TP'} {us:.0f} us"
                                                  for k, us in hosts.items()))
     merged = merge_collectives(cal.collectives.get(precision, {}), got)
@@ -404,8 +406,8 @@ def calibrate_collectives(threads: int, workload, say: Callable[[str], None]) ->
 
 def merge_collectives(old: dict[str, MeasuredCollective], new: dict[str, MeasuredCollective]
                       ) -> dict[str, MeasuredCollective]:
-    """Per kind, the running mean of the cached and the new latency and bandwidth (each new
-    measurement weighs :data:`NEW_WEIGHT`); a new measurement replaces one over another number
+    """Per kind, the running mean of the cached and the new latency, bandwidth and drift wait
+    (each new measurement weighs :data:`NEW_WEIGHT`; a wait never measured takes the new one); a new measurement replaces one over another number
     of ranks, or one of single calls (:attr:`~trainperf.specs.cpu_calibration.MeasuredCollective.averaged`:
     caches written before 2026-11-28), and is never replaced by one."""
     out = dict(old)
@@ -415,6 +417,7 @@ def merge_collectives(old: dict[str, MeasuredCollective], new: dict[str, Measure
             out[kind] = m
         elif m.averaged:
             out[kind] = dataclasses.replace(m, latency_us=_mean(was.latency_us, m.latency_us),
-                                            busbw_GB_per_s=_mean(was.busbw_GB_per_s, m.busbw_GB_per_s))
+                                            busbw_GB_per_s=_mean(was.busbw_GB_per_s, m.busbw_GB_per_s),
+                                            sync_wait_us=_mean_of(was.sync_wait_us, m.sync_wait_us))
         # else: a single-call figure never replaces bursts
     return out

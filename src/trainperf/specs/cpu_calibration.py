@@ -243,11 +243,19 @@ class MeasuredCollective:
     """Fitted to the times of bursts of calls (what a step's sum of collectives pays); False: to
     single calls after a barrier each, as caches written before 2026-11-28 hold (a new
     measurement replaces them)."""
+    sync_wait_us: float | None = None
+    """Microseconds a call costs beyond the burst fit when the ranks come to it from compute, as
+    in a step (their drift apart on a shared host: :func:`trainperf.measure.collective_calibration.sync_wait_s`),
+    measured once and the same on every kind; None: not measured (caches written before
+    2026-11-29)."""
 
     def __post_init__(self) -> None:
         _positive("collective", "ranks", self.ranks, 1 << 20)
         if not isinstance(self.averaged, bool):
             raise ValueError(f"collective averaged: {self.averaged!r} is not true or false")
+        w = self.sync_wait_us
+        if w is not None and (isinstance(w, bool) or not isinstance(w, int | float) or not 0 <= w <= 1e7):
+            raise ValueError(f"collective.sync_wait_us={w!r} must be a number in [0, 1e+07]")
         _positive("collective", "latency_us", self.latency_us, 1e7)
         _positive("collective", "busbw_GB_per_s", self.busbw_GB_per_s, 1e5)
 

@@ -108,8 +108,10 @@ def _link(measured: dict[str, cc.MeasuredCollective], link_GB_per_s: float) -> L
     """gloo's measured kinds as a :class:`LevelModel` on the device's ``link_GB_per_s`` (the
     catalog's nominal ``cpu`` figure):
     ``eff_max = busbw / link`` and ``half_bytes = latency x busbw / bus factor``, so that the step
-    model's ``bus_factor (S + half) / (link eff)`` is ``latency + bus_factor S / busbw``. Kinds not
-    measured keep the fallback's values."""
+    model's ``bus_factor (S + half) / (link eff)`` is ``latency + bus_factor S / busbw``. The
+    latency is the burst fit's plus the wait the ranks' drift adds to a call in a step
+    (``sync_wait_us``, where measured): a step's collectives come after compute, not back to
+    back. Kinds not measured keep the fallback's values."""
     if not measured:
         return None
     link = link_GB_per_s * 1e9
@@ -123,7 +125,8 @@ def _link(measured: dict[str, cc.MeasuredCollective], link_GB_per_s: float) -> L
         ranks = m.ranks
         factor = 1.0 if kind == "send-recv" else (2.0 if kind == "all-reduce" else 1.0) * (m.ranks - 1) / m.ranks
         busbw = m.busbw_GB_per_s * 1e9
-        kinds.append((kind, busbw / link, m.latency_us * 1e-6 * busbw / factor, m.latency_us))
+        latency_us = m.latency_us + (m.sync_wait_us or 0.0)
+        kinds.append((kind, busbw / link, latency_us * 1e-6 * busbw / factor, latency_us))
     return LevelModel(float(ranks), base.half_exponent, False, 0.0, None, tuple(kinds))
 
 
