@@ -163,3 +163,22 @@ def test_unseen_silicon_stand_in_beats_the_centre_on_whole_generations_held_out(
     stand = summarize([p for r in res.values() for p in r["stand-in"]])
     assert stand["mape_pct"] < centre["mape_pct"]
     assert abs(stand["mean_signed_pct"]) < abs(centre["mean_signed_pct"])
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_loss_memory_measures_the_bytes_per_logit_the_profiles_state(mode):
+    """The backward's peak of ``F.cross_entropy(logits.float())`` on bf16 logits, measured here,
+    is what torchtitan's, transformers' and the bench's profiles charge per logit (64 MiB of
+    logits: every buffer above glibc's largest mmap threshold, so the resident peak counts it)."""
+    pytest.importorskip("torch")
+    import os
+
+    if not os.access("/proc/self/clear_refs", os.W_OK):
+        pytest.skip("needs Linux's /proc/self/clear_refs")
+    from trainperf.predict.stack_capabilities import loss_bytes_per_logit
+
+    got = _load("loss_memory").measure(mode, 2048, 16384)
+    compiled = mode == "compiled"
+    assert round(got["forward_bytes_per_logit"]) == (2 if compiled else 10)
+    for stack in ("torchtitan", "trainperf-bench") + (() if compiled else ("hf-transformers",)):
+        assert round(got["backward_bytes_per_logit"]) == loss_bytes_per_logit(stack, compiled=compiled)
