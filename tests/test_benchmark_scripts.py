@@ -182,3 +182,24 @@ def test_loss_memory_measures_the_bytes_per_logit_the_profiles_state(mode):
     assert round(got["forward_bytes_per_logit"]) == (2 if compiled else 10)
     for stack in ("torchtitan", "trainperf-bench") + (() if compiled else ("hf-transformers",)):
         assert round(got["backward_bytes_per_logit"]) == loss_bytes_per_logit(stack, compiled=compiled)
+
+
+def test_activation_memory_finds_the_eager_swiglu_keeping_one_more_mlp_wide_tensor():
+    """An eager SwiGLU MLP keeps 4 MLP-wide tensors per token (the gate, the activation's output,
+    the up projection, their product): one more than a fused or compiled one, which the memory
+    model counts for an eager stack (``eager_activation_kept``)."""
+    pytest.importorskip("torch")
+    import json
+    import os
+    import subprocess
+    import sys
+
+    if not os.path.exists("/proc/self/status"):
+        pytest.skip("needs Linux's /proc/self/status")
+    from trainperf.predict.step_model.memory import GATED_MLP_KEPT
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "activation_memory.py"
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
+    live = [json.loads(subprocess.run([sys.executable, str(script), "--mode", "eager", "--ffn", str(ffn)], env=env,
+                                      capture_output=True, text=True, check=True).stdout) for ffn in (2048, 4096)]
+    assert round((live[1] - live[0]) / 2048, 1) == GATED_MLP_KEPT + 1.0

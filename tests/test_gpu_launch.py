@@ -110,10 +110,13 @@ def test_the_fused_loss_holds_a_chunk_not_the_logits():
 
 
 def test_autocast_keeps_each_layers_16_bit_weight_copy_unless_compiled_or_recomputed():
-    """16 layers x 60.8M parameters x 2 bytes = 1.95 GB more activations in an eager autocast run;
-    none compiled (casts recomputed) or with every layer fully checkpointed."""
+    """16 layers x 60.8M parameters x 2 bytes = 1.95 GB more activations in an eager autocast run,
+    and the eager SwiGLU's activation output (8,192 tokens x 8,192 wide x 2 bytes a layer, which
+    a compiled one recomputes); none compiled (casts recomputed) or with every layer fully
+    checkpointed."""
     eager, compiled = _gib(_one_b(), "activations"), _gib(_one_b(compile=True), "activations")
     per_layer = 2048 * (2048 + 512 + 512 + 2048) + 3 * 2048 * 8192 + 2 * 2048  # the norms' weights counted too
+    per_layer += 2 * 4096 * 8192  # the activation's output, per token of the micro-batch
     assert eager - compiled == pytest.approx(16 * per_layer * 2 / 2**30, rel=1e-6)
     full = _one_b(activation_checkpointing="full")
     assert _gib(full, "activations") == pytest.approx(_gib(dataclasses.replace(full, stack="generic"), "activations"))

@@ -199,19 +199,40 @@ def largest_matrix_params(lay: Layout) -> Num:
     return big / lay.mesh.tp
 
 
+GATED_MLP_KEPT = 3.0
+"""MLP-wide tensors per token a gated MLP keeps when the policy recomputes none of it: the gate's
+and the up projection's outputs and their product (the down projection's input). A fused
+activation (Megatron-Core's bias_swiglu, Liger's, Transformer Engine's, or Inductor's when
+compiled: 3 per expert measured, ``benchmarks/activation_memory.py``) recomputes the
+activation's output from the gate in its backward."""
+
+
+def eager_activation_kept(lay: Layout, kept: Num) -> Num:
+    """MLP-wide tensors per token an unfused gated activation adds where the policy keeps all of
+    a gated MLP's (``kept`` is :data:`GATED_MLP_KEPT`): eager PyTorch's ``act(gate) * up``
+    keeps both operands for its backward, so ``act(gate)`` is held beside the gate the
+    activation's own backward keeps. 1 there, else 0 (measured: an eager SwiGLU MLP holds 4
+    MLP-wide tensors per token, ``benchmarks/activation_memory.py``)."""
+    if not (lay.model.gated and lay.kernels.elementwise_impl == "eager"):
+        return 0.0
+    return vec.where(kept >= GATED_MLP_KEPT, 1.0, 0.0)
+
+
 def mlp_kept_widths(lay: Layout, rc: recompute.LayerRecompute, moe_share: float) -> recompute.SavedWidths:
     """``rc.widths`` with its MLP-wide counts turned into elements per token of a layer that is a
     MoE layer ``moe_share`` of the time (0: a dense layer, 1: a MoE layer; pass ``ffn = 1``): a dense
     layer's MLP (``ffn`` wide), a MoE layer's ``topk`` routed and its shared experts
     (``expert_ffn`` wide each; the routed ones times the load imbalance), each with what the policy keeps of it
     (:class:`~trainperf.accounting.recompute.LayerRecompute`: Megatron-Core's ``mlp``, ``moe``,
-    ``moe_act`` and ``shared_experts`` modules treat them apart)."""
+    ``moe_act`` and ``shared_experts`` modules treat them apart) and, in an eager stack, the
+    activation's output (:func:`eager_activation_kept`)."""
     ms = lay.model
     dense = (1.0 - moe_share) * ms.ffn
     moe = moe_share * ms.expert_ffn
     routed = ms.moe_topk * lay.run.moe_imbalance  # rows the busiest expert-parallel rank's experts get
-    ffn = (dense * rc.widths.ffn
-           + moe * (routed * rc.expert_ffn[0] + ms.moe_shared * rc.shared_ffn[0]))
+    d, e, sh = rc.widths.ffn, rc.expert_ffn[0], rc.shared_ffn[0]
+    ffn = (dense * (d + eager_activation_kept(lay, d))
+           + moe * (routed * (e + eager_activation_kept(lay, e)) + ms.moe_shared * (sh + eager_activation_kept(lay, sh))))
     gin = (dense * rc.widths.gemm_in_ffn
            + moe * (routed * rc.expert_ffn[1] + ms.moe_shared * rc.shared_ffn[1]))
     return dataclasses.replace(rc.widths, ffn=ffn, gemm_in_ffn=gin)
@@ -279,9 +300,9 @@ def _kept(lay: Layout, st: Stage) -> _Kept:
     ctx = ms.heads * ms.v_head_dim  # the attention context (narrower than the queries under MLA)
     for share in (0.0, 1.0):  # a dense layer, an MoE layer
         ffn = (1.0 - share) * ms.ffn + share * (ms.moe_topk * lay.run.moe_imbalance + ms.moe_shared) * ms.expert_ffn
+        none = dataclasses.replace(rc.widths_none, ffn=rc.widths_none.ffn + eager_activation_kept(lay, rc.widths_none.ffn))
         kept_none.append(saved_activation_bytes_per_layer(ms.seq_len / m.cp, m.micro_batch, ms.hidden, ms.q_dim,
-                                                          st.kv_local * t, ffn, t, m.sp, rc.widths_none, act_b,
-                                                          gin_b, False, ctx))
+                                                          st.kv_local * t, ffn, t, m.sp, none, act_b, gin_b, False, ctx))
         kept.append(saved_activation_bytes_per_layer(ms.seq_len / m.cp, m.micro_batch, ms.hidden, ms.q_dim,
                                                      st.kv_local * t, 1.0, t, m.sp, mlp_kept_widths(lay, rc, share),
                                                      act_b, gin_b, bool(rc.attention_core), ctx))
