@@ -11,9 +11,10 @@ tensors autograd keeps, and the output. It is read at two MLP widths; the differ
 width difference is the number of MLP-wide tensors kept per token.
 
     python benchmarks/activation_memory.py
+    python benchmarks/activation_memory.py --device cuda --json   # on a GPU (benchmarks/gpu_check.py runs it)
 
-Needs torch and Linux's ``/proc/self/status``; the tensors kept are autograd's and Inductor's
-choice, the same on a GPU.
+On a CPU it needs Linux's ``/proc/self/status``; the tensors kept are autograd's and Inductor's
+choice, which ``--device cuda`` checks with CUDA's allocated bytes.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 TOKENS = 16384
 HIDDEN = 1024
@@ -37,7 +39,18 @@ def _rss_bytes() -> int:
     raise RuntimeError("/proc/self/status has no VmRSS")
 
 
-def live_elements_per_token(mode: str, ffn: int, tokens: int = TOKENS, hidden: int = HIDDEN) -> float:
+def _live_bytes(device: str) -> float:
+    """The process's resident bytes on a CPU; CUDA's allocated bytes on a GPU."""
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+        return float(torch.cuda.memory_allocated())
+    return float(_rss_bytes())
+
+
+def live_elements_per_token(mode: str, ffn: int, tokens: int = TOKENS, hidden: int = HIDDEN,
+                            device: str = "cpu") -> float:
     """bf16 elements per token the MLP's forward leaves live (kept tensors and the output); the
     third of three iterations (the first ones warm up the allocator and the compiler)."""
     import dataclasses
@@ -49,16 +62,16 @@ def live_elements_per_token(mode: str, ffn: int, tokens: int = TOKENS, hidden: i
     from trainperf.specs.presets import get_model
 
     spec = dataclasses.replace(get_model("debug"), hidden=hidden, ffn_hidden=ffn)
-    mlp: torch.nn.Module = FeedForward(spec).to(torch.bfloat16)
+    mlp: torch.nn.Module = FeedForward(spec).to(device=device, dtype=torch.bfloat16)
     if mode == "compiled":
         mlp = torch.compile(mlp)
     live = 0.0
     for _ in range(3):
-        x = torch.randn(tokens, hidden, dtype=torch.bfloat16, requires_grad=True)
+        x = torch.randn(tokens, hidden, dtype=torch.bfloat16, device=device, requires_grad=True)
         gc.collect()
-        base = _rss_bytes()
+        base = _live_bytes(device)
         y = mlp(x)
-        live = (_rss_bytes() - base) / tokens / 2
+        live = (_live_bytes(device) - base) / tokens / 2
         y.float().sum().backward()
         del y
     return live
@@ -66,27 +79,37 @@ def live_elements_per_token(mode: str, ffn: int, tokens: int = TOKENS, hidden: i
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="cpu: the process's resident memory; cuda: CUDA's allocated bytes (default cpu)")
+    ap.add_argument("--json", action="store_true", help="print JSON for scripts")
     ap.add_argument("--mode", choices=("eager", "compiled"), help=argparse.SUPPRESS)
     ap.add_argument("--ffn", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.mode:
-        print(json.dumps(live_elements_per_token(args.mode, args.ffn)))
+        print(json.dumps(live_elements_per_token(args.mode, args.ffn, device=args.device)))
         return 0
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
-    print(f"gated MLP (SwiGLU), hidden {HIDDEN}, {TOKENS} tokens, bf16: MLP-wide tensors kept per token")
+    got: dict[str, Any] = {}
     for mode in ("eager", "compiled"):
         live = []
         for ffn in WIDTHS:
-            r = subprocess.run([sys.executable, __file__, "--mode", mode, "--ffn", str(ffn)], env=env,
-                               capture_output=True, text=True, check=False)
+            r = subprocess.run([sys.executable, __file__, "--mode", mode, "--ffn", str(ffn), "--device", args.device],
+                               env=env, capture_output=True, text=True, check=False)
             if r.returncode != 0:
-                print(f"{mode:9s} failed: {(r.stderr.strip().splitlines() or ['?'])[-1]}")
+                got[mode] = f"failed: {(r.stderr.strip().splitlines() or ['?'])[-1]}"
                 break
             live.append(json.loads(r.stdout.strip().splitlines()[-1]))
         else:
-            kept = (live[1] - live[0]) / (WIDTHS[1] - WIDTHS[0])
-            print(f"{mode:9s} {kept:.2f}  (live elements per token at ffn {WIDTHS[0]} / {WIDTHS[1]}: "
-                  f"{live[0]:.0f} / {live[1]:.0f})")
+            got[mode] = {"mlp_wide_kept": (live[1] - live[0]) / (WIDTHS[1] - WIDTHS[0]), "live_per_token": live}
+    if args.json:
+        print(json.dumps({"device": args.device, "hidden": HIDDEN, "tokens": TOKENS, "ffn": WIDTHS, **got}))
+        return 0
+    print(f"gated MLP (SwiGLU), hidden {HIDDEN}, {TOKENS} tokens, bf16, on {args.device}: MLP-wide tensors kept "
+          "per token")
+    for mode, r in got.items():
+        print(f"{mode:9s} {r}" if isinstance(r, str) else
+              f"{mode:9s} {r['mlp_wide_kept']:.2f}  (live elements per token at ffn {WIDTHS[0]} / {WIDTHS[1]}: "
+              f"{r['live_per_token'][0]:.0f} / {r['live_per_token'][1]:.0f})")
     return 0
 
 

@@ -13,7 +13,9 @@ offline), then runs, each with its own time limit:
 5. the same in Float8, rowwise recipe;
 6. ``debug-moe`` at full width on the one GPU (every expert local: no expert parallel);
 
-and for each the matching ``trainperf predict RUN/workload.toml``. Everything goes to one JSON
+and for each the matching ``trainperf predict RUN/workload.toml``; then, budget permitting
+(and not with ``--only``), the memory probes (:data:`PROBES`: ``benchmarks/loss_memory.py`` and
+``benchmarks/activation_memory.py`` with ``--device cuda``). Everything goes to one JSON
 file (``OUT/gpu_check.json``, rewritten after every run, so a run cut short keeps what
 finished): the device, torch and CUDA versions, and per run tokens/s, MFU against the
 datasheet peak (and bf16's for Float8, torchtitan's convention), peak memory (CUDA max
@@ -49,6 +51,14 @@ RUNS: list[tuple[str, list[str], int]] = [
     ("debug-moe", ["--model", "debug-moe", "--micro-batch", "32", "--global-batch", "32", "--steps", "20"], 120),
 ]
 """(name, bench flags, time limit s): the order is the check's priority."""
+
+PROBES: list[tuple[str, list[str], int]] = [
+    ("loss-memory", ["benchmarks/loss_memory.py", "--device", "cuda", "--json"], 90),
+    ("activation-memory", ["benchmarks/activation_memory.py", "--device", "cuda", "--json"], 120),
+]
+"""(name, script and flags, time limit s): what the memory model takes from CPU measurements
+(bytes per logit at the loss, MLP-wide tensors a gated MLP keeps, eager and compiled), measured
+again with CUDA's allocator after the bench runs, budget permitting."""
 
 
 def _env(site: str | None) -> dict[str, str]:
@@ -150,6 +160,21 @@ def run_one(name: str, flags: list[str], limit_s: int, out: Path, env: dict[str,
     return row
 
 
+def run_probe(name: str, argv: list[str], limit_s: int, env: dict[str, str], say) -> dict[str, Any]:
+    """One memory probe (:data:`PROBES`): its JSON, or why there is none."""
+    say(f"--- {name}: {shlex.join(argv)}")
+    try:
+        r = subprocess.run([sys.executable, *argv], cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=limit_s, check=False)
+    except subprocess.TimeoutExpired:
+        return {"name": name, "rc": 124, "error": f"over its {limit_s} s limit"}
+    got = _json_tail(r.stdout)
+    if r.returncode != 0 or got is None:
+        return {"name": name, "rc": r.returncode or 1, "error": (r.stderr.strip().splitlines() or ["no JSON"])[-1]}
+    say(f"    {json.dumps(got)}")
+    return {"name": name, "rc": 0, **got}
+
+
 def predict(workload: Path, env: dict[str, str]) -> dict[str, Any]:
     r = subprocess.run([sys.executable, "-m", "trainperf", "predict", str(workload), "--json"],
                        capture_output=True, text=True, env=env, timeout=120, check=False)
@@ -178,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, flags, limit in runs:
             print(f"{name} (limit {limit} s): {shlex.join(bench_command(name, flags, out)[1:])}")
             print(f"    then: trainperf predict {out / 'runs' / name / 'workload.toml'} --json")
+        for name, argv, limit in PROBES:
+            print(f"{name} (limit {limit} s): python {shlex.join(argv)}")
         print(f"results: {out / 'gpu_check.json'}")
         return 0
     start = time.perf_counter()
@@ -205,9 +232,17 @@ def main(argv: list[str] | None = None) -> int:
             continue
         result["runs"].append(run_one(name, flags, int(min(limit, left)), out, env, say))
         path.write_text(json.dumps(result, indent=2) + "\n")
+    result["probes"] = []
+    for name, argv, limit in PROBES if not a.only else []:
+        left = a.budget_s - (time.perf_counter() - start)
+        if left < 30:
+            result["probes"].append({"name": name, "skipped": f"{left:.0f} s left of the {a.budget_s:g} s budget"})
+            continue
+        result["probes"].append(run_probe(name, argv, int(min(limit, left)), env, say))
+        path.write_text(json.dumps(result, indent=2) + "\n")
     result["wall_s"] = round(time.perf_counter() - start, 1)
     path.write_text(json.dumps(result, indent=2) + "\n")
-    failed = [r["name"] for r in result["runs"] if r.get("rc", 0) != 0]
+    failed = [r["name"] for r in result["runs"] + result["probes"] if r.get("rc", 0) != 0]
     say(f"done in {result['wall_s']} s: {path}" + (f"; failed: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0
 

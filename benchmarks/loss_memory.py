@@ -13,15 +13,19 @@ reported (the first ones warm up the allocator and the compiler).
 
     python benchmarks/loss_memory.py                  # 4096 tokens x 32768 vocabulary
     python benchmarks/loss_memory.py --tokens 8192 --vocab 65536
+    python benchmarks/loss_memory.py --device cuda --json    # on a GPU (benchmarks/gpu_check.py runs it)
 
-Needs torch and Linux's ``/proc/self/clear_refs``; on a CPU the figures hold for a GPU too: the
-tensors' lifetimes are the autograd graph's and the compiled graph's, not the device's.
+On a CPU it needs Linux's ``/proc/self/clear_refs`` (glibc's mmap threshold is fixed at 64 KiB
+for the measuring process, so that every tensor is its own mapping); the tensors' lifetimes are
+the autograd graph's and the compiled graph's, not the device's, which ``--device cuda`` checks
+with CUDA's allocator statistics.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 
@@ -39,7 +43,42 @@ def _reset_peak() -> None:
         f.write("5")
 
 
-def measure(mode: str, tokens: int, vocab: int, width: int = 256) -> dict[str, float]:
+class _Meter:
+    """Memory above a base and its peak since: the process's resident memory on a CPU, CUDA's
+    allocated bytes on a GPU (``torch.cuda.max_memory_allocated``)."""
+
+    def __init__(self, device: str) -> None:
+        import torch
+
+        self.cuda = device == "cuda"
+        self.torch = torch
+        self.base = 0.0
+
+    def start(self) -> None:
+        if self.cuda:
+            self.torch.cuda.synchronize()
+            self.torch.cuda.reset_peak_memory_stats()
+            self.base = float(self.torch.cuda.memory_allocated())
+        else:
+            self.base = _rss_MiB("VmRSS:") * 2**20
+            _reset_peak()
+
+    def peak(self) -> float:
+        if self.cuda:
+            self.torch.cuda.synchronize()
+            return self.torch.cuda.max_memory_allocated() - self.base
+        return _rss_MiB("VmHWM:") * 2**20 - self.base
+
+    def restart_peak(self) -> None:
+        """A new peak from here, over the same base."""
+        if self.cuda:
+            self.torch.cuda.synchronize()
+            self.torch.cuda.reset_peak_memory_stats()
+        else:
+            _reset_peak()
+
+
+def measure(mode: str, tokens: int, vocab: int, width: int = 256, device: str = "cpu") -> dict[str, float]:
     """Bytes per logit live at the loss's forward peak and at its backward peak (one process)."""
     import gc
 
@@ -51,22 +90,22 @@ def measure(mode: str, tokens: int, vocab: int, width: int = 256) -> dict[str, f
 
     fn = torch.compile(loss_fn) if mode == "compiled" else loss_fn
     torch.manual_seed(0)
-    h = torch.randn(1, tokens, width, dtype=torch.bfloat16, requires_grad=True)
-    w = torch.randn(vocab, width, dtype=torch.bfloat16, requires_grad=True)
-    y = torch.randint(0, vocab, (1, tokens))
-    per_logit = 2**20 / (tokens * vocab)
+    h = torch.randn(1, tokens, width, dtype=torch.bfloat16, device=device, requires_grad=True)
+    w = torch.randn(vocab, width, dtype=torch.bfloat16, device=device, requires_grad=True)
+    y = torch.randint(0, vocab, (1, tokens), device=device)
+    per_logit = 1.0 / (tokens * vocab)
+    meter = _Meter(device)
     out: dict[str, float] = {}
     for _ in range(3):
         gc.collect()
-        base = _rss_MiB("VmRSS:")
-        _reset_peak()
+        meter.start()
         pred = h @ w.t()
         loss = fn(pred, y)
         del pred
-        fwd = _rss_MiB("VmHWM:") - base
-        _reset_peak()
+        fwd = meter.peak()
+        meter.restart_peak()
         loss.backward()
-        bwd = _rss_MiB("VmHWM:") - base
+        bwd = meter.peak()
         h.grad = w.grad = None
         out = {"forward_bytes_per_logit": fwd * per_logit, "backward_bytes_per_logit": bwd * per_logit}
     return out
@@ -76,24 +115,32 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, default=4096)
     ap.add_argument("--vocab", type=int, default=32768)
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="cpu: the process's resident memory; cuda: CUDA's allocated bytes (default cpu)")
+    ap.add_argument("--json", action="store_true", help="print JSON for scripts")
     ap.add_argument("--mode", choices=("eager", "compiled"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.tokens <= 0 or args.vocab <= 0:
         ap.error(f"--tokens {args.tokens} / --vocab {args.vocab}: give positive counts")
     if args.mode:
-        print(json.dumps(measure(args.mode, args.tokens, args.vocab)))
+        print(json.dumps(measure(args.mode, args.tokens, args.vocab, device=args.device)))
         return 0
-    print(f"{args.tokens} tokens x {args.vocab} vocabulary, bf16 logits "
-          f"({args.tokens * args.vocab * 2 / 2**20:.0f} MiB); bytes per logit live above the memory before the loss")
-    print(f"{'loss':10s} {'forward peak':>13s} {'backward peak':>14s}")
+    got: dict[str, dict[str, float] | str] = {}
     for mode in ("eager", "compiled"):
         r = subprocess.run([sys.executable, __file__, "--mode", mode, "--tokens", str(args.tokens),
-                            "--vocab", str(args.vocab)], capture_output=True, text=True, check=False)
-        if r.returncode != 0:
-            print(f"{mode:10s} failed: {(r.stderr.strip().splitlines() or ['?'])[-1]}")
-            continue
-        got = json.loads(r.stdout.strip().splitlines()[-1])
-        print(f"{mode:10s} {got['forward_bytes_per_logit']:13.1f} {got['backward_bytes_per_logit']:14.1f}")
+                            "--vocab", str(args.vocab), "--device", args.device], capture_output=True, text=True,
+                           check=False, env=dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536"))
+        got[mode] = (json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0
+                     else f"failed: {(r.stderr.strip().splitlines() or ['?'])[-1]}")
+    if args.json:
+        print(json.dumps({"device": args.device, "tokens": args.tokens, "vocab": args.vocab, **got}))
+        return 0
+    print(f"{args.tokens} tokens x {args.vocab} vocabulary, bf16 logits ({args.tokens * args.vocab * 2 / 2**20:.0f} "
+          f"MiB) on {args.device}; bytes per logit live above the memory before the loss")
+    print(f"{'loss':10s} {'forward peak':>13s} {'backward peak':>14s}")
+    for mode, r in got.items():
+        print(f"{mode:10s} {r}" if isinstance(r, str) else
+              f"{mode:10s} {r['forward_bytes_per_logit']:13.1f} {r['backward_bytes_per_logit']:14.1f}")
     return 0
 
 

@@ -59,7 +59,21 @@ def test_gpu_check_dry_run_lists_every_run(capsys):
         assert f"{name} (limit" in out and "--json" in out
     assert "--fp8-recipe tensorwise" in out and "--fp8-recipe rowwise" in out and "--model debug-moe" in out
     assert "llama3.2-1b --seq-len 4096" in out and "--compile" in out and "--no-compile" in out
+    for name, argv, _limit in mod.PROBES:
+        assert f"{name} (limit" in out and "--device cuda" in " ".join(argv)
     assert not Path("/nonexistent/gc").exists()
+
+
+def test_gpu_check_probes_keep_their_json_or_say_why_not():
+    import os
+
+    mod = _load("gpu_check")
+    env, say = dict(os.environ), (lambda msg: None)
+    assert mod.run_probe("p", ["-c", 'print("noise"); print(\'{"kept": 4.0}\')'], 30, env, say) == {
+        "name": "p", "rc": 0, "kept": 4.0}
+    failed = mod.run_probe("p", ["-c", "import sys; sys.exit('no GPU')"], 30, env, say)
+    assert failed["rc"] == 1 and failed["error"] == "no GPU"
+    assert mod.run_probe("p", ["-c", "import time; time.sleep(5)"], 1, env, say)["rc"] == 124
 
 
 @pytest.mark.torch
