@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from trainperf.cli.main import main
@@ -160,6 +160,7 @@ WORKLOAD_KEYS = [("model", "preset"), ("model", "layers"), ("model", "hidden"), 
 
 @SETTINGS
 @given(edits=st.lists(st.tuples(st.sampled_from(WORKLOAD_KEYS), values), min_size=1, max_size=3))
+@example(edits=[(("hardware", "peak_tflops"), 1), (("training", "precision"), [])])  # found by CI, 2026-11-29
 def test_a_workload_file_of_any_value_is_one_line(tmp_path_factory, edits):
     d = tmp_path_factory.mktemp("w")
     data = {"model": {"preset": "llama3-8b"}, "hardware": {"device": "h100-sxm", "num_devices": 8},

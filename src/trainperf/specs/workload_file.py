@@ -27,7 +27,7 @@ from trainperf.errors import InputFileError, SpecError, TrainperfError, UnknownN
 from trainperf.specs.bounds import PEAK_TFLOPS, WORKLOAD_FIELD_BOUNDS
 from trainperf.specs.checkpointing import framework_policy
 from trainperf.specs.datafiles import parse_user_data, read_user_text
-from trainperf.specs.hardware import Hardware, get_hardware, hardware_from_dict
+from trainperf.specs.hardware import PRECISIONS, Hardware, get_hardware, hardware_from_dict
 from trainperf.specs.model import ModelSpec
 from trainperf.specs.model_notes import default_training_seq_len
 from trainperf.specs.parallel import ParallelPlan
@@ -177,6 +177,8 @@ def workload_from_dict(data: Mapping[str, Any], overrides: Mapping[str, Any] | N
     training = dict(data.get("training", {}))
     hw_body = dict(data.get("hardware", {}))
     precision = training.get("precision", "bf16")
+    if not isinstance(precision, str) or precision not in PRECISIONS:  # it keys the peak override below
+        raise SpecError("training.precision", precision, f"one of {', '.join(PRECISIONS)}")
     hardware = hardware_from_section(hw_body, precision)
     plan = ParallelPlan.from_dict(dict(data.get("parallel", {})))
     num_devices = hw_body.get("num_devices", 1)
