@@ -136,6 +136,17 @@ def test_lora_needs_less_memory_and_time():
         0.01 * full.memory_breakdown_GiB["optimizer states"])
 
 
+def test_a_frozen_base_is_held_as_the_stack_holds_it():
+    """A LoRA base: 2 bytes per parameter by default (loaded in 16 bits), 4 under the bench,
+    which keeps its model in fp32 (``frozen_weight_bytes``); the adapters as trained weights."""
+    w = wl("llama3-8b", n=8, par={"fsdp": 8}, seq=1024, gbs=8, mb=1, ac="full")
+    sixteen = predict(w, trainable_fraction=0.01).memory_breakdown_GiB["weights"]
+    bench = predict(dataclasses.replace(w, stack="trainperf-bench"), trainable_fraction=0.01)
+    assert bench.memory_breakdown_GiB["weights"] == pytest.approx(sixteen * (0.01 * 2 + 0.99 * 4) / 2, rel=1e-9)
+    assert predict(dataclasses.replace(w, stack="trainperf-bench")).memory_breakdown_GiB["weights"] == pytest.approx(
+        predict(w).memory_breakdown_GiB["weights"])
+
+
 def test_step_model_vectorises_over_plans():
     w = wl()
     lay = layout_of(w)

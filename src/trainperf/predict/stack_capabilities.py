@@ -17,6 +17,8 @@ stack can execute and how it lays out memory::
     loss_bytes_per_logit = 6.0                             # live bytes per logit at the loss
     compiled_loss_bytes_per_logit = 2.0                    # the same when the model is compiled
     fp8_gemm_input_bytes = 1.0                             # kept bytes of an fp8 matmul's input
+    frozen_weight_bytes = 2.0                              # bytes a frozen (LoRA base) weight is
+                                                           # held in
     fsdp_grad_unit = "layer"                               # unsharded gradient before its
                                                            # reduce-scatter: a layer's | one tensor's
     expert_tp = ["tp", "1"]                                # routed experts split like the dense
@@ -64,13 +66,15 @@ KEYS: tuple[str, ...] = ("parallelisms", "hybrid_shard", "zero_stages", "pipelin
                          "pipeline_schedules", "max_vpp",
                          "pipeline_slots", "uneven_stages", "checkpointing", "loss_bytes_per_logit",
                          "compiled_loss_bytes_per_logit", "fp8_gemm_input_bytes", "fsdp_grad_unit", "expert_tp",
-                         "cp_shards_states", "moe_dispatchers", "fused_loss_chunk_bytes")
+                         "cp_shards_states", "moe_dispatchers", "fused_loss_chunk_bytes", "frozen_weight_bytes")
 GRAD_UNITS: tuple[str, ...] = ("layer", "tensor")
 EXPERT_TP: tuple[str, ...] = ("tp", "1")
 MOE_DISPATCHERS: tuple[str, ...] = ("nccl", "deepep", "hybrid-ep", "mori")
 """Token dispatch kernel families (:data:`trainperf.predict.kernels.expert_dispatch.FAMILIES`)."""
 DEFAULT_LOSS_BYTES_PER_LOGIT = 6.0
 """bf16 logits plus the fp32 copy the loss upcasts to (PyTorch autocast runs cross-entropy in fp32)."""
+DEFAULT_FROZEN_WEIGHT_BYTES = 2.0
+"""A frozen weight in 16 bits: the base of a LoRA fine-tune, loaded in bf16 as PEFT's recipes do."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,10 @@ class Capabilities:
     fp8_gemm_input_bytes: float = 0.0
     """Bytes per element an fp8 run keeps of a weight matmul's input for its backward
     (Transformer Engine: the fp8 cast, 1); 0: as the other activations."""
+    frozen_weight_bytes: float = DEFAULT_FROZEN_WEIGHT_BYTES
+    """Bytes per parameter a frozen weight (a LoRA fine-tune's base) is held in: 2 for a 16-bit
+    base, 4 where the stack keeps every weight in fp32 and casts for the matmuls (the bench:
+    autocast, or FSDP2's mixed-precision gather, over an fp32 model); an fp32 run holds 4 either way."""
     fsdp_grad_unit: str = "layer"
     """What FSDP / ZeRO-3 holds unsharded of the gradients before reduce-scattering them: a whole
     layer's (PyTorch FSDP units, DeepSpeed buckets) or one weight tensor's at a time (GSPMD)."""
@@ -266,7 +274,8 @@ def _str_list(v: Any, stack: str, key: str, allowed: tuple[str, ...]) -> tuple[s
     return tuple(v)
 
 
-_MAX_BYTES = {"fp8_gemm_input_bytes": 4, "loss_bytes_per_logit": 64, "compiled_loss_bytes_per_logit": 64}
+_MAX_BYTES = {"fp8_gemm_input_bytes": 4, "loss_bytes_per_logit": 64, "compiled_loss_bytes_per_logit": 64,
+              "frozen_weight_bytes": 8}
 
 
 def _value(stack: str, key: str, v: Any) -> Any:
@@ -347,6 +356,16 @@ def loss_bytes_per_logit(stack: Any, compiled: bool = False) -> float:
     if compiled and caps.compiled_loss_bytes_per_logit:
         return caps.compiled_loss_bytes_per_logit
     return caps.loss_bytes_per_logit
+
+
+def frozen_weight_bytes(stack: Any) -> float:
+    """Bytes per parameter ``stack`` holds a frozen weight in (:attr:`Capabilities.frozen_weight_bytes`);
+    a stack that cannot be read falls back to :data:`DEFAULT_FROZEN_WEIGHT_BYTES` (predict
+    reports its own error)."""
+    try:
+        return capabilities_of(stack).frozen_weight_bytes
+    except TrainperfError:
+        return DEFAULT_FROZEN_WEIGHT_BYTES
 
 
 def fused_loss_chunk_bytes(stack: Any, device_kind: str) -> float:

@@ -129,6 +129,7 @@ def software_fields(norm: str, mlp: str, silicon: str, stack: Any, precision: st
         "norm_passes": passes("rmsnorm" if norm == "rmsnorm" else "layernorm"), "rope_passes": passes("rope"),
         "act_passes": passes("swiglu" if mlp in ("swiglu", "geglu") else "gelu"),
         "loss_bytes_per_logit": stack_capabilities.loss_bytes_per_logit(stack, bool(compile_flag)),
+        "frozen_weight_bytes": stack_capabilities.frozen_weight_bytes(stack),
         # separate PyTorch ops unless the stack fuses its cross-entropy or the step is compiled
         "loss_traffic_bytes": EAGER_LOSS_BYTES_PER_LOGIT if sk.cross_entropy == "eager" and impl != "compiled"
         else LOSS_BYTES_PER_LOGIT,

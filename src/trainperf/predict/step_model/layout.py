@@ -277,6 +277,8 @@ class KernelPhysics:
     act_passes: Num
     loss_bytes_per_logit: Num
     """Live bytes per logit at the loss."""
+    frozen_weight_bytes: Num
+    """Bytes per parameter the stack holds a frozen weight (a LoRA base) in."""
     loss_traffic_bytes: Num
     """HBM bytes the cross-entropy moves per logit, forward and backward (the stack's ``[kernels]
     cross_entropy``: :data:`~trainperf.predict.step_model.compute.EAGER_LOSS_BYTES_PER_LOGIT`

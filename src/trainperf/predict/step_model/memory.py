@@ -263,11 +263,16 @@ def _states(lay: Layout, st: Stage) -> tuple[Num, Num, Num]:
     """(weights, gradients, optimizer states) of the busiest stage under the plan's shard counts
     (:data:`STATE_BYTES`; they span dp x cp: :attr:`~trainperf.specs.parallel.ParallelPlan.shards_optimizer`);
     no optimizer states on the device where the run offloads them to the host (the gradients are
-    counted whole: ZeRO-Offload copies them out bucket by bucket, and the buckets are live)."""
+    counted whole: ZeRO-Offload copies them out bucket by bucket, and the buckets are live). The
+    frozen parameters (a LoRA base: ``1 - trainable_fraction``) are held in the stack's
+    ``frozen_weight_bytes`` (at least the run's weight bytes), having no fp32 master among the
+    optimizer states."""
     m, train = lay.mesh, lay.run.trainable_fraction
     w_b, g_b, o_b = STATE_BYTES[lay.run.state_kind]
+    frozen_b = vec.maximum(w_b, lay.kernels.frozen_weight_bytes)
     opt = vec.where(lay.run.offload_optimizer, 0.0, st.sharded(st.p_stage, m.shards_optimizer) * train * o_b)
-    return (st.sharded(st.p_stage, m.shards_params) * w_b, st.sharded(st.p_stage, m.shards_grads) * train * g_b, opt)
+    weights = st.sharded(st.p_stage, m.shards_params) * (train * w_b + (1.0 - train) * frozen_b)
+    return weights, st.sharded(st.p_stage, m.shards_grads) * train * g_b, opt
 
 
 def _gathered(lay: Layout, st: Stage) -> Num:
