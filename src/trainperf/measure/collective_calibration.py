@@ -109,6 +109,11 @@ def alpha_beta(bus_bytes: list[float], times_s: list[float]) -> tuple[float, flo
     return latency, bus_bytes[-1] / beyond
 
 
+def _from_first_rank(t: torch.Tensor, group: dist.ProcessGroup | None) -> None:
+    """``t`` as the group's first rank holds it, on every rank of ``group`` (in place)."""
+    dist.broadcast(t, dist.get_global_rank(group, 0) if group is not None else 0, group=group)
+
+
 def _segment(seconds: float, group: dist.ProcessGroup | None) -> Callable[[], None]:
     """About ``seconds`` of compute on this rank, made of what a layer's operators do: an fp32
     GEMM (fast on every CPU) into a fresh 1 MiB output, SiLU and a product into fresh tensors,
@@ -123,7 +128,7 @@ def _segment(seconds: float, group: dist.ProcessGroup | None) -> Callable[[], No
     for _ in range(8):
         op()
     count = torch.tensor([max(1, round(seconds * 8 / max(time.perf_counter() - t, 1e-9)))], dtype=torch.int64)
-    dist.broadcast(count, dist.get_global_rank(group, 0) if group is not None else 0, group=group)
+    _from_first_rank(count, group)
     reps = int(count)
 
     def run() -> None:
@@ -164,7 +169,7 @@ def sync_wait_s(run_dtype: torch.dtype, group: dist.ProcessGroup | None = None) 
         alone, burst, joint = _block_s(seg, group), _block_s(small, group), _block_s(both, group)
         waits.append(joint - alone - burst)
     got = torch.tensor([max(0.0, statistics.mean(waits))], dtype=torch.float64)
-    dist.broadcast(got, dist.get_global_rank(group, 0) if group is not None else 0, group=group)
+    _from_first_rank(got, group)
     return float(got)
 
 
@@ -185,7 +190,7 @@ def measure_collectives(run_dtype: torch.dtype, group: dist.ProcessGroup | None 
         times = [_mean_s(_call(kind, s, dtype, group), group, per) for s in SIZES_BYTES]
         out[kind] = alpha_beta([factor(n) * s for s in SIZES_BYTES], times)
     figures = torch.tensor([v for kind in out for v in out[kind]], dtype=torch.float64)
-    dist.broadcast(figures, dist.get_global_rank(group, 0) if group is not None else 0, group=group)
+    _from_first_rank(figures, group)
     wait_us = round(sync_wait_s(run_dtype, group) * 1e6, 3)
     return {kind: MeasuredCollective(ranks=n, latency_us=round(float(figures[2 * i]) * 1e6, 3),
                                      busbw_GB_per_s=round(float(figures[2 * i + 1]) / 1e9, 4), averaged=True,
