@@ -84,9 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print JSON for scripts")
     ap.add_argument("--mode", choices=("eager", "compiled"), help=argparse.SUPPRESS)
     ap.add_argument("--ffn", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--tokens", type=int, default=TOKENS, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.mode:
-        print(json.dumps(live_elements_per_token(args.mode, args.ffn, device=args.device)))
+        print(json.dumps(live_elements_per_token(args.mode, args.ffn, tokens=args.tokens, device=args.device)))
         return 0
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
     got: dict[str, Any] = {}

@@ -214,6 +214,7 @@ def test_activation_memory_finds_the_eager_swiglu_keeping_one_more_mlp_wide_tens
 
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "activation_memory.py"
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
-    live = [json.loads(subprocess.run([sys.executable, str(script), "--mode", "eager", "--ffn", str(ffn)], env=env,
-                                      capture_output=True, text=True, check=True).stdout) for ffn in (2048, 4096)]
+    live = [json.loads(subprocess.run([sys.executable, str(script), "--mode", "eager", "--ffn", str(ffn), "--tokens",
+                                       "4096"], env=env, capture_output=True, text=True, check=True).stdout)
+            for ffn in (2048, 4096)]
     assert round((live[1] - live[0]) / 2048, 1) == GATED_MLP_KEPT + 1.0
