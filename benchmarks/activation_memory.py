@@ -26,27 +26,12 @@ import subprocess
 import sys
 from typing import Any
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the tests load this file by path
+from memory_meter import MemoryMeter
+
 TOKENS = 16384
 HIDDEN = 1024
 WIDTHS = (2048, 4096)
-
-
-def _rss_bytes() -> int:
-    with open("/proc/self/status", encoding="ascii") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("/proc/self/status has no VmRSS")
-
-
-def _live_bytes(device: str) -> float:
-    """The process's resident bytes on a CPU; CUDA's allocated bytes on a GPU."""
-    if device == "cuda":
-        import torch
-
-        torch.cuda.synchronize()
-        return float(torch.cuda.memory_allocated())
-    return float(_rss_bytes())
 
 
 def live_elements_per_token(mode: str, ffn: int, tokens: int = TOKENS, hidden: int = HIDDEN,
@@ -65,13 +50,13 @@ def live_elements_per_token(mode: str, ffn: int, tokens: int = TOKENS, hidden: i
     mlp: torch.nn.Module = FeedForward(spec).to(device=device, dtype=torch.bfloat16)
     if mode == "compiled":
         mlp = torch.compile(mlp)
-    live = 0.0
+    live, meter = 0.0, MemoryMeter(device)
     for _ in range(3):
         x = torch.randn(tokens, hidden, dtype=torch.bfloat16, device=device, requires_grad=True)
         gc.collect()
-        base = _live_bytes(device)
+        meter.start()
         y = mlp(x)
-        live = (_live_bytes(device) - base) / tokens / 2
+        live = meter.live() / tokens / 2
         y.float().sum().backward()
         del y
     return live

@@ -29,53 +29,8 @@ import os
 import subprocess
 import sys
 
-
-def _rss_MiB(field: str) -> float:
-    with open("/proc/self/status", encoding="ascii") as f:
-        for line in f:
-            if line.startswith(field):
-                return int(line.split()[1]) / 1024.0
-    raise RuntimeError(f"/proc/self/status has no {field}")
-
-
-def _reset_peak() -> None:
-    with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
-        f.write("5")
-
-
-class _Meter:
-    """Memory above a base and its peak since: the process's resident memory on a CPU, CUDA's
-    allocated bytes on a GPU (``torch.cuda.max_memory_allocated``)."""
-
-    def __init__(self, device: str) -> None:
-        import torch
-
-        self.cuda = device == "cuda"
-        self.torch = torch
-        self.base = 0.0
-
-    def start(self) -> None:
-        if self.cuda:
-            self.torch.cuda.synchronize()
-            self.torch.cuda.reset_peak_memory_stats()
-            self.base = float(self.torch.cuda.memory_allocated())
-        else:
-            self.base = _rss_MiB("VmRSS:") * 2**20
-            _reset_peak()
-
-    def peak(self) -> float:
-        if self.cuda:
-            self.torch.cuda.synchronize()
-            return self.torch.cuda.max_memory_allocated() - self.base
-        return _rss_MiB("VmHWM:") * 2**20 - self.base
-
-    def restart_peak(self) -> None:
-        """A new peak from here, over the same base."""
-        if self.cuda:
-            self.torch.cuda.synchronize()
-            self.torch.cuda.reset_peak_memory_stats()
-        else:
-            _reset_peak()
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the tests load this file by path
+from memory_meter import MemoryMeter
 
 
 def measure(mode: str, tokens: int, vocab: int, width: int = 256, device: str = "cpu") -> dict[str, float]:
@@ -94,7 +49,7 @@ def measure(mode: str, tokens: int, vocab: int, width: int = 256, device: str = 
     w = torch.randn(vocab, width, dtype=torch.bfloat16, device=device, requires_grad=True)
     y = torch.randint(0, vocab, (1, tokens), device=device)
     per_logit = 1.0 / (tokens * vocab)
-    meter = _Meter(device)
+    meter = MemoryMeter(device)
     out: dict[str, float] = {}
     for _ in range(3):
         gc.collect()
