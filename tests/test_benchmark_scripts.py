@@ -118,15 +118,14 @@ def test_gpu_profile_sorts_kernels_by_kind_and_unions_busy_time():
 
 
 @pytest.mark.torch
-def test_gpu_profile_runs_a_bench_step_on_a_cpu(tmp_path, capsys):
+def test_gpu_profile_runs_a_bench_step_on_a_cpu(tmp_path, capsys, monkeypatch):
     pytest.importorskip("torch")
-    from trainperf.specs.hardware import get_hardware
-    from trainperf.specs.presets import get_model
-    from trainperf.specs.workload import Workload
-    from trainperf.specs.workload_file import dump_workload_toml
+    from trainperf.specs.workload_file import dump_workload_toml, workload_from_dict
 
-    w = Workload(model=get_model("debug"), hardware=get_hardware("cpu"), num_devices=1, seq_len=32,
-                 global_batch=2, micro_batch=2, precision="fp32")
+    # hermetic: its own cache, and a stated peak (an uncalibrated CPU has none to predict with)
+    monkeypatch.setenv("TRAINPERF_CACHE_DIR", str(tmp_path / "cache"))
+    w = workload_from_dict({"model": {"preset": "debug"}, "hardware": {"device": "cpu", "peak_tflops": 0.1},
+                            "training": {"seq_len": 32, "global_batch": 2, "micro_batch": 2, "precision": "fp32"}})
     path = tmp_path / "workload.toml"
     path.write_text(dump_workload_toml(w))
     mod = _load("gpu_profile")

@@ -106,6 +106,12 @@ def floor(a: Any) -> Any:
     return (_np or _numpy()).floor(a)
 
 
+def log2(a: Any) -> Any:
+    if type(a) in _PY_NUMBERS or is_number(a):
+        return math.log2(a)
+    return (_np or _numpy()).log2(a)
+
+
 def equals(a: Any, value: Any) -> Any:
     """Elementwise ``a == value`` (a scalar bool for a scalar ``a``)."""
     if isinstance(a, str) or type(a) in _PY_NUMBERS or is_number(a):

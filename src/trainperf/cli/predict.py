@@ -158,8 +158,11 @@ def _kernel_lines(p) -> list[str]:
     kinfo = p.extra.get("kernels", {})
     if p.knobs.device.endswith(MEASURED_SUFFIX):
         k = p.knobs
-        return [f"kernels (cpu, measured on this machine by the bench): GEMMs at {100 * kinfo['gemm_peak_fraction']:.0f}% "
-                "of the calibrated peak at best, attention, elementwise ops and gloo's collectives at their measured "
+        shapes = kinfo.get("measured_gemm_shapes", 0)
+        gemms = (f"GEMMs at the rates of the nearest of {shapes} shapes timed forward and backward" if shapes else
+                 f"GEMMs at {100 * kinfo['gemm_peak_fraction']:.0f}% of the calibrated peak at best")
+        return [f"kernels (cpu, measured on this machine by the bench): {gemms}, "
+                "attention, elementwise ops and gloo's collectives at their measured "
                 f"rates, {k.op_overhead_us:.3g} us of host time per operator added to compute, nothing overlapped "
                 "(docs/KERNELS.md, \"This machine's CPU\")"]
     if kinfo:

@@ -1,5 +1,5 @@
-"""Time, on this CPU, the kernels of a training step that are not GEMMs: what the predictor's CPU
-kernel physics stands on.
+"""Time, on this CPU, the kernels of a training step: what the predictor's CPU kernel physics
+stands on (the matmul peak itself: :mod:`trainperf.measure.calibrate`).
 
 A GPU's kernel physics comes from other people's microbenchmarks (the kernel tables). A CPU has
 none that fit it, and its own behaviour differs from a GPU's in kind: an eager operator's host
@@ -24,8 +24,12 @@ dtype and with its threads per process:
   traffic are in that time too (44 us per operator at width 768 against 10 at 256 here);
 * **the optimizer step**: gradient clipping and fused AdamW over as many parameters as one of the
   run's processes steps (:func:`optimizer_GB_per_s`), bytes as the step model charges them.
+* **the layers' GEMMs**: each weight GEMM shape of the run (:func:`layer_gemm_shapes`), forward
+  and its two backward GEMMs together (:func:`gemm_rates`), and the routed experts as the bench's
+  grouped GEMM runs them (:func:`grouped_rates`): a CPU's GEMM speed varies with the shape more
+  than one shape law captures, and ``torch._grouped_mm`` runs below the same GEMMs one by one.
 
-Each CPU run measures them (about a second) and the calibration cache keeps, beside the matmul
+Each CPU run measures them (one to two seconds) and the calibration cache keeps, beside the matmul
 peak, a running mean of every run's (:class:`~trainperf.specs.cpu_calibration.MeasuredKernels`,
 :func:`merge_kernels`). Left out: autocast's casts of the weights and their gradients (about 12
 bytes per parameter per micro-batch, not priced), and collectives (measured between the run's
@@ -46,6 +50,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from trainperf.specs.cpu_calibration import (
     MeasuredAttention,
     MeasuredCollective,
+    MeasuredGemm,
     MeasuredKernels,
     MeasuredWidth,
 )
@@ -65,6 +70,8 @@ PROBE_TOKENS = 8
 """Tokens of the overhead probe: a layer's compute at 8 tokens is a few microseconds."""
 _MAX_POINTS = 32
 """Attention lengths kept per dtype (the oldest dropped first)."""
+_MAX_GEMMS = 64
+"""GEMM shapes kept per dtype (the oldest dropped first)."""
 
 
 WARMUP_CALLS = 2
@@ -99,6 +106,96 @@ def _medians_s(fns: tuple[Callable[[], object], ...], min_time_s: float = 0.15, 
             fn()
             ts.append(time.perf_counter() - t)
     return [statistics.median(ts) for ts in times]
+
+
+GEMM_MIN_TIME_S = 0.04
+"""Seconds each GEMM shape is timed for (at least :data:`MIN_TIMED_CALLS` calls): a run has a
+handful of shapes, so they cost a fraction of a second together."""
+
+
+def layer_gemm_shapes(workload) -> tuple[tuple[int, int, int], ...]:
+    """The distinct ``(m, k, n)`` weight GEMMs one of ``workload``'s processes runs per micro-batch,
+    forward (``(m x k) @ (k x n)``), as the step model prices them: ``m`` the micro-batch's tokens
+    on a rank (``micro_batch x seq_len / cp``; tensor parallelism keeps them, sequence parallelism
+    gathers them), the attention projections and the dense MLP split ``tp`` ways, the LM head's
+    vocabulary too, the router over the experts, a routed expert's ``tokens x topk x ep / experts``
+    rows (a balanced load) split ``etp`` ways, the shared experts as an MLP, LoRA's rank-``r``
+    adapters on the hidden width."""
+    m, plan = workload.model, workload.plan
+    tokens = max(1, workload.micro_batch * workload.seq_len // plan.cp)
+    tp, hd = plan.tp, m.head_dim or m.hidden // m.heads
+    h = m.hidden
+    q, kv = m.heads * hd // tp, max(m.kv_heads // tp, 1) * hd
+    shapes = {(tokens, h, q), (tokens, q, h), (tokens, h, kv), (tokens, h, max(m.vocab // tp, 1))}
+    mlps = [] if m.moe_experts and not m.moe_dense_layers else [m.ffn_hidden // tp]
+    if m.moe_experts:
+        etp = plan.expert_tp
+        rows = max(1, tokens * m.moe_topk * max(plan.ep, 1) // m.moe_experts)
+        f_e = (m.moe_expert_ffn or m.ffn_hidden) // etp
+        shapes |= {(tokens, h, m.moe_experts), (rows, h, f_e), (rows, f_e, h)}
+        if m.moe_shared_experts:
+            mlps.append(m.moe_shared_experts * (m.moe_expert_ffn or m.ffn_hidden) // tp)
+    for f in mlps:
+        shapes |= {(tokens, h, f), (tokens, f, h)}
+    if workload.lora is not None:
+        shapes |= {(tokens, h, workload.lora.rank), (tokens, workload.lora.rank, h)}
+    return tuple(sorted(s for s in shapes if min(s) > 0))
+
+
+def gemm_rates(shapes: tuple[tuple[int, int, int], ...], dtype: torch.dtype) -> tuple[MeasuredGemm, ...]:
+    """Each ``(m, k, n)`` of ``shapes`` timed forward and backward as a layer's weight runs them
+    (:class:`~trainperf.specs.cpu_calibration.MeasuredGemm`): median seconds of the three GEMMs
+    together, into preallocated outputs (the allocator's cost is not the GEMM's)."""
+    out = []
+    g = torch.Generator().manual_seed(0)
+    for m, k, n in shapes:
+        x, w, dy = (torch.randn(a, b, generator=g).to(dtype) for a, b in ((m, k), (k, n), (m, n)))
+        y, dx, dw = torch.empty(m, n, dtype=dtype), torch.empty(m, k, dtype=dtype), torch.empty(k, n, dtype=dtype)
+
+        def step(x=x, w=w, dy=dy, y=y, dx=dx, dw=dw) -> None:
+            torch.matmul(x, w, out=y)
+            torch.matmul(dy, w.t(), out=dx)
+            torch.matmul(x.t(), dy, out=dw)
+
+        seconds = _median_s(step, min_time_s=GEMM_MIN_TIME_S)
+        out.append(MeasuredGemm(m=m, k=k, n=n, tflops=round(6.0 * m * k * n / max(seconds, 1e-9) / 1e12, 5)))
+    return tuple(out)
+
+
+def grouped_rates(workload, dtype: torch.dtype) -> tuple[MeasuredGemm, ...]:
+    """The routed experts' two GEMM shapes of ``workload`` (none for a dense model) timed as the
+    bench's :class:`~trainperf.measure.moe.GroupedExperts` runs them, forward and backward: its
+    local experts' balanced rows, ``torch._grouped_mm`` where it runs here (else a loop of
+    matmuls), fp32 master weights cast to ``dtype`` under autograd (``groups`` set:
+    :class:`~trainperf.specs.cpu_calibration.MeasuredGemm`)."""
+    from trainperf.measure.moe import grouped_mm, grouped_mm_runs
+
+    m, plan = workload.model, workload.plan
+    if not m.moe_experts:
+        return ()
+    local = max(1, m.moe_experts // max(plan.ep, 1))
+    tokens = max(1, workload.micro_batch * workload.seq_len // plan.cp)
+    rows = max(1, tokens * m.moe_topk * max(plan.ep, 1) // m.moe_experts)
+    f_e = max(1, (m.moe_expert_ffn or m.ffn_hidden) // plan.expert_tp)
+    grouped = grouped_mm_runs(torch.device("cpu"), dtype)[0]
+    offs = torch.arange(1, local + 1, dtype=torch.int32) * rows
+    out = []
+    g = torch.Generator().manual_seed(0)
+    for k, n in ((m.hidden, f_e), (f_e, m.hidden)):
+        x = torch.randn(local * rows, k, generator=g).to(dtype).requires_grad_()
+        w = torch.randn(local, k, n, generator=g).requires_grad_()
+        dy = torch.ones(local * rows, n, dtype=dtype)
+
+        def step(x=x, w=w, dy=dy) -> None:
+            wd = w.to(dtype)
+            y = grouped_mm(x, wd, offs) if grouped else torch.cat(
+                [x[e * rows:(e + 1) * rows] @ wd[e] for e in range(local)])
+            y.backward(dy)
+
+        seconds = _median_s(step, min_time_s=GEMM_MIN_TIME_S)
+        out.append(MeasuredGemm(m=rows, k=k, n=n, groups=local,
+                                tflops=round(6.0 * local * rows * k * n / max(seconds, 1e-9) / 1e12, 5)))
+    return tuple(out)
 
 
 def attention_flops(batch: int, heads: int, seq: int, head_dim: int, causal: bool) -> float:
@@ -265,9 +362,11 @@ def optimizer_GB_per_s(params: int) -> float:
 
 
 def measure_kernels(spec: ModelSpec, batch: int, heads: int, seq: int, dtype: torch.dtype, peak_tflops: float,
-                    causal_only: bool, optimizer_params: int | None = None) -> MeasuredKernels:
+                    causal_only: bool, optimizer_params: int | None = None,
+                    gemm_shapes: tuple[tuple[int, int, int], ...] = ()) -> MeasuredKernels:
     """Everything of the module docstring, at the run's shape; the optimizer's rate over
-    ``optimizer_params`` (the parameters a run's process steps; None: not timed)."""
+    ``optimizer_params`` (the parameters a run's process steps; None: not timed); the GEMMs of
+    ``gemm_shapes`` (:func:`layer_gemm_shapes`), forward and backward."""
     hd = spec.head_dim or spec.hidden // spec.heads
     points = tuple(attention_point(batch, heads, seq, hd, dtype, c, peak_tflops)
                    for c in ((True,) if causal_only else (True, False)))
@@ -276,7 +375,8 @@ def measure_kernels(spec: ModelSpec, batch: int, heads: int, seq: int, dtype: to
     width = MeasuredWidth(spec.hidden, rate, round(per_op, 3), ops, moe_ops_per_layer=moe_layer_ops(spec, dtype))
     opt = None if optimizer_params is None else round(optimizer_GB_per_s(optimizer_params), 3)
     return MeasuredKernels(elementwise_GB_per_s=rate, op_overhead_us=round(per_op, 3), ops_per_layer=ops,
-                           attention=points, widths=(width,), optimizer_GB_per_s=opt)
+                           attention=points, widths=(width,), optimizer_GB_per_s=opt,
+                           gemms=gemm_rates(gemm_shapes, dtype))
 
 
 NEW_WEIGHT = 0.5
@@ -300,8 +400,9 @@ def merge_kernels(old: MeasuredKernels | None, new: MeasuredKernels) -> Measured
     """``new`` merged into ``old``: per quantity a running mean in which each new measurement
     weighs :data:`NEW_WEIGHT` (the best of all runs would ratchet: the fastest of many noisy
     measurements drifts above what a run gets, 15% on the default bench here after a few hundred
-    runs), attention lengths and model widths pooled (the most recent :data:`_MAX_POINTS` of
-    each), host times per module from whichever measured them."""
+    runs), attention lengths, model widths and GEMM shapes pooled (the most recent
+    :data:`_MAX_POINTS` / :data:`_MAX_GEMMS` of each), host times per module from whichever
+    measured them."""
     if old is None:
         return new
     points = {(a.seq, a.head_dim, a.causal): a for a in old.attention}
@@ -316,12 +417,18 @@ def merge_kernels(old: MeasuredKernels | None, new: MeasuredKernels) -> Measured
             w, elementwise_GB_per_s=_mean(prior.elementwise_GB_per_s, w.elementwise_GB_per_s),
             op_overhead_us=_mean(prior.op_overhead_us, w.op_overhead_us),
             moe_ops_per_layer=w.moe_ops_per_layer or prior.moe_ops_per_layer)
+    gemms = {(g.m, g.k, g.n, g.groups): g for g in old.gemms}
+    for g in new.gemms:
+        prev = gemms.pop((g.m, g.k, g.n, g.groups), None)
+        gemms[(g.m, g.k, g.n, g.groups)] = g if prev is None else dataclasses.replace(
+            g, tflops=_mean(prev.tflops, g.tflops))
     return MeasuredKernels(elementwise_GB_per_s=_mean(old.elementwise_GB_per_s, new.elementwise_GB_per_s),
                            op_overhead_us=_mean(old.op_overhead_us, new.op_overhead_us), ops_per_layer=new.ops_per_layer,
                            attention=tuple(points.values())[-_MAX_POINTS:], widths=tuple(widths.values())[-_MAX_POINTS:],
                            fsdp_module_us=_mean_of(old.fsdp_module_us, new.fsdp_module_us),
                            tp_module_us=_mean_of(old.tp_module_us, new.tp_module_us),
-                           optimizer_GB_per_s=_mean_of(old.optimizer_GB_per_s, new.optimizer_GB_per_s))
+                           optimizer_GB_per_s=_mean_of(old.optimizer_GB_per_s, new.optimizer_GB_per_s),
+                           gemms=tuple(gemms.values())[-_MAX_GEMMS:])
 
 
 _DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
@@ -347,7 +454,10 @@ def calibrate_for_run(workload, threads: int, say: Callable[[str], None]) -> Non
     torch.set_num_threads(threads)
     try:
         new = measure_kernels(m, workload.micro_batch, max(1, m.heads // plan.tp), workload.seq_len // plan.cp,
-                              dtype, attn_peak, plan.cp == 1, optimizer_params=stepped_params(workload))
+                              dtype, attn_peak, plan.cp == 1, optimizer_params=stepped_params(workload),
+                              gemm_shapes=() if prec == "fp8" else layer_gemm_shapes(workload))
+        if prec != "fp8":
+            new = dataclasses.replace(new, gemms=new.gemms + grouped_rates(workload, dtype))
     except ValueError as e:  # a figure out of bounds: a cached peak far below what this CPU does
         say(f"  note: this CPU's {prec} kernels not kept ({e}); `trainperf calibrate` measures the peak again")
         return

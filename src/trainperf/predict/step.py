@@ -246,11 +246,13 @@ def offload_note(w: Any, lay: Any, optimizer_s: float) -> str:
 
 def kernel_info(k: KernelPhysics) -> dict[str, Any]:
     """Kernel facts of a prediction shown beside it (which kernels, at what measured speed)."""
+    shapes = len(k.gemm_table) + len(k.grouped_table)
     return {"silicon": k.silicon, "attn_family": k.attn_family, "elementwise_impl": k.elementwise_impl,
             "gemm_peak_fraction": k.gemm_peak_fraction, "fp8_recipe": k.fp8_recipe,
             "tp_overlap_rule": k.tp_overlap_rule, "grouped_fraction": k.grouped_fraction,
             "grouped_gemm": k.grouped_impl, "moe_dispatcher": k.dispatch.family,
-            "norm_passes": k.norm_passes, "rope_passes": k.rope_passes, "activation_passes": k.act_passes}
+            "norm_passes": k.norm_passes, "rope_passes": k.rope_passes, "activation_passes": k.act_passes,
+            **({"measured_gemm_shapes": shapes} if shapes else {})}
 
 
 def as_float(x: Any) -> float:

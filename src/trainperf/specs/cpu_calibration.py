@@ -147,6 +147,37 @@ class MeasuredAttention:
 
 
 @dataclass(frozen=True)
+class MeasuredGemm:
+    """One GEMM of a run's layers timed on this CPU as training runs it: the forward
+    ``(m x k) @ (k x n)`` and its two backward GEMMs (the input's gradient ``(m x n) @ (n x k)``
+    and the weight's ``(k x m) @ (m x n)``), ``6 m k n`` FLOPs in all, median of several timed
+    batches (:func:`trainperf.measure.kernel_calibration.gemm_rates`). A CPU's GEMM speed
+    depends on the shape far more than a GPU's shape law allows (at 2 threads here a
+    ``128 x 256 x 256`` GEMM runs at 0.50 TFLOP/s, a ``2048 x 256 x 256`` one at 0.85): the
+    predictor prices a run's GEMMs from the measured shapes nearest theirs."""
+
+    m: int
+    """Rows: the tokens of a micro-batch (a routed expert's share of them)."""
+    k: int
+    """The weight's input features."""
+    n: int
+    """The weight's output features."""
+    tflops: float
+    """Forward plus backward FLOPs over their seconds, TFLOP/s."""
+    groups: int = 0
+    """0: one weight's GEMMs. Else the routed experts' grouped GEMM as the bench runs it: ``groups``
+    local experts of ``m`` rows each, through ``torch._grouped_mm`` (a loop of matmuls where it
+    does not run) under autograd, the fp32 master weights cast to the run's dtype and their
+    gradient cast back included (an expert's weights are large beside its share of the tokens)."""
+
+    def __post_init__(self) -> None:
+        for name, most in (("m", 1 << 30), ("k", 1 << 24), ("n", 1 << 24), ("tflops", 1e4)):
+            _positive("kernels.gemms", name, getattr(self, name), most)
+        if isinstance(self.groups, bool) or not isinstance(self.groups, int) or not 0 <= self.groups <= 1 << 20:
+            raise ValueError(f"kernels.gemms.groups={self.groups!r} must be an integer in [0, 1048576]")
+
+
+@dataclass(frozen=True)
 class MeasuredWidth:
     """The per-layer figures of :class:`MeasuredKernels` measured on a model of one width: the
     host cost per operator at a few tokens and the elementwise rate both change with it (a
@@ -171,7 +202,7 @@ class MeasuredWidth:
 
 @dataclass(frozen=True)
 class MeasuredKernels:
-    """What a training step runs besides GEMMs, timed on this CPU in one dtype (the bench
+    """What a training step runs, timed on this CPU in one dtype (the bench
     measures it: :mod:`trainperf.measure.calibrate`)."""
 
     elementwise_GB_per_s: float
@@ -205,6 +236,9 @@ class MeasuredKernels:
     model charges them (``OPTIMIZER_BYTES_PER_PARAM`` per parameter): the rate carries what the
     kernels do beside moving bytes (:func:`trainperf.measure.kernel_calibration.optimizer_GB_per_s`);
     None: not measured (caches written before 2026-11-28)."""
+    gemms: tuple[MeasuredGemm, ...] = ()
+    """The GEMM shapes runs measured, forward and backward (the most recent ``_MAX_GEMMS``; none in
+    caches written before 2026-11-29: the shape law prices them then)."""
 
     def __post_init__(self) -> None:
         _positive("kernels", "elementwise_GB_per_s", self.elementwise_GB_per_s, 1e5)
@@ -219,6 +253,8 @@ class MeasuredKernels:
             a if isinstance(a, MeasuredAttention) else MeasuredAttention(**a) for a in self.attention))
         object.__setattr__(self, "widths", tuple(
             w if isinstance(w, MeasuredWidth) else MeasuredWidth(**w) for w in self.widths))
+        object.__setattr__(self, "gemms", tuple(
+            g if isinstance(g, MeasuredGemm) else MeasuredGemm(**g) for g in self.gemms))
 
     def at_width(self, hidden: float) -> MeasuredWidth:
         """The figures measured at the width nearest ``hidden`` (in log2), or the all-width means

@@ -4,7 +4,8 @@ A GPU's kernel physics comes from published microbenchmarks; a CPU's from the ca
 (:mod:`trainperf.specs.cpu_calibration`), where the bench keeps what it measured with the
 threads each of its processes gets (:func:`~trainperf.specs.cpu_calibration.threads_per_process`
 of the workload's ``devices_per_node``): SDPA's forward and backward efficiency at the lengths
-runs used (:mod:`trainperf.measure.kernel_calibration`), the eager elementwise rate, the host
+runs used (:mod:`trainperf.measure.kernel_calibration`), the GEMMs of the runs' layers at their
+shapes (forward and backward), the eager elementwise rate, the host
 cost per operator with the operators a layer runs (those three measured at the width nearest the
 model's), the optimizer step's rate, and gloo's latency and bus bandwidth per
 collective kind between the run's processes (:mod:`trainperf.measure.collective_calibration`).
@@ -55,6 +56,10 @@ class CpuPhysics:
     """Operators an MoE layer runs forward, a third of those forward and backward (0: not counted)."""
     optimizer_bytes_per_s: float = 0.0
     """The optimizer step's rate, bytes as the step model charges them (0: not measured)."""
+    gemms: tuple[tuple[float, float, float, float], ...] = ()
+    """The GEMM shapes the bench timed, forward and backward: ``(m, n, k, FLOP/s)`` (none: not measured)."""
+    grouped_gemms: tuple[tuple[float, float, float, float], ...] = ()
+    """The routed experts' grouped GEMMs the bench timed, as :attr:`gemms` (``m``: rows per expert)."""
 
 
 def physics(w: Any) -> CpuPhysics | None:
@@ -83,7 +88,13 @@ def _physics(threads: int, precision: str, link_GB_per_s: float, hidden: int, _s
     return CpuPhysics(_curves(k.attention), at.elementwise_GB_per_s * 1e9, at.op_overhead_us, at.ops_per_layer / 3.0,
                       _link(cal.collectives.get(precision, {}), link_GB_per_s), source,
                       (k.fsdp_module_us or 0.0) * 1e-6, (k.tp_module_us or 0.0) * 1e-6,
-                      (at.moe_ops_per_layer or 0.0) / 3.0, (k.optimizer_GB_per_s or 0.0) * 1e9)
+                      (at.moe_ops_per_layer or 0.0) / 3.0, (k.optimizer_GB_per_s or 0.0) * 1e9,
+                      _gemms(k.gemms, grouped=False), _gemms(k.gemms, grouped=True))
+
+
+def _gemms(measured: tuple[cc.MeasuredGemm, ...], grouped: bool) -> tuple[tuple[float, float, float, float], ...]:
+    """``(m, n, k, FLOP/s)`` of the measured single (or grouped) GEMMs."""
+    return tuple((float(g.m), float(g.n), float(g.k), g.tflops * 1e12) for g in measured if bool(g.groups) == grouped)
 
 
 def _curves(points: tuple[cc.MeasuredAttention, ...]) -> tuple[tuple[int, ...], tuple[dict[bool, Any], ...]] | None:

@@ -23,6 +23,7 @@ device time or its launch time, whichever is longer, blended smoothly.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -177,10 +178,50 @@ class GemmSpeed:
     hbm_bytes_per_s: Num
     elem_bytes: Num
     """Bytes per operand element (1 under fp8)."""
+    table: tuple[tuple[float, float, float, float], ...] = ()
+    """Measured shapes (:attr:`~.layout.KernelPhysics.gemm_table`); empty: the shape law alone."""
+    grouped_table: tuple[tuple[float, float, float, float], ...] = ()
+    """Measured grouped GEMMs (:attr:`~.layout.KernelPhysics.grouped_table`)."""
 
     def time_s(self, m: Num, n: Num, k: Num, scale: Num = 1.0) -> Num:
+        return self._time_s(m, n, k, scale, self.table)
+
+    def grouped_time_s(self, m: Num, n: Num, k: Num, scale: Num = 1.0) -> Num:
+        """One routed expert's ``(m x k) @ (k x n)`` in the stack's grouped GEMM: the measured grouped
+        shapes where there are, else the dense GEMM's speed times ``scale`` (the grouped fraction)."""
+        return self._time_s(m, n, k, scale, self.grouped_table or self.table)
+
+    def _time_s(self, m: Num, n: Num, k: Num, scale: Num, table: tuple[tuple[float, float, float, float], ...]) -> Num:
+        if table:
+            eff = self.efficiency * scale * measured_efficiency(m, n, k, table, self.half_dim)
+            return matmul_time_s(m, n, k, self.peak_flops, eff, 0.0, self.hbm_bytes_per_s, self.elem_bytes)
         return matmul_time_s(m, n, k, self.peak_flops, self.efficiency * scale, self.half_dim,
                              self.hbm_bytes_per_s, self.elem_bytes)
+
+
+def measured_efficiency(m: Num, n: Num, k: Num, table: tuple[tuple[float, float, float, float], ...],
+                        half_dim: Num) -> Num:
+    """Fraction of the peak an ``(m x k) @ (k x n)`` GEMM runs at, forward and backward, where
+    shapes were timed (``table`` of ``(m, n, k, fraction)``): the fraction of the shape nearest it
+    (distance in log2 of each dimension), times the shape law's ratio between the two
+    (:func:`shape_factor` at ``half_dim``), so that a shape far from every timed one still moves
+    the way the law says. A CPU's GEMM speed depends on the shape far more than the law's one
+    half-dimension allows (``trainperf.specs.cpu_calibration.MeasuredGemm``)."""
+    def law(a: Num, b: Num, c: Num) -> Num:
+        return shape_factor(a, half_dim) * shape_factor(b, half_dim) * shape_factor(c, half_dim)
+
+    def log2(x: Num) -> Num:
+        return vec.log2(vec.maximum(x, 1.0))
+
+    best_d: Num = float("inf")
+    best_eff: Num = 1.0
+    here = law(m, n, k)
+    for tm, tn, tk, frac in table:
+        d = (log2(m) - math.log2(tm)) ** 2 + (log2(n) - math.log2(tn)) ** 2 + (log2(k) - math.log2(tk)) ** 2
+        eff = frac * here / law(tm, tn, tk)
+        closer = d < best_d
+        best_eff, best_d = vec.where(closer, eff, best_eff), vec.where(closer, d, best_d)
+    return best_eff
 
 
 def gemm_speed(lay: Layout, kn: KnobValues) -> GemmSpeed:
@@ -189,7 +230,8 @@ def gemm_speed(lay: Layout, kn: KnobValues) -> GemmSpeed:
     k, fp8 = lay.kernels, lay.run.fp8
     share = vec.where(fp8, kn.fp8_matmul_fraction, kn.matmul_fraction)
     return GemmSpeed(lay.device.peak_flops, k.gemm_peak_fraction * share / k.fp8_recipe_factor, k.gemm_half_dim,
-                     lay.device.hbm_bytes_per_s, vec.where(fp8, 1.0, lay.run.act_bytes))
+                     lay.device.hbm_bytes_per_s, vec.where(fp8, 1.0, lay.run.act_bytes), k.gemm_table,
+                     k.grouped_table)
 
 
 def _local_shape(lay: Layout, mat: Matmul, deg: Num) -> tuple[Num, Num]:
@@ -238,7 +280,7 @@ def _moe_gemms(lay: Layout, st: Stage, g: GemmSpeed) -> tuple[Num, Num, Num, Num
     for mat, redo, redo_sh in zip(ms.expert_mats, rc.expert, rc.shared, strict=True):
         n, k = _local_shape(lay, mat, m.etp)
         n_s, k_s = _local_shape(lay, mat, m.tp)
-        te = g.time_s(m_e, n, k, lay.kernels.grouped_fraction)
+        te = g.grouped_time_s(m_e, n, k, lay.kernels.grouped_fraction)
         ts = ms.moe_shared * g.time_s(st.m_tok, n_s, k_s)
         t_exp, t_rec = t_exp + te, t_rec + redo * te
         t_sh, t_sh_rec = t_sh + ts, t_sh_rec + redo_sh * ts
@@ -481,9 +523,11 @@ def head_times(lay: Layout, st: Stage, kn: KnobValues, g: GemmSpeed) -> HeadTime
     :data:`LOSS_BYTES_PER_LOGIT`)."""
     ms, d, train = lay.model, lay.device, lay.run.trainable_fraction
     head_16 = lay.run.fp8 & HEAD_16BIT_UNDER_FP8
-    eff = vec.where(head_16, lay.kernels.head_gemm_peak_fraction * kn.matmul_fraction, g.efficiency)
-    gemm = matmul_time_s(st.m_tok, ms.vocab / lay.mesh.tp, ms.hidden, vec.where(head_16, d.attn_peak_flops, g.peak_flops),
-                         eff, g.half_dim, d.hbm_bytes_per_s, vec.where(head_16, lay.run.act_bytes, g.elem_bytes))
+    n_head = ms.vocab / lay.mesh.tp
+    gemm = vec.where(head_16, matmul_time_s(st.m_tok, n_head, ms.hidden, d.attn_peak_flops,
+                                            lay.kernels.head_gemm_peak_fraction * kn.matmul_fraction, g.half_dim,
+                                            d.hbm_bytes_per_s, lay.run.act_bytes),
+                     g.time_s(st.m_tok, n_head, ms.hidden))
     loss = memory_time_s(st.m_tok * ms.vocab / lay.mesh.tp * lay.kernels.loss_traffic_bytes, d.hbm_bytes_per_s,
                          lay.kernels.elementwise_fraction * kn.memory_bound_fraction)
     launch = 3 * host_s_per_kernel(lay, kn)

@@ -47,7 +47,8 @@ def kernels_of(w: Any) -> KernelPhysics:
 
 def measured_cpu(k: KernelPhysics, w: Any) -> KernelPhysics:
     """``k`` with what the bench measured on this CPU for workload ``w`` (:mod:`trainperf.predict.kernels.cpu`): the
-    attention curves, the eager elementwise rate (its extra passes included: one pass each), the
+    attention curves, the GEMMs at the shapes runs timed, the eager elementwise rate (its extra
+    passes included: one pass each), the
     operators a layer runs, the optimizer step's rate, gloo's collectives; operators' host cost
     adds to their compute."""
     phys = k_cpu.physics(w)
@@ -62,6 +63,12 @@ def measured_cpu(k: KernelPhysics, w: Any) -> KernelPhysics:
                        fsdp_module_s=phys.fsdp_module_s, tp_module_s=phys.tp_module_s,
                        moe_ops_per_layer_fwd=phys.moe_ops_per_layer_fwd,
                        optimizer_bytes_per_s=phys.optimizer_bytes_per_s)
+    if phys.gemms:
+        # the measured rates carry the whole efficiency: the shape law's best fraction stands down
+        peak = w.hardware.sustained_peak_flops(gemm_dtype(w.precision))
+        changes.update(gemm_table=tuple((m, n, kk, rate / peak) for m, n, kk, rate in phys.gemms),
+                       grouped_table=tuple((m, n, kk, rate / peak) for m, n, kk, rate in phys.grouped_gemms),
+                       gemm_peak_fraction=1.0, head_gemm_peak_fraction=1.0, grouped_fraction=1.0)
     if phys.link is not None:
         changes["link_up"] = phys.link
     return dataclasses.replace(k, **changes)

@@ -294,6 +294,15 @@ class KernelPhysics:
     """Measured attention curves replacing the kernel tables' (this CPU's, :mod:`trainperf.predict.kernels.cpu`)."""
     host_bound: bool = False
     """Operators' host cost adds to their compute instead of hiding behind it (a CPU)."""
+    gemm_table: tuple[tuple[float, float, float, float], ...] = ()
+    """GEMMs timed on this device at given shapes, forward and backward: ``(m, n, k, fraction of
+    the peak)`` (a CPU's calibration); a GEMM is priced at its nearest measured shape's fraction,
+    scaled by the shape law between the two (:func:`~trainperf.predict.step_model.compute.measured_efficiency`);
+    empty: the shape law alone."""
+    grouped_table: tuple[tuple[float, float, float, float], ...] = ()
+    """The routed experts' grouped GEMMs timed as :attr:`gemm_table` (``m``: rows per expert, the
+    fraction over all of them, the stack's grouped implementation's cost included); empty: the
+    dense GEMMs' at :attr:`grouped_fraction`."""
     fsdp_module_s: Num = 0.0
     """Host seconds FSDP2 adds per sharded module and step where the host computes (a CPU's, measured)."""
     tp_module_s: Num = 0.0
