@@ -26,6 +26,10 @@ from trainperf.specs.presets import model_ids
     ("Moonshot AI Kimi-K2-Instruct", "kimi-k2"),
     ("OpenAI gpt-oss-120b", "gpt-oss-120b"),
     ("Qwen2-7B", "qwen2.5-7b"),
+    ("Llama 4 Scout 17B-16E", "llama4-scout"),
+    ("meta-llama/Llama-4-Maverick-17B-128E-Instruct", "llama4-maverick"),
+    ("Qwen3-235B", "qwen3-235b-a22b"),
+    ("NVIDIA Llama-3.1-Nemotron-70B-Instruct", "llama3.1-70b"),
 ])
 def test_names_as_written_read_as_their_preset(name, preset):
     match = preset_for_name(name)
@@ -43,6 +47,9 @@ def test_a_name_spelled_as_the_id_needs_no_explanation():
     "Mistral-7B-v0.3",  # no sliding window and a larger vocabulary than the v0.1 preset
     "DeepSeek-V3.2",  # sparse attention: not DeepSeek-V3's network
     "Gemma 2 2B",
+    "Llama 4 Scout 17B-128E",  # Scout has 16 experts: the tag names another network
+    "Llama 4 Maverick 40B-128E",  # Maverick has 17B active
+    "Qwen3-236B",  # no Qwen3 MoE of that total size
     "Llama 3.1 8B LoRA-merged 13B",
     "",
 ])

@@ -3,7 +3,8 @@
 Tables and logs name models as their authors write them: "Llama 3.1 405B", a Hugging Face repo
 id ("meta-llama/Llama-3.1-8B-Instruct"), with the vendor in front ("Mistral AI Mixtral 8x22B"),
 with a release tag ("Qwen3-30B-A3B-Instruct-2507", "DeepSeek-V3-0324"), or by a later release
-of the same network ("Llama 3.3 70B", "DeepSeek-R1"). :func:`preset_for_name` reads such a name
+of the same network ("Llama 3.3 70B", "DeepSeek-R1"), an MoE by its active size and expert count
+("Llama 4 Scout 17B-16E") or by its total size alone ("Qwen3-235B"). :func:`preset_for_name` reads such a name
 as a preset id, and says how when the name is not the id itself. It only removes what does not
 change the network (the organisation, the vendor, a fine-tuning or date tag, the size after a
 name that already fixes it) and maps releases whose published config has the same shapes
@@ -25,6 +26,8 @@ SAME_ARCHITECTURE: dict[str, tuple[str, str]] = {
                    "(deepseek-ai/DeepSeek-R1) has DeepSeek-V3's shapes"),
     "deepseekv31": ("deepseek-v3", "DeepSeek-V3.1's config.json (deepseek-ai/DeepSeek-V3.1) has "
                     "DeepSeek-V3's shapes"),
+    "llama31nemotron70b": ("llama3.1-70b", "NVIDIA's Llama-3.1-Nemotron-70B is Llama 3.1 70B Instruct fine-tuned; "
+                           "its config.json (nvidia/Llama-3.1-Nemotron-70B-Instruct-HF) has Llama 3.1 70B's shapes"),
     "qwen27b": ("qwen2.5-7b", "Qwen2-7B's config.json (Qwen/Qwen2-7B) has Qwen2.5-7B's shapes"),
     "qwen272b": ("qwen2.5-72b", "Qwen2-72B's config.json (Qwen/Qwen2-72B) has Qwen2.5-72B's shapes"),
     "mistral7bv01": ("mistral-7b", "the preset is Mistral-7B-v0.1"),
@@ -82,6 +85,11 @@ def _forms(name: str) -> list[tuple[str, str | None, str | None]]:
     if untagged != text:
         forms.append((untagged, f"without the release tag '{text[len(untagged):].strip(' _.-')}'", None))
         text = untagged
+    experts = re.search(r"[\s_-]+(\d+(?:\.\d+)?)b[\s_-]*(\d+)e$", text)
+    if experts:  # "Llama 4 Scout 17B-16E": the active size and the expert count
+        forms.append((text[:experts.start()], f"{MOE_TAG_DROPPED} {text[experts.start():].strip(' _-')}",
+                      f"{experts.group(1)}b-{experts.group(2)}e"))
+        return forms
     unsized = re.sub(r"[\s_-]+\d+(?:\.\d+)?\s*[bm]$", "", text)
     if unsized != text:  # "DeepSeek-V3 671B": a name that already fixes the size
         size = text[len(unsized):].strip(" _-")
@@ -90,18 +98,35 @@ def _forms(name: str) -> list[tuple[str, str | None, str | None]]:
 
 
 SIZE_DROPPED = "without its stated size"
+MOE_TAG_DROPPED = "without its active size and expert count"
+ACTIVE_FORM = re.compile(r"a\d+(?:\.\d+)?b")
+"""The active-parameter part of an MoE preset id ("qwen3-235b-a22b")."""
 SIZE_TOLERANCE = 0.1
 """How far a preset's parameter count may be from the size a name states when the name is read
 without it: "Grok-1 314B" is grok-1 (316.5B), "GPT-2 1.5B" is not gpt2 (124M)."""
 
 
 def _size_agrees(preset: str, size: str) -> bool:
-    """The preset's parameter count is within :data:`SIZE_TOLERANCE` of ``size`` ("314b", "1.5b")."""
+    """The preset's parameter count is within :data:`SIZE_TOLERANCE` of ``size`` ("314b", "1.5b");
+    for an MoE tag ("17b-16e"), its active count is, and it has that many routed experts."""
     from trainperf.specs.presets import get_model
 
+    spec = get_model(preset)
+    moe = re.fullmatch(r"(\d+(?:\.\d+)?)b-(\d+)e", size)
+    if moe:
+        return spec.moe_experts == int(moe.group(2)) and \
+            abs(spec.active_params / (float(moe.group(1)) * 1e9) - 1.0) <= SIZE_TOLERANCE
     m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([bm])", size)
     stated = float(m.group(1)) * (1e9 if m.group(2) == "b" else 1e6) if m else None
-    return stated is not None and abs(get_model(preset).total_params / stated - 1.0) <= SIZE_TOLERANCE
+    return stated is not None and abs(spec.total_params / stated - 1.0) <= SIZE_TOLERANCE
+
+
+def _with_active_size(key: str, ids: dict[str, str]) -> str | None:
+    """The one MoE preset whose id is ``key`` followed by an active size ("qwen3235b" ->
+    qwen3-235b-a22b): a name giving the total size alone, which fixes the network when one
+    preset of that family has it."""
+    found = [pid for k, pid in ids.items() if k.startswith(key) and ACTIVE_FORM.fullmatch(k[len(key):])]
+    return found[0] if len(found) == 1 and re.search(r"\d+b$", key) else None
 
 
 def preset_for_name(name: str) -> NameMatch | None:
@@ -113,6 +138,8 @@ def preset_for_name(name: str) -> NameMatch | None:
             hows.append(how)
         key = _key(form)
         preset, why = (ids[key], None) if key in ids else SAME_ARCHITECTURE.get(key, (None, None))
+        if preset is None and (active := _with_active_size(key, ids)) is not None:
+            preset, why = active, f"the one preset of that total size ({active})"
         if preset is None or (size is not None and not _size_agrees(preset, size)):
             continue
         return NameMatch(preset, "; ".join([*hows, why] if why else hows) or None)
