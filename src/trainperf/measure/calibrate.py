@@ -72,14 +72,21 @@ def model_gemm_shapes(model, tokens: int) -> tuple[tuple[int, int, int], ...]:
     F -> h) and the LM head (h -> vocab), each as ``(tokens x k) @ (k x n)``, plus the weight
     gradient of the largest (``(k x tokens) @ (tokens x n)``); duplicates removed, largest first.
     """
-    h, hd = model.hidden, model.head_dim
-    ffn = model.ffn_hidden
-    outs = [(h, model.heads * hd), (model.heads * hd, h), (h, model.kv_heads * hd), (h, ffn), (ffn, h),
-            (h, model.vocab)]
+    outs = projection_dims(model)
     shapes = {(tokens, k, n) for k, n in outs if k > 0 and n > 0}
     k, n = max(outs, key=lambda kn: kn[0] * kn[1])
     shapes.add((k, tokens, n))
     return tuple(sorted(shapes, key=lambda s: -s[0] * s[1] * s[2]))
+
+
+def projection_dims(model, tp: int = 1, mlp: bool = True) -> list[tuple[int, int]]:
+    """``(in, out)`` features of a dense block's weights and the LM head on one of ``tp``
+    tensor-parallel ranks: q and o (h <-> heads x head_dim), k and v (h -> kv_heads x head_dim,
+    replicated when there are fewer kv heads than ranks), the MLP's two shapes (``mlp``) and the
+    head's vocabulary shard."""
+    h, hd = model.hidden, model.head_dim
+    q, kv, f = model.heads * hd // tp, max(model.kv_heads // tp, 1) * hd, model.ffn_hidden // tp
+    return [(h, q), (q, h), (h, kv), *([(h, f), (f, h)] if mlp else []), (h, max(model.vocab // tp, 1))]
 
 
 def _sync(device: str) -> None:

@@ -121,22 +121,20 @@ def layer_gemm_shapes(workload) -> tuple[tuple[int, int, int], ...]:
     vocabulary too, the router over the experts, a routed expert's ``tokens x topk x ep / experts``
     rows (a balanced load) split ``etp`` ways, the shared experts as an MLP, LoRA's rank-``r``
     adapters on the hidden width."""
+    from trainperf.measure.calibrate import projection_dims
+
     m, plan = workload.model, workload.plan
     tokens = max(1, workload.micro_batch * workload.seq_len // plan.cp)
-    tp, hd = plan.tp, m.head_dim or m.hidden // m.heads
     h = m.hidden
-    q, kv = m.heads * hd // tp, max(m.kv_heads // tp, 1) * hd
-    shapes = {(tokens, h, q), (tokens, q, h), (tokens, h, kv), (tokens, h, max(m.vocab // tp, 1))}
-    mlps = [] if m.moe_experts and not m.moe_dense_layers else [m.ffn_hidden // tp]
+    dense = projection_dims(m, plan.tp, mlp=not m.moe_experts or bool(m.moe_dense_layers))
+    shapes = {(tokens, k, n) for k, n in dense}
     if m.moe_experts:
-        etp = plan.expert_tp
         rows = max(1, tokens * m.moe_topk * max(plan.ep, 1) // m.moe_experts)
-        f_e = (m.moe_expert_ffn or m.ffn_hidden) // etp
+        f_e = (m.moe_expert_ffn or m.ffn_hidden) // plan.expert_tp
         shapes |= {(tokens, h, m.moe_experts), (rows, h, f_e), (rows, f_e, h)}
         if m.moe_shared_experts:
-            mlps.append(m.moe_shared_experts * (m.moe_expert_ffn or m.ffn_hidden) // tp)
-    for f in mlps:
-        shapes |= {(tokens, h, f), (tokens, f, h)}
+            f = m.moe_shared_experts * (m.moe_expert_ffn or m.ffn_hidden) // plan.tp
+            shapes |= {(tokens, h, f), (tokens, f, h)}
     if workload.lora is not None:
         shapes |= {(tokens, h, workload.lora.rank), (tokens, workload.lora.rank, h)}
     return tuple(sorted(s for s in shapes if min(s) > 0))
