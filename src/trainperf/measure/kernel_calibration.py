@@ -84,23 +84,25 @@ MIN_TIMED_CALLS = 7
 """Fewest timed calls of each figure, however long the calls take."""
 
 
-def _median_s(fn: Callable[[], object], min_time_s: float = 0.15, most: int = 50) -> float:
-    """Median seconds of ``fn`` over repeats lasting ``min_time_s`` in all (at least 7), after
-    :data:`WARMUP_CALLS` untimed calls."""
-    return _medians_s((fn,), min_time_s, most)[0]
+def _median_s(fn: Callable[[], object], min_time_s: float = 0.15, most: int = 50,
+              fewest: int = MIN_TIMED_CALLS) -> float:
+    """Median seconds of ``fn`` over repeats lasting ``min_time_s`` in all (at least ``fewest``),
+    after :data:`WARMUP_CALLS` untimed calls."""
+    return _medians_s((fn,), min_time_s, most, fewest)[0]
 
 
-def _medians_s(fns: tuple[Callable[[], object], ...], min_time_s: float = 0.15, most: int = 50) -> list[float]:
+def _medians_s(fns: tuple[Callable[[], object], ...], min_time_s: float = 0.15, most: int = 50,
+               fewest: int = MIN_TIMED_CALLS) -> list[float]:
     """Median seconds of each of ``fns``, timed in turn (one call of each per round, so that a
     load that comes and goes falls on all alike: a difference of two of them, as the attention
-    backward is, then holds) over rounds lasting ``min_time_s`` in all (at least 7), after
-    :data:`WARMUP_CALLS` untimed calls of each."""
+    backward is, then holds) over rounds lasting ``min_time_s`` in all (at least ``fewest``),
+    after :data:`WARMUP_CALLS` untimed calls of each."""
     for _ in range(WARMUP_CALLS):
         for fn in fns:
             fn()
     times: list[list[float]] = [[] for _ in fns]
     start = time.perf_counter()
-    while len(times[0]) < MIN_TIMED_CALLS or (time.perf_counter() - start < min_time_s and len(times[0]) < most):
+    while len(times[0]) < fewest or (time.perf_counter() - start < min_time_s and len(times[0]) < most):
         for fn, ts in zip(fns, times, strict=True):
             t = time.perf_counter()
             fn()
@@ -109,8 +111,11 @@ def _medians_s(fns: tuple[Callable[[], object], ...], min_time_s: float = 0.15, 
 
 
 GEMM_MIN_TIME_S = 0.04
-"""Seconds each GEMM shape is timed for (at least :data:`MIN_TIMED_CALLS` calls): a run has a
-handful of shapes, so they cost a fraction of a second together."""
+"""Seconds each GEMM shape is timed for: a run has a handful of shapes, so they cost a fraction of
+a second together."""
+GEMM_FEWEST_CALLS = 3
+"""Fewest timed calls of a GEMM shape: a GEMM's time varies little from call to call, and a large
+model's take a second each on a CPU (7 calls of 6 shapes would add a minute to its run)."""
 
 
 def layer_gemm_shapes(workload) -> tuple[tuple[int, int, int], ...]:
@@ -155,7 +160,7 @@ def gemm_rates(shapes: tuple[tuple[int, int, int], ...], dtype: torch.dtype) -> 
             torch.matmul(dy, w.t(), out=dx)
             torch.matmul(x.t(), dy, out=dw)
 
-        seconds = _median_s(step, min_time_s=GEMM_MIN_TIME_S)
+        seconds = _median_s(step, min_time_s=GEMM_MIN_TIME_S, fewest=GEMM_FEWEST_CALLS)
         out.append(MeasuredGemm(m=m, k=k, n=n, tflops=round(6.0 * m * k * n / max(seconds, 1e-9) / 1e12, 5)))
     return tuple(out)
 
@@ -190,7 +195,7 @@ def grouped_rates(workload, dtype: torch.dtype) -> tuple[MeasuredGemm, ...]:
                 [x[e * rows:(e + 1) * rows] @ wd[e] for e in range(local)])
             y.backward(dy)
 
-        seconds = _median_s(step, min_time_s=GEMM_MIN_TIME_S)
+        seconds = _median_s(step, min_time_s=GEMM_MIN_TIME_S, fewest=GEMM_FEWEST_CALLS)
         out.append(MeasuredGemm(m=rows, k=k, n=n, groups=local,
                                 tflops=round(6.0 * local * rows * k * n / max(seconds, 1e-9) / 1e12, 5)))
     return tuple(out)
