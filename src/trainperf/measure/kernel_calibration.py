@@ -129,13 +129,12 @@ def layer_gemm_shapes(workload) -> tuple[tuple[int, int, int], ...]:
     from trainperf.measure.calibrate import projection_dims
 
     m, plan = workload.model, workload.plan
-    tokens = max(1, workload.micro_batch * workload.seq_len // plan.cp)
+    tokens = _tokens(workload)
     h = m.hidden
     dense = projection_dims(m, plan.tp, mlp=not m.moe_experts or bool(m.moe_dense_layers))
     shapes = {(tokens, k, n) for k, n in dense}
     if m.moe_experts:
-        rows = max(1, tokens * m.moe_topk * max(plan.ep, 1) // m.moe_experts)
-        f_e = (m.moe_expert_ffn or m.ffn_hidden) // plan.expert_tp
+        _, rows, f_e = _routed(workload)
         shapes |= {(tokens, h, m.moe_experts), (rows, h, f_e), (rows, f_e, h)}
         if m.moe_shared_experts:
             f = m.moe_shared_experts * (m.moe_expert_ffn or m.ffn_hidden) // plan.tp
@@ -143,6 +142,21 @@ def layer_gemm_shapes(workload) -> tuple[tuple[int, int, int], ...]:
     if workload.lora is not None:
         shapes |= {(tokens, h, workload.lora.rank), (tokens, workload.lora.rank, h)}
     return tuple(sorted(s for s in shapes if min(s) > 0))
+
+
+def _tokens(workload) -> int:
+    """Tokens of a micro-batch on one rank: ``micro_batch x seq_len / cp``."""
+    return max(1, workload.micro_batch * workload.seq_len // workload.plan.cp)
+
+
+def _routed(workload) -> tuple[int, int, int]:
+    """(local experts, rows each at a balanced load, their width) of an MoE workload's routed
+    experts on one rank: ``experts / ep``, ``tokens x topk x ep / experts``, the expert MLP's
+    width over ``etp``."""
+    m, plan = workload.model, workload.plan
+    ep = max(plan.ep, 1)
+    return (max(1, m.moe_experts // ep), max(1, _tokens(workload) * m.moe_topk * ep // m.moe_experts),
+            max(1, (m.moe_expert_ffn or m.ffn_hidden) // plan.expert_tp))
 
 
 def gemm_rates(shapes: tuple[tuple[int, int, int], ...], dtype: torch.dtype) -> tuple[MeasuredGemm, ...]:
@@ -173,13 +187,10 @@ def grouped_rates(workload, dtype: torch.dtype) -> tuple[MeasuredGemm, ...]:
     :class:`~trainperf.specs.cpu_calibration.MeasuredGemm`)."""
     from trainperf.measure.moe import grouped_mm, grouped_mm_runs
 
-    m, plan = workload.model, workload.plan
+    m = workload.model
     if not m.moe_experts:
         return ()
-    local = max(1, m.moe_experts // max(plan.ep, 1))
-    tokens = max(1, workload.micro_batch * workload.seq_len // plan.cp)
-    rows = max(1, tokens * m.moe_topk * max(plan.ep, 1) // m.moe_experts)
-    f_e = max(1, (m.moe_expert_ffn or m.ffn_hidden) // plan.expert_tp)
+    local, rows, f_e = _routed(workload)
     grouped = grouped_mm_runs(torch.device("cpu"), dtype)[0]
     offs = torch.arange(1, local + 1, dtype=torch.int32) * rows
     out = []
