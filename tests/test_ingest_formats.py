@@ -280,3 +280,90 @@ def test_modded_nanogpt_steps_from_cumulative_train_time(tmp_path):
     assert [steps[i].step_time_s for i in range(2, 11)] == pytest.approx([0.07] * 9)
     assert 11 not in steps and steps[12].step_time_s == pytest.approx(0.08) and steps[12].loss == 6.9
     assert steps[14].step_time_s == pytest.approx(0.08)  # 160 ms over two steps
+
+
+LLMC_TABLE = """+-----------------------+----------------------------------------------------+
+| Parameter             | Value                                              |
++-----------------------+----------------------------------------------------+
+| micro batch size B    | 16                                                 |
+| sequence length T     | 1024                                               |
+| total batch size      | 131072                                             |
+| precision             | BF16                                               |
+| device                | NVIDIA H100 80GB HBM3                              |
+| peak TFlops           | 989.5                                              |
+| num_layers L          | 12                                                 |
+| num_heads NH          | 12                                                 |
+| channels C            | 768                                                |
+| padded_vocab_size Vp  | 50304                                              |
+| num_processes         | 8                                                  |
++-----------------------+----------------------------------------------------+
+"""
+
+
+@pytest.mark.parametrize("layout", [
+    "step {i:4d}/18865 | loss 10.5{i} (+1.2z)| norm 1.0 (+0.1z)| lr 1.00e-04 | {ms} ms | 40.1% bf16 MFU | {tps} tok/s",
+    "step {i:4d}/18865 | train loss 10.5{i} | norm 1.0 | lr 1.00e-04 | {ms} ms | 40.1% bf16 MFU | {tps} tok/s",
+    "step {i}/74: train loss 10.5{i} (acc 10.5{i}) ({ms} ms, {tps} tok/s)",
+])
+def test_llmc_step_layouts(tmp_path, layout):
+    """llm.c's three step-line layouts: the step's own milliseconds; its tokens from the printed
+    global tok/s (rounded to a whole number) times the seconds, taken to the nearest multiple of
+    64: 131072 tokens in 0.32768 s is 400,000 tok/s, printed as 400000 or (at 0.33 s) 397188."""
+    rows = [(1, "327.68", "400000"), (2, "330.00", "397188"), (3, "327.68", "400000")]
+    log = tmp_path / "llmc.log"
+    log.write_text("\n".join(layout.format(i=i, ms=ms, tps=tps) for i, ms, tps in rows) + "\n")
+    parsed = parse_log(log)
+    assert parsed.format == "nanogpt"
+    steps = parsed.run.steps
+    assert [s.step for s in steps] == [1, 2, 3]
+    assert [s.step_time_s for s in steps] == pytest.approx([0.32768, 0.33, 0.32768])
+    assert [s.tokens for s in steps] == [131072] * 3
+    assert steps[0].loss == pytest.approx(10.51) and steps[0].claimed_tokens_per_s == 400000.0
+
+
+def test_llmc_table_gives_the_gpt2_workload(tmp_path, capsys):
+    """The configuration table names the model, batch, devices and GPU; GPT-2's fixed parts (GeLU
+    MLP of 4 C, tied embeddings) follow from ``channels C``: tokens/s per device = 131072 / 0.32768
+    / 8 = 50,000, MFU claimed as printed."""
+    log = tmp_path / "llmc.log"
+    log.write_text(LLMC_TABLE + "".join(
+        f"step {i:4d}/100 | loss 9.0 (+0.0z)| norm 1.0 (+0.0z)| lr 1e-4 | 327.68 ms | 4.9% bf16 MFU | 400000 tok/s\n"
+        for i in range(1, 6)))
+    out = run_json(capsys, str(log))
+    w = out["workload"]
+    assert "8x h100-sxm" in w and "seq 1024" in w and "global batch 128" in w and "micro batch 16" in w
+    facts = out["log_facts"]
+    assert (facts["layers"], facts["heads"], facts["hidden"], facts["ffn_hidden"]) == (12, 12, 768, 3072)
+    assert facts["mlp"] == "gelu" and facts["tied_embeddings"] is True and facts["vocab"] == 50304
+    assert out["tokens_per_s_per_device"] == pytest.approx(50000.0)
+    assert claim(out, "mfu_pct")["claimed"] == pytest.approx(4.9)
+
+
+def test_llmc_cpu_reference_and_nanogpt_eval_lines(tmp_path):
+    """train_gpt2.c prints ``step N: train loss L (took T ms)``; nanoGPT's evaluation line
+    ``step N: train loss L, val loss V`` has no time and gives no step."""
+    log = tmp_path / "cpu.log"
+    log.write_text("step 0: train loss 5.356189 (took 1452.121000 ms)\nval loss 4.828473\n"
+                   "step 1: train loss 4.301033 (took 1288.673000 ms)\n")
+    assert [(s.step, s.step_time_s) for s in parse_log(log).run.steps] == [(0, 1.452121), (1, 1.288673)]
+    nano = tmp_path / "nano.log"
+    nano.write_text("step 0: train loss 10.9876, val loss 10.9880\n"
+                    "iter 0: loss 10.9712, time 31245.11ms, mfu -100.00%\niter 10: loss 9.5123, time 301.23ms, mfu 45.12%\n")
+    assert [s.step for s in parse_log(nano).run.steps] == [0, 10]
+
+
+def test_nanochat_steps_tokens_and_claims(tmp_path):
+    """nanochat: ``dt`` is the step's time; the tokens are the printed total batch size, else the
+    global tok/sec times dt (1,024,000 x 0.512 s = 524,288); the MFU is per GPU against 989."""
+    lines = [f"step {i:05d}/21400 (0.0{i}%) | loss: 9.{i}00000 | lrm: 1.00 | dt: 512.00ms | tok/sec: 1,024,000 | "
+             f"mfu: 45.70 | total time: 0.0{i}m" for i in range(1, 4)]
+    log = tmp_path / "nanochat.log"
+    log.write_text("\n".join(lines) + "\n")
+    parsed = parse_log(log)
+    assert parsed.format == "nanogpt"
+    steps = parsed.run.steps
+    assert [(s.step, s.step_time_s, s.tokens) for s in steps] == [(i, 0.512, 524288) for i in range(1, 4)]
+    assert steps[0].claimed_mfu_pct == 45.7 and steps[0].claimed_tokens_per_s == 1024000.0
+    assert parsed.facts.values["claimed_peak_tflops"] == 989.0
+    log.write_text("Total batch size 262,144 => gradient accumulation steps: 1\n" + lines[0] + "\n")
+    assert parse_log(log).run.steps[0].tokens == 262144

@@ -98,6 +98,17 @@ def test_megatron_4_args_resolve_the_model():
     assert facts["precision"] == "fp16" and facts["global_batch"] == 1024
 
 
+def test_megatron_4_peak_memory_is_the_busiest_ranks(capsys):
+    """report_memory on 63 ranks, MiB; counted by hand: the largest ``max allocated`` is 17504.846
+    (``grep -o 'max allocated: [0-9.]*' | sort -t: -k2 -g | tail -1``), the largest ``max
+    reserved`` 24460.0."""
+    facts = parse_log(REAL / "megatron_4.log").facts.values
+    assert facts["memory_peak_GiB"] == pytest.approx(17504.84619140625 / 1024)
+    assert facts["memory_reserved_peak_GiB"] == pytest.approx(24460.0 / 1024)
+    assert main(["parse", str(REAL / "megatron_4.log"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["memory_max_GiB"] == pytest.approx(17.0946, abs=1e-4)
+
+
 def test_maxtext_claims_and_device_count():
     parsed = parse_log(REAL / "maxtext_1.log")
     assert parsed.facts.values["num_devices"] == 4 and parsed.facts.values["seq_len"] == 2048

@@ -287,8 +287,16 @@ def _loss_last(run: RunRecord) -> float | None:
 
 
 def _memory_max(run: RunRecord) -> float | None:
+    """The largest memory a step reports, else the run-level peak a parsed log prints apart from
+    its steps (Megatron's ``report_memory``: ``memory_peak_GiB`` among the record's log facts)."""
     steps = run.steps
     if isinstance(steps, StepColumns) and steps.lazy:
         vals = steps.values("memory_GiB")
-        return float(max(vals)) if len(vals) else None
-    return max((s.memory_GiB for s in steps if s.memory_GiB is not None), default=None)
+        if len(vals):
+            return float(max(vals))
+    else:
+        peak = max((s.memory_GiB for s in steps if s.memory_GiB is not None), default=None)
+        if peak is not None:
+            return peak
+    logged = run.meta.get("log_facts", {}).get("memory_peak_GiB")
+    return float(logged) if isinstance(logged, int | float) else None

@@ -313,7 +313,8 @@ def _print_workload(o: dict[str, Any]) -> None:
 
 
 def _print_summary(o: dict[str, Any]) -> None:
-    """trainperf's own figures: step time, tokens/s, TFLOP/s and MFU, the peak, the last loss."""
+    """trainperf's own figures: step time, tokens/s, TFLOP/s and MFU, the peak, the last loss, and
+    the largest device memory the log reports where it reports one."""
     rows = [
         ("step time median (s)", fmt(o["step_time_median_s"])),
         ("step time p10 / p90 (s)", f"{fmt(o['step_time_p10_s'])} / {fmt(o['step_time_p90_s'])}"),
@@ -326,6 +327,8 @@ def _print_summary(o: dict[str, Any]) -> None:
          (o["peak_source"] or "-")),
         ("loss (last)", fmt(o["loss_last"])),
     ]
+    if o["memory_max_GiB"] is not None:
+        rows.append(("peak memory per device (GiB)", fmt(o["memory_max_GiB"])))
     print(table(rows, ["summary (trainperf)", "value"], wrap=WRAP_COLUMN + 14))
 
 

@@ -56,6 +56,12 @@ WORKLOAD_FACTS: dict[str, str] = {
 }
 
 
+MEMORY_PEAK = "memory_peak_GiB"
+"""The log-level fact of the largest peak of allocated device memory a log reports outside its
+step lines (Megatron's ``report_memory``), over every rank that printed one."""
+MEMORY_RESERVED_PEAK = "memory_reserved_peak_GiB"
+"""The same for the allocator's reserved memory."""
+
 QUOTE_CHARS = 100
 """The longest quote of a log line in a fact's origin."""
 
@@ -147,6 +153,17 @@ class ParseState:
 
     def fact(self, key: str, value: Any, line: str, *, overwrite: bool = False) -> None:
         self.facts.set(key, value, self.line_no, line, overwrite=overwrite)
+        self.used = True
+
+    def peak_memory(self, key: str, GiB: float | None, line: str) -> None:
+        """Keep the largest of the run-level memory peaks a log prints outside its step lines
+        (``key``: :data:`MEMORY_PEAK` or :data:`MEMORY_RESERVED_PEAK`, in GiB), with the line it
+        came from: the busiest rank's peak is the one that must fit."""
+        if GiB is None or not math.isfinite(GiB) or GiB <= 0:
+            return
+        old = self.facts.values.get(key)
+        if old is None or GiB > old:
+            self.facts.set(key, GiB, self.line_no, line, overwrite=True)
         self.used = True
 
     def cut(self, line: str) -> None:

@@ -14,7 +14,13 @@ samples per second: S | TFLOPs: F |``, per GPU) is read too. Facts come from the
 
 Megatron-DeepSpeed (BLOOM) prints the time in seconds (``elapsed time per iteration (s):
 106.46 |``), ``lm-loss:`` in some versions, ``consumed tokens:`` (tokens / samples gives the
-sequence length) and a ``[default7]:`` rank prefix (stripped by the pipeline). The per-line
+sequence length) and a ``[default7]:`` rank prefix (stripped by the pipeline).
+
+``report_memory`` prints, once after the first logged iteration, on every rank whose
+data-parallel rank is 0 (``[Rank 43] (after 1 iterations) memory (MB) | allocated: A | max
+allocated: M | reserved: R | max reserved: X``, MiB): the largest ``max allocated`` and ``max
+reserved`` over those ranks are the run's peak memory (log facts :data:`~.base.MEMORY_PEAK` and
+:data:`~.base.MEMORY_RESERVED_PEAK`, in GiB), the busiest pipeline stage's. The per-line
 ``global batch size`` is a log fact (the last one seen, after any ramp-up). Every value is read
 up to its ``|``: a line cut inside the time field (``(ms): 9``) is a cut line, not a 0.009 s step.
 
@@ -35,6 +41,8 @@ import re
 from typing import TYPE_CHECKING
 
 from trainperf.ingest.base import (
+    MEMORY_PEAK,
+    MEMORY_RESERVED_PEAK,
     RANK_PREFIX,
     LogParser,
     ParseState,
@@ -81,6 +89,10 @@ _ARGS: dict[str, str] = {
 }
 _FLAG_ARGS = ("bf16", "fp16", "fp8", "swiglu", "group_query_attention", "num_query_groups",
               "untie_embeddings_and_output_weights")
+# report_memory (megatron/training/utils.py): MiB, printed once after the first logged iteration
+# by every rank whose data-parallel rank is 0 (each tensor- and pipeline-parallel rank).
+_MEMORY = re.compile(r"memory \(MB\) \| allocated: [\d.]+ \| max allocated: (\d+\.?\d*) \| reserved: [\d.]+ \| "
+                     r"max reserved: (\d+\.?\d*)\s*$")
 _SIZES = re.compile(r"using world size: (\d+), data-parallel size: (\d+), context-parallel size: (\d+),"
                     r" tensor-model-parallel size: (\d+), pipeline-model-parallel size: (\d+)")
 
@@ -102,7 +114,7 @@ class MegatronParser(LogParser):
     description = ("Megatron-LM / Megatron-DeepSpeed: 'iteration N/ M | ... | elapsed time per iteration "
                    "(ms): T | throughput per GPU (TFLOP/s/GPU): F | ... | lm loss: L' (or '(s): T', "
                    "'samples per second: S | TFLOPs: F')")
-    markers = ("iteration ", " ....", "using world size:", "padded vocab")
+    markers = ("iteration ", " ....", "using world size:", "padded vocab", "memory (MB)")
     claimed_convention = None  # nemo-legacy before the 2025 causal halving, megatron after
     claimed_scope = "TFLOP/s per GPU"
     block_re = _BLOCK
@@ -159,6 +171,11 @@ class MegatronParser(LogParser):
                 m = _PADDED_VOCAB.search(line)
                 if m:
                     state.fact("vocab", int(m.group(1)), line, overwrite=True)
+            elif "memory (MB)" in line:
+                m = None if state.partial else _MEMORY.search(line)  # a cut last line may cut the number
+                if m:  # MiB -> GiB; the largest over the ranks that printed one
+                    state.peak_memory(MEMORY_PEAK, float(m.group(1)) / 1024.0, line)
+                    state.peak_memory(MEMORY_RESERVED_PEAK, float(m.group(2)) / 1024.0, line)
             return None
         if "TFLOPs:" not in line and "samples per second" not in line:
             f = _STRICT.search(line) or _FAST.search(line)
