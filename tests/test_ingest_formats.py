@@ -367,3 +367,20 @@ def test_nanochat_steps_tokens_and_claims(tmp_path):
     assert parsed.facts.values["claimed_peak_tflops"] == 989.0
     log.write_text("Total batch size 262,144 => gradient accumulation steps: 1\n" + lines[0] + "\n")
     assert parse_log(log).run.steps[0].tokens == 262144
+
+
+def test_hf_trl_num_tokens_give_tokens_per_step(tmp_path):
+    """TRL's ``num_tokens`` (tokens seen so far, every process) at the bar's step: the median change
+    per step between dicts: (262144 - 131072) / (20 - 10) = 13107.2 -> 13107; a single dict gives
+    its count over its step."""
+    bar = "{p:3d}%|#         | {n}/100 [00:{n:02d}<01:30,  1.00it/s]"
+    lines = [bar.format(p=n, n=n) for n in range(1, 11)]
+    lines.append("{'loss': 1.5, 'grad_norm': 0.9, 'learning_rate': 2e-05, 'num_tokens': 131072.0, 'epoch': 0.1}")
+    lines += [bar.format(p=n, n=n) for n in range(11, 21)]
+    lines.append("{'loss': 1.4, 'grad_norm': 0.8, 'learning_rate': 2e-05, 'num_tokens': 262144.0, 'epoch': 0.2}")
+    log = tmp_path / "trl.log"
+    log.write_text("\n".join(lines) + "\n")
+    parsed = parse_log(log)
+    assert parsed.format == "hf-trainer" and parsed.facts.values["tokens_per_step"] == 13107
+    log.write_text("\n".join(lines[:11]) + "\n")
+    assert parse_log(log).facts.values["tokens_per_step"] == 13107  # 131072 / 10

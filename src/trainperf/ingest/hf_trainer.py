@@ -11,7 +11,10 @@
   keeps ``\r`` as a literal ``^M``, and a lost ``\r`` leaves two bars on one line: every bar
   on a line is read. A rate cut mid-number (no unit after it) is a cut line, not a step.
 * log dicts ``{'loss': 2.3456, 'grad_norm': 1.2, 'learning_rate': 4.5e-05, 'epoch': 0.12}``
-  (attached to the latest step) and the final
+  (attached to the latest step; TRL's ``'num_tokens'`` and the Trainer's
+  ``'num_input_tokens_seen'``, the tokens seen so far by every process, give the tokens per step:
+  the median of their change over the bar's steps between two dicts, else their first value over
+  its step) and the final
   ``{'train_runtime': 123.4, 'train_samples_per_second': 25.9, 'train_steps_per_second': 0.81,
   'train_loss': 2.1, 'epoch': 3.0}``, which are run-level claims: a mean over the whole run,
   start-up, warm-up, evaluation and checkpointing included.
@@ -129,6 +132,9 @@ class HfTrainerParser(LogParser):
                 if kv.get(key) is not None:
                     state.fact(f"claimed_{key}", kv[key], line)
             return
+        seen = kv.get("num_tokens", kv.get("num_input_tokens_seen"))
+        if seen and seen > 0 and self._last is not None:
+            state.scratch.setdefault("tokens_seen", []).append((self._last[0], seen, state.line_no, line))
         if "loss" in kv and kv["loss"] is not None:
             last = self._last
             if last is not None and last[4] is None:
@@ -151,6 +157,7 @@ class HfTrainerParser(LogParser):
                 state.facts.where["global_batch"] = "derived: train_samples_per_second / train_steps_per_second"
         total = self._training_total(state)
         if total is not None:
+            _tokens_per_step(state)
             others = sorted(t for t, ups in self._bars.items() if ups and t != total)
             if others:
                 state.note(f"training bar: the one with total {total} "
@@ -173,3 +180,21 @@ class HfTrainerParser(LogParser):
             return [r for r in [make_step(int(steps), runtime / steps, state,
                                           extra={"aggregate": True, "steps_covered": int(steps)})] if r]
         return []
+
+
+def _tokens_per_step(state: ParseState) -> None:
+    """The ``tokens_per_step`` fact from the cumulative token counts the log dicts carry (each at
+    the bar's step when it was printed): the median change per step between consecutive dicts,
+    else the first count over its step."""
+    import statistics
+
+    seen = [x for sc in state.all_scratch().values() for x in sc.get("tokens_seen", [])]
+    if not seen or "tokens_per_step" in state.facts.values:
+        return
+    rates = [(b[1] - a[1]) / (b[0] - a[0]) for a, b in zip(seen, seen[1:], strict=False) if b[0] > a[0] and b[1] > a[1]]
+    step, count, line_no, line = seen[0]
+    per = statistics.median(rates) if rates else count / step
+    if per >= 1:
+        state.facts.set("tokens_per_step", round(per), line_no, line)
+        how = "the median change per step between log lines" if rates else f"the first count over its step {step}"
+        state.facts.where["tokens_per_step"] = f"derived: tokens seen (num_tokens), {how} (line {line_no})"
