@@ -384,3 +384,21 @@ def test_hf_trl_num_tokens_give_tokens_per_step(tmp_path):
     assert parsed.format == "hf-trainer" and parsed.facts.values["tokens_per_step"] == 13107
     log.write_text("\n".join(lines[:11]) + "\n")
     assert parse_log(log).facts.values["tokens_per_step"] == 13107  # 131072 / 10
+
+
+def test_composer_progress_bar(tmp_path):
+    """Composer's default console output, the training bar counting batches: a step's time is the
+    bar's smoothed rate (s/ba, or 1 / ba/s), numbered across epochs; the postfix gives the loss;
+    the first update (no rate yet) and a redraw give no step."""
+    bar = ("train          Epoch {e:3d}:   {p:2d}%|#        | {n}/4 [00:0{n}<00:0{r},  {rate}, "
+           "loss/train/total={loss}]")
+    ups = ["train          Epoch   0:    0%|         | 0/4 [00:00<?, ?ba/s]"]
+    ups += [bar.format(e=0, p=25 * n, n=n, r=4 - n, rate=rate, loss=7 - n / 10)
+            for n, rate in ((1, "2.00s/ba"), (2, "1.50s/ba"), (2, "1.50s/ba"), (3, "0.80ba/s"))]
+    ups.append(bar.format(e=1, p=25, n=1, r=3, rate="1.25s/ba", loss=6.5))
+    log = tmp_path / "composer.log"
+    log.write_text("\r".join(ups) + "\n")
+    parsed = parse_log(log)
+    assert parsed.format == "composer"
+    got = [(s.step, s.step_time_s, s.loss) for s in parsed.run.steps]
+    assert got == [(1, 2.0, 6.9), (2, 1.5, 6.8), (3, 1.25, pytest.approx(6.7)), (5, 1.25, 6.5)]

@@ -27,6 +27,15 @@ device/tokens_per_sec, or ``num_gpus_per_node x num_nodes`` from the config dump
 from ``Using precision Precision.AMP_FP16``; micro batch from
 ``trainer/device_train_microbatch_size``. JSON lines: the same keys in one object,
 the step in ``time/batch``, ``step``, ``batch`` or ``_step``.
+
+Progress bar (``ProgressBarLogger``, Composer's default console output; tqdm, ``\r`` updates
+become lines), counting batches (unit ``ba``)::
+
+    train          Epoch   0:  10%|█▏        | 10/100 [00:30<04:30,  3.00s/ba, loss/train/total=7.1234]
+
+The step is the batch within the epoch, numbered across epochs (``epoch x total + n``); its time
+is tqdm's smoothed rate (``s/ba``, or ``1 / ba/s``); the postfix's ``loss/train/total`` is its
+loss. Bars counting samples or tokens (units ``sp``, ``tok``) give no step time and are skipped.
 """
 
 from __future__ import annotations
@@ -50,6 +59,9 @@ _CONFIG = re.compile(r"^\s*(global_train_batch_size|max_seq_len|device_train_mic
                      r"num_nodes):\s*(\d+)\s*$")
 _CONFIG_FACTS = {"global_train_batch_size": "global_batch", "max_seq_len": "seq_len",
                  "device_train_microbatch_size": "micro_batch"}
+_BAR = re.compile(r"^\s*train\s+Epoch\s+(\d+):\s*\d+%\|[^|]*\|\s*(\d+)/(\d+)\s*\[[\d:]+<[\d:?]+,\s*"
+                  r"(\d+\.?\d*)\s*(s/ba|ba/s)\s*(?:,\s*([^\]]*))?\]")
+_BAR_LOSS = re.compile(r"loss/train/total=([-+\d.eE]+|nan|inf)\b")
 _PRECISION = re.compile(r"Using precision Precision\.(\w+)")
 _PRECISIONS = {"AMP_FP16": "fp16", "AMP_BF16": "bf16", "AMP_FP8": "fp8", "FP32": "fp32", "FP16": "fp16",
                "BF16": "bf16"}
@@ -58,11 +70,13 @@ _PRECISIONS = {"AMP_FP16": "fp16", "AMP_BF16": "bf16", "AMP_FP8": "fp8", "FP32":
 class ComposerParser(LogParser):
     name = "composer"
     description = "Composer / LLM Foundry: '[batch=N/M]:' blocks or JSON with 'throughput/...' keys"
-    markers = ("[batch=", "throughput/", "loss/train", "max_seq_len", "global_train_batch_size")
+    markers = ("[batch=", "throughput/", "loss/train", "max_seq_len", "global_train_batch_size", "s/ba", "ba/s")
     claimed_convention = "palm"
     claimed_scope = "throughput/tokens_per_sec is global; throughput/device/* per device"
 
     def parse_line(self, line: str, state: ParseState) -> StepRecord | None:
+        if ("s/ba" in line or "ba/s" in line) and "Epoch" in line:
+            return _bar_step(line, state)
         if "[batch=" in line:
             m = _HEADER.match(line)
             if m is None:
@@ -213,3 +227,21 @@ class ComposerParser(LogParser):
             if rec is not None:
                 out.append(rec)
         return out
+
+
+def _bar_step(line: str, state: ParseState) -> StepRecord | None:
+    """A ``ProgressBarLogger`` training-bar update (:data:`_BAR`): the batch, numbered across
+    epochs, timed by tqdm's smoothed rate; ``None`` for a redraw of the batch before."""
+    m = _BAR.match(line)
+    if m is None:
+        return None
+    epoch, n, total = int(m.group(1)), int(m.group(2)), int(m.group(3))
+    rate = to_float(m.group(4))
+    step = epoch * total + n
+    if n <= 0 or not rate or state.scratch.get("bar_step") == step:
+        state.used = True
+        return None
+    state.scratch["bar_step"] = step
+    loss = _BAR_LOSS.search(m.group(6) or "")
+    return make_step(step, rate if m.group(5) == "s/ba" else 1.0 / rate, state,
+                     loss=to_float(loss.group(1)) if loss else None)

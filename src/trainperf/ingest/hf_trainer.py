@@ -186,12 +186,13 @@ def _tokens_per_step(state: ParseState) -> None:
     """The ``tokens_per_step`` fact from the cumulative token counts the log dicts carry (each at
     the bar's step when it was printed): the median change per step between consecutive dicts,
     else the first count over its step."""
+    import itertools
     import statistics
 
     seen = [x for sc in state.all_scratch().values() for x in sc.get("tokens_seen", [])]
     if not seen or "tokens_per_step" in state.facts.values:
         return
-    rates = [(b[1] - a[1]) / (b[0] - a[0]) for a, b in zip(seen, seen[1:], strict=False) if b[0] > a[0] and b[1] > a[1]]
+    rates = [(b[1] - a[1]) / (b[0] - a[0]) for a, b in itertools.pairwise(seen) if b[0] > a[0] and b[1] > a[1]]
     step, count, line_no, line = seen[0]
     per = statistics.median(rates) if rates else count / step
     if per >= 1:
