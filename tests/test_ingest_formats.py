@@ -402,3 +402,20 @@ def test_composer_progress_bar(tmp_path):
     assert parsed.format == "composer"
     got = [(s.step, s.step_time_s, s.loss) for s in parsed.run.steps]
     assert got == [(1, 2.0, 6.9), (2, 1.5, 6.8), (3, 1.25, pytest.approx(6.7)), (5, 1.25, 6.5)]
+
+
+def test_torchtitan_validation_and_checkpoint_time_is_no_steps(tmp_path):
+    """Validation and checkpoint saving run after a step's line and log when they end: the next
+    step is timed from that line (1.5 s each here), not from the step line before (11.5 s)."""
+    pre = "[rank0]:[titan] 2025-06-01 10:00:{ts} - root - INFO - "
+    step = "step: {n:2d}  loss: {loss:7.4f}  grad_norm:  2.0000  memory: 40.00GiB(42.11%)  tps: 5,461  tflops: 316.00  mfu: 31.95%"
+    lines = [pre.format(ts="05,000") + step.format(n=1, loss=12.0), pre.format(ts="06,500") + step.format(n=2, loss=11.5),
+             pre.format(ts="16,500") + "validate step:  2  loss: 10.9000  memory: 41.00GiB(43.16%)",
+             pre.format(ts="18,000") + step.format(n=3, loss=11.0),
+             pre.format(ts="28,000") + "Finished saving the checkpoint (or staging if async is enabled)in 10.00 seconds.",
+             pre.format(ts="29,500") + step.format(n=4, loss=10.5), pre.format(ts="31,000") + step.format(n=5, loss=10.4)]
+    log = tmp_path / "tt.log"
+    log.write_text("\n".join(lines) + "\n")
+    parsed = parse_log(log)
+    assert [(s.step, s.step_time_s) for s in parsed.run.steps] == [(2, 1.5), (3, 1.5), (4, 1.5), (5, 1.5)]
+    assert any("validation or checkpoint" in n for n in parsed.run.meta["notes"])

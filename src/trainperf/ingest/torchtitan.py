@@ -11,7 +11,10 @@ the ``torchtitan-2024`` convention; 2025: it does not, the ``palm`` convention).
 
 The console line carries no step time. The step time is taken from the log timestamps:
 (time of this line - time of the previous step line) / (steps between them) -- the same
-window torchtitan averages its own tps over. The first logged step has no predecessor; it gets
+window torchtitan averages its own tps over. Validation and checkpointing run after a step's
+line and log when they end (``validate step: 100  loss: ...``, ``Finished saving the checkpoint
+... in 12.34 seconds``): the next step is timed from that line, so their time is no step's. The
+first logged step has no predecessor; it gets
 ``global tokens per step / (tps x devices)`` when those are known (log facts or the user's
 workload), and is dropped otherwise (it is warm-up anyway). Facts: ``Training starts at step
 1, with local batch size B, global batch size G, sequence length S``; ``Building N-D device
@@ -55,6 +58,18 @@ def _timestamp(line: str) -> float | None:
     return t + int(frac) / 10 ** len(frac)
 
 
+def _rebase(line: str, state: ParseState) -> None:
+    """A validation or checkpoint line after a step's: the next step is timed from its timestamp
+    (the work it ends ran between the two steps' lines, and is no training step's)."""
+    ts = _timestamp(line)
+    sc = state.scratch
+    prev = sc.get("prev")
+    state.used = True
+    if ts is not None and prev is not None and ts > prev[1]:
+        sc["prev"] = (prev[0], ts)
+        sc["rebased"] = sc.get("rebased", 0) + 1
+
+
 class TorchtitanParser(LogParser):
     name = "torchtitan"
     step_marker = "step:"
@@ -68,7 +83,9 @@ class TorchtitanParser(LogParser):
     def parse_line(self, line: str, state: ParseState) -> StepRecord | None:
         i = line.find("step:")
         if i < 0 or "loss:" not in line or ("tps:" not in line and "wps:" not in line):
-            if i < 0:
+            if "validate step:" in line or "Finished saving the checkpoint" in line:
+                _rebase(line, state)
+            elif i < 0:
                 self._fact(line, state)
             elif state.partial and "loss:" in line:
                 state.cut(line)  # the last line, cut before its rates
@@ -189,6 +206,10 @@ class TorchtitanParser(LogParser):
         if nan:
             state.note(f"{nan} step(s) with a non-finite loss (nan/inf: the run diverged) are kept, marked "
                        "extra['loss_not_finite']; their timing is real and counts")
+        rebased = sum(sc.get("rebased", 0) for sc in state.all_scratch().values())
+        if rebased:
+            state.note(f"{rebased} validation or checkpoint line(s) between steps: the step after each is timed "
+                       "from its end, so their time is left out of the step times")
         back = sum(sc.get("backwards", 0) for sc in state.all_scratch().values())
         if back:
             state.note(f"{back} step line(s) whose timestamp goes backwards got no step time (the next step is "
