@@ -258,6 +258,12 @@ def test_megatron_deepspeed_variant(tmp_path):
     assert rec.step == 100 and rec.step_time_s == pytest.approx(12.8005) and rec.tokens == 512 * 2048
     assert rec.claimed_tflops_per_device == 150.2 and rec.claimed_tokens_per_s == 40.0 * 2048
     assert rec.loss == 7.2 and rec.grad_norm == 1.2
+    log.write_text(" iteration      100/  292968 | consumed samples:        51200 | consumed tokens:    104857600 | "
+                   "elapsed time per iteration (s): 3.45 | learning rate: 5.999E-05 | global batch size:   512 | "
+                   "lm loss: 6.789012E+00 | loss scale: 4096.0 | grad norm: 0.512 | samples per second: 148.406 | "
+                   "tokens per gpu per second (tgs): 2374.502 | TFLOPs: 120.45 |\n")
+    (rec,) = parse_log(log).run.steps  # the sequence from consumed tokens / samples: 2048
+    assert rec.tokens == 512 * 2048 and rec.claimed_tokens_per_s_per_device == 2374.502
 
 
 def test_modded_nanogpt_steps_from_cumulative_train_time(tmp_path):

@@ -9,7 +9,8 @@ previous line: one record per line, numbered by its last iteration. Tokens per s
 line's own ``global batch size`` (which may ramp up) times ``seq_length``. The TFLOP/s/GPU is
 ``num_floating_point_operations`` (attention without causal halving in 2023-24 versions, the
 ``nemo-legacy`` count; halved in later ones). Megatron-DeepSpeed's variant of the line (``|
-samples per second: S | TFLOPs: F |``, per GPU) is read too. Facts come from the argument dump
+samples per second: S | TFLOPs: F |``, per GPU; later ``| tokens per gpu per second (tgs): R |``)
+is read too. Facts come from the argument dump
 (``  world_size ........ 64``) and ``using world size: 64, data-parallel size: 8, ...``.
 
 Megatron-DeepSpeed (BLOOM) prints the time in seconds (``elapsed time per iteration (s):
@@ -223,6 +224,7 @@ class MegatronParser(LogParser):
         if tflops is None:  # Megatron-DeepSpeed: "| samples per second: 40.1 | TFLOPs: 150.2 |" (per GPU)
             tflops = positive(to_float(_field(line, "TFLOPs:", i)))
         sps = positive(to_float(_field(line, "samples per second:", i)))
+        tgs = positive(to_float(_field(line, "tokens per gpu per second (tgs):", i)))
         return make_step(
             step, t / 1000.0 if tm.group(1) == "ms" else t, state,
             tokens=gbs * seq if gbs and seq else None,
@@ -230,6 +232,7 @@ class MegatronParser(LogParser):
             grad_norm=to_float(_field(line, "grad norm:", i)),
             claimed_tflops_per_device=tflops,
             claimed_tokens_per_s=sps * seq if sps and seq else None,
+            claimed_tokens_per_s_per_device=tgs,
             extra={"claimed_samples_per_s": sps} if sps else None,
         )
 
