@@ -30,6 +30,10 @@ from trainperf.specs.presets import model_ids
     ("meta-llama/Llama-4-Maverick-17B-128E-Instruct", "llama4-maverick"),
     ("Qwen3-235B", "qwen3-235b-a22b"),
     ("NVIDIA Llama-3.1-Nemotron-70B-Instruct", "llama3.1-70b"),
+    ("GPT-2 1.5B", "gpt2-xl"),  # the one GPT-2 of 1.5B (1,557,611,200): gpt2 itself is 124M
+    ("GPT-2 (355M)", "gpt2-medium"),  # a size in parentheses is a stated size (it was dropped: gpt2)
+    ("GPT-2 774M", "gpt2-large"),
+    ("Mixtral 8x7B (47B)", "mixtral-8x7b"),
 ])
 def test_names_as_written_read_as_their_preset(name, preset):
     match = preset_for_name(name)
@@ -43,7 +47,8 @@ def test_a_name_spelled_as_the_id_needs_no_explanation():
 
 
 @pytest.mark.parametrize("name", [
-    "GPT-2 1.5B",  # gpt2 is the 124M model: the stated size disagrees
+    "GPT-2 (2B)",  # no GPT-2 of that size: gpt2 is 124M, gpt2-xl 1.56B
+    "GPT-2 350M params",  # "params" after a size is not read as a size: not the 124M gpt2
     "Mistral-7B-v0.3",  # no sliding window and a larger vocabulary than the v0.1 preset
     "DeepSeek-V3.2",  # sparse attention: not DeepSeek-V3's network
     "Gemma 2 2B",

@@ -70,7 +70,13 @@ def _ids() -> dict[str, str]:
 def _forms(name: str) -> list[tuple[str, str | None, str | None]]:
     """Readings of the name, each without one more thing that does not change the network:
     (reading, how it was read, the size it dropped: the last reading only)."""
-    text = re.sub(r"\(.*?\)", "", name.lower()).strip()
+    text = name.lower()
+    # A size in parentheses ("GPT-2 (355M)") is a stated size like one after the name; any other
+    # parenthesised words (a precision, a note) are dropped.
+    sizes = re.findall(r"\(\s*(\d+(?:\.\d+)?\s*[bm])(?:\s*param\w*)?\s*\)", text)
+    text = re.sub(r"\(.*?\)", "", text).strip()
+    if len(sizes) == 1 and not re.search(r"[\s_-]+\d+(?:\.\d+)?\s*[bm]$", text):
+        text = f"{text} {sizes[0].replace(' ', '')}"
     forms: list[tuple[str, str | None, str | None]] = [(text, None, None)]
     if "/" in text:
         text = text.rsplit("/", 1)[1].strip()
@@ -129,6 +135,16 @@ def _with_active_size(key: str, ids: dict[str, str]) -> str | None:
     return found[0] if len(found) == 1 and re.search(r"\d+b$", key) else None
 
 
+def _by_size(key: str, size: str, ids: dict[str, str]) -> str | None:
+    """The one preset of the family ``key`` whose id names its size by a word or not at all
+    (gpt2, gpt2-medium, gpt2-large, gpt2-xl) and whose parameter count agrees with the stated
+    ``size`` ("GPT-2 1.5B" -> gpt2-xl). An id with a number of its own after the family
+    (qwen3-235b-a22b) is not one: a name giving another number means another network."""
+    found = [pid for k, pid in ids.items()
+             if k.startswith(key) and not re.search(r"\d", k[len(key):]) and _size_agrees(pid, size)]
+    return found[0] if len(found) == 1 else None
+
+
 def preset_for_name(name: str) -> NameMatch | None:
     """The preset a model name means, or ``None`` when no reading of it names one."""
     ids = _ids()
@@ -140,7 +156,11 @@ def preset_for_name(name: str) -> NameMatch | None:
         preset, why = (ids[key], None) if key in ids else SAME_ARCHITECTURE.get(key, (None, None))
         if preset is None and (active := _with_active_size(key, ids)) is not None:
             preset, why = active, f"the one preset of that total size ({active})"
-        if preset is None or (size is not None and not _size_agrees(preset, size)):
+        if preset is not None and size is not None and not _size_agrees(preset, size):
+            preset = None  # "GPT-2 1.5B" is not gpt2 (124M); another preset of the family may be
+        if preset is None and size is not None and (sized := _by_size(key, size, ids)) is not None:
+            preset, why = sized, f"the one {form.strip()} preset of that size ({sized})"
+        if preset is None:
             continue
         return NameMatch(preset, "; ".join([*hows, why] if why else hows) or None)
     return None
