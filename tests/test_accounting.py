@@ -188,4 +188,13 @@ def test_invalid_specs_raise_only_our_error(changes):
 
 
 def test_conventions_table_complete():
-    assert set(CONVENTIONS) == {"megatron", "palm", "torchtitan-2024", "nemo-legacy", "6n", "lora", "exact"}
+    assert set(CONVENTIONS) == {"megatron", "palm", "torchtitan-2024", "nemo-legacy", "6n", "lora", "exact", "llm.c"}
+
+
+def test_llmc_convention_is_its_gpt2_count():
+    """llm.c's ``6 * N + 6 * L * C * T`` (N every parameter): GPT-2 small with llm.c's padded
+    vocabulary (50,304) has 124,475,904 parameters, so 6 x 124,475,904 + 6 x 12 x 768 x 1024 =
+    803,478,528 FLOPs per token at T = 1024; half PaLM's attention term."""
+    gpt2 = ModelSpec.preset("gpt2").replace(vocab=50304)
+    assert gpt2.total_params == 124_475_904
+    assert model_flops_per_token(gpt2, 1024, "llm.c") == 803_478_528

@@ -297,6 +297,7 @@ LLMC_TABLE = """+-----------------------+---------------------------------------
 | precision             | BF16                                               |
 | device                | NVIDIA H100 80GB HBM3                              |
 | peak TFlops           | 989.5                                              |
+| max_sequence_length T | 1024                                               |
 | num_layers L          | 12                                                 |
 | num_heads NH          | 12                                                 |
 | channels C            | 768                                                |
@@ -342,7 +343,12 @@ def test_llmc_table_gives_the_gpt2_workload(tmp_path, capsys):
     assert (facts["layers"], facts["heads"], facts["hidden"], facts["ffn_hidden"]) == (12, 12, 768, 3072)
     assert facts["mlp"] == "gelu" and facts["tied_embeddings"] is True and facts["vocab"] == 50304
     assert out["tokens_per_s_per_device"] == pytest.approx(50000.0)
-    assert claim(out, "mfu_pct")["claimed"] == pytest.approx(4.9)
+    mfu = claim(out, "mfu_pct")
+    assert mfu["claimed"] == pytest.approx(4.9) and "documents llm.c" in mfu["reason"]
+    # llm.c's own count for this GPT-2 (124,475,904 parameters with the padded vocabulary):
+    # 6 x 124,475,904 + 6 x 12 x 768 x 1024 = 803,478,528 FLOPs per token
+    llmc = next(r for r in out["by_convention"] if r["convention"] == "llm.c")
+    assert llmc["flops_per_token"] == pytest.approx(803_478_528)
 
 
 def test_llmc_cpu_reference_and_nanogpt_eval_lines(tmp_path):

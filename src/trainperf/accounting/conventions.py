@@ -12,6 +12,8 @@ All return *training* model FLOPs (forward + backward) per token.
 | torchtitan-2024   | 6*N (N = every parameter, embedding included) + 12*L*H*Q*T              |
 | nemo-legacy       | 12*L*h^2*(1+G/A+S/h) + 18*L*F*h + 6*V*h (3 x forward, attention full)   |
 | 6n                | 6*N, N = every (active) parameter; no attention term                    |
+| llm.c             | 6*N (N = every parameter, embeddings included) + 6*L*H*Q*T: Kaplan et   |
+|                   | al.'s attention term, half of PaLM's                                    |
 | lora              | frozen base: forward + activation gradients (4*N, N as palm) + 6 per    |
 |                   | adapter parameter (f x active params), plus the attention term          |
 
@@ -19,7 +21,8 @@ Sources: Megatron-LM ``num_floating_point_operations`` (training.py, causal halv
 2024/25; MaxText's ``calculate_tflops_training_per_device`` likewise); PaLM (Chowdhery et al.
 2022) appendix B; torchtitan ``get_num_flop_per_token`` (2024 versions counted the embedding,
 later ones exclude it, which is the ``palm`` row); NVIDIA DGX Cloud benchmarking recipe for
-MaxText Llama-2-70B (2024); Kaplan et al. 2020 for 6N; the LoRA correction from a public forum
+MaxText Llama-2-70B (2024); Kaplan et al. 2020 for 6N and, section 2.1 (forward 2N + 2 n_layer
+n_ctx d_attn), for llm.c's ``gpt2_estimate_mfu`` (``6 * N + 6 * L * C * T``, N every parameter); the LoRA correction from a public forum
 thread on a JAX LoRA fine-tune of Llama 3.1 405B on 8x MI300X (the base runs no weight gradient).
 """
 
@@ -61,6 +64,8 @@ CONVENTIONS: dict[str, Convention] = {
                    "NVIDIA DGX benchmarking recipes, NeMo before Aug 2025", "full"),
         Convention("6n", "6*N, N = all (active) parameters; attention ignored",
                    "quick estimates (Kaplan et al. 2020)", "full"),
+        Convention("llm.c", "6*N (N = all parameters incl. embeddings) + 6*L*H*Q*T (Kaplan et al. 2020 sec. 2.1)",
+                   "llm.c (gpt2_estimate_mfu)", "causal-half"),
         Convention("lora", "frozen base forward + activation-gradient (4*N, N as palm) + 6 per adapter "
                    "parameter, + attention term", "LoRA fine-tuning (no weight gradient in the frozen base)", "full"),
         Convention("exact", "3 x forward matmuls, causal mask counted exactly", "trainperf", "causal"),
@@ -116,6 +121,13 @@ def _six_n(model: ModelSpec, seq_len: int, lora_fraction: float) -> float:
     return 6.0 * model.active_params
 
 
+def _llmc(model: ModelSpec, seq_len: int, lora_fraction: float) -> float:
+    """llm.c's ``gpt2_estimate_mfu``: ``6 * N + 6 * L * C * T`` with N every parameter (its
+    comment: embeddings, norms and biases over-counted) and Kaplan et al.'s attention term, half
+    of PaLM's ``12 * L * H * Q * T``."""
+    return 6.0 * model.active_params + 0.5 * attention_term_per_token(model, seq_len)
+
+
 def _lora(model: ModelSpec, seq_len: int, lora_fraction: float) -> float:
     """PaLM's count with the frozen base's weight-gradient matmuls removed, plus the adapters.
 
@@ -137,7 +149,7 @@ LoRA fine-tune on MI300X). Its N is PaLM's: every
 
 _FUNCS: dict[str, Callable[[ModelSpec, int, float], float]] = {
     "exact": _exact, "megatron": _megatron, "nemo-legacy": _nemo_legacy, "palm": _palm,
-    "torchtitan-2024": _torchtitan_2024, "6n": _six_n, "lora": _lora,
+    "torchtitan-2024": _torchtitan_2024, "6n": _six_n, "lora": _lora, "llm.c": _llmc,
 }
 
 

@@ -88,7 +88,7 @@ def _check_claims(parsed: ParsedLog, summary: Any) -> _ClaimChecks:
     run = parsed.run
     facts = parsed.facts.values
     run_claims = {k: v for k, v in facts.items() if k.startswith("claimed_")}
-    claims = compare_claims(run, summary, claimed_convention=parsed.parser.claimed_convention,
+    claims = compare_claims(run, summary, claimed_convention=run.meta.get("claimed_convention"),
                             claimed_peak_tflops=facts.get("claimed_peak_tflops"), run_claims=run_claims)
     impossible = mfu_problems(summary)
     by_convention = conventions_table(run, summary)

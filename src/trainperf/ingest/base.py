@@ -88,7 +88,9 @@ class LogFacts:
     """Run-level facts a log states, each with the line it came from.
 
     ``values`` keys are the workload keys of :data:`WORKLOAD_FACTS` plus free keys such as
-    ``tokens_per_step``, ``device_name``, ``claimed_peak_tflops``, ``claimed_train_runtime_s``.
+    ``tokens_per_step``, ``device_name``, ``claimed_peak_tflops``, ``claimed_train_runtime_s``,
+    ``mfu_convention`` (the FLOP convention of this log's own MFU where it is not the format's
+    :attr:`LogParser.claimed_convention`).
     The first value seen wins; a later different value is kept in ``conflicts``.
     """
 

@@ -32,7 +32,8 @@ and the CPU reference ``train_gpt2.c``: ``step 1: train loss 5.356 (took 1452.12
 milliseconds are the step's own wall time; ``tok/s`` is global (every process's tokens over the
 step's time), so the step's tokens are ``tok/s x seconds`` (the printed rate is rounded: the
 product is taken to the nearest multiple of 64 when that is within 0.01%); the MFU is llm.c's
-own, against the peak of its GPU table. The configuration table it prints first (``| sequence
+own (the ``llm.c`` convention: 6 N, N every parameter, + 6 L C T), per GPU, against the peak
+of its GPU table. The configuration table it prints first (``| sequence
 length T | 1024 |``, ``| total batch size | 524288 |``, ``| num_processes | 8 |``, ``| device |
 NVIDIA H100 80GB HBM3 |``, the model's ``num_layers L``, ``num_heads NH``, ``channels C``,
 ``padded_vocab_size Vp``) gives facts; a table with GPT-2's ``channels C`` also gives what
@@ -72,7 +73,7 @@ NANOCHAT_PEAK_TFLOPS = 989.0
 _LLMC_MFU = re.compile(r"(\d+\.?\d*)%\s*(?:\w+\s+)?MFU")
 _LLMC_TPS = re.compile(r"(\d+\.?\d*)\s*tok/s")
 _LLMC_TABLE = re.compile(r"^\|\s*([A-Za-z][\w ]*?)\s*\|\s*(.*?)\s*\|\s*$")
-_LLMC_FACTS = {"sequence length T": "seq_len", "max_sequence_length T": "seq_len", "total batch size":
+_LLMC_FACTS = {"sequence length T": "seq_len", "max_sequence_length T": "max_seq_len", "total batch size":
                "tokens_per_step", "micro batch size B": "micro_batch", "num_processes": "num_devices",
                "num_layers L": "layers", "num_heads NH": "heads", "padded_vocab_size Vp": "vocab"}
 
@@ -161,6 +162,8 @@ def _llmc_step(line: str, state: ParseState) -> StepRecord | None:
     tokens = state.facts.get("tokens_per_step")
     if tokens is None and tps and ms:
         tokens = _snap(tps * ms / 1000.0)
+    if mfu and "mfu_convention" not in state.facts.values:
+        state.fact("mfu_convention", "llm.c", line)  # not nanoGPT's (palm): its own count
     return make_step(to_int(m.group(1)), ms / 1000.0 if ms is not None else None, state,
                      loss=to_float(m.group(2)), tokens=tokens,
                      claimed_tokens_per_s=tps if tps else None,

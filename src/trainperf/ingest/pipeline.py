@@ -716,7 +716,7 @@ def _workload_meta(state: ParseState, parser: LogParser, res: WorkloadResolution
         "workload_missing": res.missing,
         "workload_notes": res.notes,
         "tokens_per_step_in_log": tokens_per_step,
-        "claimed_convention": parser.claimed_convention,
+        "claimed_convention": facts.values.get("mfu_convention", parser.claimed_convention),
         "claimed_scope": parser.claimed_scope,
         "notes": state.notes,  # the same list: the notes added after this are in the record too
     }
