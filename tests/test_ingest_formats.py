@@ -362,6 +362,8 @@ def test_llmc_cpu_reference_and_nanogpt_eval_lines(tmp_path):
     nano.write_text("step 0: train loss 10.9876, val loss 10.9880\n"
                     "iter 0: loss 10.9712, time 31245.11ms, mfu -100.00%\niter 10: loss 9.5123, time 301.23ms, mfu 45.12%\n")
     assert [s.step for s in parse_log(nano).run.steps] == [0, 10]
+    nano.write_text("iter 0: loss 10.97, time 31245.11 ms, mfu -100.00%\niter 10: loss 9.51, time 301.23 ms, mfu 45.12%\n")
+    assert [(s.step, s.step_time_s) for s in parse_log(nano).run.steps] == [(0, 31.24511), (10, 0.30123)]
 
 
 def test_nanochat_steps_tokens_and_claims(tmp_path):

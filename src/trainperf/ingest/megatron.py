@@ -15,15 +15,15 @@ is read too. Facts come from the argument dump
 
 Megatron-DeepSpeed (BLOOM) prints the time in seconds (``elapsed time per iteration (s):
 106.46 |``), ``lm-loss:`` in some versions, ``consumed tokens:`` (tokens / samples gives the
-sequence length) and a ``[default7]:`` rank prefix (stripped by the pipeline).
+sequence length) and a ``[default7]:`` rank prefix (stripped by the pipeline). The per-line
+``global batch size`` is a log fact (the last one seen, after any ramp-up). Every value is read
+up to its ``|``: a line cut inside the time field (``(ms): 9``) is a cut line, not a 0.009 s step.
 
 ``report_memory`` prints, once after the first logged iteration, on every rank whose
 data-parallel rank is 0 (``[Rank 43] (after 1 iterations) memory (MB) | allocated: A | max
 allocated: M | reserved: R | max reserved: X``, MiB): the largest ``max allocated`` and ``max
 reserved`` over those ranks are the run's peak memory (log facts :data:`~.base.MEMORY_PEAK` and
-:data:`~.base.MEMORY_RESERVED_PEAK`, in GiB), the busiest pipeline stage's. The per-line
-``global batch size`` is a log fact (the last one seen, after any ramp-up). Every value is read
-up to its ``|``: a line cut inside the time field (``(ms): 9``) is a cut line, not a 0.009 s step.
+:data:`~.base.MEMORY_RESERVED_PEAK`, in GiB), the busiest pipeline stage's.
 
 NeMo (Lightning) prints ``train_step_timing in s`` per step, either in the NeMo 2 progress
 printer (``Training epoch 0, iteration 9/49 | ... | global_step: 9 | reduced_train_loss: 10.35 |

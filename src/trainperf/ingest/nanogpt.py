@@ -91,10 +91,11 @@ class NanoGptParser(LogParser):
     def parse_line(self, line: str, state: ParseState) -> StepRecord | None:
         if "train_time:" in line:
             return _modded_step(line, state)
-        if " dt:" in line and "tok/sec" in line:
-            return _nanochat_step(line, state)
-        if " ms" in line and "step" in line and "loss" in line:
-            return _llmc_step(line, state)
+        if line.lstrip().startswith("step"):  # llm.c and nanochat lines; nanoGPT's start with "iter"
+            if " dt:" in line and "tok/sec" in line:
+                return _nanochat_step(line, state)
+            if " ms" in line and "loss" in line:
+                return _llmc_step(line, state)
         if line.startswith("Total batch size"):
             m = _NANOCHAT_BATCH.match(line)
             n = to_int(m.group(1).replace(",", "")) if m else None
