@@ -433,3 +433,23 @@ def test_torchtitan_validation_and_checkpoint_time_is_no_steps(tmp_path):
     parsed = parse_log(log)
     assert [(s.step, s.step_time_s) for s in parsed.run.steps] == [(2, 1.5), (3, 1.5), (4, 1.5), (5, 1.5)]
     assert any("validation or checkpoint" in n for n in parsed.run.meta["notes"])
+
+
+def test_hf_train_metrics_block(tmp_path):
+    """The example scripts' ``***** train metrics *****`` block: the runtime from H:MM:SS.ss
+    (0:12:34.56 = 754.56 s), total_flos from GF (2^30 FLOPs); without a bar, one aggregate
+    record of 754.56 / 939 steps; devices 32 / (8 x 1) = 4."""
+    log = tmp_path / "hf.log"
+    log.write_text("***** Running training *****\n  Instantaneous batch size per device = 8\n"
+                   "  Total train batch size (w. parallel, distributed & accumulation) = 32\n"
+                   "  Gradient Accumulation steps = 1\n  Total optimization steps = 939\n"
+                   "***** train metrics *****\n  epoch                    =        3.0\n"
+                   "  total_flos               =  1456789GF\n  train_loss               =     2.3456\n"
+                   "  train_runtime            = 0:12:34.56\n  train_samples_per_second =     39.756\n"
+                   "  train_steps_per_second   =      1.244\n")
+    parsed = parse_log(log)
+    facts = parsed.facts.values
+    assert facts["claimed_train_runtime"] == pytest.approx(754.56) and facts["num_devices"] == 4
+    assert facts["claimed_total_flos"] == 1456789 * 2**30 and facts["claimed_train_loss"] == 2.3456
+    (rec,) = parsed.run.steps
+    assert rec.step_time_s == pytest.approx(754.56 / 939)

@@ -18,6 +18,10 @@
   ``{'train_runtime': 123.4, 'train_samples_per_second': 25.9, 'train_steps_per_second': 0.81,
   'train_loss': 2.1, 'epoch': 3.0}``, which are run-level claims: a mean over the whole run,
   start-up, warm-up, evaluation and checkpointing included.
+* the ``***** train metrics *****`` block the example scripts print (``trainer.log_metrics``:
+  ``  train_runtime            = 0:12:34.56``, ``  train_samples_per_second =     39.756``, ...;
+  the runtime as ``H:MM:SS.ss``, ``total_flos`` in units of 2^30 FLOPs with a ``GF`` suffix):
+  the same run-level claims as the final dict.
 * the ``***** Running training *****`` block: ``Total train batch size (w. parallel,
   distributed & accumulation) = 64`` (global batch), ``Instantaneous batch size per device``,
   ``Gradient Accumulation steps`` (devices = total / (per device x accumulation)).
@@ -37,6 +41,9 @@ _BAR = re.compile(r"(\d+)/(\d+)\s*\[(\d[\d:]*)<[\d:?]+,\s*([\d.]*)")
 _IT_UNIT = re.compile(r"\s*(it/s|s/it)\s*[\],]")
 _OTHER_UNIT = re.compile(r"\?it/s|\s*(?:[A-Za-z ]*/s|s/[A-Za-z ]+)\s*[\],]")
 _DICT_KV = re.compile(r"'(\w+)':\s*(?:np\.float\d+\(|tensor\()?'?([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)")
+_METRIC = re.compile(r"^\s*(train_runtime|train_samples_per_second|train_steps_per_second|train_tokens_per_second|"
+                     r"train_loss|total_flos)\s+=\s+(\S+)\s*$")
+_CLOCK = re.compile(r"^(?:(\d+) days?, )?(\d+):(\d\d):(\d\d(?:\.\d+)?)$")
 _SETUP = {
     "Total train batch size (w. parallel, distributed & accumulation) =": "global_batch",
     "Instantaneous batch size per device =": "micro_batch",
@@ -75,6 +82,9 @@ class HfTrainerParser(LogParser):
             self._dict(line, state)
             return None
         if " = " in line:
+            if line.lstrip().startswith(("train_", "total_flos")):
+                _metric(line, state)
+                return None
             for key, fact in _SETUP.items():
                 j = line.find(key)
                 if j >= 0:
@@ -199,3 +209,23 @@ def _tokens_per_step(state: ParseState) -> None:
         state.facts.set("tokens_per_step", round(per), line_no, line)
         how = "the median change per step between log lines" if rates else f"the first count over its step {step}"
         state.facts.where["tokens_per_step"] = f"derived: tokens seen (num_tokens), {how} (line {line_no})"
+
+
+def _metric(line: str, state: ParseState) -> None:
+    """A line of the ``***** train metrics *****`` block: a run-level claim, the runtime from its
+    ``H:MM:SS.ss`` (``D days, H:MM:SS``) form, ``total_flos`` from its ``GF`` (2^30 FLOPs) units."""
+    m = _METRIC.match(line)
+    if m is None:
+        return
+    key, text = m.group(1), m.group(2)
+    if key == "train_runtime":
+        c = _CLOCK.match(text)
+        value = (int(c.group(1) or 0) * 86400 + int(c.group(2)) * 3600 + int(c.group(3)) * 60 + float(c.group(4))
+                 if c else to_float(text))
+    elif key == "total_flos":
+        gf = to_int(text[:-2]) if text.endswith("GF") else None
+        value = gf * 2.0**30 if gf is not None else None
+    else:
+        value = to_float(text)
+    if value is not None and f"claimed_{key}" not in state.facts.values:  # the final dict's is exact
+        state.fact(f"claimed_{key}", value, line)
