@@ -8,7 +8,9 @@ some) an fp8 or attention ratio; they are the check of a stack on a GPU nobody f
   "e2e training benchmarks"): torchtitan, Llama3-8B, 8 GPUs, FSDP2, torch.compile, per-op SAC,
   batch 1 x seq 8192, median tokens/s per GPU over 100 steps, bf16 baselines on H100 ("SXM
   presumed"; torchtitan's own H100s are 500 W HBM2e parts, ``h100-sxm-hbm2e``), MI300X and a
-  power-limited B200 (cap not stated). The fp8 rows of these tables set the rowwise fp8 factor
+  power-limited B200 (cap not stated; how slow it ran: one B200 elsewhere runs a step of the same
+  model at the same 8192 tokens, with every layer recomputed and no communication, in 0.64 s, and
+  trainperf predicts that step +6%, ``benchmarks/launch_bound.py``, against this row's 0.99 s). The fp8 rows of these tables set the rowwise fp8 factor
   and are not repeated here. Each row states its peak memory (torchtitan's logged maximum
   reserved, GiB): 47.65 on H100, 39.09 on MI300X, 33.71 on B200. The H100 row ran torchtitan
   0.0.2, which left the loss uncompiled (the torchtitan profile's own source says so): it is
