@@ -453,3 +453,17 @@ def test_hf_train_metrics_block(tmp_path):
     assert facts["claimed_total_flos"] == 1456789 * 2**30 and facts["claimed_train_loss"] == 2.3456
     (rec,) = parsed.run.steps
     assert rec.step_time_s == pytest.approx(754.56 / 939)
+
+
+def test_torchtitan_start_line_with_gradient_accumulation(tmp_path):
+    """Newer torchtitan puts the gradient accumulation steps between the global batch and the
+    sequence length (the line was not read at all): the micro batch is local batch / steps."""
+    pre = "[rank0]:[titan] 2025-06-01 10:00:{ts} - root - INFO - "
+    step = "step: {n:2d}  loss: 10.0000  grad_norm:  2.0000  memory: 40.00GiB(42.11%)  tps: 6,150  tflops: 356.00  mfu: 36.00%"
+    log = tmp_path / "tt.log"
+    log.write_text("\n".join([
+        pre.format(ts="00,000") + "Training starts at step 1, with local batch size 4, global batch size 32, "
+                                  "gradient accumulation steps 2, sequence length 8192, total steps 100 (warmup 10)",
+        pre.format(ts="05,000") + step.format(n=1), pre.format(ts="06,330") + step.format(n=2)]) + "\n")
+    facts = parse_log(log).facts.values
+    assert (facts["global_batch"], facts["seq_len"], facts["micro_batch"]) == (32, 8192, 2)

@@ -17,7 +17,8 @@ line and log when they end (``validate step: 100  loss: ...``, ``Finished saving
 first logged step has no predecessor; it gets
 ``global tokens per step / (tps x devices)`` when those are known (log facts or the user's
 workload), and is dropped otherwise (it is warm-up anyway). Facts: ``Training starts at step
-1, with local batch size B, global batch size G, sequence length S``; ``Building N-D device
+1, with local batch size B, global batch size G, [gradient accumulation steps A, ]sequence length
+S`` (the micro batch is B / A); ``Building N-D device
 mesh with [names], [sizes]``; ``Peak FLOPS used for computing MFU: 9.890e+14``; the device name
 in ``GPU capacity: NVIDIA H100 80GB HBM3 ...``; the model flavour in ``Building llama3 8B``;
 ``Applied selective activation checkpointing to the model`` (torchtitan's ``selective``: its
@@ -36,8 +37,12 @@ from trainperf.records.run_record import StepRecord
 
 _KV = re.compile(r"([a-z_]+):\s*([-+]?[\d,]*\.?\d+(?:[eE][-+]?\d+)?|nan|inf)\s*(GiB\(([\d.]+)%\)|%)?")
 _TS = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[,.](\d{1,6}))?")
-_START = re.compile(r"global batch size (\d+), sequence length (\d+)")
+# "Training starts at step 1, with local batch size 1, global batch size 8, [gradient accumulation
+# steps 1, ]sequence length 8192, total steps ...": each field read alone (releases add fields).
+_START = re.compile(r"global batch size (\d+)")
+_SEQ = re.compile(r"sequence length (\d+)")
 _LOCAL = re.compile(r"local batch size (\d+)")
+_ACCUM = re.compile(r"gradient accumulation steps (\d+)")
 _MESH = re.compile(r"device mesh with (\[[^\]]*\]),\s*(\[[^\]]*\])")
 _MESH_NAMES = {"dp": "fsdp", "dp_shard": "fsdp", "dp_replicate": "dp", "tp": "tp", "pp": "pp", "cp": "cp",
                "ep": "ep"}
@@ -145,13 +150,14 @@ class TorchtitanParser(LogParser):
 
     def _fact(self, line: str, state: ParseState) -> None:
         if "global batch size" in line:
-            m = _START.search(line)
-            if m:
+            m, seq = _START.search(line), _SEQ.search(line)
+            if m and seq:
                 state.fact("global_batch", int(m.group(1)), line)
-                state.fact("seq_len", int(m.group(2)), line)
-                loc = _LOCAL.search(line)
-                if loc:
-                    state.fact("micro_batch", int(loc.group(1)), line)
+                state.fact("seq_len", int(seq.group(1)), line)
+                loc, ga = _LOCAL.search(line), _ACCUM.search(line)
+                local, steps = (int(loc.group(1)) if loc else 0), (int(ga.group(1)) if ga else 1)
+                if local and steps and local % steps == 0:  # a rank's batch, in that many micro-batches
+                    state.fact("micro_batch", local // steps, line)
         elif "device mesh" in line:
             m = _MESH.search(line)
             if m:
