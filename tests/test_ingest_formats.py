@@ -467,3 +467,21 @@ def test_torchtitan_start_line_with_gradient_accumulation(tmp_path):
         pre.format(ts="05,000") + step.format(n=1), pre.format(ts="06,330") + step.format(n=2)]) + "\n")
     facts = parse_log(log).facts.values
     assert (facts["global_batch"], facts["seq_len"], facts["micro_batch"]) == (32, 8192, 2)
+
+
+def test_torchtitan_model_args_of_an_unnamed_flavour(tmp_path):
+    """``Building llama3 debugmodel with TransformerModelArgs(dim=256, n_layers=6, n_heads=16,
+    n_kv_heads=None, vocab_size=2000, multiple_of=256, ffn_dim_multiplier=None, ...)``: no preset
+    names it, so the shape comes from the arguments; the MLP as torchtitan's FeedForward sizes it:
+    int(2 * 4 * 256 / 3) = 682, rounded up to a multiple of 256: 768. Llama 3 8B's arguments
+    give 14336 (1.3 x 10922 = 14198 -> 14336), and its preset wins."""
+    pre = "[rank0]:[titan] 2025-06-01 09:59:03,000 - root - INFO - Building llama3 {f} with TransformerModelArgs("
+    args = ("_enforced='x', dim={d}, n_layers={l}, n_heads={h}, n_kv_heads={kv}, vocab_size={v}, multiple_of={m}, "
+            "ffn_dim_multiplier={x}, norm_eps=1e-05, rope_theta=500000, max_seq_len=2048, eos_id=0)")
+    log = tmp_path / "tt.log"
+    log.write_text(pre.format(f="debugmodel") + args.format(d=256, l=6, h=16, kv=None, v=2000, m=256, x=None) + "\n")
+    f = parse_log(log).facts.values
+    assert (f["hidden"], f["layers"], f["heads"], f["kv_heads"], f["vocab"], f["ffn_hidden"]) == (256, 6, 16, 16, 2000, 768)
+    log.write_text(pre.format(f="8B") + args.format(d=4096, l=32, h=32, kv=8, v=128256, m=1024, x=1.3) + "\n")
+    f = parse_log(log).facts.values
+    assert f["ffn_hidden"] == 14336 and f["kv_heads"] == 8 and f["model_flavor"] == "llama3 8b"

@@ -20,7 +20,8 @@ workload), and is dropped otherwise (it is warm-up anyway). Facts: ``Training st
 1, with local batch size B, global batch size G, [gradient accumulation steps A, ]sequence length
 S`` (the micro batch is B / A); ``Building N-D device
 mesh with [names], [sizes]``; ``Peak FLOPS used for computing MFU: 9.890e+14``; the device name
-in ``GPU capacity: NVIDIA H100 80GB HBM3 ...``; the model flavour in ``Building llama3 8B``;
+in ``GPU capacity: NVIDIA H100 80GB HBM3 ...``; the model flavour in ``Building llama3 8B`` (and, for a flavour no preset names, the shape
+in its ``ModelArgs(...)``);
 ``Applied selective activation checkpointing to the model`` (torchtitan's ``selective``: its
 per-op option, as its Llama 3 configs set it; the line does not say which option) or ``full``.
 The workload's stack is torchtitan.
@@ -47,6 +48,7 @@ _MESH = re.compile(r"device mesh with (\[[^\]]*\]),\s*(\[[^\]]*\])")
 _MESH_NAMES = {"dp": "fsdp", "dp_shard": "fsdp", "dp_replicate": "dp", "tp": "tp", "pp": "pp", "cp": "cp",
                "ep": "ep"}
 _AC = re.compile(r"Applied (selective|full) activation checkpointing", re.IGNORECASE)
+_ARG_KV = re.compile(r"\b(dim|n_layers|n_heads|n_kv_heads|vocab_size|multiple_of|ffn_dim_multiplier)=([\w.]+)")
 _MODEL = re.compile(r"Building (llama\d(?:\.\d)?) (\d+B)\b", re.IGNORECASE)
 
 
@@ -73,6 +75,32 @@ def _rebase(line: str, state: ParseState) -> None:
     if ts is not None and prev is not None and ts > prev[1]:
         sc["prev"] = (prev[0], ts)
         sc["rebased"] = sc.get("rebased", 0) + 1
+
+
+def _llama_args(line: str, state: ParseState) -> None:
+    """The shape in a Llama flavour's ``ModelArgs(dim=4096, n_layers=32, n_heads=32,
+    n_kv_heads=8, vocab_size=128256, multiple_of=1024, ffn_dim_multiplier=1.3, ...)``, for a
+    flavour no preset names (``debugmodel``; a named one's preset wins). The MLP width as
+    torchtitan's Llama ``FeedForward`` computes it: ``int(2 * 4 * dim / 3)``, times
+    ``ffn_dim_multiplier`` when set, rounded up to a multiple of ``multiple_of``. Arguments of an
+    MoE flavour are left alone (their experts' shapes are other fields)."""
+    if "moe" in line.lower() or "num_experts" in line:
+        return
+    kv = {k: v for k, v in _ARG_KV.findall(line)}
+    dim, layers, heads, vocab = (to_float(kv.get(k)) for k in ("dim", "n_layers", "n_heads", "vocab_size"))
+    if not (dim and layers and heads and vocab) or any(x != int(x) or x <= 0 for x in (dim, layers, heads, vocab)):
+        return
+    for key, value in (("hidden", dim), ("layers", layers), ("heads", heads), ("vocab", vocab)):
+        state.fact(key, int(value), line)
+    kv_heads = to_float(kv.get("n_kv_heads"))
+    state.fact("kv_heads", int(kv_heads) if kv_heads and kv_heads == int(kv_heads) else int(heads), line)
+    multiple, mult = to_float(kv.get("multiple_of")), to_float(kv.get("ffn_dim_multiplier"))
+    if multiple and multiple == int(multiple) and multiple > 0:
+        ffn = int(2 * 4 * int(dim) / 3)
+        if mult:
+            ffn = int(mult * ffn)
+        state.fact("ffn_hidden", int(multiple) * ((ffn + int(multiple) - 1) // int(multiple)), line)
+        state.fact("mlp", "swiglu", line)  # torchtitan's Llama FeedForward: w2(silu(w1 x) * w3 x)
 
 
 class TorchtitanParser(LogParser):
@@ -191,6 +219,8 @@ class TorchtitanParser(LogParser):
             if m:
                 fam, size = m.group(1).lower(), m.group(2).lower()
                 state.fact("model_flavor", f"{fam} {size}", line)
+            if "ModelArgs(" in line:
+                _llama_args(line, state)
 
     def finish(self, state: ParseState) -> list[StepRecord]:
         out: list[StepRecord] = []
