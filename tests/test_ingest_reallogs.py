@@ -55,7 +55,8 @@ def test_real_log_format_steps_and_median(name):
     assert meta["format"] == fmt and meta["format_detection"].startswith("auto-detected")
     assert len(parsed.run.steps) == n
     assert statistics.median(s.step_time_s for s in parsed.run.steps) == pytest.approx(median, rel=2e-3)
-    assert meta["flagged_steps"] == 0
+    # maxtext_1 names its chip (TFRT TPU v5: v5p), so its step 1, claiming 5x the chip's peak, is flagged
+    assert meta["flagged_steps"] == (1 if name == "maxtext_1.log" else 0)
 
 
 @pytest.mark.parametrize("name", sorted(HAND_COUNT))
@@ -112,6 +113,9 @@ def test_megatron_4_peak_memory_is_the_busiest_ranks(capsys):
 def test_maxtext_claims_and_device_count():
     parsed = parse_log(REAL / "maxtext_1.log")
     assert parsed.facts.values["num_devices"] == 4 and parsed.facts.values["seq_len"] == 2048
+    # the chip JAX names (TFRT TPU v5: a v5p; the doc says v5p-8) and per_device_batch_size 24 x 4 chips
+    assert parsed.run.workload is None and parsed.facts.values["device_name"] == "TPU v5"
+    assert parsed.facts.values["global_batch"] == 96  # total_weights 196,608 = 96 x 2048
     assert statistics.median(_claims("maxtext_1.log", "claimed_tflops_per_device")) == pytest.approx(134.9125)
     assert statistics.median(_claims("maxtext_1.log", "claimed_tokens_per_s_per_device")) == pytest.approx(8672.0495)
     assert statistics.median(_claims("maxtext_3.log", "claimed_tflops_per_device")) == pytest.approx(53.547)

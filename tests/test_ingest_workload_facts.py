@@ -247,3 +247,13 @@ def test_peak_stands_in_for_a_device_the_log_names_but_the_catalog_lacks():
     assert "Tesla K80" in hw.name and hw.peak_tflops == {"bf16": 8.7}
     assert "given by the user" in hw.sources["peak_tflops.bf16"]
     assert res.workload.devices_per_node == 2  # no node boundary invented
+
+
+@pytest.mark.parametrize(("name", "device"), [
+    ("TPU v5 lite", "tpu-v5e"), ("TPU v5", "tpu-v5p"), ("TPU v5p", "tpu-v5p"), ("TPU v6 lite", "tpu-v6e"),
+    ("TPU v4", "tpu-v4"), ("NVIDIA H20", "h20"), ("NVIDIA H200", "h200-sxm"), ("NVIDIA B300 SXM6 AC", "b300"),
+    ("NVIDIA GB300", "gb300"), ("NVIDIA GB200", "gb200"), ("NVIDIA L40S", "l40s"),
+])
+def test_device_names_as_torch_and_jax_print_them(name, device):
+    """torch.cuda.get_device_name and JAX's device_kind ("TPU v5 lite" is a v5e, "TPU v5" a v5p)."""
+    assert device_id_from_name(name) == device

@@ -8,7 +8,9 @@ Step line, printed once per step by ``MetricLogger`` on every host::
 step's wall time; ``total_weights`` is the count of non-padding target tokens in the global
 batch, i.e. the tokens of the step. Run-level facts: the ``Config param <key>: <value>`` dump
 (``global_batch_size_to_train_on``, ``max_target_length``, ``per_device_batch_size``, ``dtype``,
-``model_name``) and ``Num_devices: N``. When the log has no device count, it is derived from
+``model_name``; without the global batch, ``per_device_batch_size x devices x
+gradient_accumulation_steps``, as MaxText computes it), ``Num_devices: N`` and the device kind
+JAX reports (``TFRT TPU v5``: v5p; ``TPU v5 lite``: v5e). When the log has no device count, it is derived from
 the step line itself: ``total_weights / (seconds * Tokens/s/device)``.
 
 MaxText's TFLOP/s/device counts training FLOPs per device per step
@@ -51,6 +53,7 @@ _FAST = re.compile(r"completed step: (\d+), seconds: (\d+\.?\d*), TFLOP/s/device
 _BLOCK = re.compile(RANK_PREFIX + r" ?completed step: (\d+), seconds: (\d+\.?\d*), TFLOP/s/device: (\d+\.?\d*), "
                     r"Tokens/s/device: (\d+\.?\d*), total_weights: (\d+), loss: (\d+\.?\d*)$", re.M)
 _SECONDS = re.compile(r"seconds:\s*([^\s,]*)(,)?")
+_TPU_KIND = re.compile(r"^\s*(?:TFRT\s+)?(TPU v\d+[a-z]?(?: lite)?)\s*$")
 _DTYPES = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16", "fp8": "fp8", "float8": "fp8"}
 
 
@@ -101,6 +104,10 @@ class MaxTextParser(LogParser):
         if i < 0:
             if _CONFIG in line:
                 self._config(line, state)
+            elif line.lstrip().startswith(("TFRT TPU", "TPU v")):
+                m = _TPU_KIND.match(line)
+                if m:
+                    state.fact("device_name", m.group(1), line)
             elif "Num_devices:" in line:
                 n = to_int(line.split("Num_devices:", 1)[1].split(",", 1)[0].strip())
                 if n and n > 0:
@@ -156,7 +163,10 @@ class MaxTextParser(LogParser):
         key, sep, value = rest.partition(":")
         fact = _CONFIG_KEYS.get(key.strip())
         if not sep or fact is None:
-            if key.strip() == "per_device_batch_size":
+            if sep and key.strip() in ("per_device_batch_size", "gradient_accumulation_steps"):
+                size = to_float(value.strip())
+                if size is not None and size > 0:
+                    state.scratch[key.strip()] = (size, state.line_no, line)
                 state.used = True
             return
         value = value.strip()
@@ -172,6 +182,23 @@ class MaxTextParser(LogParser):
             state.fact(fact, v, line)
 
     def finish(self, state: ParseState) -> list[StepRecord]:
+        self._count_devices(state)
+        f = state.facts.values
+        per = [sc.get("per_device_batch_size") for sc in state.all_scratch().values()]
+        per_dev = next((p for p in per if p), None)
+        if per_dev and "global_batch" not in f and f.get("num_devices"):
+            accum = next((sc["gradient_accumulation_steps"][0] for sc in state.all_scratch().values()
+                          if "gradient_accumulation_steps" in sc), 1.0)
+            g = per_dev[0] * f["num_devices"] * accum
+            if g >= 1 and abs(g - round(g)) < 1e-6:  # MaxText: global_batch_size_to_train_on
+                state.facts.set("global_batch", round(g), per_dev[1], per_dev[2])
+                state.facts.where["global_batch"] = (f"derived: per_device_batch_size {per_dev[0]:g} x "
+                                                     f"{f['num_devices']} devices x {accum:g} accumulation steps "
+                                                     f"(line {per_dev[1]})")
+        return []
+
+    def _count_devices(self, state: ParseState) -> None:
+        """The device count from the step lines where the log states none."""
         ratios = self._ratios
         if ratios and "num_devices" not in state.facts.values:
             r = statistics.median(ratios)
@@ -180,4 +207,3 @@ class MaxTextParser(LogParser):
                 state.facts.set("num_devices", n, 0, "derived")
                 state.facts.where["num_devices"] = (
                     f"derived from the step lines: total_weights / (seconds x Tokens/s/device) = {r:.3f}")
-        return []

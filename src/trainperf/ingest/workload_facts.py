@@ -42,13 +42,14 @@ _REQUIRED = {
     "training.seq_len": "the sequence length (--seq-len N)",
     "training.global_batch": "the global batch (--global-batch N)",
 }
-# Device names as frameworks print them (torch.cuda.get_device_name) -> catalog id.
+# Device names as frameworks print them (torch.cuda.get_device_name, JAX's device_kind) -> catalog id.
 _DEVICE_NAMES: list[tuple[str, str]] = [
     (r"H100.*(PCIe)", "h100-pcie"), (r"H100.*NVL", "h100-nvl"),
     # the power-capped HBM2e SXM part (seed 002: "SXM H100 (95GB)"), named by memory
     (r"H100.*(9[56] ?GB|HBM2e)", "h100-sxm-hbm2e"),
     (r"H100 80GB HBM3|H100.*SXM", "h100-sxm"),
-    (r"H200", "h200-sxm"), (r"H800", "h800"), (r"GB200", "gb200"), (r"B200", "b200"),
+    (r"H200", "h200-sxm"), (r"H800", "h800"), (r"\bH20\b", "h20"), (r"GB200", "gb200"), (r"B200", "b200"),
+    (r"GB300", "gb300"), (r"B300", "b300"), (r"L40S", "l40s"),
     (r"A100.*SXM4?-80GB|A100 80GB SXM|A100-SXM-80GB", "a100-sxm-80gb"),
     (r"A100.*SXM4?-40GB|A100-SXM-40GB", "a100-sxm-40gb"),
     (r"A100.*PCIE.*80GB|A100 80GB PCIe", "a100-pcie-80gb"), (r"A100.*PCIE", "a100-pcie-40gb"),
@@ -57,6 +58,9 @@ _DEVICE_NAMES: list[tuple[str, str]] = [
     (r"MI250X", "mi250x-gcd"), (r"MI250", "mi250-gcd"),
     (r"V100.*SXM2.*32GB|V100-SXM2-32GB", "v100-sxm2-32gb"), (r"V100.*SXM2", "v100-sxm2-16gb"),
     (r"V100.*PCIE.*32GB", "v100-pcie-32gb"), (r"V100.*PCIE", "v100-pcie-16gb"),
+    # JAX's device_kind: "TPU v5 lite" is v5e, plain "TPU v5" is v5p, "TPU v6 lite" is v6e (Trillium)
+    (r"TPU v5 ?(lite|e)\b", "tpu-v5e"), (r"TPU v5p?\b", "tpu-v5p"), (r"TPU v6 ?(lite|e)\b", "tpu-v6e"),
+    (r"TPU v4\b", "tpu-v4"),
 ]
 
 
