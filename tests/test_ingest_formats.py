@@ -18,6 +18,7 @@ from trainperf.ingest.pipeline import parse_log
 from trainperf.specs.model import ModelSpec
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
+REAL_LOGS = Path(__file__).parent / "fixtures" / "reallogs"
 SEED_003_LINE = ("completed step: 49, seconds: 7.908, TFLOP/s/device: 460.480, Tokens/s/device: 1035.970, "
                  "total_weights: 524288, loss: 0.000")
 
@@ -485,3 +486,17 @@ def test_torchtitan_model_args_of_an_unnamed_flavour(tmp_path):
     log.write_text(pre.format(f="8B") + args.format(d=4096, l=32, h=32, kv=8, v=128256, m=1024, x=1.3) + "\n")
     f = parse_log(log).facts.values
     assert f["ffn_hidden"] == 14336 and f["kv_heads"] == 8 and f["model_flavor"] == "llama3 8b"
+
+
+def test_a_gpu_listing_names_the_device(tmp_path):
+    """A gpustat or nvidia-smi listing in any format's log names the device (not the count: it
+    lists the node's GPUs): NeMo's performance log prints gpustat's ``[0] NVIDIA B200 | ...``."""
+    assert parse_log(REAL_LOGS / "nemo_2.log").facts.values["device_name"] == "NVIDIA B200"
+    smi = ("|   0  NVIDIA H100 80GB HBM3          On  |   00000000:18:00.0 Off |                    0 |\n"
+           "| N/A   33C    P0             69W /  700W |       4MiB /  81559MiB |      0%      Default |\n")
+    log = tmp_path / "meg.log"
+    log.write_text(smi + " iteration       10/    1000 | consumed samples:         1280 | elapsed time per iteration "
+                   "(ms): 6073.2 | learning rate: 1.5E-05 | global batch size:   128 | lm loss: 1.1E+01 | loss scale: 1.0 "
+                   "| grad norm: 5.123 | number of skipped iterations:   0 | number of nan iterations:   0 |\n")
+    parsed = parse_log(log, overrides={"training.seq_len": 4096})
+    assert parsed.facts.values["device_name"] == "NVIDIA H100 80GB HBM3"

@@ -342,6 +342,21 @@ def make_step(step: int | None, step_time_s: float | None, state: ParseState, **
 RANK_PREFIX = r"^(?:(\d{1,5}): |[ \t]*\[(?:rank|default)?(\d+)\]:)?"
 """Start of a :attr:`LogParser.block_re`: the optional launcher rank prefix (groups 1 and 2)."""
 
+_GPU_LISTING = re.compile(
+    r"^\s*(?:\[\d+\]\s+((?:NVIDIA|AMD|Tesla)[^|]*?)\s*\|\s*\d+\s*°?C"  # gpustat: [0] NVIDIA B200 | 67°C, ...
+    r"|\|\s+\d+\s+((?:NVIDIA|Tesla)\s[^|]*?)\s+(?:On|Off)\s+\|)")  # nvidia-smi: |   0  NVIDIA H100 80GB HBM3   On  |
+
+
+def listed_gpu_name(line: str) -> str | None:
+    """The GPU name of a line of a device listing a job printed (gpustat's ``[0] NVIDIA B200 |
+    67°C, 100 % | ...``, nvidia-smi's ``|   0  NVIDIA H100 80GB HBM3   On  | ...``), else ``None``.
+    It names the node's devices, not how many the job used."""
+    if "NVIDIA" not in line and "AMD" not in line and "Tesla" not in line:
+        return None
+    m = _GPU_LISTING.match(line)
+    return (m.group(1) or m.group(2)).strip() if m else None
+
+
 def strip_ansi(line: str) -> str:
     return _ANSI_RE.sub("", line) if "\x1b" in line else line
 

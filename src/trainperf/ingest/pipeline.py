@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainperf.accounting.summarize import default_warmup_steps
 from trainperf.errors import InputFileError
-from trainperf.ingest.base import LogParser, ParseState
+from trainperf.ingest.base import LogParser, ParseState, listed_gpu_name
 from trainperf.ingest.flags import FlagReport, flag_impossible
 from trainperf.ingest.reader import (
     PARTIAL,
@@ -279,6 +279,9 @@ class _Feeder:
             self.col.add(rec, self.total)
             self.best = r
         elif state.used:
+            self.used += 1
+        elif "device_name" not in state.facts.values and (gpu := listed_gpu_name(line)) is not None:
+            state.fact("device_name", gpu, line)  # any format's log may carry a gpustat / nvidia-smi listing
             self.used += 1
         elif self.others and self.n_other < MAX_OTHER_FORMAT_LINES:
             for marker, name in self.others:
