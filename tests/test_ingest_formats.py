@@ -500,3 +500,31 @@ def test_a_gpu_listing_names_the_device(tmp_path):
                    "| grad norm: 5.123 | number of skipped iterations:   0 | number of nan iterations:   0 |\n")
     parsed = parse_log(log, overrides={"training.seq_len": 4096})
     assert parsed.facts.values["device_name"] == "NVIDIA H100 80GB HBM3"
+
+
+@pytest.mark.parametrize(("args", "policy"), [
+    ({"recompute_granularity": "full", "recompute_method": "block", "recompute_num_layers": "4"}, "full:4"),
+    ({"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": "1"}, "full"),
+    ({"recompute_granularity": "selective", "recompute_modules": "['core_attn']"}, "selective"),
+    ({"recompute_granularity": "selective", "recompute_modules": "['core_attn', 'moe_act']"},
+     "selective:core_attn+moe_act"),
+    ({"recompute_granularity": "None", "recompute_method": "None"}, "none"),
+])
+def test_megatron_argument_dump_plan_facts(tmp_path, args, policy):
+    """The argument dump's recompute arguments in Megatron's names, read as trainperf's policy;
+    sequence parallelism, the distributed optimizer, the virtual pipeline and the experts too."""
+    dump = {"world_size": "64", "tensor_model_parallel_size": "4", "pipeline_model_parallel_size": "2",
+            "virtual_pipeline_model_parallel_size": "4", "sequence_parallel": "True",
+            "use_distributed_optimizer": "True", "num_experts": "8", "moe_router_topk": "2",
+            "normalization": "RMSNorm", "seq_length": "4096", **args}
+    lines = [f"  {k} {'.' * (40 - len(k))} {v}" for k, v in sorted(dump.items())]
+    lines.append(" iteration       10/    1000 | consumed samples:         1280 | elapsed time per iteration (ms): "
+                 "6073.2 | learning rate: 1.5E-05 | global batch size:   128 | lm loss: 1.1E+01 | loss scale: 1.0 | "
+                 "grad norm: 5.123 | number of skipped iterations:   0 | number of nan iterations:   0 |")
+    log = tmp_path / "meg.log"
+    log.write_text("\n".join(lines) + "\n")
+    from trainperf.specs.checkpointing import framework_policy
+
+    f = parse_log(log).facts.values
+    assert framework_policy(f["activation_checkpointing"])[0] == policy
+    assert (f["sp"], f["zero_stage"], f["vpp"], f["moe_experts"], f["moe_topk"], f["norm"]) == (True, 1, 4, 8, 2, "rmsnorm")

@@ -97,6 +97,8 @@ def test_megatron_4_args_resolve_the_model():
     assert (facts["layers"], facts["hidden"], facts["heads"], facts["ffn_hidden"]) == (64, 8192, 32, 32768)
     assert (facts["tp"], facts["pp"], facts["num_devices"], facts["seq_len"]) == (4, 16, 64, 1024)
     assert facts["precision"] == "fp16" and facts["global_batch"] == 1024
+    # "checkpoint_activations .... True" (2021 releases): every layer recomputed
+    assert facts["activation_checkpointing"] == "megatron:full" and facts["head_dim"] == 256
 
 
 def test_megatron_4_peak_memory_is_the_busiest_ranks(capsys):

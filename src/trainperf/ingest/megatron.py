@@ -11,7 +11,9 @@ line's own ``global batch size`` (which may ramp up) times ``seq_length``. The T
 ``nemo-legacy`` count; halved in later ones). Megatron-DeepSpeed's variant of the line (``|
 samples per second: S | TFLOPs: F |``, per GPU; later ``| tokens per gpu per second (tgs): R |``)
 is read too. Facts come from the argument dump
-(``  world_size ........ 64``) and ``using world size: 64, data-parallel size: 8, ...``.
+(``  world_size ........ 64``: sizes, parallel degrees (virtual pipeline and expert TP included),
+experts, ``sequence_parallel``, ``use_distributed_optimizer``, normalization, positions, biases,
+the recompute arguments) and ``using world size: 64, data-parallel size: 8, ...``.
 
 Megatron-DeepSpeed (BLOOM) prints the time in seconds (``elapsed time per iteration (s):
 106.46 |``), ``lm-loss:`` in some versions, ``consumed tokens:`` (tokens / samples gives the
@@ -87,13 +89,25 @@ _ARGS: dict[str, str] = {
     "pipeline_model_parallel_size": "pp", "context_parallel_size": "cp",
     "expert_model_parallel_size": "ep", "num_layers": "layers", "hidden_size": "hidden",
     "num_attention_heads": "heads", "ffn_hidden_size": "ffn_hidden", "padded_vocab_size": "vocab",
+    "virtual_pipeline_model_parallel_size": "vpp", "expert_tensor_parallel_size": "etp", "num_experts": "moe_experts",
+    "moe_router_topk": "moe_topk", "moe_ffn_hidden_size": "moe_expert_ffn", "kv_channels": "head_dim",
 }
 _FLAG_ARGS = ("bf16", "fp16", "fp8", "swiglu", "group_query_attention", "num_query_groups",
               "untie_embeddings_and_output_weights")
+# Arguments whose words name a plan or model fact: key -> (fact, {printed value: fact value}).
+_WORD_ARGS: dict[str, tuple[str, dict[str, object]]] = {
+    "sequence_parallel": ("sp", {"True": True, "False": False}),
+    "use_distributed_optimizer": ("zero_stage", {"True": 1}),
+    "normalization": ("norm", {"RMSNorm": "rmsnorm", "LayerNorm": "layernorm"}),
+    "position_embedding_type": ("position", {"rope": "rope", "learned_absolute": "learned", "none": "none"}),
+    "add_bias_linear": ("bias", {"True": True, "False": False}),
+}
 # report_memory (megatron/training/utils.py): MiB, printed once after the first logged iteration
 # by every rank whose data-parallel rank is 0 (each tensor- and pipeline-parallel rank).
 _MEMORY = re.compile(r"memory \(MB\) \| allocated: [\d.]+ \| max allocated: (\d+\.?\d*) \| reserved: [\d.]+ \| "
                      r"max reserved: (\d+\.?\d*)\s*$")
+_RECOMPUTE_ARGS = ("recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules",
+                   "checkpoint_activations")
 _SIZES = re.compile(r"using world size: (\d+), data-parallel size: (\d+), context-parallel size: (\d+),"
                     r" tensor-model-parallel size: (\d+), pipeline-model-parallel size: (\d+)")
 
@@ -243,6 +257,7 @@ class MegatronParser(LogParser):
         if self._args_seen and "mlp" not in state.facts.values:
             state.facts.set("mlp", "gelu", 0, "")
             state.facts.where["mlp"] = "the argument dump has no swiglu: Megatron's default MLP, GeLU"
+        _recompute_fact(state)
         return []
 
     def _arg(self, line: str, state: ParseState) -> None:
@@ -256,6 +271,14 @@ class MegatronParser(LogParser):
             v = to_int(value)
             if v is not None and v > 0:
                 state.fact(fact, v, line)
+        elif key in _WORD_ARGS:
+            fact_key, words = _WORD_ARGS[key]
+            if value.strip() in words:
+                state.fact(fact_key, words[value.strip()], line)
+            state.used = True
+        elif key in _RECOMPUTE_ARGS:
+            state.scratch[key] = (value.strip(), state.line_no, line)
+            state.used = True
         elif key in _FLAG_ARGS:
             state.used = True
             truthy = value.strip() not in ("False", "None", "0")
@@ -276,6 +299,35 @@ class MegatronParser(LogParser):
                 g = state.scratch.get("num_query_groups")
                 if g:
                     state.fact("kv_heads", g, line)
+
+
+def _recompute_fact(state: ParseState) -> None:
+    """The activation checkpointing the argument dump states, in Megatron's own names
+    (:data:`trainperf.specs.checkpointing.FRAMEWORK_NAMES`): ``recompute_granularity`` full with
+    ``recompute_method`` block and ``recompute_num_layers`` K is ``megatron:full:block:K``, full
+    otherwise ``megatron:full`` (uniform: every layer re-run), selective ``megatron:selective`` or,
+    with ``recompute_modules`` other than its default core_attn, ``megatron:selective:MODULES``;
+    the 2020-21 releases' ``checkpoint_activations True`` is full (every layer, in chunks of
+    ``checkpoint_num_layers``); a dump that states neither on is ``none``."""
+    sc = state.scratch
+    src = sc.get("recompute_granularity") or sc.get("checkpoint_activations")
+    if "activation_checkpointing" in state.facts.values or src is None:
+        return
+    gran = sc.get("recompute_granularity", ("None",))[0]
+    old_on = sc.get("checkpoint_activations", ("False",))[0] == "True"
+    if old_on and gran == "None":
+        src, gran = sc["checkpoint_activations"], "full"
+    if gran == "full":
+        method, k = sc.get("recompute_method", ("None",))[0], to_int(sc.get("recompute_num_layers", ("",))[0])
+        name = f"megatron:full:block:{k}" if method == "block" and k else "megatron:full"
+    elif gran == "selective":
+        modules = re.findall(r"[a-z_]+", sc.get("recompute_modules", ("",))[0])
+        name = f"megatron:selective:{'+'.join(modules)}" if modules and modules != ["core_attn"] else "megatron:selective"
+    elif gran == "None":
+        name = "none"
+    else:
+        return
+    state.facts.set("activation_checkpointing", name, src[1], src[2])
 
 
 _NEMO_STEP = re.compile(r"global_step[:=]\s*([\d.]+)")
