@@ -528,3 +528,20 @@ def test_megatron_argument_dump_plan_facts(tmp_path, args, policy):
     f = parse_log(log).facts.values
     assert framework_policy(f["activation_checkpointing"])[0] == policy
     assert (f["sp"], f["zero_stage"], f["vpp"], f["moe_experts"], f["moe_topk"], f["norm"]) == (True, 1, 4, 8, 2, "rmsnorm")
+
+
+def test_nemo_config_plan_facts(tmp_path):
+    """The configuration NeMo prints (YAML: ``  key: value``): parallel degrees, sequence
+    parallelism and the recompute settings (NeMo 1's ``activations_checkpoint_*`` names too)."""
+    config = ["  tensor_model_parallel_size: 4", "  pipeline_model_parallel_size: 2", "  context_parallel_size: 2",
+              "  virtual_pipeline_model_parallel_size: null", "  sequence_parallel: true", "  seq_length: 8192",
+              "  activations_checkpoint_granularity: full", "  activations_checkpoint_method: block",
+              "  activations_checkpoint_num_layers: 2"]
+    steps = [f"Training epoch 0, iteration {i}/99 | lr: 1e-05 | global_batch_size: 128 | global_step: {i} | "
+             f"reduced_train_loss: 10.0 | train_step_timing in s: 6.07 | consumed_samples: {128 * (i + 1)}"
+             for i in range(1, 4)]
+    log = tmp_path / "nemo.log"
+    log.write_text("\n".join(config + steps) + "\n")
+    f = parse_log(log).facts.values
+    assert (f["tp"], f["pp"], f["cp"], f["sp"], f["seq_len"]) == (4, 2, 2, True, 8192) and "vpp" not in f
+    assert f["activation_checkpointing"] == "megatron:full:block:2"

@@ -309,7 +309,7 @@ def _recompute_fact(state: ParseState) -> None:
     with ``recompute_modules`` other than its default core_attn, ``megatron:selective:MODULES``;
     the 2020-21 releases' ``checkpoint_activations True`` is full (every layer, in chunks of
     ``checkpoint_num_layers``); a dump that states neither on is ``none``."""
-    sc = state.scratch
+    sc = {k: v for scratch in state.all_scratch().values() for k, v in scratch.items() if k in _RECOMPUTE_ARGS}
     src = sc.get("recompute_granularity") or sc.get("checkpoint_activations")
     if "activation_checkpointing" in state.facts.values or src is None:
         return
@@ -339,11 +339,39 @@ _NEMO_TFLOPS = re.compile(r"TFLOPS_per_GPU[:=]\s*([-+\d.eE]+)\s*(?:[|,\]]|$)")
 _NEMO_TPS = re.compile(r"tokens_per_sec_per_gpu[:=]\s*([-+\d.eE]+)\s*(?:[|,\]]|$)")
 _NEMO_GBS = re.compile(r"global_batch_size[:=]\s*([\d.]+)")
 _NEMO_MEM = re.compile(r"max_memory_(allocated|reserved)[:=]\s*(\d+(?:\.\d+)?(?:[eE][+]?\d+)?)\s*(?:[|,\]]|$)")
-_NEMO_CONFIG = re.compile(r"^\s*(seq_length|micro_batch_size|global_batch_size|num_layers|hidden_size|"
-                          r"num_attention_heads|ffn_hidden_size|num_query_groups):\s*(\d+)\s*$")
+_NEMO_CONFIG = re.compile(r"^\s*([a-z_0-9]+):\s*([\w.-]+)\s*$")
 _NEMO_FACTS = {"seq_length": "seq_len", "micro_batch_size": "micro_batch", "global_batch_size": "global_batch",
                "num_layers": "layers", "hidden_size": "hidden", "num_attention_heads": "heads",
-               "ffn_hidden_size": "ffn_hidden", "num_query_groups": "kv_heads"}
+               "ffn_hidden_size": "ffn_hidden", "num_query_groups": "kv_heads",
+               "tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp",
+               "virtual_pipeline_model_parallel_size": "vpp", "context_parallel_size": "cp",
+               "expert_model_parallel_size": "ep", "expert_tensor_parallel_size": "etp",
+               "num_moe_experts": "moe_experts", "moe_router_topk": "moe_topk", "kv_channels": "head_dim"}
+# NeMo 1 names of Megatron's recompute arguments (the config keys NeMo 2 prints are Megatron's own).
+_NEMO_RECOMPUTE = {"activations_checkpoint_granularity": "recompute_granularity",
+                   "activations_checkpoint_method": "recompute_method",
+                   "activations_checkpoint_num_layers": "recompute_num_layers",
+                   **{k: k for k in ("recompute_granularity", "recompute_method", "recompute_num_layers")}}
+_YAML_WORDS = {"null": "None", "~": "None", "true": "True", "false": "False"}
+
+
+def _nemo_config(line: str, state: ParseState) -> None:
+    """A ``  key: value`` line of the configuration NeMo prints: sizes and parallel degrees,
+    ``sequence_parallel``, the recompute settings (read at the end as Megatron's, see
+    :func:`_recompute_fact`)."""
+    m = _NEMO_CONFIG.match(line)
+    if m is None:
+        return
+    key, value = m.group(1), _YAML_WORDS.get(m.group(2).lower(), m.group(2))
+    if key in _NEMO_FACTS:
+        v = to_int(value)
+        if v is not None and v > 0:
+            state.fact(_NEMO_FACTS[key], v, line)
+    elif key == "sequence_parallel" and value in ("True", "False"):
+        state.fact("sp", value == "True", line)
+    elif key in _NEMO_RECOMPUTE:
+        state.scratch[_NEMO_RECOMPUTE[key]] = (value, state.line_no, line)
+        state.used = True
 
 
 def _nemo_memory_GiB(line: str) -> dict[str, float]:
@@ -368,10 +396,8 @@ class NemoParser(LogParser):
     def parse_line(self, line: str, state: ParseState) -> StepRecord | None:
         i = line.find("train_step_timing in s")
         if i < 0:
-            if ":" in line and ("_size:" in line or "seq_length:" in line or "num_" in line):
-                m = _NEMO_CONFIG.match(line)
-                if m:
-                    state.fact(_NEMO_FACTS[m.group(1)], int(m.group(2)), line)
+            if ": " in line and line.startswith(" "):
+                _nemo_config(line, state)
             return None
         t = _NEMO_TIME.search(line, i)
         if t is None or t.group(2) is None or (state.partial and not t.group(2).strip()):
@@ -407,3 +433,7 @@ class NemoParser(LogParser):
             if gbs and gbs == int(gbs):
                 state.facts.set("global_batch", int(gbs), state.line_no, line)
         return rec
+
+    def finish(self, state: ParseState) -> list[StepRecord]:
+        _recompute_fact(state)
+        return []
