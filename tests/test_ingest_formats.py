@@ -545,3 +545,15 @@ def test_nemo_config_plan_facts(tmp_path):
     f = parse_log(log).facts.values
     assert (f["tp"], f["pp"], f["cp"], f["sp"], f["seq_len"]) == (4, 2, 2, True, 8192) and "vpp" not in f
     assert f["activation_checkpointing"] == "megatron:full:block:2"
+
+
+def test_hf_training_arguments_dump(tmp_path):
+    """The example scripts' ``TrainingArguments(...)`` dump, one field a line: the precision,
+    gradient checkpointing (full recomputation of every decoder layer) and the per-device batch."""
+    bar = "{p:3d}%|#         | {n}/100 [00:{n:02d}<01:30,  1.00it/s]"
+    log = tmp_path / "hf.log"
+    log.write_text("TrainingArguments(\n_n_gpu=1,\nbf16=True,\nfp16=False,\ngradient_accumulation_steps=1,\n"
+                   "gradient_checkpointing=True,\nper_device_train_batch_size=8,\n)\n"
+                   + "\n".join(bar.format(p=n, n=n) for n in range(1, 6)) + "\n")
+    f = parse_log(log).facts.values
+    assert (f["precision"], f["activation_checkpointing"], f["micro_batch"]) == ("bf16", "full", 8)

@@ -22,6 +22,9 @@
   ``  train_runtime            = 0:12:34.56``, ``  train_samples_per_second =     39.756``, ...;
   the runtime as ``H:MM:SS.ss``, ``total_flos`` in units of 2^30 FLOPs with a ``GF`` suffix):
   the same run-level claims as the final dict.
+* the ``TrainingArguments(...)`` dump the example scripts log (one field a line): ``bf16=True``
+  / ``fp16=True`` (the precision), ``gradient_checkpointing=True`` (every decoder layer re-run:
+  full recomputation; ``False``: none), ``per_device_train_batch_size``.
 * the ``***** Running training *****`` block: ``Total train batch size (w. parallel,
   distributed & accumulation) = 64`` (global batch), ``Instantaneous batch size per device``,
   ``Gradient Accumulation steps`` (devices = total / (per device x accumulation)).
@@ -43,6 +46,8 @@ _OTHER_UNIT = re.compile(r"\?it/s|\s*(?:[A-Za-z ]*/s|s/[A-Za-z ]+)\s*[\],]")
 _DICT_KV = re.compile(r"'(\w+)':\s*(?:np\.float\d+\(|tensor\()?'?([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)")
 _METRIC = re.compile(r"^\s*(train_runtime|train_samples_per_second|train_steps_per_second|train_tokens_per_second|"
                      r"train_loss|total_flos)\s+=\s+(\S+)\s*$")
+# A field of the TrainingArguments(...) dump the example scripts log, one per line: "bf16=True,".
+_TRAINING_ARG = re.compile(r"^\s*(bf16|fp16|gradient_checkpointing|per_device_train_batch_size)=(\w+),?\s*$")
 _CLOCK = re.compile(r"^(?:(\d+) days?, )?(\d+):(\d\d):(\d\d(?:\.\d+)?)$")
 _SETUP = {
     "Total train batch size (w. parallel, distributed & accumulation) =": "global_batch",
@@ -80,6 +85,9 @@ class HfTrainerParser(LogParser):
             self._bars_in(line, state)
         if "{'" in line:
             self._dict(line, state)
+            return None
+        if "=" in line and " = " not in line:
+            _training_argument(line, state)
             return None
         if " = " in line:
             if line.lstrip().startswith(("train_", "total_flos")):
@@ -229,3 +237,18 @@ def _metric(line: str, state: ParseState) -> None:
         value = to_float(text)
     if value is not None and f"claimed_{key}" not in state.facts.values:  # the final dict's is exact
         state.fact(f"claimed_{key}", value, line)
+
+
+def _training_argument(line: str, state: ParseState) -> None:
+    """A field of the ``TrainingArguments(...)`` dump: precision, gradient checkpointing (the
+    Trainer re-runs every decoder layer's forward: full), the per-device batch."""
+    m = _TRAINING_ARG.match(line)
+    if m is None:
+        return
+    key, value = m.group(1), m.group(2)
+    if key in ("bf16", "fp16") and value == "True":
+        state.fact("precision", key, line)
+    elif key == "gradient_checkpointing" and value in ("True", "False"):
+        state.fact("activation_checkpointing", "full" if value == "True" else "none", line)
+    elif key == "per_device_train_batch_size" and to_int(value):
+        state.fact("micro_batch", to_int(value), line)
