@@ -557,3 +557,19 @@ def test_hf_training_arguments_dump(tmp_path):
                    + "\n".join(bar.format(p=n, n=n) for n in range(1, 6)) + "\n")
     f = parse_log(log).facts.values
     assert (f["precision"], f["activation_checkpointing"], f["micro_batch"]) == ("bf16", "full", 8)
+
+
+def test_llm_foundry_config(tmp_path):
+    """LLM Foundry's YAML configuration: MPT's shape (the MLP expansion_ratio x d_model, GeLU), the
+    precision and FSDP's activation checkpointing (every block: full)."""
+    cfg = ["model:", "  name: mpt_causal_lm", "  d_model: 7168", "  n_heads: 64", "  n_layers: 48",
+           "  expansion_ratio: 4", "  max_seq_len: 8192", "  vocab_size: 50432", "precision: amp_bf16",
+           "fsdp_config:", "  sharding_strategy: FULL_SHARD", "  activation_checkpointing: true"]
+    log = tmp_path / "foundry.log"
+    log.write_text("\n".join(cfg) + "\n[batch=10/100]:\n\t Train time/batch: 9\n\t Train time/sample: 4608\n"
+                   "\t Train throughput/batches_per_sec: 0.1\n\t Train throughput/samples_per_sec: 51.2\n")
+    f = parse_log(log).facts.values
+    assert (f["hidden"], f["heads"], f["layers"], f["ffn_hidden"], f["vocab"], f["mlp"]) == (
+        7168, 64, 48, 28672, 50432, "gelu")
+    assert (f["precision"], f["activation_checkpointing"], f["seq_len"]) == ("bf16", "full", 8192)
+    assert (f["bias"], f["position"], f["tied_embeddings"]) == (False, "alibi", True)

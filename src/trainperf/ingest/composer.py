@@ -43,7 +43,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from trainperf.ingest.base import LogParser, ParseState, json_object, make_step, positive, to_float
+from trainperf.ingest.base import LogParser, ParseState, json_object, make_step, positive, to_float, to_int
 from trainperf.records.run_record import StepRecord
 
 _HEADER = re.compile(r"^\s*(?:\[epoch=\d+\])?\[batch=(\d+)(?:/\d+)?\]:\s*$")
@@ -62,6 +62,11 @@ _CONFIG_FACTS = {"global_train_batch_size": "global_batch", "max_seq_len": "seq_
 _BAR = re.compile(r"^\s*train\s+Epoch\s+(\d+):\s*\d+%\|[^|]*\|\s*(\d+)/(\d+)\s*\[[\d:]+<[\d:?]+,\s*"
                   r"(\d+\.?\d*)\s*(s/ba|ba/s)\s*(?:,\s*([^\]]*))?\]")
 _BAR_LOSS = re.compile(r"loss/train/total=([-+\d.eE]+|nan|inf)\b")
+# LLM Foundry's YAML configuration (MPT's model keys, the run's precision and FSDP settings).
+_FOUNDRY_KEYS = re.compile(r"^\s*(d_model|n_heads|n_layers|expansion_ratio|vocab_size|precision|"
+                           r"activation_checkpointing|name):\s*(\S+)\s*$")
+_FOUNDRY_FACTS = {"d_model": "hidden", "n_heads": "heads", "n_layers": "layers", "vocab_size": "vocab"}
+_FOUNDRY_PRECISION = {"amp_bf16": "bf16", "amp_fp16": "fp16", "amp_fp8": "fp8", "fp32": "fp32"}
 _PRECISION = re.compile(r"Using precision Precision\.(\w+)")
 _PRECISIONS = {"AMP_FP16": "fp16", "AMP_BF16": "bf16", "AMP_FP8": "fp8", "FP32": "fp32", "FP16": "fp16",
                "BF16": "bf16"}
@@ -112,6 +117,9 @@ class ComposerParser(LogParser):
             m = _PRECISION.search(line)
             if m and m.group(1) in _PRECISIONS:
                 state.fact("precision", _PRECISIONS[m.group(1)], line)
+            return None
+        if ": " in line and _FOUNDRY_KEYS.match(line):
+            _foundry_config(line, state)
             return None
         if ("max_seq_len" in line or "batch_size" in line or "num_" in line) and ":" in line:
             m = _CONFIG.match(line)
@@ -245,3 +253,31 @@ def _bar_step(line: str, state: ParseState) -> StepRecord | None:
     loss = _BAR_LOSS.search(m.group(6) or "")
     return make_step(step, rate if m.group(5) == "s/ba" else 1.0 / rate, state,
                      loss=to_float(loss.group(1)) if loss else None)
+
+
+def _foundry_config(line: str, state: ParseState) -> None:
+    """A line of LLM Foundry's YAML configuration: ``name: mpt_causal_lm`` (MPT's defaults: LayerNorm,
+    no biases, ALiBi, tied embeddings), MPT's ``d_model``, ``n_heads``, ``n_layers``,
+    ``vocab_size``, its MLP (``expansion_ratio`` x ``d_model``, GeLU: MPT's ``MPTMLP``),
+    ``precision: amp_bf16`` and ``fsdp_config``'s ``activation_checkpointing: true`` (every
+    block re-run: full)."""
+    m = _FOUNDRY_KEYS.match(line)
+    if m is None:
+        return
+    key, value = m.group(1), m.group(2)
+    if key in _FOUNDRY_FACTS:
+        v = to_int(value)
+        if v is not None and v > 0:
+            state.fact(_FOUNDRY_FACTS[key], v, line)
+    elif key == "expansion_ratio":
+        ratio, d = to_float(value), state.facts.values.get("hidden")
+        if ratio and d and ratio * d == int(ratio * d):
+            state.fact("ffn_hidden", int(ratio * d), line)
+            state.fact("mlp", "gelu", line)
+    elif key == "name" and value == "mpt_causal_lm":  # MPT's defaults (llmfoundry/models/mpt/configuration_mpt.py)
+        for fact, v in (("norm", "layernorm"), ("bias", False), ("position", "alibi"), ("tied_embeddings", True)):
+            state.fact(fact, v, line)
+    elif key == "precision" and value.lower() in _FOUNDRY_PRECISION:
+        state.fact("precision", _FOUNDRY_PRECISION[value.lower()], line)
+    elif key == "activation_checkpointing" and value.lower() in ("true", "false"):
+        state.fact("activation_checkpointing", "full" if value.lower() == "true" else "none", line)
