@@ -275,8 +275,10 @@ def _foundry_config(line: str, state: ParseState) -> None:
             state.fact("ffn_hidden", int(ratio * d), line)
             state.fact("mlp", "gelu", line)
     elif key == "name" and value == "mpt_causal_lm":  # MPT's defaults (llmfoundry/models/mpt/configuration_mpt.py)
-        for fact, v in (("norm", "layernorm"), ("bias", False), ("position", "alibi"), ("tied_embeddings", True)):
-            state.fact(fact, v, line)
+        defaults: tuple[tuple[str, object], ...] = (("norm", "layernorm"), ("bias", False), ("position", "alibi"),
+                                                    ("tied_embeddings", True))
+        for fact, default in defaults:
+            state.fact(fact, default, line)
     elif key == "precision" and value.lower() in _FOUNDRY_PRECISION:
         state.fact("precision", _FOUNDRY_PRECISION[value.lower()], line)
     elif key == "activation_checkpointing" and value.lower() in ("true", "false"):
