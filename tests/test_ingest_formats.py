@@ -573,3 +573,16 @@ def test_llm_foundry_config(tmp_path):
         7168, 64, 48, 28672, 50432, "gelu")
     assert (f["precision"], f["activation_checkpointing"], f["seq_len"]) == ("bf16", "full", 8192)
     assert (f["bias"], f["position"], f["tied_embeddings"]) == (False, "alibi", True)
+
+
+@pytest.mark.parametrize(("remat", "policy"), [("full", "full"), ("minimal_flash", "minimal_flash"),
+                                              ("save_dot_except_mlpwi", "save_dot_except_mlpwi"), ("custom", None)])
+def test_maxtext_remat_policy_and_fp8(tmp_path, remat, policy):
+    """``Config param remat_policy`` is the run's checkpointing where trainperf has the policy
+    (``custom`` names no tensors in the dump: left to the user); ``quantization: fp8`` is fp8."""
+    log = tmp_path / "maxtext.log"
+    log.write_text(f"Config param remat_policy: {remat}\nConfig param dtype: bfloat16\nConfig param quantization: fp8\n"
+                   "completed step: 1, seconds: 1.234, TFLOP/s/device: 123.456, Tokens/s/device: 4567.890, "
+                   "total_weights: 65536, loss: 10.123\n")
+    f = parse_log(log).facts.values
+    assert f.get("activation_checkpointing") == policy and f["precision"] == "fp8"

@@ -9,7 +9,8 @@ step's wall time; ``total_weights`` is the count of non-padding target tokens in
 batch, i.e. the tokens of the step. Run-level facts: the ``Config param <key>: <value>`` dump
 (``global_batch_size_to_train_on``, ``max_target_length``, ``per_device_batch_size``, ``dtype``,
 ``model_name``; without the global batch, ``per_device_batch_size x devices x
-gradient_accumulation_steps``, as MaxText computes it), ``Num_devices: N`` and the device kind
+gradient_accumulation_steps``, as MaxText computes it; ``remat_policy`` where trainperf has
+that policy; ``quantization: fp8``), ``Num_devices: N`` and the device kind
 JAX reports (``TFRT TPU v5``: v5p; ``TPU v5 lite``: v5e). When the log has no device count, it is derived from
 the step line itself: ``total_weights / (seconds * Tokens/s/device)``.
 
@@ -162,6 +163,9 @@ class MaxTextParser(LogParser):
         rest = line.split(_CONFIG, 1)[1]
         key, sep, value = rest.partition(":")
         fact = _CONFIG_KEYS.get(key.strip())
+        if sep and key.strip() in ("remat_policy", "quantization"):
+            _remat_or_quantization(key.strip(), value.strip(), line, state)
+            return
         if not sep or fact is None:
             if sep and key.strip() in ("per_device_batch_size", "gradient_accumulation_steps"):
                 size = to_float(value.strip())
@@ -207,3 +211,22 @@ class MaxTextParser(LogParser):
                 state.facts.set("num_devices", n, 0, "derived")
                 state.facts.where["num_devices"] = (
                     f"derived from the step lines: total_weights / (seconds x Tokens/s/device) = {r:.3f}")
+
+
+def _remat_or_quantization(key: str, value: str, line: str, state: ParseState) -> None:
+    """``remat_policy`` as the run's checkpointing (MaxText's name where trainperf has the policy;
+    ``custom`` states no tensors here, so it is left to the user) and ``quantization: fp8`` (or
+    ``nanoo_fp8``) as the precision."""
+    from trainperf.errors import TrainperfError
+    from trainperf.specs.checkpointing import get_policy
+
+    if key == "quantization":
+        if value in ("fp8", "nanoo_fp8"):
+            state.fact("precision", "fp8", line, overwrite=True)
+        return
+    try:
+        get_policy(value)
+    except TrainperfError:
+        state.used = True
+        return
+    state.fact("activation_checkpointing", value, line)
