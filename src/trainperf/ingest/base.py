@@ -161,6 +161,15 @@ class ParseState:
         self.facts.set(key, value, self.line_no, line, overwrite=overwrite)
         self.used = True
 
+    def count_fact(self, key: str, text: str, line: str) -> int | None:
+        """Record ``text`` as fact ``key`` when it reads as a positive integer (a size, a degree, a
+        count); the integer, or ``None`` when it does not."""
+        v = to_int(text)
+        if v is None or v <= 0:
+            return None
+        self.fact(key, v, line)
+        return v
+
     def peak_memory(self, key: str, GiB: float | None, line: str) -> None:
         """Keep the largest of the run-level memory peaks a log prints outside its step lines
         (``key``: :data:`MEMORY_PEAK` or :data:`MEMORY_RESERVED_PEAK`, in GiB), with the line it

@@ -43,7 +43,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from trainperf.ingest.base import LogParser, ParseState, json_object, make_step, positive, to_float, to_int
+from trainperf.ingest.base import LogParser, ParseState, json_object, make_step, positive, to_float
 from trainperf.records.run_record import StepRecord
 
 _HEADER = re.compile(r"^\s*(?:\[epoch=\d+\])?\[batch=(\d+)(?:/\d+)?\]:\s*$")
@@ -266,9 +266,7 @@ def _foundry_config(line: str, state: ParseState) -> None:
         return
     key, value = m.group(1), m.group(2)
     if key in _FOUNDRY_FACTS:
-        v = to_int(value)
-        if v is not None and v > 0:
-            state.fact(_FOUNDRY_FACTS[key], v, line)
+        state.count_fact(_FOUNDRY_FACTS[key], value, line)
     elif key == "expansion_ratio":
         ratio, d = to_float(value), state.facts.values.get("hidden")
         if ratio and d and ratio * d == int(ratio * d):

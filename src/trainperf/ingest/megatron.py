@@ -268,9 +268,7 @@ class MegatronParser(LogParser):
         key, value = m.group(1), m.group(2)
         fact = _ARGS.get(key)
         if fact is not None:
-            v = to_int(value)
-            if v is not None and v > 0:
-                state.fact(fact, v, line)
+            state.count_fact(fact, value, line)
         elif key in _WORD_ARGS:
             fact_key, words = _WORD_ARGS[key]
             if value.strip() in words:
@@ -364,9 +362,7 @@ def _nemo_config(line: str, state: ParseState) -> None:
         return
     key, value = m.group(1), _YAML_WORDS.get(m.group(2).lower(), m.group(2))
     if key in _NEMO_FACTS:
-        v = to_int(value)
-        if v is not None and v > 0:
-            state.fact(_NEMO_FACTS[key], v, line)
+        state.count_fact(_NEMO_FACTS[key], value, line)
     elif key == "sequence_parallel" and value in ("True", "False"):
         state.fact("sp", value == "True", line)
     elif key in _NEMO_RECOMPUTE:

@@ -185,9 +185,7 @@ def _llmc_fact(line: str, state: ParseState) -> None:
         return
     name, value = m.group(1), m.group(2)
     if name in _LLMC_FACTS:
-        v = to_int(value)
-        if v is not None and v > 0:
-            state.fact(_LLMC_FACTS[name], v, line)
+        state.count_fact(_LLMC_FACTS[name], value, line)
     elif name == "channels C":
         c = to_int(value)
         if c is not None and c > 0:
