@@ -586,3 +586,16 @@ def test_maxtext_remat_policy_and_fp8(tmp_path, remat, policy):
                    "total_weights: 65536, loss: 10.123\n")
     f = parse_log(log).facts.values
     assert f.get("activation_checkpointing") == policy and f["precision"] == "fp8"
+
+
+def test_deepspeed_throughput_line_gives_the_peak_memory(tmp_path):
+    """A DeepSpeed engine under an HF Trainer prints ``MaxMemAllocated=29.46GB`` (GiB: it divides
+    by 1024**3): the run's peak memory, the largest such line's."""
+    bar = "{p:3d}%|#         | {n}/100 [00:{n:02d}<01:30,  1.00it/s]"
+    ds = ("[2024-05-01 10:00:0{n},000] [INFO] [timer.py:260:stop] epoch=0/micro_step={n}/global_step={n}, "
+          "RunningAvgSamplesPerSec=20.39, CurrSamplesPerSec=20.57, MemAllocated=14.4GB, MaxMemAllocated={m}GB")
+    lines = [x for n in range(1, 5) for x in (bar.format(p=n, n=n), ds.format(n=n, m=29.46 if n < 3 else 30.01))]
+    log = tmp_path / "hf_ds.log"
+    log.write_text("\n".join(lines) + "\n")
+    parsed = parse_log(log)
+    assert parsed.format == "hf-trainer" and parsed.facts.values["memory_peak_GiB"] == 30.01

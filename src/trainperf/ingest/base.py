@@ -370,6 +370,19 @@ def listed_gpu_name(line: str) -> str | None:
     return (m.group(1) or m.group(2)).strip() if m else None
 
 
+_DS_MAX_MEM = re.compile(r"\bMaxMemAllocated=(\d+(?:\.\d+)?)GB\b")
+
+
+def deepspeed_max_memory_GiB(line: str) -> float | None:
+    """The peak allocated memory a DeepSpeed throughput line reports (``[Rank 0]
+    epoch=0/micro_step=20/global_step=10, RunningAvgSamplesPerSec=..., MemAllocated=14.4GB,
+    MaxMemAllocated=29.46GB``: ``torch.cuda.max_memory_allocated() / 1024**3``, GiB), else ``None``."""
+    if "MaxMemAllocated=" not in line:
+        return None
+    m = _DS_MAX_MEM.search(line)
+    return float(m.group(1)) if m else None
+
+
 def strip_ansi(line: str) -> str:
     return _ANSI_RE.sub("", line) if "\x1b" in line else line
 

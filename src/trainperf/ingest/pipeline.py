@@ -36,7 +36,13 @@ from typing import TYPE_CHECKING, Any
 
 from trainperf.accounting.summarize import default_warmup_steps
 from trainperf.errors import InputFileError
-from trainperf.ingest.base import LogParser, ParseState, listed_gpu_name
+from trainperf.ingest.base import (
+    MEMORY_PEAK,
+    LogParser,
+    ParseState,
+    deepspeed_max_memory_GiB,
+    listed_gpu_name,
+)
 from trainperf.ingest.flags import FlagReport, flag_impossible
 from trainperf.ingest.reader import (
     PARTIAL,
@@ -282,6 +288,9 @@ class _Feeder:
             self.used += 1
         elif "device_name" not in state.facts.values and (gpu := listed_gpu_name(line)) is not None:
             state.fact("device_name", gpu, line)  # any format's log may carry a gpustat / nvidia-smi listing
+            self.used += 1
+        elif (peak := deepspeed_max_memory_GiB(line)) is not None:
+            state.peak_memory(MEMORY_PEAK, peak, line)  # a DeepSpeed engine under any trainer (HF, Megatron-DS)
             self.used += 1
         elif self.others and self.n_other < MAX_OTHER_FORMAT_LINES:
             for marker, name in self.others:
