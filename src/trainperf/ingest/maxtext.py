@@ -10,7 +10,8 @@ batch, i.e. the tokens of the step. Run-level facts: the ``Config param <key>: <
 (``global_batch_size_to_train_on``, ``max_target_length``, ``per_device_batch_size``, ``dtype``,
 ``model_name``; without the global batch, ``per_device_batch_size x devices x
 gradient_accumulation_steps``, as MaxText computes it; ``remat_policy`` where trainperf has
-that policy; ``quantization: fp8``), ``Num_devices: N`` and the device kind
+that policy; ``quantization: fp8``; the plan from the ``ici_*`` / ``dcn_*_parallelism`` mesh,
+:mod:`~.maxtext_mesh`), ``Num_devices: N`` and the device kind
 JAX reports (``TFRT TPU v5``: v5p; ``TPU v5 lite``: v5e). When the log has no device count, it is derived from
 the step line itself: ``total_weights / (seconds * Tokens/s/device)``.
 
@@ -54,6 +55,7 @@ _FAST = re.compile(r"completed step: (\d+), seconds: (\d+\.?\d*), TFLOP/s/device
 _BLOCK = re.compile(RANK_PREFIX + r" ?completed step: (\d+), seconds: (\d+\.?\d*), TFLOP/s/device: (\d+\.?\d*), "
                     r"Tokens/s/device: (\d+\.?\d*), total_weights: (\d+), loss: (\d+\.?\d*)$", re.M)
 _SECONDS = re.compile(r"seconds:\s*([^\s,]*)(,)?")
+_MESH_KEY = re.compile(r"^(ici|dcn)_([a-z_]+?)_parallelism$")
 _TPU_KIND = re.compile(r"^\s*(?:TFRT\s+)?(TPU v\d+[a-z]?(?: lite)?)\s*$")
 _DTYPES = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16", "fp8": "fp8", "float8": "fp8"}
 
@@ -166,6 +168,14 @@ class MaxTextParser(LogParser):
         if sep and key.strip() in ("remat_policy", "quantization"):
             _remat_or_quantization(key.strip(), value.strip(), line, state)
             return
+        mesh = _MESH_KEY.match(key.strip())
+        if sep and (mesh or key.strip() == "num_slices"):
+            degree = to_int(value.strip()) if value.strip().lstrip("-").isdigit() else None
+            if degree is not None:
+                axes = state.scratch.setdefault("mesh", {})
+                axes[(mesh.group(1), mesh.group(2)) if mesh else "num_slices"] = degree
+            state.used = True
+            return
         if not sep or fact is None:
             if sep and key.strip() in ("per_device_batch_size", "gradient_accumulation_steps"):
                 size = to_float(value.strip())
@@ -187,6 +197,7 @@ class MaxTextParser(LogParser):
 
     def finish(self, state: ParseState) -> list[StepRecord]:
         self._count_devices(state)
+        _mesh_facts(state)
         f = state.facts.values
         per = [sc.get("per_device_batch_size") for sc in state.all_scratch().values()]
         per_dev = next((p for p in per if p), None)
@@ -230,3 +241,31 @@ def _remat_or_quantization(key: str, value: str, line: str, state: ParseState) -
         state.used = True
         return
     state.fact("activation_checkpointing", value, line)
+
+
+def _mesh_facts(state: ParseState) -> None:
+    """The plan from the dump's ``ici_*`` / ``dcn_*_parallelism`` and ``num_slices`` (one slice when
+    it is not printed and no DCN value is above 1), on the log's device count
+    (:func:`~trainperf.ingest.maxtext_mesh.plan_degrees`); nothing when they do not lay the devices out."""
+    from trainperf.ingest.maxtext_mesh import plan_degrees
+
+    mesh = {k: v for sc in state.all_scratch().values() for k, v in sc.get("mesh", {}).items()}
+    n = state.facts.values.get("num_devices")
+    if not n or not any(isinstance(k, tuple) for k in mesh):
+        return
+    ici = {k[1]: v for k, v in mesh.items() if isinstance(k, tuple) and k[0] == "ici"}
+    dcn = {k[1]: v for k, v in mesh.items() if isinstance(k, tuple) and k[0] == "dcn"}
+    slices = mesh.get("num_slices", -1)
+    if slices < 1:
+        if any(v > 1 for v in dcn.values()):
+            return
+        slices = 1
+    degrees = plan_degrees(ici, dcn, int(n), int(slices))
+    if degrees is None:
+        state.note("the configuration's ici_/dcn_ parallelism does not lay out the log's devices: no plan read")
+        return
+    for key, d in degrees.items():
+        if d > 1 and key not in state.facts.values:
+            state.facts.set(key, d, 0, "derived")
+            state.facts.where[key] = (f"derived: MaxText's mesh (ici_/dcn_*_parallelism over {n} devices, "
+                                      f"{slices} slice(s))")
