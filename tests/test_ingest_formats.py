@@ -599,3 +599,22 @@ def test_deepspeed_throughput_line_gives_the_peak_memory(tmp_path):
     log.write_text("\n".join(lines) + "\n")
     parsed = parse_log(log)
     assert parsed.format == "hf-trainer" and parsed.facts.values["memory_peak_GiB"] == 30.01
+
+
+def test_megatron_dump_facts_that_do_nothing_do_not_refuse_the_plan(tmp_path, capsys):
+    """A dense model's dump prints expert_tensor_parallel_size, and a run may set
+    sequence_parallel with tp = 1 (Megatron turns it off): neither may make the plan invalid."""
+    dump = {"world_size": "8", "tensor_model_parallel_size": "1", "pipeline_model_parallel_size": "1",
+            "sequence_parallel": "True", "expert_tensor_parallel_size": "1", "num_experts": "None",
+            "seq_length": "4096", "num_layers": "32", "hidden_size": "4096", "num_attention_heads": "32",
+            "ffn_hidden_size": "11008", "padded_vocab_size": "32000", "swiglu": "True", "bf16": "True"}
+    lines = [f"  {k} {'.' * (40 - len(k))} {v}" for k, v in sorted(dump.items())]
+    lines += [f" iteration       {i}0/    1000 | consumed samples:         1280 | elapsed time per iteration (ms): "
+              "6073.2 | learning rate: 1.5E-05 | global batch size:   128 | lm loss: 1.1E+01 | loss scale: 1.0 | "
+              "grad norm: 5.123 | number of skipped iterations:   0 | number of nan iterations:   0 |" for i in (1, 2)]
+    log = tmp_path / "meg.log"
+    log.write_text("\n".join(lines) + "\n")
+    out = run_json(capsys, str(log), "--device", "h100-sxm")
+    assert out["workload"].startswith("custom on 8x h100-sxm (dp=8)")
+    assert any("sequence parallelism on with tp = 1" in n for n in out["workload_notes"])
+    assert "etp" not in out["log_facts"]

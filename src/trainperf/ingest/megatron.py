@@ -89,7 +89,7 @@ _ARGS: dict[str, str] = {
     "pipeline_model_parallel_size": "pp", "context_parallel_size": "cp",
     "expert_model_parallel_size": "ep", "num_layers": "layers", "hidden_size": "hidden",
     "num_attention_heads": "heads", "ffn_hidden_size": "ffn_hidden", "padded_vocab_size": "vocab",
-    "virtual_pipeline_model_parallel_size": "vpp", "expert_tensor_parallel_size": "etp", "num_experts": "moe_experts",
+    "virtual_pipeline_model_parallel_size": "vpp", "num_experts": "moe_experts",
     "moe_router_topk": "moe_topk", "moe_ffn_hidden_size": "moe_expert_ffn", "kv_channels": "head_dim",
 }
 _FLAG_ARGS = ("bf16", "fp16", "fp8", "swiglu", "group_query_attention", "num_query_groups",
@@ -258,6 +258,7 @@ class MegatronParser(LogParser):
             state.facts.set("mlp", "gelu", 0, "")
             state.facts.where["mlp"] = "the argument dump has no swiglu: Megatron's default MLP, GeLU"
         _recompute_fact(state)
+        _expert_fact(state)
         return []
 
     def _arg(self, line: str, state: ParseState) -> None:
@@ -269,6 +270,8 @@ class MegatronParser(LogParser):
         fact = _ARGS.get(key)
         if fact is not None:
             state.count_fact(fact, value, line)
+        elif key == "expert_tensor_parallel_size":
+            _expert_tp(value, line, state)
         elif key in _WORD_ARGS:
             fact_key, words = _WORD_ARGS[key]
             if value.strip() in words:
@@ -297,6 +300,22 @@ class MegatronParser(LogParser):
                 g = state.scratch.get("num_query_groups")
                 if g:
                     state.fact("kv_heads", g, line)
+
+
+def _expert_tp(value: str, line: str, state: ParseState) -> None:
+    """``expert_tensor_parallel_size``, kept until the end: it is a plan fact only for an MoE
+    model (the dump prints it for dense ones too, where trainperf's plan has no expert TP)."""
+    v = to_int(value)
+    if v is not None and v > 0:
+        state.scratch["etp"] = (v, state.line_no, line)
+    state.used = True
+
+
+def _expert_fact(state: ParseState) -> None:
+    """The expert TP of an MoE model's dump (see :func:`_expert_tp`)."""
+    etp = next((sc["etp"] for sc in state.all_scratch().values() if "etp" in sc), None)
+    if etp is not None and (state.facts.values.get("moe_experts") or 0) > 1 and "etp" not in state.facts.values:
+        state.facts.set("etp", etp[0], etp[1], etp[2])
 
 
 def _recompute_fact(state: ParseState) -> None:
@@ -343,8 +362,7 @@ _NEMO_FACTS = {"seq_length": "seq_len", "micro_batch_size": "micro_batch", "glob
                "ffn_hidden_size": "ffn_hidden", "num_query_groups": "kv_heads",
                "tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp",
                "virtual_pipeline_model_parallel_size": "vpp", "context_parallel_size": "cp",
-               "expert_model_parallel_size": "ep", "expert_tensor_parallel_size": "etp",
-               "num_moe_experts": "moe_experts", "moe_router_topk": "moe_topk", "kv_channels": "head_dim"}
+               "expert_model_parallel_size": "ep", "num_moe_experts": "moe_experts", "moe_router_topk": "moe_topk", "kv_channels": "head_dim"}
 # NeMo 1 names of Megatron's recompute arguments (the config keys NeMo 2 prints are Megatron's own).
 _NEMO_RECOMPUTE = {"activations_checkpoint_granularity": "recompute_granularity",
                    "activations_checkpoint_method": "recompute_method",
@@ -365,6 +383,8 @@ def _nemo_config(line: str, state: ParseState) -> None:
         state.count_fact(_NEMO_FACTS[key], value, line)
     elif key == "sequence_parallel" and value in ("True", "False"):
         state.fact("sp", value == "True", line)
+    elif key == "expert_tensor_parallel_size":
+        _expert_tp(value, line, state)
     elif key in _NEMO_RECOMPUTE:
         state.scratch[_NEMO_RECOMPUTE[key]] = (value, state.line_no, line)
         state.used = True
@@ -432,4 +452,5 @@ class NemoParser(LogParser):
 
     def finish(self, state: ParseState) -> list[StepRecord]:
         _recompute_fact(state)
+        _expert_fact(state)
         return []

@@ -150,6 +150,7 @@ def resolve_workload(facts: LogFacts, workload_path: str | None, overrides: dict
     if not user_device:
         _merge_log_device(a, facts, overrides)
     _merge_flags(a, overrides)
+    _drop_inert_sequence_parallel(data, origin, res)
     _peak_stands_in_for_device(data, origin, res, facts.values.get("device_name"))
     tr = data.setdefault("training", {})
     _global_batch_from_tokens(tr, origin, tokens_per_step, res)
@@ -161,6 +162,20 @@ def resolve_workload(facts: LogFacts, workload_path: str | None, overrides: dict
         return res
     res.workload = _build_workload(data, base_dir)
     return res
+
+
+def _drop_inert_sequence_parallel(data: dict[str, dict[str, Any]], origin: dict[str, str],
+                                  res: WorkloadResolution) -> None:
+    """A log's ``sequence_parallel`` on a plan without tensor parallelism has no effect (Megatron
+    and NeMo turn it off when tp is 1): left out, with a note, rather than refusing the plan. A
+    user's own flag or file stands (and is checked as given)."""
+    par = data.get("parallel", {})
+    if par.get("sequence_parallel") and int(par.get("tp") or 1) <= 1 \
+            and origin.get("parallel.sequence_parallel", "").startswith("log"):
+        par.pop("sequence_parallel")
+        origin.pop("parallel.sequence_parallel")
+        res.notes.append("the log turns sequence parallelism on with tp = 1, where it does nothing "
+                         "(Megatron and NeMo turn it off): left out")
 
 
 @dataclass
