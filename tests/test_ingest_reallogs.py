@@ -169,6 +169,10 @@ def test_hf_3_training_bar_is_the_longest_running_one(capsys):
     assert parsed.run.meta["cut_lines"] == 1  # "1271/3414 [12:38<22:43,  1.57" ran into the next bar
     assert parsed.facts.values["claimed_train_steps_per_second"] == 1.498
     assert any("longest-running" in n for n in parsed.run.meta["notes"])
+    # TRL's num_tokens at epochs 1 and 3 of 3 (3414 steps): (2.787e5 - 9.289e4) / (3414 x 2 / 3) = 81.6;
+    # the bar printed last before the first dict was a dataset map's, and the training bar's 1272
+    # lags the epoch-3 dict's step (3414) by 2142 steps, so neither positions a dict
+    assert parsed.facts.values["tokens_per_step"] == 82
 
 
 def test_hf_1_losses_attached():

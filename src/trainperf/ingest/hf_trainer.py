@@ -79,6 +79,8 @@ class HfTrainerParser(LogParser):
         """bar total -> updates ``[n, step time, line number, rank, loss, grad_norm]``."""
         self._elapsed: dict[int, int] = {}
         self._last: list[object] | None = None
+        self._last_total: int | None = None
+        """The total of the bar ``_last`` belongs to (a dataset map's, or the training bar's)."""
 
     def parse_line(self, line: str, state: ParseState) -> StepRecord | None:
         if "it/s" in line or "s/it" in line:
@@ -126,6 +128,7 @@ class HfTrainerParser(LogParser):
                     continue
                 t = rate if unit.group(1) == "s/it" else 1.0 / rate
                 self._last = [n, t, state.line_no, state.rank, None, None]
+                self._last_total = total
                 updates.append(self._last)
 
     def _training_total(self, state: ParseState) -> int | None:
@@ -149,10 +152,13 @@ class HfTrainerParser(LogParser):
                         "train_tokens_per_second", "train_loss"):
                 if kv.get(key) is not None:
                     state.fact(f"claimed_{key}", kv[key], line)
+            if kv.get("epoch"):
+                state.scratch["final_epoch"] = kv["epoch"]
             return
         seen = kv.get("num_tokens", kv.get("num_input_tokens_seen"))
-        if seen and seen > 0 and self._last is not None:
-            state.scratch.setdefault("tokens_seen", []).append((self._last[0], seen, state.line_no, line))
+        if seen and seen > 0:
+            at = (self._last_total, self._last[0]) if self._last is not None else (None, None)
+            state.scratch.setdefault("tokens_seen", []).append((kv.get("epoch"), *at, seen, state.line_no, line))
         if "loss" in kv and kv["loss"] is not None:
             last = self._last
             if last is not None and last[4] is None:
@@ -175,7 +181,7 @@ class HfTrainerParser(LogParser):
                 state.facts.where["global_batch"] = "derived: train_samples_per_second / train_steps_per_second"
         total = self._training_total(state)
         if total is not None:
-            _tokens_per_step(state)
+            _tokens_per_step(state, total)
             others = sorted(t for t, ups in self._bars.items() if ups and t != total)
             if others:
                 state.note(f"training bar: the one with total {total} "
@@ -200,23 +206,34 @@ class HfTrainerParser(LogParser):
         return []
 
 
-def _tokens_per_step(state: ParseState) -> None:
-    """The ``tokens_per_step`` fact from the cumulative token counts the log dicts carry (each at
-    the bar's step when it was printed): the median change per step between consecutive dicts,
-    else the first count over its step."""
+def _tokens_per_step(state: ParseState, total: int) -> None:
+    """The ``tokens_per_step`` fact from the cumulative token counts the log dicts carry: the median
+    change per step between consecutive dicts, else the first count over its step. A dict's step
+    is its ``epoch`` x ``total`` / the run's last epoch (the final dict's) where the log gives both
+    (a console log redraws the bar rarely, so the last bar printed can lag the step by hundreds),
+    else the training bar's last printed position."""
     import itertools
     import statistics
 
     seen = [x for sc in state.all_scratch().values() for x in sc.get("tokens_seen", [])]
+    final = next((sc["final_epoch"] for sc in state.all_scratch().values() if "final_epoch" in sc), None)
     if not seen or "tokens_per_step" in state.facts.values:
         return
-    rates = [(b[1] - a[1]) / (b[0] - a[0]) for a, b in itertools.pairwise(seen) if b[0] > a[0] and b[1] > a[1]]
-    step, count, line_no, line = seen[0]
+    if final and all(e for e, *_ in seen):
+        at = [(e * total / final, n, ln, line) for e, _, _, n, ln, line in seen]
+        where = f"at epoch x {total} steps / {final:g} epochs"
+    else:
+        at = [(float(step), n, ln, line) for _, bar, step, n, ln, line in seen if bar == total and step]
+        where = "at the training bar's last printed step"
+    if not at:
+        return
+    rates = [(b[1] - a[1]) / (b[0] - a[0]) for a, b in itertools.pairwise(at) if b[0] > a[0] and b[1] > a[1]]
+    step, count, line_no, line = at[0]
     per = statistics.median(rates) if rates else count / step
     if per >= 1:
         state.facts.set("tokens_per_step", round(per), line_no, line)
-        how = "the median change per step between log lines" if rates else f"the first count over its step {step}"
-        state.facts.where["tokens_per_step"] = f"derived: tokens seen (num_tokens), {how} (line {line_no})"
+        how = "the median change per step between log lines" if rates else "the first count over its step"
+        state.facts.where["tokens_per_step"] = f"derived: tokens seen (num_tokens), {how}, {where} (line {line_no})"
 
 
 def _metric(line: str, state: ParseState) -> None:
