@@ -536,7 +536,8 @@ def test_nemo_config_plan_facts(tmp_path):
     config = ["  tensor_model_parallel_size: 4", "  pipeline_model_parallel_size: 2", "  context_parallel_size: 2",
               "  virtual_pipeline_model_parallel_size: null", "  sequence_parallel: true", "  seq_length: 8192",
               "  activations_checkpoint_granularity: full", "  activations_checkpoint_method: block",
-              "  activations_checkpoint_num_layers: 2"]
+              "  activations_checkpoint_num_layers: 2", "  use_distributed_optimizer: true", "  bf16: true",
+              "  fp8: hybrid"]
     steps = [f"Training epoch 0, iteration {i}/99 | lr: 1e-05 | global_batch_size: 128 | global_step: {i} | "
              f"reduced_train_loss: 10.0 | train_step_timing in s: 6.07 | consumed_samples: {128 * (i + 1)}"
              for i in range(1, 4)]
@@ -545,6 +546,7 @@ def test_nemo_config_plan_facts(tmp_path):
     f = parse_log(log).facts.values
     assert (f["tp"], f["pp"], f["cp"], f["sp"], f["seq_len"]) == (4, 2, 2, True, 8192) and "vpp" not in f
     assert f["activation_checkpointing"] == "megatron:full:block:2"
+    assert (f["zero_stage"], f["precision"]) == (1, "fp8")
 
 
 def test_hf_training_arguments_dump(tmp_path):

@@ -373,8 +373,8 @@ _YAML_WORDS = {"null": "None", "~": "None", "true": "True", "false": "False"}
 
 def _nemo_config(line: str, state: ParseState) -> None:
     """A ``  key: value`` line of the configuration NeMo prints: sizes and parallel degrees,
-    ``sequence_parallel``, the recompute settings (read at the end as Megatron's, see
-    :func:`_recompute_fact`)."""
+    ``sequence_parallel``, ``use_distributed_optimizer``, the precision (``bf16: true``, ``fp8:
+    hybrid``), the recompute settings (read at the end as Megatron's, see :func:`_recompute_fact`)."""
     m = _NEMO_CONFIG.match(line)
     if m is None:
         return
@@ -383,6 +383,12 @@ def _nemo_config(line: str, state: ParseState) -> None:
         state.count_fact(_NEMO_FACTS[key], value, line)
     elif key == "sequence_parallel" and value in ("True", "False"):
         state.fact("sp", value == "True", line)
+    elif key == "use_distributed_optimizer" and value == "True":
+        state.fact("zero_stage", 1, line)
+    elif key == "bf16" and value == "True":
+        state.fact("precision", "bf16", line)
+    elif key == "fp8" and value in ("hybrid", "e4m3"):  # Transformer Engine's fp8 formats
+        state.fact("precision", "fp8", line, overwrite=True)
     elif key == "expert_tensor_parallel_size":
         _expert_tp(value, line, state)
     elif key in _NEMO_RECOMPUTE:
