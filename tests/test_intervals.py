@@ -83,6 +83,47 @@ def test_interval_uses_group_out_for_every_pair():
     assert back == m and back.interval(2.0, _w(), "hopper") == iv
 
 
+def test_novelty_is_the_spread_of_held_out_groups_over_held_out_tables():
+    assert intervals.novelty_factor((-0.3, 0.3), (-0.1, 0.1)) == pytest.approx(3.0)
+    # never narrower than the group-out ends, and 1 without a table-out spread
+    assert intervals.novelty_factor((-0.1, 0.1), (-0.2, 0.2)) == 1.0
+    assert intervals.novelty_factor((-0.1, 0.1), (0.0, 0.0)) == 1.0
+    dom = intervals.Domain.of([_Row("a", "megatron-core", "hopper", _w())])
+    m = intervals.IntervalModel(group_out=(-0.2, 0.3), table_out=(-0.1, 0.1), domain=dom, novelty=1.5)
+    iv = m.interval(2.0, _w(), "hopper")
+    assert (iv.low_s, iv.high_s) == pytest.approx((2.0 * math.exp(-0.3), 2.0 * math.exp(0.45)))
+    assert iv.widened_by == ("a source no fitted table comes from (x1.50: the spread of held-out groups over that "
+                             "of held-out tables)",)
+    # it multiplies the domain's own widening
+    wide = m.interval(2.0, _w(device="b200"), "blackwell")
+    f = intervals.WIDEN["unseen_silicon"] * 1.5
+    assert (wide.low_s, wide.high_s) == pytest.approx((2.0 * math.exp(-0.2 * f), 2.0 * math.exp(0.3 * f)))
+    assert intervals.IntervalModel.from_dict(json.loads(json.dumps(m.to_dict()))) == m
+
+
+def test_packaged_novelty_is_fitted_from_the_held_out_ends():
+    m = intervals.packaged_model()
+    assert m is not None and m.novelty == pytest.approx(intervals.novelty_factor(m.group_out, m.table_out))
+    assert 1.2 < m.novelty < 2.0
+
+
+def test_coverage_with_table_out_is_nested_for_the_novelty_too():
+    # group a's table-out residuals are wide, b's narrow: b's novelty comes from a's only
+    rows, go, to = [], [], []
+    for g, gres, tres in (("a", [0.0, 0.3], [-0.2, 0.2]), ("b", [0.0, 0.1], [-0.01, 0.01])):
+        for i, (r, t) in enumerate(zip(gres, tres, strict=True)):
+            row = _Row(f"{g}{i}", g, "hopper", _w())
+            rows.append(row)
+            go.append(Prediction(row.name, "t", g, 1.0, math.exp(-r), "hopper"))
+            to.append(Prediction(row.name, "t", g, 1.0, math.exp(-t), "hopper"))
+    cov = intervals.group_out_coverage(rows, go, to)
+    # b's range from a's group-out (0, 0.3) x novelty 0.3 / 0.4 -> at least 1: (0, 0.3) holds 0 and 0.1
+    assert cov["per_group"]["b@hopper"]["coverage_pct"] == pytest.approx(100.0)
+    # a's range from b's (0, 0.1) x novelty 0.1 / 0.02 = 5: (0, 0.5) holds 0 and 0.3; unwidened, 0.3 misses
+    assert cov["per_group"]["a@hopper"]["coverage_pct"] == pytest.approx(100.0)
+    assert cov["quantile_coverage_pct"] == pytest.approx(75.0) and cov["coverage_pct"] == pytest.approx(100.0)
+
+
 def test_group_out_coverage_is_nested_per_group():
     # two groups of residuals; each group's range comes from the other group only
     rows, preds = [], []
@@ -109,7 +150,9 @@ def test_predict_json_carries_the_range_and_why_it_is_wide(capsys):
     d = json.loads(capsys.readouterr().out)
     iv = d["step_time_interval_s"]
     assert iv["low_s"] < d["step_time_s"] < iv["high_s"] and iv["level"] == pytest.approx(0.8)
-    assert iv["basis"] == "leave-one-(stack, silicon)-out" and iv["widened_by"] == []
+    # a fitted (stack, silicon) pair: widened only for a new source
+    assert iv["basis"] == "leave-one-(stack, silicon)-out" and len(iv["widened_by"]) == 1
+    assert "source no fitted table" in iv["widened_by"][0]
     hopper = iv["high_s"] / iv["low_s"]
     assert main([*base, "--device", "b200", "--stack", "megatron-core"]) == 0
     d = json.loads(capsys.readouterr().out)
@@ -126,6 +169,9 @@ def test_validate_reports_group_out_coverage_near_the_nominal_level(capsys):
     # the ranges are the hull of the row-pooled and group-balanced views: above the nominal level
     # over rows, near it over groups (each group weighing one)
     assert 80.0 <= cov <= 95.0 and 75.0 <= balanced <= 90.0
+    # the ranges as predict gives them are widened for a new source: never less coverage than the quantiles'
+    assert cov >= d["leave_one_group_out_quantile_coverage_pct"] >= 80.0
+    assert balanced >= d["leave_one_group_out_quantile_group_balanced_coverage_pct"] >= 75.0
     assert d["interval_level_pct"] == pytest.approx(80.0)
     inside = [r for r in d["rows"] if r["included"] and r["interval_s"] is not None]
     assert inside and all(r["interval_s"][0] < r["predicted_step_time_s"] < r["interval_s"][1] for r in inside)

@@ -622,6 +622,55 @@ def test_a_row_that_says_interleaved_is_interleaved(vpp, pp, layers, expect, say
         assert "vpp" in r.unstated_plan_fields
 
 
+@pytest.mark.parametrize(("framework", "pp", "expect", "says"), [
+    # torchtitan runs 2 stages per rank when its config names a multi-stage schedule without a split
+    ("torchtitan (3D: FSDP+TP+PP, Interleaved 1F1B)", "8", 2, "2 taken (torchtitan default"),
+    ("torchtitan", "8", 1, ""),
+    # elsewhere one layer per virtual stage, the most the layer count allows (NVIDIA's recipes)
+    ("Megatron-LM (interleaved pipeline schedule)", "8", 10, "one layer per virtual stage: 80 layers // pp 8"),
+    ("Megatron-LM (interleaved dense and MoE layers)", "8", 1, ""),  # interleaving, but not of the pipeline
+])
+def test_a_framework_cell_that_names_an_interleaved_schedule_is_interleaved(framework, pp, expect, says):
+    r = _hand_row(model="custom", layers="80", hidden="8192", heads="64", kv_heads="8", ffn_hidden="28672",
+                  vocab="128256", tp="8", pp=pp, vpp="", num_gpus="512", framework=framework)
+    assert r.included, r.exclude_reason
+    assert r.workload.plan.vpp == expect and (r.workload.plan.pp_schedule == "interleaved") == (expect > 1)
+    if says:
+        assert any(a.startswith("vpp 'torchtitan") or says in a for a in r.assumptions), r.assumptions
+        assert any(says in a for a in r.assumptions), r.assumptions
+
+
+def test_interleaved_stages_per_rank_is_a_checked_default():
+    assert stack_defaults("torchtitan").get("interleaved_stages_per_rank").value == 2
+    assert stack_defaults("megatron-core").get("interleaved_stages_per_rank").value == "layers"
+    values, _ = read_defaults_table({"interleaved_stages_per_rank": 4, "sources": {"interleaved_stages_per_rank": "x"}},
+                                    "mine.toml [defaults]")
+    assert values == {"interleaved_stages_per_rank": 4}
+    for bad in (0, "half", True):
+        with pytest.raises(TrainperfError) as e:
+            read_defaults_table({"interleaved_stages_per_rank": bad, "sources": {"interleaved_stages_per_rank": "x"}},
+                                "mine.toml [defaults]")
+        assert "interleaved_stages_per_rank" in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(("notes", "compiled"), [
+    ("FSDP + torch.compile", True),
+    ("compiled with inductor", True),
+    ("no torch.compile", False),
+    ("not compiled (eager)", False),
+    ("uncompiled loss", False),
+    ("torch.compile: off", False),
+    ("torch.compile=false", False),
+    ("eager", False),
+])
+def test_notes_that_say_compiled_are_read(notes, compiled):
+    r = _hand_row(model="Llama3-8B", layers="32", hidden="4096", heads="32", kv_heads="8", ffn_hidden="14336",
+                  vocab="128256", tp="1", pp="1", num_gpus="8", framework="torchtitan (FSDP)", notes=notes)
+    assert r.included, r.exclude_reason
+    assert r.workload.compile is compiled
+    assert any(a == "compiled: the notes say so" for a in r.assumptions) is compiled
+
+
 @pytest.mark.parametrize(("row", "dims", "says"), [
     ("e1", (1536, 512, 64, 128, 128), "architecture from the model preset deepseek-v3"),  # kv_heads=512 agrees
     ("e2", (1536, 512, 64, 128, 128), "kv_heads 512 read as MLA's KV latent rank"),  # a 16-layer proxy

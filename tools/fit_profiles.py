@@ -147,10 +147,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                                            encoding="utf-8")
         model = intervals.fit_interval_model(rows, held["table"], held["group"])
         (DATA / intervals.PACKAGED).write_text(json.dumps(model.to_dict(), indent=1) + "\n", encoding="utf-8")
-        cov = intervals.group_out_coverage(rows, held["group"])
-        print(f"80% ranges: group-out log-ends {model.group_out} (leave-one-table-out's {model.table_out}); "
-              f"group-out coverage {cov['coverage_pct']:.1f}% of {cov['rows']} rows, "
-              f"{cov['group_balanced_coverage_pct']:.1f}% group-balanced (each group's range fitted without it)")
+        cov = intervals.group_out_coverage(rows, held["group"], held["table"])
+        print(f"80% ranges: group-out log-ends {model.group_out} (leave-one-table-out's {model.table_out}), "
+              f"x{model.novelty:.2f} for a new source; group-out coverage {cov['coverage_pct']:.1f}% of "
+              f"{cov['rows']} rows, {cov['group_balanced_coverage_pct']:.1f}% group-balanced (each group's range "
+              f"fitted without it; {cov['quantile_coverage_pct']:.1f}% and "
+              f"{cov['quantile_group_balanced_coverage_pct']:.1f}% before the widening)")
     s, lo, go = summarize(preds), summarize(held["table"]), summarize(held["group"])
     print(f"in-sample MAPE {s['mape_pct']:.2f}% (mean signed {s['mean_signed_pct']:+.2f}%); "
           f"leave-one-table-out MAPE {lo['mape_pct']:.2f}% (mean signed {lo['mean_signed_pct']:+.2f}%); "

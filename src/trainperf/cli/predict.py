@@ -93,7 +93,7 @@ def render(p, price: float | None = None) -> str:
     out.append(_memory_line(p))
     out.append(f"bottleneck: {p.bottleneck}")
     if p.interval is not None:
-        out.append(f"range: {100 * p.interval.level:.0f}% of held-out published runs fell within it "
+        out.append(f"range: the middle {100 * p.interval.level:.0f}% of held-out published runs' errors "
                    f"({p.interval.basis})" + ("; wider: " + "; ".join(p.interval.widened_by)
                                                if p.interval.widened_by else ""))
     out += _kernel_lines(p)

@@ -138,7 +138,9 @@ def _print_interval_coverage(d: dict[str, Any]) -> None:
         print(f"{d['interval_level_pct']:.0f}% ranges under leave-one-(stack, silicon)-out hold "
               f"{d['leave_one_group_out_interval_coverage_pct']:.1f}% of the rows and "
               f"{d['leave_one_group_out_interval_group_balanced_coverage_pct']:.1f}% of a group's rows on average "
-              "(each group's range fitted without it)")
+              "(each group's range fitted without it); before the widening for a new source, "
+              f"{d['leave_one_group_out_quantile_coverage_pct']:.1f}% and "
+              f"{d['leave_one_group_out_quantile_group_balanced_coverage_pct']:.1f}%")
 
 
 def _print_architecture(groups: dict[str, dict[str, Any]]) -> None:

@@ -18,6 +18,16 @@ that silicon, a mixture-of-experts model where the fit has none.
 Each row's residual is divided by the widening factor it had against the fit without its group,
 so that on the held-out rows the nominal level is the real coverage; validate reports that
 coverage by rows and by groups (``trainperf validate``), each group's range fitted without it.
+
+Every range is then widened once more for novelty (:attr:`IntervalModel.novelty`): the shared
+tables come from nine (stack, silicon) groups, and a user's table is one step further from
+them than a held-out group is from the rest. How much one step of novelty widens the residuals
+is measured in the same data: the group-out quantiles span 1.5x the table-out ones (a new table
+of a fitted source -> a group never fitted). The published tables kept aside from this project
+agreed: at the time their 80% ranges held 66% of their rows, their dense rows' MAPE 12.7%
+against 8.5% group-out on the shared tables (1.5x; trainperf issue 29). Because misses
+concentrate in whole groups with a common bias, the widening moves the shared groups' own
+(nested) coverage little (82.5% -> 83%, balanced over groups): it is for the step beyond them.
 """
 
 from __future__ import annotations
@@ -195,24 +205,40 @@ class IntervalModel:
     widening factor (:func:`range_quantiles`): every range's basis."""
     domain: Domain
     table_out: tuple[float, float] = (0.0, 0.0)
-    """The same of leave-one-table-out residuals: reported (how close a new table of a fitted
-    source and release lands), not used for ranges."""
+    """The same of leave-one-table-out residuals (how close a new table of a fitted source and
+    release lands): with :attr:`group_out` it sets :attr:`novelty`."""
     rows: Mapping[str, int] = field(default_factory=dict)
+    novelty: float = 1.0
+    """Multiplier of every range's log-ends for a source no fitted table comes from:
+    :func:`novelty_factor` of the group-out and table-out ends (1 when either is missing)."""
 
     def interval(self, predicted_s: float, w: Any, silicon: str) -> Interval:
         factor, why = widening(self.domain, silicon, w)
+        if self.novelty > 1.0:
+            factor *= self.novelty
+            why = (*why, f"a source no fitted table comes from (x{self.novelty:.2f}: the spread of held-out "
+                         "groups over that of held-out tables)")
         lo, hi = self.group_out
         return Interval(low_s=predicted_s * math.exp(lo * factor), high_s=predicted_s * math.exp(hi * factor),
                         level=LEVEL, basis=BASIS, widened_by=why)
 
     def to_dict(self) -> dict[str, Any]:
         return {"level": LEVEL, "group_out": list(self.group_out), "table_out": list(self.table_out),
-                "domain": self.domain.to_dict(), "rows": dict(self.rows), "widen": dict(WIDEN)}
+                "domain": self.domain.to_dict(), "rows": dict(self.rows), "widen": dict(WIDEN),
+                "novelty": self.novelty}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> IntervalModel:
         return cls(group_out=tuple(d["group_out"]), table_out=tuple(d.get("table_out", (0.0, 0.0))),
-                   domain=Domain.from_dict(d["domain"]), rows=dict(d.get("rows", {})))
+                   domain=Domain.from_dict(d["domain"]), rows=dict(d.get("rows", {})),
+                   novelty=float(d.get("novelty", 1.0)))
+
+
+def novelty_factor(group_out: tuple[float, float], table_out: tuple[float, float]) -> float:
+    """How much one step of novelty widens held-out residuals: the span of the group-out ends
+    over the span of the table-out ends (at least 1; 1 when the table-out span is empty)."""
+    t = table_out[1] - table_out[0]
+    return max(1.0, (group_out[1] - group_out[0]) / t) if t > 0 else 1.0
 
 
 def _log_residual(p: Any) -> float:
@@ -225,8 +251,10 @@ def fit_interval_model(rows: Sequence[Any], table_out: Sequence[Any], group_out:
     fit without its group (:func:`range_quantiles`); the leave-one-table-out ones reported."""
     grouped = _normalised_group_residuals(rows, group_out, {r.name: r for r in rows})
     table = [_log_residual(p) for p in table_out]
-    return IntervalModel(group_out=range_quantiles(grouped), table_out=_quantiles(table), domain=Domain.of(rows),
-                         rows={"group_out": len(grouped), "table_out": len(table)})
+    go, to = range_quantiles(grouped), _quantiles(table)
+    return IntervalModel(group_out=go, table_out=to, domain=Domain.of(rows),
+                         rows={"group_out": len(grouped), "table_out": len(table)},
+                         novelty=novelty_factor(go, to) if table else 1.0)
 
 
 def _normalised_group_residuals(rows: Sequence[Any], group_out: Sequence[Any],
@@ -245,23 +273,30 @@ def _normalised_group_residuals(rows: Sequence[Any], group_out: Sequence[Any],
     return out
 
 
-def group_out_coverage(rows: Sequence[Any], group_out: Sequence[Any]) -> dict[str, Any]:
+def group_out_coverage(rows: Sequence[Any], group_out: Sequence[Any], table_out: Sequence[Any] = ()) -> dict[str, Any]:
     """How many held-out rows fall inside their range, each group's range fitted without it
-    (nested: the group's own residuals never set its quantiles): per group, over the rows, and
-    over the groups (each group's coverage weighing one: what a new source can expect)."""
+    (nested: the group's own residuals never set its quantiles, nor, with ``table_out`` given,
+    its :attr:`IntervalModel.novelty`): per group, over the rows, and over the groups (each
+    group's coverage weighing one: what a new source can expect). ``quantile_*`` are the same of
+    the ranges before the novelty widening."""
     by_name = {r.name: r for r in rows}
     norm = _normalised_group_residuals(rows, group_out, by_name)
-    inside: dict[str, list[bool]] = {}
+    tables = [(f"{by_name[p.name].stack}@{by_name[p.name].generation}", _log_residual(p)) for p in table_out]
+    inside: dict[str, list[tuple[bool, bool]]] = {}
     for (g, res) in norm:
         lo, hi = range_quantiles([(h, x) for h, x in norm if h != g])
-        inside.setdefault(g, []).append(lo <= res <= hi)
-    total = [x for v in inside.values() for x in v]
-    per_group = {g: {"rows": len(v), "coverage_pct": 100.0 * sum(v) / len(v)} for g, v in inside.items()}
-    return {"level": LEVEL, "rows": len(total),
-            "coverage_pct": 100.0 * sum(total) / len(total) if total else float("nan"),
-            "group_balanced_coverage_pct": (sum(v["coverage_pct"] for v in per_group.values()) / len(per_group)
-                                            if per_group else float("nan")),
-            "per_group": per_group}
+        others = [x for h, x in tables if h != g]
+        k = novelty_factor((lo, hi), _quantiles(others)) if others else 1.0
+        inside.setdefault(g, []).append((lo * k <= res <= hi * k, lo <= res <= hi))
+    out: dict[str, Any] = {"level": LEVEL, "rows": len(norm)}
+    for key, i in (("", 0), ("quantile_", 1)):
+        per = {g: 100.0 * sum(x[i] for x in v) / len(v) for g, v in inside.items()}
+        out[f"{key}coverage_pct"] = (100.0 * sum(x[i] for v in inside.values() for x in v) / len(norm)
+                                     if norm else float("nan"))
+        out[f"{key}group_balanced_coverage_pct"] = sum(per.values()) / len(per) if per else float("nan")
+        if not key:
+            out["per_group"] = {g: {"rows": len(inside[g]), "coverage_pct": c} for g, c in per.items()}
+    return out
 
 
 @lru_cache(maxsize=1)

@@ -108,18 +108,21 @@ def _sharding(r: Mapping[str, str], data: int, dpn: int, d: Any, notes: list[str
 
 
 _INTERLEAVED = re.compile(r"interleav|virtual[ _-]?(?:pipeline|stage)|\bvpp\b|\bv-?pp\b")
+_INTERLEAVED_SCHEDULE = re.compile(r"interleaved[ _-]?(?:1f1b|pipelin|schedul|zero[ _-]?bubble|zb)|\bvpp\b"
+                                   r"|virtual[ _-]?(?:pipeline|stage)")
+"""Interleaving named in a framework cell ("torchtitan (3D, Interleaved 1F1B)")."""
 _VPP_IN_PP = re.compile(rf"(?<![a-z])(?:{_DEGREE_NAMES['vpp']})\s*[=:]?\s*(\d+)(?![\d.])|\bv\s*[=:]\s*(\d+)")
 """A virtual-stage count written in the pp cell: the names :func:`named_degree` reads, or "v=5"."""
 
 
-def _vpp(r: Mapping[str, str], pp: int, layers: int, notes: list[str]) -> int:
+def _vpp(r: Mapping[str, str], pp: int, layers: int, d: Any, notes: list[str]) -> int:
     """Virtual pipeline stages per rank: the vpp cell's count ("5", "VP=5", "5 (interleaved)"), or
     one written in the pp cell ("PP4 (interleaved, vpp=5)", "4 (interleaved, v=5)"). A row that says its schedule is
-    interleaved without a count ("interleaved", "yes", "not stated (paper uses interleaved
-    schedule)") is interleaved: with one layer per virtual stage, ``layers // pp`` chunks, the
-    most the layer count allows (NVIDIA's NeMo 24.09/24.11 recipes for GPT-3 175B, Nemotron-4
-    340B and Grok-1 run one layer per virtual stage, Llama 3.1 405B two and Llama 3 70B four: the
-    published-runs table's stated vpp). The row's assumptions say so."""
+    interleaved without a count (the vpp cell: "interleaved", "yes", "not stated (paper uses
+    interleaved schedule)"; the pp or framework cell: "Interleaved 1F1B") is interleaved, with the
+    stack's ``interleaved_stages_per_rank`` default (:mod:`trainperf.predict.stack_defaults`):
+    torchtitan's 2 stages per rank, else one layer per virtual stage, ``layers // pp`` chunks, the
+    most the layer count allows (NVIDIA's NeMo recipes). The row's assumptions say so."""
     cell, pp_cell = row_cell(r, "vpp"), row_cell(r, "pp").lower()
     try:  # "interleaved 1F1B" names the schedule, not a count
         vpp = read_count(re.sub(r"(?<![a-z0-9])1f1b(?![a-z0-9])", "", cell.lower()), "vpp")
@@ -134,21 +137,28 @@ def _vpp(r: Mapping[str, str], pp: int, layers: int, notes: list[str]) -> int:
         vpp = named_degree(r, "vpp", notes)
     if vpp is not None:
         return vpp
-    low = cell.lower()
-    says = bool(_INTERLEAVED.search(low) or _INTERLEAVED.search(pp_cell)) or (
+    low, fw = cell.lower(), row_cell(r, "framework").lower()
+    says = bool(_INTERLEAVED.search(low) or _INTERLEAVED.search(pp_cell) or _INTERLEAVED_SCHEDULE.search(fw)) or (
         not unstated(cell) and _flag_or_none(cell) is True)
     if not says:
         if cell:
             notes.append(f"vpp {cell[:40]!r}: non-interleaved 1F1B assumed")
         return 1
-    what = f"vpp {(cell or row_cell(r, 'pp'))[:40]!r}"
+    said = cell or (row_cell(r, "pp") if _INTERLEAVED.search(pp_cell) else row_cell(r, "framework"))
+    what = f"vpp {said[:40]!r}"
     if pp < 2 or layers // pp < 2:
         notes.append(f"{what}: interleaving stated, but {layers} layers over pp={pp} leave one layer per rank; "
                      "non-interleaved 1F1B assumed")
         return 1
-    v = layers // pp
-    notes.append(f"{what}: interleaved 1F1B, vpp {v} assumed (one layer per virtual stage: {layers} layers // pp "
-                 f"{pp}; the count is not stated, and one layer per stage is the most the layer count allows)")
+    per_rank = d.get("interleaved_stages_per_rank")
+    if per_rank is None or per_rank.value == "layers":
+        v = layers // pp
+        notes.append(f"{what}: interleaved 1F1B, vpp {v} assumed (one layer per virtual stage: {layers} layers // "
+                     f"pp {pp}; the count is not stated, and one layer per stage is the most the layer count allows"
+                     + (f": {per_rank.stack} default, {per_rank.source}" if per_rank is not None else "") + ")")
+        return v
+    v = min(int(per_rank.value), layers // pp)
+    notes.append(per_rank.note(f"{what}: interleaved, virtual stages per rank"))
     return v
 
 
@@ -168,7 +178,7 @@ def read_plan(r: Mapping[str, str], n: int, dpn: int, d: Any, notes: list[str], 
     pp = _degree(r, "pp", d, notes)
     cp = _degree(r, "cp", d, notes)
     ep = _degree(r, "ep", d, notes)
-    vpp = _vpp(r, pp, layers, notes)
+    vpp = _vpp(r, pp, layers, d, notes)
     try:
         sp = read_flag(row_cell(r, "sp"))
     except CellError:
@@ -195,7 +205,7 @@ def read_plan(r: Mapping[str, str], n: int, dpn: int, d: Any, notes: list[str], 
         plan["etp"] = 1
         notes.append(f"etp not stated: 1 taken (ep={ep} x tp={tp} does not divide the tp*cp*dp={tp * cp * data} "
                      "ranks the experts fold over; ep alone does: Megatron-Core's expert_tensor_parallel_size=1)")
-    words = (row_cell(r, "pp") + row_cell(r, "vpp")).lower()
+    words = " ".join(row_cell(r, c) for c in ("pp", "vpp", "framework")).lower()
     dual = re.search(r"dual[ -]?pipe([ -]?v)?", words) if pp > 1 else None
     if vpp > 1 and not (dual and dual[1]):
         plan.update(vpp=vpp, pp_schedule="interleaved")

@@ -438,6 +438,19 @@ def read_offload(*cells: str) -> str | None:
     return None
 
 
+_COMPILED = re.compile(r"torch\.compile|\binductor\b|\bcompiled\b")
+_NOT_BEFORE = re.compile(r"(?:\bno|\bnot|\bwithout|w/o|\bun|\bnon)[\s-]*$")
+_OFF_AFTER = re.compile(r"^\s*(?:[:=]\s*)?(?:off|false|disabled|no)\b")
+
+
+def said_compiled(text: str) -> bool:
+    """Whether free text (a notes cell) says the run was compiled: "torch.compile",
+    "inductor" or "compiled", not negated ("no torch.compile", "uncompiled", "torch.compile: off")."""
+    low = text.lower()
+    return any(not _NOT_BEFORE.search(low[max(0, m.start() - 12):m.start()]) and not _OFF_AFTER.match(low[m.end():])
+               for m in _COMPILED.finditer(low))
+
+
 def _training(r: Mapping[str, str], stack: str, d: Any, prec: Any, tp: int, notes: list[str]) -> dict[str, Any]:
     """The ``[training]`` software fields of a row: precision, compilation, async TP, fp8 recipe
     (what the framework cell says, else the stack's defaults, each noted), an optimizer
@@ -447,6 +460,9 @@ def _training(r: Mapping[str, str], stack: str, d: Any, prec: Any, tp: int, note
     fw = row_cell(r, "framework").lower()
     if re.search(r"compile|inductor", fw):
         training["compile"] = True
+    elif said_compiled(row_cell(r, "notes")):
+        training["compile"] = True
+        notes.append("compiled: the notes say so")
     elif d.get("compile").value:  # generic's [defaults] states every true/false key
         training["compile"] = row_default(d, "compile", "compilation", notes)
     if tp > 1 and any("asynctp" in re.sub(r"[\s_-]", "", row_cell(r, c).lower()) for c in ("framework", "sp", "tp")):

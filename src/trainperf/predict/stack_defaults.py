@@ -76,6 +76,9 @@ DEFAULT_KEYS: dict[str, str] = {
     "pp": "pipeline-parallel degree (positive integer)",
     "cp": "context-parallel degree (positive integer)",
     "pp_schedule": "pipeline schedule (1f1b, interleaved, gpipe)",
+    "interleaved_stages_per_rank": "virtual pipeline stages per rank when a row says its schedule is interleaved "
+                                   "without a count: a positive integer, or 'layers' (one layer per virtual stage: "
+                                   "layers // pp)",
     "compile": "the model is compiled or fused (true/false)",
     "async_tp": "tensor-parallel collectives overlapped with GEMMs when tp > 1 (true/false)",
     "tflops_convention": "FLOP convention of a published TFLOP/s figure whose basis is not stated "
@@ -180,6 +183,8 @@ def _check_value(key: str, v: Any, where: str) -> Any:
         return v
     if key == "micro_batch":
         return "local" if v == "local" else pos_int(v)
+    if key == "interleaved_stages_per_rank":
+        return "layers" if v == "layers" else pos_int(v)
     if key in ("pipeline_microbatch_size", "tp", "pp", "cp"):
         return pos_int(v)
     if key in ("sequence_parallel", "compile", "async_tp"):

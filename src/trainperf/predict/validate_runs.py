@@ -119,6 +119,9 @@ class RunsValidation:
             "leave_one_group_out_interval_coverage_pct": (self.coverage or {}).get("coverage_pct"),
             "leave_one_group_out_interval_group_balanced_coverage_pct":
                 (self.coverage or {}).get("group_balanced_coverage_pct"),
+            "leave_one_group_out_quantile_coverage_pct": (self.coverage or {}).get("quantile_coverage_pct"),
+            "leave_one_group_out_quantile_group_balanced_coverage_pct":
+                (self.coverage or {}).get("quantile_group_balanced_coverage_pct"),
             "interval_coverage_per_group": (self.coverage or {}).get("per_group"),
             "per_architecture": self.architecture_groups(),
             "per_group": self._per("group"), "per_table": self._per("table"), "per_stack": self._per("stack"),
@@ -167,7 +170,7 @@ def validate_runs(data: str | Path | None = None, stack: str | None = None,
             step_time_from=r.step_time_from, predicted_step_time_s=pred, signed_pct=signed,
             loto_predicted_step_time_s=lp, loto_signed_pct=ls, assumptions=r.assumptions,
             group_out_predicted_step_time_s=gp, group_out_signed_pct=gs, interval_s=band))
-    cov = group_out_coverage(fit_rows, held["group"]) if held["group"] else None
+    cov = group_out_coverage(fit_rows, held["group"], held["table"]) if held["group"] else None
     moe = frozenset(r.row_id for r in runs if r.included and r.workload is not None and r.workload.model.is_moe)
     return RunsValidation(rows=tuple(out), in_sample=tuple(ins), loto=tuple(held["table"]),
                           stack_override=stack, group_out=tuple(held["group"]), coverage=cov, moe_rows=moe)
