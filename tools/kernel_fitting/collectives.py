@@ -160,7 +160,7 @@ def params(rows: list[Row]) -> dict[str, dict[str, Any]]:
     up_exp = _scale_up_exponent(sw)
     out_p, e_hop, h_hop = _scale_out_all_reduce(sw)
     out_exp = _scale_out_exponent(sw, e_hop, h_hop)
-    _scale_out_kinds(out_p)
+    _scale_out_kinds(out_p, sw["ib-write-bw"][0])
     return _assemble(up, ring_ar, out_p, up_exp, out_exp, mesh_check)
 
 
@@ -367,19 +367,32 @@ def _scale_out_exponent(sw: dict[str, list[Row]], e_hop: float, h_hop: float) ->
                  f"with hopper's eff_max [{cite(hf[0])}]")
 
 
-def _scale_out_kinds(out_p: Table) -> None:
-    """Adds all-gather, reduce-scatter, all-to-all and send/recv across nodes, from each all-reduce, to ``out_p``."""
+def _send_recv_half(anchor: Row) -> tuple[float, str]:
+    """Half size of a point-to-point transfer across nodes from one RDMA write stream at ``anchor``'s
+    message size S and share e of the adapter's line rate, the stream's plateau taken as the line
+    rate (the most an adapter carries): e = S / (S + h), h = S (1 / e - 1)."""
+    size, e = float(anchor["size_bytes"]), busbw(anchor) / float(anchor["nic_GBps_per_device"])
+    return size * (1.0 / e - 1.0), (f"{busbw(anchor):.2f} GB/s = {e:.4f} of one {anchor['nic_GBps_per_device']} "
+                                    f"GB/s adapter at {int(size):,}-byte messages ({cite(anchor)})")
+
+
+def _scale_out_kinds(out_p: Table, anchor: Row) -> None:
+    """Adds all-gather, reduce-scatter, all-to-all and send/recv across nodes, from each all-reduce, to
+    ``out_p``; send/recv's half size from the RDMA write ``anchor`` (a ring all-reduce's half size over its
+    32 steps, the derivation before it, held a 8 MB transfer at 39% of the line rate: 12.5 MB, set by a
+    cluster whose 4-node all-reduce ran at 160 GB/s, not by the transfer)."""
     for d in out_p.values():
         ar = d["all-reduce"]
         for kind in ("all-gather", "reduce-scatter", "all-to-all"):
             d[kind] = {k: borrowed(v, f"no {kind} measurement across nodes: the all-reduce values (NIC-bound "
                                    "rings)") for k, v in ar.items()}
+        half, said = _send_recv_half(anchor)
         d["send-recv"] = {
             "eff_max": borrowed(ar["eff_max"], "no send/recv measurement across nodes: the all-reduce NIC "
                                 "efficiency"),
-            "half_bytes": {**param(ar["half_bytes"]["value"] / 32, False, "derived: send/recv across nodes = the "
-                                   "all-reduce half size / 32 (one step of a 32-rank ring)"),
-                           "from": [ar["half_bytes"]["source"]]},
+            "half_bytes": param(half, True, f"send/recv across nodes: the half size of one RDMA write stream "
+                                f"measured at {said}, its plateau the line rate: h = S (1 / e - 1); NCCL's "
+                                "per-message cost is the latency"),
             "latency_us": {**param(ar["latency_us"]["value"] / 62, False, "derived: send/recv across nodes = the "
                                    "all-reduce floor / 62 (one of a 32-rank ring's 2 x 31 steps)"),
                            "from": [ar["latency_us"]["source"]]}}

@@ -157,7 +157,16 @@ def _from_collectives(coll: dict[str, Any], sil: str, level: str, why: str) -> d
     ref = float(coll[sil][level]["ref_ranks"])
     eff = borrowed(d["eff_max"], f"{why}: the {sil} {level} {kind} of the collectives")
     entry: dict[str, Any] = {op: {**eff, "ranks": [ref], "effs": [eff["value"]]} for op in OPS}
-    entry["half_bytes"] = borrowed(d["half_bytes"], f"{why}: the {sil} {level} {kind} half size")
+    if level == "scale-out":
+        # many concurrent peers through one NIC run at a collective's efficiency across nodes, not
+        # at one RDMA stream's (the send/recv half size): one step of the measured 32-rank ring
+        ar = coll[sil][level]["kinds"]["all-reduce"]["half_bytes"]
+        entry["half_bytes"] = {**param(ar["value"] / ref, False, f"{why}: derived, the {sil} scale-out all-reduce "
+                                       f"half size / {ref:g} (one step of the {ref:g}-rank ring it was measured on: "
+                                       "an all-to-all's per-peer transfers share the NICs as a collective's do)"),
+                               "from": [ar["source"]]}
+    else:
+        entry["half_bytes"] = borrowed(d["half_bytes"], f"{why}: the {sil} {level} {kind} half size")
     entry["latency_us"] = borrowed(d["latency_us"], f"{why}: the {sil} {level} {kind} floor")
     return entry
 
