@@ -653,6 +653,19 @@ def test_interleaved_stages_per_rank_is_a_checked_default():
         assert "interleaved_stages_per_rank" in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize(("framework", "compiled"), [
+    ("torchtitan (FSDP2, compile)", True),
+    ("torchtitan (FSDP + torch.compile + Float8)", True),
+    ("torchtitan (eager, no torch.compile)", False),
+    ("torchtitan (FSDP2, uncompiled)", False),
+])
+def test_a_framework_cell_that_says_compiled_is_read_unless_negated(framework, compiled):
+    r = _hand_row(model="Llama3-8B", layers="32", hidden="4096", heads="32", kv_heads="8", ffn_hidden="14336",
+                  vocab="128256", tp="1", pp="1", num_gpus="8", framework=framework, precision="bf16")
+    assert r.included, r.exclude_reason
+    assert r.workload.compile is compiled
+
+
 @pytest.mark.parametrize(("notes", "compiled"), [
     ("FSDP + torch.compile", True),
     ("compiled with inductor", True),

@@ -379,7 +379,7 @@ def _send_recv_half(anchor: Row) -> tuple[float, str]:
 def _scale_out_kinds(out_p: Table, anchor: Row) -> None:
     """Adds all-gather, reduce-scatter, all-to-all and send/recv across nodes, from each all-reduce, to
     ``out_p``; send/recv's half size from the RDMA write ``anchor`` (a ring all-reduce's half size over its
-    32 steps, the derivation before it, held a 8 MB transfer at 39% of the line rate: 12.5 MB, set by a
+    32 steps, the derivation before it, held an 8 MB transfer at 39% of the line rate: 12.5 MB, set by a
     cluster whose 4-node all-reduce ran at 160 GB/s, not by the transfer)."""
     for d in out_p.values():
         ar = d["all-reduce"]

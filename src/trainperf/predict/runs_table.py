@@ -439,16 +439,18 @@ def read_offload(*cells: str) -> str | None:
 
 
 _COMPILED = re.compile(r"torch\.compile|\binductor\b|\bcompiled\b")
+_COMPILE_WORD = re.compile(r"(?:torch\.)?compile|inductor")
 _NOT_BEFORE = re.compile(r"(?:\bno|\bnot|\bwithout|w/o|\bun|\bnon)[\s-]*$")
 _OFF_AFTER = re.compile(r"^\s*(?:[:=]\s*)?(?:off|false|disabled|no)\b")
 
 
-def said_compiled(text: str) -> bool:
-    """Whether free text (a notes cell) says the run was compiled: "torch.compile",
-    "inductor" or "compiled", not negated ("no torch.compile", "uncompiled", "torch.compile: off")."""
+def said_compiled(text: str, bare: bool = False) -> bool:
+    """Whether free text says the run was compiled: "torch.compile", "inductor" or "compiled"
+    (with ``bare``, as in a framework cell, any "compile"), not negated ("no torch.compile",
+    "uncompiled", "torch.compile: off")."""
     low = text.lower()
     return any(not _NOT_BEFORE.search(low[max(0, m.start() - 12):m.start()]) and not _OFF_AFTER.match(low[m.end():])
-               for m in _COMPILED.finditer(low))
+               for m in (_COMPILE_WORD if bare else _COMPILED).finditer(low))
 
 
 def _training(r: Mapping[str, str], stack: str, d: Any, prec: Any, tp: int, notes: list[str]) -> dict[str, Any]:
@@ -458,7 +460,7 @@ def _training(r: Mapping[str, str], stack: str, d: Any, prec: Any, tp: int, note
     precision = prec.precision
     training: dict[str, Any] = {"precision": precision}
     fw = row_cell(r, "framework").lower()
-    if re.search(r"compile|inductor", fw):
+    if said_compiled(fw, bare=True):
         training["compile"] = True
     elif said_compiled(row_cell(r, "notes")):
         training["compile"] = True
