@@ -653,6 +653,14 @@ def test_interleaved_stages_per_rank_is_a_checked_default():
         assert "interleaved_stages_per_rank" in str(e.value) and "\n" not in str(e.value)
 
 
+def _llama3_8b_row(**cells: str):
+    """A read Llama 3 8B row on 8 GPUs, no tp or pp, with ``cells`` over the hand row's."""
+    r = _hand_row(model="Llama3-8B", layers="32", hidden="4096", heads="32", kv_heads="8", ffn_hidden="14336",
+                  vocab="128256", tp="1", pp="1", num_gpus="8", **cells)
+    assert r.included, r.exclude_reason
+    return r
+
+
 @pytest.mark.parametrize(("framework", "compiled"), [
     ("torchtitan (FSDP2, compile)", True),
     ("torchtitan (FSDP + torch.compile + Float8)", True),
@@ -660,9 +668,7 @@ def test_interleaved_stages_per_rank_is_a_checked_default():
     ("torchtitan (FSDP2, uncompiled)", False),
 ])
 def test_a_framework_cell_that_says_compiled_is_read_unless_negated(framework, compiled):
-    r = _hand_row(model="Llama3-8B", layers="32", hidden="4096", heads="32", kv_heads="8", ffn_hidden="14336",
-                  vocab="128256", tp="1", pp="1", num_gpus="8", framework=framework, precision="bf16")
-    assert r.included, r.exclude_reason
+    r = _llama3_8b_row(framework=framework, precision="bf16")
     assert r.workload.compile is compiled
 
 
@@ -677,9 +683,7 @@ def test_a_framework_cell_that_says_compiled_is_read_unless_negated(framework, c
     ("eager", False),
 ])
 def test_notes_that_say_compiled_are_read(notes, compiled):
-    r = _hand_row(model="Llama3-8B", layers="32", hidden="4096", heads="32", kv_heads="8", ffn_hidden="14336",
-                  vocab="128256", tp="1", pp="1", num_gpus="8", framework="torchtitan (FSDP)", notes=notes)
-    assert r.included, r.exclude_reason
+    r = _llama3_8b_row(framework="torchtitan (FSDP)", notes=notes)
     assert r.workload.compile is compiled
     assert any(a == "compiled: the notes say so" for a in r.assumptions) is compiled
 
