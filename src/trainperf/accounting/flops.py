@@ -12,6 +12,10 @@ Counted, per sequence of ``seq_len`` tokens:
 * ``attn_scores``: Q.K^T, ``2 * heads * qk_head_dim`` per (query, key) pair that is computed;
 * ``attn_values``: softmax(QK^T).V, ``2 * heads * v_head_dim`` per pair;
 * ``attn_out``: output projection;
+* ``mamba_proj``: a hybrid's Mamba-2 mixers' input and output projections;
+* ``mamba_scan``: their state-space scan by the chunked SSD algorithm
+  (:meth:`~trainperf.specs.model.ModelSpec.ssd_flops_per_token`: mostly small matmuls within a
+  chunk, so counted with the matmuls, as Megatron-LM's hybrid FLOP count counts its scan term);
 * ``mlp``: dense MLP matmuls (2 or 3 matrices);
 * ``moe_router``: router logits (and Qwen2-MoE's shared-expert gate, one more output);
 * ``moe_experts``: the top-k routed experts plus shared experts each token visits;
@@ -47,8 +51,8 @@ from trainperf.specs.model import ModelSpec
 
 ATTENTION_MASKS: tuple[str, ...] = ("causal", "causal-half", "full")
 MATMUL_OPS: tuple[str, ...] = (
-    "attn_qkv", "attn_scores", "attn_values", "attn_out", "mlp", "moe_router", "moe_experts",
-    "lm_head", "embedding", "mtp",
+    "attn_qkv", "attn_scores", "attn_values", "attn_out", "mamba_proj", "mamba_scan", "mlp", "moe_router",
+    "moe_experts", "lm_head", "embedding", "mtp",
 )
 ATTENTION_CORE_OPS: tuple[str, ...] = ("attn_scores", "attn_values")
 
@@ -96,7 +100,7 @@ def attention_pairs(model: ModelSpec, seq_len: int, attention: str = "causal") -
         raise SpecError("attention", attention, f"one of {', '.join(ATTENTION_MASKS)}")
     s = seq_len
     n_sliding, n_chunked = model.sliding_window_layers, model.chunked_attention_layers
-    n_full = model.layers - n_sliding - n_chunked
+    n_full = model.attention_layers - n_sliding - n_chunked
     total = 0.0
     if n_sliding:
         w = min(model.sliding_window, s) if model.sliding_window else s
@@ -142,11 +146,12 @@ def forward_flops(model: ModelSpec, seq_len: int, attention: str = "causal",
     qkv = sum(2 * i * o for name, (i, o) in attn_mats.items() if name != out_key)
     out_i, out_o = attn_mats[out_key]
     pairs = attention_pairs(model, seq_len, attention)
+    A = model.attention_layers
     ops: dict[str, float] = {
-        "attn_qkv": float(L * s * qkv),
+        "attn_qkv": float(A * s * qkv),
         "attn_scores": 2.0 * model.heads * model.qk_head_dim * pairs,
         "attn_values": 2.0 * model.heads * model.v_dim_per_head * pairs,
-        "attn_out": float(L * s * 2 * out_i * out_o),
+        "attn_out": float(A * s * 2 * out_i * out_o),
         "mlp": float(model.dense_layers * s * sum(2 * i * o for i, o in model.dense_mlp_matmuls().values())),
         "moe_router": 0.0,
         "moe_experts": 0.0,
@@ -154,6 +159,9 @@ def forward_flops(model: ModelSpec, seq_len: int, attention: str = "causal",
         "embedding": 0.0,
         "mtp": 0.0,
     }
+    if model.mamba_layers:  # the keys only where they count, so a transformer's breakdown reads as before
+        ops["mamba_proj"] = float(model.mamba_layers * s * sum(2 * i * o for i, o in model.mamba_matmuls().values()))
+        ops["mamba_scan"] = model.mamba_layers * s * model.ssd_flops_per_token()
     mlp_block = float(s * sum(2 * i * o for i, o in model.dense_mlp_matmuls().values()))
     if model.is_moe:
         expert = sum(2 * i * o for i, o in model.dense_mlp_matmuls(model.moe_expert_ffn).values())
@@ -167,9 +175,10 @@ def forward_flops(model: ModelSpec, seq_len: int, attention: str = "causal",
         ops["mtp"] = float(model.mtp_layers * (block + s * 2 * (2 * h) * h + s * 2 * h * model.vocab))
     if include_elementwise:
         ffn_width = model.ffn_hidden
-        ops["norms"] = float(s * (2 * L + 1) * h * 4)
+        ops["norms"] = float(s * (2 * L - model.mlp_free_layers + 1) * h * 4)
         act = 8 * ffn_width * (2 if model.gated_mlp else 1)
-        ops["elementwise"] = float(L * s * (act + 2 * h) + 5 * model.heads * pairs + 5 * s * model.vocab)
+        ops["elementwise"] = float(model.mlp_layers * s * act + L * s * 2 * h + 5 * model.heads * pairs
+                                   + 5 * s * model.vocab)
     return FlopBreakdown(seq_len=seq_len, attention=attention, ops=ops, layers=L)
 
 

@@ -285,13 +285,19 @@ def layer_matmul_flops(model: ModelSpec, seq_len: int) -> dict[str, float]:
     """Forward FLOPs per sequence of each weight matrix, summed over the layers that have it.
 
     Keys are matrix names; MoE layers contribute ``expert.<name>`` (top-k plus shared experts
-    per token) and ``router``. Sums to ``forward_flops(...).layers_matmul`` minus the attention core.
+    per token) and ``router``, a hybrid's Mamba-2 mixers ``mamba.in_proj``, ``mamba.out_proj`` and
+    ``mamba.scan`` (the SSD scan). Sums to ``forward_flops(...).layers_matmul`` minus the attention
+    core.
     """
     s = seq_len
     out: dict[str, float] = {}
     for role, name, i, o in layer_matrices(model):
-        layers = model.layers if role.startswith("attn") else model.dense_layers
+        layers = model.attention_layers if role.startswith("attn") else model.dense_layers
         out[name] = float(layers * s * 2 * i * o)
+    for name, (i, o) in model.mamba_matmuls().items():
+        out[f"mamba.{name}"] = float(model.mamba_layers * s * 2 * i * o)
+    if model.mamba_layers:
+        out["mamba.scan"] = model.mamba_layers * s * model.ssd_flops_per_token()
     if model.is_moe:
         per_tok = model.moe_topk + model.moe_shared_experts
         for name, (i, o) in model.dense_mlp_matmuls(model.moe_expert_ffn).items():
@@ -324,6 +330,10 @@ def recompute_flops(model: ModelSpec, seq_len: int, policy: str, attention: str 
     shared = dict(zip(names, recomputed_matrices(pol, names, roles, "shared_experts"), strict=True))
     # expert.* FLOPs count topk routed and the shared experts per token
     per_tok = max(model.moe_topk + model.moe_shared_experts, 1)
+    # a hybrid's Mamba-2 mixer is re-run with attention's projections (``full``), its scan with the
+    # input projection; selective recomputation of the attention core leaves it (Megatron-Core)
+    mixer_in = any(redo[n] for r, n, *_ in mats if r == "attn_in")
+    redo |= {"mamba.in_proj": mixer_in, "mamba.scan": mixer_in, "mamba.out_proj": redo["o_proj"]}
     total = 0.0
     for key, flops in per_mat.items():
         if key == "router":

@@ -121,6 +121,7 @@ def _short(row: dict[str, Any]) -> str:
 
 _REASON_FIELD: dict[str, tuple[str, ...]] = {
     "tp_cross_node": ("tp",), "tp_heads": ("tp",), "tp_kv_heads": ("tp",), "tp_ffn": ("tp",),
+    "tp_mamba_groups": ("tp",),
     "pp_layers": ("pp",), "cp_seq": ("cp",), "batch_dp": ("dp", "fsdp"), "mbs_local": ("micro_batch",),
     "vpp_layers": ("vpp", "pp"), "vpp_microbatches": ("vpp", "micro_batch", "pp"),
     "dualpipe_microbatches": ("micro_batch", "pp"), "ep_ranks": ("ep", "etp"),

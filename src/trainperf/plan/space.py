@@ -146,6 +146,7 @@ REASONS: dict[str, str] = {
     "tp_heads": "tp does not divide the attention heads",
     "tp_kv_heads": "tp neither divides nor is a multiple of the kv heads",
     "tp_ffn": "tp does not divide ffn_hidden",
+    "tp_mamba_groups": "tp does not divide the Mamba-2 groups (Megatron-Core splits B and C by group)",
     "pp_layers": "pp larger than the number of layers",
     "cp_seq": "cp does not divide seq_len",
     "batch_dp": "global batch not a multiple of the data-parallel degree dp*fsdp",
@@ -749,6 +750,7 @@ class _Enumeration:
             ("tp_cross_node", (tp <= self.domain) | self.space.allow_cross_node_tp),
             ("tp_heads", m.heads % tp == 0), ("tp_kv_heads", (kv % tp == 0) | (tp % kv == 0)),
             ("tp_ffn", m.ffn_hidden % tp == 0), ("pp_layers", pp <= m.layers),
+            ("tp_mamba_groups", (not m.mamba_layers) | (m.mamba_groups % tp == 0)),
             ("cp_seq", self.space.seq_len % cp == 0)])
 
     def batches(self, c: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

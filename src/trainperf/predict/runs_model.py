@@ -114,9 +114,12 @@ _SHAPE_COLUMNS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab"
 def _preset_values(preset: Any, column: str) -> tuple[Any, ...]:
     """The values of a shape ``column`` that agree with ``preset``: its field, the effective one
     where the field defaults (kv heads = heads; an expert as wide as the dense MLP), and for a MoE
-    model whose every layer is MoE, ``ffn_hidden`` may name the experts' width."""
+    model whose every layer is MoE, ``ffn_hidden`` may name the experts' width; a hybrid's layers
+    may be its blocks or its pattern's layers (:attr:`~trainperf.specs.model.ModelSpec.pattern_layers`)."""
     if column == "kv_heads":  # an MLA model's table may write its KV latent rank as kv_heads
         return (preset.kv_heads or preset.heads, *((preset.kv_lora_rank,) if preset.attention == "mla" else ()))
+    if column == "layers":  # a hybrid's table may count its pattern's single-op layers
+        return (preset.layers, preset.pattern_layers)
     if column == "moe_expert_ffn":
         return (preset.moe_expert_ffn or preset.ffn_hidden,)
     if column == "ffn_hidden" and preset.is_moe and not preset.moe_dense_layers:
@@ -134,8 +137,12 @@ encoder-decoders and encoders. trainperf does not model them, so such a row is l
 rather than predicted as a transformer of its width."""
 
 
-def _refuse_other_architectures(r: Mapping[str, str]) -> None:
-    """Skip a row whose model or architecture cell names a network trainperf does not model."""
+def _refuse_other_architectures(r: Mapping[str, str], preset: Any) -> None:
+    """Skip a row whose model or architecture cell names a network trainperf does not model,
+    unless ``preset``, the preset that stands in for the row, is a hybrid trainperf does model
+    (Nemotron-H's Mamba-2 blocks)."""
+    if preset is not None and preset.mamba_layers:
+        return
     for col in ("arch_type", "model"):
         m = _OTHER_ARCHITECTURES.search(row_cell(r, col).lower())
         if m:
@@ -166,14 +173,17 @@ def read_model(r: Mapping[str, str], notes: list[str]) -> dict[str, Any]:
     """The ModelSpec fields of a row: the preset its model cell names where every shape it states
     agrees with it, else its shape columns and words; a network trainperf does not model, or a
     shape that is not given or does not validate, skips the row."""
-    _refuse_other_architectures(r)
-    layers, hidden, ffn, vocab = (row_count(r, c) for c in ("layers", "hidden", "ffn_hidden", "vocab"))
     read_as: list[str] = []
     preset = _preset_named(row_cell(r, "model"), read_as)
-    if preset is not None and (not layers or layers == preset.layers) and (not hidden or hidden == preset.hidden):
+    layers, hidden, ffn, vocab = (row_count(r, c) for c in ("layers", "hidden", "ffn_hidden", "vocab"))
+    fields = None
+    if preset is not None and (not layers or layers in _preset_values(preset, "layers")) \
+            and (not hidden or hidden == preset.hidden):
         fields = _from_preset(r, preset, (layers, hidden, ffn, vocab), read_as, notes)
-        if fields is not None:
-            return fields
+    # a hybrid preset standing in is modelled; a hybrid whose stated shape is not the preset's is not
+    _refuse_other_architectures(r, preset if fields is not None else None)
+    if fields is not None:
+        return fields
     if not layers or not hidden:
         raise RowSkip("model", "model shape (layers, hidden) not given")
     if not ffn or not vocab:

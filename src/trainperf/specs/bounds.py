@@ -93,6 +93,10 @@ MODEL_FIELD_BOUNDS: dict[str, Bound] = {
     "moe_expert_ffn": WIDTH, "moe_shared_experts": COUNT, "q_lora_rank": RANK, "kv_lora_rank": RANK,
     "qk_rope_head_dim": WIDTH, "qk_nope_head_dim": WIDTH, "v_head_dim": WIDTH, "norms_per_layer": Bound(
         0, 16, "trainperf's bound on norms per block (16)"),
+    "mamba_heads": HEADS, "mamba_head_dim": WIDTH, "mamba_state_dim": WIDTH, "mamba_groups": HEADS,
+    "mamba_conv_kernel": Bound(0, 64, "trainperf's bound on a Mamba convolution's width; 4 in every "
+                               "published Mamba-2 model"),
+    "mamba_chunk": POSITIONS,
 }
 """ModelSpec fields and their bounds (checked after the type and sign checks)."""
 

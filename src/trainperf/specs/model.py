@@ -5,7 +5,8 @@ itself. Covered architectures: dense GPT/Llama-style decoders (MHA, GQA, MQA), M
 Latent Attention (DeepSeek-V2/V3), mixture-of-experts MLPs with routed and shared experts and
 leading dense layers, gated (SwiGLU, GeGLU) and plain (GELU, ReLU, squared ReLU) MLPs, tied or untied
 embeddings, learned or rotary positions, sliding-window or chunked attention on some layers,
-and the small tensors a checkpoint holds besides the matmul weights (biases on any linear layer,
+hybrid models whose blocks mix Mamba-2 (SSD) mixers with attention and may lack an MLP
+(Nemotron-H), and the small tensors a checkpoint holds besides the matmul weights (biases on any linear layer,
 LayerNorm biases, extra norms per block, a shared-expert gate, a router correction bias).
 Non-text towers of a multimodal checkpoint travel along as :class:`~trainperf.specs.towers.Tower`
 counts; FLOPs are those of the text model.
@@ -175,6 +176,28 @@ class ModelSpec:
     the keys of its own chunk (block-diagonal causal mask), not a sliding window."""
     chunked_attention_layers: int = 0
     """How many layers use chunked attention (Llama 4: 3 of every 4)."""
+    # --- hybrid Mamba-2 / attention models (Nemotron-H) -------------------------------------------
+    mamba_layers: int = 0
+    """Of ``layers``, the blocks whose mixer is a Mamba-2 (SSD) layer instead of attention (Dao & Gu
+    2024, arXiv:2405.21060; Nemotron-H, arXiv:2504.03624). A hybrid model is counted as ``layers``
+    blocks of a mixer (attention or Mamba-2) and an MLP, with ``mlp_free_layers`` of them having no
+    MLP: Nemotron-H's pattern of single-op layers (``M``, ``*``, ``-``) pairs each MLP with the mixer
+    before it, so its 118 layers (54 Mamba-2, 10 attention, 54 MLP) are 64 blocks, 10 without an MLP
+    (:attr:`pattern_layers` gives back the 118). 0: every block attends."""
+    mamba_heads: int = 0
+    """Mamba-2 heads (``mamba_num_heads``); heads x ``mamba_head_dim`` is the inner width."""
+    mamba_head_dim: int = 0
+    """Channels per Mamba-2 head (``mamba_head_dim``, P)."""
+    mamba_state_dim: int = 0
+    """SSM state per head and channel (``ssm_state_size``, N)."""
+    mamba_groups: int = 0
+    """Groups sharing the B and C projections (``n_groups``, G; like key/value heads)."""
+    mamba_conv_kernel: int = 4
+    """Width of the causal depthwise convolution (``conv_kernel``)."""
+    mamba_chunk: int = 128
+    """Chunk length of the SSD algorithm (``chunk_size``)."""
+    mlp_free_layers: int = 0
+    """Of ``layers``, the blocks without an MLP (see :attr:`mamba_layers`): one norm fewer each."""
     towers: tuple[Tower, ...] = field(default=(), compare=False, repr=False)
     """Non-text parts of a multimodal checkpoint (vision encoder, projector), as parameter counts
     only; they are in ``checkpoint_params``, never in the text counts or the FLOPs."""
@@ -190,6 +213,7 @@ class ModelSpec:
         self._check_counts_and_flags()
         self._check_moe()
         self._check_attention_layers()
+        self._check_mamba()
         if (self.moe_shared_expert_gate or self.moe_router_bias or self.moe_router_linear_bias) \
                 and not self.moe_experts:
             raise SpecError("moe_experts", 0, "a positive number of experts when moe_shared_expert_gate, "
@@ -238,7 +262,9 @@ class ModelSpec:
         for name in ("moe_experts", "moe_topk", "moe_shared_experts", "moe_dense_layers",
                      "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
                      "v_head_dim", "sliding_window", "sliding_window_layers", "norms_per_layer",
-                     "attention_chunk", "chunked_attention_layers", "mtp_layers"):
+                     "attention_chunk", "chunked_attention_layers", "mtp_layers", "mamba_layers",
+                     "mamba_heads", "mamba_head_dim", "mamba_state_dim", "mamba_groups", "mamba_conv_kernel",
+                     "mamba_chunk", "mlp_free_layers"):
             _non_negative(name, getattr(self, name))
         for name in ("attn_bias", "mlp_bias", "lm_head_bias", "moe_shared_expert_gate", "moe_router_bias",
                      "moe_router_linear_bias", "attention_sinks", "moe_dense_interleaved"):
@@ -285,6 +311,29 @@ class ModelSpec:
                             f"at most layers - sliding_window_layers = "
                             f"{self.layers - self.sliding_window_layers}")
 
+    def _check_mamba(self) -> None:
+        """A hybrid model's Mamba-2 mixers have their shape, and its block counts fit in ``layers``."""
+        if self.mamba_layers:
+            for name in ("mamba_heads", "mamba_head_dim", "mamba_state_dim", "mamba_groups", "mamba_chunk"):
+                _positive(name, getattr(self, name))
+            if self.mamba_layers >= self.layers:
+                raise SpecError("mamba_layers", self.mamba_layers,
+                                f"fewer than layers={self.layers} (a hybrid keeps an attention block)")
+            if self.mamba_heads % self.mamba_groups:
+                raise SpecError("mamba_groups", self.mamba_groups, f"a divisor of mamba_heads={self.mamba_heads}")
+            if self.mla_or_windows_set():
+                raise SpecError("mamba_layers", self.mamba_layers,
+                                "0 with MLA, sliding-window or chunked attention (not modelled together)")
+        elif self.mamba_heads or self.mamba_head_dim or self.mamba_state_dim or self.mamba_groups:
+            raise SpecError("mamba_layers", 0, "a positive number of Mamba-2 blocks when the mamba_* shape is set")
+        if self.mlp_free_layers >= self.layers - (self.moe_dense_layers if self.is_moe else 0):
+            raise SpecError("mlp_free_layers", self.mlp_free_layers,
+                            f"fewer than the {self.layers} layers less the dense-MLP ones of an MoE model")
+
+    def mla_or_windows_set(self) -> bool:
+        """MLA, sliding-window or chunked attention is set (none is modelled with Mamba-2 blocks)."""
+        return self.attention == "mla" or bool(self.sliding_window_layers or self.chunked_attention_layers)
+
     # ---------------------------------------------------------------------------------------
     @property
     def gated_mlp(self) -> bool:
@@ -310,7 +359,65 @@ class ModelSpec:
     @property
     def moe_layers(self) -> int:
         """Number of layers whose MLP is a mixture of experts."""
-        return self.layers - self.moe_dense_layers if self.is_moe else 0
+        return self.layers - self.moe_dense_layers - self.mlp_free_layers if self.is_moe else 0
+
+    @property
+    def attention_layers(self) -> int:
+        """Blocks whose mixer is attention (all of them but a hybrid's Mamba-2 blocks)."""
+        return self.layers - self.mamba_layers
+
+    @property
+    def mlp_layers(self) -> int:
+        """Blocks with an MLP, dense or MoE (all of them but a hybrid's MLP-free blocks)."""
+        return self.layers - self.mlp_free_layers
+
+    @property
+    def pattern_layers(self) -> int:
+        """Layers as a hybrid's pattern counts them, a mixer and an MLP apart (Megatron-Core's
+        ``hybrid_override_pattern``, Hugging Face ``num_hidden_layers`` of Nemotron-H): ``layers``
+        for a model without Mamba-2 blocks."""
+        return self.layers + self.mlp_layers if self.mamba_layers else self.layers
+
+    @property
+    def mamba_inner(self) -> int:
+        """Inner width of a Mamba-2 mixer: heads x head dim (``2 * hidden`` at ``expand = 2``)."""
+        return self.mamba_heads * self.mamba_head_dim
+
+    @property
+    def mamba_conv_dim(self) -> int:
+        """Channels the causal convolution runs over: x, B and C (``inner + 2 * groups * state``)."""
+        return self.mamba_inner + 2 * self.mamba_groups * self.mamba_state_dim
+
+    def mamba_matmuls(self) -> dict[str, tuple[int, int]]:
+        """Linear layers of one Mamba-2 mixer: name -> (in, out). ``in_proj`` makes z (the gate), x,
+        B, C and dt (one per head) in one GEMM; ``out_proj`` maps the gated, normed output back
+        (Megatron-Core ``MambaMixer``; state-spaces/mamba ``Mamba2``). Empty without Mamba-2 blocks."""
+        if not self.mamba_layers:
+            return {}
+        return {"in_proj": (self.hidden, self.mamba_inner + self.mamba_conv_dim + self.mamba_heads),
+                "out_proj": (self.mamba_inner, self.hidden)}
+
+    @property
+    def mamba_params_per_layer(self) -> int:
+        """Parameters of one Mamba-2 mixer: its two projections, the convolution's weights and bias,
+        per-head ``dt_bias``, ``A_log`` and ``D``, and the gated RMSNorm's weight (block norms are
+        in :attr:`norm_params_per_layer`)."""
+        if not self.mamba_layers:
+            return 0
+        conv = self.mamba_conv_dim * (self.mamba_conv_kernel + 1)
+        return sum(i * o for i, o in self.mamba_matmuls().values()) + conv + 3 * self.mamba_heads + self.mamba_inner
+
+    def ssd_flops_per_token(self) -> float:
+        """Forward FLOPs per token of one Mamba-2 mixer's state-space scan by the chunked SSD
+        algorithm (Dao & Gu 2024, section 6): inside each chunk of Q tokens, ``C B^T`` per group
+        (2QN) and the masked scores times x per head (2QP, every block of the chunk computed); the
+        chunk states ``B^T x`` and the output from the carried state ``C h`` per head (2NP each).
+        Left out: the recurrence between chunks (H N P per chunk), the convolution, the gate and
+        the norm (memory-bound). 0 without Mamba-2 blocks."""
+        if not self.mamba_layers:
+            return 0.0
+        q, n, p = self.mamba_chunk, self.mamba_state_dim, self.mamba_head_dim
+        return float(self.mamba_groups * 2 * q * n + self.mamba_heads * (2 * q * p + 4 * n * p))
 
     def layer_is_moe(self, i: int) -> bool:
         """Whether layer ``i`` (0-based) has an MoE MLP: after the ``moe_dense_layers`` leading
@@ -327,7 +434,7 @@ class ModelSpec:
     @property
     def dense_layers(self) -> int:
         """Number of layers with a dense MLP."""
-        return self.layers - self.moe_layers
+        return self.layers - self.mlp_free_layers - self.moe_layers
 
     @property
     def q_dim(self) -> int:
@@ -496,11 +603,18 @@ class ModelSpec:
     def total_params(self) -> int:
         """Every parameter stored once (tied matrices counted once), all experts and the
         multi-token-prediction modules included."""
-        per_layer_common = self.attention_params_per_layer + self.norm_params_per_layer
-        return (self.layers * per_layer_common
+        return (self.mixer_and_norm_params
                 + self.dense_layers * self.dense_mlp_params_per_layer
                 + self.moe_layers * self.moe_params_per_layer
                 + self.embedding_params + self.lm_head_params + self.final_norm_params + self.mtp_params)
+
+    @property
+    def mixer_and_norm_params(self) -> int:
+        """Attention (or Mamba-2) mixers and block norms of every layer (an MLP-free block has one
+        norm fewer)."""
+        return (self.attention_layers * self.attention_params_per_layer
+                + self.mamba_layers * self.mamba_params_per_layer
+                + self.layers * self.norm_params_per_layer - self.mlp_free_layers * self._norm_params(self.hidden))
 
     @property
     def mtp_block_params(self) -> int:
@@ -570,7 +684,9 @@ class ModelSpec:
         # each multi-token-prediction module: a block like the last, its 2h -> h projection, the
         # shared head once more
         mtp = attn + (moe if self.is_moe else dense) + 2 * self.hidden * self.hidden + self.vocab * self.hidden
-        return (self.layers * attn + self.dense_layers * dense + self.moe_layers * moe
+        mamba = sum(i * o for i, o in self.mamba_matmuls().values())
+        return (self.attention_layers * attn + self.mamba_layers * mamba + self.dense_layers * dense
+                + self.moe_layers * moe
                 + self.vocab * self.hidden + self.mtp_layers * mtp)
 
     def attention_context(self, seq_len: int) -> list[int]:
@@ -578,7 +694,7 @@ class ModelSpec:
         layers, else ``seq_len``. Order: sliding, chunked, full (counts do not depend on it)."""
         w = min(self.sliding_window, seq_len) if self.sliding_window else seq_len
         c = min(self.attention_chunk, seq_len) if self.attention_chunk else seq_len
-        full = self.layers - self.sliding_window_layers - self.chunked_attention_layers
+        full = self.attention_layers - self.sliding_window_layers - self.chunked_attention_layers
         return [w] * self.sliding_window_layers + [c] * self.chunked_attention_layers + [seq_len] * full
 
     # --- construction helpers -------------------------------------------------------------------
@@ -600,6 +716,9 @@ class ModelSpec:
             if self.chunked_attention_layers and "chunked_attention_layers" not in changes:
                 window = changes.get("sliding_window_layers", self.sliding_window_layers)
                 changes["chunked_attention_layers"] = min(layers - window, scaled(self.chunked_attention_layers))
+            for name in ("mamba_layers", "mlp_free_layers"):
+                if getattr(self, name) and name not in changes:
+                    changes[name] = min(layers - 1, max(1, scaled(getattr(self, name))))
             if self.moe_dense_layers and "moe_dense_layers" not in changes:
                 kept = scaled(self.moe_dense_layers) if self.moe_dense_interleaved else self.moe_dense_layers
                 changes["moe_dense_layers"] = min(layers - 1, kept)

@@ -207,6 +207,9 @@ class Workload:
                              f"{plan.tp // m.kv_heads} tp ranks")
             if m.ffn_hidden % plan.tp:
                 raise SpecError("parallel.tp", plan.tp, f"must divide ffn_hidden={m.ffn_hidden}")
+            if m.mamba_layers and m.mamba_groups % plan.tp:
+                raise SpecError("parallel.tp", plan.tp, f"must divide mamba_groups={m.mamba_groups} "
+                                "(Megatron-Core splits the Mamba-2 B and C projections by group)")
             domain = self.hardware.scale_up_domain or self.devices_per_node
             if plan.tp > domain:  # type: ignore[operator]
                 notes.append(f"tp={plan.tp} spans nodes beyond its NVLink/xGMI domain ({domain} devices): "

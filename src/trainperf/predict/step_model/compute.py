@@ -23,6 +23,7 @@ device time or its launch time, whichever is longer, blended smoothly.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -117,6 +118,15 @@ def elementwise_bytes_per_token(hidden_norm: Num, q_dim: Num, kv_dim: Num, ffn: 
     rope_b = vec.where(rope, 2.0 * (q_dim + kv_dim) * rope_passes, 0.0)
     act = vec.where(gated, 3.0 * ffn, 2.0 * ffn) * act_passes
     return act_bytes * (norms + residual + rope_b + act)
+
+
+def mamba_bytes_per_token(conv_dim: Num, inner: Num, tp: Num, act_bytes: Num = 2.0) -> Num:
+    """HBM bytes per token the memory-bound ops of one Mamba-2 mixer move forward, split over tp:
+    the causal depthwise convolution with its SiLU over x, B and C (read and write ``conv_dim``)
+    and the gated RMSNorm (read the scan's output and the gate z, write: ``3 * inner``; one fused
+    kernel in state-spaces/mamba's ``RMSNormGated``). Left out: dt's softplus and the per-head
+    decay (``heads`` wide), the D skip (fused into the scan). Backward moves about twice these."""
+    return act_bytes * (2.0 * conv_dim + 3.0 * inner) / tp
 
 
 def moe_routing_bytes(tokens: Num, received: Num, topk: Num, hidden: Num, local_experts: Num,
@@ -248,16 +258,40 @@ def _local_shape(lay: Layout, mat: Matmul, deg: Num) -> tuple[Num, Num]:
 
 def _dense_gemms(lay: Layout, st: Stage, g: GemmSpeed) -> tuple[Num, Num]:
     """(forward, recomputed) seconds of one layer's attention and dense-MLP GEMMs (an average
-    layer: a dense MLP weighs ``dense_frac``)."""
+    layer: a dense MLP weighs ``dense_frac``, attention ``attn_frac``), and of a hybrid's Mamba-2
+    mixers (:func:`mamba_mixer`)."""
     fwd = rec = 0.0
-    t = lay.mesh.tp
-    for mats, redo, weight in ((lay.model.attn_mats, st.rc.attn, 1.0), (lay.model.mlp_mats, st.rc.mlp, st.dense_frac)):
+    ms, t = lay.model, lay.mesh.tp
+    for mats, redo, weight in ((ms.attn_mats, st.rc.attn, ms.attn_frac), (ms.mlp_mats, st.rc.mlp, st.dense_frac)):
         for mat, r in zip(mats, redo, strict=True):
             n, k = _local_shape(lay, mat, t)
             tm = weight * g.time_s(st.m_tok, n, k)
             fwd = fwd + tm
             rec = rec + r * tm
+    if ms.mamba_mats:
+        m_fwd, m_rec = mamba_mixer(lay, st, g)
+        fwd, rec = fwd + (1.0 - ms.attn_frac) * m_fwd, rec + (1.0 - ms.attn_frac) * m_rec
     return fwd, rec
+
+
+def mamba_mixer(lay: Layout, st: Stage, g: GemmSpeed) -> tuple[Num, Num]:
+    """(forward, recomputed) seconds of one Mamba-2 mixer's matmul work per micro-batch: its
+    input and output projections (split over tp like attention's, Megatron-Core ``MambaMixer``)
+    and the SSD scan (:meth:`~trainperf.specs.model.ModelSpec.ssd_flops_per_token`, heads split over
+    tp). The scan's intra-chunk work is attention over ``mamba_chunk`` tokens, so it is priced at
+    the stack's fused-attention efficiency at that length and the Mamba head dim, in 16 bits (no
+    measurement of the SSD kernels was found: an assumption). A policy that re-runs attention's
+    projections (``full``) re-runs the mixer; selective recomputation of the attention core does
+    not touch it (Megatron-Core recomputes ``core_attn`` in attention layers only)."""
+    from trainperf.predict.step_model.attention import attention_efficiency
+
+    ms, t, rc = lay.model, lay.mesh.tp, st.rc
+    t_in = g.time_s(st.m_tok, *_local_shape(lay, ms.mamba_mats[0], t))
+    t_out = g.time_s(st.m_tok, *_local_shape(lay, ms.mamba_mats[1], t))
+    eff, _ = attention_efficiency(lay, ms.mamba_chunk, True, ms.mamba_head_dim)
+    t_scan = st.m_tok * ms.ssd_flops / t / (lay.device.attn_peak_flops * eff)
+    redo_in, redo_out = rc.attn_region, rc.attn[-1]
+    return t_in + t_out + t_scan, redo_in * (t_in + t_scan) + redo_out * t_out
 
 
 def expert_rows(lay: Layout, st: Stage) -> Num:
@@ -315,8 +349,13 @@ def layer_gemms(lay: Layout, st: Stage, g: GemmSpeed) -> tuple[Num, Num, Num, Nu
 def attention_core(lay: Layout, kn: KnobValues) -> AttentionTimes:
     """One layer's attention core per micro-batch at the fused kernel's measured efficiency at the
     lengths it runs on: the whole causal sequence, or with context parallelism the blocks of the
-    stack's ring and their merges (:mod:`.attention`)."""
-    return attention_times(lay, kn, lay.kernels.cp_flavour)
+    stack's ring and their merges (:mod:`.attention`); of the average layer, so a hybrid's share of
+    attention blocks (``attn_frac``) weighs it."""
+    times = attention_times(lay, kn, lay.kernels.cp_flavour)
+    frac = lay.model.attn_frac
+    if vec.is_number(frac) and frac == 1.0:
+        return times
+    return AttentionTimes(*(frac * getattr(times, f.name) for f in dataclasses.fields(times)))
 
 
 # ----------------------------------------------------------------------- memory-bound
@@ -354,9 +393,12 @@ def _elementwise_bytes(lay: Layout, st: Stage) -> Num:
     """Bytes the memory-bound ops of the average layer move forward per micro-batch."""
     ms, m, k = lay.model, lay.mesh, lay.kernels
     hn = vec.where(m.sp, ms.hidden / m.tp, ms.hidden) * _residual_bytes_width(lay)
-    b = st.m_tok * elementwise_bytes_per_token(hn, st.rope_q_local, st.rope_k_local, st.ffn_eff / m.tp, ms.gated,
-                                               lay.run.act_bytes, ms.rope, k.norm_passes, k.rope_passes,
-                                               k.act_passes)
+    b = st.m_tok * elementwise_bytes_per_token(hn, ms.attn_frac * st.rope_q_local, ms.attn_frac * st.rope_k_local,
+                                               st.ffn_eff / m.tp, ms.gated, lay.run.act_bytes, ms.rope,
+                                               k.norm_passes, k.rope_passes, k.act_passes)
+    if ms.mamba_mats:
+        b = b + (1.0 - ms.attn_frac) * st.m_tok * mamba_bytes_per_token(ms.mamba_conv_dim, ms.mamba_inner, m.tp,
+                                                                         lay.run.act_bytes)
     if ms.expert_mats:
         b = b + st.moe_frac * _routing_bytes(lay, st)
     return b

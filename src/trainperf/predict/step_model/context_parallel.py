@@ -186,11 +186,13 @@ def _exchange(lay: Layout, st: Stage, fab: Fabric, c: Compute, ovl: Num) -> tupl
 def context_parallel(lay: Layout, st: Stage, kn: KnobValues, fab: Fabric, c: Compute) -> CommCost:
     """The step's K/V exchanges on the slowest rank and what of them is exposed (0 with cp = 1;
     see the module docstring): every layer of every micro-batch, the forward again where the
-    checkpointing policy re-runs the attention core."""
+    checkpointing policy re-runs the attention core. A hybrid's Mamba-2 blocks exchange nothing
+    here (their share, ``1 - attn_frac``, is left out; what Megatron-Core's context-parallel Mamba
+    sends is not priced)."""
     m = lay.mesh
     fwd_t, fwd_x, fwd_b, bwd_t, bwd_x, bwd_b = _exchange(lay, st, fab, c, kn.overlap)
     fwd_passes = 1.0 + st.rec_frac * st.rc.attention_core
-    on, M = m.cp > 1, m.grad_accum
+    on, M = m.cp > 1, m.grad_accum * lay.model.attn_frac
     time_s = vec.where(on, M * c.layers * (fwd_passes * fwd_t + bwd_t), 0.0)
     exposed = vec.where(on, M * c.layers * (fwd_passes * fwd_x + bwd_x), 0.0)
     sent = vec.where(on, M * st.layers * (fwd_passes * fwd_b + bwd_b), 0.0)

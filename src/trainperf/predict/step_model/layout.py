@@ -114,7 +114,8 @@ class ModelShape:
     attn_names: tuple[str, ...]
     mlp_names: tuple[str, ...]
     params_attn_layer: Num
-    """Attention and norm parameters of one layer."""
+    """Mixer (attention, or a hybrid's mean of attention and Mamba-2) and norm parameters of the
+    average layer."""
     params_dense_mlp_layer: Num
     params_expert: Num
     params_router_layer: Num
@@ -122,9 +123,28 @@ class ModelShape:
     params_head: Num
     """LM head and final norm parameters."""
     kv_avg: Num
-    """Mean keys per query a block-sparse causal kernel computes, over layers
+    """Mean keys per query a block-sparse causal kernel computes, over the attention layers
     (:func:`~trainperf.accounting.flops.attention_pairs`)."""
     seq_len: Num
+    attn_frac: Num = 1.0
+    """Share of the blocks whose mixer is attention (a hybrid's others are Mamba-2 mixers; every
+    pipeline stage is taken to hold the model's mix)."""
+    mamba_mats: tuple[Matmul, ...] = ()
+    """One Mamba-2 mixer's projections (empty without Mamba-2 blocks)."""
+    mamba_names: tuple[str, ...] = ()
+    ssd_flops: Num = 0.0
+    """Forward FLOPs per token of one Mamba-2 mixer's SSD scan
+    (:meth:`~trainperf.specs.model.ModelSpec.ssd_flops_per_token`)."""
+    mamba_inner: Num = 0.0
+    """Mamba-2 inner width (heads x head dim)."""
+    mamba_conv_dim: Num = 0.0
+    """Channels of the Mamba-2 convolution (x, B, C)."""
+    mamba_heads: Num = 0.0
+    mamba_head_dim: Num = 0.0
+    mamba_chunk: Num = 0.0
+    """SSD chunk length, in tokens."""
+    mlp_frac: Num = 1.0
+    """Share of the blocks with an MLP (a hybrid's others have none)."""
 
     def __post_init__(self) -> None:
         _check_positive(self, ("layers", "hidden", "heads", "head_dim", "vocab", "seq_len"))
@@ -387,6 +407,7 @@ def model_shape(model: Any, seq_len: int) -> ModelShape:
     experts = (_matmuls(model.dense_mlp_matmuls(model.moe_expert_ffn), "down_proj") if model.is_moe else ())
     kv_dim, rope_q, rope_k = _attention_widths(model)
     return ModelShape(
+        **_hybrid_fields(model),
         layers=float(model.layers), hidden=float(model.hidden), heads=float(model.heads),
         kv_heads=float(model.kv_heads), head_dim=float(model.head_dim), q_dim=float(model.q_dim), kv_dim=kv_dim,
         rope_q=rope_q, rope_k=rope_k, mla=model.attention == "mla", mtp_layers=float(model.mtp_layers),
@@ -399,11 +420,25 @@ def model_shape(model: Any, seq_len: int) -> ModelShape:
         attn_mats=_matmuls(model.attention_matmuls(), "o_proj", ("k_proj", "v_proj")),
         mlp_mats=_matmuls(model.dense_mlp_matmuls(), "down_proj"), expert_mats=experts,
         attn_names=tuple(model.attention_matmuls()), mlp_names=tuple(model.dense_mlp_matmuls()),
-        params_attn_layer=float(model.attention_params_per_layer + model.norm_params_per_layer),
+        params_attn_layer=float(model.mixer_and_norm_params / model.layers),
         params_dense_mlp_layer=float(model.dense_mlp_params_per_layer), params_expert=float(model.expert_params),
         params_router_layer=float(model.router_params_per_layer), params_embedding=float(model.embedding_params),
         params_head=float(model.lm_head_params + model.final_norm_params),
-        kv_avg=attention_pairs(model, seq_len, "causal") / (seq_len * model.layers), seq_len=float(seq_len))
+        kv_avg=attention_pairs(model, seq_len, "causal") / (seq_len * model.attention_layers), seq_len=float(seq_len))
+
+
+def _hybrid_fields(model: Any) -> dict[str, Any]:
+    """The :class:`ModelShape` fields of a hybrid's Mamba-2 mixers and MLP-free blocks (none for a
+    transformer)."""
+    out: dict[str, Any] = {"mlp_frac": model.mlp_layers / model.layers} if model.mlp_free_layers else {}
+    if not model.mamba_layers:
+        return out
+    mats = model.mamba_matmuls()
+    return out | {"attn_frac": model.attention_layers / model.layers, "mamba_mats": _matmuls(mats, "out_proj"),
+            "mamba_names": tuple(mats), "ssd_flops": model.ssd_flops_per_token(),
+            "mamba_inner": float(model.mamba_inner), "mamba_conv_dim": float(model.mamba_conv_dim),
+            "mamba_heads": float(model.mamba_heads), "mamba_head_dim": float(model.mamba_head_dim),
+            "mamba_chunk": float(model.mamba_chunk)}
 
 
 def mesh_of(w: Any) -> Mesh:

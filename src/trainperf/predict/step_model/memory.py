@@ -194,7 +194,7 @@ def largest_matrix_params(lay: Layout) -> Num:
     routed expert's), split ``tp`` ways (tensor parallelism)."""
     ms = lay.model
     big = 0.0
-    for mat in (*ms.attn_mats, *ms.mlp_mats, *ms.expert_mats):
+    for mat in (*ms.attn_mats, *ms.mlp_mats, *ms.expert_mats, *ms.mamba_mats):
         big = vec.maximum(big, mat.in_features * mat.out_features)  # arrays when many rows are predicted at once
     return big / lay.mesh.tp
 
@@ -227,7 +227,7 @@ def mlp_kept_widths(lay: Layout, rc: recompute.LayerRecompute, moe_share: float)
     ``moe_act`` and ``shared_experts`` modules treat them apart) and, in an eager stack, the
     activation's output (:func:`eager_activation_kept`)."""
     ms = lay.model
-    dense = (1.0 - moe_share) * ms.ffn
+    dense = (1.0 - moe_share) * _dense_ffn(lay)
     moe = moe_share * ms.expert_ffn
     routed = ms.moe_topk * lay.run.moe_imbalance  # rows the busiest expert-parallel rank's experts get
     d, e, sh = rc.widths.ffn, rc.expert_ffn[0], rc.shared_ffn[0]
@@ -304,7 +304,7 @@ def _kept(lay: Layout, st: Stage) -> _Kept:
     kept_none, kept = [], []
     ctx = ms.heads * ms.v_head_dim  # the attention context (narrower than the queries under MLA)
     for share in (0.0, 1.0):  # a dense layer, an MoE layer
-        ffn = (1.0 - share) * ms.ffn + share * (ms.moe_topk * lay.run.moe_imbalance + ms.moe_shared) * ms.expert_ffn
+        ffn = (1.0 - share) * _dense_ffn(lay) + share * (ms.moe_topk * lay.run.moe_imbalance + ms.moe_shared) * ms.expert_ffn
         none = dataclasses.replace(rc.widths_none, ffn=rc.widths_none.ffn + eager_activation_kept(lay, rc.widths_none.ffn))
         kept_none.append(saved_activation_bytes_per_layer(ms.seq_len / m.cp, m.micro_batch, ms.hidden, ms.q_dim,
                                                           st.kv_local * t, ffn, t, m.sp, none, act_b, gin_b, False, ctx))
@@ -313,6 +313,8 @@ def _kept(lay: Layout, st: Stage) -> _Kept:
                                                      act_b, gin_b, bool(rc.attention_core), ctx))
     layer_none, layer = kept_none[0], kept[0]
     moe_none, moe = kept_none[1] - kept_none[0], kept[1] - kept[0]
+    if ms.mamba_mats:
+        layer_none, layer = _with_mamba(lay, st, layer_none, layer)
     # unfused (eager) attention materialises the scores; a policy that keeps the attention core
     # keeps them for the backward, one that recomputes it holds one layer's again while it does.
     # On a CPU "eager" names the speed only: PyTorch's SDPA runs its CPU flash kernel there.
@@ -331,6 +333,47 @@ def _kept(lay: Layout, st: Stage) -> _Kept:
         moe = moe + (1.0 - rc.moe_region) * routed
     r = st.rec_frac
     return _Kept(r * layer + (1.0 - r) * layer_none, r * moe + (1.0 - r) * moe_none, layer_none, moe_none, scores)
+
+
+def _dense_ffn(lay: Layout) -> Num:
+    """MLP width of the average dense block: ``ffn`` times the share of blocks with an MLP in a
+    dense hybrid (an MoE model's MLP-free blocks are not separated here)."""
+    ms = lay.model
+    return ms.ffn * vec.where(ms.moe_layers > 0, 1.0, ms.mlp_frac)
+
+
+MAMBA_KEPT_INNER = 3.0
+"""Inner-wide tensors a Mamba-2 mixer keeps per token for its backward: the gate z, the scan's
+output y (the gated norm's input) and the norm's output (``out_proj``'s input) (state-spaces/mamba
+``mamba_chunk_scan_combined`` saves its output, x, dt, B, C, z and the chunk-wise ``dA`` cumsum; the
+chunk states are recomputed in the backward; read from memory of the repository)."""
+
+MAMBA_KEPT_CONV = 2.0
+"""Convolution-wide tensors (x, B, C) it keeps: the convolution's input and its SiLU output (the
+scan's x, B, C)."""
+
+
+def _with_mamba(lay: Layout, st: Stage, layer_none: Num, layer: Num) -> tuple[Num, Num]:
+    """(kept without recomputation, kept under the policy) of the average block with a hybrid's
+    Mamba-2 mixers in place of attention in ``1 - attn_frac`` of them: the attention-wide tensors
+    (queries, keys and values, context) give way to the mixer's (:data:`MAMBA_KEPT_INNER`,
+    :data:`MAMBA_KEPT_CONV`, and dt in fp32, ``heads`` wide), split over tp; a policy that re-runs
+    the mixer's input projection (``full``) keeps none of them. The block's hidden-wide tensors
+    (its input, the norm's output) are the same for both mixers."""
+    ms, m, rc, act_b = lay.model, lay.mesh, st.rc, lay.run.act_bytes
+    t, tokens = m.tp, ms.seq_len / m.cp * m.micro_batch
+    ctx = ms.heads * ms.v_head_dim
+    kv = st.kv_local * t
+
+    def attn_only(w: recompute.SavedWidths) -> Num:
+        return tokens * act_b * (w.q * ms.q_dim + w.kv * kv + w.ctx * ctx) / t
+
+    mixer = tokens * (act_b * (MAMBA_KEPT_INNER * ms.mamba_inner + MAMBA_KEPT_CONV * ms.mamba_conv_dim)
+                      + 4.0 * ms.mamba_heads) / t
+    frac = 1.0 - ms.attn_frac
+    kept_none = layer_none + frac * (mixer - attn_only(rc.widths_none))
+    kept = layer + frac * ((1.0 - rc.attn_region) * mixer - attn_only(rc.widths))
+    return kept_none, kept
 
 
 def _moe_share(lay: Layout, dense: Num, layers: Num) -> Num:

@@ -152,7 +152,7 @@ def busiest_stage(lay: Layout) -> Stage:
     layers = vec.maximum(vec.maximum(m.layers_first, m.layers_mid), m.layers_last)
     by_rank = dense_layers_per_rank(lay)
     dense_frac = _dense_on_busiest(lay, layers, by_rank) / layers
-    moe_frac = vec.where(ms.moe_layers > 0, 1.0 - dense_frac, 0.0)
+    moe_frac = vec.where(ms.moe_layers > 0, ms.mlp_frac - dense_frac, 0.0)
     rc = recompute.layer_recompute(lay.run.policy, ms.attn_names, ms.mlp_names, ms.gated)
     ffn_moe, ffn_shared = ms.moe_topk * ms.expert_ffn, ms.moe_shared * ms.expert_ffn
     m_tok = m.micro_batch * ms.seq_len / m.cp

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from trainperf.specs.hf_families import deepseek, gemma, gpt_like, llama4, llama_like
+from trainperf.specs.hf_families import deepseek, gemma, gpt_like, llama4, llama_like, nemotron_h
 from trainperf.specs.hf_families.base import HFConfig
 
 Reader = Callable[[HFConfig], dict[str, Any]]
@@ -42,5 +42,6 @@ READERS: dict[str, Reader] = {
     "deepseek_v2": deepseek.deepseek_v2,
     "deepseek_v3": deepseek.deepseek_v3,
     "kimi_k2": deepseek.deepseek_v3,
+    "nemotron_h": nemotron_h.nemotron_h,
 }
 """``model_type`` -> reader."""
