@@ -158,3 +158,17 @@ def test_other_state_space_models_stay_unread():
     r = _row(model="Jamba 1.5 Large", arch_type="hybrid Mamba / Transformer MoE", layers="72", hidden="8192",
              heads="64", ffn_hidden="24576", vocab="65536")
     assert not r.included and "mamba" in r.exclude_reason
+
+
+def test_an_moe_hybrid_prices_experts_in_the_blocks_that_have_them():
+    """A hybrid whose MLPs are experts (Nemotron-H's 'E' layers): 24 of 28 blocks have an MLP, all
+    of them MoE, so the stage's MoE share is 24/28 and no block is dense."""
+    moe = ModelSpec.preset("nemotron-h-8b").replace(moe_experts=8, moe_topk=2, moe_expert_ffn=2688)
+    assert (moe.moe_layers, moe.dense_layers) == (24, 0)
+    from trainperf.predict.step_model.stage import busiest_stage
+
+    w = _w(moe, parallel={"dp": 8, "ep": 8, "zero_stage": 1})
+    st = busiest_stage(layout_of(w))
+    assert (st.moe_frac, st.dense_frac) == (pytest.approx(24 / 28), 0.0)
+    p = predict(w)
+    assert p.fits and p.compute_breakdown["grouped GEMMs (routed experts)"] > 0

@@ -377,8 +377,9 @@ def _with_mamba(lay: Layout, st: Stage, layer_none: Num, layer: Num) -> tuple[Nu
 
 
 def _moe_share(lay: Layout, dense: Num, layers: Num) -> Num:
-    """Share of MoE layers among a rank's ``layers``, of which ``dense`` are dense."""
-    return vec.where(lay.model.moe_layers > 0, 1.0 - dense / vec.maximum(layers, 1.0), 0.0)
+    """Share of MoE layers among a rank's ``layers``, of which ``dense`` are dense (a hybrid's
+    MLP-free blocks are neither: ``mlp_frac`` of the blocks have an MLP)."""
+    return vec.where(lay.model.moe_layers > 0, lay.model.mlp_frac - dense / vec.maximum(layers, 1.0), 0.0)
 
 
 def autocast_weight_copies(lay: Layout, st: Stage) -> Num:
