@@ -172,3 +172,10 @@ def test_an_moe_hybrid_prices_experts_in_the_blocks_that_have_them():
     assert (st.moe_frac, st.dense_frac) == (pytest.approx(24 / 28), 0.0)
     p = predict(w)
     assert p.fits and p.compute_breakdown["grouped GEMMs (routed experts)"] > 0
+
+
+def test_the_bench_model_refuses_a_hybrid():
+    from trainperf.measure.model import check_supported
+
+    with pytest.raises(SpecError, match="mamba_layers"):
+        check_supported(ModelSpec.preset("nemotron-h-8b").replace(position="rope"))

@@ -36,6 +36,8 @@ INIT_STD = 0.02
 def check_supported(spec: ModelSpec) -> None:
     """Raise SpecError for a ModelSpec feature the reference model does not implement."""
     unsupported = [
+        ("mamba_layers", spec.mamba_layers, 0, "0 (Mamba-2 mixers are not implemented in the bench model)"),
+        ("mlp_free_layers", spec.mlp_free_layers, 0, "0 (every bench block has an MLP)"),
         ("attention", spec.attention, "mha", "'mha' (MLA is not implemented in the bench model)"),
         ("bias", spec.bias, False, "false (the bench model has no biases)"),
         ("qkv_bias", spec.qkv_bias, False, "false (the bench model has no biases)"),
