@@ -133,8 +133,9 @@ _OTHER_ARCHITECTURES = re.compile(
     r"encoder[ -]decoder|t5|ul2|vit|vision[ -]transformer|diffusion|conformer|bert)\b")
 """Words of a model or architecture cell naming a network that is not a decoder-only transformer
 (attention and MLP/MoE blocks): state-space, recurrent, linear-attention and hybrid models,
-encoder-decoders and encoders. trainperf does not model them, so such a row is left unread
-rather than predicted as a transformer of its width."""
+encoder-decoders and encoders. trainperf does not model them (but for a Nemotron-H row whose
+shape is its preset's, :func:`_refuse_other_architectures`), so such a row is left unread rather
+than predicted as a transformer of its width."""
 
 
 def _refuse_other_architectures(r: Mapping[str, str], preset: Any) -> None:
@@ -147,8 +148,9 @@ def _refuse_other_architectures(r: Mapping[str, str], preset: Any) -> None:
         m = _OTHER_ARCHITECTURES.search(row_cell(r, col).lower())
         if m:
             raise RowSkip("model", f"{col} {row_cell(r, col)[:40]!r} names {m.group(0)!r}: trainperf models "
-                                   "decoder-only transformers (attention with MLP or MoE blocks), not state-space, "
-                                   "recurrent, linear-attention, hybrid or encoder models")
+                                   "decoder-only transformers (attention with MLP or MoE blocks) and the Nemotron-H "
+                                   "hybrids its presets name with their shape, not other state-space, recurrent, "
+                                   "linear-attention, hybrid or encoder models")
 
 
 _WINDOW = re.compile(r"sliding[ _-]?window(?:\s*(?:of|=|:|size))?\s*(\d[\d,]*)\s*(k)?\b")
