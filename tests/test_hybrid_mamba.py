@@ -100,9 +100,9 @@ def test_attention_time_is_the_attention_blocks_share():
     assert hybrid.compute_breakdown["matmul"] > dense.compute_breakdown["matmul"]
 
 
-_MIXER = 2 * (3 * 8192 + 2 * (8192 + 2 * 8 * 128)) + 4 * 128
-"""Bytes per token a Nemotron-H-8B Mamba-2 mixer keeps: 3 inner-wide and 2 convolution-wide 16-bit
-tensors and dt in fp32."""
+_MIXER = 2 * (3 * 8192 + (8192 + 2 * 8 * 128) + 128)
+"""Bytes per token a Nemotron-H-8B Mamba-2 mixer keeps on the memory-efficient path: the input
+projection's output (z, x B C, dt), the scan's output and the output projection's input, 16-bit."""
 _ATTENTION = 2 * (4096 + 2 * 1024 + 4096)
 """Bytes per token its attention keeps beyond the block's hidden-wide tensors: q, k, v, context."""
 

@@ -343,21 +343,24 @@ def _dense_ffn(lay: Layout) -> Num:
 
 
 MAMBA_KEPT_INNER = 3.0
-"""Inner-wide tensors a Mamba-2 mixer keeps per token for its backward: the gate z, the scan's
-output y (the gated norm's input) and the norm's output (``out_proj``'s input) (state-spaces/mamba
-``mamba_chunk_scan_combined`` saves its output, x, dt, B, C, z and the chunk-wise ``dA`` cumsum; the
-chunk states are recomputed in the backward; read from memory of the repository)."""
+"""Inner-wide tensors a Mamba-2 mixer keeps per token for its backward, on the memory-efficient
+path Megatron-Core's ``MambaMixer`` and transformers' Nemotron-H take in training
+(``mamba_split_conv1d_scan_combined``, state-spaces/mamba ``ssd_combined.py``
+``MambaSplitConv1dScanCombinedFn``: it saves the input projection's output ``zxbcdt`` and the scan's
+output ``out_x``, and recomputes the convolution, the chunk states and the gated norm in the
+backward): the gate z (of ``zxbcdt``), ``out_x``, and the normed output the output projection
+saves as its input. Read from memory of both repositories."""
 
-MAMBA_KEPT_CONV = 2.0
-"""Convolution-wide tensors (x, B, C) it keeps: the convolution's input and its SiLU output (the
-scan's x, B, C)."""
+MAMBA_KEPT_CONV = 1.0
+"""Convolution-wide tensors (x, B, C) it keeps: the convolution's input, of ``zxbcdt``; its output
+is recomputed. The per-head dt of ``zxbcdt`` adds ``heads`` 16-bit values."""
 
 
 def _with_mamba(lay: Layout, st: Stage, layer_none: Num, layer: Num) -> tuple[Num, Num]:
     """(kept without recomputation, kept under the policy) of the average block with a hybrid's
     Mamba-2 mixers in place of attention in ``1 - attn_frac`` of them: the attention-wide tensors
     (queries, keys and values, context) give way to the mixer's (:data:`MAMBA_KEPT_INNER`,
-    :data:`MAMBA_KEPT_CONV`, and dt in fp32, ``heads`` wide), split over tp; a policy that re-runs
+    :data:`MAMBA_KEPT_CONV`, and dt, ``heads`` wide), split over tp; a policy that re-runs
     the mixer's input projection (``full``) keeps none of them. The block's hidden-wide tensors
     (its input, the norm's output) are the same for both mixers."""
     ms, m, rc, act_b = lay.model, lay.mesh, st.rc, lay.run.act_bytes
@@ -368,8 +371,8 @@ def _with_mamba(lay: Layout, st: Stage, layer_none: Num, layer: Num) -> tuple[Nu
     def attn_only(w: recompute.SavedWidths) -> Num:
         return tokens * act_b * (w.q * ms.q_dim + w.kv * kv + w.ctx * ctx) / t
 
-    mixer = tokens * (act_b * (MAMBA_KEPT_INNER * ms.mamba_inner + MAMBA_KEPT_CONV * ms.mamba_conv_dim)
-                      + 4.0 * ms.mamba_heads) / t
+    mixer = tokens * act_b * (MAMBA_KEPT_INNER * ms.mamba_inner + MAMBA_KEPT_CONV * ms.mamba_conv_dim
+                              + ms.mamba_heads) / t
     frac = 1.0 - ms.attn_frac
     kept_none = layer_none + frac * (mixer - attn_only(rc.widths_none))
     kept = layer + frac * ((1.0 - rc.attn_region) * mixer - attn_only(rc.widths))
