@@ -233,10 +233,15 @@ def test_the_planner_proposes_dualpipe_where_the_stack_runs_it():
     assert frameworks.rejected["no_stack"] > 0
 
 
-def test_the_planner_needs_two_micro_batches_a_rank_for_dualpipe():
+def test_the_planner_needs_two_micro_batches_a_rank_for_dualpipe(tmp_path, monkeypatch):
     """The bench's stack lists DualPipeV: on 2 CPUs a pp=2 plan of 2 sequences has at most 2
     micro-batches a step, fewer than 2*pp = 4, so its DualPipeV options are rejected by name; at 16
-    sequences none is."""
+    sequences none is. (The CPU's peak comes from a calibration of this test's own, not from
+    whatever cache another test left ``TRAINPERF_CACHE_DIR`` pointing at.)"""
+    from trainperf.measure.testing import fake_calibration
+
+    monkeypatch.setenv("TRAINPERF_CACHE_DIR", str(tmp_path))
+    fake_calibration(tmp_path)
     r = _search("trainperf-bench", True, 2, 2, model="debug", device="cpu", seq=256, per_node=1)
     assert r.rejected["dualpipe_microbatches"] > 0
     r = _search("trainperf-bench", True, 2, 16, model="debug", device="cpu", seq=256, per_node=1)
