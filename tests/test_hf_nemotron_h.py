@@ -223,43 +223,38 @@ SMALL = {"hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4,
          "n_groups": 2, "conv_kernel": 4, "chunk_size": 64}
 
 
-@pytest.mark.parametrize("change", [
-    {}, {"hybrid_override_pattern": "M*-M-M", "num_hidden_layers": 6}, {"tie_word_embeddings": True},
-    {"mlp_bias": True}, {"mamba_d_conv": 3, "mamba_n_groups": 4}], ids=str)
-def test_meta_device_cross_check(change):
+def _meta_model(cfg: dict):
+    """transformers' NemotronHForCausalLM for ``cfg`` on the meta device (skips without it)."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    cfg = nemotron_h_8b(**SMALL, hybrid_override_pattern="M-M*-M-*M-", num_hidden_layers=10)
-    for key in change:
-        if key.startswith("mamba_"):  # the remote-code spelling replaces the transformers one
-            cfg.pop({"mamba_d_conv": "conv_kernel", "mamba_n_groups": "n_groups"}[key], None)
-    cfg.update(change)
-    ours = read(cfg)
     data = {k: v for k, v in cfg.items() if k not in ("model_type", "_name_or_path", "architectures")}
     try:
         config = transformers.AutoConfig.for_model("nemotron_h", **data)
     except (ValueError, KeyError) as exc:  # model type absent in this transformers version
         pytest.skip(f"transformers cannot build nemotron_h: {exc}")
     with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(config)
-    assert ours.total_params == sum(p.numel() for p in model.parameters())
+        return transformers.AutoModelForCausalLM.from_config(config)
+
+
+@pytest.mark.parametrize("change", [
+    {}, {"hybrid_override_pattern": "M*-M-M", "num_hidden_layers": 6}, {"tie_word_embeddings": True},
+    {"mlp_bias": True}, {"mamba_d_conv": 3, "mamba_n_groups": 4}], ids=str)
+def test_meta_device_cross_check(change):
+    cfg = nemotron_h_8b(**SMALL, hybrid_override_pattern="M-M*-M-*M-", num_hidden_layers=10)
+    for key in change:
+        if key.startswith("mamba_"):  # the remote-code spelling replaces the transformers one
+            cfg.pop({"mamba_d_conv": "conv_kernel", "mamba_n_groups": "n_groups"}[key], None)
+    cfg.update(change)
+    ours = read(cfg)
+    assert ours.total_params == sum(p.numel() for p in _meta_model(cfg).parameters())
 
 
 @pytest.mark.parametrize("change", [{"use_bias": True}, {"use_conv_bias": False}], ids=str)
 def test_meta_device_noted_biases(change):
     """The biases the notes name are exactly the difference from transformers' count."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
     cfg = nemotron_h_8b(**SMALL, hybrid_override_pattern="M-M*-M-*M-", num_hidden_layers=10, **change)
     ours = read(cfg)
-    data = {k: v for k, v in cfg.items() if k not in ("model_type", "_name_or_path", "architectures")}
-    try:
-        config = transformers.AutoConfig.for_model("nemotron_h", **data)
-    except (ValueError, KeyError) as exc:
-        pytest.skip(f"transformers cannot build nemotron_h: {exc}")
-    with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(config)
-    theirs = sum(p.numel() for p in model.parameters())
+    theirs = sum(p.numel() for p in _meta_model(cfg).parameters())
     in_out = ours.mamba_matmuls()["in_proj"][1]
     if "use_bias" in change:
         assert theirs - ours.total_params == ours.mamba_layers * (in_out + ours.hidden)
@@ -290,19 +285,6 @@ def nemotron_3_nano(**changes) -> dict:
 
 def small_moe(**changes) -> dict:
     return nemotron_h_8b(**{**SMALL_MOE, **changes})
-
-
-def _meta_model(cfg: dict):
-    """transformers' NemotronHForCausalLM for ``cfg`` on the meta device (skips without it)."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    data = {k: v for k, v in cfg.items() if k not in ("model_type", "_name_or_path", "architectures")}
-    try:
-        config = transformers.AutoConfig.for_model("nemotron_h", **data)
-    except (ValueError, KeyError) as exc:  # model type absent in this transformers version
-        pytest.skip(f"transformers cannot build nemotron_h: {exc}")
-    with torch.device("meta"):
-        return transformers.AutoModelForCausalLM.from_config(config)
 
 
 def test_nemotron_3_nano_shape():

@@ -321,7 +321,7 @@ class ModelSpec:
                                 f"fewer than layers={self.layers} (a hybrid keeps an attention block)")
             if self.mamba_heads % self.mamba_groups:
                 raise SpecError("mamba_groups", self.mamba_groups, f"a divisor of mamba_heads={self.mamba_heads}")
-            if self.mla_or_windows_set():
+            if self.attention == "mla" or self.sliding_window_layers or self.chunked_attention_layers:
                 raise SpecError("mamba_layers", self.mamba_layers,
                                 "0 with MLA, sliding-window or chunked attention (not modelled together)")
         elif self.mamba_heads or self.mamba_head_dim or self.mamba_state_dim or self.mamba_groups:
@@ -329,10 +329,6 @@ class ModelSpec:
         if self.mlp_free_layers >= self.layers - (self.moe_dense_layers if self.is_moe else 0):
             raise SpecError("mlp_free_layers", self.mlp_free_layers,
                             f"fewer than the {self.layers} layers less the dense-MLP ones of an MoE model")
-
-    def mla_or_windows_set(self) -> bool:
-        """MLA, sliding-window or chunked attention is set (none is modelled with Mamba-2 blocks)."""
-        return self.attention == "mla" or bool(self.sliding_window_layers or self.chunked_attention_layers)
 
     # ---------------------------------------------------------------------------------------
     @property

@@ -131,7 +131,6 @@ class ModelShape:
     pipeline stage is taken to hold the model's mix)."""
     mamba_mats: tuple[Matmul, ...] = ()
     """One Mamba-2 mixer's projections (empty without Mamba-2 blocks)."""
-    mamba_names: tuple[str, ...] = ()
     ssd_flops: Num = 0.0
     """Forward FLOPs per token of one Mamba-2 mixer's SSD scan
     (:meth:`~trainperf.specs.model.ModelSpec.ssd_flops_per_token`)."""
@@ -435,10 +434,9 @@ def _hybrid_fields(model: Any) -> dict[str, Any]:
         return out
     mats = model.mamba_matmuls()
     return out | {"attn_frac": model.attention_layers / model.layers, "mamba_mats": _matmuls(mats, "out_proj"),
-            "mamba_names": tuple(mats), "ssd_flops": model.ssd_flops_per_token(),
-            "mamba_inner": float(model.mamba_inner), "mamba_conv_dim": float(model.mamba_conv_dim),
-            "mamba_heads": float(model.mamba_heads), "mamba_head_dim": float(model.mamba_head_dim),
-            "mamba_chunk": float(model.mamba_chunk)}
+                  "ssd_flops": model.ssd_flops_per_token(), "mamba_inner": float(model.mamba_inner),
+                  "mamba_conv_dim": float(model.mamba_conv_dim), "mamba_heads": float(model.mamba_heads),
+                  "mamba_head_dim": float(model.mamba_head_dim), "mamba_chunk": float(model.mamba_chunk)}
 
 
 def mesh_of(w: Any) -> Mesh:
