@@ -86,6 +86,9 @@ def test_a_hybrid_that_cannot_be_built_says_which_field(changes, field):
 def test_a_shallower_proxy_keeps_the_mix():
     two = H56.replace(layers=8)
     assert (two.mamba_layers, two.mlp_free_layers) == (7, 1)
+    assert (H56.replace(layers=2).mamba_layers, H56.replace(layers=2).attention_layers) == (1, 1)
+    with pytest.raises(SpecError, match="layers=1 is invalid: at least 2 for a hybrid"):
+        H56.replace(layers=1)
 
 
 # ------------------------------------------------------------------------------ the step model
@@ -179,3 +182,10 @@ def test_the_bench_model_refuses_a_hybrid():
 
     with pytest.raises(SpecError, match="mamba_layers"):
         check_supported(ModelSpec.preset("nemotron-h-8b").replace(position="rope"))
+
+
+def test_lora_on_a_hybrid_is_refused_not_miscounted():
+    from trainperf.specs.lora import LoraSpec
+
+    with pytest.raises(SpecError, match="Mamba-2"):
+        LoraSpec(rank=8).matrices(ModelSpec.preset("nemotron-h-8b"))

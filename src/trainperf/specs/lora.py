@@ -69,9 +69,9 @@ class LoraSpec:
 
     def matrices(self, model: ModelSpec) -> dict[str, tuple[int, int]]:
         """The adapted weight matrices of one layer: target -> (in, out)."""
-        if model.attention != "mha" or model.is_moe:
-            raise SpecError("lora", "targets", "a dense model with standard attention (LoRA on MLA or "
-                            "MoE experts is not modelled)")
+        if model.attention != "mha" or model.is_moe or model.mamba_layers or model.mlp_free_layers:
+            raise SpecError("lora", "targets", "a dense model with standard attention (LoRA on MLA, "
+                            "MoE experts or a hybrid's Mamba-2 blocks is not modelled)")
         mats = {**model.attention_matmuls(), **model.dense_mlp_matmuls()}
         out = {}
         for t in self.targets:

@@ -712,6 +712,8 @@ class ModelSpec:
             if self.chunked_attention_layers and "chunked_attention_layers" not in changes:
                 window = changes.get("sliding_window_layers", self.sliding_window_layers)
                 changes["chunked_attention_layers"] = min(layers - window, scaled(self.chunked_attention_layers))
+            if self.mamba_layers and layers < 2 and "mamba_layers" not in changes:
+                raise SpecError("layers", layers, "at least 2 for a hybrid (an attention and a Mamba-2 block)")
             for name in ("mamba_layers", "mlp_free_layers"):
                 if getattr(self, name) and name not in changes:
                     changes[name] = min(layers - 1, max(1, scaled(getattr(self, name))))
