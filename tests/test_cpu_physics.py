@@ -201,7 +201,8 @@ def test_alpha_beta_reads_a_line_and_never_exceeds_the_largest_transfer(lat, bw)
 
 
 def test_the_cache_keeps_a_running_mean_of_measurements():
-    """Each new measurement weighs half: no ratchet towards the fastest of many noisy runs."""
+    """Each figure is the mean of the runs that measured it (no ratchet towards the fastest of
+    many noisy runs, and no figure left at the last run's noise), each counted by its own runs."""
     pytest.importorskip("torch")
     from trainperf.measure.kernel_calibration import merge_collectives, merge_kernels
 
@@ -211,13 +212,17 @@ def test_the_cache_keeps_a_running_mean_of_measurements():
         cc.MeasuredAttention(256, 32, True, 0.3, 0.1), cc.MeasuredAttention(512, 32, True, 0.4, 0.2)),
         tp_module_us=None, fsdp_module_us=600.0, optimizer_GB_per_s=40.0)
     got = merge_kernels(slow, fast)
-    assert (got.elementwise_GB_per_s, got.op_overhead_us) == (20.0, 12.5)
+    assert (got.elementwise_GB_per_s, got.op_overhead_us, got.samples) == (20.0, 12.5, 2)
     assert (got.tp_module_us, got.fsdp_module_us, got.optimizer_GB_per_s) == (800.0, 600.0, 40.0)
-    assert merge_kernels(got, dataclasses.replace(got, optimizer_GB_per_s=20.0)).optimizer_GB_per_s == 30.0
-    assert {(a.seq, a.fwd_fraction, a.bwd_fraction) for a in got.attention} == {(256, 0.2, 0.15), (512, 0.4, 0.2)}
+    assert (got.tp_module_samples, got.fsdp_module_samples) == (1, 1)
+    # a third run weighs a third: (20 + 20 + 50) / 3
+    third = merge_kernels(got, dataclasses.replace(fast, elementwise_GB_per_s=50.0, fsdp_module_us=300.0))
+    assert (third.elementwise_GB_per_s, third.fsdp_module_us, third.fsdp_module_samples) == (30.0, 450.0, 2)
+    assert {(a.seq, a.fwd_fraction, a.bwd_fraction, a.samples) for a in got.attention} == {
+        (256, 0.2, 0.15, 2), (512, 0.4, 0.2, 1)}
     a = {"all-reduce": cc.MeasuredCollective(2, 100.0, 1.0, averaged=True)}
     b = {"all-reduce": cc.MeasuredCollective(2, 300.0, 2.0, averaged=True)}
-    assert merge_collectives(a, b)["all-reduce"] == cc.MeasuredCollective(2, 200.0, 1.5, averaged=True)
+    assert merge_collectives(a, b)["all-reduce"] == cc.MeasuredCollective(2, 200.0, 1.5, averaged=True, samples=2)
     # the drift wait: a running mean too; one never measured takes the new one
     drift = {k: dataclasses.replace(v, sync_wait_us=400.0) for k, v in b.items()}
     assert merge_collectives(a, drift)["all-reduce"].sync_wait_us == 400.0
@@ -229,6 +234,26 @@ def test_the_cache_keeps_a_running_mean_of_measurements():
     assert merge_collectives(b, single)["all-reduce"] == b["all-reduce"]
     four = {"all-reduce": cc.MeasuredCollective(4, 500.0, 0.5, averaged=True)}
     assert merge_collectives(b, four)["all-reduce"] == four["all-reduce"]
+
+
+def test_the_running_mean_settles_on_the_runs_mean_and_then_follows_the_machine():
+    """Alternating noisy runs (a 3x range, as gloo's latency on a 2-core host) settle on their
+    mean, not on the last ones; past :data:`WINDOW` runs each new one weighs 1/WINDOW, so that
+    a machine that got slower is followed."""
+    pytest.importorskip("torch")
+    from trainperf.measure.kernel_calibration import WINDOW, merge_collectives
+
+    def run(latency_us: float) -> dict[str, cc.MeasuredCollective]:
+        return {"all-gather": cc.MeasuredCollective(2, latency_us, 1.0, averaged=True, sync_wait_us=latency_us)}
+
+    cache = run(300.0)
+    for k in range(1, WINDOW):
+        cache = merge_collectives(cache, run(900.0 if k % 2 else 300.0))
+    got = cache["all-gather"]
+    assert got.samples == WINDOW and got.latency_us == pytest.approx(600.0, abs=1e-3)
+    assert got.sync_wait_us == pytest.approx(600.0, abs=1e-3)
+    slower = merge_collectives(cache, run(1400.0))["all-gather"]
+    assert slower.latency_us == pytest.approx(600.0 + 800.0 / WINDOW, abs=1e-3) and slower.samples == WINDOW + 1
 
 
 def test_without_measurements_the_fallbacks_stand(tmp_path, monkeypatch):

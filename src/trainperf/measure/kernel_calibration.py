@@ -393,56 +393,79 @@ def measure_kernels(spec: ModelSpec, batch: int, heads: int, seq: int, dtype: to
                            gemms=gemm_rates(gemm_shapes, dtype))
 
 
-NEW_WEIGHT = 0.5
-"""Weight of a new measurement in the cache's running mean (:func:`merge_kernels`,
-:func:`merge_collectives`)."""
+WINDOW = 8
+"""Runs the cache's running means span (:func:`running_mean`): the mean of every run up to this
+many, then each new run weighs ``1 / WINDOW``, so that the figures settle on what runs measure
+(on this 2-core KVM host one run's gloo latencies and drift wait land anywhere in a 3x range)
+and still follow the machine when its load changes."""
 
 
-def _mean(old: float, new: float) -> float:
-    """The running mean of a cached figure and a new one."""
-    return round((1.0 - NEW_WEIGHT) * old + NEW_WEIGHT * new, 5)
+def running_mean(old: float, new: float, samples: int) -> float:
+    """``old``, the mean of ``samples`` runs' figures, with the ``new`` run's added: weight
+    ``1 / (samples + 1)``, at least ``1 / WINDOW``. (The best of all runs would ratchet: the
+    fastest of many noisy measurements drifts above what a run gets, 15% on the default bench
+    here after a few hundred runs; a fixed weight of a half left the figures at the last two
+    runs' noise.)"""
+    return round(old + (new - old) / min(samples + 1, WINDOW), 5)
 
 
-def _mean_of(old: float | None, new: float | None) -> float | None:
-    """:func:`_mean` of figures either of which may be missing (the other stands)."""
+def _mean_of(old: float | None, new: float | None, samples: int) -> tuple[float | None, int]:
+    """:func:`running_mean` of figures either of which may be missing (the other stands), with
+    the runs it now spans."""
     if old is None or new is None:
-        return new if old is None else old
-    return _mean(old, new)
+        return (new, 1) if old is None else (old, samples)
+    return running_mean(old, new, samples), samples + 1
+
+
+def _merge_attention(old: tuple[MeasuredAttention, ...], new: tuple[MeasuredAttention, ...]
+                     ) -> tuple[MeasuredAttention, ...]:
+    points = {(a.seq, a.head_dim, a.causal): a for a in old}
+    for a in new:
+        was = points.pop((a.seq, a.head_dim, a.causal), None)
+        points[(a.seq, a.head_dim, a.causal)] = a if was is None else dataclasses.replace(
+            a, fwd_fraction=running_mean(was.fwd_fraction, a.fwd_fraction, was.samples),
+            bwd_fraction=running_mean(was.bwd_fraction, a.bwd_fraction, was.samples), samples=was.samples + 1)
+    return tuple(points.values())[-_MAX_POINTS:]
+
+
+def _merge_widths(old: tuple[MeasuredWidth, ...], new: tuple[MeasuredWidth, ...]) -> tuple[MeasuredWidth, ...]:
+    widths = {w.hidden: w for w in old}
+    for w in new:
+        prior = widths.pop(w.hidden, None)
+        widths[w.hidden] = w if prior is None else dataclasses.replace(
+            w, elementwise_GB_per_s=running_mean(prior.elementwise_GB_per_s, w.elementwise_GB_per_s, prior.samples),
+            op_overhead_us=running_mean(prior.op_overhead_us, w.op_overhead_us, prior.samples),
+            moe_ops_per_layer=w.moe_ops_per_layer or prior.moe_ops_per_layer, samples=prior.samples + 1)
+    return tuple(widths.values())[-_MAX_POINTS:]
+
+
+def _merge_gemms(old: tuple[MeasuredGemm, ...], new: tuple[MeasuredGemm, ...]) -> tuple[MeasuredGemm, ...]:
+    gemms = {(g.m, g.k, g.n, g.groups): g for g in old}
+    for g in new:
+        prev = gemms.pop((g.m, g.k, g.n, g.groups), None)
+        gemms[(g.m, g.k, g.n, g.groups)] = g if prev is None else dataclasses.replace(
+            g, tflops=running_mean(prev.tflops, g.tflops, prev.samples), samples=prev.samples + 1)
+    return tuple(gemms.values())[-_MAX_GEMMS:]
 
 
 def merge_kernels(old: MeasuredKernels | None, new: MeasuredKernels) -> MeasuredKernels:
-    """``new`` merged into ``old``: per quantity a running mean in which each new measurement
-    weighs :data:`NEW_WEIGHT` (the best of all runs would ratchet: the fastest of many noisy
-    measurements drifts above what a run gets, 15% on the default bench here after a few hundred
-    runs), attention lengths, model widths and GEMM shapes pooled (the most recent
-    :data:`_MAX_POINTS` / :data:`_MAX_GEMMS` of each), host times per module from whichever
-    measured them."""
+    """``new`` (one run's measurements) merged into ``old``: per quantity the running mean over
+    the runs that measured it (:func:`running_mean`), attention lengths, model widths and GEMM
+    shapes pooled (the most recent :data:`_MAX_POINTS` / :data:`_MAX_GEMMS` of each), host times
+    per module from whichever runs measured them."""
     if old is None:
         return new
-    points = {(a.seq, a.head_dim, a.causal): a for a in old.attention}
-    for a in new.attention:
-        was = points.pop((a.seq, a.head_dim, a.causal), None)
-        points[(a.seq, a.head_dim, a.causal)] = a if was is None else dataclasses.replace(
-            a, fwd_fraction=_mean(was.fwd_fraction, a.fwd_fraction), bwd_fraction=_mean(was.bwd_fraction, a.bwd_fraction))
-    widths = {w.hidden: w for w in old.widths}
-    for w in new.widths:
-        prior = widths.pop(w.hidden, None)
-        widths[w.hidden] = w if prior is None else dataclasses.replace(
-            w, elementwise_GB_per_s=_mean(prior.elementwise_GB_per_s, w.elementwise_GB_per_s),
-            op_overhead_us=_mean(prior.op_overhead_us, w.op_overhead_us),
-            moe_ops_per_layer=w.moe_ops_per_layer or prior.moe_ops_per_layer)
-    gemms = {(g.m, g.k, g.n, g.groups): g for g in old.gemms}
-    for g in new.gemms:
-        prev = gemms.pop((g.m, g.k, g.n, g.groups), None)
-        gemms[(g.m, g.k, g.n, g.groups)] = g if prev is None else dataclasses.replace(
-            g, tflops=_mean(prev.tflops, g.tflops))
-    return MeasuredKernels(elementwise_GB_per_s=_mean(old.elementwise_GB_per_s, new.elementwise_GB_per_s),
-                           op_overhead_us=_mean(old.op_overhead_us, new.op_overhead_us), ops_per_layer=new.ops_per_layer,
-                           attention=tuple(points.values())[-_MAX_POINTS:], widths=tuple(widths.values())[-_MAX_POINTS:],
-                           fsdp_module_us=_mean_of(old.fsdp_module_us, new.fsdp_module_us),
-                           tp_module_us=_mean_of(old.tp_module_us, new.tp_module_us),
-                           optimizer_GB_per_s=_mean_of(old.optimizer_GB_per_s, new.optimizer_GB_per_s),
-                           gemms=tuple(gemms.values())[-_MAX_GEMMS:])
+    n = old.samples
+    fsdp, fsdp_n = _mean_of(old.fsdp_module_us, new.fsdp_module_us, old.fsdp_module_samples)
+    tp, tp_n = _mean_of(old.tp_module_us, new.tp_module_us, old.tp_module_samples)
+    opt, _ = _mean_of(old.optimizer_GB_per_s, new.optimizer_GB_per_s, n)
+    return MeasuredKernels(elementwise_GB_per_s=running_mean(old.elementwise_GB_per_s, new.elementwise_GB_per_s, n),
+                           op_overhead_us=running_mean(old.op_overhead_us, new.op_overhead_us, n),
+                           ops_per_layer=new.ops_per_layer, samples=n + 1,
+                           attention=_merge_attention(old.attention, new.attention),
+                           widths=_merge_widths(old.widths, new.widths),
+                           fsdp_module_us=fsdp, fsdp_module_samples=fsdp_n, tp_module_us=tp, tp_module_samples=tp_n,
+                           optimizer_GB_per_s=opt, gemms=_merge_gemms(old.gemms, new.gemms))
 
 
 _DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
@@ -522,26 +545,30 @@ def calibrate_collectives(threads: int, workload, say: Callable[[str], None]) ->
     kernels = dict(cal.kernels)
     if precision in kernels:
         k = kernels[precision]
-        kernels[precision] = dataclasses.replace(
-            k, fsdp_module_us=_mean_of(k.fsdp_module_us, hosts.get("fsdp_module_us")),
-            tp_module_us=_mean_of(k.tp_module_us, hosts.get("tp_module_us")))
+        fsdp, fsdp_n = _mean_of(k.fsdp_module_us, hosts.get("fsdp_module_us"), k.fsdp_module_samples)
+        tp, tp_n = _mean_of(k.tp_module_us, hosts.get("tp_module_us"), k.tp_module_samples)
+        kernels[precision] = dataclasses.replace(k, fsdp_module_us=fsdp, fsdp_module_samples=fsdp_n,
+                                                 tp_module_us=tp, tp_module_samples=tp_n)
     save_calibration(dataclasses.replace(cal, collectives={**cal.collectives, precision: merged}, kernels=kernels))
 
 
 def merge_collectives(old: dict[str, MeasuredCollective], new: dict[str, MeasuredCollective]
                       ) -> dict[str, MeasuredCollective]:
-    """Per kind, the running mean of the cached and the new latency, bandwidth and drift wait
-    (each new measurement weighs :data:`NEW_WEIGHT`; a wait never measured takes the new one); a new measurement replaces one over another number
-    of ranks, or one of single calls (:attr:`~trainperf.specs.cpu_calibration.MeasuredCollective.averaged`:
-    caches written before 2026-11-28), and is never replaced by one."""
+    """Per kind, the running mean (:func:`running_mean`) of the cached and the new latency,
+    bandwidth and drift wait over the runs that measured them (a wait never measured takes the
+    new one); a new measurement replaces one over another number of ranks, or one of single
+    calls (:attr:`~trainperf.specs.cpu_calibration.MeasuredCollective.averaged`: caches written
+    before 2026-11-28), and is never replaced by one."""
     out = dict(old)
     for kind, m in new.items():
         was = old.get(kind)
         if was is None or was.ranks != m.ranks or not was.averaged:
             out[kind] = m
         elif m.averaged:
-            out[kind] = dataclasses.replace(m, latency_us=_mean(was.latency_us, m.latency_us),
-                                            busbw_GB_per_s=_mean(was.busbw_GB_per_s, m.busbw_GB_per_s),
-                                            sync_wait_us=_mean_of(was.sync_wait_us, m.sync_wait_us))
+            n = was.samples
+            wait = _mean_of(was.sync_wait_us, m.sync_wait_us, n)[0]
+            out[kind] = dataclasses.replace(m, latency_us=running_mean(was.latency_us, m.latency_us, n),
+                                            busbw_GB_per_s=running_mean(was.busbw_GB_per_s, m.busbw_GB_per_s, n),
+                                            sync_wait_us=wait, samples=n + 1)
         # else: a single-call figure never replaces bursts
     return out

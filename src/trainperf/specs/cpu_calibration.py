@@ -127,6 +127,11 @@ def _positive(owner: str, name: str, value: Any, most: float) -> None:
         raise ValueError(f"{owner}.{name}={value!r} must be a number in (0, {most:g}]")
 
 
+def _samples(owner: str, name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1 << 30:
+        raise ValueError(f"{owner}.{name}={value!r} must be a whole number of measurements, at least 1")
+
+
 @dataclass(frozen=True)
 class MeasuredAttention:
     """The fused attention kernel (``scaled_dot_product_attention``) timed at one length, forward
@@ -140,10 +145,14 @@ class MeasuredAttention:
     causal: bool
     fwd_fraction: float
     bwd_fraction: float
+    samples: int = 1
+    """Runs whose measurements the fractions are the running mean of
+    (:func:`trainperf.measure.kernel_calibration.running_mean`; 1 in caches written before 2026-11-29)."""
 
     def __post_init__(self) -> None:
         for name, most in (("seq", 1 << 24), ("head_dim", 4096), ("fwd_fraction", 100.0), ("bwd_fraction", 100.0)):
             _positive("attention", name, getattr(self, name), most)
+        _samples("attention", "samples", self.samples)
 
 
 @dataclass(frozen=True)
@@ -169,10 +178,13 @@ class MeasuredGemm:
     local experts of ``m`` rows each, through ``torch._grouped_mm`` (a loop of matmuls where it
     does not run) under autograd, the fp32 master weights cast to the run's dtype and their
     gradient cast back included (an expert's weights are large beside its share of the tokens)."""
+    samples: int = 1
+    """Runs whose measurements :attr:`tflops` is the running mean of."""
 
     def __post_init__(self) -> None:
         for name, most in (("m", 1 << 30), ("k", 1 << 24), ("n", 1 << 24), ("tflops", 1e4)):
             _positive("kernels.gemms", name, getattr(self, name), most)
+        _samples("kernels.gemms", "samples", self.samples)
         if isinstance(self.groups, bool) or not isinstance(self.groups, int) or not 0 <= self.groups <= 1 << 20:
             raise ValueError(f"kernels.gemms.groups={self.groups!r} must be an integer in [0, 1048576]")
 
@@ -191,11 +203,14 @@ class MeasuredWidth:
     """ATen operators an MoE block of this width runs forward and backward (an MoE model's runs
     count it: routing and permutation add about half as many again as a dense block runs); None:
     not counted."""
+    samples: int = 1
+    """Runs whose measurements the rate and the host cost are the running mean of."""
 
     def __post_init__(self) -> None:
         for name, most in (("hidden", 1 << 20), ("elementwise_GB_per_s", 1e5), ("op_overhead_us", 1e6),
                            ("ops_per_layer", 1e6)):
             _positive("kernels.widths", name, getattr(self, name), most)
+        _samples("kernels.widths", "samples", self.samples)
         if self.moe_ops_per_layer is not None:
             _positive("kernels.widths", "moe_ops_per_layer", self.moe_ops_per_layer, 1e6)
 
@@ -239,9 +254,18 @@ class MeasuredKernels:
     gemms: tuple[MeasuredGemm, ...] = ()
     """The GEMM shapes runs measured, forward and backward (the most recent ``_MAX_GEMMS``; none in
     caches written before 2026-11-29: the shape law prices them then)."""
+    samples: int = 1
+    """Runs whose measurements the elementwise rate, the host cost per operator and the optimizer's
+    rate are the running mean of."""
+    fsdp_module_samples: int = 1
+    """Runs whose measurements :attr:`fsdp_module_us` is the running mean of."""
+    tp_module_samples: int = 1
+    """Runs whose measurements :attr:`tp_module_us` is the running mean of."""
 
     def __post_init__(self) -> None:
         _positive("kernels", "elementwise_GB_per_s", self.elementwise_GB_per_s, 1e5)
+        for name in ("samples", "fsdp_module_samples", "tp_module_samples"):
+            _samples("kernels", name, getattr(self, name))
         _positive("kernels", "op_overhead_us", self.op_overhead_us, 1e6)
         _positive("kernels", "ops_per_layer", self.ops_per_layer, 1e6)
         if self.optimizer_GB_per_s is not None:
@@ -284,9 +308,12 @@ class MeasuredCollective:
     in a step (their drift apart on a shared host: :func:`trainperf.measure.collective_calibration.sync_wait_s`),
     measured once and the same on every kind; None: not measured (caches written before
     2026-11-29)."""
+    samples: int = 1
+    """Runs whose measurements the latency, bandwidth and wait are the running mean of."""
 
     def __post_init__(self) -> None:
         _positive("collective", "ranks", self.ranks, 1 << 20)
+        _samples("collective", "samples", self.samples)
         if not isinstance(self.averaged, bool):
             raise ValueError(f"collective averaged: {self.averaged!r} is not true or false")
         w = self.sync_wait_us
