@@ -169,6 +169,22 @@ def _flag_or_none(cell: str) -> bool | None:
         return None
 
 
+def _unstated_sp(d: Any, notes: list[str]) -> bool:
+    """Sequence parallelism of a tp > 1 row that does not state it: what the stack's tensor
+    parallelism always or never does (its ``[capabilities] sequence_parallel``: MaxText and
+    torchtitan always shard the sequence between regions), else the stack's default. As
+    :func:`trainperf.predict.stack_capabilities.apply_stack` makes it explicit for ``predict``."""
+    from trainperf.predict.stack_capabilities import capabilities_of
+
+    caps = capabilities_of(d.stack)
+    if caps.sequence_parallel in ("always", "never"):
+        on = caps.sequence_parallel == "always"
+        notes.append(f"sequence parallelism not stated: {str(on).lower()} taken ({caps.stack}'s tensor parallelism "
+                     f"{caps.sequence_parallel} shards the sequence: {caps.sources.get('sequence_parallel', '')})")
+        return on
+    return bool(row_default(d, "sequence_parallel", "sequence parallelism", notes))
+
+
 def read_plan(r: Mapping[str, str], n: int, dpn: int, d: Any, notes: list[str], layers: int) -> dict[str, Any]:
     tp = row_count(r, "tp", "tp")
     if tp is None and not row_cell(r, "tp"):
@@ -185,7 +201,7 @@ def read_plan(r: Mapping[str, str], n: int, dpn: int, d: Any, notes: list[str], 
         sp = None
         notes.append(f"sp {row_cell(r, 'sp')[:40]!r} not read as yes or no")
     if sp is None:
-        sp = bool(row_default(d, "sequence_parallel", "sequence parallelism", notes)) if tp > 1 else False
+        sp = _unstated_sp(d, notes) if tp > 1 else False
     sp = sp and tp > 1
     model_par = tp * pp * cp
     if model_par < 1 or min(tp, pp, cp) < 1 or n < 1:  # a degree of 0 or -1: not a plan

@@ -65,6 +65,7 @@ from trainperf.predict.runs_model import read_model
 from trainperf.predict.runs_plan import read_batches, read_plan
 from trainperf.predict.runs_policy import read_policy
 from trainperf.predict.runs_rows import RowSkip, row_cell, row_count, row_default
+from trainperf.predict.stack_capabilities import apply_stack
 from trainperf.predict.step import check_plan
 from trainperf.specs.datafiles import read_user_text
 from trainperf.specs.hardware import get_hardware
@@ -405,6 +406,9 @@ def _mapped(r: Mapping[str, str], stack: str, d: Any, reading: Any, prec: Any,
     except TrainperfError as e:
         raise RowSkip("plan", f"workload does not validate: {e}") from None
     w = dataclasses.replace(w, stack=stack)
+    stated = len(w.notes)
+    w = apply_stack(w)  # what ``predict`` makes explicit, so that a row is priced as predict prices it
+    notes.extend(w.notes[stated:])
     try:
         check_plan(w)
     except TrainperfError as e:
