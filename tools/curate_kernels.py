@@ -234,17 +234,18 @@ def _gemm_grouped(c: Curation, r: Row) -> bool:
                     "grouped MoE layouts: no dense-GEMM class uses them (cited in docs for blockwise)")
     elif q.startswith(("Fprop GEMM time", "per-layer GEMM time")):
         return True  # fp8 recipe rows, curated by curate_fp8
-    elif q.startswith("grouped GEMM fwd+bwd time (bf16 torch._grouped_mm)"):
+    elif q.startswith(("grouped GEMM fwd+bwd time (bf16 torch._grouped_mm)", "grouped GEMM fwd+bwd time (MXFP8 scaled)")):
         # the routed-expert GEMM PyTorch-native MoE stacks (torchtitan) call: forward plus the
-        # two backward GEMMs of M tokens x (K -> N) over G groups, 6*M*N*K FLOPs in all
+        # two backward GEMMs of M tokens x (K -> N) over G groups, 6*M*N*K FLOPs in all; in bf16
+        # (torch._grouped_mm) or MXFP8 with its dynamic quantisation (torchao's scaled grouped mm)
         sku, silicon = _sku(r["device"], GEMM_SKU)
         m, n, k, g = (int(x) for x in re.search(r"M=(\d+),N=(\d+),K=(\d+),G=(\d+)", r["params"]).groups())
         tflops = 6.0 * m * n * k / (_num(r["value"]) * 1e-6) / 1e12
-        c.keep("gemm", r, silicon=silicon, sku=sku, dtype_key="bf16", use="grouped",
+        c.keep("gemm", r, silicon=silicon, sku=sku, dtype_key="fp8" if "MXFP8" in q else "bf16", use="grouped",
                sweep=f"torch-grouped-mm-G{g}", m=m, n=n, k=k, tflops=f"{tflops:.1f}")
     elif "grouped" in q.lower() or "MoE layer" in q or "mxfp8 GEMM speedup" in q:
-        c.reject(r, "grouped MoE GEMMs in mxfp8 or claims: the grouped-GEMM class holds bf16 "
-                    "torch._grouped_mm only (no mxfp8 recipe for MoE experts in the API)")
+        c.reject(r, "grouped MoE GEMMs of single passes (forward, dA, dB apart) or claims: the grouped-GEMM "
+                    "class holds forward-plus-backward times (torchao's bf16 and MXFP8 grouped-mm benchmarks)")
     else:
         return False
     return True

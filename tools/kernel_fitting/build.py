@@ -35,7 +35,10 @@ SCHEMA = 1
 def build() -> dict[str, Any]:
     """Every parameter the run-time modules read, derived from the curated CSVs and the catalog;
     each distinct source text is stored once in ``sources`` and referred to by its index."""
-    gemm_params = gemm.params(common.read_rows("gemm"))
+    gemm_rows = common.read_rows("gemm")
+    fp8_params = fp8.params(common.read_rows("fp8"), gemm.peak_fractions(gemm_rows))
+    recipes = {sil: {name: r["value"] for name, r in t.get("recipes", {}).items()} for sil, t in fp8_params.items()}
+    gemm_params = gemm.params(gemm_rows, recipes)  # an fp8 grouped GEMM's time carries its recipe's quantisation
     coll_params = collectives.params(common.read_rows("collectives"))
     return intern({
         "schema": SCHEMA,
@@ -45,7 +48,7 @@ def build() -> dict[str, Any]:
         "attention": attention.params(common.read_rows("attention")),
         "collectives": coll_params,
         "memory": memory.params(common.read_rows("memory")),
-        "fp8": fp8.params(common.read_rows("fp8"), gemm_params["peak_fraction"]),
+        "fp8": fp8_params,
         "expert_dispatch": moe.params(common.read_rows("moe"), coll_params),
     })
 

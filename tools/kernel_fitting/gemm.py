@@ -152,12 +152,16 @@ def half_dims(rows: list[Row]) -> dict[str, Param]:
     return out
 
 
-def grouped(rows: list[Row], fractions: dict[str, dict[str, Param]], halves: dict[str, Param]
-            ) -> dict[str, dict[str, dict[str, Param]]]:
+def grouped(rows: list[Row], fractions: dict[str, dict[str, Param]], halves: dict[str, Param],
+            recipe_factors: dict[str, dict[str, float]] | None = None) -> dict[str, dict[str, dict[str, Param]]]:
     """Per silicon, dtype and grouped-GEMM implementation measured: the grouped kernel's speed over
     the dense law's at the same shapes (each of the G groups M/G rows), mean over the measured
-    shapes. Only measured entries are stored; elsewhere the expert GEMMs run at the dense law
-    (:func:`trainperf.predict.kernels.gemm.grouped_fraction` returns 1)."""
+    shapes. An fp8 row's time includes its recipe's dynamic quantisation (torchao's MXFP8 scaled
+    grouped mm quantises its inputs): its speed is taken back to the pre-quantised kernel's, as
+    the dense fp8 law is, by the recipe's GEMM factor (``recipe_factors``: silicon -> recipe ->
+    factor, :mod:`tools.kernel_fitting.fp8`), which the step model applies again to every fp8 GEMM
+    of a run. Only measured entries are stored; elsewhere the expert GEMMs run at the dense law
+    (:func:`trainperf.predict.kernels.gemm.grouped_fraction`)."""
     by: dict[tuple[str, str, str], list[tuple[float, str, Row]]] = defaultdict(list)
     for r in rows:
         if r["use"] != "grouped":
@@ -167,19 +171,27 @@ def grouped(rows: list[Row], fractions: dict[str, dict[str, Param]], halves: dic
         m, n, k = float(r["m"]) / int(groups), float(r["n"]), float(r["k"])
         h = halves[sil]["value"]
         dense = fractions[sil][dt]["value"] * (m / (m + h)) * (n / (n + h)) * (k / (k + h))
-        by[(sil, dt, impl)].append((float(r["tflops"]) / peak(r["sku"], dt) / dense, groups, r))
+        quant = 1.0
+        if dt == "fp8":
+            recipe = "mxfp8" if "mxfp8" in r["dtype"].lower() else "tensorwise"
+            quant = (recipe_factors or {}).get(sil, {}).get(recipe, 0.0)
+            if not quant:
+                continue  # no recipe factor to take the quantisation out with
+        by[(sil, dt, impl)].append((float(r["tflops"]) * quant / peak(r["sku"], dt) / dense, groups, r))
     out: dict[str, dict[str, dict[str, Param]]] = {}
     for (sil, dt, impl), pts in sorted(by.items()):
         ratios = [x for x, _, _ in pts]
         detail = "; ".join(f"{r['m']}x{r['n']}x{r['k']} G={g}: {r['tflops']} TFLOP/s = {x:.3f} of the dense law"
                            for x, g, r in pts)
+        quantised = " (its time times the recipe's GEMM factor: the pre-quantised kernel's speed)" if dt == "fp8" else ""
         out.setdefault(sil, {}).setdefault(dt, {})[impl] = param(
             sum(ratios) / len(ratios), True,
-            f"mean over {len(pts)} shapes of the {impl} grouped GEMM's forward+backward TFLOP/s (6MNK / time) "
+            f"mean over {len(pts)} shapes of the {impl} grouped GEMM's forward+backward TFLOP/s (6MNK / time){quantised} "
             f"over the dense law at M/G x N x K ({cite(pts[0][2])}): {detail}")
     return out
 
 
-def params(rows: list[Row]) -> dict[str, dict]:
+def params(rows: list[Row], recipe_factors: dict[str, dict[str, float]] | None = None) -> dict[str, dict]:
     fractions, halves = peak_fractions(rows), half_dims(rows)
-    return {"peak_fraction": fractions, "half_dim": halves, "grouped": grouped(rows, fractions, halves)}
+    return {"peak_fraction": fractions, "half_dim": halves,
+            "grouped": grouped(rows, fractions, halves, recipe_factors)}

@@ -16,6 +16,9 @@ predicted from that silicon's kernels. The facts::
     gpu_memory_fraction = 0.9              # share of a GPU's memory the runtime lets the program
                                            # use (JAX/XLA preallocation); 1: all of it
     grouped_gemm = "torch-grouped-mm"      # the routed experts' grouped GEMM (kernels.gemm.GROUPED_IMPLS)
+    fp8_grouped_gemm = true                # an fp8 run's routed experts run their grouped GEMM in
+                                           # fp8 (false: they stay 16-bit, as torchtitan's Float8
+                                           # converter leaves them unless its MoE prototype is on)
     context_parallel = "ring-allgather"    # how cp attention exchanges K/V (CONTEXT_PARALLEL)
     context_parallel_load_balance = true   # causal load balancing (zigzag / head-tail chunks)
     moe_dispatcher = "nccl"                # MoE token dispatch/combine kernels
@@ -75,7 +78,7 @@ CONTEXT_PARALLEL = ("ring-p2p", "ring-allgather", "ring-alltoall", "allgather", 
 """How a stack's context-parallel attention exchanges K/V
 (:data:`trainperf.predict.step_model.context_parallel.FLAVOURS` says what each one costs)."""
 KEYS = ("attention", "attention_by_silicon", "elementwise", "compiled", "fp8_recipe", "tp_overlap",
-        "gpu_memory_fraction", "grouped_gemm", "context_parallel", "context_parallel_load_balance",
+        "gpu_memory_fraction", "grouped_gemm", "fp8_grouped_gemm", "context_parallel", "context_parallel_load_balance",
         "moe_dispatcher", "moe_host_sync", "autocast_unsharded", "data_parallel", "cross_entropy", "eager_pass_share",
         "kernels_per_layer", "moe_kernels_per_layer", "kernels_per_step", "host_us_per_kernel", "cpu_optimizer_params_per_s", "sources")
 
@@ -100,7 +103,7 @@ bench fits its H200 runs at 0.15 once its fp32 residual stream is priced: docs/K
 BUILTIN: dict[str, Any] = {
     "attention": "fa2", "attention_by_silicon": {}, "elementwise": "eager", "compiled": False,
     "fp8_recipe": "tensorwise", "tp_overlap": "async-tp", "gpu_memory_fraction": 1.0,
-    "grouped_gemm": "other", "context_parallel": "ring-p2p", "context_parallel_load_balance": True,
+    "grouped_gemm": "other", "fp8_grouped_gemm": True, "context_parallel": "ring-p2p", "context_parallel_load_balance": True,
     "moe_dispatcher": "nccl", "moe_host_sync": True, "autocast_unsharded": False, "data_parallel": "ddp",
     "cross_entropy": "eager", "eager_pass_share": EAGER_PASS_SHARE, "kernels_per_layer": 0.0,
     "moe_kernels_per_layer": 0.0, "kernels_per_step": 0.0, "host_us_per_kernel": 0.0, "cpu_optimizer_params_per_s": CPU_ADAM_PARAMS_PER_S,
@@ -142,6 +145,9 @@ class StackKernels:
     """The grouped GEMM the routed experts of an MoE layer run
     (:data:`trainperf.predict.kernels.gemm.GROUPED_IMPLS`); its speed where measured is
     :func:`~trainperf.predict.kernels.gemm.grouped_fraction`, the dense GEMM law elsewhere."""
+    fp8_grouped_gemm: bool = True
+    """Under an fp8 run the routed experts' grouped GEMM runs in fp8 too (Transformer Engine's
+    GroupedLinear); False: the experts stay in 16 bits while the dense Linears go fp8."""
     context_parallel: str = "ring-p2p"
     """How context-parallel attention exchanges K/V (:data:`CONTEXT_PARALLEL`)."""
     context_parallel_load_balance: bool = True
@@ -213,7 +219,8 @@ def validate_table(body: Mapping[str, Any], where: str) -> dict[str, Any]:
             raise UnknownNameError(at, k, KEYS)
         if k in choices:
             stacks.check_choice(at, v, choices[k])
-        elif k in ("compiled", "context_parallel_load_balance", "moe_host_sync", "autocast_unsharded"):
+        elif k in ("compiled", "context_parallel_load_balance", "moe_host_sync", "autocast_unsharded",
+                   "fp8_grouped_gemm"):
             stacks.check_flag(at, v)
         elif k == "gpu_memory_fraction":
             stacks.check_number(at, v, 1.0)
@@ -259,7 +266,8 @@ def resolve(profile: Any, silicon: str, generic: Any = None) -> StackKernels:
                         elementwise=str(facts["elementwise"]), compiled=bool(facts["compiled"]),
                         fp8_recipe=str(facts["fp8_recipe"]), tp_overlap=str(facts["tp_overlap"]),
                         gpu_memory_fraction=float(facts["gpu_memory_fraction"]),
-                        grouped_gemm=str(facts["grouped_gemm"]), context_parallel=str(facts["context_parallel"]),
+                        grouped_gemm=str(facts["grouped_gemm"]), fp8_grouped_gemm=bool(facts["fp8_grouped_gemm"]),
+                        context_parallel=str(facts["context_parallel"]),
                         context_parallel_load_balance=bool(facts["context_parallel_load_balance"]),
                         moe_dispatcher=str(facts["moe_dispatcher"]), moe_host_sync=bool(facts["moe_host_sync"]),
                         autocast_unsharded=bool(facts["autocast_unsharded"]),

@@ -96,9 +96,11 @@ def grouped_fraction(silicon: str, dtype: str, impl: str) -> float:
     """Speed of the ``impl`` grouped GEMM over the dense GEMM law at the same shapes (each group its
     own M), measured on ``silicon`` in ``dtype``; 1.0 (the dense law) where nothing was measured.
 
-    Measured: torch._grouped_mm in bf16 on B200 (torchao's Llama 4 Scout and DeepSeek-V3 expert
-    shapes, 1-8 groups, torch 2.10 nightly): about half the dense law. Unmeasured: every other
-    silicon, dtype and implementation (docs/KERNELS.md)."""
+    Measured: torch._grouped_mm in bf16 and torchao's MXFP8 scaled grouped mm on B200 (torchao's
+    Llama 4 Scout and DeepSeek-V3 expert shapes, 1-8 groups, torch 2.10 nightly; the MXFP8 times
+    taken back to the pre-quantised kernel by the recipe's GEMM factor, as the dense fp8 law is):
+    about half the dense law in both. Unmeasured: every other silicon and implementation
+    (docs/KERNELS.md)."""
     check_silicon(silicon)
     if impl not in GROUPED_IMPLS:
         raise UnknownNameError("grouped GEMM", impl, GROUPED_IMPLS)

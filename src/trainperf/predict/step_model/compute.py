@@ -192,6 +192,9 @@ class GemmSpeed:
     """Measured shapes (:attr:`~.layout.KernelPhysics.gemm_table`); empty: the shape law alone."""
     grouped_table: tuple[tuple[float, float, float, float], ...] = ()
     """Measured grouped GEMMs (:attr:`~.layout.KernelPhysics.grouped_table`)."""
+    experts: GemmSpeed | None = None
+    """What the routed experts run at where it differs (an fp8 run's 16-bit experts:
+    :attr:`~.layout.KernelPhysics.experts_16bit`); None: this."""
 
     def time_s(self, m: Num, n: Num, k: Num, scale: Num = 1.0) -> Num:
         return self._time_s(m, n, k, scale, self.table)
@@ -239,9 +242,13 @@ def gemm_speed(lay: Layout, kn: KnobValues) -> GemmSpeed:
     stack keeps (fitted), the fp8 recipe's quantisation cost (kernel physics)."""
     k, fp8 = lay.kernels, lay.run.fp8
     share = vec.where(fp8, kn.fp8_matmul_fraction, kn.matmul_fraction)
+    experts = None
+    if k.experts_16bit:  # the 16-bit GEMM the LM head runs under fp8 too
+        experts = GemmSpeed(lay.device.attn_peak_flops, k.head_gemm_peak_fraction * kn.matmul_fraction,
+                            k.gemm_half_dim, lay.device.hbm_bytes_per_s, lay.run.act_bytes)
     return GemmSpeed(lay.device.peak_flops, k.gemm_peak_fraction * share / k.fp8_recipe_factor, k.gemm_half_dim,
                      lay.device.hbm_bytes_per_s, vec.where(fp8, 1.0, lay.run.act_bytes), k.gemm_table,
-                     k.grouped_table)
+                     k.grouped_table, experts)
 
 
 def _local_shape(lay: Layout, mat: Matmul, deg: Num) -> tuple[Num, Num]:
@@ -306,7 +313,8 @@ def _moe_gemms(lay: Layout, st: Stage, g: GemmSpeed) -> tuple[Num, Num, Num, Num
     """(forward, recomputed, routed-expert forward, routed-expert recomputed) seconds of one MoE
     block's GEMMs: routed experts (split ``etp`` ways, :func:`expert_rows` rows each, at the
     stack's grouped-GEMM speed: the dense law at those rows, so efficiency falls as tokens per
-    expert fall), shared experts (split like a dense MLP) and the router."""
+    expert fall; in 16 bits in an fp8 run whose stack leaves them out of fp8), shared experts
+    (split like a dense MLP) and the router."""
     ms, m, rc = lay.model, lay.mesh, st.rc
     local_experts = ms.moe_experts / m.ep
     m_e = expert_rows(lay, st)
@@ -314,7 +322,7 @@ def _moe_gemms(lay: Layout, st: Stage, g: GemmSpeed) -> tuple[Num, Num, Num, Num
     for mat, redo, redo_sh in zip(ms.expert_mats, rc.expert, rc.shared, strict=True):
         n, k = _local_shape(lay, mat, m.etp)
         n_s, k_s = _local_shape(lay, mat, m.tp)
-        te = g.grouped_time_s(m_e, n, k, lay.kernels.grouped_fraction)
+        te = (g.experts or g).grouped_time_s(m_e, n, k, lay.kernels.grouped_fraction)
         ts = ms.moe_shared * g.time_s(st.m_tok, n_s, k_s)
         t_exp, t_rec = t_exp + te, t_rec + redo * te
         t_sh, t_sh_rec = t_sh + ts, t_sh_rec + redo_sh * ts

@@ -82,12 +82,16 @@ def _kernels(hw: Any, precision: str, stack: str, _mtime: float, compile_flag: b
     sil = generation_of(hw)
     sk = stack_kernels.for_stack(stack, sil)
     gdt = gemm_dtype(precision)
+    # the routed experts' dtype: 16-bit in an fp8 run whose stack leaves its grouped GEMM out of fp8
+    experts_16 = gdt == "fp8" and not sk.fp8_grouped_gemm and hw.kind == "gpu"
+    edt = head_dtype(hw, precision) if experts_16 else gdt
     return KernelPhysics(
         silicon=sil, attn_family=sk.attention,
         gemm_peak_fraction=float(k_gemm.peak_fraction(sil, gdt)), gemm_half_dim=float(k_gemm.half_dim(sil, gdt)),
         head_gemm_peak_fraction=float(k_gemm.peak_fraction(sil, head_dtype(hw, precision))),
         # routed experts run the stack's grouped GEMM: its speed over the dense law where measured
-        grouped_fraction=float(k_gemm.grouped_fraction(sil, "bf16" if gdt == "fp16" else gdt, sk.grouped_gemm)),
+        grouped_fraction=float(k_gemm.grouped_fraction(sil, "bf16" if edt == "fp16" else edt, sk.grouped_gemm)),
+        experts_16bit=experts_16,
         grouped_impl=sk.grouped_gemm, moe_host_sync=sk.moe_host_sync,
         hbm_fraction=float(k_memory.hbm_fraction(sil)), tp_overlap_rule=sk.tp_overlap,
         # a runtime that preallocates a share of a GPU's memory (JAX/XLA) leaves the rest unused

@@ -263,7 +263,8 @@ class KernelPhysics:
     head_gemm_peak_fraction: Num
     """The LM head's fraction: 16-bit under fp8 (:data:`HEAD_16BIT_UNDER_FP8`)."""
     grouped_fraction: Num
-    """The routed experts' grouped GEMM speed over the dense law."""
+    """The routed experts' grouped GEMM speed over the dense law (of their dtype: 16-bit under
+    :attr:`experts_16bit`)."""
     grouped_impl: str
     """The grouped GEMM the stack runs (:data:`~trainperf.predict.kernels.gemm.GROUPED_IMPLS`): one
     kernel per matrix, or one per local expert (:data:`~trainperf.predict.step_model.compute.PER_EXPERT_LAUNCHES`)."""
@@ -313,6 +314,10 @@ class KernelPhysics:
     """Measured attention curves replacing the kernel tables' (this CPU's, :mod:`trainperf.predict.kernels.cpu`)."""
     host_bound: bool = False
     """Operators' host cost adds to their compute instead of hiding behind it (a CPU)."""
+    experts_16bit: bool = False
+    """An fp8 run's routed experts stay in 16 bits: the stack's fp8 leaves its grouped GEMM out
+    (``[kernels] fp8_grouped_gemm = false``, torchtitan); their GEMMs at the 16-bit peak and
+    :attr:`head_gemm_peak_fraction`, their inputs kept in 16 bits."""
     gemm_table: tuple[tuple[float, float, float, float], ...] = ()
     """GEMMs timed on this device at given shapes, forward and backward: ``(m, n, k, fraction of
     the peak)`` (a CPU's calibration); a GEMM is priced at its nearest measured shape's fraction,

@@ -327,8 +327,8 @@ def _kept(lay: Layout, st: Stage) -> _Kept:
     # FC1 saves, and the expert outputs the unpermute's weighting by router probabilities saves
     # for their gradient, unless the policy re-runs the MLP region
     if ms.expert_mats:
-        routed = routed_activation_bytes(st.m_tok, ms.moe_topk, ms.hidden, m.etp, t, m.sp, act_b, gin_b,
-                                         lay.run.moe_imbalance)
+        routed = routed_activation_bytes(st.m_tok, ms.moe_topk, ms.hidden, m.etp, t, m.sp, act_b,
+                                         None if lay.kernels.experts_16bit else gin_b, lay.run.moe_imbalance)
         moe_none = moe_none + routed
         moe = moe + (1.0 - rc.moe_region) * routed
     r = st.rec_frac
