@@ -804,12 +804,23 @@ def test_a_vpp_count_in_the_pp_cell_and_async_tp_in_the_sp_cell_are_read():
 @pytest.mark.parametrize(("model", "preset", "params_B"), [
     ("Grok-1 314B", "grok-1", 316.5), ("Qwen2.5-72B", "qwen2.5-72b", 72.71), ("Mistral 7B", "mistral-7b", 7.242),
     ("DeepSeek-V2 236B", "deepseek-v2", 235.7), ("Kimi K2", "kimi-k2", 1026.0), ("Falcon-180B", "falcon-180b", 178.6),
-    ("Gemma 2 27B", "gemma2-27b", 27.23), ("Qwen3-8B", "qwen3-8b", 8.191)])
+    ("Gemma 2 27B", "gemma2-27b", 27.23), ("Qwen3-8B", "qwen3-8b", 8.191),
+    # the model cards' parameter counts
+    ("Mistral Large 2", "mistral-large-2", 122.6), ("Mistral-Small-24B-Base-2501", "mistral-small-24b", 23.57),
+    ("Mistral-Nemo", "mistral-nemo-12b", 12.25), ("01-ai Yi-34B", "yi-34b", 34.39),
+    ("allenai OLMo 2 7B", "olmo2-7b", 7.30), ("OLMo 2 13B", "olmo2-13b", 13.72)])
 def test_a_row_naming_a_released_model_without_its_shape_takes_the_preset(model, preset, params_B):
     r = _hand_row(model=model, tp="8", pp="4")
     assert r.included, r.exclude_reason
     assert r.workload.model.total_params / 1e9 == pytest.approx(params_B, rel=2e-3)
     assert any(preset in a for a in r.assumptions), r.assumptions
+
+
+def test_phi_4_s_ten_kv_heads_take_a_tp_that_divides_them():
+    r = _hand_row(model="Phi-4", tp="2", pp="4")
+    assert r.included, r.exclude_reason
+    assert r.workload.model.total_params / 1e9 == pytest.approx(14.66, rel=2e-3)  # the model card's 14.7B
+    assert not _hand_row(model="Phi-4", tp="8", pp="4").included  # 8 does not divide 10 KV heads
 
 
 def test_a_row_with_only_an_mfu_is_read_against_the_peak_its_basis_states():

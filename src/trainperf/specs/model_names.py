@@ -33,13 +33,14 @@ SAME_ARCHITECTURE: dict[str, tuple[str, str]] = {
     "mistral7bv01": ("mistral-7b", "the preset is Mistral-7B-v0.1"),
     "mixtral8x7bv01": ("mixtral-8x7b", "the preset is Mixtral-8x7B-v0.1"),
     "mixtral8x22bv01": ("mixtral-8x22b", "the preset is Mixtral-8x22B-v0.1"),
+    "mistralnemo": ("mistral-nemo-12b", "Mistral NeMo was released in one size, 12B"),
 }
 """A model name (letters and digits only) -> (the preset whose network it is, why)."""
 
 VENDORS: tuple[str, ...] = (
     "meta", "mistral ai", "mistralai", "deepseek ai", "deepseekai", "nvidia", "google", "openai", "xai",
     "alibaba", "moonshot ai", "moonshotai", "moonshot", "microsoft", "tiiuae", "tii", "mosaicml",
-    "databricks", "eleutherai", "ibm",
+    "databricks", "eleutherai", "ibm", "allenai", "01 ai", "01ai",
 )
 """Organisations written before a model's own name ("NVIDIA Nemotron-4 340B")."""
 
