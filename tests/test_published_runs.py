@@ -258,3 +258,22 @@ def test_holdout_cache_key_follows_model_version_and_data_not_source(monkeypatch
     monkeypatch.setattr(holdout, "DATA_FILES", holdout.DATA_FILES[1:])
     assert holdout.cache_key(rows) != key
     assert holdout.cache_key(rows[:4]) != key
+
+
+def test_every_row_is_priced_as_predict_prices_its_workload():
+    """`validate` (and the profile fit, two-run calibration and `validate --data`) price a row's
+    workload as `trainperf predict` does: the reader makes explicit what the stack always does
+    (MaxText's and torchtitan's sequence parallelism under TP, GPipe, torchtitan's CP sharding),
+    so that a row's facts and the same facts passed by hand give one figure (MaxText's TP rows
+    410-411 were 11% apart before)."""
+    from trainperf.predict import predict
+    from trainperf.predict.validate_runs import predict_row
+
+    rows = [r for r in packaged_runs() if r.included]
+    assert len(rows) == 162
+    for r in rows:
+        assert predict_row(r) == pytest.approx(predict(r.workload).step_time_s, rel=1e-9), r.row_id
+    tp = {r.row_id: r for r in rows if r.row_id in ("410", "411")}
+    assert all(r.workload.plan.sequence_parallel for r in tp.values())
+    assert all(any("maxtext's tensor parallelism always shards the sequence" in a for a in r.assumptions)
+               for r in tp.values())
