@@ -155,6 +155,7 @@ def test_an_fp8_run_keeps_the_routed_experts_16_bit_where_the_stack_does(tmp_pat
     moe_fp8 = run("fp8", str(path))
     speedup = bf16.compute_breakdown[key] / moe_fp8.compute_breakdown[key]
     assert 1.5 < speedup < 2.5
+    assert fp8.extra["kernels"]["experts_16bit"] and not moe_fp8.extra["kernels"]["experts_16bit"]
 
 
 def test_gemm_shape_law_reproduces_the_large_sweep_points():

@@ -172,6 +172,8 @@ def _kernel_lines(p) -> list[str]:
                    + (f", fp8 {kinfo['fp8_recipe']} scaling" if kinfo.get("fp8_recipe") else "")
                    + (f", routed experts' grouped GEMMs at {kinfo['grouped_fraction']:.2f} of the dense law (measured)"
                       if w.model.is_moe and kinfo.get("grouped_fraction", 1.0) != 1.0 else "")
+                   + (", routed experts in 16 bits (the stack's fp8 leaves its grouped GEMM out: [kernels] "
+                      "fp8_grouped_gemm)" if w.model.is_moe and kinfo.get("experts_16bit") else "")
                    + (f", MoE dispatch by {kinfo['moe_dispatcher']}" if w.model.is_moe and w.plan.ep > 1 else ""))
     k = p.knobs
     out.append(f"stack shares of the kernels' speed: {k.device} (matmul {k.matmul_fraction:.3g}, "

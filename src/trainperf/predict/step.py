@@ -250,7 +250,7 @@ def kernel_info(k: KernelPhysics) -> dict[str, Any]:
     return {"silicon": k.silicon, "attn_family": k.attn_family, "elementwise_impl": k.elementwise_impl,
             "gemm_peak_fraction": k.gemm_peak_fraction, "fp8_recipe": k.fp8_recipe,
             "tp_overlap_rule": k.tp_overlap_rule, "grouped_fraction": k.grouped_fraction,
-            "grouped_gemm": k.grouped_impl, "moe_dispatcher": k.dispatch.family,
+            "grouped_gemm": k.grouped_impl, "moe_dispatcher": k.dispatch.family, "experts_16bit": k.experts_16bit,
             "norm_passes": k.norm_passes, "rope_passes": k.rope_passes, "activation_passes": k.act_passes,
             **({"measured_gemm_shapes": shapes} if shapes else {})}
 
