@@ -242,13 +242,20 @@ def gemm_speed(lay: Layout, kn: KnobValues) -> GemmSpeed:
     stack keeps (fitted), the fp8 recipe's quantisation cost (kernel physics)."""
     k, fp8 = lay.kernels, lay.run.fp8
     share = vec.where(fp8, kn.fp8_matmul_fraction, kn.matmul_fraction)
-    experts = None
-    if k.experts_16bit:  # the 16-bit GEMM the LM head runs under fp8 too
-        experts = GemmSpeed(lay.device.attn_peak_flops, k.head_gemm_peak_fraction * kn.matmul_fraction,
-                            k.gemm_half_dim, lay.device.hbm_bytes_per_s, lay.run.act_bytes)
+    experts = sixteen_bit_speed(lay, kn) if k.experts_16bit else None
     return GemmSpeed(lay.device.peak_flops, k.gemm_peak_fraction * share / k.fp8_recipe_factor, k.gemm_half_dim,
                      lay.device.hbm_bytes_per_s, vec.where(fp8, 1.0, lay.run.act_bytes), k.gemm_table,
                      k.grouped_table, experts)
+
+
+def sixteen_bit_speed(lay: Layout, kn: KnobValues) -> GemmSpeed:
+    """The 16-bit GEMM an fp8 run keeps for what its fp8 leaves out (the LM head:
+    :data:`HEAD_16BIT_UNDER_FP8`; a stack's routed experts: :attr:`~.layout.KernelPhysics.experts_16bit`):
+    the 16-bit peak at :attr:`~.layout.KernelPhysics.head_gemm_peak_fraction` and the stack's
+    16-bit share, at the shape law."""
+    k = lay.kernels
+    return GemmSpeed(lay.device.attn_peak_flops, k.head_gemm_peak_fraction * kn.matmul_fraction, k.gemm_half_dim,
+                     lay.device.hbm_bytes_per_s, lay.run.act_bytes)
 
 
 def _local_shape(lay: Layout, mat: Matmul, deg: Num) -> tuple[Num, Num]:
@@ -574,9 +581,7 @@ def head_times(lay: Layout, st: Stage, kn: KnobValues, g: GemmSpeed) -> HeadTime
     ms, d, train = lay.model, lay.device, lay.run.trainable_fraction
     head_16 = lay.run.fp8 & HEAD_16BIT_UNDER_FP8
     n_head = ms.vocab / lay.mesh.tp
-    gemm = vec.where(head_16, matmul_time_s(st.m_tok, n_head, ms.hidden, d.attn_peak_flops,
-                                            lay.kernels.head_gemm_peak_fraction * kn.matmul_fraction, g.half_dim,
-                                            d.hbm_bytes_per_s, lay.run.act_bytes),
+    gemm = vec.where(head_16, sixteen_bit_speed(lay, kn).time_s(st.m_tok, n_head, ms.hidden),
                      g.time_s(st.m_tok, n_head, ms.hidden))
     loss = memory_time_s(st.m_tok * ms.vocab / lay.mesh.tp * lay.kernels.loss_traffic_bytes, d.hbm_bytes_per_s,
                          lay.kernels.elementwise_fraction * kn.memory_bound_fraction)
