@@ -380,14 +380,35 @@ def test_dtensor_host_time_adds_per_tensor_parallel_module(measured):
     from trainperf.predict.step_model.layout import layout_of
     from trainperf.predict.step_model.tensor_parallel import host_s
 
+    elements = 8 * 256 * 256
     for sp, modules in ((True, 39), (False, 30)):
         w = _workload(2, tp=2, sequence_parallel=sp)
-        assert host_s(layout_of(w, 1.0), w.model.layers) == pytest.approx(modules * 1.5e-3, rel=1e-12)
+        assert host_s(layout_of(w, 1.0), w.model.layers, elements) == pytest.approx(modules * 1.5e-3, rel=1e-12)
         with_host = predict(w).breakdown["tp comm"]
         assert with_host > modules * 1.5e-3
     gpu = workload_from_dict({"model": {"preset": "debug"}, "hardware": {"device": "h100-sxm", "num_devices": 2},
                               "parallel": {"tp": 2}, "training": {"seq_len": 256, "global_batch": 8}})
-    assert host_s(layout_of(gpu, 1.0), gpu.model.layers) == 0.0
+    assert host_s(layout_of(gpu, 1.0), gpu.model.layers, elements) == 0.0
+
+
+def test_dtensor_host_time_grows_with_the_activation_where_measured(tmp_path, monkeypatch):
+    """Where the cache holds the part of DTensor's host time that grows with the activation
+    (2 ns per element of the rank's [8 x 256, 256] micro-batch), each of the 39 modules adds it
+    to the fixed 1.5 ms, and the sequence-parallel copies, which that measurement includes, are
+    not priced again from the elementwise rate."""
+    from trainperf.predict.step import resolve_knobs
+    from trainperf.predict.step_model.layout import layout_of
+    from trainperf.predict.step_model.stage import busiest_stage
+    from trainperf.predict.step_model.tensor_parallel import host_s, sequence_copies_s
+
+    monkeypatch.setenv(cc.CACHE_ENV, str(tmp_path))
+    kernels = {**KERNELS, "tp_module_ns_per_element": 2.0}
+    cc.save_calibration(_calibration(cc.threads_per_process(2), kernels={"bf16": kernels}, collectives=GLOO))
+    w = _workload(2, tp=2, sequence_parallel=True)
+    lay, kn = layout_of(w, 1.0), resolve_knobs(w).numbers()
+    elements = 8 * 256 * 256
+    assert host_s(lay, w.model.layers, elements) == pytest.approx(39 * (1.5e-3 + 2e-9 * elements), rel=1e-12)
+    assert sequence_copies_s(lay, kn, 18.0, busiest_stage(lay).tp_buf) == 0.0
 
 
 def test_sequence_parallel_norm_gradients_are_all_reduced_one_by_one_on_a_cpu(measured):
@@ -396,6 +417,7 @@ def test_sequence_parallel_norm_gradients_are_all_reduced_one_by_one_on_a_cpu(me
     gloo's measured 200 us + 2 (n-1)/n x 1 KiB / 1 GB/s each; none without sequence parallelism
     or on a GPU."""
     from trainperf.predict.step import resolve_knobs
+    from trainperf.predict.step_model import step_costs
     from trainperf.predict.step_model.collectives import fabric_of
     from trainperf.predict.step_model.layout import layout_of
     from trainperf.predict.step_model.tensor_parallel import norm_grads_s
@@ -406,6 +428,11 @@ def test_sequence_parallel_norm_gradients_are_all_reduced_one_by_one_on_a_cpu(me
         fab = fabric_of(lay, resolve_knobs(w).numbers().link_fraction)
         got = norm_grads_s(lay, fab, fab.group(lay.mesh.tp, 1.0), w.model.layers)
         assert got == pytest.approx(count * (200e-6 + 1024 / 1e9), rel=1e-6)
+        # once a step, after the micro-batches: in the step time, not only in the breakdown
+        costs = step_costs(lay, resolve_knobs(w).numbers())
+        assert costs.tp.exposed_step_s == pytest.approx(got, rel=1e-12)
+        assert costs.step_time_s == pytest.approx(costs.grad_accum * costs.microbatch_s + costs.optimizer_s
+                                                  + costs.tp.exposed_step_s, rel=1e-12)
 
 
 def test_tp_probe_measures_dtensor_host_time(tmp_path):
@@ -418,7 +445,8 @@ def test_tp_probe_measures_dtensor_host_time(tmp_path):
 
     dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
     try:
-        assert tp_module_us(get_model("debug"), 1, True, torch.bfloat16) >= 1.0
+        got = tp_module_us(get_model("debug"), 1, True, torch.bfloat16, batch=2, seq=64)
+        assert got.module_us >= 1.0 and got.ns_per_element >= 0.0
     finally:
         dist.destroy_process_group()
 

@@ -222,9 +222,9 @@ def fsdp_module_us(dtype: torch.dtype, latencies_us: dict[str, float]) -> float:
     return _agreed_us(extra * 1e6 - comm)
 
 
-def _agreed_us(us: float) -> float:
-    """Rank 0's figure (at least 1 us) on every rank."""
-    got = torch.tensor([max(1.0, us)], dtype=torch.float64)
+def _agreed_us(us: float, least: float = 1.0) -> float:
+    """Rank 0's figure (at least ``least``) on every rank."""
+    got = torch.tensor([max(least, us)], dtype=torch.float64)
     dist.broadcast(got, 0)
     return round(float(got), 3)
 
@@ -263,25 +263,47 @@ def tp_modules_per_layer(gated: bool, sequence_parallel: bool) -> int:
     return 4 + (3 if gated else 2) + (2 if sequence_parallel else 0)
 
 
-def tp_module_us(spec: ModelSpec, tp: int, sequence_parallel: bool, dtype: torch.dtype) -> float:
-    """Host microseconds DTensor tensor parallelism adds per sharded module and step on this
-    machine: one block of the run's model (``spec``) under the bench's TP plan
+TP_PROBE_TOKENS = 4096
+"""Most tokens of the real-size probe of :func:`tp_module_us` (a rank's micro-batch beyond it
+is measured on fewer sequences: the cost per element is what is kept)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TpHost:
+    """DTensor tensor parallelism's host cost per sharded module and step on this machine, as
+    ``module_us + ns_per_element x elements`` (``elements``: the micro-batch's ``[tokens, hidden]``
+    activation on a rank, before sequence sharding)."""
+
+    module_us: float
+    """The fixed part: sharding propagation, redistribution, issuing the collectives."""
+    ns_per_element: float
+    """The part that grows with the activation: the copies that gather or scatter along the
+    sequence dimension, the casts and layout changes DTensor's redistributions add."""
+
+
+def tp_module_us(spec: ModelSpec, tp: int, sequence_parallel: bool, dtype: torch.dtype,
+                 batch: int = 1, seq: int = 256) -> TpHost:
+    """Host time DTensor tensor parallelism adds per sharded module and step on this machine:
+    one block of the run's model (``spec``) under the bench's TP plan
     (:func:`trainperf.measure.parallelize.apply_tp`) over groups of ``tp`` ranks, forward and
-    backward on 8 tokens (where compute is negligible) under autocast to ``dtype`` (16-bit runs),
-    its time waiting for the collectives to complete left out (:func:`wait_seconds`: the step
-    model prices the transfers from :func:`measure_collectives`), less the same block unsharded,
-    over the modules the plan shards (:func:`tp_modules_per_layer`). What is left is DTensor's
-    own cost per operator (sharding propagation, redistribution) and the functional
-    collectives' host work around the transfer (issuing it, the copies that gather or scatter
-    along the sequence dimension, wrapping the result), which on a CPU adds to the step; the
-    issue is in the measured collectives' latency too (a few percent of a TP step here). Every
-    rank must call it; at least 1 us."""
-    import copy
+    backward under autocast to ``dtype`` (16-bit runs), its time waiting for the collectives to
+    complete left out (:func:`wait_seconds`: the step model prices the transfers from
+    :func:`measure_collectives`), less the same block built at one rank's share (``heads / tp``,
+    ``kv_heads / tp``, ``ffn_hidden / tp``: the rank's GEMMs, attention, RoPE and activation),
+    over the modules the plan shards (:func:`tp_modules_per_layer`). Timed twice: on one sequence
+    of 8 tokens, where compute is negligible (the fixed part), and at the run's micro-batch of
+    ``batch`` sequences of ``seq`` tokens (at most :data:`TP_PROBE_TOKENS`), whose excess over
+    the fixed part, per element of the ``[tokens, hidden]`` activation, is the part that grows
+    with it (:class:`TpHost`). What is left is DTensor's own cost per operator (sharding
+    propagation, redistribution) and the functional collectives' host work around the transfer
+    (issuing it, the copies that gather or scatter along the sequence dimension, wrapping the
+    result), which on a CPU adds to the step; under sequence parallelism the reference's norms
+    and residual adds run on all the tokens, not the rank's share (a small underestimate).
+    Every rank must call it; the fixed part at least 1 us, the growing part at least 0."""
 
     from torch import nn
     from torch.distributed.device_mesh import init_device_mesh
 
-    from trainperf.measure.kernel_calibration import block_step
     from trainperf.measure.model import TransformerBlock
     from trainperf.measure.parallelize import apply_tp
 
@@ -289,17 +311,39 @@ def tp_module_us(spec: ModelSpec, tp: int, sequence_parallel: bool, dtype: torch
     dense = dataclasses.replace(spec, moe_experts=0, moe_topk=0, moe_shared_experts=0, moe_dense_layers=0)
     plain = nn.Module()
     plain.layers, plain.tok_embeddings, plain.output = nn.ModuleList([TransformerBlock(dense)]), None, None
-    sharded = copy.deepcopy(plain)
-    apply_tp(sharded, init_device_mesh("cpu", (n // tp, tp), mesh_dim_names=("dp", "tp"))["tp"], sequence_parallel)
-    tokens = max(8, tp)
-    run_tp = block_step(sharded.layers[0], spec.hidden, dtype, tokens, tokens // tp if sequence_parallel else tokens)
+    apply_tp(plain, init_device_mesh("cpu", (n // tp, tp), mesh_dim_names=("dp", "tp"))["tp"], sequence_parallel)
+    local = TransformerBlock(dataclasses.replace(dense, heads=max(1, dense.heads // tp), ffn_hidden=max(
+        1, dense.ffn_hidden // tp), kv_heads=max(1, (dense.kv_heads or dense.heads) // tp)))
+    modules = tp_modules_per_layer(spec.gated_mlp, sequence_parallel)
+    small = max(8, 2 * tp)
+    fixed_s = _tp_excess_s(plain.layers[0], local, spec.hidden, dtype, 1, small, tp, sequence_parallel)
+    seq = max(2 * tp, min(seq, TP_PROBE_TOKENS) // (2 * tp) * (2 * tp))
+    batch = max(1, min(batch, TP_PROBE_TOKENS // seq))
+    big_s = _tp_excess_s(plain.layers[0], local, spec.hidden, dtype, batch, seq, tp, sequence_parallel)
+    grows = (big_s - fixed_s) / max(batch * seq - small, 1) / spec.hidden
+    return TpHost(module_us=_agreed_us(fixed_s * 1e6 / modules),
+                  ns_per_element=_agreed_us(grows * 1e9 / modules, least=0.0))
+
+
+def _tp_excess_s(sharded: torch.nn.Module, local: torch.nn.Module, hidden: int, dtype: torch.dtype,
+                 batch: int, seq: int, tp: int, sequence_parallel: bool) -> float:
+    """Median seconds the tensor-parallel block ``sharded`` takes beyond the rank-share block
+    ``local`` on ``batch`` sequences of ``seq`` tokens, forward and backward, its waits for the
+    collectives left out: the two timed in turn, after a barrier each round."""
+    from trainperf.measure.kernel_calibration import block_step
+
+    run_tp = block_step(sharded, hidden, dtype, seq, seq // tp if sequence_parallel else seq, batch=batch)
+    run_local = block_step(local, hidden, dtype, seq, batch=batch)
     run_tp()
-    host = []
+    run_local()
+    excess = []
     for _ in range(_REPEATS):
         dist.barrier()
         with wait_seconds() as spent:
             t = time.perf_counter()
             run_tp()
-            host.append(time.perf_counter() - t - spent[0])
-    extra = statistics.median(host) - _mean_s(block_step(plain.layers[0], spec.hidden, dtype, tokens), None)
-    return _agreed_us(extra * 1e6 / tp_modules_per_layer(spec.gated_mlp, sequence_parallel))
+            took = time.perf_counter() - t - spent[0]
+        t = time.perf_counter()
+        run_local()
+        excess.append(took - (time.perf_counter() - t))
+    return statistics.median(excess)

@@ -288,15 +288,15 @@ def elementwise_GB_per_s(spec: ModelSpec, tokens: int, dtype: torch.dtype) -> fl
 
 
 def block_step(block: torch.nn.Module, hidden: int, dtype: torch.dtype, tokens: int = PROBE_TOKENS,
-               local_tokens: int | None = None) -> Callable[[], None]:
+               local_tokens: int | None = None, batch: int = 1) -> Callable[[], None]:
     """Forward and backward of one bench block (:class:`~trainperf.measure.model.TransformerBlock`,
-    or one made tensor-parallel) on one sequence of ``tokens`` (RoPE tables for them; an input
-    of ``local_tokens`` rows, a sequence-parallel rank's share, when given), under autocast to
-    ``dtype`` as the bench runs it (fp32: no autocast)."""
+    or one made tensor-parallel) on ``batch`` sequences of ``tokens`` (RoPE tables for them; an
+    input of ``local_tokens`` rows each, a sequence-parallel rank's share, when given), under
+    autocast to ``dtype`` as the bench runs it (fp32: no autocast)."""
     from trainperf.measure.model import rope_tables
 
     cos, sin = rope_tables(block.attention.head_dim, tokens)
-    x = torch.randn(1, local_tokens or tokens, hidden, requires_grad=True)
+    x = torch.randn(batch, local_tokens or tokens, hidden, requires_grad=True)
     amp = dtype if dtype != torch.float32 else None
 
     def step() -> None:
@@ -461,6 +461,7 @@ def merge_kernels(old: MeasuredKernels | None, new: MeasuredKernels) -> Measured
     n = old.samples
     fsdp, fsdp_n = _mean_of(old.fsdp_module_us, new.fsdp_module_us, old.fsdp_module_samples)
     tp, tp_n = _mean_of(old.tp_module_us, new.tp_module_us, old.tp_module_samples)
+    tp_ns, _ = _mean_of(old.tp_module_ns_per_element, new.tp_module_ns_per_element, old.tp_module_samples)
     opt, _ = _mean_of(old.optimizer_GB_per_s, new.optimizer_GB_per_s, n)
     return MeasuredKernels(elementwise_GB_per_s=running_mean(old.elementwise_GB_per_s, new.elementwise_GB_per_s, n),
                            op_overhead_us=running_mean(old.op_overhead_us, new.op_overhead_us, n),
@@ -468,7 +469,7 @@ def merge_kernels(old: MeasuredKernels | None, new: MeasuredKernels) -> Measured
                            attention=_merge_attention(old.attention, new.attention),
                            widths=_merge_widths(old.widths, new.widths),
                            fsdp_module_us=fsdp, fsdp_module_samples=fsdp_n, tp_module_us=tp, tp_module_samples=tp_n,
-                           optimizer_GB_per_s=opt, gemms=_merge_gemms(old.gemms, new.gemms))
+                           tp_module_ns_per_element=tp_ns, optimizer_GB_per_s=opt, gemms=_merge_gemms(old.gemms, new.gemms))
 
 
 _DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
@@ -534,7 +535,9 @@ def calibrate_collectives(threads: int, workload, say: Callable[[str], None]) ->
     got = measure_collectives(dtype)
     hosts = {"fsdp_module_us": fsdp_module_us(dtype, {k: v.latency_us for k, v in got.items()})}
     if plan.tp > 1:
-        hosts["tp_module_us"] = tp_module_us(workload.model, plan.tp, plan.sequence_parallel, dtype)
+        tp_host = tp_module_us(workload.model, plan.tp, plan.sequence_parallel, dtype, workload.micro_batch,
+                               workload.seq_len // plan.cp)
+        hosts["tp_module_us"], hosts["tp_module_ns_per_element"] = tp_host.module_us, tp_host.ns_per_element
     cal = load_calibration(threads=threads) if dist.get_rank() == 0 else None
     if cal is None:
         return
@@ -542,16 +545,19 @@ def calibrate_collectives(threads: int, workload, say: Callable[[str], None]) ->
     say(f"  gloo between the run's processes ({precision}): " + ", ".join(
         f"{k} {v.busbw_GB_per_s:.2f} GB/s + {v.latency_us:.0f} us" for k, v in got.items())
         + (f"; the ranks' drift adds {wait:.0f} us per collective in a step" if wait is not None else "")
-        + "; host time per module: " + ", ".join(f"{'FSDP2' if k.startswith('fsdp') else 'DTensor TP'} {us:.0f} us"
-                                                 for k, us in hosts.items()))
+        + "; host time per module: " + ", ".join(
+            f"FSDP2 {us:.0f} us" if k.startswith("fsdp") else f"DTensor TP {us:.0f} us" if k == "tp_module_us"
+            else f"+ {us:.2f} ns per activation element" for k, us in hosts.items()))
     merged = merge_collectives(cal.collectives.get(precision, {}), got)
     kernels = dict(cal.kernels)
     if precision in kernels:
         k = kernels[precision]
         fsdp, fsdp_n = _mean_of(k.fsdp_module_us, hosts.get("fsdp_module_us"), k.fsdp_module_samples)
         tp, tp_n = _mean_of(k.tp_module_us, hosts.get("tp_module_us"), k.tp_module_samples)
+        tp_ns, _ = _mean_of(k.tp_module_ns_per_element, hosts.get("tp_module_ns_per_element"), k.tp_module_samples)
         kernels[precision] = dataclasses.replace(k, fsdp_module_us=fsdp, fsdp_module_samples=fsdp_n,
-                                                 tp_module_us=tp, tp_module_samples=tp_n)
+                                                 tp_module_us=tp, tp_module_samples=tp_n,
+                                                 tp_module_ns_per_element=tp_ns)
     save_calibration(dataclasses.replace(cal, collectives={**cal.collectives, precision: merged}, kernels=kernels))
 
 

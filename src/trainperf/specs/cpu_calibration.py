@@ -127,6 +127,11 @@ def _positive(owner: str, name: str, value: Any, most: float) -> None:
         raise ValueError(f"{owner}.{name}={value!r} must be a number in (0, {most:g}]")
 
 
+def _non_negative(owner: str, name: str, value: Any, most: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= most:
+        raise ValueError(f"{owner}.{name}={value!r} must be a number in [0, {most:g}]")
+
+
 def _samples(owner: str, name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1 << 30:
         raise ValueError(f"{owner}.{name}={value!r} must be a whole number of measurements, at least 1")
@@ -244,7 +249,15 @@ class MeasuredKernels:
     tp_module_us: float | None = None
     """Host time DTensor tensor parallelism adds per sharded module (a norm or a Linear) and step,
     its waits for the collectives left out, measured with several processes
-    (:func:`trainperf.measure.collective_calibration.tp_module_us`); None: not measured."""
+    (:func:`trainperf.measure.collective_calibration.tp_module_us`); None: not measured. The
+    fixed part: :attr:`tp_module_ns_per_element` adds the part that grows with the activation."""
+    tp_module_ns_per_element: float | None = None
+    """Host nanoseconds per sharded module and step that DTensor tensor parallelism adds per
+    element of a rank's micro-batch activation ``[tokens, hidden]`` (its copies around the
+    sequence-dimension collectives, casts and layout changes), measured with
+    :attr:`tp_module_us` at the run's micro-batch; a running mean over the same runs (counted by
+    :attr:`tp_module_samples`, which also counts runs from before it was measured). None: not
+    measured (caches written before 2026-11-29)."""
     optimizer_GB_per_s: float | None = None
     """Bytes per second of the bench's optimizer step (gradient clipping's norms and scaling, then
     fused AdamW) over as many parameters as a run's process steps, bytes counted as the step
@@ -273,6 +286,8 @@ class MeasuredKernels:
         for name in ("fsdp_module_us", "tp_module_us"):
             if getattr(self, name) is not None:
                 _positive("kernels", name, getattr(self, name), 1e7)
+        if self.tp_module_ns_per_element is not None:
+            _non_negative("kernels", "tp_module_ns_per_element", self.tp_module_ns_per_element, 1e6)
         object.__setattr__(self, "attention", tuple(
             a if isinstance(a, MeasuredAttention) else MeasuredAttention(**a) for a in self.attention))
         object.__setattr__(self, "widths", tuple(

@@ -60,6 +60,10 @@ class CpuPhysics:
     """The GEMM shapes the bench timed, forward and backward: ``(m, n, k, FLOP/s)`` (none: not measured)."""
     grouped_gemms: tuple[tuple[float, float, float, float], ...] = ()
     """The routed experts' grouped GEMMs the bench timed, as :attr:`gemms` (``m``: rows per expert)."""
+    tp_element_s: float = 0.0
+    """Host seconds DTensor tensor parallelism adds on top of :attr:`tp_module_s` per sharded
+    module, step and element of a rank's micro-batch activation ``[tokens, hidden]`` (0: not
+    measured)."""
 
 
 def physics(w: Any) -> CpuPhysics | None:
@@ -89,7 +93,8 @@ def _physics(threads: int, precision: str, link_GB_per_s: float, hidden: int, _s
                       _link(cal.collectives.get(precision, {}), link_GB_per_s), source,
                       (k.fsdp_module_us or 0.0) * 1e-6, (k.tp_module_us or 0.0) * 1e-6,
                       (at.moe_ops_per_layer or 0.0) / 3.0, (k.optimizer_GB_per_s or 0.0) * 1e9,
-                      _gemms(k.gemms, grouped=False), _gemms(k.gemms, grouped=True))
+                      _gemms(k.gemms, grouped=False), _gemms(k.gemms, grouped=True),
+                      (k.tp_module_ns_per_element or 0.0) * 1e-9)
 
 
 def _gemms(measured: tuple[cc.MeasuredGemm, ...], grouped: bool) -> tuple[tuple[float, float, float, float], ...]:

@@ -98,6 +98,8 @@ class OnCriticalPath:
     comm: CommCost
     exposed_mb_s: Num
     """Exposed seconds per micro-batch (they lengthen every pipeline slot, and so the bubble)."""
+    exposed_step_s: Num = 0.0
+    """Exposed seconds once per step, after the micro-batches (outside the pipeline's slots)."""
 
 
 def ring_bytes_per_device(kind: str, size_bytes: Num, n: Num) -> Num:

@@ -60,7 +60,7 @@ def measured_cpu(k: KernelPhysics, w: Any) -> KernelPhysics:
     if phys.elementwise_bytes_per_s is not None:
         changes.update(elementwise_fraction=phys.elementwise_bytes_per_s / (w.hardware.hbm_bandwidth_GB_per_s * 1e9),
                        norm_passes=1.0, rope_passes=1.0, act_passes=1.0, ops_per_layer_fwd=phys.ops_per_layer_fwd,
-                       fsdp_module_s=phys.fsdp_module_s, tp_module_s=phys.tp_module_s,
+                       fsdp_module_s=phys.fsdp_module_s, tp_module_s=phys.tp_module_s, tp_element_s=phys.tp_element_s,
                        moe_ops_per_layer_fwd=phys.moe_ops_per_layer_fwd,
                        optimizer_bytes_per_s=phys.optimizer_bytes_per_s)
     if phys.gemms:

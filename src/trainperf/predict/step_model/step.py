@@ -4,6 +4,7 @@
          + pipeline bubble                                       tensor_parallel.py, expert_parallel.py
          + exposed FSDP / ZeRO / DP collectives                  data_parallel.py
          + exposed CP ring + exposed PP sends                    context_parallel.py, pipeline.py
+         + TP's once-a-step collectives (a CPU's norm gradients) tensor_parallel.py
          + optimizer                                             optimizer.py
 
 ``M`` is the micro-batches per step; the bubble is ``(p-1)/v`` micro-batch times (DualPipe's:
@@ -127,7 +128,7 @@ def step_costs(lay: Layout, kn: KnobValues) -> StepCosts:
     cp = context_parallel(lay, st, kn, fab, c)
     opt = optimizer_s(lay, st, kn)
     exposed = (dp.fsdp_allgather.exposed_s + dp.fsdp_reducescatter.exposed_s + dp.grad_sync.exposed_s
-               + dp.zero_allgather.exposed_s + cp.exposed_s + pp.sends.exposed_s)
+               + dp.zero_allgather.exposed_s + cp.exposed_s + pp.sends.exposed_s + tp.exposed_step_s)
     step = lay.mesh.grad_accum * mb + pp.bubble_s + exposed + opt
     return StepCosts(step, c, tp, ep, dp, cp, pp, opt, memory(lay, st, kn), mb, st, lay.mesh.grad_accum,
                      lay.run.trainable_fraction)

@@ -65,18 +65,20 @@ def _block_s(lay: Layout, fab: Fabric, g: Group, buf: Num) -> Num:
     return agrs if sp is True else vec.where(sp, agrs, ar)
 
 
-def host_s(lay: Layout, layers: Num) -> Num:
+def host_s(lay: Layout, layers: Num, elements: Num) -> Num:
     """Seconds per micro-batch that DTensor's host work adds where the host computes (a CPU; 0
-    elsewhere, where it runs ahead of the device): the measured cost per tensor-parallel module
-    (``tp_module_s``, forward and backward) for each layer's Linears (four of attention, two or
-    three of the MLP) and, under sequence parallelism, its two norms; the embedding and the head
-    once, and the final norm under sequence parallelism. Recomputed forwards are left out."""
+    elsewhere, where it runs ahead of the device): the measured cost per tensor-parallel module,
+    forward and backward, a fixed part (``tp_module_s``) and one per element of the rank's
+    ``elements``-element activation (``tp_element_s``: copies and casts), for each layer's
+    Linears (four of attention, two or three of the MLP) and, under sequence parallelism, its two
+    norms; the embedding and the head once, and the final norm under sequence parallelism.
+    Recomputed forwards are left out."""
     if not lay.kernels.host_bound:
         return 0.0
-    m = lay.mesh
+    m, k = lay.mesh, lay.kernels
     per_layer = 4.0 + (3.0 if lay.model.gated else 2.0) + vec.where(m.sp, 2.0, 0.0)
     modules = layers * per_layer + vec.where(m.sp, 3.0, 2.0)
-    return vec.where(m.tp > 1, modules * lay.kernels.tp_module_s, 0.0)
+    return vec.where(m.tp > 1, modules * (k.tp_module_s + k.tp_element_s * elements), 0.0)
 
 
 def sequence_copies_s(lay: Layout, kn: KnobValues, region_passes: Num, buf: Num) -> Num:
@@ -86,15 +88,17 @@ def sequence_copies_s(lay: Layout, kn: KnobValues, region_passes: Num, buf: Num)
     all-gather of more than one sequence concatenates the gathered chunks along dim 1
     (``torch.distributed._functional_collectives`` ``reduce_scatter_single`` /
     ``all_gather_single``, torch 2.13, read): per region and pass the full buffers read and
-    written once, at the elementwise rate. 0 elsewhere (on a GPU they are kernels the fitted
-    stack shares carry; Megatron-Core's ``[s, b, h]`` gathers along dim 0 and copies nothing)."""
+    written once, at the elementwise rate. 0 where the host's cost per element was measured
+    (``tp_element_s``, :func:`host_s`: these copies are in it) and elsewhere (on a GPU they are
+    kernels the fitted stack shares carry; Megatron-Core's ``[s, b, h]`` gathers along dim 0 and
+    copies nothing)."""
     if not lay.kernels.host_bound:
         return 0.0
     m = lay.mesh
     bw = lay.device.hbm_bytes_per_s * lay.kernels.elementwise_fraction * kn.memory_bound_fraction
     gathered = vec.where(m.micro_batch > 1, 1.0, 0.0)
     per_pass = 2.0 * buf * 0.5 * (residual_width(lay) + 1.0) * (1.0 + gathered)
-    return vec.where(m.sp & (m.tp > 1), region_passes * per_pass / bw, 0.0)
+    return vec.where(m.sp & (m.tp > 1) & (lay.kernels.tp_element_s <= 0.0), region_passes * per_pass / bw, 0.0)
 
 
 def norm_grads_s(lay: Layout, fab: Fabric, g: Group, layers: Num) -> Num:
@@ -137,15 +141,16 @@ def tensor_parallel(lay: Layout, st: Stage, kn: KnobValues, fab: Fabric, c: Comp
                     + shared_on * (2.0 + r * rc.shared_region))
     moe_passes = 2.0 + r * rc.moe_region
     ends = vec.where(m.pp > 1, 1.0, 2.0)  # passes of the end regions on the busiest stage
-    linear_mb = (c.layers * dense_passes + ends) * _block_s(lay, fab, tp, st.tp_buf)
+    regions = c.layers * dense_passes + ends
+    linear_mb = regions * _block_s(lay, fab, tp, st.tp_buf)
     moe_mb = c.layers * st.moe_frac * _expert_block_s(lay, fab, etp, st.tp_buf) * moe_passes
     hidden = vec.where(overlapped(lay.kernels.tp_overlap_rule, lay.run.async_tp, m.sp), kn.async_tp_overlap, 0.0)
-    host_mb = host_s(lay, c.layers) + sequence_copies_s(lay, kn, c.layers * dense_passes + ends, st.tp_buf)
+    host_mb = host_s(lay, c.layers, st.tp_buf / lay.run.act_bytes) + sequence_copies_s(lay, kn, regions, st.tp_buf)
     exposed_mb = linear_mb * (1.0 - hidden) + host_mb + moe_mb
-    bytes_mb = ((c.layers * dense_passes + ends) * ring_bytes_per_device("all-reduce", st.tp_buf, m.tp)
+    bytes_mb = (regions * ring_bytes_per_device("all-reduce", st.tp_buf, m.tp)
                 + c.layers * st.moe_frac * moe_passes * (m.etp > 1)
                 * ring_bytes_per_device("all-reduce", st.tp_buf * lay.model.moe_topk, m.etp))
     M = m.grad_accum
     norms = norm_grads_s(lay, fab, tp, c.layers)
     return OnCriticalPath(CommCost(M * (linear_mb + host_mb + moe_mb) + norms, M * exposed_mb + norms,
-                                   M * bytes_mb, tp), exposed_mb)
+                                   M * bytes_mb, tp), exposed_mb, norms)
