@@ -623,3 +623,30 @@ def test_paired_timings_warm_up_then_alternate():
     timed = calls[2 * kc.WARMUP_CALLS:]
     assert timed == ["f", "b"] * (len(timed) // 2) and len(timed) // 2 >= 7
     assert len(medians) == 2 and all(m >= 0.0 for m in medians)
+
+
+def test_a_run_given_threads_is_predicted_from_what_was_measured_with_as_many(measured):
+    """`bench --threads N` off the default share writes `threads_per_device` into the run's
+    workload (it round-trips through the file), and the predictor reads the cache entry measured
+    with N threads, not the one for the cores shared out; 0 keeps the default, a GPU refuses it."""
+    from trainperf.errors import SpecError
+    from trainperf.measure.runner import BenchOptions, _resolve_peaks_and_threads
+    from trainperf.predict.kernels.cpu import physics
+    from trainperf.specs.workload_file import workload_to_dict
+
+    default = cc.threads_per_process(1)
+    other = 1 if default != 1 else 2
+    cc.save_calibration(_calibration(other, kernels={"bf16": KERNELS}, collectives=GLOO))
+    w = _workload(1)
+    given, _, _ = _resolve_peaks_and_threads(w, BenchOptions(threads=other), "cpu", False, print)
+    assert given.threads_per_device == other
+    same, _, _ = _resolve_peaks_and_threads(w, BenchOptions(threads=default), "cpu", False, print)
+    assert same.threads_per_device == 0
+    assert workload_from_dict(workload_to_dict(given)) == given
+    assert "threads_per_device" not in workload_to_dict(w)["hardware"]
+    assert f"{other} thread(s) per process" in physics(given).source
+    assert f"{default} thread(s) per process" in physics(w).source
+    with pytest.raises(SpecError, match=r"hardware\.threads_per_device"):
+        workload_from_dict({"model": {"preset": "debug"}, "hardware": {"device": "h100-sxm", "threads_per_device": 4}})
+    with pytest.raises(SpecError, match=r"hardware\.threads_per_device"):
+        workload_from_dict({"model": {"preset": "debug"}, "hardware": {"device": "cpu", "threads_per_device": -1}})

@@ -355,6 +355,9 @@ def _resolve_peaks_and_threads(workload: Workload, opts: BenchOptions, device_ty
         if threads is not None:
             calibrate_for_run(workload, threads, say)
         workload = workload.replace(hardware=_run_cpu(workload.precision, peaks[0], threads))
+    if opts.threads and device_type == "cpu" and opts.threads != threads_per_process(opts.launch.nproc_per_node):
+        # not the default share of the cores: the run's workload.toml says so, for `predict`
+        workload = workload.replace(threads_per_device=opts.threads)
     return workload, threads, peaks
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from trainperf.errors import SpecError
-from trainperf.specs.bounds import DEVICES_PER_NODE, WORKLOAD_FIELD_BOUNDS
+from trainperf.specs.bounds import BENCH_THREADS, DEVICES_PER_NODE, WORKLOAD_FIELD_BOUNDS
 from trainperf.specs.checkpointing import framework_policy, get_policy
 from trainperf.specs.hardware import PRECISIONS, Hardware
 from trainperf.specs.model import ModelSpec
@@ -54,6 +54,10 @@ class Workload:
     """Parallel degrees; ``dp`` is derived when omitted."""
     devices_per_node: int | None = None
     """Devices per node; ``None`` means the hardware's typical node (capped at num_devices)."""
+    threads_per_device: int = 0
+    """A CPU run's intra-op threads per process (``trainperf bench --threads``): the predictor reads
+    this CPU's measurements made with as many; 0 (the default) means the cores shared out among
+    the node's processes, as the bench does without ``--threads``. Only on a CPU."""
     precision: str = "bf16"
     """Compute dtype of the matmuls (mixed precision keeps fp32 master weights)."""
     activation_checkpointing: str = "none"
@@ -116,6 +120,7 @@ class Workload:
         if self.num_devices > dpn and self.num_devices % dpn:
             raise SpecError("hardware.num_devices", self.num_devices,
                             f"a multiple of devices_per_node={dpn} when it spans several nodes")
+        self._check_threads()
         if self.precision not in PRECISIONS:
             raise SpecError("training.precision", self.precision, f"one of {', '.join(PRECISIONS)}")
         if self.hardware.kind == "cpu":
@@ -150,6 +155,16 @@ class Workload:
         plan = self.plan.resolve(self.num_devices)
         object.__setattr__(self, "plan", plan)
         object.__setattr__(self, "notes", tuple(self.notes) + tuple(self._check_plan(plan)))
+
+    def _check_threads(self) -> None:
+        """``threads_per_device`` is 0 or a thread count within the bench's bound, on a CPU only."""
+        n = self.threads_per_device
+        if n == 0 and not isinstance(n, bool):
+            return
+        BENCH_THREADS.check("hardware.threads_per_device", n)
+        if self.hardware.kind != "cpu":
+            raise SpecError("hardware.threads_per_device", n,
+                            f"0 or absent on {self.hardware.id} (threads per process are a CPU run's)")
 
     def _check_offload(self) -> None:
         check_offload(self.hardware, self.offload_optimizer)

@@ -4,7 +4,8 @@
 [model]       preset = "llama2-70b" | hf_config = "config.json" | inline ModelSpec fields
               (inline fields next to a preset or hf_config override it)
 [hardware]    device = "h100-sxm" (or inline Hardware fields), num_devices, devices_per_node,
-              peak_tflops (overrides the catalog peak for the run's precision, labelled as such)
+              peak_tflops (overrides the catalog peak for the run's precision, labelled as such),
+              threads_per_device (a CPU run's threads per process; default: the cores shared out)
 [parallel]    dp, fsdp, zero_stage, tp, sequence_parallel, pp, vpp, cp, ep, pp_schedule
 [training]    seq_len, global_batch, micro_batch, precision, activation_checkpointing,
               compile, async_tp, fp8_recipe, moe_dispatcher, moe_imbalance, offload_optimizer
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 
 SECTIONS: dict[str, frozenset[str]] = {
     "model": frozenset({"preset", "hf_config"} | {f.name for f in dataclasses.fields(ModelSpec)} - {"extra"}),
-    "hardware": frozenset({"device", "num_devices", "devices_per_node", "peak_tflops"}
+    "hardware": frozenset({"device", "num_devices", "devices_per_node", "peak_tflops", "threads_per_device"}
                           | {f.name for f in dataclasses.fields(Hardware)}),
     "parallel": frozenset(f.name for f in dataclasses.fields(ParallelPlan)),
     "training": frozenset({"seq_len", "global_batch", "micro_batch", "precision", "activation_checkpointing",
@@ -45,7 +46,7 @@ SECTIONS: dict[str, frozenset[str]] = {
                            "offload_optimizer"}),
     "lora": frozenset({"rank", "alpha", "targets"}),
 }
-_HW_WORKLOAD_KEYS = frozenset({"device", "num_devices", "devices_per_node", "peak_tflops"})
+_HW_WORKLOAD_KEYS = frozenset({"device", "num_devices", "devices_per_node", "peak_tflops", "threads_per_device"})
 
 
 def read_workload_file(path: str | Path) -> dict[str, Any]:
@@ -198,7 +199,8 @@ def workload_from_dict(data: Mapping[str, Any], overrides: Mapping[str, Any] | N
         training["global_batch"] = micro * dp_total
     return Workload(
         model=model, hardware=hardware, num_devices=num_devices,
-        devices_per_node=hw_body.get("devices_per_node"), plan=plan, seq_len=seq_len,
+        devices_per_node=hw_body.get("devices_per_node"), threads_per_device=hw_body.get("threads_per_device", 0),
+        plan=plan, seq_len=seq_len,
         global_batch=training["global_batch"], micro_batch=micro, precision=precision,
         activation_checkpointing=ac, notes=seq_notes, stack=stack,
         compile=training.get("compile", False), async_tp=training.get("async_tp", False),
@@ -249,7 +251,8 @@ def workload_to_dict(w: Any) -> dict[str, Any]:
         hardware = {"device": w.hardware.id, "peak_tflops": w.hardware.peak_tflops[w.precision]}
     else:
         hardware = {k: v for k, v in w.hardware.to_dict().items() if v is not None}
-    hardware.update(num_devices=w.num_devices, devices_per_node=w.devices_per_node)
+    hardware.update(num_devices=w.num_devices, devices_per_node=w.devices_per_node,
+                    **({"threads_per_device": w.threads_per_device} if w.threads_per_device else {}))
     return {
         "model": model,
         "hardware": hardware,

@@ -67,14 +67,16 @@ class CpuPhysics:
 
 
 def physics(w: Any) -> CpuPhysics | None:
-    """The measured physics for workload ``w`` on this CPU (its ``devices_per_node`` processes,
-    its precision), or None when nothing is cached."""
+    """The measured physics for workload ``w`` on this CPU (its ``threads_per_device``, else the
+    cores shared out among its ``devices_per_node`` processes; its precision), or None when
+    nothing is cached."""
     try:
         stamp = os.stat(cc.cache_path()).st_mtime_ns
     except OSError:
         return None
     precision = "fp32" if w.precision == "tf32" else w.precision
-    return _physics(cc.threads_per_process(int(w.devices_per_node)), precision,
+    threads = int(getattr(w, "threads_per_device", 0)) or cc.threads_per_process(int(w.devices_per_node))
+    return _physics(threads, precision,
                     float(w.hardware.intra_node_link_GB_per_s), int(w.model.hidden), stamp)
 
 
