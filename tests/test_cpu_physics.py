@@ -441,11 +441,11 @@ def test_tp_probe_measures_dtensor_host_time(tmp_path):
     import torch
     import torch.distributed as dist
 
-    from trainperf.measure.collective_calibration import tp_module_us
+    from trainperf.measure.collective_calibration import tp_host_cost
 
     dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
     try:
-        got = tp_module_us(get_model("debug"), 1, True, torch.bfloat16, batch=2, seq=64)
+        got = tp_host_cost(get_model("debug"), 1, True, torch.bfloat16, batch=2, seq=64)
         assert got.module_us >= 1.0 and got.ns_per_element >= 0.0
     finally:
         dist.destroy_process_group()

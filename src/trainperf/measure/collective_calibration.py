@@ -264,7 +264,7 @@ def tp_modules_per_layer(gated: bool, sequence_parallel: bool) -> int:
 
 
 TP_PROBE_TOKENS = 4096
-"""Most tokens of the real-size probe of :func:`tp_module_us` (a rank's micro-batch beyond it
+"""Most tokens of the real-size probe of :func:`tp_host_cost` (a rank's micro-batch beyond it
 is measured on fewer sequences: the cost per element is what is kept)."""
 
 
@@ -281,7 +281,7 @@ class TpHost:
     sequence dimension, the casts and layout changes DTensor's redistributions add."""
 
 
-def tp_module_us(spec: ModelSpec, tp: int, sequence_parallel: bool, dtype: torch.dtype,
+def tp_host_cost(spec: ModelSpec, tp: int, sequence_parallel: bool, dtype: torch.dtype,
                  batch: int = 1, seq: int = 256) -> TpHost:
     """Host time DTensor tensor parallelism adds per sharded module and step on this machine:
     one block of the run's model (``spec``) under the bench's TP plan
@@ -309,17 +309,17 @@ def tp_module_us(spec: ModelSpec, tp: int, sequence_parallel: bool, dtype: torch
 
     n = dist.get_world_size()
     dense = dataclasses.replace(spec, moe_experts=0, moe_topk=0, moe_shared_experts=0, moe_dense_layers=0)
-    plain = nn.Module()
-    plain.layers, plain.tok_embeddings, plain.output = nn.ModuleList([TransformerBlock(dense)]), None, None
-    apply_tp(plain, init_device_mesh("cpu", (n // tp, tp), mesh_dim_names=("dp", "tp"))["tp"], sequence_parallel)
+    sharded = nn.Module()
+    sharded.layers, sharded.tok_embeddings, sharded.output = nn.ModuleList([TransformerBlock(dense)]), None, None
+    apply_tp(sharded, init_device_mesh("cpu", (n // tp, tp), mesh_dim_names=("dp", "tp"))["tp"], sequence_parallel)
     local = TransformerBlock(dataclasses.replace(dense, heads=max(1, dense.heads // tp), ffn_hidden=max(
         1, dense.ffn_hidden // tp), kv_heads=max(1, (dense.kv_heads or dense.heads) // tp)))
     modules = tp_modules_per_layer(spec.gated_mlp, sequence_parallel)
     small = max(8, 2 * tp)
-    fixed_s = _tp_excess_s(plain.layers[0], local, spec.hidden, dtype, 1, small, tp, sequence_parallel)
+    fixed_s = _tp_excess_s(sharded.layers[0], local, spec.hidden, dtype, 1, small, tp, sequence_parallel)
     seq = max(2 * tp, min(seq, TP_PROBE_TOKENS) // (2 * tp) * (2 * tp))
     batch = max(1, min(batch, TP_PROBE_TOKENS // seq))
-    big_s = _tp_excess_s(plain.layers[0], local, spec.hidden, dtype, batch, seq, tp, sequence_parallel)
+    big_s = _tp_excess_s(sharded.layers[0], local, spec.hidden, dtype, batch, seq, tp, sequence_parallel)
     grows = (big_s - fixed_s) / max(batch * seq - small, 1) / spec.hidden
     return TpHost(module_us=_agreed_us(fixed_s * 1e6 / modules),
                   ns_per_element=_agreed_us(grows * 1e9 / modules, least=0.0))

@@ -527,7 +527,7 @@ def calibrate_collectives(threads: int, workload, say: Callable[[str], None]) ->
     :func:`merge_kernels`)."""
     import torch.distributed as dist
 
-    from trainperf.measure.collective_calibration import fsdp_module_us, measure_collectives, tp_module_us
+    from trainperf.measure.collective_calibration import fsdp_module_us, measure_collectives, tp_host_cost
     from trainperf.specs.cpu_calibration import load_calibration, save_calibration
 
     precision, plan = workload.precision, workload.plan
@@ -535,7 +535,7 @@ def calibrate_collectives(threads: int, workload, say: Callable[[str], None]) ->
     got = measure_collectives(dtype)
     hosts = {"fsdp_module_us": fsdp_module_us(dtype, {k: v.latency_us for k, v in got.items()})}
     if plan.tp > 1:
-        tp_host = tp_module_us(workload.model, plan.tp, plan.sequence_parallel, dtype, workload.micro_batch,
+        tp_host = tp_host_cost(workload.model, plan.tp, plan.sequence_parallel, dtype, workload.micro_batch,
                                workload.seq_len // plan.cp)
         hosts["tp_module_us"], hosts["tp_module_ns_per_element"] = tp_host.module_us, tp_host.ns_per_element
     cal = load_calibration(threads=threads) if dist.get_rank() == 0 else None

@@ -249,7 +249,7 @@ class MeasuredKernels:
     tp_module_us: float | None = None
     """Host time DTensor tensor parallelism adds per sharded module (a norm or a Linear) and step,
     its waits for the collectives left out, measured with several processes
-    (:func:`trainperf.measure.collective_calibration.tp_module_us`); None: not measured. The
+    (:func:`trainperf.measure.collective_calibration.tp_host_cost`); None: not measured. The
     fixed part: :attr:`tp_module_ns_per_element` adds the part that grows with the activation."""
     tp_module_ns_per_element: float | None = None
     """Host nanoseconds per sharded module and step that DTensor tensor parallelism adds per
