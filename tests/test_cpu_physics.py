@@ -650,3 +650,13 @@ def test_a_run_given_threads_is_predicted_from_what_was_measured_with_as_many(me
         workload_from_dict({"model": {"preset": "debug"}, "hardware": {"device": "h100-sxm", "threads_per_device": 4}})
     with pytest.raises(SpecError, match=r"hardware\.threads_per_device"):
         workload_from_dict({"model": {"preset": "debug"}, "hardware": {"device": "cpu", "threads_per_device": -1}})
+
+
+@pytest.mark.parametrize("parallel", [{"tp": 2, "sequence_parallel": True}, {"tp": 2}, {"fsdp": 2}, {"cp": 2},
+                                      {"pp": 2}, {"dp": 2}])
+def test_a_cpu_runs_breakdown_adds_up_to_its_step(measured, parallel):
+    """Every second the step model prices on a CPU run (measured physics, nothing overlapped) is
+    in the step time and in one breakdown entry: the breakdown adds up to the step (the sequence-
+    parallel norms' gradient all-reduces were once in the breakdown only)."""
+    p = predict(_workload(2, **parallel))
+    assert sum(p.breakdown.values()) == pytest.approx(p.step_time_s, rel=1e-9)
