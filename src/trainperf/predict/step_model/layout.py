@@ -335,8 +335,9 @@ class KernelPhysics:
     tp_element_s: Num = 0.0
     """Host seconds DTensor tensor parallelism adds on top of :attr:`tp_module_s` per sharded
     module, step and element of a rank's micro-batch activation ``[tokens, hidden]`` (a CPU's,
-    measured: the copies and casts around the collectives); 0: not measured, the sequence-parallel copies priced from the elementwise
-    rate instead (:func:`~trainperf.predict.step_model.tensor_parallel.sequence_copies_s`)."""
+    measured: the copies and casts around the collectives); 0: not measured, the
+    sequence-parallel copies priced from the elementwise rate instead
+    (:func:`~trainperf.predict.step_model.tensor_parallel.sequence_copies_s`)."""
     ops_per_layer_fwd: Num = 0.0
     """Operators a layer launches forward where measured (a CPU's eager operators, or the GPU
     kernels the stack's profile counted: its ``[kernels] kernels_per_layer``); 0:
