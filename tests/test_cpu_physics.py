@@ -451,6 +451,22 @@ def test_tp_probe_measures_dtensor_host_time(tmp_path):
         dist.destroy_process_group()
 
 
+def test_fsdp_probe_measures_fsdp2_host_time_on_a_one_rank_mesh(tmp_path):
+    """The FSDP2 probe shards over each rank's own one-rank mesh (no transfer between ranks to
+    subtract) and returns FSDP2's host time per module: at least 1 us, and below 100 ms."""
+    pytest.importorskip("torch")
+    import torch
+    import torch.distributed as dist
+
+    from trainperf.measure.collective_calibration import fsdp_module_us
+
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        assert 1.0 <= fsdp_module_us(torch.bfloat16) < 1e5
+    finally:
+        dist.destroy_process_group()
+
+
 def test_partial_gradients_are_reduced_once_before_the_norm(tmp_path):
     """A sequence-parallel norm's weight gradient arrives as a partial sum: it is made whole
     once, in place (the gradient norm and the optimizer then read the same tensor), and a whole

@@ -557,7 +557,7 @@ def calibrate_collectives(threads: int, workload, say: Callable[[str], None]) ->
     precision, plan = workload.precision, workload.plan
     dtype = _DTYPES.get(precision, torch.float32)
     got = measure_collectives(dtype)
-    hosts = {"fsdp_module_us": fsdp_module_us(dtype, {k: v.latency_us for k, v in got.items()})}
+    hosts = {"fsdp_module_us": fsdp_module_us(dtype)}
     if plan.tp > 1:
         tp_host = tp_host_cost(workload.model, plan.tp, plan.sequence_parallel, dtype, workload.micro_batch,
                                workload.seq_len // plan.cp)
