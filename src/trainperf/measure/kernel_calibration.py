@@ -39,7 +39,6 @@ processes: :mod:`trainperf.measure.collective_calibration`).
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import statistics
 import time
 from collections.abc import Callable
@@ -160,44 +159,21 @@ def _routed(workload) -> tuple[int, int, int]:
             max(1, (m.moe_expert_ffn or m.ffn_hidden) // plan.expert_tp))
 
 
-GEMM_COLD_BYTES = 64 << 20
-"""Bytes of operands a GEMM shape's probe cycles through (copies of its input, weight and output
-gradient, at most :data:`GEMM_MOST_COPIES`): more than a CPU's last-level cache (this machine's:
-32 MiB), so that a call does not find its operands where the previous call left them. In the
-bench's own step the debug model's GEMMs ran at 0.39-0.40 TFLOP/s (bf16, 1 thread, torch.profiler's
-``aten::mm`` over the step's GEMM FLOPs, one and two processes), where the same shapes timed on
-one set of operands ran at 0.43-0.46 and cycling through 64 MiB of them at 0.41 (2048 x 256 x 768:
-8-14% slower cold at 1 and 2 threads; 2% for the 100M model's larger shapes)."""
-GEMM_MOST_COPIES = 32
-
-
-def _operand_copies(m: int, k: int, n: int, itemsize: int) -> int:
-    """Copies of a GEMM's operands that together span :data:`GEMM_COLD_BYTES` (one when a single
-    set already does)."""
-    one = (m * k + n * k + m * n) * itemsize
-    return max(1, min(GEMM_MOST_COPIES, -(-GEMM_COLD_BYTES // max(one, 1))))
-
-
 def gemm_rates(shapes: tuple[tuple[int, int, int], ...], dtype: torch.dtype) -> tuple[MeasuredGemm, ...]:
     """Each ``(m, k, n)`` of ``shapes`` timed forward and backward as a layer's weight runs them
     (:class:`~trainperf.specs.cpu_calibration.MeasuredGemm`): ``F.linear`` of an ``m x k`` input
     requiring grad by an ``n x k`` weight, and autograd's backward to both (the weight's
     transposed layout and autograd's own work are the run's: plain ``matmul`` calls into
     preallocated outputs ran 5-30% faster here than the same GEMMs inside a layer, at 1 and 2
-    threads in bf16), each call on the next of several copies of the operands, cold in the caches
-    as in a step (:data:`GEMM_COLD_BYTES`); median seconds of the three GEMMs together."""
+    threads in bf16); median seconds of the three GEMMs together."""
     out = []
     g = torch.Generator().manual_seed(0)
-    itemsize = torch.finfo(dtype).bits // 8
     for m, k, n in shapes:
-        sets = []
-        for _ in range(_operand_copies(m, k, n, itemsize)):
-            x, w, dy = (torch.randn(a, b, generator=g).to(dtype) for a, b in ((m, k), (n, k), (m, n)))
-            sets.append((x.requires_grad_(), w.requires_grad_(), dy))
-        turn = itertools.cycle(sets)
+        x, w, dy = (torch.randn(a, b, generator=g).to(dtype) for a, b in ((m, k), (n, k), (m, n)))
+        x.requires_grad_()
+        w.requires_grad_()
 
-        def step(turn=turn) -> None:
-            x, w, dy = next(turn)
+        def step(x=x, w=w, dy=dy) -> None:
             x.grad = w.grad = None  # as a step's first micro-batch: the gradients are new tensors
             F.linear(x, w).backward(dy)
 
