@@ -347,7 +347,8 @@ def _resolve_peaks_and_threads(workload: Workload, opts: BenchOptions, device_ty
                                say: Callable[[str], None]) -> tuple[Workload, int | None, list[dict[str, Any]]]:
     """Threads per process (CPU) and the peaks; on this CPU, its kernels calibrated and the
     workload's hardware entry replaced by the run's (:func:`_run_cpu`)."""
-    threads = (opts.threads or threads_per_process(opts.launch.nproc_per_node)) if device_type == "cpu" else None
+    default = threads_per_process(opts.launch.nproc_per_node)
+    threads = (opts.threads or default) if device_type == "cpu" else None
     peaks = resolve_peaks(workload, opts, threads, say) if local else []
     if local and workload.hardware.kind == "cpu" and not opts.peak_tflops_given:
         from trainperf.measure.kernel_calibration import calibrate_for_run
@@ -355,7 +356,7 @@ def _resolve_peaks_and_threads(workload: Workload, opts: BenchOptions, device_ty
         if threads is not None:
             calibrate_for_run(workload, threads, say)
         workload = workload.replace(hardware=_run_cpu(workload.precision, peaks[0], threads))
-    if opts.threads and device_type == "cpu" and opts.threads != threads_per_process(opts.launch.nproc_per_node):
+    if opts.threads and device_type == "cpu" and opts.threads != default:
         # not the default share of the cores: the run's workload.toml says so, for `predict`
         workload = workload.replace(threads_per_device=opts.threads)
     return workload, threads, peaks
