@@ -18,7 +18,7 @@ from trainperf.accounting.conventions import (
 from trainperf.accounting.flops import attention_pairs, forward_flops, recompute_flops, training_flops
 from trainperf.accounting.summarize import default_warmup_steps, percentile, summarize
 from trainperf.accounting.throughput import throughput
-from trainperf.errors import SpecError, TrainperfError
+from trainperf.errors import SpecError, TrainperfError, UnknownNameError
 from trainperf.records.run_record import RunRecord, StepRecord
 from trainperf.specs.hardware import get_hardware
 from trainperf.specs.model import ModelSpec
@@ -106,6 +106,16 @@ def test_hfu_adds_recompute():
     full = hardware_flops_per_token(m, 8192, "full", "megatron")
     fb = forward_flops(m, 8192, "causal-half")
     assert full - base == pytest.approx((fb.matmul - fb.ops["lm_head"]) / 8192)
+
+
+def test_an_unnamed_convention_is_lora_for_a_lora_run_only():
+    from trainperf.accounting.conventions import run_convention
+
+    assert run_convention(None, lora=True) == "lora"
+    assert run_convention(None, lora=False) == "megatron"
+    assert run_convention("Megatron", lora=True) == "megatron"  # a named one is kept, LoRA or not
+    with pytest.raises(UnknownNameError, match="convention"):
+        run_convention("6m", lora=True)
 
 
 def test_summary_excludes_warmup_and_names_convention():

@@ -146,6 +146,16 @@ def test_lora_bench_reports_mfu_under_the_lora_convention(tmp_path, calibrated, 
     assert read_run(out / "steps.jsonl").meta["lora"]["flop_counter_flops_per_token"] == counted
     mfu_counted = 100 * s["tokens_per_s_per_device"] * counted / 1e12 / s["peak_tflops"]
     assert s["mfu_pct"] == pytest.approx(mfu_counted, rel=0.02)
+    # predict and report count the run's FLOPs as the run did: lora unless another is named
+    assert _main("predict", str(out / "workload.toml"), "--json") == 0
+    p = json.loads(capsys.readouterr().out)
+    assert p["convention"] == "lora"
+    assert p["tflops_per_device"] * 1e12 / p["tokens_per_s_per_device"] == pytest.approx(
+        s["model_flops_per_token"], rel=1e-9)
+    assert _main("predict", str(out / "workload.toml"), "--convention", "megatron", "--json") == 0
+    assert json.loads(capsys.readouterr().out)["convention"] == "megatron"
+    assert _main("report", str(out), "--out", str(tmp_path / "rep")) == 0
+    assert "FLOP convention for every TFLOP/s and MFU figure: **lora**" in (tmp_path / "rep" / "report.md").read_text()
 
 
 @pytest.mark.parametrize("flags, field", [

@@ -72,6 +72,19 @@ CONVENTIONS: dict[str, Convention] = {
     )
 }
 DEFAULT_CONVENTION = "megatron"
+"""The convention of a full training run when none is named."""
+
+
+def run_convention(convention: str | None, lora: bool) -> str:
+    """The convention a run's figures are counted with: the one named, else ``lora`` for a LoRA
+    fine-tune (its frozen base computes no weight gradients: 6 FLOPs per parameter would count a
+    third of its base work twice over) and :data:`DEFAULT_CONVENTION` for any other run. The bench,
+    ``predict`` and ``report`` all resolve an unnamed convention here, so that a run's own summary
+    and the prediction made from its ``workload.toml`` count the same FLOPs."""
+    if convention is not None:
+        get_convention(convention)
+        return str(convention).lower()
+    return "lora" if lora else DEFAULT_CONVENTION
 
 
 def get_convention(name: str) -> Convention:

@@ -70,7 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "fp8; needs torchao: pip install 'trainperf[fp8]')")
     r.add_argument("--threads", type=int, metavar="N",
                    help="CPU threads per process (default: cores / processes; the peak is scaled to match)")
-    add_convention_argument(parser)
+    add_convention_argument(parser, per_run=True)
     c = parser.add_argument_group("checkpoint")
     c.add_argument("--checkpoint-dir", metavar="DIR", help="torch.distributed.checkpoint directory")
     c.add_argument("--checkpoint-every", type=int, default=0, metavar="N", help="save every N steps (0: never)")

@@ -176,9 +176,13 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
                         help="create missing parent directories of the output path")
 
 
-def add_convention_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--convention", default=DEFAULT_CONVENTION, metavar="NAME",
-                        help=f"FLOP convention: {', '.join(CONVENTIONS)} (default {DEFAULT_CONVENTION})")
+def add_convention_argument(parser: argparse.ArgumentParser, per_run: bool = False) -> None:
+    """``--convention``. ``per_run``: a command about runs or workloads that may be LoRA
+    fine-tunes, whose unnamed convention is resolved per run (``lora`` for one,
+    :func:`~trainperf.accounting.conventions.run_convention`), so its default is None."""
+    default = f"{DEFAULT_CONVENTION}; lora for a LoRA fine-tune" if per_run else DEFAULT_CONVENTION
+    parser.add_argument("--convention", default=None if per_run else DEFAULT_CONVENTION, metavar="NAME",
+                        help=f"FLOP convention: {', '.join(CONVENTIONS)} (default {default})")
 
 
 def add_json_argument(parser: argparse.ArgumentParser) -> None:

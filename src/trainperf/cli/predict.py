@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_software_arguments(parser)
     parser.add_argument("--calibration", metavar="FILE",
                         help="knob values from `trainperf calibrate-model` (JSON)")
-    add_convention_argument(parser)
+    add_convention_argument(parser, per_run=True)
     parser.add_argument("--train-tokens", type=float, default=1e12, metavar="N",
                         help="tokens to train, for days and device-hours to train (default 1e12)")
     parser.add_argument("--usd-per-device-hour", type=float, metavar="USD",

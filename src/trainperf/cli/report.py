@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="directory for index.html, report.md and the PNGs (created if its parent "
                              "exists; an earlier report there is replaced only with --force)")
     add_output_arguments(parser)
-    add_convention_argument(parser)
+    add_convention_argument(parser, per_run=True)
     parser.add_argument("--peak-tflops", type=float, metavar="X",
                         help="dense peak TFLOP/s per device for MFU instead of the catalog's")
     parser.add_argument("--warmup", type=int, metavar="N",

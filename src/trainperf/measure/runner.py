@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from trainperf.accounting.conventions import (
-    DEFAULT_CONVENTION,
     get_convention,
     hardware_flops_per_token,
     model_flops_per_token,
+    run_convention,
 )
 from trainperf.errors import SpecError, TrainperfError
 from trainperf.measure.launch import LaunchSpec, torchrun_args
@@ -138,7 +138,9 @@ class BenchOptions:
     seed: int = 0
     compile: bool | None = False
     """torch.compile each block; None: on for fp8 on a GPU (torchtitan's Float8 setup), else off."""
-    convention: str = "megatron"
+    convention: str | None = None
+    """FLOP convention of the run's MFU; None: ``lora`` for a LoRA fine-tune, else megatron
+    (:func:`~trainperf.accounting.conventions.run_convention`)."""
     checkpoint_dir: str | None = None
     checkpoint_every: int = 0
     resume: bool = False
@@ -171,7 +173,8 @@ class BenchOptions:
         if self.threads is not None:
             check_bound("--threads", self.threads, BENCH_THREADS)
         check_stop_grace(self.stop_grace_s)
-        get_convention(self.convention)
+        if self.convention is not None:
+            get_convention(self.convention)
 
 
 def default_out_dir() -> str:
@@ -256,19 +259,15 @@ def _run_cpu(precision: str, peak: dict[str, Any], threads: int | None):
                                calibrated=True)
 
 
-def lora_convention(workload: Workload, convention: str, say: Callable[[str], None]) -> str:
-    """The convention the run's MFU is counted with.
-
-    A LoRA fine-tune is counted under ``lora`` (the frozen base computes no weight gradients;
-    seed 000's 0.8% vs 0.53%) unless another convention than the default was asked for.
-    """
-    if workload.lora is None:
-        return convention
-    if convention == DEFAULT_CONVENTION:
-        convention = "lora"
+def lora_convention(workload: Workload, convention: str | None, say: Callable[[str], None]) -> str:
+    """The convention the run's MFU is counted with (:func:`run_convention`): the one asked for,
+    else ``lora`` for a LoRA fine-tune (the frozen base computes no weight gradients; seed 000's
+    0.8% vs 0.53%), which is then said."""
+    resolved = run_convention(convention, workload.lora is not None)
+    if convention is None and workload.lora is not None:
         say(f"{workload.lora.describe()}: MFU under the lora convention (frozen base: forward + "
             "activation gradients; adapters: all three passes)")
-    return convention
+    return resolved
 
 
 def prepare(workload: Workload, opts: BenchOptions, say: Callable[[str], None] = print,

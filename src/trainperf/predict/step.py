@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainperf.accounting.conventions import DEFAULT_CONVENTION
+from trainperf.accounting.conventions import run_convention
 from trainperf.accounting.throughput import throughput
 from trainperf.errors import InputFileError, SpecError
 from trainperf.predict.efficiency import KNOB_NAMES, Knobs, knobs_from_mapping
@@ -207,16 +207,22 @@ def resolve_knobs(w: Any, calibration: Mapping[str, Mapping[str, float]] | None 
 # --------------------------------------------------------------------------------- predict
 def predict(w: Any, *, knobs: Knobs | None = None,
             calibration: Mapping[str, Mapping[str, float]] | None = None,
-            convention: str = DEFAULT_CONVENTION, train_tokens: float = 1e12,
+            convention: str | None = None, train_tokens: float = 1e12,
             trainable_fraction: float | None = None, stack: Any = None) -> Prediction:
     """Predict one training step of workload ``w``.
+
+    ``convention`` names the FLOP count of the MFU and model TFLOP/s; None: ``lora`` for a
+    workload with LoRA adapters, else megatron, as the bench counts its runs
+    (:func:`~trainperf.accounting.conventions.run_convention`).
 
     ``trainable_fraction`` < 1 models LoRA-style fine-tuning: frozen weights need no weight
     gradients, gradient buffers or optimizer states (compute of the activation gradients stays).
     None: the workload's own LoRA adapters' share of the parameters (``[lora]``), else 1.
     """
+    lora = getattr(w, "lora", None)
+    # the workload's own adapters are counted per matmul (throughput); a given fraction by its share
+    given_fraction = trainable_fraction is not None
     if trainable_fraction is None:
-        lora = getattr(w, "lora", None)
         trainable_fraction = lora.trainable_fraction(w.model) if lora is not None else 1.0
     w = apply_stack(w)
     check_plan(w)
@@ -224,8 +230,10 @@ def predict(w: Any, *, knobs: Knobs | None = None,
         raise SpecError("trainable_fraction", trainable_fraction, "a fraction in (0, 1]")
     k = resolve_knobs(w, calibration, knobs, stack)
     lay = layout_of(w, trainable_fraction)
+    convention = run_convention(convention, lora is not None)
     p = assemble(w, step_costs(lay, k.numbers()), k, convention=convention, train_tokens=train_tokens,
-                 lora_fraction=trainable_fraction if trainable_fraction < 1 else 0.0, cp_flavour=lay.kernels.cp_flavour)
+                 lora_fraction=trainable_fraction if given_fraction and trainable_fraction < 1 else 0.0,
+                 cp_flavour=lay.kernels.cp_flavour)
     p.extra["kernels"] = kernel_info(lay.kernels)
     if w.offload_optimizer:
         p = dataclasses.replace(p, notes=(*p.notes, offload_note(w, lay, p.breakdown.get("optimizer", 0.0))))

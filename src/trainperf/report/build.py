@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainperf.accounting.conventions import DEFAULT_CONVENTION, get_convention
+from trainperf.accounting.conventions import get_convention, run_convention
 from trainperf.accounting.plausibility import check_mfu
 from trainperf.accounting.summarize import summarize
 from trainperf.errors import InputFileError, TrainperfError
@@ -174,7 +174,7 @@ def build_report(
     paths: list[str | Path],
     out_dir: str | Path,
     *,
-    convention: str = DEFAULT_CONVENTION,
+    convention: str | None = None,
     peak_tflops: float | None = None,
     warmup: int | None = None,
     workload: Any = None,
@@ -199,12 +199,14 @@ def build_report(
     """
     from trainperf.records.output_path import check_output_dir, claim_run_dir
 
-    get_convention(convention)
+    if convention is not None:
+        get_convention(convention)
     out = check_output_dir(out_dir, what="--out", parents=parents)
     inputs = [p for p in paths if not Path(p).is_dir()]  # a run directory may hold the report
     if out.is_dir():  # refuse before anything changes: an earlier report, an input, a FIFO...
         _check_replaceable(out, inputs, force)
     loaded = list(runs) if runs is not None else load_paths(list(paths), workload=workload)
+    convention = report_convention(loaded, convention)
     # One writer: the directory's lock (the one runs take), so two reports cannot mix their files.
     with claim_run_dir(out, what="--out", parents=parents, run=False):
         _check_replaceable(out, inputs, force)
@@ -213,6 +215,14 @@ def build_report(
                         title=title, calibration=calibration)
         _write_aside_and_swap(report, out, inputs, force)
     return report
+
+
+def report_convention(loaded: list[LoadedRun], convention: str | None) -> str:
+    """The one convention of a report's figures: the one named, else ``lora`` when every run is a
+    LoRA fine-tune (as each counted itself), else megatron
+    (:func:`~trainperf.accounting.conventions.run_convention`)."""
+    lora = bool(loaded) and all(getattr(lr.run.workload, "lora", None) is not None for lr in loaded)
+    return run_convention(convention, lora)
 
 
 def _build(loaded: list[LoadedRun], out: Path, *, convention: str, peak_tflops: float | None, warmup: int | None,
