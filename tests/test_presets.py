@@ -74,6 +74,10 @@ def test_preset_via_modelspec():
 
 # Published parameter counts: (id, total, active, relative tolerance, source).
 PUBLISHED = [
+    ("llama-7b", 6.7e9, None, 0.01, "LLaMA paper (arXiv:2302.13971) Table 2: 6.7B"),
+    ("llama-13b", 13.0e9, None, 0.01, "LLaMA paper Table 2: 13.0B"),
+    ("llama-33b", 32.5e9, None, 0.01, "LLaMA paper Table 2: 32.5B"),
+    ("llama-65b", 65.2e9, None, 0.01, "LLaMA paper Table 2: 65.2B"),
     ("llama2-7b", 6.74e9, None, 0.002, "Llama 2 paper/model card: 6.74B (6,738,415,616)"),
     ("llama2-13b", 13.0e9, None, 0.005, "Llama 2 model card: 13B (13,015,864,320)"),
     ("llama2-70b", 68.98e9, None, 0.001, "Llama 2 70B: 68,976,648,192"),

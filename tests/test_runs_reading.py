@@ -808,12 +808,22 @@ def test_a_vpp_count_in_the_pp_cell_and_async_tp_in_the_sp_cell_are_read():
     # the model cards' parameter counts
     ("Mistral Large 2", "mistral-large-2", 122.6), ("Mistral-Small-24B-Base-2501", "mistral-small-24b", 23.57),
     ("Mistral-Nemo", "mistral-nemo-12b", 12.25), ("01-ai Yi-34B", "yi-34b", 34.39),
-    ("allenai OLMo 2 7B", "olmo2-7b", 7.30), ("OLMo 2 13B", "olmo2-13b", 13.72)])
+    ("allenai OLMo 2 7B", "olmo2-7b", 7.30), ("OLMo 2 13B", "olmo2-13b", 13.72),
+    # the LLaMA paper's Table 2 (arXiv:2302.13971); its 33B is "30b" in the converted checkpoints
+    ("LLaMA-65B", "llama-65b", 65.29), ("LLaMA 13B", "llama-13b", 13.02), ("Llama 1 7B", "llama-7b", 6.738)])
 def test_a_row_naming_a_released_model_without_its_shape_takes_the_preset(model, preset, params_B):
     r = _hand_row(model=model, tp="8", pp="4")
     assert r.included, r.exclude_reason
     assert r.workload.model.total_params / 1e9 == pytest.approx(params_B, rel=2e-3)
     assert any(preset in a for a in r.assumptions), r.assumptions
+
+
+def test_llama_33b_is_read_by_its_checkpoints_name_with_a_tp_dividing_52_heads():
+    r = _hand_row(model="LLaMA-30B", tp="4", pp="4")
+    assert r.included, r.exclude_reason
+    assert r.workload.model.total_params / 1e9 == pytest.approx(32.53, rel=2e-3)  # Table 2: 32.5B
+    assert any("call 30B" in a for a in r.assumptions), r.assumptions
+    assert not _hand_row(model="LLaMA-33B", tp="8", pp="4").included  # 8 does not divide 52 heads
 
 
 def test_phi_4_s_ten_kv_heads_take_a_tp_that_divides_them():

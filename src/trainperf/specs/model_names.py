@@ -19,6 +19,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 SAME_ARCHITECTURE: dict[str, tuple[str, str]] = {
+    "llama30b": ("llama-33b", "the LLaMA paper's 33B model, which the converted checkpoints "
+                 "(huggyllama/llama-30b) call 30B"),
+    "llama165b": ("llama-65b", "Llama 1 is the first LLaMA release (arXiv:2302.13971)"),
+    "llama133b": ("llama-33b", "Llama 1 is the first LLaMA release (arXiv:2302.13971)"),
+    "llama130b": ("llama-33b", "Llama 1 is the first LLaMA release; its 33B model's checkpoints are called 30B"),
+    "llama113b": ("llama-13b", "Llama 1 is the first LLaMA release (arXiv:2302.13971)"),
+    "llama17b": ("llama-7b", "Llama 1 is the first LLaMA release (arXiv:2302.13971)"),
     "llama3405b": ("llama3.1-405b", "Meta released Llama 3's 405B model only as Llama 3.1"),
     "llama3370b": ("llama3.1-70b", "Llama 3.3 70B's config.json (meta-llama/Llama-3.3-70B-Instruct) has "
                    "Llama 3.1 70B's shapes"),
