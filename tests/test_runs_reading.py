@@ -803,7 +803,7 @@ def test_a_vpp_count_in_the_pp_cell_and_async_tp_in_the_sp_cell_are_read():
 
 @pytest.mark.parametrize(("model", "preset", "params_B"), [
     ("Grok-1 314B", "grok-1", 316.5), ("Qwen2.5-72B", "qwen2.5-72b", 72.71), ("Mistral 7B", "mistral-7b", 7.242),
-    ("DeepSeek-V2 236B", "deepseek-v2", 235.7), ("Kimi K2", "kimi-k2", 1026.0), ("Falcon-180B", "falcon-180b", 178.6),
+    ("DeepSeek-V2 236B", "deepseek-v2", 235.7), ("DeepSeek-V2.5", "deepseek-v2", 235.7), ("Kimi K2", "kimi-k2", 1026.0), ("Falcon-180B", "falcon-180b", 178.6),
     ("Gemma 2 27B", "gemma2-27b", 27.23), ("Qwen3-8B", "qwen3-8b", 8.191),
     # the model cards' parameter counts
     ("Mistral Large 2", "mistral-large-2", 122.6), ("Mistral-Small-24B-Base-2501", "mistral-small-24b", 23.57),

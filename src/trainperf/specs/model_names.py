@@ -31,6 +31,10 @@ SAME_ARCHITECTURE: dict[str, tuple[str, str]] = {
                    "Llama 3.1 70B's shapes"),
     "deepseekr1": ("deepseek-v3", "DeepSeek-R1 is trained from DeepSeek-V3-Base; its config.json "
                    "(deepseek-ai/DeepSeek-R1) has DeepSeek-V3's shapes"),
+    "deepseekv25": ("deepseek-v2", "DeepSeek-V2.5 merges DeepSeek-V2-Chat and DeepSeek-Coder-V2-Instruct; its "
+                    "config.json (deepseek-ai/DeepSeek-V2.5) has DeepSeek-V2's shapes"),
+    "deepseekcoderv2": ("deepseek-v2", "DeepSeek-Coder-V2 (236B) is trained on from a DeepSeek-V2 checkpoint; its "
+                        "config.json (deepseek-ai/DeepSeek-Coder-V2-Base) has DeepSeek-V2's shapes"),
     "deepseekv31": ("deepseek-v3", "DeepSeek-V3.1's config.json (deepseek-ai/DeepSeek-V3.1) has "
                     "DeepSeek-V3's shapes"),
     "llama31nemotron70b": ("llama3.1-70b", "NVIDIA's Llama-3.1-Nemotron-70B is Llama 3.1 70B Instruct fine-tuned; "
