@@ -34,6 +34,15 @@ some) an fp8 or attention ratio; they are the check of a stack on a GPU nobody f
   28% of its fp8 peak), the parallel plan (data parallel 8 with the distributed optimizer, as
   NeMo's Llama 3 8B pre-training recipes run at 8 GPUs) and recomputation (none taken).
 
+* A real Megatron log on Volta (``tests/fixtures/reallogs/megatron_4.log``, BigScience's
+  ``meg_ds_3d_gpt2_perf_n16-ds-off.out``, June 2021): the Megatron-DeepSpeed fork with DeepSpeed
+  off, i.e. Megatron-LM of 2021, on 16 nodes of 4 V100 SXM2 32 GB (the file name and the
+  repository's experiment notes; the device is not in the log), and everything else from the
+  log's argument dump: 64 layers, hidden 8192, 32 heads of 256, GeLU MLP 32768, vocabulary
+  50,688 (padded), TP 4, PP 16, micro batch 4, global batch 1024, seq 1024, fp16, full
+  recomputation. No published run on Volta exists here: every share is the nearest fitted
+  generation's (Ampere).
+
 Prints, per run: the published and the predicted step time, the signed error (positive =
 predicted slower), the 80% range and whether it holds the published value; for a log that
 prints its peak memory, the predicted memory per device against it. Usage:
@@ -53,6 +62,7 @@ from typing import Any
 TORCHAO = "pytorch/ao@36027d8 docs/source/workflows/training.md"
 MLENG = "stas00/ml-engineering@744d01e insights/when-to-upgrade-gpus"
 NEMO_LOG = "tests/fixtures/reallogs/nemo_2.log"
+MEGATRON_V100_LOG = "tests/fixtures/reallogs/megatron_4.log"
 REPO = Path(__file__).resolve().parent.parent
 
 RUNS: tuple[dict[str, Any], ...] = (
@@ -72,12 +82,22 @@ RUNS: tuple[dict[str, Any], ...] = (
     {"name": "DeepSpeed ZeRO-2 Llama-3.1-8B bf16 (ml-engineering)", "device": "b200", "source": MLENG,
      "tflops_per_device": 778.0},
     {"name": "NeMo Llama 3 8B bf16 (real log)", "device": "b200", "source": NEMO_LOG, "log": NEMO_LOG},
+    {"name": "Megatron-LM (2021) GPT 52B fp16 (real log)", "device": "v100-sxm2-32gb", "source": MEGATRON_V100_LOG,
+     "log": MEGATRON_V100_LOG, "workload": {
+         "model": {"layers": 64, "hidden": 8192, "heads": 32, "head_dim": 256, "ffn_hidden": 32768, "vocab": 50688,
+                   "mlp": "gelu", "norm": "layernorm", "bias": True, "position": "learned", "max_seq_len": 1024},
+         "hardware": {"device": "v100-sxm2-32gb", "num_devices": 64, "devices_per_node": 4},
+         "parallel": {"tp": 4, "pp": 16},
+         "training": {"seq_len": 1024, "global_batch": 1024, "micro_batch": 4, "precision": "fp16",
+                      "activation_checkpointing": "full", "stack": "megatron-lm-2021"}}},
 )
 
 
 def workload(run: dict[str, Any]) -> Any:
     from trainperf.specs.workload_file import workload_from_dict
 
+    if "workload" in run:
+        return workload_from_dict(run["workload"])
     if run.get("moe"):
         return workload_from_dict({
             "model": {"preset": "llama4-scout", "layers": 2},

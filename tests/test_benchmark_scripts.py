@@ -32,6 +32,8 @@ def test_new_silicon_reads_the_published_figures():
     assert h200["published_s"] / h200["predicted_s"] == pytest.approx(p.tflops_per_device / 461.0)
     scout = rows[("torchtitan Llama 4 Scout, 2 layers, bf16 (torchao MoE)", "b200")]
     assert scout["published_s"] == pytest.approx(8 * 8192 / 49381.0)  # 8 sequences of 8192 a GPU
+    v100 = rows[("Megatron-LM (2021) GPT 52B fp16 (real log)", "v100-sxm2-32gb")]
+    assert v100["published_s"] == pytest.approx(126.7, abs=0.05)  # the log's median iteration time
     for r in rows.values():
         lo, hi = r["range_s"]
         assert lo < r["predicted_s"] < hi and r["in_range"] == (lo <= r["published_s"] <= hi)
