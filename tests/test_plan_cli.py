@@ -199,3 +199,19 @@ def test_json_carries_a_lighter_first_stage(capsys):
     assert rc == 0
     firsts = [q for q in json.loads(out)["plans"] if q["first_stage_layers"] is not None]
     assert firsts and all(q["first_stage_layers"] == 17 and "first-stage-layers=17" in q["plan"] for q in firsts)
+
+
+def test_a_cpu_plan_says_its_devices_are_machines_unless_the_count_per_node_is_given(capsys, tmp_path,
+                                                                                   monkeypatch):
+    from trainperf.measure.testing import fake_calibration
+
+    monkeypatch.setenv("TRAINPERF_CACHE_DIR", str(tmp_path))
+    fake_calibration(tmp_path)
+    argv = ["plan", "--model", "debug", "--device", "cpu", "--num-devices", "2", "--seq-len", "256",
+            "--global-batch", "8", "--top", "1"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "(1 per node)" in out and "note: 2 cpu devices at one per node: 2 machines" in out
+    assert main([*argv, "--devices-per-node", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "(2 per node)" in out and "cpu devices at one per node" not in out

@@ -208,3 +208,18 @@ def test_inline_device_round_trips_with_its_node_size():
     hw = hardware_from_dict({"base": "h100-sxm", "hbm_GB": 94})
     w = Workload(model=ModelSpec.preset("llama3-8b"), hardware=hw, num_devices=16, seq_len=4096, global_batch=16)
     assert workload_from_dict(workload_to_dict(w)) == w
+
+
+def test_cpu_devices_at_the_catalogs_one_per_node_say_they_are_machines():
+    """A CPU device is one process with its machine's cores; N of them at the catalog's one per
+    node are N machines, not `bench --nproc N` on one: said when the count per node is not given."""
+    cpu = get_hardware("cpu")
+    debug = ModelSpec.preset("debug")
+    base = dict(model=debug, hardware=cpu, seq_len=256, global_batch=8, micro_batch=2)
+    two = Workload(num_devices=2, plan=ParallelPlan(pp=2), **base)
+    assert two.devices_per_node == 1 and two.num_nodes == 2
+    assert any("--devices-per-node 2" in n and "bench --nproc 2" in n for n in two.notes)
+    stated = Workload(num_devices=2, devices_per_node=2, plan=ParallelPlan(pp=2), **base)
+    assert stated.num_nodes == 1 and not any("--devices-per-node" in n for n in stated.notes)
+    assert not any("--devices-per-node" in n for n in Workload(num_devices=1, **base).notes)
+    assert not any("--devices-per-node" in n for n in wl().notes)  # a GPU's count per node is the catalog's

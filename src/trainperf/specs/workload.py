@@ -116,6 +116,9 @@ class Workload:
         if dpn is None:
             dpn = min(self.hardware.devices_per_node, self.num_devices)
             object.__setattr__(self, "devices_per_node", dpn)
+            note = cpu_machines_note(self.hardware.kind, self.num_devices, dpn)
+            if note:
+                object.__setattr__(self, "notes", (*self.notes, note))
         DEVICES_PER_NODE.check("hardware.devices_per_node", dpn)
         if self.num_devices > dpn and self.num_devices % dpn:
             raise SpecError("hardware.num_devices", self.num_devices,
@@ -315,3 +318,15 @@ def check_offload(hw: Any, on: Any) -> None:
         raise SpecError("hardware.host_link_GB_per_s", 0,
                         f"the device-host copy bandwidth in GB/s, which offload_optimizer needs and the catalog "
                         f"does not state for {hw.id} (give it in [hardware], next to device = \"{hw.id}\")")
+
+
+def cpu_machines_note(kind: str, num_devices: int, devices_per_node: int) -> str | None:
+    """What ``num_devices`` CPU devices at the catalog's one per node mean, said when nobody
+    stated the devices per node: a CPU device is one training process with its machine's cores
+    (``[devices.cpu]``), so N of them are N machines, while ``bench --nproc N`` runs N processes
+    on one machine, each with its share of the cores (and writes ``devices_per_node = N``)."""
+    if kind != "cpu" or num_devices <= 1 or devices_per_node != 1:
+        return None
+    return (f"{num_devices} cpu devices at one per node: {num_devices} machines, each process with all of its "
+            f"machine's cores; for {num_devices} processes on one machine, as `bench --nproc {num_devices}` runs "
+            f"them (each with its share of the cores), give --devices-per-node {num_devices}")
