@@ -118,6 +118,14 @@ def test_an_unnamed_convention_is_lora_for_a_lora_run_only():
         run_convention("6m", lora=True)
 
 
+def test_a_lora_run_counted_in_full_is_said_to_be():
+    from trainperf.accounting.conventions import lora_counted_in_full_note
+
+    assert "frozen base does not compute" in lora_counted_in_full_note("r", True, "megatron")
+    assert lora_counted_in_full_note("r", True, "lora") is None
+    assert lora_counted_in_full_note("r", False, "megatron") is None
+
+
 def test_summary_excludes_warmup_and_names_convention():
     w = Workload(model=ModelSpec.preset("llama2-70b"), hardware=get_hardware("h100-sxm"), num_devices=64,
                  seq_len=4096, global_batch=128, micro_batch=2)

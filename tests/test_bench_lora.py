@@ -156,6 +156,12 @@ def test_lora_bench_reports_mfu_under_the_lora_convention(tmp_path, calibrated, 
     assert json.loads(capsys.readouterr().out)["convention"] == "megatron"
     assert _main("report", str(out), "--out", str(tmp_path / "rep")) == 0
     assert "FLOP convention for every TFLOP/s and MFU figure: **lora**" in (tmp_path / "rep" / "report.md").read_text()
+    # compare counts every run under one convention (megatron unless named), and says what that
+    # does to a LoRA run's MFU
+    assert _main("compare", str(out)) == 0
+    assert "run is a LoRA fine-tune: megatron counts weight gradients its frozen base" in capsys.readouterr().out
+    assert _main("compare", str(out), "--convention", "lora") == 0
+    assert "LoRA fine-tune" not in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("flags, field", [

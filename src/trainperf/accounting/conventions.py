@@ -87,6 +87,16 @@ def run_convention(convention: str | None, lora: bool) -> str:
     return "lora" if lora else DEFAULT_CONVENTION
 
 
+def lora_counted_in_full_note(name: str, lora: bool, convention: str) -> str | None:
+    """For a LoRA fine-tune whose figures are counted under a full-training ``convention``: that
+    its MFU is then above what it ran (the frozen base's weight gradients counted but not
+    computed), and which convention counts what it ran; None otherwise."""
+    if not lora or convention == "lora":
+        return None
+    return (f"{name} is a LoRA fine-tune: {convention} counts weight gradients its frozen base does not compute, "
+            "so its MFU is above what it ran; --convention lora counts what it ran (the bench's own figure)")
+
+
 def get_convention(name: str) -> Convention:
     key = str(name).lower()
     if key not in CONVENTIONS:

@@ -13,6 +13,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from trainperf.accounting.conventions import lora_counted_in_full_note
 from trainperf.accounting.plausibility import check_mfu
 from trainperf.cli.common import add_convention_argument, add_json_argument, print_json, shown
 from trainperf.cli.common import table as common_table
@@ -63,6 +64,8 @@ def _row_from_summary(run: Any, s: Any, kind: str, claimed: dict[str, Any],
     from trainperf.cli.parse import mfu_problems
 
     w = run.workload
+    lora_note = lora_counted_in_full_note(run.name, getattr(w, "lora", None) is not None, s.convention)
+    notes = [*(notes or ()), *([lora_note] if lora_note else [])]
     impossible = mfu_problems(s)  # a non-finite MFU is a one-line error (exit 2)
     # the summary's own MFU is judged by mfu_problems; a claim above 100% is flagged here
     warnings = [m for m in (_mfu_warning(run.name, claimed.get("mfu_pct"), None, "the run's own claim"),) if m]
@@ -81,7 +84,7 @@ def _row_from_summary(run: Any, s: Any, kind: str, claimed: dict[str, Any],
         "interrupted": run.interrupted,
         "skipped_lines": run.meta.get("skipped_lines", 0),
         "skip_reasons": dict(run.meta.get("skip_reasons") or {}),
-        "notes": list(notes or ()),
+        "notes": notes,
         "no_mfu_because": None if s.mfu_pct is not None else (
             "workload unknown (append @WORKLOAD.toml to a log)" if w is None
             else f"MFU not computed ({s.peak_source})" if s.peak_source else "no peak for this device"),

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainperf.accounting.conventions import get_convention, run_convention
+from trainperf.accounting.conventions import get_convention, lora_counted_in_full_note, run_convention
 from trainperf.accounting.plausibility import check_mfu
 from trainperf.accounting.summarize import summarize
 from trainperf.errors import InputFileError, TrainperfError
@@ -234,6 +234,8 @@ def _build(loaded: list[LoadedRun], out: Path, *, convention: str, peak_tflops: 
         convention=convention, out_dir=out,
         created_utc=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"))
     _add_runs(report, loaded, convention, peak_tflops, warmup)
+    report.notes += [n for n in (lora_counted_in_full_note(r.summary.name, getattr(r.run.workload, "lora", None)
+                                                           is not None, convention) for r in report.runs) if n]
     pairs = [(r.run, r.summary) for r in report.runs]
     report.configs = [c for c in (run_config(r.summary.name, r.run) for r in report.runs) if c is not None]
     if use_predictor:
