@@ -223,6 +223,47 @@ def test_calibrate_command_measures_and_caches(tmp_path, monkeypatch, capsys):
     assert hw.calibrated and hw.peak_tflops["fp32"] == data["peak_tflops"]["fp32"]
 
 
+def test_calibrate_with_a_workload_times_its_kernels_for_predict(tmp_path, monkeypatch, capsys):
+    """`calibrate WORKLOAD` times the workload's kernels at its shapes and threads per process (what
+    a bench run of it measures before training): predict then stands on them, not on the GPU law
+    it otherwise says stands in."""
+    from trainperf.measure.testing import tiny_workload_dict
+    from trainperf.specs.workload_file import dump_workload_toml, workload_from_dict
+
+    monkeypatch.setenv("TRAINPERF_CACHE_DIR", str(tmp_path / "c"))
+    wl = tmp_path / "w.toml"
+    wl.write_text(dump_workload_toml(workload_from_dict({**tiny_workload_dict(), "hardware": {
+        "device": "cpu", "num_devices": 1, "threads_per_device": 1}})))
+    n = torch.get_num_threads()
+    try:
+        assert main(["calibrate", "--sizes", "256", "--repeats", "1", "--dtypes", "fp32", str(wl)]) == 0
+        before = capsys.readouterr().out
+        assert "timing the kernels of" in before and "1 thread(s) per process" in before
+        assert main(["predict", str(wl)]) == 0
+    finally:
+        torch.set_num_threads(n)
+    assert "kernels (cpu, measured on this machine" in capsys.readouterr().out
+    from trainperf.specs.cpu_calibration import load_calibration
+
+    cal = load_calibration(threads=1)
+    assert cal is not None and cal.kernels["fp32"].gemms  # the workload's GEMM shapes, timed
+    for argv, field in ((["--threads", "2"], "--threads"), (["--dry-run"], "--dry-run"),
+                        (["--device", "cuda"], "--device")):
+        assert main(["calibrate", *argv, str(wl)]) == 2
+        assert field in capsys.readouterr().err
+
+
+def test_predict_says_when_a_cpus_kernels_are_not_measured(tmp_path, monkeypatch, capsys):
+    from trainperf.measure.testing import fake_calibration
+
+    monkeypatch.setenv("TRAINPERF_CACHE_DIR", str(tmp_path / "c"))
+    fake_calibration(tmp_path / "c")  # a peak, no kernels
+    assert main(["predict", "--model", "debug", "--device", "cpu", "--seq-len", "32", "--global-batch", "2",
+                 "--micro-batch", "2", "--precision", "fp32"]) == 0
+    out = capsys.readouterr().out
+    assert "kernels (cpu): not measured on this machine for fp32" in out and "trainperf calibrate WORKLOAD" in out
+
+
 def test_torchrun_command_lines():
     from trainperf.measure.launch import LaunchSpec, torchrun_args
 

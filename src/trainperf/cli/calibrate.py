@@ -4,6 +4,14 @@ The result is cached (``$TRAINPERF_CACHE_DIR/calibration.json``) under the CPU m
 count, matmul ISA flags and thread count, merged with the dtypes already cached for them;
 ``trainperf bench`` and every command that takes ``--device cpu`` use it as the CPU's peak for
 MFU. bf16 is measured by default only where the CPU computes it natively (``--dtypes`` to force).
+
+Given a CPU workload file (a bench run's ``workload.toml``, or one written by hand), it also
+times, at that workload's shapes and with its threads per process, the kernels the predictor
+prices a CPU step with (GEMMs, attention, elementwise ops, per-operator host time, the
+optimizer: :func:`trainperf.measure.kernel_calibration.calibrate_for_run`, what a bench run of it
+measures before it trains), so that ``trainperf predict`` stands on this machine before any run.
+What only the run's processes can measure (gloo's collectives, FSDP2's and DTensor's host time)
+is left to a bench run.
 """
 
 from __future__ import annotations
@@ -19,6 +27,9 @@ HELP = "measure this machine's matmul TFLOP/s per dtype and memory bandwidth (th
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("workload", nargs="?", metavar="WORKLOAD",
+                        help="a CPU workload file (a bench run's workload.toml): also time its kernels at its shapes "
+                             "and threads per process, which `trainperf predict` of it then stands on")
     parser.add_argument("--quick", action="store_true", help="a few seconds instead of about half a minute")
     parser.add_argument("--threads", type=int, metavar="N", help="threads to use (default: torch's default)")
     parser.add_argument("--sizes", metavar="N,N", help="matmul sizes (default 2048,4096; quick 1536)")
@@ -64,6 +75,33 @@ def _checked_sizes_and_repeats(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+_WORKLOAD_DTYPES = {"fp32": ("fp32",), "tf32": ("fp32",), "bf16": ("bf16",), "fp16": ("fp16",),
+                   "fp8": ("bf16", "fp8")}
+"""The matmul dtypes a workload's kernels are timed against (their peaks must be in the cache)."""
+
+
+def _workload(args: argparse.Namespace) -> tuple[Any, int | None]:
+    """The CPU workload to time the kernels of, and the threads per process to calibrate with:
+    the workload's own (``threads_per_device``, else the cores shared out among its processes on
+    a node); ``--threads`` alone without a workload."""
+    if args.workload is None:
+        return None, args.threads
+    from trainperf.specs.cpu_calibration import threads_per_process
+    from trainperf.specs.workload_file import load_workload
+
+    if args.device != "cpu":
+        raise SpecError("--device", args.device, "cpu with a WORKLOAD (its kernels are timed on this CPU)")
+    if args.dry_run:
+        raise SpecError("--dry-run", True, "absent with a WORKLOAD (its kernels are timed into the cache)")
+    w = load_workload(args.workload)
+    if w.hardware.kind != "cpu":
+        raise SpecError("hardware.device", w.hardware.id, f"cpu in {args.workload} (this command times this CPU)")
+    threads = int(w.threads_per_device) or threads_per_process(int(w.devices_per_node))
+    if args.threads is not None and args.threads != threads:
+        raise SpecError("--threads", args.threads, f"absent or {threads}, the workload's threads per process")
+    return w, threads
+
+
 def run(args: argparse.Namespace) -> int:
     import dataclasses
 
@@ -92,9 +130,12 @@ def run(args: argparse.Namespace) -> int:
         from trainperf.measure.precision import detect_native_bf16
 
         dtypes = ("fp32", "bf16") if detect_native_bf16(args.device).native else ("fp32",)
+    workload, threads = _workload(args)
+    if workload is not None:  # its matmul dtype (an fp8 run's attention and elementwise ops: bf16)
+        dtypes = tuple(dict.fromkeys((*dtypes, *_WORKLOAD_DTYPES.get(workload.precision, ()))))
     plan = dataclasses.replace(plan, dtypes=dtypes)
     say = eprint if args.json else print
-    cal = calibrate(plan, threads=args.threads, device=args.device, progress=say)
+    cal = calibrate(plan, threads=threads, device=args.device, progress=say)
     if not args.dry_run:  # keep the other dtypes already measured with this CPU and thread count
         from trainperf.specs.cpu_calibration import load_calibration
 
@@ -102,6 +143,14 @@ def run(args: argparse.Namespace) -> int:
         if old is not None:
             cal = dataclasses.replace(cal, peak_tflops={**old.peak_tflops, **cal.peak_tflops})
     path = None if args.dry_run else str(save_calibration(cal))
+    if workload is not None and threads is not None:
+        from trainperf.measure.kernel_calibration import calibrate_for_run
+
+        say(f"timing the kernels of {workload.describe()} at {threads} thread(s) per process")
+        calibrate_for_run(workload, threads, say)
+        if workload.num_devices > 1:
+            say("  gloo's collectives and FSDP2's / DTensor's host time are measured by a bench run of it "
+                "(its processes); until then predict prices them from the catalog's placeholders")
     if args.json:
         print_json({**cal.to_dict(), "cache": path})
         return 0

@@ -152,6 +152,7 @@ def _cost(p, price: float | None):
 def _kernel_lines(p) -> list[str]:
     """Which kernels the prediction assumes and the stack's shares of their measured speed."""
     from trainperf.predict.kernels.cpu import MEASURED_SUFFIX
+    from trainperf.specs.cpu_calibration import threads_per_process
 
     w = p.workload
     out = []
@@ -161,11 +162,18 @@ def _kernel_lines(p) -> list[str]:
         shapes = kinfo.get("measured_gemm_shapes", 0)
         gemms = (f"GEMMs at the rates of the nearest of {shapes} shapes timed forward and backward" if shapes else
                  f"GEMMs at {100 * kinfo['gemm_peak_fraction']:.0f}% of the calibrated peak at best")
-        return [f"kernels (cpu, measured on this machine by the bench): {gemms}, "
+        return [f"kernels (cpu, measured on this machine by a bench run or `trainperf calibrate WORKLOAD`): {gemms}, "
                 "attention, elementwise ops and gloo's collectives at their measured "
                 f"rates, {k.op_overhead_us:.3g} us of host time per operator added to compute, nothing overlapped "
                 "(docs/KERNELS.md, \"This machine's CPU\")"]
-    if kinfo:
+    if kinfo.get("silicon") == "cpu":
+        threads = w.threads_per_device or threads_per_process(int(w.devices_per_node))
+        out.append(f"kernels (cpu): not measured on this machine for {w.precision} at {threads} thread(s) per process: "
+                   "a law for GPUs stands in (GEMMs at "
+                   f"{100 * kinfo['gemm_peak_fraction']:.0f}% of the calibrated peak at best, attention "
+                   f"{kinfo['attn_family']}), which can be far from this CPU's own; `trainperf calibrate WORKLOAD.toml` times this "
+                   "workload's kernels here in seconds (a bench run of it does too)")
+    elif kinfo:
         out.append(f"kernels ({kinfo['silicon']}): GEMMs at {100 * kinfo['gemm_peak_fraction']:.0f}% of peak at best, "
                    f"attention {kinfo['attn_family']}, memory-bound ops {kinfo['elementwise_impl']}"
                    + _passes_text(kinfo)
