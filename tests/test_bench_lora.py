@@ -162,6 +162,10 @@ def test_lora_bench_reports_mfu_under_the_lora_convention(tmp_path, calibrated, 
     assert "run is a LoRA fine-tune: megatron counts weight gradients its frozen base" in capsys.readouterr().out
     assert _main("compare", str(out), "--convention", "lora") == 0
     assert "LoRA fine-tune" not in capsys.readouterr().out
+    # parse's table of conventions counts the adapters per matmul too: the run's own figure is lora's
+    assert _main("parse", str(out / "steps.jsonl"), "--json") == 0
+    lora_row = next(r for r in json.loads(capsys.readouterr().out)["by_convention"] if r["convention"] == "lora")
+    assert lora_row["flops_per_token"] == s["model_flops_per_token"] and lora_row["claimed_over_this"] == pytest.approx(1.0, abs=0.02)
 
 
 @pytest.mark.parametrize("flags, field", [

@@ -38,7 +38,7 @@ def conventions_table(run: RunRecord, summary: Summary) -> list[dict[str, Any]]:
     for name in CONVENTIONS:
         if name == "lora" and getattr(w, "lora", None) is None:
             continue  # LoRA's count is for fine-tunes; this run trains every parameter
-        fpt = model_flops_per_token(w.model, w.seq_len, name)
+        fpt = model_flops_per_token(w.model, w.seq_len, name, lora=getattr(w, "lora", None))
         tflops = fpt * summary.tokens_per_s_per_device / 1e12
         rows.append({
             "convention": name, "flops_per_token": fpt, "tflops_per_device": tflops,
@@ -68,7 +68,8 @@ def nearest_convention(run: RunRecord, fpt: float) -> tuple[str, float] | None:
     w = run.workload
     if w is None:
         return None
-    counts = {n: model_flops_per_token(w.model, w.seq_len, n) for n in CONVENTIONS}
+    # a LoRA run's adapters counted per matmul, as the bench counts them
+    counts = {n: model_flops_per_token(w.model, w.seq_len, n, lora=getattr(w, "lora", None)) for n in CONVENTIONS}
     best = min(counts, key=lambda n: abs(counts[n] / fpt - 1))
     same = [n for n in counts if abs(counts[n] / counts[best] - 1) < 1e-4]
     return " / ".join(same), fpt / counts[best] - 1
