@@ -676,3 +676,21 @@ def test_a_cpu_runs_breakdown_adds_up_to_its_step(measured, parallel):
     parallel norms' gradient all-reduces were once in the breakdown only)."""
     p = predict(_workload(2, **parallel))
     assert sum(p.breakdown.values()) == pytest.approx(p.step_time_s, rel=1e-9)
+
+
+def test_workloads_priced_with_this_cpus_measured_kernels_stack_for_a_fit(measured):
+    """The profile fit (`trainperf calibrate-model` of bench runs) stacks layouts by their categorical
+    fields; a CPU's measured attention table (dicts of lists) is one of them: two runs of the same
+    kernels group together and are priced as each alone."""
+    import numpy as np
+
+    from trainperf.predict.batch import group_layouts, step_times
+    from trainperf.predict.step import resolve_knobs
+    from trainperf.predict.step_model.layout import layout_of
+
+    ws = [_workload(), _workload().replace(global_batch=16)]
+    groups = group_layouts([layout_of(w) for w in ws])
+    assert len(groups) == 1
+    knobs = resolve_knobs(ws[0]).numbers()
+    arrays = {f: np.full(2, getattr(knobs, f)) for f in type(knobs).__dataclass_fields__}
+    assert step_times(groups, arrays, 2) == pytest.approx([predict(w).step_time_s for w in ws], rel=1e-9)

@@ -41,8 +41,18 @@ def _signature(lay: Layout) -> tuple[Any, ...]:
             if _is_matmuls(v):
                 sig.append((f.name, tuple(m.split for m in v)))
             elif not _is_number(v):
-                sig.append((f.name, v))
+                sig.append((f.name, _frozen(v)))
     return tuple(sig)
+
+
+def _frozen(v: Any) -> Any:
+    """``v`` as a hashable key: lists and tuples as tuples, dicts as their sorted items (a CPU's
+    measured attention table holds dicts of lists)."""
+    if isinstance(v, dict):
+        return ("dict", tuple(sorted((_frozen(k), _frozen(x)) for k, x in v.items())))
+    if isinstance(v, list | tuple):
+        return tuple(_frozen(x) for x in v)
+    return v
 
 
 def _stack_part(objs: Sequence[Any]) -> Any:
