@@ -694,3 +694,22 @@ def test_workloads_priced_with_this_cpus_measured_kernels_stack_for_a_fit(measur
     knobs = resolve_knobs(ws[0]).numbers()
     arrays = {f: np.full(2, getattr(knobs, f)) for f in type(knobs).__dataclass_fields__}
     assert step_times(groups, arrays, 2) == pytest.approx([predict(w).step_time_s for w in ws], rel=1e-9)
+
+
+def test_a_profile_fitted_to_cpu_runs_prices_them_as_its_fit_did(measured, tmp_path):
+    """A CPU's kernel speeds are measured, so a stack's shares are 1 there and nothing overlaps,
+    unless the stack profile states its own values for the cpu generation (`trainperf
+    calibrate-model` of CPU bench runs writes them): predict then prices with those, as the fit did."""
+    from trainperf.predict.stacks import packaged_profile
+
+    w = _workload(2, dp=2)
+    plain = predict(w)
+    base = packaged_profile("trainperf-bench")
+    fitted = dataclasses.replace(base, name="fitted", path="",
+                                 generations={**base.generations, "cpu": {"matmul_fraction": 0.5, "overlap": 0.5}})
+    path = tmp_path / "fitted.toml"
+    path.write_text(fitted.to_toml(), encoding="utf-8")
+    got = predict(w, stack=str(path))
+    assert got.knobs.matmul_fraction == 0.5 and got.knobs.overlap == 0.5
+    assert got.knobs.attention_fraction == 1.0 and plain.knobs.matmul_fraction == 1.0  # unstated: measured
+    assert got.step_time_s > plain.step_time_s

@@ -378,6 +378,22 @@ def stack_knobs(hardware: Any, stack: str | Profile | None = None) -> Knobs:
     return _chain_knobs(generation_of(hardware), str(getattr(hardware, "vendor", "")), stack)
 
 
+def stated_for_generation(stack: str | Profile | None, generation: str) -> frozenset[str]:
+    """Knob names ``stack`` (a name, file or :class:`Profile`) states for ``generation`` itself
+    (its ``[generations.<generation>]`` table): on a CPU, whose kernel speeds are measured, only
+    these override the measured physics (a profile ``trainperf calibrate-model`` fitted to CPU runs)."""
+    if isinstance(stack, Profile):
+        return frozenset(stack.generations.get(generation, {}))
+    key, mtime = profile_cache_key(stack)
+    return _cached_stated(generation, key, mtime)
+
+
+@lru_cache(maxsize=64)
+def _cached_stated(generation: str, stack: str, mtime: float) -> frozenset[str]:
+    """:func:`stated_for_generation` per (generation, profile name or file and its mtime)."""
+    return frozenset(load_profile(stack).generations.get(generation, {}))
+
+
 @lru_cache(maxsize=256)
 def _cached_knobs(generation: str, vendor: str, stack: str, mtime: float) -> Knobs:
     """Cached per (generation, vendor, profile name or file and its mtime): a prediction costs

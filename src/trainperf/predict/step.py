@@ -192,11 +192,13 @@ def resolve_knobs(w: Any, calibration: Mapping[str, Mapping[str, float]] | None 
 
     if knobs is not None:
         return knobs
-    k = stack_knobs(w.hardware, stack if stack is not None else getattr(w, "stack", None))
+    named = stack if stack is not None else getattr(w, "stack", None)
+    k = stack_knobs(w.hardware, named)
     if w.hardware.kind == "cpu":
         from trainperf.predict.kernels.cpu import knobs_on_cpu
+        from trainperf.predict.stacks import stated_for_generation
 
-        k = knobs_on_cpu(k, w)
+        k = knobs_on_cpu(k, w, keep=stated_for_generation(named, "cpu"))
     if calibration:
         for key in (f"vendor:{w.hardware.vendor}", w.hardware.id):
             if key in calibration:

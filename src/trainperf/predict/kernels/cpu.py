@@ -148,10 +148,12 @@ def _link(measured: dict[str, cc.MeasuredCollective], link_GB_per_s: float) -> L
     return LevelModel(float(ranks), base.half_exponent, False, 0.0, None, tuple(kinds))
 
 
-def knobs_on_cpu(base: Any, w: Any) -> Any:
+def knobs_on_cpu(base: Any, w: Any, keep: frozenset[str] = frozenset()) -> Any:
     """``base`` (:class:`~trainperf.predict.efficiency.Knobs`) for workload ``w`` on this CPU: the kernel
     speeds are this machine's own, so every share is 1; nothing overlaps compute (no core is
-    free); the host cost per operator is the measured one where the bench measured it."""
+    free); the host cost per operator is the measured one where the bench measured it. The knobs
+    in ``keep`` (those a stack profile states for the cpu generation itself: one fitted to CPU
+    runs by ``trainperf calibrate-model``) stay ``base``'s, as that fit priced its runs."""
     phys = physics(w)
     values: dict[str, float] = {name: 1.0 for name in ("matmul_fraction", "fp8_matmul_fraction", "attention_fraction",
                                                        "memory_bound_fraction", "link_fraction")}
@@ -160,6 +162,7 @@ def knobs_on_cpu(base: Any, w: Any) -> Any:
     if phys is not None and phys.op_overhead_us is not None:
         values["op_overhead_us"] = phys.op_overhead_us
         why = f"{why}; {phys.source}"
+    values = {name: v for name, v in values.items() if name not in keep}
     sources = {**base.sources, **{name: why for name in values}}
     suffix = MEASURED_SUFFIX if phys is not None and phys.attention is not None else "+cpu"
     return base.replace(**values, device=base.device + suffix, sources=sources)
