@@ -253,6 +253,28 @@ def test_calibrate_with_a_workload_times_its_kernels_for_predict(tmp_path, monke
         assert field in capsys.readouterr().err
 
 
+def test_calibrate_with_a_multi_process_workload_times_gloo_between_its_processes(tmp_path, monkeypatch, capsys):
+    """With several processes, `calibrate WORKLOAD` starts them here and has them time what a bench
+    run's processes time before training (gloo's collectives, FSDP2's host time per module)."""
+    from trainperf.measure.testing import tiny_workload_dict
+    from trainperf.specs.cpu_calibration import load_calibration
+    from trainperf.specs.workload_file import dump_workload_toml, workload_from_dict
+
+    monkeypatch.setenv("TRAINPERF_CACHE_DIR", str(tmp_path / "c"))
+    wl = tmp_path / "w.toml"
+    wl.write_text(dump_workload_toml(workload_from_dict({**tiny_workload_dict(global_batch=4), "hardware": {
+        "device": "cpu", "num_devices": 2, "devices_per_node": 2, "threads_per_device": 1}, "parallel": {"dp": 2}})))
+    n = torch.get_num_threads()
+    try:
+        assert main(["calibrate", "--sizes", "256", "--repeats", "1", "--dtypes", "fp32", str(wl)]) == 0
+    finally:
+        torch.set_num_threads(n)
+    assert "between 2 processes of 1 thread(s)" in capsys.readouterr().out
+    cal = load_calibration(threads=1)
+    assert cal is not None and cal.collectives["fp32"]["all-reduce"].ranks == 2
+    assert cal.kernels["fp32"].fsdp_module_us is not None
+
+
 def test_predict_says_when_a_cpus_kernels_are_not_measured(tmp_path, monkeypatch, capsys):
     from trainperf.measure.testing import fake_calibration
 

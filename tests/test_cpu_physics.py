@@ -713,3 +713,20 @@ def test_a_profile_fitted_to_cpu_runs_prices_them_as_its_fit_did(measured, tmp_p
     assert got.knobs.matmul_fraction == 0.5 and got.knobs.overlap == 0.5
     assert got.knobs.attention_fraction == 1.0 and plain.knobs.matmul_fraction == 1.0  # unstated: measured
     assert got.step_time_s > plain.step_time_s
+
+
+def test_a_prediction_says_whether_gloo_was_measured_between_this_machines_processes(measured, tmp_path,
+                                                                                   monkeypatch, capsys):
+    from trainperf.cli.main import main
+
+    assert predict(_workload(2, dp=2)).extra["kernels"]["collectives_measured_here"] is True
+    monkeypatch.setenv(cc.CACHE_ENV, str(tmp_path / "kernels-only"))
+    for threads in {cc.threads_per_process(1), cc.threads_per_process(2)}:
+        cc.save_calibration(_calibration(threads, kernels={"bf16": KERNELS}))
+    assert predict(_workload(2, dp=2)).extra["kernels"]["collectives_measured_here"] is False
+    path = tmp_path / "w.toml"
+    from trainperf.specs.workload_file import dump_workload_toml
+
+    path.write_text(dump_workload_toml(_workload(2, dp=2)))
+    assert main(["predict", str(path)]) == 0
+    assert "gloo's collectives not measured between processes here" in capsys.readouterr().out

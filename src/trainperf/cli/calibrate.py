@@ -9,9 +9,9 @@ Given a CPU workload file (a bench run's ``workload.toml``, or one written by ha
 times, at that workload's shapes and with its threads per process, the kernels the predictor
 prices a CPU step with (GEMMs, attention, elementwise ops, per-operator host time, the
 optimizer: :func:`trainperf.measure.kernel_calibration.calibrate_for_run`, what a bench run of it
-measures before it trains), so that ``trainperf predict`` stands on this machine before any run.
-What only the run's processes can measure (gloo's collectives, FSDP2's and DTensor's host time)
-is left to a bench run.
+measures before it trains), so that ``trainperf predict`` stands on this machine before any run;
+with several processes it starts them here and times gloo's collectives and FSDP2's / DTensor's
+host time between them too (:mod:`trainperf.measure.collectives_here`).
 """
 
 from __future__ import annotations
@@ -149,8 +149,11 @@ def run(args: argparse.Namespace) -> int:
         say(f"timing the kernels of {workload.describe()} at {threads} thread(s) per process")
         calibrate_for_run(workload, threads, say)
         if workload.num_devices > 1:
-            say("  gloo's collectives and FSDP2's / DTensor's host time are measured by a bench run of it "
-                "(its processes); until then predict prices them from the catalog's placeholders")
+            from trainperf.measure.collectives_here import calibrate_collectives_here, processes_here
+
+            say(f"timing gloo's collectives and the sharded modules' host time between {processes_here(workload)} "
+                f"processes of {threads} thread(s), as a bench run of it does before it trains")
+            calibrate_collectives_here(workload, threads, say)
     if args.json:
         print_json({**cal.to_dict(), "cache": path})
         return 0

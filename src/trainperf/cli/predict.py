@@ -162,10 +162,13 @@ def _kernel_lines(p) -> list[str]:
         shapes = kinfo.get("measured_gemm_shapes", 0)
         gemms = (f"GEMMs at the rates of the nearest of {shapes} shapes timed forward and backward" if shapes else
                  f"GEMMs at {100 * kinfo['gemm_peak_fraction']:.0f}% of the calibrated peak at best")
+        several, here = w.num_devices > 1, kinfo.get("collectives_measured_here", False)
+        measured = "attention, elementwise ops" + (" and gloo's collectives" if several and here else "")
+        unmeasured = ("; gloo's collectives not measured between processes here: the catalog's placeholders stand "
+                      "in (`trainperf calibrate WORKLOAD.toml` times them too)") if several and not here else ""
         return [f"kernels (cpu, measured on this machine by a bench run or `trainperf calibrate WORKLOAD`): {gemms}, "
-                "attention, elementwise ops and gloo's collectives at their measured "
-                f"rates, {k.op_overhead_us:.3g} us of host time per operator added to compute, nothing overlapped "
-                "(docs/KERNELS.md, \"This machine's CPU\")"]
+                f"{measured} at their measured rates{unmeasured}, {k.op_overhead_us:.3g} us of host time per "
+                "operator added to compute, nothing overlapped (docs/KERNELS.md, \"This machine's CPU\")"]
     if kinfo.get("silicon") == "cpu":
         threads = w.threads_per_device or threads_per_process(int(w.devices_per_node))
         out.append(f"kernels (cpu): not measured on this machine for {w.precision} at {threads} thread(s) per process: "

@@ -262,6 +262,7 @@ def kernel_info(k: KernelPhysics) -> dict[str, Any]:
             "tp_overlap_rule": k.tp_overlap_rule, "grouped_fraction": k.grouped_fraction,
             "grouped_gemm": k.grouped_impl, "moe_dispatcher": k.dispatch.family, "experts_16bit": k.experts_16bit,
             "norm_passes": k.norm_passes, "rope_passes": k.rope_passes, "activation_passes": k.act_passes,
+            **({"collectives_measured_here": k.link_measured_here} if k.host_bound else {}),
             **({"measured_gemm_shapes": shapes} if shapes else {})}
 
 

@@ -70,7 +70,7 @@ def measured_cpu(k: KernelPhysics, w: Any) -> KernelPhysics:
                        grouped_table=tuple((m, n, kk, rate / peak) for m, n, kk, rate in phys.grouped_gemms),
                        gemm_peak_fraction=1.0, head_gemm_peak_fraction=1.0, grouped_fraction=1.0)
     if phys.link is not None:
-        changes["link_up"] = phys.link
+        changes.update(link_up=phys.link, link_measured_here=True)
     return dataclasses.replace(k, **changes)
 
 

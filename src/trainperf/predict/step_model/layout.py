@@ -314,6 +314,9 @@ class KernelPhysics:
     """Measured attention curves replacing the kernel tables' (this CPU's, :mod:`trainperf.predict.kernels.cpu`)."""
     host_bound: bool = False
     """Operators' host cost adds to their compute instead of hiding behind it (a CPU)."""
+    link_measured_here: bool = False
+    """On a CPU: :attr:`link_up` is gloo's between this machine's processes, as a bench run or
+    ``trainperf calibrate WORKLOAD`` timed it (False: the catalog's placeholders)."""
     experts_16bit: bool = False
     """An fp8 run's routed experts stay in 16 bits: the stack's fp8 leaves its grouped GEMM out
     (``[kernels] fp8_grouped_gemm = false``, torchtitan); their GEMMs at the 16-bit peak and
