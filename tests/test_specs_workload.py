@@ -223,3 +223,20 @@ def test_cpu_devices_at_the_catalogs_one_per_node_say_they_are_machines():
     assert stated.num_nodes == 1 and not any("--devices-per-node" in n for n in stated.notes)
     assert not any("--devices-per-node" in n for n in Workload(num_devices=1, **base).notes)
     assert not any("--devices-per-node" in n for n in wl().notes)  # a GPU's count per node is the catalog's
+
+
+def test_more_processes_times_threads_than_cores_is_noted(monkeypatch):
+    """On this machine's CPU, processes x threads beyond its cores take turns on them: predict
+    prices each with cores of its own, and says so (the bench warns the same before it runs)."""
+    from trainperf.specs import cpu_calibration as cc
+
+    monkeypatch.setattr(cc, "_cores_used", lambda: 2)
+    assert cc.shared_cores_note(2, 1) is None and cc.shared_cores_note(1, 2) is None
+    assert "about 2.0x the step" in cc.shared_cores_note(4, 1)
+    base = dict(model=ModelSpec.preset("debug"), hardware=get_hardware("cpu"), seq_len=256, micro_batch=2)
+    four = Workload(num_devices=4, devices_per_node=4, global_batch=8, plan=ParallelPlan(dp=4), **base)
+    assert any("4 process(es) x 1 thread(s) on this machine's 2 core(s)" in n for n in four.notes)
+    two = Workload(num_devices=2, devices_per_node=2, global_batch=4, plan=ParallelPlan(dp=2), **base)
+    assert not any("core(s)" in n for n in two.notes)
+    threads = Workload(num_devices=1, global_batch=2, threads_per_device=4, **base)
+    assert any("1 process(es) x 4 thread(s)" in n for n in threads.notes)

@@ -45,7 +45,7 @@ from trainperf.measure.results import summary_text, write_summary
 from trainperf.measure.stop import DEFAULT_GRACE_S, RunStopped, stop_signals_raise
 from trainperf.measure.trainer import BenchConfig
 from trainperf.specs.bounds import BENCH_STEPS, BENCH_THREADS
-from trainperf.specs.cpu_calibration import threads_per_process
+from trainperf.specs.cpu_calibration import shared_cores_note, threads_per_process
 from trainperf.specs.workload import Workload
 
 
@@ -348,6 +348,9 @@ def _resolve_peaks_and_threads(workload: Workload, opts: BenchOptions, device_ty
     workload's hardware entry replaced by the run's (:func:`_run_cpu`)."""
     default = threads_per_process(opts.launch.nproc_per_node)
     threads = (opts.threads or default) if device_type == "cpu" else None
+    shared = shared_cores_note(opts.launch.nproc_per_node, threads) if local and threads else None
+    if shared:
+        say(f"warning: {shared}; this run's steps measure them taking turns")
     peaks = resolve_peaks(workload, opts, threads, say) if local else []
     if local and workload.hardware.kind == "cpu" and not opts.peak_tflops_given:
         from trainperf.measure.kernel_calibration import calibrate_for_run

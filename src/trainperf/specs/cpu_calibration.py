@@ -122,6 +122,19 @@ def threads_per_process(nproc_per_node: int) -> int:
     return max(1, _cores_used() // max(1, int(nproc_per_node)))
 
 
+def shared_cores_note(processes: int, threads: int) -> str | None:
+    """What ``processes`` of ``threads`` threads each on this machine do when they are more threads
+    than its cores: take turns on the cores, which the predictor does not model (it prices each
+    process with its threads' own measured speed); None when they fit."""
+    cores = _cores_used()
+    wanted = max(1, int(processes)) * max(1, int(threads))
+    if wanted <= cores:
+        return None
+    return (f"{processes} process(es) x {threads} thread(s) on this machine's {cores} core(s): they take turns on "
+            f"the cores, about {wanted / cores:.1f}x the step of processes with cores of their own (what predict "
+            "prices)")
+
+
 def _positive(owner: str, name: str, value: Any, most: float) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= most:
         raise ValueError(f"{owner}.{name}={value!r} must be a number in (0, {most:g}]")

@@ -119,6 +119,8 @@ class Workload:
             note = cpu_machines_note(self.hardware.kind, self.num_devices, dpn)
             if note:
                 object.__setattr__(self, "notes", (*self.notes, note))
+        if self.hardware.kind == "cpu":
+            self._note_shared_cores(dpn)
         DEVICES_PER_NODE.check("hardware.devices_per_node", dpn)
         if self.num_devices > dpn and self.num_devices % dpn:
             raise SpecError("hardware.num_devices", self.num_devices,
@@ -158,6 +160,16 @@ class Workload:
         plan = self.plan.resolve(self.num_devices)
         object.__setattr__(self, "plan", plan)
         object.__setattr__(self, "notes", tuple(self.notes) + tuple(self._check_plan(plan)))
+
+    def _note_shared_cores(self, per_node: int) -> None:
+        """On this machine's CPU, more processes x threads than cores: noted (predict does not model
+        their taking turns)."""
+        from trainperf.specs.cpu_calibration import shared_cores_note, threads_per_process
+
+        threads = self.threads_per_device or threads_per_process(per_node)
+        note = shared_cores_note(per_node, threads)
+        if note:
+            object.__setattr__(self, "notes", (*self.notes, note))
 
     def _check_threads(self) -> None:
         """``threads_per_device`` is 0 or a thread count within the bench's bound, on a CPU only."""
