@@ -593,3 +593,21 @@ def test_a800_is_an_a100_with_a_narrower_nvlink():
     assert a800.silicon == "ampere" and a800.peak_tflops == a100.peak_tflops
     assert (a800.intra_node_link_GB_per_s, a100.intra_node_link_GB_per_s) == (200.0, 300.0)
     assert read_device("NVIDIA A800-SXM4-80GB").device_id == read_device("A800 80GB").device_id == "a800-sxm-80gb"
+
+
+def test_a_cpus_missing_peaks_are_pending_calibration_not_unsupported():
+    """A CPU's peaks are the ones measured so far: fp32 missing from the cache is not measured yet
+    (calibrate measures it), fp64 is not supported."""
+    import dataclasses
+
+    from trainperf.specs.hardware import CPU_CALIBRATED_DTYPES, format_hardware_detail, get_hardware
+
+    cpu = dataclasses.replace(get_hardware("cpu"), peak_tflops={"bf16": 1.0})
+    text = format_hardware_detail(cpu)
+    assert "not measured yet: fp32, fp8 (`trainperf calibrate --dtypes fp32,fp8`)" in text
+    assert "not supported: fp64, tf32, fp16, fp4" in text
+    try:
+        from trainperf.measure.calibrate import DTYPES
+    except ImportError:  # no torch: the bench extra is not installed
+        return
+    assert set(CPU_CALIBRATED_DTYPES) == set(DTYPES)

@@ -774,6 +774,11 @@ def _table_name(hw: Hardware) -> str:
     return " ".join(re.sub(r"\((?:R|TM)\)|\bCPU @ [\d.]+GHz", " ", name).split())  # Intel's marks and clock
 
 
+CPU_CALIBRATED_DTYPES: tuple[str, ...] = ("fp32", "bf16", "fp8")
+"""The matmul dtypes ``trainperf calibrate`` measures a CPU's peak in (``trainperf.measure.calibrate.DTYPES``;
+a test checks they agree)."""
+
+
 def format_hardware_detail(hw: Hardware) -> str:
     """Every field of one device with its source, for ``trainperf hw <id>``."""
     lines = [
@@ -787,9 +792,14 @@ def format_hardware_detail(hw: Hardware) -> str:
             lines.append(
                 f"    {dtype:<5} {value:>10g}   [{hw.sources.get(f'peak_tflops.{dtype}', 'no source')}]"
             )
-        unsupported = [p for p in PRECISIONS if p not in hw.peak_tflops]
-        if unsupported:
-            lines.append(f"    not supported: {', '.join(unsupported)}")
+        missing = [p for p in PRECISIONS if p not in hw.peak_tflops]
+        # a CPU has the peaks measured so far, not a datasheet's: those calibrate can measure are pending
+        pending = [p for p in missing if hw.kind == "cpu" and p in CPU_CALIBRATED_DTYPES]
+        if pending:
+            lines.append(f"    not measured yet: {', '.join(pending)} (`trainperf calibrate --dtypes "
+                         f"{','.join(pending)}`)")
+        if len(missing) > len(pending):
+            lines.append(f"    not supported: {', '.join(p for p in missing if p not in pending)}")
     else:
         lines.append(f"    none: {CALIBRATE_HINT}")
     labels = {
