@@ -602,7 +602,9 @@ def test_a_cpus_missing_peaks_are_pending_calibration_not_unsupported():
 
     from trainperf.specs.hardware import CPU_CALIBRATED_DTYPES, format_hardware_detail, get_hardware
 
-    cpu = dataclasses.replace(get_hardware("cpu"), peak_tflops={"bf16": 1.0})
+    base = get_hardware("cpu")
+    cpu = dataclasses.replace(base, peak_tflops={"bf16": 1.0},
+                              sources={**base.sources, "peak_tflops.bf16": "a test's calibration"})
     text = format_hardware_detail(cpu)
     assert "not measured yet: fp32, fp8 (`trainperf calibrate --dtypes fp32,fp8`)" in text
     assert "not supported: fp64, tf32, fp16, fp4" in text
