@@ -134,6 +134,9 @@ def test_lora_needs_less_memory_and_time():
     assert lora.step_time_s < full.step_time_s
     assert lora.memory_breakdown_GiB["optimizer states"] == pytest.approx(
         0.01 * full.memory_breakdown_GiB["optimizer states"])
+    # its MFU counts what a LoRA step runs (lora), unless another convention is named
+    assert (full.convention, lora.convention) == ("megatron", "lora")
+    assert predict(w, trainable_fraction=0.01, convention="megatron").convention == "megatron"
 
 
 def test_a_frozen_base_is_held_as_the_stack_holds_it():

@@ -214,7 +214,8 @@ def predict(w: Any, *, knobs: Knobs | None = None,
     """Predict one training step of workload ``w``.
 
     ``convention`` names the FLOP count of the MFU and model TFLOP/s; None: ``lora`` for a
-    workload with LoRA adapters, else megatron, as the bench counts its runs
+    workload with LoRA adapters or a ``trainable_fraction`` below 1, else megatron, as the bench
+    counts its runs
     (:func:`~trainperf.accounting.conventions.run_convention`).
 
     ``trainable_fraction`` < 1 models LoRA-style fine-tuning: frozen weights need no weight
@@ -232,7 +233,7 @@ def predict(w: Any, *, knobs: Knobs | None = None,
         raise SpecError("trainable_fraction", trainable_fraction, "a fraction in (0, 1]")
     k = resolve_knobs(w, calibration, knobs, stack)
     lay = layout_of(w, trainable_fraction)
-    convention = run_convention(convention, lora is not None)
+    convention = run_convention(convention, lora is not None or trainable_fraction < 1.0)
     p = assemble(w, step_costs(lay, k.numbers()), k, convention=convention, train_tokens=train_tokens,
                  lora_fraction=trainable_fraction if given_fraction and trainable_fraction < 1 else 0.0,
                  cp_flavour=lay.kernels.cp_flavour)
