@@ -251,6 +251,10 @@ def test_calibrate_with_a_workload_times_its_kernels_for_predict(tmp_path, monke
                         (["--device", "cuda"], "--device")):
         assert main(["calibrate", *argv, str(wl)]) == 2
         assert field in capsys.readouterr().err
+    fp16 = tmp_path / "fp16.toml"  # a precision the bench does not train in on a CPU: one line, no traceback
+    fp16.write_text(wl.read_text().replace('precision = "fp32"', 'precision = "fp16"'))
+    assert main(["calibrate", str(fp16)]) == 2
+    assert "training.precision='fp16'" in capsys.readouterr().err
 
 
 def test_calibrate_with_a_multi_process_workload_times_gloo_between_its_processes(tmp_path, monkeypatch, capsys):

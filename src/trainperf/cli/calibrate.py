@@ -75,9 +75,9 @@ def _checked_sizes_and_repeats(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-_WORKLOAD_DTYPES = {"fp32": ("fp32",), "tf32": ("fp32",), "bf16": ("bf16",), "fp16": ("fp16",),
-                   "fp8": ("bf16", "fp8")}
-"""The matmul dtypes a workload's kernels are timed against (their peaks must be in the cache)."""
+_WORKLOAD_DTYPES = {"fp32": ("fp32",), "bf16": ("bf16",), "fp8": ("bf16", "fp8")}
+"""The matmul dtypes a workload's kernels are timed against (their peaks must be in the cache), for
+each precision the bench trains in on a CPU."""
 
 
 def _workload(args: argparse.Namespace) -> tuple[Any, int | None]:
@@ -96,6 +96,9 @@ def _workload(args: argparse.Namespace) -> tuple[Any, int | None]:
     w = load_workload(args.workload)
     if w.hardware.kind != "cpu":
         raise SpecError("hardware.device", w.hardware.id, f"cpu in {args.workload} (this command times this CPU)")
+    if w.precision not in _WORKLOAD_DTYPES:
+        raise SpecError("training.precision", w.precision,
+                        f"one of {', '.join(_WORKLOAD_DTYPES)} (what the bench trains in on a CPU)")
     threads = int(w.threads_per_device) or threads_per_process(int(w.devices_per_node))
     if args.threads is not None and args.threads != threads:
         raise SpecError("--threads", args.threads, f"absent or {threads}, the workload's threads per process")
