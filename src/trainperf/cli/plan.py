@@ -331,8 +331,9 @@ def run(args: argparse.Namespace) -> int:
     if inp["dpn"] is None:  # the catalog's devices per node: on a CPU, one process per machine
         from trainperf.specs.workload import cpu_machines_note
 
-        inp["notes"] += [n for n in (cpu_machines_note(inp["hardware"].kind, c, space.devices_per_node)
-                                     for c in counts[-1:]) if n]
+        note = cpu_machines_note(inp["hardware"].kind, max(counts), space.devices_per_node)
+        if note:
+            inp["notes"].append(note)
     obj = Objective(args.objective, train_tokens=args.train_tokens, usd_per_device_hour=args.usd_per_device_hour)
     result = search(inp["model"], inp["hardware"], space, obj, top_k=args.top, rerank=args.rerank,
                     calibration=cal, convention=args.convention, per_stack=True)
