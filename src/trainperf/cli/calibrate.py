@@ -23,13 +23,15 @@ from trainperf.cli.common import add_json_argument, eprint, print_json, table
 from trainperf.errors import SpecError
 from trainperf.specs.bounds import CALIBRATE_REPEATS, CALIBRATE_SIZE, CALIBRATE_SIZE_COUNT, Bound
 
-HELP = "measure this machine's matmul TFLOP/s per dtype and memory bandwidth (the CPU peak for MFU)"
+HELP = ("measure this machine's matmul TFLOP/s per dtype and memory bandwidth (the CPU peak for MFU); given a "
+        "CPU workload file, the kernels predict prices it with too")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("workload", nargs="?", metavar="WORKLOAD",
                         help="a CPU workload file (a bench run's workload.toml): also time its kernels at its shapes "
-                             "and threads per process, which `trainperf predict` of it then stands on")
+                             "and threads per process (with several processes, gloo between them too), which "
+                             "`trainperf predict` of it then stands on")
     parser.add_argument("--quick", action="store_true", help="a few seconds instead of about half a minute")
     parser.add_argument("--threads", type=int, metavar="N", help="threads to use (default: torch's default)")
     parser.add_argument("--sizes", metavar="N,N", help="matmul sizes (default 2048,4096; quick 1536)")

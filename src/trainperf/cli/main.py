@@ -30,7 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "published": ("trainperf.cli.published", "list published runs (filter by model, device, framework, precision) with MFU on one convention"),
     "validate": ("trainperf.cli.validate", "predict every published run: MAPE, mean signed error, worst row; in-sample, leave-one-table-out and leave-one-(stack, silicon)-out"),
     "bench": ("trainperf.cli.bench", "train a Llama-family model here (CPU or GPU, 1..N processes) and measure every step"),
-    "calibrate": ("trainperf.cli.calibrate", "measure this machine's matmul TFLOP/s per dtype and memory bandwidth (the CPU peak for MFU)"),
+    "calibrate": ("trainperf.cli.calibrate", "measure this machine's matmul TFLOP/s per dtype and memory bandwidth (the CPU peak for MFU); given a CPU workload file, the kernels predict prices it with too"),
     "sweep": ("trainperf.cli.sweep", "run the bench at several process counts and print the scaling-efficiency table"),
     "slurm": ("trainperf.cli.slurm", "write (and optionally submit) an sbatch script that runs the bench on K nodes"),
     "report": ("trainperf.cli.report", "write a self-contained HTML report (plus Markdown and PNGs) of runs, sweeps and published comparisons"),
