@@ -251,6 +251,10 @@ def test_calibrate_with_a_workload_times_its_kernels_for_predict(tmp_path, monke
                         (["--device", "cuda"], "--device")):
         assert main(["calibrate", *argv, str(wl)]) == 2
         assert field in capsys.readouterr().err
+    many = tmp_path / "many.toml"  # more threads than this machine's cores would time their contention
+    many.write_text(wl.read_text().replace("threads_per_device = 1", "threads_per_device = 4096"))
+    assert main(["calibrate", str(many)]) == 2
+    assert "hardware.threads_per_device=4096" in capsys.readouterr().err
     fp16 = tmp_path / "fp16.toml"  # a precision the bench does not train in on a CPU: one line, no traceback
     fp16.write_text(wl.read_text().replace('precision = "fp32"', 'precision = "fp16"'))
     assert main(["calibrate", str(fp16)]) == 2

@@ -50,6 +50,13 @@ def _cores_used() -> int:
     return cores()
 
 
+def _check_threads(field: str, threads: int) -> None:
+    """At most the cores this process may use: more threads than cores time their contention."""
+    cores = _cores_used()
+    Bound(1, cores, f"the {cores} core(s) this process may use: more threads than cores time their "
+                    "contention, not the peak").check(field, threads)
+
+
 def _checked_sizes_and_repeats(args: argparse.Namespace) -> dict[str, Any]:
     """``--sizes`` and ``--repeats`` within their bounds (:mod:`trainperf.specs.bounds`), and the
     largest matmul's three fp32 matrices within half this machine's memory; one line otherwise,
@@ -102,6 +109,7 @@ def _workload(args: argparse.Namespace) -> tuple[Any, int | None]:
         raise SpecError("training.precision", w.precision,
                         f"one of {', '.join(_WORKLOAD_DTYPES)} (what the bench trains in on a CPU)")
     threads = int(w.threads_per_device) or threads_per_process(int(w.devices_per_node))
+    _check_threads("hardware.threads_per_device", threads)
     if args.threads is not None and args.threads != threads:
         raise SpecError("--threads", args.threads, f"absent or {threads}, the workload's threads per process")
     return w, threads
@@ -112,9 +120,7 @@ def run(args: argparse.Namespace) -> int:
 
     checked = _checked_sizes_and_repeats(args)  # before torch is imported: a refusal is instant
     if args.threads is not None:
-        cores = _cores_used()
-        Bound(1, cores, f"the {cores} core(s) this process may use: more threads than cores time their "
-                        "contention, not the peak").check("--threads", args.threads)
+        _check_threads("--threads", args.threads)
     from trainperf.measure.calibrate import CalibrationPlan, calibrate
     from trainperf.specs.cpu_calibration import save_calibration
 
