@@ -12,6 +12,12 @@ predicted faster).
 
     python benchmarks/own_runs.py                 # all, 3 repeats (several minutes)
     python benchmarks/own_runs.py --only default,fp32 --repeats 1
+    python benchmarks/own_runs.py --reuse DIR     # the runs an earlier --out DIR kept, predicted again
+
+``--calibrate-only`` also predicts each run as a user would before running it: from an empty
+calibration cache filled by ``trainperf calibrate WORKLOAD.toml --quick`` alone (this CPU's
+kernels at the workload's shapes, and with several processes gloo between them), not by the
+bench run itself.
 
 Timing needs a quiet machine: the script prints the load average before and after.
 """
@@ -49,9 +55,10 @@ NOISY_SPREAD = 0.10
 was busy while they ran: the summary says so."""
 
 
-def _trainperf(*argv: str, timeout: float = 900) -> subprocess.CompletedProcess:
+def _trainperf(*argv: str, timeout: float = 900, cache: Path | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **({"TRAINPERF_CACHE_DIR": str(cache)} if cache else {}))
     return subprocess.run([sys.executable, "-m", "trainperf", *argv], capture_output=True, text=True,
-                          timeout=timeout, check=False, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                          timeout=timeout, check=False, env=env)
 
 
 def bench(name: str, flags: list[str], out: Path, steps: int) -> float | None:
@@ -63,12 +70,31 @@ def bench(name: str, flags: list[str], out: Path, steps: int) -> float | None:
     return json.loads(r.stdout)["step_time_median_s"]
 
 
-def predict(workload: Path) -> float | None:
-    r = _trainperf("predict", str(workload), "--json", timeout=120)
+def predict(workload: Path, cache: Path | None = None) -> float | None:
+    r = _trainperf("predict", str(workload), "--json", timeout=120, cache=cache)
     if r.returncode != 0:
         print(f"  predict {workload}: {r.stderr.strip().splitlines()[-1:]}", flush=True)
         return None
     return json.loads(r.stdout).get("step_time_s")
+
+
+def predict_from_calibrate(workload: Path) -> float | None:
+    """The prediction from an empty cache that ``trainperf calibrate WORKLOAD --quick`` alone filled."""
+    with tempfile.TemporaryDirectory(prefix="own-runs-cache-") as cache:
+        r = _trainperf("calibrate", str(workload), "--quick", cache=Path(cache))
+        if r.returncode != 0:
+            print(f"  calibrate {workload}: {r.stderr.strip().splitlines()[-1:]}", flush=True)
+            return None
+        return predict(workload, Path(cache))
+
+
+def reused(root: Path, names: list[str]) -> dict[str, list[float]]:
+    """Median step times of the runs an earlier ``--out`` kept (``<name>-<k>/summary.json``)."""
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for n in names:
+        for summary in sorted(root.glob(f"{n}-*/summary.json")):
+            times[n].append(json.loads(summary.read_text())["step_time_median_s"])
+    return times
 
 
 def report(times: dict[str, list[float]], preds: dict[str, float | None]) -> list[str]:
@@ -104,22 +130,35 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3, help="runs of each configuration (default 3)")
     p.add_argument("--steps", type=int, default=12, help="steps per run (default 12)")
     p.add_argument("--out", help="keep the runs here (default: a temporary directory)")
+    p.add_argument("--reuse", metavar="DIR", help="run nothing: the runs an earlier --out DIR kept")
+    p.add_argument("--calibrate-only", action="store_true",
+                   help="also predict each run from `trainperf calibrate WORKLOAD --quick` alone (empty cache)")
     a = p.parse_args(argv)
     names = [n for n in RUNS if not a.only or n in a.only.split(",")]
-    root = Path(a.out) if a.out else Path(tempfile.mkdtemp(prefix="own-runs-"))
+    root = Path(a.reuse or a.out or tempfile.mkdtemp(prefix="own-runs-"))
+    times = reused(root, names) if a.reuse else _run_all(names, root, a.repeats, a.steps)
+    preds = {n: predict(root / f"{n}-1" / "workload.toml") for n in names if times[n]}
+    print("\n" + "\n".join(report(times, preds)))
+    if a.calibrate_only:
+        before = {n: predict_from_calibrate(root / f"{n}-1" / "workload.toml") for n in names if times[n]}
+        print("\npredicted before any bench run, from `trainperf calibrate WORKLOAD --quick` alone:\n"
+              + "\n".join(report(times, before)))
+    return 0
+
+
+def _run_all(names: list[str], root: Path, repeats: int, steps: int) -> dict[str, list[float]]:
+    """Each configuration ``repeats`` times, interleaved; their median step times."""
     root.mkdir(parents=True, exist_ok=True)
     print(f"load average before: {os.getloadavg()[0]:.2f}; runs in {root}", flush=True)
     times: dict[str, list[float]] = {n: [] for n in names}
-    for k in range(a.repeats):
+    for k in range(repeats):
         for n in names:
-            t = bench(n, RUNS[n], root / f"{n}-{k + 1}", a.steps)
+            t = bench(n, RUNS[n], root / f"{n}-{k + 1}", steps)
             if t is not None:
                 times[n].append(t)
                 print(f"  {n} run {k + 1}: {t:.4f} s", flush=True)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
-    preds = {n: predict(root / f"{n}-1" / "workload.toml") for n in names if times[n]}
-    print("\n" + "\n".join(report(times, preds)))
-    return 0
+    return times
 
 
 if __name__ == "__main__":

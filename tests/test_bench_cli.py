@@ -236,7 +236,7 @@ def test_calibrate_with_a_workload_times_its_kernels_for_predict(tmp_path, monke
         "device": "cpu", "num_devices": 1, "threads_per_device": 1}})))
     n = torch.get_num_threads()
     try:
-        assert main(["calibrate", "--sizes", "256", "--repeats", "1", "--dtypes", "fp32", str(wl)]) == 0
+        assert main(["calibrate", "--sizes", "256", "--repeats", "1", "--dtypes", "fp32", "--rounds", "2", str(wl)]) == 0
         before = capsys.readouterr().out
         assert "timing the kernels of" in before and "1 thread(s) per process" in before
         assert main(["predict", str(wl)]) == 0
@@ -247,8 +247,9 @@ def test_calibrate_with_a_workload_times_its_kernels_for_predict(tmp_path, monke
 
     cal = load_calibration(threads=1)
     assert cal is not None and cal.kernels["fp32"].gemms  # the workload's GEMM shapes, timed
+    assert cal.kernels["fp32"].samples == 2  # two rounds, their mean kept
     for argv, field in ((["--threads", "2"], "--threads"), (["--dry-run"], "--dry-run"),
-                        (["--device", "cuda"], "--device")):
+                        (["--device", "cuda"], "--device"), (["--rounds", "0"], "--rounds")):
         assert main(["calibrate", *argv, str(wl)]) == 2
         assert field in capsys.readouterr().err
     many = tmp_path / "many.toml"  # more threads than this machine's cores would time their contention
@@ -274,7 +275,8 @@ def test_calibrate_with_a_multi_process_workload_times_gloo_between_its_processe
         "device": "cpu", "num_devices": 2, "devices_per_node": 2, "threads_per_device": 1}, "parallel": {"dp": 2}})))
     n = torch.get_num_threads()
     try:
-        assert main(["calibrate", "--sizes", "256", "--repeats", "1", "--dtypes", "fp32", str(wl)]) == 0
+        assert main(["calibrate", "--sizes", "256", "--repeats", "1", "--dtypes", "fp32", "--rounds", "1",
+                     str(wl)]) == 0
     finally:
         torch.set_num_threads(n)
     assert "between 2 processes of 1 thread(s)" in capsys.readouterr().out

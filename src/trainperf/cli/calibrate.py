@@ -21,7 +21,13 @@ from typing import Any
 
 from trainperf.cli.common import add_json_argument, eprint, print_json, table
 from trainperf.errors import SpecError
-from trainperf.specs.bounds import CALIBRATE_REPEATS, CALIBRATE_SIZE, CALIBRATE_SIZE_COUNT, Bound
+from trainperf.specs.bounds import (
+    CALIBRATE_REPEATS,
+    CALIBRATE_ROUNDS,
+    CALIBRATE_SIZE,
+    CALIBRATE_SIZE_COUNT,
+    Bound,
+)
 
 HELP = ("measure this machine's matmul TFLOP/s per dtype and memory bandwidth (the CPU peak for MFU); given a "
         "CPU workload file, the kernels predict prices it with too")
@@ -32,6 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a CPU workload file (a bench run's workload.toml): also time its kernels at its shapes "
                              "and threads per process (with several processes, gloo between them too), which "
                              "`trainperf predict` of it then stands on")
+    parser.add_argument("--rounds", type=int, default=3, metavar="N",
+                        help="with a WORKLOAD: times its kernels (and gloo) N times; the cache keeps their mean, as "
+                             "it keeps the mean of bench runs' (default 3: one round moved a 2-process TP prediction "
+                             "by 20%% here)")
     parser.add_argument("--quick", action="store_true", help="a few seconds instead of about half a minute")
     parser.add_argument("--threads", type=int, metavar="N", help="threads to use (default: torch's default)")
     parser.add_argument("--sizes", metavar="N,N", help="matmul sizes (default 2048,4096; quick 1536)")
@@ -98,6 +108,7 @@ def _workload(args: argparse.Namespace) -> tuple[Any, int | None]:
     from trainperf.specs.cpu_calibration import threads_per_process
     from trainperf.specs.workload_file import load_workload
 
+    CALIBRATE_ROUNDS.check("--rounds", args.rounds)
     if args.device != "cpu":
         raise SpecError("--device", args.device, "cpu with a WORKLOAD (its kernels are timed on this CPU)")
     if args.dry_run:
@@ -113,6 +124,22 @@ def _workload(args: argparse.Namespace) -> tuple[Any, int | None]:
     if args.threads is not None and args.threads != threads:
         raise SpecError("--threads", args.threads, f"absent or {threads}, the workload's threads per process")
     return w, threads
+
+
+def _time_workload(workload: Any, threads: int, rounds: int, say: Any) -> None:
+    """``rounds`` timings of the workload's kernels (and, with several processes, of gloo between
+    them), each merged into the cache's running means as a bench run's are."""
+    from trainperf.measure.kernel_calibration import calibrate_for_run
+
+    say(f"timing the kernels of {workload.describe()} at {threads} thread(s) per process, {rounds} round(s)")
+    for _ in range(rounds):
+        calibrate_for_run(workload, threads, say)
+    if workload.num_devices > 1:
+        from trainperf.measure.collectives_here import calibrate_collectives_here, processes_here
+
+        say(f"timing gloo's collectives and the sharded modules' host time between {processes_here(workload)} "
+            f"processes of {threads} thread(s), as a bench run of it does before it trains, {rounds} round(s)")
+        calibrate_collectives_here(workload, threads, say, rounds)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -155,16 +182,7 @@ def run(args: argparse.Namespace) -> int:
             cal = dataclasses.replace(cal, peak_tflops={**old.peak_tflops, **cal.peak_tflops})
     path = None if args.dry_run else str(save_calibration(cal))
     if workload is not None and threads is not None:
-        from trainperf.measure.kernel_calibration import calibrate_for_run
-
-        say(f"timing the kernels of {workload.describe()} at {threads} thread(s) per process")
-        calibrate_for_run(workload, threads, say)
-        if workload.num_devices > 1:
-            from trainperf.measure.collectives_here import calibrate_collectives_here, processes_here
-
-            say(f"timing gloo's collectives and the sharded modules' host time between {processes_here(workload)} "
-                f"processes of {threads} thread(s), as a bench run of it does before it trains")
-            calibrate_collectives_here(workload, threads, say)
+        _time_workload(workload, threads, args.rounds, say)
     if args.json:
         print_json({**cal.to_dict(), "cache": path})
         return 0

@@ -23,9 +23,10 @@ def processes_here(workload: Any) -> int:
     return max(1, min(int(workload.devices_per_node), int(workload.num_devices)))
 
 
-def calibrate_collectives_here(workload: Any, threads: int, say: Callable[[str], None]) -> None:
+def calibrate_collectives_here(workload: Any, threads: int, say: Callable[[str], None], rounds: int = 1) -> None:
     """Start :func:`processes_here` gloo processes of ``threads`` threads each and have them time
-    what a bench run of ``workload`` times between its processes, into the calibration cache."""
+    ``rounds`` times what a bench run of ``workload`` times between its processes, into the
+    calibration cache (each round merged into its running means, as a run's is)."""
     import torch.multiprocessing as mp
 
     from trainperf.specs.workload_file import workload_to_dict
@@ -35,7 +36,7 @@ def calibrate_collectives_here(workload: Any, threads: int, say: Callable[[str],
         return
     if n < workload.num_devices:
         say(f"  the collectives timed over this machine's {n} processes (the workload's other nodes are not here)")
-    mp.spawn(_worker, args=(n, _free_port(), threads, workload_to_dict(workload)), nprocs=n, join=True)
+    mp.spawn(_worker, args=(n, _free_port(), threads, workload_to_dict(workload), rounds), nprocs=n, join=True)
 
 
 def _free_port() -> int:
@@ -44,7 +45,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _worker(rank: int, world: int, port: int, threads: int, workload: dict[str, Any]) -> None:
+def _worker(rank: int, world: int, port: int, threads: int, workload: dict[str, Any], rounds: int = 1) -> None:
     """One process: join the gloo group, then time as a bench run's process does before training."""
     import torch
     import torch.distributed as dist
@@ -59,7 +60,9 @@ def _worker(rank: int, world: int, port: int, threads: int, workload: dict[str, 
     tune_cpu_allocator()
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        calibrate_collectives(threads, workload_from_dict(workload), print if rank == 0 else _quiet)
+        w = workload_from_dict(workload)
+        for _ in range(rounds):
+            calibrate_collectives(threads, w, print if rank == 0 else _quiet)
     finally:
         dist.destroy_process_group()
 

@@ -165,6 +165,7 @@ BENCH_LR = RealBound(0.0, 10.0, "trainperf's bound on the bench's AdamW learning
 CALIBRATE_SIZE = Bound(1, 8192, "trainperf's bound on a calibration matmul size: three n x n fp32 matrices "
                                 "hold 805 MB at 8,192, and one matmul is 1.1e12 FLOPs (about 20 s on a slow CPU)")
 CALIBRATE_REPEATS = Bound(1, 100, "trainperf's bound on timed repeats per size (each lasts at least 0.25 s)")
+CALIBRATE_ROUNDS = Bound(1, 20, "trainperf's bound on rounds of a workload's kernel timings (each a few seconds)")
 CALIBRATE_SIZE_COUNT = Bound(1, 16, "trainperf's bound on matmul sizes per calibration (each is measured)")
 BENCH_MICRO_TOKENS = Bound(1, 1 << 24, "trainperf's bound on tokens per micro-batch (micro_batch x seq_len, "
                                        "16,777,216); published runs use up to ~1M, and the activations grow "
