@@ -17,6 +17,7 @@ host time between them too (:mod:`trainperf.measure.collectives_here`).
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
 
 from trainperf.cli.common import add_json_argument, eprint, print_json, table
@@ -108,7 +109,6 @@ def _workload(args: argparse.Namespace) -> tuple[Any, int | None]:
     from trainperf.specs.cpu_calibration import threads_per_process
     from trainperf.specs.workload_file import load_workload
 
-    CALIBRATE_ROUNDS.check("--rounds", args.rounds)
     if args.device != "cpu":
         raise SpecError("--device", args.device, "cpu with a WORKLOAD (its kernels are timed on this CPU)")
     if args.dry_run:
@@ -126,7 +126,7 @@ def _workload(args: argparse.Namespace) -> tuple[Any, int | None]:
     return w, threads
 
 
-def _time_workload(workload: Any, threads: int, rounds: int, say: Any) -> None:
+def _time_workload(workload: Any, threads: int, rounds: int, say: Callable[[str], None]) -> None:
     """``rounds`` timings of the workload's kernels (and, with several processes, of gloo between
     them), each merged into the cache's running means as a bench run's are."""
     from trainperf.measure.kernel_calibration import calibrate_for_run
@@ -146,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
     import dataclasses
 
     checked = _checked_sizes_and_repeats(args)  # before torch is imported: a refusal is instant
+    CALIBRATE_ROUNDS.check("--rounds", args.rounds)
     if args.threads is not None:
         _check_threads("--threads", args.threads)
     from trainperf.measure.calibrate import CalibrationPlan, calibrate
