@@ -314,6 +314,33 @@ def test_moe_blocks_keep_their_routed_tokens():
         diff_GiB / 32, rel=1e-6)
 
 
+def test_probabilities_weighted_in_the_activation_keep_no_expert_outputs(tmp_path):
+    """Megatron-Core 0.12 onwards weights the routed rows inside the experts' activation, so the
+    expert outputs are not kept for the probabilities' gradient; a stack that weights them in the
+    combine (Megatron-Core 0.9-0.11) keeps them: Mixtral 8x7B as above, 32 layers, 2 copies of the
+    4096 / 4 tokens a device dispatched, 4096 wide, 2 bytes, per layer."""
+    from trainperf.predict.stacks import packaged_profile
+    from trainperf.predict.step_model.memory import routed_activation_bytes
+
+    tokens, h = 4096, 4096
+    dispatched = tokens / 4
+    assert routed_activation_bytes(tokens, 2, h, 4, 4, True) - routed_activation_bytes(
+        tokens, 2, h, 4, 4, True, probs_in_activation=True) == pytest.approx(h * 2 * dispatched * 2)
+    older = packaged_profile("megatron-core").with_facts(
+        "megatron-core-0.11", "capabilities", {"moe_probs_in_activation": False},
+        {"moe_probs_in_activation": "Megatron-Core 0.11 weighted the rows in moe_utils.unpermute"})
+    path = tmp_path / "megatron-core-0.11.toml"
+    path.write_text(older.to_toml(), encoding="utf-8")
+
+    def act(stack):
+        return predict(workload_from_dict({
+            "model": {"preset": "mixtral-8x7b"}, "hardware": {"device": "h100-sxm", "num_devices": 32},
+            "parallel": {"dp": 8, "tp": 4, "ep": 8, "sequence_parallel": True, "zero_stage": 1},
+            "training": {"seq_len": 4096, "global_batch": 64, "micro_batch": 1, "precision": "bf16",
+                         "activation_checkpointing": "none", "stack": stack}})).memory_breakdown_GiB["activations"]
+    assert act(str(path)) - act("megatron-core") == pytest.approx(32 * h * 2 * dispatched * 2 / GiB, rel=1e-6)
+
+
 def test_megatron_recompute_modules_drop_what_they_rebuild():
     """Mixtral 8x7B as above (32 MoE layers, tp 4 sp, etp 4, one micro-batch in flight). Against
     ``selective`` (which keeps everything with flash attention), per layer and device:
@@ -322,7 +349,8 @@ def test_megatron_recompute_modules_drop_what_they_rebuild():
     all three expert MLP tensors. The layer running its backward holds its full set again (as
     under any policy that keeps less than ``none``): per token 4 x 4096 / 4 (norm region, SP),
     2 x 4096 / 4 (q, context), 2 x 1024 / 4 (k, v), 3 x 2 x 14336 / 4 (expert MLPs) elements of
-    2 bytes, and the routed rows."""
+    2 bytes, and the routed rows (the rows received: Megatron-Core weights them by the router
+    probabilities inside the activation, so it keeps no expert outputs)."""
     def act(ac):
         return predict(workload_from_dict({
             "model": {"preset": "mixtral-8x7b"}, "hardware": {"device": "h100-sxm", "num_devices": 32},
@@ -332,7 +360,7 @@ def test_megatron_recompute_modules_drop_what_they_rebuild():
     base = act("selective")
     moe_act = 4096 * 2 / 4 * 14336 * 2
     norms = 2 * 4096 / 4 * 4096 * 2
-    routed = 4096 * 2 * (4096 * 2 * 4 / 4 + 4096 / 4 * 2)
+    routed = 4096 * 2 * (4096 * 2 * 4 / 4)  # the received rows (the outputs are weighted in the activation)
     layer = 4096 * 2 * (4 * 4096 / 4 + 2 * 4096 / 4 + 2 * 1024 / 4 + 3 * 2 * 14336 / 4) + routed
     assert base - act("selective:core_attn+moe_act") == pytest.approx((32 * moe_act - layer) / GiB, rel=1e-9)
     assert base - act("selective:core_attn+layernorm") == pytest.approx((32 * norms - layer) / GiB, rel=1e-9)

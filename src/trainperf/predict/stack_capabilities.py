@@ -26,6 +26,9 @@ stack can execute and how it lays out memory::
     cp_shards_states = true                                # FSDP over the cp ranks even when the
                                                            # plan shards nothing else (torchtitan)
     moe_dispatchers = ["nccl", "deepep"]                   # MoE token dispatch kernels it can run
+    moe_probs_in_activation = true                         # routed rows weighted inside the
+                                                           # experts' activation (nothing kept for
+                                                           # the probabilities' gradient)
     fused_loss_chunk_bytes = {gpu = 1073741824}            # alone on one device, the LM head and
                                                            # loss fused, chunked to this many bytes
                                                            # of fp32 logits (by device kind)
@@ -66,7 +69,8 @@ KEYS: tuple[str, ...] = ("parallelisms", "hybrid_shard", "zero_stages", "pipelin
                          "pipeline_schedules", "max_vpp",
                          "pipeline_slots", "uneven_stages", "checkpointing", "loss_bytes_per_logit",
                          "compiled_loss_bytes_per_logit", "fp8_gemm_input_bytes", "fsdp_grad_unit", "expert_tp",
-                         "cp_shards_states", "moe_dispatchers", "fused_loss_chunk_bytes", "frozen_weight_bytes")
+                         "cp_shards_states", "moe_dispatchers", "fused_loss_chunk_bytes", "frozen_weight_bytes",
+                         "moe_probs_in_activation")
 GRAD_UNITS: tuple[str, ...] = ("layer", "tensor")
 EXPERT_TP: tuple[str, ...] = ("tp", "1")
 MOE_DISPATCHERS: tuple[str, ...] = ("nccl", "deepep", "hybrid-ep", "mori")
@@ -120,6 +124,12 @@ class Capabilities:
     the cp ranks."""
     moe_dispatchers: tuple[str, ...] = MOE_DISPATCHERS
     """MoE token dispatch kernels the stack can run (``training.moe_dispatcher``)."""
+    moe_probs_in_activation: bool = False
+    """The router probabilities weight the routed rows inside the experts' activation function
+    (Megatron-Core's weighted SwiGLU), whose input the backward keeps anyway, so nothing more is
+    kept for the probabilities' gradient; False: the weighting is a product of its own, before or
+    after the experts, that keeps one hidden-wide 16-bit row per routed copy (the expert's input or
+    output) for it."""
     fused_loss_chunk_bytes: tuple[tuple[str, float], ...] = ()
     """(device kind, bytes) pairs (kinds of :data:`trainperf.specs.hardware.KINDS`): the bytes of
     fp32 logits one chunk holds where the stack, on one device with nothing sharded, fuses the LM
@@ -305,7 +315,7 @@ def _value(stack: str, key: str, v: Any) -> Any:
         return tuple((str(k), float(b)) for k, b in v.items())
     if key in ("sequence_parallel", "fsdp_grad_unit"):
         return stacks.check_choice(where, v, SP_MODES if key == "sequence_parallel" else GRAD_UNITS)
-    return stacks.check_flag(where, v)  # pipeline_slots, uneven_stages, hybrid_shard, cp_shards_states
+    return stacks.check_flag(where, v)  # pipeline_slots, uneven_stages, hybrid_shard, cp_shards_states, moe_probs_in_activation
 
 
 def capabilities_from_table(stack: str, table: Mapping[str, Any]) -> Capabilities:
@@ -388,6 +398,15 @@ def fp8_gemm_input_bytes(stack: Any, precision: str) -> float | None:
     except TrainperfError:
         return None
     return caps.fp8_gemm_input_bytes or None
+
+
+def moe_probs_in_activation(stack: Any) -> bool:
+    """Whether ``stack`` weights routed rows by the router probabilities inside the experts'
+    activation (:attr:`Capabilities.moe_probs_in_activation`); False for an unreadable stack."""
+    try:
+        return capabilities_of(stack).moe_probs_in_activation
+    except TrainperfError:
+        return False
 
 
 def fsdp_grad_per_tensor(stack: Any) -> bool:

@@ -98,6 +98,7 @@ def _kernels(hw: Any, precision: str, stack: str, _mtime: float, compile_flag: b
         memory_fraction=sk.gpu_memory_fraction if hw.kind == "gpu" else 1.0,
         link_up=k_collectives.level_model(sil, "scale-up"), link_out=k_collectives.level_model(sil, "scale-out"),
         fsdp_grad_per_tensor=stack_capabilities.fsdp_grad_per_tensor(stack),
+        moe_probs_in_activation=stack_capabilities.moe_probs_in_activation(stack),
         fp8_gemm_input_bytes=stack_capabilities.fp8_gemm_input_bytes(stack, precision),
         cp_flavour=context_parallel.flavour(sk.context_parallel, sk.context_parallel_load_balance),
         autocast_unsharded=sk.autocast_unsharded,

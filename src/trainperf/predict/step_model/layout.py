@@ -310,6 +310,9 @@ class KernelPhysics:
     cp_flavour: Flavour
     """How the stack's context-parallel attention exchanges K/V, merges and buffers
     (:class:`~trainperf.predict.step_model.context_parallel.Flavour`)."""
+    moe_probs_in_activation: bool = False
+    """The stack weights routed rows by the router probabilities inside the experts' activation
+    (its ``[capabilities] moe_probs_in_activation``): no row is kept for the probabilities' gradient."""
     attn_table: Any = None
     """Measured attention curves replacing the kernel tables' (this CPU's, :mod:`trainperf.predict.kernels.cpu`)."""
     host_bound: bool = False

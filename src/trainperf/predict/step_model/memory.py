@@ -81,7 +81,8 @@ def saved_activation_bytes_per_layer(s: Num, b: Num, h: Num, q_dim: Num, kv_dim:
 
 
 def routed_activation_bytes(tokens: Num, topk: Num, hidden: Num, etp: Num, t: Num, sp: Flag, act_bytes: Num = 2.0,
-                            gemm_in_bytes: Num | None = None, imbalance: Num = 1.0) -> Num:
+                            gemm_in_bytes: Num | None = None, imbalance: Num = 1.0,
+                            probs_in_activation: Flag = False) -> Num:
     """Bytes one MoE block keeps per micro-batch, beyond a dense block's, for its routed tokens.
 
     Counted (Megatron-Core 0.9-0.12 alltoall dispatcher, ``moe_utils.unpermute`` and the expert
@@ -89,7 +90,12 @@ def routed_activation_bytes(tokens: Num, topk: Num, hidden: Num, etp: Num, t: Nu
     ``hidden`` (all-gathered over the expert-tp group), kept as the expert FC1 input (in
     ``gemm_in_bytes`` under an fp8 recipe that keeps fp8 inputs); the expert outputs the combine
     weights by router probabilities, ``topk`` per token the device dispatched (its sequence-parallel
-    share), kept for the probabilities' gradient. The MLP-wide tensors of the experts are counted
+    share), kept for the probabilities' gradient, unless ``probs_in_activation``: Megatron-Core
+    0.12 onwards weights the rows inside the experts' activation function (``experts.py``
+    ``weighted_bias_swiglu_impl``, or the activation output times the probabilities unfused),
+    whose input and output the backward keeps anyway (read from memory of the code, not verified
+    against its release notes). torchtitan's ``score_before_experts`` keeps the routed input
+    instead of the output: one row either way. The MLP-wide tensors of the experts are counted
     with the dense ones (``topk * expert_ffn`` per token); the router input is the block's MLP
     input. Left out: routing maps and probabilities (integers and floats per token and expert).
     The busiest expert-parallel rank receives ``imbalance`` times the mean number of rows.
@@ -97,7 +103,8 @@ def routed_activation_bytes(tokens: Num, topk: Num, hidden: Num, etp: Num, t: Nu
     received = tokens * topk * etp / t * imbalance
     dispatched = tokens * vec.where(sp, 1.0, etp) / t
     gin = act_bytes if gemm_in_bytes is None else gemm_in_bytes
-    return hidden * (received * gin + dispatched * topk * act_bytes)
+    weighted = vec.where(probs_in_activation, 0.0, dispatched * topk * act_bytes)
+    return hidden * (received * gin + weighted)
 
 
 EAGER_SCORE_BYTES = 5.0
@@ -324,11 +331,13 @@ def _kept(lay: Layout, st: Stage) -> _Kept:
         layer_none = layer_none + scores
         layer = layer + (1.0 - rc.attention_core) * scores
     # routed experts keep their own inputs: the dispatched, gathered rows (topk copies) the expert
-    # FC1 saves, and the expert outputs the unpermute's weighting by router probabilities saves
-    # for their gradient, unless the policy re-runs the MLP region
+    # FC1 saves, and (where the stack weights them apart) the expert outputs the unpermute's
+    # weighting by router probabilities saves for their gradient, unless the policy re-runs the
+    # MLP region
     if ms.expert_mats:
         routed = routed_activation_bytes(st.m_tok, ms.moe_topk, ms.hidden, m.etp, t, m.sp, act_b,
-                                         None if lay.kernels.experts_16bit else gin_b, lay.run.moe_imbalance)
+                                         None if lay.kernels.experts_16bit else gin_b, lay.run.moe_imbalance,
+                                         lay.kernels.moe_probs_in_activation)
         moe_none = moe_none + routed
         moe = moe + (1.0 - rc.moe_region) * routed
     r = st.rec_frac
