@@ -257,15 +257,14 @@ def test_defaults_round_trip_through_to_toml():
 
 
 # --------------------------------------------------------------------------- the packaged table
-EXCLUDED = {"401": "time", "405": "model", "415": "batch", "416": "batch", "417": "devices", "418": "devices",
-            "419": "devices"}
-"""Why each packaged row is not predicted: PaLM and the Frontier rows publish an MFU alone (read
-against a peak), but PaLM states no layers or width and Frontier no device count per figure."""
+EXCLUDED = {"401": "time", "415": "batch", "416": "batch", "417": "devices", "418": "devices", "419": "devices"}
+"""Why each packaged row is not predicted: the Frontier rows publish an MFU alone (read against a
+peak) and no device count per figure. PaLM's row names its model (the preset) and its plan in words."""
 
 
 def test_packaged_table_reads_as_before():
     runs = packaged_runs()
-    assert len(runs) == 169 and sum(r.included for r in runs) == 162
+    assert len(runs) == 169 and sum(r.included for r in runs) == 163
     assert {r.row_id: r.exclude_kind for r in runs if not r.included} == EXCLUDED
     by_id = {r.row_id: r for r in runs}
     assert by_id["401"].exclude_reason.startswith("only a best-case 'up to' TFLOP/s")
@@ -274,12 +273,36 @@ def test_packaged_table_reads_as_before():
     assert s["rows_stating_essentials"] == 162 and s["coverage_of_stating_rows_pct"] == 100.0
     # hardware as resolved by the rule, per row
     assert {r.device_id for r in runs if r.included} == {
-        "h100-sxm", "a100-sxm-80gb", "a100-sxm-40gb", "h100-sxm-hbm2e", "tpu-v5e"}
+        "h100-sxm", "a100-sxm-80gb", "a100-sxm-40gb", "h100-sxm-hbm2e", "tpu-v5e", "tpu-v4"}
     assert by_id["405"].device_id == "tpu-v4" and by_id["415"].device_id == "mi250"
     assert by_id["417"].device_id == "mi250x-gcd" and by_id["340"].device_id == "h100-sxm-hbm2e"
     # PaxML's unstated checkpointing is the paxml default, noted with its source
     assert by_id["101"].workload.activation_checkpointing == "full"
     assert any("paxml default" in a and "rematerialise" in a for a in by_id["101"].assumptions)
+
+
+def test_palm_reads_its_preset_its_plan_in_words_and_the_sharding_it_must_have_had():
+    """PaLM 540B (row 405): the model cell names the preset, the dp cell says "12-way model x
+    256-way data per pod" (tp 12, the rest data parallel), and the row states no sharding; unsharded,
+    540B / 12 parameters with Adam need about 671 GiB of a 32 GiB TPU v4, so the run sharded them
+    over its 512 data-parallel ranks (ZeRO-3), noted. Its framework has no profile, so no fit uses it."""
+    from trainperf.predict.fit_profiles import fitted_on
+
+    r = {x.row_id: x for x in packaged_runs()}["405"]
+    assert r.included and r.stack == "generic" and not fitted_on(r)
+    p = r.workload.plan
+    assert (p.tp, p.fsdp, p.dp, p.zero_stage) == (12, 512, 1, 3)
+    assert r.workload.model.total_params / 1e9 == pytest.approx(540.35, rel=1e-3)
+    assert any("'12-way model'" in a for a in r.assumptions)
+    assert any("ZeRO-3 over the 512 data-parallel ranks" in a for a in r.assumptions)
+
+
+def test_model_parallel_in_words_is_not_tensor_parallel_beside_a_pipeline():
+    """Megatron's "model-parallel size" is tp x pp: "8-way model" beside pp 4 is not read as tp."""
+    a = _hand_row(model="Llama 3 70B", tp="", pp="4", dp="8-way model, rest data", num_gpus="256")
+    assert not any("'8-way model'" in x for x in a.assumptions)
+    b = _hand_row(model="Llama 3 70B", tp="", pp="", dp="8-way tensor-slicing x 4-way pipeline", num_gpus="256")
+    assert (b.workload.plan.tp, b.workload.plan.pp) == (8, 4)
 
 
 def test_packaged_torchtitan_rows_run_the_local_batch_whole():
@@ -753,16 +776,27 @@ def test_the_table_reading_benchmark_reader_is_within_two_points_of_the_facts_by
     assert d40["differs"] == ["plan.vpp: 20 (by hand 5)"]
 
 
-@pytest.mark.parametrize(("framework", "fsdp", "zero"), [
-    ("PyTorch FSDP", 64, 0), ("HF Accelerate + DeepSpeed ZeRO-3", 64, 0), ("DeepSpeed ZeRO-1", 1, 1),
-    ("PyTorch FSDP (hybrid_shard)", 8, 0), ("HF Trainer", 1, 0),
+@pytest.mark.parametrize(("framework", "fsdp", "zero", "from_cell"), [
+    ("PyTorch FSDP", 64, 0, True), ("HF Accelerate + DeepSpeed ZeRO-3", 64, 0, True), ("DeepSpeed ZeRO-1", 1, 1, True),
+    ("PyTorch FSDP (hybrid_shard)", 8, 0, True),
+    # no sharding named: DDP would need 120 GiB of an 80 GiB H100 for 8B parameters with Adam, and the
+    # run ran, so the least stage under which they fit
+    ("HF Trainer", 1, 1, False),
 ])
-def test_sharding_named_in_the_framework_cell_is_the_runs(framework, fsdp, zero):
+def test_sharding_named_in_the_framework_cell_is_the_runs(framework, fsdp, zero, from_cell):
     r = _hand_row(model="Llama3-8B", layers="32", hidden="4096", heads="32", kv_heads="8", ffn_hidden="14336",
                   vocab="128256", num_gpus="64", global_batch_seqs="128", framework=framework, fsdp_zero="")
     assert r.included, r.exclude_reason
     assert (r.workload.plan.fsdp, r.workload.plan.zero_stage) == (fsdp, zero)
-    assert any(a.startswith("data-parallel sharding from the framework cell") for a in r.assumptions) == (fsdp > 1 or zero > 0)
+    assert any(a.startswith("data-parallel sharding from the framework cell") for a in r.assumptions) == from_cell
+    assert any("the run held them, so ZeRO-1" in a for a in r.assumptions) == (not from_cell)
+
+
+def test_an_unstated_sharding_stays_plain_data_parallel_where_it_fits():
+    r = _hand_row(model="Llama 3.2 1B", num_gpus="64", global_batch_seqs="128", framework="HF Trainer", fsdp_zero="")
+    assert r.included, r.exclude_reason
+    assert (r.workload.plan.fsdp, r.workload.plan.zero_stage) == (1, 0)
+    assert not any("the run held them" in a for a in r.assumptions)
 
 
 def test_a_maxtext_custom_policy_row_is_in_the_stacks_space_and_priced_as_stated():
@@ -810,7 +844,10 @@ def test_a_vpp_count_in_the_pp_cell_and_async_tp_in_the_sp_cell_are_read():
     ("Mistral-Nemo", "mistral-nemo-12b", 12.25), ("01-ai Yi-34B", "yi-34b", 34.39),
     ("allenai OLMo 2 7B", "olmo2-7b", 7.30), ("OLMo 2 13B", "olmo2-13b", 13.72),
     # the LLaMA paper's Table 2 (arXiv:2302.13971); its 33B is "30b" in the converted checkpoints
-    ("LLaMA-65B", "llama-65b", 65.29), ("LLaMA 13B", "llama-13b", 13.02), ("Llama 1 7B", "llama-7b", 6.738)])
+    ("LLaMA-65B", "llama-65b", 65.29), ("LLaMA 13B", "llama-13b", 13.02), ("Llama 1 7B", "llama-7b", 6.738),
+    # PaLM's Table 1 (arXiv:2204.02311); MT-NLG's paper; BLOOM's model card
+    ("PaLM 540B", "palm-540b", 540.35), ("PaLM-62B", "palm-62b", 62.50), ("MT-NLG 530B", "mt-nlg-530b", 529.6),
+    ("BLOOM-176B", "bloom-176b", 176.2), ("OPT-175B", "opt-175b", 174.6)])
 def test_a_row_naming_a_released_model_without_its_shape_takes_the_preset(model, preset, params_B):
     r = _hand_row(model=model, tp="8", pp="4")
     assert r.included, r.exclude_reason

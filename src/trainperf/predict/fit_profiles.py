@@ -449,9 +449,18 @@ def _with_generic_generations(prof: Profile, generic: Profile, pb: Problem, thet
 
 # ---------------------------------------------------------------------------------- results
 def rows_from_table(runs: Sequence[Any]) -> list[FitRow]:
-    """:class:`FitRow` s of the mapped rows of a published-runs table."""
+    """:class:`FitRow` s of the mapped rows of a published-runs table that a fit may use: every
+    one but those of a framework no profile describes (:func:`fitted_on`)."""
     return [FitRow(name=r.row_id, table=r.table_id, stack=r.stack, workload=r.workload,
-                   measured_step_time_s=float(r.step_time_s)) for r in runs if r.included]
+                   measured_step_time_s=float(r.step_time_s)) for r in runs if fitted_on(r)]
+
+
+def fitted_on(run: Any) -> bool:
+    """Whether a mapped row informs the fit. A row of a framework no profile describes is priced by
+    ``generic`` and is predicted, never fitted: ``generic`` is the centre every stack's deviation
+    is measured from, and one run of unknown software (with the plan its reader had to infer,
+    as PaLM's sharding) would move every stack's prediction with it."""
+    return bool(run.included) and run.stack != DEFAULT_STACK
 
 
 # ------------------------------------------------------------------------- a user's profile

@@ -5,6 +5,7 @@ rank); what the row does not state is the stack's default, noted in its assumpti
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Mapping
@@ -23,6 +24,15 @@ _DEGREE_NAMES: dict[str, str] = {
            r"|virtual[ _-]?stages?",
 }
 """How a parallel degree is named where a cell writes several ("TP2 PP4 CP2 VP5", "DP 8 x TP 8")."""
+_WAY_NAMES: dict[str, str] = {
+    "tp": r"tensor(?:[ _-]?(?:model|slicing))?|model",
+    "pp": r"pipeline(?:[ _-]?model)?",
+    "cp": r"context",
+    "ep": r"expert",
+}
+"""How a paper names a degree after its number ("12-way model parallelism", "8-way tensor-slicing",
+"35-way pipeline"): model parallelism alone is tensor (Mesh TensorFlow's and T5X's "model" axis),
+read only where no pipeline degree above 1 is stated (Megatron's "model-parallel size" is tp x pp)."""
 _PLAN_CELLS = ("tp", "pp", "cp", "vpp", "ep", "etp", "dp", "fsdp_zero", "sp")
 """The cells of a row that state its parallel plan."""
 
@@ -38,7 +48,35 @@ def named_degree(r: Mapping[str, str], col: str, notes: list[str]) -> int | None
         if m and int(m.group(1)) > 0:
             notes.append(f"{col} {m.group(1)} read from the {other} cell {cell[:40]!r}")
             return int(m.group(1))
+    return _way_degree(r, col, notes)
+
+
+def _way_degree(r: Mapping[str, str], col: str, notes: list[str]) -> int | None:
+    """A degree a plan cell names after its number ("12-way model x 256-way data"; :data:`_WAY_NAMES`),
+    noted; None when none does."""
+    if col not in _WAY_NAMES:
+        return None
+    pattern = re.compile(rf"(?<![\d.])(\d+)[ -]way\s+({_WAY_NAMES[col]})(?![a-z])")
+    for other in _PLAN_CELLS:
+        cell = row_cell(r, other)
+        m = pattern.search(cell.lower()) if cell else None
+        if not m or int(m.group(1)) < 1:
+            continue
+        if m.group(2) == "model" and _pipelined(r):
+            continue
+        notes.append(f"{col} {m.group(1)} read from the {other} cell {cell[:40]!r} ('{m.group(1)}-way {m.group(2)}')")
+        return int(m.group(1))
     return None
+
+
+def _pipelined(r: Mapping[str, str]) -> bool:
+    """Whether the row states pipeline parallelism above 1 anywhere (its pp cell, or a plan cell
+    naming it), so that "model parallel" may be tp x pp."""
+    try:
+        pp = read_count(row_cell(r, "pp")) if row_cell(r, "pp") else None
+    except CellError:
+        pp = None
+    return bool(pp and pp > 1) or named_degree(r, "pp", []) not in (None, 1)
 
 
 def _degree(r: Mapping[str, str], col: str, d: Any, notes: list[str]) -> int:
@@ -61,6 +99,48 @@ _SHARD_DEGREE = re.compile(r"(?:fsdp|dp_shard|shard(?:ing)?)(?:[ _](?:degree|gro
 _SHARDING_WORDS = re.compile(r"\bhsdp\b|\bfsdp\d?\b|hybrid[_ ]shard|full[_ ]shard|zero[- _]?(?:stage[- _]?)?[123]\b"
                              r"|distributed optimi[sz]er|dist[_ ]?opt")
 """Words of a framework cell that state how the data-parallel ranks shard."""
+
+
+def sharding_unstated(r: Mapping[str, str]) -> bool:
+    """Whether the row leaves its data-parallel sharding to the stack's default (no sharding in its
+    ``fsdp_zero`` cell or words for it in the framework cell, and no stated plain ``dp``)."""
+    return (unstated(row_cell(r, "fsdp_zero")) and not _SHARDING_WORDS.search(row_cell(r, "framework").lower())
+            and "(as stated" not in row_cell(r, "dp").lower())
+
+
+_STATE_PARTS = ("weights", "gradients", "optimizer states")
+
+
+def sharded_to_fit(w: Any, notes: list[str]) -> Any:
+    """``w`` (a row whose sharding was the stack's default: none) with the least ZeRO stage the
+    stack has under which its weights, gradients and optimizer states fit the device, when they do
+    not fit unsharded: the published run ran, so it held them (noted); ``w`` itself otherwise."""
+    from trainperf.predict import predict
+    from trainperf.predict.stack_capabilities import capabilities_of
+
+    def states_GiB(x: Any) -> tuple[float, float]:
+        p = predict(x)
+        return sum(p.memory_breakdown_GiB.get(k, 0.0) for k in _STATE_PARTS), p.memory_capacity_GiB
+
+    plan = w.plan
+    if plan.zero_stage or plan.fsdp > 1 or (plan.dp or 1) < 2:
+        return w
+    need, cap = states_GiB(w)
+    if need <= cap:
+        return w
+    data = plan.dp
+    for stage in capabilities_of(w.stack).zero_stages:
+        if stage == 0:
+            continue
+        trial = w.replace(plan=dataclasses.replace(plan, dp=1, fsdp=data, zero_stage=3) if stage == 3
+                          else dataclasses.replace(plan, zero_stage=stage))
+        got, _ = states_GiB(trial)
+        if got <= cap or stage == 3:
+            notes.append(f"data-parallel sharding not stated, and unsharded the weights, gradients and optimizer "
+                         f"states need {need:.0f} GiB of the device's {cap:.0f}: the run held them, so ZeRO-{stage} "
+                         f"over the {data} data-parallel ranks taken (the least stage under which they fit)")
+            return trial
+    return w
 
 
 def _sharding(r: Mapping[str, str], data: int, dpn: int, d: Any, notes: list[str]) -> dict[str, Any]:

@@ -62,7 +62,7 @@ from trainperf.predict.runs_cells import (
 )
 from trainperf.predict.runs_devices import read_num_devices
 from trainperf.predict.runs_model import read_model
-from trainperf.predict.runs_plan import read_batches, read_plan
+from trainperf.predict.runs_plan import read_batches, read_plan, sharded_to_fit, sharding_unstated
 from trainperf.predict.runs_policy import read_policy
 from trainperf.predict.runs_rows import RowSkip, row_cell, row_count, row_default
 from trainperf.predict.stack_capabilities import apply_stack
@@ -413,6 +413,8 @@ def _mapped(r: Mapping[str, str], stack: str, d: Any, reading: Any, prec: Any,
         check_plan(w)
     except TrainperfError as e:
         raise RowSkip("plan", f"plan does not validate: {e}") from None
+    if sharding_unstated(r):
+        w = sharded_to_fit(w, notes)
     step_cell = row_cell(r, "step_time_s")
     if step is not None and not (corrected and tps is not None and "derived" in step_cell):
         return w, step, "step_time_s" + (" (derived)" if "derived" in step_cell else "")

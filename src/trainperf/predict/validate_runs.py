@@ -12,6 +12,7 @@ and kept out of every mean.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -171,6 +172,15 @@ def validate_runs(data: str | Path | None = None, stack: str | None = None,
             loto_predicted_step_time_s=lp, loto_signed_pct=ls, assumptions=r.assumptions,
             group_out_predicted_step_time_s=gp, group_out_signed_pct=gs, interval_s=band))
     cov = group_out_coverage(fit_rows, held["group"], held["table"]) if held["group"] else None
+    # a row no fit uses (fit_profiles.fitted_on) is held out already: its in-sample prediction is both
+    fitted = {f.name for f in fit_rows}
+    never = tuple(p for p in ins if p.name not in fitted)
+    if loto and never:
+        held = {"table": [*held["table"], *never], "group": [*held["group"], *never]}
+        out = [dataclasses.replace(o, loto_predicted_step_time_s=o.predicted_step_time_s, loto_signed_pct=o.signed_pct,
+                                   group_out_predicted_step_time_s=o.predicted_step_time_s,
+                                   group_out_signed_pct=o.signed_pct) if o.row_id not in fitted and o.included else o
+               for o in out]
     moe = frozenset(r.row_id for r in runs if r.included and r.workload is not None and r.workload.model.is_moe)
     return RunsValidation(rows=tuple(out), in_sample=tuple(ins), loto=tuple(held["table"]),
                           stack_override=stack, group_out=tuple(held["group"]), coverage=cov, moe_rows=moe)
