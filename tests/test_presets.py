@@ -101,6 +101,8 @@ PUBLISHED = [
     ("mpt-3b", 2.7e9, None, 0.025, "MosaicML MI250 blog (seed 001): AMD-MPT-3B 2.7B"),
     ("qwen2.5-7b", 7.61e9, None, 0.002, "Qwen2.5-7B model card: 7.61B"),
     ("gemma2-9b", 9.24e9, None, 0.002, "HF gemma-2-9b safetensors: 9.24B"),
+    ("gemma3-1b", 1.0e9, None, 0.002, "Gemma 3 model card: 1B (999,885,952)"),
+    ("phi-3-mini", 3.82e9, None, 0.002, "Phi-3-mini model card: 3.8B (3,821,079,552)"),
     ("gpt2", 124_439_808, None, 0.0, "HF openai-community/gpt2: 124,439,808 (tied, learned positions)"),
     ("gpt2-medium", 354_823_168, None, 0.0, "HF openai-community/gpt2-medium: 354,823,168"),
     ("gpt2-large", 774_030_080, None, 0.0, "HF openai-community/gpt2-large: 774,030,080"),

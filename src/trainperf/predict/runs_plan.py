@@ -249,6 +249,23 @@ def _flag_or_none(cell: str) -> bool | None:
         return None
 
 
+_SP_WORDS = re.compile(r"(?<![a-z])(?:(no|w/o|without|off)\s+)?(?:sp|sequence[ _-]?parallel(?:ism)?)(?![a-z])"
+                       r"(\s*(?:=\s*)?(?:off|false|no|disabled)\b)?")
+
+
+def _sp_beside_tp(r: Mapping[str, str], notes: list[str]) -> bool | None:
+    """Sequence parallelism written in the tp cell ("4 (with SP)", "8 + sequence parallel", "4, no
+    SP"), noted; None when the tp cell does not say. Only the tp cell: elsewhere "sequence
+    parallel" may name context parallelism (DeepSpeed-Ulysses)."""
+    cell = row_cell(r, "tp")
+    m = _SP_WORDS.search(cell.lower())
+    if not m:
+        return None
+    on = not (m.group(1) or m.group(2))
+    notes.append(f"sequence parallelism {'on' if on else 'off'}, as the tp cell {cell[:40]!r} says")
+    return on
+
+
 def _unstated_sp(d: Any, notes: list[str]) -> bool:
     """Sequence parallelism of a tp > 1 row that does not state it: what the stack's tensor
     parallelism always or never does (its ``[capabilities] sequence_parallel``: MaxText and
@@ -280,6 +297,8 @@ def read_plan(r: Mapping[str, str], n: int, dpn: int, d: Any, notes: list[str], 
     except CellError:
         sp = None
         notes.append(f"sp {row_cell(r, 'sp')[:40]!r} not read as yes or no")
+    if sp is None and tp > 1:
+        sp = _sp_beside_tp(r, notes)
     if sp is None:
         sp = _unstated_sp(d, notes) if tp > 1 else False
     sp = sp and tp > 1

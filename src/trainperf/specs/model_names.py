@@ -58,7 +58,7 @@ VENDORS: tuple[str, ...] = (
 )
 """Organisations written before a model's own name ("NVIDIA Nemotron-4 340B")."""
 
-_TAG = r"(?:instruct|chat|base|it|hf|thinking|\d{4}|\d+k)"
+_TAG = r"(?:instruct|chat|base|it|pt|hf|thinking|\d{4}|\d+k)"
 """Words after a model's name that name a fine-tune, a dated release or a trained context length
 ("Nemotron-H-56B-Base-8K") of the same network."""
 
