@@ -491,6 +491,24 @@ def test_headers_are_matched_loosely_and_blank_lines_skipped():
     assert len(runs) == 62 and sum(r.included for r in runs) == 55
 
 
+@pytest.mark.parametrize("delimiter", [";", "\t"])
+def test_a_spreadsheet_export_separated_by_semicolons_or_tabs_reads_the_same(delimiter):
+    rows = list(csv.reader(io.StringIO(FIXTURE.read_text())))
+    buf = io.StringIO()
+    csv.writer(buf, delimiter=delimiter).writerows(rows)
+    again, first = parse_runs(buf.getvalue(), "export.csv"), parse_runs(FIXTURE.read_text(), "fixture.csv")
+    assert [(r.row_id, r.included, r.step_time_s) for r in again] == [(r.row_id, r.included, r.step_time_s) for r in first]
+    # a decimal comma leaves its row unread, naming the cell, never read as 24 (nor 2403)
+    step = rows[0].index("step_time_s")
+    at = next(i for i, r in enumerate(rows) if i and r[step])
+    rows[at][step] = "24,03"
+    buf = io.StringIO()
+    csv.writer(buf, delimiter=delimiter).writerows(rows)
+    bad = {r.row_id: r for r in parse_runs(buf.getvalue(), "export.csv")}[rows[at][0]]
+    assert not bad.included and bad.exclude_kind == "cell"
+    assert bad.exclude_reason.startswith("step_time_s '24,03': a comma not followed by groups of three digits")
+
+
 # ------------------------------------------------------------------------------------ the CLI
 def test_validate_data_shows_each_rows_hardware_and_every_unread_row(capsys):
     assert main(["validate", "--data", str(FIXTURE), "--no-loto"]) == 0

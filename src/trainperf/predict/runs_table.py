@@ -326,6 +326,7 @@ def _row(r: Mapping[str, str]) -> TableRun:
     }
     notes: list[str] = []
     try:
+        _no_decimal_comma(r)
         if prec_error:
             _figures(r, reading, notes)  # a row that states no time says so before its precision
             raise RowSkip("precision", prec_error)
@@ -554,8 +555,10 @@ def _claimed_mfu(r: Mapping[str, str], notes: list[str] | None = None) -> float 
 
 def parse_runs(text: str, where: str = PACKAGED) -> tuple[TableRun, ...]:
     """Map every row of a runs CSV (the packaged table's columns); header names are matched
-    case-insensitively and with surrounding spaces ignored."""
-    reader = csv.DictReader(io.StringIO(text.lstrip("\ufeff")))
+    case-insensitively and with surrounding spaces ignored; the delimiter is the header's: a comma,
+    or a semicolon or tab where a spreadsheet exported with one (:func:`_delimiter`)."""
+    text = text.lstrip("\ufeff")
+    reader = csv.DictReader(io.StringIO(text), delimiter=_delimiter(text))
     fields = reader.fieldnames or []
     rename = {f: f.strip().lower() for f in fields if f is not None}
     missing = [c for c in REQUIRED_COLUMNS if c not in rename.values()]
@@ -564,6 +567,36 @@ def parse_runs(text: str, where: str = PACKAGED) -> tuple[TableRun, ...]:
     rows = [{rename[k]: (v or "") for k, v in r.items() if k is not None} for r in reader]
     rows = [r for r in rows if any(v.strip() for v in r.values())]  # blank lines are not rows
     return tuple(_row(r) for r in rows)
+
+
+_NUMBER_COLUMNS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "global_batch_seqs",
+                   "micro_batch", "num_gpus", "step_time_s", "tokens_per_s_global", "tflops_per_gpu", "mfu_pct")
+_COMMA_NUMBER = re.compile(r"^\s*\d+((?:,\d+)+)")
+
+
+def _no_decimal_comma(r: Mapping[str, str]) -> None:
+    """A spreadsheet whose locale writes "24,03" for 24.03 (its export separated by semicolons,
+    or by commas with the cell quoted): a number whose comma is not followed by groups of three
+    digits (a thousands separator, "524,288") leaves the row unread, naming the cell, rather than
+    read as 24."""
+    for col in _NUMBER_COLUMNS:
+        v = r.get(col, "")
+        m = _COMMA_NUMBER.match(v)
+        if m and any(len(g) != 3 for g in m.group(1).split(",")[1:]):
+            raise RowSkip("cell", f"{col} {v[:30]!r}: a comma not followed by groups of three digits is a decimal "
+                                  "mark, not a thousands separator; write numbers with '.' decimals")
+
+
+def _delimiter(text: str) -> str:
+    """The header line's delimiter: a comma unless the header names the required columns only when
+    split on a semicolon or a tab (spreadsheets in locales whose decimal mark is a comma export
+    with semicolons)."""
+    header = text.split("\n", 1)[0]
+    for delim in (",", ";", "\t"):
+        names = {c.strip().strip('"').lower() for c in header.split(delim)}
+        if "row_id" in names and "model" in names:
+            return delim
+    return ","
 
 
 @lru_cache(maxsize=1)
