@@ -1147,3 +1147,14 @@ def test_sequence_parallelism_written_beside_the_tp_degree_is_read(tp_cell, sp):
     assert (r.workload.plan.tp, r.workload.plan.sequence_parallel) == (4, sp)
     assert any("as the tp cell" in a for a in r.assumptions)
     assert not any("sequence parallelism not stated" in a for a in r.assumptions)
+
+
+def test_a_stack_whose_sharding_cannot_hold_the_states_takes_its_most_sharded_stage():
+    """Megatron-LM shards with its distributed optimizer at most (ZeRO-1): a 405B model without
+    tensor or pipeline parallelism cannot hold its 16-bit weights and gradients on an 80 GiB H100
+    even so; the row takes ZeRO-1 and says that the states still do not fit."""
+    r = _hand_row(model="Llama 3.1 405B", tp="1", pp="1", num_gpus="1024", framework="Megatron-LM (custom)",
+                  fsdp_zero="")
+    assert r.included, r.exclude_reason
+    assert (r.workload.plan.zero_stage, r.workload.plan.fsdp) == (1, 1)
+    assert any("ZeRO-1 over the 1024 data-parallel ranks taken (the stack's most sharded" in a for a in r.assumptions)

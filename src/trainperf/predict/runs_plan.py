@@ -114,7 +114,9 @@ _STATE_PARTS = ("weights", "gradients", "optimizer states")
 def sharded_to_fit(w: Any, notes: list[str]) -> Any:
     """``w`` (a row whose sharding was the stack's default: none) with the least ZeRO stage the
     stack has under which its weights, gradients and optimizer states fit the device, when they do
-    not fit unsharded: the published run ran, so it held them (noted); ``w`` itself otherwise."""
+    not fit unsharded: the published run ran, so it held them (noted; the stack's most sharded
+    stage where none fits); ``w`` itself otherwise, or where the workload cannot be priced."""
+    from trainperf.errors import TrainperfError
     from trainperf.predict import predict
     from trainperf.predict.stack_capabilities import capabilities_of
 
@@ -125,22 +127,25 @@ def sharded_to_fit(w: Any, notes: list[str]) -> Any:
     plan = w.plan
     if plan.zero_stage or plan.fsdp > 1 or (plan.dp or 1) < 2:
         return w
-    need, cap = states_GiB(w)
-    if need <= cap:
-        return w
     data = plan.dp
-    for stage in capabilities_of(w.stack).zero_stages:
-        if stage == 0:
-            continue
-        trial = w.replace(plan=dataclasses.replace(plan, dp=1, fsdp=data, zero_stage=3) if stage == 3
-                          else dataclasses.replace(plan, zero_stage=stage))
-        got, _ = states_GiB(trial)
-        if got <= cap or stage == 3:
-            notes.append(f"data-parallel sharding not stated, and unsharded the weights, gradients and optimizer "
-                         f"states need {need:.0f} GiB of the device's {cap:.0f}: the run held them, so ZeRO-{stage} "
-                         f"over the {data} data-parallel ranks taken (the least stage under which they fit)")
-            return trial
-    return w
+    try:
+        need, cap = states_GiB(w)
+        stages = [s for s in capabilities_of(w.stack).zero_stages if s > 0]
+        if need <= cap or not stages:
+            return w
+        for stage in stages:
+            trial = w.replace(plan=dataclasses.replace(plan, dp=1, fsdp=data, zero_stage=3) if stage == 3
+                              else dataclasses.replace(plan, zero_stage=stage))
+            got, _ = states_GiB(trial)
+            if got <= cap:
+                break
+    except TrainperfError:
+        return w
+    how = "the least stage under which they fit" if got <= cap else f"the stack's most sharded; {got:.0f} GiB still"
+    notes.append(f"data-parallel sharding not stated, and unsharded the weights, gradients and optimizer states need "
+                 f"{need:.0f} GiB of the device's {cap:.0f}: the run held them, so ZeRO-{stage} over the {data} "
+                 f"data-parallel ranks taken ({how})")
+    return trial
 
 
 def _sharding(r: Mapping[str, str], data: int, dpn: int, d: Any, notes: list[str]) -> dict[str, Any]:
