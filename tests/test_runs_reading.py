@@ -1158,3 +1158,18 @@ def test_a_stack_whose_sharding_cannot_hold_the_states_takes_its_most_sharded_st
     assert r.included, r.exclude_reason
     assert (r.workload.plan.zero_stage, r.workload.plan.fsdp) == (1, 1)
     assert any("ZeRO-1 over the 1024 data-parallel ranks taken (the stack's most sharded" in a for a in r.assumptions)
+
+
+@pytest.mark.parametrize(("cells", "cp", "sp"), [
+    ({"sp": "8"}, 8, False), ({"sp": "Ulysses 8"}, 8, False),
+    ({"sp": "", "dp": "8 (8-way sequence parallel)"}, 8, False),
+    ({"sp": "8", "tp": "8"}, 1, True),  # the tp degree: Megatron's sequence parallelism over the tp ranks
+])
+def test_a_sequence_parallel_degree_of_its_own_is_context_parallelism(cells, cp, sp):
+    """DeepSpeed-Ulysses calls its context parallelism "sequence parallel" and gives it a degree;
+    Megatron's sequence parallelism has none (it splits over the tp ranks)."""
+    r = _hand_row(model="Llama 2 7B", seq_len="262144", global_batch_seqs="8", num_gpus="64", tp=cells.pop("tp", "1"),
+                  pp="1", cp="", framework="Megatron-DeepSpeed (DeepSpeed-Ulysses)", **cells)
+    assert r.included, r.exclude_reason
+    assert (r.workload.plan.cp, r.workload.plan.sequence_parallel) == (cp, sp)
+    assert not any("not read as yes or no" in a for a in r.assumptions)

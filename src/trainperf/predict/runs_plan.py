@@ -27,7 +27,7 @@ _DEGREE_NAMES: dict[str, str] = {
 _WAY_NAMES: dict[str, str] = {
     "tp": r"tensor(?:[ _-]?(?:model|slicing))?|model",
     "pp": r"pipeline(?:[ _-]?model)?",
-    "cp": r"context",
+    "cp": r"context|sequence|ulysses",
     "ep": r"expert",
 }
 """How a paper names a degree after its number ("12-way model parallelism", "8-way tensor-slicing",
@@ -247,6 +247,13 @@ def _vpp(r: Mapping[str, str], pp: int, layers: int, d: Any, notes: list[str]) -
     return v
 
 
+def _count_or_none(cell: str) -> int | None:
+    try:
+        return read_count(cell)
+    except CellError:
+        return None
+
+
 def _flag_or_none(cell: str) -> bool | None:
     try:
         return read_flag(cell)
@@ -269,6 +276,26 @@ def _sp_beside_tp(r: Mapping[str, str], notes: list[str]) -> bool | None:
     on = not (m.group(1) or m.group(2))
     notes.append(f"sequence parallelism {'on' if on else 'off'}, as the tp cell {cell[:40]!r} says")
     return on
+
+
+def _sp_degree(r: Mapping[str, str], tp: int, notes: list[str]) -> int | None:
+    """A sequence-parallel *degree* in the sp cell ("8", "Ulysses 8") other than tp's, with the cp
+    cell blank: context parallelism (DeepSpeed-Ulysses' sequence-parallel size; Megatron's
+    sequence parallelism has no degree of its own, it splits over the tp ranks), noted; None
+    otherwise (a yes/no, or the tp degree itself: Megatron's sequence parallelism)."""
+    cell = row_cell(r, "sp")
+    if not cell or not unstated(row_cell(r, "cp")) or _flag_or_none(cell) is not None:
+        return None
+    try:
+        n = read_count(re.sub(r"(?i)ulysses|sequence[ _-]?parallel(?:ism)?(?:[ _-]?(?:size|degree))?|\bsp\b", " ",
+                              cell))
+    except CellError:
+        return None
+    if n is None or n < 2 or n == tp:
+        return None
+    notes.append(f"cp {n} read from the sp cell {cell[:40]!r}: a sequence-parallel degree of its own is context "
+                 "parallelism (DeepSpeed-Ulysses' sequence-parallel size; Megatron's splits over the tp ranks)")
+    return n
 
 
 def _unstated_sp(d: Any, notes: list[str]) -> bool:
@@ -294,14 +321,16 @@ def read_plan(r: Mapping[str, str], n: int, dpn: int, d: Any, notes: list[str], 
     if tp is None:
         tp = row_default(d, "tp", f"tensor-parallel degree ({row_cell(r, 'tp')[:40]!r})", notes)
     pp = _degree(r, "pp", d, notes)
-    cp = _degree(r, "cp", d, notes)
+    sp_degree = _sp_degree(r, tp, notes)
+    cp = _degree(r, "cp", d, notes) if sp_degree is None else sp_degree
     ep = _degree(r, "ep", d, notes)
     vpp = _vpp(r, pp, layers, d, notes)
     try:
-        sp = read_flag(row_cell(r, "sp"))
+        sp = False if sp_degree is not None else read_flag(row_cell(r, "sp"))
     except CellError:
-        sp = None
-        notes.append(f"sp {row_cell(r, 'sp')[:40]!r} not read as yes or no")
+        sp = True if tp > 1 and _count_or_none(row_cell(r, "sp")) == tp else None  # SP over the tp ranks
+        if sp is None:
+            notes.append(f"sp {row_cell(r, 'sp')[:40]!r} not read as yes or no")
     if sp is None and tp > 1:
         sp = _sp_beside_tp(r, notes)
     if sp is None:
