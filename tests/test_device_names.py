@@ -92,7 +92,7 @@ def test_real_world_spellings_resolve_to_the_part_they_name(text, device):
     ("Blackwell", ["b200", "gb200", "b300", "gb300"]),
     ("H100 or A100", ["h100", "a100"]),
     ("GB400 NVL72", ["gb400", "gb300", "gb200"]),
-    ("MI300A", ["mi300a", "mi300x"]),
+    ("MI308X", ["mi308x", "mi300x"]),
     ("AWS Trainium2", ["trainium2"]),
     ("Grace Hopper GH200 144GB", ["144 GB", "gh200 (96 GB)"]),
     ("H100 40GB", ["h100-sxm (80 GB)"]),
@@ -215,3 +215,12 @@ def test_a_cloud_instance_type_reads_as_the_gpu_it_holds_and_says_so(text, devic
 
 def test_an_instance_type_and_a_different_gpu_named_together_is_ambiguous():
     assert not read_device("p5.48xlarge (A100)").resolved
+
+
+@pytest.mark.parametrize(("text", "device"), [
+    ("AMD Instinct MI210", "mi210-pcie"), ("MI210 64GB PCIe", "mi210-pcie"), ("MI300A", "mi300a"),
+    ("L40S PCIe", "l40s"), ("NVIDIA L4 (PCIe)", "l4")])
+def test_parts_made_in_one_form_read_with_or_without_it(text, device):
+    """A family made only as a PCIe card (MI210, L4, L40S) is read whether the text names the form."""
+    r = read_device(text)
+    assert r.device_id == device, r.describe()

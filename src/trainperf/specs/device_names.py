@@ -144,8 +144,10 @@ def _family_of(device_id: str) -> str:
     return "-".join(segs[:2]) if segs[0] == "tpu" and len(segs) > 1 else segs[0]
 
 
-def _form_of(device_id: str) -> str:
-    segs = set(device_id.split("-")[1:])
+def _form_of(device_id: str, name: str = "") -> str:
+    """The part's form from its id ("h100-pcie") or, for a family made only in one form whose id
+    does not say it (L4, L40S), from its catalog name ("NVIDIA L40S 48GB (PCIe)")."""
+    segs = set(device_id.split("-")[1:]) | set(re.findall(r"[a-z0-9]+", name.lower()))
     for form in ("pcie", "nvl", "gcd"):
         if form in segs:
             return form
@@ -167,7 +169,7 @@ def _index() -> tuple[dict[str, list[_Part]], dict[str, str], dict[str, str]]:
         exact[_norm(hw.name)] = i
         fam = _family_of(i)
         families.setdefault(fam, []).append(_Part(
-            id=i, family=fam, form=_form_of(i), hbm_GB=float(hw.hbm_GB),
+            id=i, family=fam, form=_form_of(i, hw.name), hbm_GB=float(hw.hbm_GB),
             peaks=tuple(sorted(hw.peak_tflops.items())), silicon=hw.silicon,
             name_words=frozenset(re.findall(r"[a-z0-9]+", hw.name.lower())) | frozenset(i.split("-")),
             tdp_W=float(hw.tdp_W or 0.0)))
