@@ -868,7 +868,9 @@ def test_a_vpp_count_in_the_pp_cell_and_async_tp_in_the_sp_cell_are_read():
     ("BLOOM-176B", "bloom-176b", 176.2), ("OPT-175B", "opt-175b", 174.6),
     # the language models of the released configs (Gemma 3 without its vision tower)
     ("Gemma 3 27B", "gemma3-27b", 27.01), ("google/gemma-3-12b-pt", "gemma3-12b", 11.77),
-    ("Phi-3-mini-4k-instruct", "phi-3-mini", 3.821)])
+    ("Phi-3-mini-4k-instruct", "phi-3-mini", 3.821),
+    ("GPT-NeoX 20B", "gpt-neox-20b", 20.55), ("EleutherAI/pythia-12b", "pythia-12b", 11.85), ("GPT-J 6B", "gpt-j-6b", 6.051),
+    ("OLMo 7B", "olmo-7b", 6.888), ("DeepSeek 67B", "deepseek-llm-67b", 67.43), ("Code Llama 34B", "codellama-34b", 33.74)])
 def test_a_row_naming_a_released_model_without_its_shape_takes_the_preset(model, preset, params_B):
     r = _hand_row(model=model, tp="8", pp="4")
     assert r.included, r.exclude_reason

@@ -45,6 +45,8 @@ SAME_ARCHITECTURE: dict[str, tuple[str, str]] = {
     "mixtral8x7bv01": ("mixtral-8x7b", "the preset is Mixtral-8x7B-v0.1"),
     "mixtral8x22bv01": ("mixtral-8x22b", "the preset is Mixtral-8x22B-v0.1"),
     "mistralnemo": ("mistral-nemo-12b", "Mistral NeMo was released in one size, 12B"),
+    "deepseek67b": ("deepseek-llm-67b", "DeepSeek 67B is the first DeepSeek LLM's 67B model (arXiv:2401.02954)"),
+    "deepseek7b": ("deepseek-llm-7b", "DeepSeek 7B is the first DeepSeek LLM's 7B model (arXiv:2401.02954)"),
     "megatronturingnlg530b": ("mt-nlg-530b", "Megatron-Turing NLG 530B is MT-NLG 530B (arXiv:2201.11990)"),
     "mtnlg": ("mt-nlg-530b", "MT-NLG was trained in one size, 530B"),
     "bloom": ("bloom-176b", "BLOOM without a size names the 176B model; the smaller BLOOM models carry their size"),
