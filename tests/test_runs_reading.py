@@ -295,6 +295,12 @@ def test_palm_reads_its_preset_its_plan_in_words_and_the_sharding_it_must_have_h
     assert r.workload.model.total_params / 1e9 == pytest.approx(540.35, rel=1e-3)
     assert any("'12-way model'" in a for a in r.assumptions)
     assert any("ZeRO-3 over the 512 data-parallel ranks" in a for a in r.assumptions)
+    # never fitted, so held out already: its held-out predictions are its in-sample one
+    from trainperf.predict.validate_runs import validate_runs
+
+    row = next(x for x in validate_runs().rows if x.row_id == "405")
+    assert not row.fitted and row.predicted_step_time_s == row.loto_predicted_step_time_s \
+        == row.group_out_predicted_step_time_s
 
 
 def test_model_parallel_in_words_is_not_tensor_parallel_beside_a_pipeline():

@@ -64,6 +64,10 @@ def run(args: argparse.Namespace) -> int:
     _print_overall(d, args.stack)
     _print_architecture(d["per_architecture"])
     _print_interval_coverage(d)
+    never = [r["row_id"] for r in d["rows"] if r["included"] and not r["fitted"]]
+    if never:
+        print(f"predicted, never fitted ({len(never)}: rows {', '.join(never)}): a framework no profile describes, "
+              "priced by generic; their held-out figures are their in-sample ones")
     print("signed error: positive = predicted slower than published")
     return 0
 

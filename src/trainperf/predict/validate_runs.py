@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from trainperf.predict.fit_profiles import rows_from_table
+from trainperf.predict.fit_profiles import fitted_on, rows_from_table
 from trainperf.predict.holdout import Prediction, by, cached_holdouts, group_key, summarize
 from trainperf.predict.intervals import LEVEL, group_out_coverage, interval_for
 from trainperf.predict.runs_table import TableRun, load_table_runs
@@ -52,6 +52,9 @@ class RowResult:
     group_out_signed_pct: float | None = None
     interval_s: tuple[float, float] | None = None
     """The 80% range of the in-sample prediction (:mod:`trainperf.predict.intervals`)."""
+    fitted: bool = False
+    """The profile fit uses the row (:func:`~trainperf.predict.fit_profiles.fitted_on`): False for
+    an excluded row and for a row of a framework no profile describes, which is held out already."""
 
     @property
     def group(self) -> str:
@@ -170,16 +173,15 @@ def validate_runs(data: str | Path | None = None, stack: str | None = None,
             included=r.included, exclude_reason=r.exclude_reason, measured_step_time_s=r.step_time_s,
             step_time_from=r.step_time_from, predicted_step_time_s=pred, signed_pct=signed,
             loto_predicted_step_time_s=lp, loto_signed_pct=ls, assumptions=r.assumptions,
-            group_out_predicted_step_time_s=gp, group_out_signed_pct=gs, interval_s=band))
+            group_out_predicted_step_time_s=gp, group_out_signed_pct=gs, interval_s=band, fitted=fitted_on(r)))
     cov = group_out_coverage(fit_rows, held["group"], held["table"]) if held["group"] else None
     # a row no fit uses (fit_profiles.fitted_on) is held out already: its in-sample prediction is both
-    fitted = {f.name for f in fit_rows}
-    never = tuple(p for p in ins if p.name not in fitted)
+    never = tuple(p for p, o in zip(ins, (o for o in out if o.included), strict=True) if not o.fitted)
     if loto and never:
         held = {"table": [*held["table"], *never], "group": [*held["group"], *never]}
         out = [dataclasses.replace(o, loto_predicted_step_time_s=o.predicted_step_time_s, loto_signed_pct=o.signed_pct,
                                    group_out_predicted_step_time_s=o.predicted_step_time_s,
-                                   group_out_signed_pct=o.signed_pct) if o.row_id not in fitted and o.included else o
+                                   group_out_signed_pct=o.signed_pct) if o.included and not o.fitted else o
                for o in out]
     moe = frozenset(r.row_id for r in runs if r.included and r.workload is not None and r.workload.model.is_moe)
     return RunsValidation(rows=tuple(out), in_sample=tuple(ins), loto=tuple(held["table"]),
