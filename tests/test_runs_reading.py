@@ -1181,3 +1181,16 @@ def test_a_sequence_parallel_degree_of_its_own_is_context_parallelism(cells, cp,
     assert r.included, r.exclude_reason
     assert (r.workload.plan.cp, r.workload.plan.sequence_parallel) == (cp, sp)
     assert not any("not read as yes or no" in a for a in r.assumptions)
+
+
+@pytest.mark.parametrize(("cells", "says"), [
+    ({"step_time_s": "", "tflops_per_gpu": "0"}, "tflops_per_gpu '0' is not a positive finite figure"),
+    ({"step_time_s": "", "tokens_per_s_global": "0"}, "tokens/s '0' is not positive"),
+    ({"step_time_s": "0"}, "step time '0' is not positive"),
+    ({"step_time_s": "", "tflops_per_gpu": "1e308"}, "not a positive finite time"),
+])
+def test_a_time_that_is_not_a_positive_finite_figure_leaves_the_row_unread(cells, says):
+    """Found by fuzzing `validate --data`: a zero or overflowing rate divided by zero (a traceback)."""
+    r = _hand_row(model="Llama 3 70B", tp="8", pp="4", **cells)
+    assert not r.included and r.exclude_kind == "cell"
+    assert says in r.exclude_reason, r.exclude_reason

@@ -275,6 +275,11 @@ def _times(r: Mapping[str, str], notes: list[str]) -> tuple[float | None, float 
         tflops = read_number(row_cell(r, "tflops_per_gpu"))
     except CellError as e:
         raise RowSkip("cell", f"time: {e}") from None
+    for col, v in (("step_time_s", step), ("tokens_per_s_global", tps if tps is not None else tps_dev),
+                   ("tflops_per_gpu", tflops)):
+        if v is not None and not (math.isfinite(v) and v > 0):
+            cell = row_cell(r, col) or row_cell(r, "tokens_per_s_per_gpu")
+            raise RowSkip("cell", f"time: {col} {cell[:30]!r} is not a positive finite figure")
     unit = _FLOP_UNIT.search(row_cell(r, "tflops_per_gpu"))
     if tflops is not None and unit and unit.group(1).lower()[0] in "pg":
         scale = 1e3 if unit.group(1).lower()[0] == "p" else 1e-3
@@ -416,14 +421,24 @@ def _mapped(r: Mapping[str, str], stack: str, d: Any, reading: Any, prec: Any,
         raise RowSkip("plan", f"plan does not validate: {e}") from None
     if sharding_unstated(r):
         w = sharded_to_fit(w, notes)
+    step_s, src = _step_seconds(r, w, d, step, tps, tflops, n, corrected, notes)
+    if not (math.isfinite(step_s) and step_s > 0):
+        raise RowSkip("cell", f"time: the published figures give a step of {step_s:g} s ({src}), not a positive finite time")
+    return w, step_s, src
+
+
+def _step_seconds(r: Mapping[str, str], w: Any, d: Any, step: float | None, tps: float | None,
+                  tflops: float | None, n: int, corrected: bool, notes: list[str]) -> tuple[float, str]:
+    """(step seconds, where from): the published step time, else the tokens per step over the
+    tokens/s, else the FLOPs per step (under the row's convention) over the TFLOP/s."""
     step_cell = row_cell(r, "step_time_s")
     if step is not None and not (corrected and tps is not None and "derived" in step_cell):
-        return w, step, "step_time_s" + (" (derived)" if "derived" in step_cell else "")
+        return step, "step_time_s" + (" (derived)" if "derived" in step_cell else "")
     if tps is not None:
-        return w, w.tokens_per_step / tps, f"tokens_per_s_global={tps:g}"
+        return w.tokens_per_step / tps, f"tokens_per_s_global={tps:g}"
     assert tflops is not None  # the row was skipped when it states no time at all
     flops, how = _flops_per_step(r, w, d, notes)
-    return w, flops / (float(tflops) * 1e12 * n), f"tflops_per_gpu={tflops:g} under {how}"
+    return flops / (float(tflops) * 1e12 * n), f"tflops_per_gpu={tflops:g} under {how}"
 
 
 _OFFLOAD = re.compile(r"\b(?:cpu[ _-]?offload(?:ing)?|offload[ _-]optimizer|optimizer[ _-](?:cpu[ _-])?offload(?:ing)?"
