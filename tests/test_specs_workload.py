@@ -240,3 +240,24 @@ def test_more_processes_times_threads_than_cores_is_noted(monkeypatch):
     assert not any("core(s)" in n for n in two.notes)
     threads = Workload(num_devices=1, global_batch=2, threads_per_device=4, **base)
     assert any("1 process(es) x 4 thread(s)" in n for n in threads.notes)
+
+
+@pytest.mark.parametrize(("section", "key", "value", "field"), [
+    ("training", "activation_checkpointing", [], "training.activation_checkpointing"),
+    ("training", "activation_checkpointing", {}, "training.activation_checkpointing"),
+    ("parallel", "sequence_parallel", {}, "parallel.sequence_parallel"),
+    ("parallel", "sequence_parallel", [1], "parallel.sequence_parallel"),
+    ("hardware", "devices_per_node", "eight", "hardware.devices_per_node"),
+])
+def test_a_toml_value_of_the_wrong_kind_is_a_one_line_error(section, key, value, field):
+    """Found by fuzzing workload files: a list or table where a name or flag belongs was a
+    TypeError (unhashable) and a word for a CPU's devices per node a ValueError."""
+    from trainperf.errors import SpecError
+    from trainperf.specs.workload_file import workload_from_dict
+
+    d = {"model": {"preset": "llama3-8b"}, "hardware": {"device": "cpu", "num_devices": 2},
+         "parallel": {"tp": 2}, "training": {"seq_len": 512, "global_batch": 2, "micro_batch": 1, "precision": "bf16"}}
+    d[section][key] = value
+    with pytest.raises(SpecError) as info:
+        workload_from_dict(d)
+    assert info.value.field == field and "\n" not in str(info.value)

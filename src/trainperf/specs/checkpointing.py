@@ -343,12 +343,16 @@ def _framework_name(fw: str, name: str, field: str) -> tuple[str, str]:
     return policy, f"{fw}'s {name!r} ({how}) is trainperf's {policy}"
 
 
-@functools.lru_cache(maxsize=64)
 def get_policy(name: str, field: str = "training.activation_checkpointing") -> Policy:
     """The :class:`Policy` named ``name`` (a framework's own name included, ``torchtitan:selective``);
-    a one-line :class:`SpecError` for anything else."""
+    a one-line :class:`SpecError` for anything else (a list or a table from a TOML file too)."""
     if not isinstance(name, str):
         raise SpecError(field, name, f"one of {', '.join(POLICY_NAMES)}")
+    return _policy(name, field)
+
+
+@functools.lru_cache(maxsize=64)
+def _policy(name: str, field: str) -> Policy:
     if name in POLICIES:
         return POLICIES[name]
     head, sep, tail = name.partition(":")

@@ -85,6 +85,8 @@ class ParallelPlan:
             raise SpecError("parallel.dp", self.dp, "an integer >= 1, or omitted to derive it")
         if self.zero_stage not in (0, 1, 2, 3):
             raise SpecError("parallel.zero_stage", self.zero_stage, "one of 0, 1, 2, 3")
+        if not isinstance(self.sequence_parallel, bool):
+            raise SpecError("parallel.sequence_parallel", self.sequence_parallel, "true or false")
         if self.sequence_parallel and self.tp == 1:
             raise SpecError("parallel.sequence_parallel", True, "requires tp > 1")
         if self.pp_schedule not in PIPELINE_SCHEDULES:

@@ -119,9 +119,9 @@ class Workload:
             note = cpu_machines_note(self.hardware.kind, self.num_devices, dpn)
             if note:
                 object.__setattr__(self, "notes", (*self.notes, note))
+        DEVICES_PER_NODE.check("hardware.devices_per_node", dpn)
         if self.hardware.kind == "cpu":
             self._note_shared_cores(dpn)
-        DEVICES_PER_NODE.check("hardware.devices_per_node", dpn)
         if self.num_devices > dpn and self.num_devices % dpn:
             raise SpecError("hardware.num_devices", self.num_devices,
                             f"a multiple of devices_per_node={dpn} when it spans several nodes")
