@@ -112,3 +112,20 @@ def test_a_profile_with_one_fact_changed_keeps_the_rest_and_reads_back(tmp_path)
     back = load_profile(str(path))
     assert back.kernels["elementwise"] == "fused" and back.knobs == var.knobs
     assert stack_kernels.for_stack(str(path), "hopper").elementwise == "fused"
+
+
+def test_megatron_lm_2021_reduces_an_fp16_runs_gradients_in_fp16():
+    """Megatron-LM (2021) all-reduces an fp16 run's gradients in fp16 (``--accumulate-allreduce-
+    grads-in-fp32`` only for bf16): SC21's GPT-18B layout moves half the bytes of the same run in
+    bf16, and half those of Megatron-Core, which reduces in fp32."""
+    def dp_bytes(precision, stack):
+        p = predict(workload_from_dict({
+            "model": {"layers": 40, "hidden": 6144, "heads": 48, "ffn_hidden": 24576, "vocab": 51200, "mlp": "gelu",
+                      "norm": "layernorm", "bias": True, "position": "learned", "max_seq_len": 2048},
+            "hardware": {"device": "a100-sxm-80gb", "num_devices": 256}, "parallel": {"tp": 8},
+            "training": {"seq_len": 2048, "global_batch": 1024, "micro_batch": 1, "precision": precision,
+                         "activation_checkpointing": "full", "stack": stack}}))
+        return next(c.bytes_per_device for c in p.collectives if c.name == "dp all-reduce")
+    fp16 = dp_bytes("fp16", "megatron-lm-2021")
+    assert fp16 == pytest.approx(0.5 * dp_bytes("bf16", "megatron-lm-2021"), rel=1e-9)
+    assert fp16 == pytest.approx(0.5 * dp_bytes("fp16", "megatron-core"), rel=1e-9)

@@ -30,6 +30,8 @@ predicted from that silicon's kernels. The facts::
                                            # weights (fp32 residual stream and norm outputs)
     data_parallel = "ddp"                  # how replicated data parallelism reduces gradients:
                                            # ddp (buckets) | fsdp2-replicas (per block, FSDP2's copies)
+    grad_reduce = "fp32"                   # the dtype gradients are reduced in: fp32 | fp16-native
+                                           # (an fp16 run's in fp16; bf16 and fp32 runs' in fp32)
     cross_entropy = "eager"                # the loss as separate PyTorch ops (eager) or one
                                            # fused kernel (fused); a compiled step fuses it
     eager_pass_share = 0.15                # share of unfused ops' extra passes (microbenchmark
@@ -74,13 +76,18 @@ DATA_PARALLEL = ("ddp", "fsdp2-replicas")
 all-reduce of the gradients, or FSDP2 over a replicate-only mesh (HSDP with one shard), which
 all-reduces each wrapped block's gradients from its post-backward hook and casts the parameters
 and gradients through its own copy-in and copy-out buffers, as for sharded FSDP."""
+GRAD_REDUCE = ("fp32", "fp16-native")
+"""The dtype a stack reduces (all-reduces, reduce-scatters) gradients in: fp32 (Megatron-Core's
+``grad_reduce_in_fp32`` as NeMo's recipes set it, torchtitan's FSDP2 ``reduce_dtype``, DDP over
+fp32 master weights), or ``fp16-native``: an fp16 run's gradients in fp16, a bf16 or fp32 run's
+in fp32 (Megatron-LM 2021: ``--accumulate-allreduce-grads-in-fp32`` off unless bf16 forces it)."""
 CONTEXT_PARALLEL = ("ring-p2p", "ring-allgather", "ring-alltoall", "allgather", "ulysses")
 """How a stack's context-parallel attention exchanges K/V
 (:data:`trainperf.predict.step_model.context_parallel.FLAVOURS` says what each one costs)."""
 KEYS = ("attention", "attention_by_silicon", "elementwise", "compiled", "fp8_recipe", "tp_overlap",
         "gpu_memory_fraction", "grouped_gemm", "fp8_grouped_gemm", "context_parallel", "context_parallel_load_balance",
-        "moe_dispatcher", "moe_host_sync", "autocast_unsharded", "data_parallel", "cross_entropy", "eager_pass_share",
-        "kernels_per_layer", "moe_kernels_per_layer", "kernels_per_step", "host_us_per_kernel", "cpu_optimizer_params_per_s", "sources")
+        "moe_dispatcher", "moe_host_sync", "autocast_unsharded", "data_parallel", "grad_reduce", "cross_entropy",
+        "eager_pass_share", "kernels_per_layer", "moe_kernels_per_layer", "kernels_per_step", "host_us_per_kernel", "cpu_optimizer_params_per_s", "sources")
 
 CPU_ADAM_PARAMS_PER_S = 4.14e9
 """Parameters per second DeepSpeed's CPU Adam steps on a DGX H200 host, every GPU's shard at
@@ -105,7 +112,7 @@ BUILTIN: dict[str, Any] = {
     "fp8_recipe": "tensorwise", "tp_overlap": "async-tp", "gpu_memory_fraction": 1.0,
     "grouped_gemm": "other", "fp8_grouped_gemm": True, "context_parallel": "ring-p2p", "context_parallel_load_balance": True,
     "moe_dispatcher": "nccl", "moe_host_sync": True, "autocast_unsharded": False, "data_parallel": "ddp",
-    "cross_entropy": "eager", "eager_pass_share": EAGER_PASS_SHARE, "kernels_per_layer": 0.0,
+    "grad_reduce": "fp32", "cross_entropy": "eager", "eager_pass_share": EAGER_PASS_SHARE, "kernels_per_layer": 0.0,
     "moe_kernels_per_layer": 0.0, "kernels_per_step": 0.0, "host_us_per_kernel": 0.0, "cpu_optimizer_params_per_s": CPU_ADAM_PARAMS_PER_S,
 }
 """What a stack with no facts at all is taken to run: PyTorch eager with FlashAttention-2, and
@@ -170,6 +177,8 @@ class StackKernels:
     policy, Megatron-Core's bf16 modules)."""
     data_parallel: str = "ddp"
     """How replicated data parallelism reduces the gradients (:data:`DATA_PARALLEL`)."""
+    grad_reduce: str = "fp32"
+    """The dtype the gradients are reduced in (:data:`GRAD_REDUCE`)."""
     cross_entropy: str = "eager"
     """How the stack's loss runs when the step is not compiled: ``eager`` (separate PyTorch ops:
     the fp32 upcast, log-softmax, NLL and their backward) or ``fused`` (one kernel: Megatron-Core's
@@ -212,7 +221,7 @@ def validate_table(body: Mapping[str, Any], where: str) -> dict[str, Any]:
     """Check a ``[kernels]`` table (unknown keys and bad values are one-line errors)."""
     choices = {"attention": attention.FAMILIES, "elementwise": ELEMENTWISE, "tp_overlap": TP_OVERLAP,
                "grouped_gemm": GROUPED_IMPLS, "context_parallel": CONTEXT_PARALLEL, "moe_dispatcher": DISPATCHERS,
-               "cross_entropy": CROSS_ENTROPY, "data_parallel": DATA_PARALLEL}
+               "cross_entropy": CROSS_ENTROPY, "data_parallel": DATA_PARALLEL, "grad_reduce": GRAD_REDUCE}
     for k, v in body.items():
         at = f"{where} [kernels].{k}"
         if k not in KEYS:
@@ -271,7 +280,7 @@ def resolve(profile: Any, silicon: str, generic: Any = None) -> StackKernels:
                         context_parallel_load_balance=bool(facts["context_parallel_load_balance"]),
                         moe_dispatcher=str(facts["moe_dispatcher"]), moe_host_sync=bool(facts["moe_host_sync"]),
                         autocast_unsharded=bool(facts["autocast_unsharded"]),
-                        data_parallel=str(facts["data_parallel"]),
+                        data_parallel=str(facts["data_parallel"]), grad_reduce=str(facts["grad_reduce"]),
                         cross_entropy=str(facts["cross_entropy"]),
                         eager_pass_share=float(facts["eager_pass_share"]),
                         kernels_per_layer=float(facts["kernels_per_layer"]),

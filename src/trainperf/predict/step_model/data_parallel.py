@@ -31,8 +31,9 @@ from trainperf.predict.step_model.layout import Layout, Num
 from trainperf.predict.step_model.stage import Stage
 
 GRAD_REDUCE_BYTES = 4.0
-"""Gradients are reduced in fp32 (torchtitan's default reduce dtype, Megatron-LM's fp32 grad
-buffer, PyTorch DDP with fp32 master weights)."""
+"""Gradients are reduced in fp32 (torchtitan's default reduce dtype, Megatron-Core's fp32 grad
+buffer, PyTorch DDP with fp32 master weights) unless the stack reduces an fp16 run's in fp16
+(``[kernels] grad_reduce``: :attr:`~.layout.KernelPhysics.grad_reduce_bytes`)."""
 
 PARAM_GATHER_BYTES = 2.0
 """Parameters are gathered in 16-bit (FSDP mixed precision param dtype); fp8 recipes gather fp8."""
@@ -74,7 +75,7 @@ def _sharded(lay: Layout, st: Stage, fab: Fabric) -> _Sharded:
     g = Group(vec.where(on_fsdp, m.fsdp, m.dp) * m.cp, vec.where(on_fsdp, fs.per_node, dp.per_node),
               vec.where(on_fsdp, fs.nodes, dp.nodes))
     gather_b = st.p_stage * PARAM_GATHER_BYTES * vec.where(lay.run.fp8, 0.5, 1.0)
-    grad_b = st.p_stage * lay.run.trainable_fraction * GRAD_REDUCE_BYTES
+    grad_b = st.p_stage * lay.run.trainable_fraction * lay.kernels.grad_reduce_bytes
     return _Sharded(g, fab.time_s("all-gather", gather_b, g, st.layers),
                     fab.time_s("reduce-scatter", grad_b, g, st.layers), gather_b, grad_b)
 
@@ -157,7 +158,7 @@ def _replicated(lay: Layout, st: Stage, kn: KnobValues, fab: Fabric, c: Compute)
     g_hsdp, g_dp = fab.group(m.dp, m.tp * m.cp * m.fsdp), fab.group(m.dp * m.cp, m.tp)
     dp = Group(n, vec.where(hsdp, g_hsdp.per_node, g_dp.per_node), vec.where(hsdp, g_hsdp.nodes, g_dp.nodes))
     trained = st.p_stage * lay.run.trainable_fraction
-    grad = trained * GRAD_REDUCE_BYTES / vec.where(hsdp, m.fsdp * m.cp, 1.0)
+    grad = trained * lay.kernels.grad_reduce_bytes / vec.where(hsdp, m.fsdp * m.cp, 1.0)
     zero12 = vec.where(st.plain_dp, vec.where(m.fsdp <= 1, m.zero_stage >= 1, False), False)
     # FSDP2 replicas all-reduce each wrapped block's gradients and the root's, every micro-batch
     # (nothing turns the sync off between them); DDP once a step, in buckets

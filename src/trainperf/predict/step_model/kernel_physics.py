@@ -17,6 +17,7 @@ from trainperf.predict.kernels import gemm as k_gemm
 from trainperf.predict.kernels import memory_bound as k_memory
 from trainperf.predict.step_model import context_parallel
 from trainperf.predict.step_model.compute import EAGER_LOSS_BYTES_PER_LOGIT, LOSS_BYTES_PER_LOGIT
+from trainperf.predict.step_model.data_parallel import GRAD_REDUCE_BYTES
 from trainperf.predict.step_model.layout import ATTENTION_PEAK_PRECISION, HEAD_16BIT_UNDER_FP8, KernelPhysics
 
 
@@ -146,4 +147,6 @@ def software_fields(norm: str, mlp: str, silicon: str, stack: Any, precision: st
         "loss_traffic_bytes": EAGER_LOSS_BYTES_PER_LOGIT if sk.cross_entropy == "eager" and impl != "compiled"
         else LOSS_BYTES_PER_LOGIT,
         "dispatch": k_dispatch.dispatch_model(silicon, moe_dispatcher or sk.moe_dispatcher),
+        # an fp16 run of a stack that reduces in the training dtype moves 16-bit gradients
+        "grad_reduce_bytes": 2.0 if sk.grad_reduce == "fp16-native" and precision == "fp16" else GRAD_REDUCE_BYTES,
     }

@@ -310,6 +310,9 @@ class KernelPhysics:
     cp_flavour: Flavour
     """How the stack's context-parallel attention exchanges K/V, merges and buffers
     (:class:`~trainperf.predict.step_model.context_parallel.Flavour`)."""
+    grad_reduce_bytes: float = 4.0
+    """Bytes per gradient element the data-parallel reductions move (the stack's ``[kernels]
+    grad_reduce`` for the run's precision: 4 in fp32, 2 for an fp16 run that reduces in fp16)."""
     moe_probs_in_activation: bool = False
     """The stack weights routed rows by the router probabilities inside the experts' activation
     (its ``[capabilities] moe_probs_in_activation``): no row is kept for the probabilities' gradient."""
