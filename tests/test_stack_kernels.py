@@ -129,3 +129,18 @@ def test_megatron_lm_2021_reduces_an_fp16_runs_gradients_in_fp16():
     fp16 = dp_bytes("fp16", "megatron-lm-2021")
     assert fp16 == pytest.approx(0.5 * dp_bytes("bf16", "megatron-lm-2021"), rel=1e-9)
     assert fp16 == pytest.approx(0.5 * dp_bytes("fp16", "megatron-core"), rel=1e-9)
+
+
+def test_llm_foundry_reduce_scatters_in_bf16_as_its_pure_mixed_precision_does():
+    """LLM Foundry's benchmark runs use Composer's PURE mixed precision (reduce_dtype bf16): the
+    FSDP reduce-scatter moves half the bytes of torchtitan's fp32 reduce on the same plan, and an
+    fp32 run reduces in fp32."""
+    def rs_bytes(stack, precision="bf16"):
+        p = predict(workload_from_dict({
+            "model": {"preset": "mpt-7b"}, "hardware": {"device": "a100-sxm-80gb", "num_devices": 16},
+            "parallel": {"fsdp": 16},
+            "training": {"seq_len": 2048, "global_batch": 64, "micro_batch": 4, "precision": precision,
+                         "activation_checkpointing": "full", "stack": stack}}))
+        return next(c.bytes_per_device for c in p.collectives if "reduce-scatter" in c.name)
+    assert rs_bytes("llm-foundry") == pytest.approx(0.5 * rs_bytes("torchtitan"), rel=1e-9)
+    assert rs_bytes("llm-foundry", "fp32") == pytest.approx(rs_bytes("torchtitan", "fp32"), rel=1e-9)

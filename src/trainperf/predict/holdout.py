@@ -131,7 +131,7 @@ def _cache_dir() -> Path:
     return Path(base) / "trainperf"
 
 
-MODEL_VERSION = "2026.11.29.8"
+MODEL_VERSION = "2026.11.29.9"
 """Version of the step model and of the fit: raise it with every change to the code that moves a
 prediction or a fitted number (``tests/test_prediction_snapshot.py`` fails on such a change, and
 ``tests/test_published_runs.py`` on a packaged hold-out cache that no longer matches). Caches of

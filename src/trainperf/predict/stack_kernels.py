@@ -32,6 +32,7 @@ predicted from that silicon's kernels. The facts::
                                            # ddp (buckets) | fsdp2-replicas (per block, FSDP2's copies)
     grad_reduce = "fp32"                   # the dtype gradients are reduced in: fp32 | fp16-native
                                            # (an fp16 run's in fp16; bf16 and fp32 runs' in fp32)
+                                           # | 16-bit (a 16-bit or fp8 run's in its 16-bit dtype)
     cross_entropy = "eager"                # the loss as separate PyTorch ops (eager) or one
                                            # fused kernel (fused); a compiled step fuses it
     eager_pass_share = 0.15                # share of unfused ops' extra passes (microbenchmark
@@ -76,11 +77,13 @@ DATA_PARALLEL = ("ddp", "fsdp2-replicas")
 all-reduce of the gradients, or FSDP2 over a replicate-only mesh (HSDP with one shard), which
 all-reduces each wrapped block's gradients from its post-backward hook and casts the parameters
 and gradients through its own copy-in and copy-out buffers, as for sharded FSDP."""
-GRAD_REDUCE = ("fp32", "fp16-native")
+GRAD_REDUCE = ("fp32", "fp16-native", "16-bit")
 """The dtype a stack reduces (all-reduces, reduce-scatters) gradients in: fp32 (Megatron-Core's
 ``grad_reduce_in_fp32`` as NeMo's recipes set it, torchtitan's FSDP2 ``reduce_dtype``, DDP over
 fp32 master weights), or ``fp16-native``: an fp16 run's gradients in fp16, a bf16 or fp32 run's
-in fp32 (Megatron-LM 2021: ``--accumulate-allreduce-grads-in-fp32`` off unless bf16 forces it)."""
+in fp32 (Megatron-LM 2021: ``--accumulate-allreduce-grads-in-fp32`` off unless bf16 forces it),
+or ``16-bit``: a 16-bit (or fp8) run's gradients in its 16-bit dtype, an fp32 run's in fp32
+(FSDP's mixed precision with ``reduce_dtype`` the parameters' 16-bit dtype: Composer's ``PURE``)."""
 CONTEXT_PARALLEL = ("ring-p2p", "ring-allgather", "ring-alltoall", "allgather", "ulysses")
 """How a stack's context-parallel attention exchanges K/V
 (:data:`trainperf.predict.step_model.context_parallel.FLAVOURS` says what each one costs)."""

@@ -148,5 +148,15 @@ def software_fields(norm: str, mlp: str, silicon: str, stack: Any, precision: st
         else LOSS_BYTES_PER_LOGIT,
         "dispatch": k_dispatch.dispatch_model(silicon, moe_dispatcher or sk.moe_dispatcher),
         # an fp16 run of a stack that reduces in the training dtype moves 16-bit gradients
-        "grad_reduce_bytes": 2.0 if sk.grad_reduce == "fp16-native" and precision == "fp16" else GRAD_REDUCE_BYTES,
+        "grad_reduce_bytes": _grad_reduce_bytes(sk.grad_reduce, precision),
     }
+
+
+def _grad_reduce_bytes(grad_reduce: str, precision: str) -> float:
+    """Bytes per gradient element the data-parallel reductions move, by the stack's ``[kernels]
+    grad_reduce`` (:data:`trainperf.predict.stack_kernels.GRAD_REDUCE`) and the run's precision."""
+    if grad_reduce == "fp16-native" and precision == "fp16":
+        return 2.0
+    if grad_reduce == "16-bit" and precision in ("fp16", "bf16", "fp8", "fp4"):
+        return 2.0
+    return GRAD_REDUCE_BYTES
