@@ -215,3 +215,16 @@ def test_a_cpu_plan_says_its_devices_are_machines_unless_the_count_per_node_is_g
     assert main([*argv, "--devices-per-node", "2"]) == 0
     out = capsys.readouterr().out
     assert "(2 per node)" in out and "cpu devices at one per node" not in out
+
+
+def test_a_precision_that_names_its_recipe_plans_with_it(capsys):
+    argv = ["plan", "--model", "llama3-8b", "--device", "b200", "--num-devices", "8", "--seq-len", "8192",
+            "--global-batch", "64", "--top", "1", "--json"]
+    rc, out, _ = run(capsys, *argv, "--precision", "mxfp8")
+    assert rc == 0
+    mx = json.loads(out)["plans"][0]
+    rc, out, _ = run(capsys, *argv, "--precision", "fp8", "--fp8-recipe", "mxfp8")
+    assert rc == 0 and json.loads(out)["plans"][0]["step_time_s"] == mx["step_time_s"]
+    assert mx["precision"] == "fp8"
+    rc, _, err = run(capsys, *argv, "--precision", "mxfp8", "--fp8-recipe", "delayed")
+    assert rc == 2 and "training.fp8_recipe='delayed'" in err

@@ -121,6 +121,7 @@ def test_flags(cell, flag):
     ("FP8 (current scaling)", "fp8", "tensorwise"), ("FP8 (delayed scaling)", "fp8", "delayed"),
     ("FP8-CS", "fp8", "tensorwise"), ("FP8-DS", "fp8", "delayed"), ("FP8-MX", "fp8", "mxfp8"),
     ("FP8-SS", "fp8", "blockwise"), ("fp8_blk", "fp8", "blockwise"),
+    ("fp8 (per-tensor, delayed)", "fp8", "delayed"), ("fp8 per-tensor", "fp8", "tensorwise"),
     ("MXFP8", "fp8", "mxfp8"), ("fp8 block-wise (DeepSeek)", "fp8", "blockwise"), ("NVFP4", "fp4", None), ("amp_fp8", "fp8", None), ("TF32", "tf32", None),
 ])
 def test_precisions_and_fp8_recipes(cell, precision, recipe):
@@ -156,6 +157,13 @@ def test_precisions_and_fp8_recipes(cell, precision, recipe):
     ("activation offload", "generic", "none"), ("offloaded activations", "generic", "none"), ("Off", "generic", "none"),
     ("op", "torchtitan", "selective-op"), ("enabled (every layer)", "generic", "full"),
     ("nothing recomputed", "generic", "none"),
+    # flags and other frameworks' words (Megatron-LM's --recompute-activations is selective; Hugging Face's
+    # gradient checkpointing recomputes every layer)
+    ("--recompute-activations", "megatron-core", "selective"), ("--recompute-granularity selective", "megatron-core",
+                                                                 "selective"),
+    ("AC: off", "generic", "none"), ("ac=True", "generic", "full"), ("gradient checkpointing", "hf-transformers", "full"),
+    ("gradient_checkpointing: false", "hf-transformers", "none"), ("ckpt-all", "generic", "full"),
+    ("CPU offload of activations (2 layers)", "generic", "none"),
 ])
 def test_checkpointing_spellings(cell, stack, policy):
     from trainperf.predict.runs_policy import read_policy
@@ -667,6 +675,22 @@ def test_a_row_that_says_interleaved_is_interleaved(vpp, pp, layers, expect, say
     if says:
         assert any(a.startswith("vpp ") and says in a for a in r.assumptions), r.assumptions
         assert "vpp" in r.unstated_plan_fields
+
+
+@pytest.mark.parametrize(("vpp", "expect"), [
+    ("layers per virtual stage 2", 5), ("--num-layers-per-virtual-pipeline-stage 5", 2),
+    ("2 layers per virtual pipeline stage", 5),
+])
+def test_layers_per_virtual_stage_give_the_stage_count(vpp, expect):
+    r = _hand_row(model="custom", layers="80", hidden="8192", heads="64", kv_heads="8", ffn_hidden="28672",
+                  vocab="128256", tp="8", pp="8", vpp=vpp, num_gpus="1024", framework="Megatron-LM")
+    assert r.included, r.exclude_reason
+    assert r.workload.plan.vpp == expect and r.workload.plan.pp_schedule == "interleaved"
+    assert any(f"80 layers // (pp 8 x {80 // 8 // expect}) = {expect}" in a for a in r.assumptions), r.assumptions
+    bad = _hand_row(model="custom", layers="80", hidden="8192", heads="64", kv_heads="8", ffn_hidden="28672",
+                    vocab="128256", tp="8", pp="8", vpp="3 layers per virtual stage", num_gpus="1024",
+                    framework="Megatron-LM")
+    assert not bad.included and "do not divide" in bad.exclude_reason
 
 
 @pytest.mark.parametrize(("framework", "pp", "expect", "says"), [

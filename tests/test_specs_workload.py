@@ -261,3 +261,19 @@ def test_a_toml_value_of_the_wrong_kind_is_a_one_line_error(section, key, value,
     with pytest.raises(SpecError) as info:
         workload_from_dict(d)
     assert info.value.field == field and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("given, precision, recipe", [
+    ("bfloat16", "bf16", None), ("NVFP4", "fp4", None), ("mxfp8", "fp8", "mxfp8"), ("fp8", "fp8", None),
+])
+def test_precision_aliases_and_names_that_state_the_recipe(given, precision, recipe):
+    w = workload_from_dict({"model": {"preset": "llama3-8b"}, "hardware": {"device": "b200", "num_devices": 8},
+                            "training": {"precision": given, "global_batch": 8}})
+    assert (w.precision, w.fp8_recipe) == (precision, recipe)
+
+
+def test_a_precision_naming_one_recipe_refuses_another():
+    data = {"model": {"preset": "llama3-8b"}, "hardware": {"device": "b200", "num_devices": 8},
+            "training": {"precision": "mxfp8", "fp8_recipe": "delayed", "global_batch": 8}}
+    with pytest.raises(SpecError, match=r"training\.fp8_recipe='delayed'.*mxfp8 \(precision 'mxfp8' names it\)"):
+        workload_from_dict(data)

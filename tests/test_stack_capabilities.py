@@ -48,7 +48,7 @@ def test_every_packaged_stack_states_its_space_with_sources(stack):
 def test_generic_is_everything_and_the_stacks_differ():
     g = capabilities_of("generic")
     assert set(g.parallelisms) == set(PARALLELISMS) and g.zero_stages == (0, 1, 2, 3)
-    assert capabilities_of("llm-foundry").parallelisms == ("dp", "fsdp")
+    assert capabilities_of("llm-foundry").parallelisms == ("dp", "fsdp", "ep")
     mc = capabilities_of("megatron-core")
     assert "fsdp" not in mc.parallelisms and mc.zero_stages == (0, 1) and mc.pipeline_slots
     assert capabilities_of("torchtitan").sequence_parallel == "always"

@@ -92,7 +92,8 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, positional: str =
     t.add_argument("--seq-len", type=int, metavar="N")
     t.add_argument("--global-batch", type=int, metavar="N", help="sequences per optimizer step")
     t.add_argument("--micro-batch", type=int, metavar="N", help="sequences per device per pass")
-    t.add_argument("--precision", metavar="DTYPE", help="fp32 | tf32 | fp16 | bf16 | fp8 | fp4")
+    t.add_argument("--precision", metavar="DTYPE", help="fp32 | tf32 | fp16 | bf16 | fp8 | fp4 (also bfloat16, nvfp4, mxfp4; mxfp8: fp8 with "
+                        "the mxfp8 recipe)")
     t.add_argument("--activation-checkpointing", metavar="POLICY",
                    help="none | selective | full | full:K | full-every:N | selective-op | minimal | "
                         "save_dot_except_mlpwi | save_dot_except_mlp | save_qkv_proj | qkv_proj_offloaded | "
@@ -129,7 +130,7 @@ def add_software_arguments(parser: argparse.ArgumentParser) -> None:
                    help="the model is compiled (torch.compile / fused graph)")
     s.add_argument("--async-tp", dest="async_tp", action=argparse.BooleanOptionalAction, default=None,
                    help="asynchronous tensor parallelism (TP collectives overlap GEMMs)")
-    s.add_argument("--fp8-recipe", metavar="NAME", help="tensorwise | rowwise | delayed (with --precision fp8)")
+    s.add_argument("--fp8-recipe", metavar="NAME", help="tensorwise | rowwise | delayed | blockwise | mxfp8 (with --precision fp8 or fp4)")
     s.add_argument("--moe-dispatcher", metavar="NAME",
                    help="MoE token dispatch kernels: nccl | deepep | hybrid-ep | mori (default: the stack's)")
     s.add_argument("--moe-imbalance", type=float, metavar="F",

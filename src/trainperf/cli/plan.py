@@ -177,6 +177,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
         hardware_from_section,
         merge_overrides,
         model_from_section,
+        precision_with_recipe,
         read_workload_file,
     )
 
@@ -188,9 +189,10 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
     tr = data.get("training", {})
     hw_body = dict(data.get("hardware", {}))
     precisions = tuple(p.strip() for p in (args.precision or str(tr.get("precision", "bf16"))).split(",") if p.strip())
-    from trainperf.specs.hardware import normalize_precision
-
-    precisions = tuple(dict.fromkeys(normalize_precision(p) for p in precisions))
+    fp8_recipe = args.fp8_recipe or tr.get("fp8_recipe")
+    for p in precisions:  # a name that states the recipe (mxfp8) sets it
+        fp8_recipe = precision_with_recipe(p, fp8_recipe)[1]
+    precisions = tuple(dict.fromkeys(precision_with_recipe(p, fp8_recipe)[0] for p in precisions))
     num_text = args.num_devices if args.num_devices is not None else hw_body.get("num_devices")
     hw_body.pop("num_devices", None)
     dpn = hw_body.pop("devices_per_node", None)
@@ -201,7 +203,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
     gb_text = args.global_batch if args.global_batch is not None else tr.get("global_batch")
     software = {"compile": args.training_compile if args.training_compile is not None else tr.get("compile", False),
                 "async_tp": args.async_tp if args.async_tp is not None else tr.get("async_tp", False),
-                "fp8_recipe": args.fp8_recipe or tr.get("fp8_recipe"),
+                "fp8_recipe": fp8_recipe,
                 "moe_dispatcher": args.moe_dispatcher or tr.get("moe_dispatcher"),
                 "moe_imbalance": float(args.moe_imbalance if args.moe_imbalance is not None
                                        else tr.get("moe_imbalance", 1.0)),

@@ -278,10 +278,11 @@ def read_precision(cell: str | None) -> Precision | None:
     if re.search(r"(?<![a-z0-9])fp8\b|float8|e4m3|\b8-bit float", s):
         if re.search(r"row[- ]?wise|per[- ]row|axiswise", s):
             return Precision("fp8", "rowwise")
-        if re.search(r"tensor[- ]?wise|per[- ]tensor|current[- ]scaling|dynamic", s):
-            return Precision("fp8", "tensorwise")
+        # delayed scaling is per-tensor too: "per-tensor, delayed" is the delayed recipe
         if re.search(r"delayed|amax[ _-]history", s):
             return Precision("fp8", "delayed")
+        if re.search(r"tensor[- ]?wise|per[- ]tensor|current[- ]scaling|dynamic", s):
+            return Precision("fp8", "tensorwise")
         if re.search(r"block[- ]?wise|blockwise|block scal|deepseek|tile[- ]?wise|\b1\s*x\s*128\b|\b128\s*x\s*128\b", s):
             # DeepSeek-V3's fine-grained scaling: 1x128 activation tiles, 128x128 weight blocks
             return Precision("fp8", "blockwise")

@@ -209,6 +209,11 @@ def _vpp(r: Mapping[str, str], pp: int, layers: int, d: Any, notes: list[str]) -
     torchtitan's 2 stages per rank, else one layer per virtual stage, ``layers // pp`` chunks, the
     most the layer count allows (NVIDIA's NeMo recipes). The row's assumptions say so."""
     cell, pp_cell = row_cell(r, "vpp"), row_cell(r, "pp").lower()
+    per_stage = _layers_per_virtual_stage(cell, pp, layers)
+    if per_stage is not None:
+        notes.append(f"vpp {cell[:40]!r}: {layers} layers // (pp {pp} x {per_stage}) = {layers // (pp * per_stage)} "
+                     "virtual stages per rank")
+        return layers // (pp * per_stage)
     try:  # "interleaved 1F1B" names the schedule, not a count
         vpp = read_count(re.sub(r"(?<![a-z0-9])1f1b(?![a-z0-9])", "", cell.lower()), "vpp")
     except CellError as e:
@@ -245,6 +250,26 @@ def _vpp(r: Mapping[str, str], pp: int, layers: int, d: Any, notes: list[str]) -
     v = min(int(per_rank.value), layers // pp)
     notes.append(per_rank.note(f"{what}: interleaved, virtual stages per rank"))
     return v
+
+
+_LAYERS_PER_VSTAGE = re.compile(
+    r"(?:layers?[\s_-]*per[\s_-]*virtual[\s_-]*(?:pipeline[\s_-]*)?stage\D{0,3}(\d+))"
+    r"|(?:(\d+)\s*layers?[\s_-]*per[\s_-]*virtual[\s_-]*(?:pipeline[\s_-]*)?stage)")
+
+
+def _layers_per_virtual_stage(cell: str, pp: int, layers: int) -> int | None:
+    """The layers of one virtual stage where the cell gives that instead of the stage count
+    (Megatron-LM's ``--num-layers-per-virtual-pipeline-stage 2``, "2 layers per virtual stage");
+    ``None`` where it does not. A count that does not divide the layers of a pipeline rank is a
+    :class:`RowSkip`."""
+    m = _LAYERS_PER_VSTAGE.search(cell.lower())
+    if not m:
+        return None
+    n = int(m.group(1) or m.group(2))
+    if n < 1 or pp < 1 or layers % pp or (layers // pp) % n:
+        raise RowSkip("cell", f"vpp: {cell[:40]!r}: {n} layers per virtual stage do not divide the "
+                              f"{layers} layers over pp={pp}")
+    return n
 
 
 def _count_or_none(cell: str) -> int | None:

@@ -47,9 +47,11 @@ def read_policy(cell: str, stack: str, d: Any, precision: str, params_B: float, 
     cell that states nothing takes the stack's default for the model's size. The rules run in
     order: Megatron-Core's modules and methods, MaxText's policies (:func:`_policy_named`), then
     the words other frameworks use (:func:`_policy_words`)."""
-    low = cell.lower()
+    low = re.sub(r"^-+", "", cell.lower().strip())  # a command-line flag: "--recompute-granularity full"
     if unstated(cell):
         return row_default(d, "activation_checkpointing", "activation checkpointing", notes, params_B)
+    if re.match(r"recompute[_ -]activations\W*$", low):  # Megatron-LM's --recompute-activations: selective
+        return _first_known("selective")
     mods = _recompute_modules(re.sub(r"^(?:ac|activation[ _-]?checkpoint(?:ing)?|act[ _-]?ckpt)\W*", "", low))
     if mods:  # Megatron-Core --recompute-modules (selective granularity)
         return _first_known(mods, "selective")
@@ -121,16 +123,18 @@ def _policy_words(low: str, cell: str, d: Any, notes: list[str]) -> str | None:
             notes.append(f"activation checkpointing {cell[:40]!r}: {got.value}, what a bare 'selective' means in "
                          f"{got.stack} ({got.source})")
         return got.value
-    m = re.match(r"(?:fsdp_config\.)?activation[_ ]checkpointing\W*(true|yes|on|false|no|off|none|null)\b", low)
-    if m:  # LLM Foundry / Composer yaml: fsdp_config.activation_checkpointing: true (whole blocks)
+    m = re.match(r"(?:fsdp_config\.)?(?:activation[_ ]checkpointing|gradient[_ ]checkpointing|checkpointing|ac|"
+                 r"act[_ ]?ckpt)\W*(true|yes|on|false|no|off|none|null)\b", low)
+    if m:  # LLM Foundry / Composer yaml: fsdp_config.activation_checkpointing: true (whole blocks); "AC: off"
         return "full" if m.group(1) in ("true", "yes", "on") else "none"
-    if re.match(r"(?:activation\W*)?offload", low):  # activations moved to the host, not recomputed
+    if re.match(r"(?:activation\W*)?offload", low) or ("offload" in low and "activation" in low):
+        # activations moved to the host, not recomputed
         notes.append(f"activation checkpointing {cell[:40]!r}: activation offloading read as no recomputation; the "
                      "host transfers and the device memory it frees are not modelled")
         return "none"
     # whole words: "on" is not "only attention", "off" not "offload", "no" not "non-uniform"
-    if re.match(r"(?:full|yes|true|on|enabled|recompute|remat|activation checkpointing|checkpoint)(?![a-z])",
-                low) or "remat_policy=full" in low:
+    if re.match(r"(?:full|yes|true|on|enabled|recompute|remat|activation checkpointing|gradient[_ ]checkpointing|"
+                r"checkpoint|ckpt[_ -]?all)(?![a-z])", low) or "remat_policy=full" in low:
         return "full"
     if re.match(r"(?:none|no|nothing|false|off|disabled|null)(?![a-z])", low):
         return "none"

@@ -177,9 +177,7 @@ def workload_from_dict(data: Mapping[str, Any], overrides: Mapping[str, Any] | N
     model = model_from_section(data.get("model", {}), base_dir)
     training = dict(data.get("training", {}))
     hw_body = dict(data.get("hardware", {}))
-    precision = training.get("precision", "bf16")
-    if not isinstance(precision, str) or precision not in PRECISIONS:  # it keys the peak override below
-        raise SpecError("training.precision", precision, f"one of {', '.join(PRECISIONS)}")
+    precision = _precision(training)
     hardware = hardware_from_section(hw_body, precision)
     plan = ParallelPlan.from_dict(dict(data.get("parallel", {})))
     num_devices = hw_body.get("num_devices", 1)
@@ -209,6 +207,38 @@ def workload_from_dict(data: Mapping[str, Any], overrides: Mapping[str, Any] | N
         offload_optimizer=training.get("offload_optimizer", False),
         lora=_lora(data.get("lora")),
     )
+
+
+_RECIPE_PRECISIONS = {"mxfp8": ("fp8", "mxfp8")}
+"""Precision names that also name the fp8 recipe (MXFP8: fp8 with 32-element block scales)."""
+
+
+def _precision(training: dict[str, Any]) -> str:
+    """``training.precision`` read by :func:`precision_with_recipe`; the recipe it names is set in
+    ``training``."""
+    precision, training["fp8_recipe"] = precision_with_recipe(training.get("precision", "bf16"),
+                                                              training.get("fp8_recipe"))
+    return precision
+
+
+def precision_with_recipe(given: Any, fp8_recipe: Any) -> tuple[str, Any]:
+    """``given`` as one of :data:`PRECISIONS` with the fp8 recipe: aliases read (``bfloat16``,
+    ``nvfp4``), and a name that also states the recipe (``mxfp8``) sets it unless ``fp8_recipe``
+    states another (an error)."""
+    from trainperf.specs.hardware import normalize_precision
+
+    valid = f"one of {', '.join(PRECISIONS)} (or {', '.join(_RECIPE_PRECISIONS)})"
+    if not isinstance(given, str):
+        raise SpecError("training.precision", given, valid)
+    precision = normalize_precision(given)
+    if precision in _RECIPE_PRECISIONS:
+        precision, recipe = _RECIPE_PRECISIONS[precision]
+        if fp8_recipe is not None and fp8_recipe != recipe:
+            raise SpecError("training.fp8_recipe", fp8_recipe, f"{recipe} (precision {given!r} names it)")
+        fp8_recipe = recipe
+    if precision not in PRECISIONS:  # it keys the peak override
+        raise SpecError("training.precision", given, valid)
+    return precision, fp8_recipe
 
 
 def _lora(body: Any) -> LoraSpec | None:
