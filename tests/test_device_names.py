@@ -77,6 +77,8 @@ REAL_WORLD = [
     ("Habana Gaudi 2", "gaudi2"),
     ("L40S", "l40s"),
     ("NVIDIA L4", "l4"),
+    # workstation and inference cards people train on
+    ("NVIDIA GeForce RTX 4090 24GB", "rtx4090"), ("2x RTX 3090", "rtx3090"), ("NVIDIA A10 (PCIe)", "a10"),
 ]
 
 
