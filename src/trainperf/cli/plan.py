@@ -189,10 +189,11 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
     tr = data.get("training", {})
     hw_body = dict(data.get("hardware", {}))
     precisions = tuple(p.strip() for p in (args.precision or str(tr.get("precision", "bf16"))).split(",") if p.strip())
-    fp8_recipe = args.fp8_recipe or tr.get("fp8_recipe")
+    fp8_recipe, read = args.fp8_recipe or tr.get("fp8_recipe"), []
     for p in precisions:  # a name that states the recipe (mxfp8) sets it
-        fp8_recipe = precision_with_recipe(p, fp8_recipe)[1]
-    precisions = tuple(dict.fromkeys(precision_with_recipe(p, fp8_recipe)[0] for p in precisions))
+        dtype, fp8_recipe = precision_with_recipe(p, fp8_recipe)
+        read.append(dtype)
+    precisions = tuple(dict.fromkeys(read))
     num_text = args.num_devices if args.num_devices is not None else hw_body.get("num_devices")
     hw_body.pop("num_devices", None)
     dpn = hw_body.pop("devices_per_node", None)

@@ -28,7 +28,13 @@ from trainperf.errors import InputFileError, SpecError, TrainperfError, UnknownN
 from trainperf.specs.bounds import PEAK_TFLOPS, WORKLOAD_FIELD_BOUNDS
 from trainperf.specs.checkpointing import framework_policy
 from trainperf.specs.datafiles import parse_user_data, read_user_text
-from trainperf.specs.hardware import PRECISIONS, Hardware, get_hardware, hardware_from_dict
+from trainperf.specs.hardware import (
+    PRECISIONS,
+    Hardware,
+    get_hardware,
+    hardware_from_dict,
+    normalize_precision,
+)
 from trainperf.specs.model import ModelSpec
 from trainperf.specs.model_notes import default_training_seq_len
 from trainperf.specs.parallel import ParallelPlan
@@ -225,8 +231,6 @@ def precision_with_recipe(given: Any, fp8_recipe: Any) -> tuple[str, Any]:
     """``given`` as one of :data:`PRECISIONS` with the fp8 recipe: aliases read (``bfloat16``,
     ``nvfp4``), and a name that also states the recipe (``mxfp8``) sets it unless ``fp8_recipe``
     states another (an error)."""
-    from trainperf.specs.hardware import normalize_precision
-
     valid = f"one of {', '.join(PRECISIONS)} (or {', '.join(_RECIPE_PRECISIONS)})"
     if not isinstance(given, str):
         raise SpecError("training.precision", given, valid)
