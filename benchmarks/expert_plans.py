@@ -88,6 +88,7 @@ def judge(run: Any, memory_margin: float | None = None) -> dict[str, Any]:
         "row": run.row_id, "table": run.table_id, "stack": w.stack, "model": w.model.name,
         "device": w.hardware.id, "devices": w.num_devices, "expert": f"{w.plan.describe()} mbs={w.micro_batch} "
         f"AC={w.activation_checkpointing}", "expert_step_s": expert.step_time_s, "expert_fits": expert.fits,
+        "expert_at_memory_edge": expert.at_memory_edge,
         "in_space": plan_refusal(caps, w) or "yes", "plans_fit": res.feasible, "search_s": elapsed,
         "proxy": is_proxy(run),
     }
@@ -178,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
 
         table = [[r["row"], r["stack"], (r["model"][:18] + " (proxy)") if r["proxy"] else r["model"][:24],
                   f"{r['devices']}x {r['device']}", r["expert"][:58],
-                  "yes" if r["expert_fits"] else "NO", r["in_space"] if r["in_space"] == "yes" else "no",
+                  "yes" if r["expert_fits"] else ("edge" if r["expert_at_memory_edge"] else "NO"), r["in_space"] if r["in_space"] == "yes" else "no",
                   r["rank"] if r["rank"] is not None else "-", f"{r['ratio']:.3f}", stated(r), r["best"][:58],
                   f"{r['search_s']:.2f}"] for r in rows]
         print(tabulate(table, headers=["row", "stack", "model", "devices", "expert plan", "fits", "in space",
@@ -195,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{pct(good, rows)}: the expert plan as its source states it in the top 10 or within 5% of the "
           f"planner's best (goal >= 80%); best/expert median "
           f"{statistics.median(ratios) if ratios else float('nan'):.3f}, min {min(ratios, default=float('nan')):.3f}; "
-          f"expert plans that fit: {sum(r['expert_fits'] for r in rows)} of {len(rows)}; slowest plan "
+          f"expert plans that fit: {sum(r['expert_fits'] for r in rows)} of {len(rows)} "
+          f"(at the edge, within the memory model's error: {sum(r['expert_at_memory_edge'] for r in rows)}); slowest plan "
           f"{max((r['search_s'] for r in rows), default=0.0):.2f} s", file=out)
     print(f"  strictly (the fields a row leaves unstated held at the stack defaults it was read with): "
           f"{pct(strict, rows)}", file=out)

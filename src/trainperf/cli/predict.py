@@ -56,12 +56,14 @@ def render(p, price: float | None = None) -> str:
     """The prediction for a person: what is predicted, the figures (with how long and how much
     ``p.train_tokens`` take, priced at ``price`` per device-hour when given), where the step's
     time goes and the memory per device. A plan that does not fit shows its memory and no time:
-    a step time for a plan that cannot run is no answer."""
+    a step time for a plan that cannot run is no answer. One over by less than the memory model's
+    error (:attr:`~trainperf.predict.step.Prediction.at_memory_edge`) may run: its time is shown,
+    marked as at the edge."""
     w = p.workload
     out = [w.describe()]
     # a plan that does not fit gets its own section below rather than the note
     out += [f"  note: {n}" for n in p.notes if p.fits or not n.startswith("does not fit:")]
-    if not p.fits:
+    if not (p.fits or p.at_memory_edge):
         return "\n".join(out + _does_not_fit(p))
     cost = _cost(p, price)
     rows = [
@@ -73,7 +75,8 @@ def render(p, price: float | None = None) -> str:
         ("TFLOP/s per device (model)", f"{p.tflops_per_device:,.1f}"),
         (f"MFU / HFU ({p.convention})", f"{p.mfu_pct:.1f}% / {p.hfu_pct:.1f}%"),
         ("memory per device", f"{p.memory_per_device_GiB:.1f} of {p.memory_capacity_GiB:.1f} GiB"),
-        ("fits", "yes"),
+        ("fits", "yes" if p.fits else f"at the edge ({p.memory_over_GiB:.1f} GiB over: within the memory model's "
+                                      "error)"),
         (f"days to train {p.train_tokens:.3g} tokens", f"{cost.days:,.2f}"),
         ("device-hours", f"{cost.device_hours:,.0f}"),
     ]
