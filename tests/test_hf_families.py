@@ -391,3 +391,62 @@ def test_llama4_chunked_attention_pairs():
     assert attention_pairs(s, S, "causal") == 36 * chunked + 12 * full
     assert attention_pairs(s, S, "full") == 36 * (2 * C * C + (S - 2 * C) ** 2) + 12 * S * S
     assert s.attention_context(S) == [C] * 36 + [S] * 12
+
+
+# --- Llama-like families read by the Llama reader (configs written here from the released
+# config.json files, read from memory; the counts are derived by hand from the modelling code) ---------
+def _inline(cfg: dict) -> ModelSpec:
+    return model_from_hf_config(cfg)
+
+
+def test_granite_is_llama_with_scalar_multipliers():
+    cfg = {"model_type": "granite", "hidden_size": 4096, "intermediate_size": 12800, "num_hidden_layers": 40,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 49155, "tie_word_embeddings": True,
+           "embedding_multiplier": 12.0, "residual_multiplier": 0.22, "attention_multiplier": 0.0078125,
+           "logits_scaling": 16.0, "max_position_embeddings": 131072}  # ibm-granite/granite-3.1-8b-base
+    assert _inline(cfg).total_params == llama_like(40, 4096, 32, 8, 128, 12800, 49155, tied=True) == 8_170_848_256
+
+
+def test_smollm3_is_llama_without_rope_on_some_layers():
+    cfg = {"model_type": "smollm3", "hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers": 36,
+           "num_attention_heads": 16, "num_key_value_heads": 4, "vocab_size": 128256, "tie_word_embeddings": True,
+           "no_rope_layer_interval": 4, "max_position_embeddings": 65536}  # HuggingFaceTB/SmolLM3-3B
+    assert _inline(cfg).total_params == llama_like(36, 2048, 16, 4, 128, 11008, 128256, tied=True) == 3_075_098_624
+
+
+def test_olmo2_counts_its_whole_width_qk_norms_per_head_and_says_so():
+    cfg = {"model_type": "olmo2", "hidden_size": 5120, "intermediate_size": 13824, "num_hidden_layers": 40,
+           "num_attention_heads": 40, "num_key_value_heads": 40, "vocab_size": 100352,
+           "max_position_embeddings": 4096}  # allenai/OLMo-2-1124-13B
+    s = _inline(cfg)
+    exact = llama_like(40, 5120, 40, 40, 128, 13824, 100352) + 40 * (5120 + 5120)  # q_norm, k_norm whole width
+    left_out = 40 * (5120 + 5120 - 2 * 128)
+    assert s.total_params == exact - left_out  # per-head q/k norms: 2 x 128 weights a layer
+    assert exact == 13_716_198_400 and "399,360 norm weights left out" in s.extra["notes"]
+
+
+@pytest.mark.parametrize("cfg", [
+    {"model_type": "granite", "hidden_size": 256, "intermediate_size": 640, "num_hidden_layers": 2,
+     "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000, "tie_word_embeddings": True,
+     "attention_bias": True, "mlp_bias": True},
+    {"model_type": "smollm3", "hidden_size": 256, "intermediate_size": 640, "num_hidden_layers": 4,
+     "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000, "tie_word_embeddings": True,
+     "no_rope_layer_interval": 4, "pad_token_id": 0},
+    {"model_type": "olmo2", "hidden_size": 256, "intermediate_size": 640, "num_hidden_layers": 2,
+     "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000},
+], ids=lambda c: c["model_type"])
+def test_llama_like_families_match_transformers_on_the_meta_device(cfg):
+    """The same count transformers builds, but for OLMo 2's whole-width q/k norms, which the notes
+    say are counted per head."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    data = dict(cfg)
+    try:
+        config = transformers.AutoConfig.for_model(data.pop("model_type"), **data)
+    except (ValueError, KeyError) as exc:  # model type absent in this transformers version
+        pytest.skip(f"transformers cannot build {cfg['model_type']}: {exc}")
+    with torch.device("meta"):
+        params = sum(p.numel() for p in transformers.AutoModelForCausalLM.from_config(config).parameters())
+    ours = model_from_hf_config(cfg)
+    left_out = (4 + 2 - 2) * 64 * 2 if cfg["model_type"] == "olmo2" else 0
+    assert ours.checkpoint_params == params - left_out

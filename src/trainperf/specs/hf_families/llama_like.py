@@ -24,6 +24,15 @@ Families and the transformers modelling files their counts follow:
 * ``phi3`` (``modeling_phi3.py``): fused ``qkv_proj`` and ``gate_up_proj``; the same weights as
   separate q/k/v and gate/up projections, so the Llama counts apply. ``sliding_window`` on every
   layer.
+* ``granite`` (``modeling_granite.py``): Llama's modules (``attention_bias``, ``mlp_bias``); its
+  embedding, residual, attention and logits multipliers are scalars (no weights, no matmuls).
+* ``smollm3`` (``modeling_smollm3.py``): Llama's modules; the layers that skip RoPE
+  (``no_rope_layers``) change neither weights nor matmuls.
+* ``olmo2`` (``modeling_olmo2.py``): Llama's projections (``attention_bias``), its two norms per
+  layer after attention and after the MLP instead of before, and RMSNorm on the whole query and
+  key projections (``q_norm`` ``heads x head_dim`` wide, ``k_norm`` ``kv_heads x head_dim``). The
+  schema's q/k norm is per head (``2 x head_dim`` weights), so those layers' extra norm weights
+  are left out, and the model notes say how many.
 """
 
 from __future__ import annotations
@@ -167,4 +176,28 @@ def gpt_oss(c: HFConfig) -> dict[str, Any]:
 def phi3(c: HFConfig) -> dict[str, Any]:
     f = rope_decoder(c, tie_default=False, max_seq_default=4096)
     window_all_layers(c, f)
+    return f
+
+
+def granite(c: HFConfig) -> dict[str, Any]:
+    return llama(c)
+
+
+def smollm3(c: HFConfig) -> dict[str, Any]:
+    f = rope_decoder(c, tie_default=True, max_seq_default=65536)
+    f["attn_bias"] = c.flag("attention_bias", False)
+    f["mlp_bias"] = c.flag("mlp_bias", False)
+    return f
+
+
+def olmo2(c: HFConfig) -> dict[str, Any]:
+    f = rope_decoder(c, tie_default=False, max_seq_default=4096)
+    f["attn_bias"] = c.flag("attention_bias", False)
+    f["qk_norm"] = True
+    heads = f["heads"]
+    kv = f["kv_heads"] or heads
+    head_dim = f["head_dim"] or f["hidden"] // heads
+    left_out = (heads + kv - 2) * head_dim * f["layers"]
+    note(f, f"q/k RMSNorm over the whole projections ({heads * head_dim} + {kv * head_dim} weights a layer) "
+            f"counted per head ({2 * head_dim}): {left_out:,} norm weights left out")
     return f
