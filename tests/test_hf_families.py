@@ -434,6 +434,12 @@ def test_olmo2_counts_its_whole_width_qk_norms_per_head_and_says_so():
      "no_rope_layer_interval": 4, "pad_token_id": 0},
     {"model_type": "olmo2", "hidden_size": 256, "intermediate_size": 640, "num_hidden_layers": 2,
      "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000},
+    {"model_type": "granitemoe", "hidden_size": 256, "intermediate_size": 128, "num_hidden_layers": 2,
+     "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000, "num_local_experts": 8,
+     "num_experts_per_tok": 2, "tie_word_embeddings": True},
+    {"model_type": "starcoder2", "hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 2,
+     "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000, "use_bias": False,
+     "bos_token_id": 0, "eos_token_id": 0},
 ], ids=lambda c: c["model_type"])
 def test_llama_like_families_match_transformers_on_the_meta_device(cfg):
     """The same count transformers builds, but for OLMo 2's whole-width q/k norms, which the notes
@@ -450,3 +456,16 @@ def test_llama_like_families_match_transformers_on_the_meta_device(cfg):
     ours = model_from_hf_config(cfg)
     left_out = (4 + 2 - 2) * 64 * 2 if cfg["model_type"] == "olmo2" else 0
     assert ours.checkpoint_params == params - left_out
+
+
+def test_starcoder2_15b():
+    # bigcode/starcoder2-15b: GQA 48/4, plain GELU MLP 24576 wide, biases everywhere, LayerNorm with
+    # bias, untied head, a 4096-token window on every layer
+    cfg = {"model_type": "starcoder2", "hidden_size": 6144, "intermediate_size": 24576, "num_hidden_layers": 40,
+           "num_attention_heads": 48, "num_key_value_heads": 4, "vocab_size": 49152, "max_position_embeddings": 16384,
+           "sliding_window": 4096, "use_bias": True, "tie_word_embeddings": False}
+    h, L = 6144, 40
+    layer = gqa(h, 48, 4, 128, qkv_bias=True, o_bias=True) + plain_mlp(h, 24576) + 2 * 2 * h
+    s = _inline(cfg)
+    assert s.total_params == L * layer + 2 * 49152 * h + 2 * h == 15_957_889_024  # "15B"
+    assert (s.sliding_window, s.sliding_window_layers) == (4096, 40)

@@ -220,3 +220,30 @@ def falcon(c: HFConfig, *, new_arch_default: bool = False) -> dict[str, Any]:
 def refined_web(c: HFConfig) -> dict[str, Any]:
     """Falcon-40B/180B's original ``RefinedWeb`` configs: the new decoder architecture."""
     return falcon(c, new_arch_default=True)
+
+
+def starcoder2(c: HFConfig) -> dict[str, Any]:
+    """StarCoder2 (``models/starcoder2/modeling_starcoder2.py``): GQA attention and a plain
+    ``c_fc``/``c_proj`` MLP, each with biases (``use_bias``), LayerNorm with bias, RoPE; a
+    ``sliding_window`` on every layer when set."""
+    from trainperf.specs.hf_families.llama_like import window_all_layers
+
+    use_bias = c.flag("use_bias", True)
+    f = {
+        "layers": c.integer("num_hidden_layers", bound=LAYERS),
+        "hidden": c.integer("hidden_size"),
+        "heads": c.integer("num_attention_heads", bound=HEADS),
+        "kv_heads": c.opt_integer("num_key_value_heads", HEADS),
+        "ffn_hidden": c.integer("intermediate_size"),
+        "vocab": c.integer("vocab_size", bound=VOCAB),
+        "max_seq_len": c.integer("max_position_embeddings", 4096, POSITIONS),
+        "tied_embeddings": c.flag("tie_word_embeddings", True),
+        "mlp": plain_mlp(c, "hidden_act", "gelu_pytorch_tanh"),
+        "norm": "layernorm",
+        "bias": use_bias,
+        "mlp_bias": use_bias,
+        "norm_bias": True,
+        "position": "rope",
+    }
+    window_all_layers(c, f)
+    return f

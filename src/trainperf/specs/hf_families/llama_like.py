@@ -26,6 +26,9 @@ Families and the transformers modelling files their counts follow:
   layer.
 * ``granite`` (``modeling_granite.py``): Llama's modules (``attention_bias``, ``mlp_bias``); its
   embedding, residual, attention and logits multipliers are scalars (no weights, no matmuls).
+* ``granitemoe`` (``modeling_granitemoe.py``): Granite's attention and a Mixtral-like sparse MLP (a
+  router ``hidden x num_local_experts``, each expert's fused ``input_linear`` holding gate and up,
+  ``intermediate_size`` wide, and its ``output_linear``): Mixtral's counts.
 * ``smollm3`` (``modeling_smollm3.py``): Llama's modules; the layers that skip RoPE
   (``no_rope_layers``) change neither weights nor matmuls.
 * ``olmo2`` (``modeling_olmo2.py``): Llama's projections (``attention_bias``), its two norms per
@@ -181,6 +184,15 @@ def phi3(c: HFConfig) -> dict[str, Any]:
 
 def granite(c: HFConfig) -> dict[str, Any]:
     return llama(c)
+
+
+def granitemoe(c: HFConfig) -> dict[str, Any]:
+    f = rope_decoder(c, tie_default=False, max_seq_default=2048)
+    f["attn_bias"] = c.flag("attention_bias", False)
+    f["moe_experts"] = c.integer("num_local_experts", bound=EXPERTS)
+    f["moe_topk"] = c.integer("num_experts_per_tok", bound=EXPERTS)
+    f["moe_expert_ffn"] = f["ffn_hidden"]
+    return f
 
 
 def smollm3(c: HFConfig) -> dict[str, Any]:
