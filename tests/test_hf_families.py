@@ -434,6 +434,9 @@ def test_olmo2_counts_its_whole_width_qk_norms_per_head_and_says_so():
      "no_rope_layer_interval": 4, "pad_token_id": 0},
     {"model_type": "olmo2", "hidden_size": 256, "intermediate_size": 640, "num_hidden_layers": 2,
      "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000},
+    {"model_type": "olmoe", "hidden_size": 256, "intermediate_size": 128, "num_hidden_layers": 2,
+     "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000, "num_experts": 8,
+     "num_experts_per_tok": 2, "pad_token_id": 0},
     {"model_type": "granitemoe", "hidden_size": 256, "intermediate_size": 128, "num_hidden_layers": 2,
      "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000, "num_local_experts": 8,
      "num_experts_per_tok": 2, "tie_word_embeddings": True},
@@ -454,7 +457,7 @@ def test_llama_like_families_match_transformers_on_the_meta_device(cfg):
     with torch.device("meta"):
         params = sum(p.numel() for p in transformers.AutoModelForCausalLM.from_config(config).parameters())
     ours = model_from_hf_config(cfg)
-    left_out = (4 + 2 - 2) * 64 * 2 if cfg["model_type"] == "olmo2" else 0
+    left_out = (4 + 2 - 2) * 64 * 2 if cfg["model_type"] in ("olmo2", "olmoe") else 0
     assert ours.checkpoint_params == params - left_out
 
 
@@ -469,3 +472,17 @@ def test_starcoder2_15b():
     s = _inline(cfg)
     assert s.total_params == L * layer + 2 * 49152 * h + 2 * h == 15_957_889_024  # "15B"
     assert (s.sliding_window, s.sliding_window_layers) == (4096, 40)
+
+
+def test_olmoe_1b_7b():
+    # allenai/OLMoE-1B-7B-0924: 16 layers of 64 gated experts 1024 wide (8 a token), MHA 16 heads,
+    # whole-width q/k norms (counted per head, 16 x (2048 + 2048 - 2 x 128) = 61,440 weights left out)
+    cfg = {"model_type": "olmoe", "hidden_size": 2048, "intermediate_size": 1024, "num_hidden_layers": 16,
+           "num_attention_heads": 16, "num_key_value_heads": 16, "vocab_size": 50304, "num_experts": 64,
+           "num_experts_per_tok": 8, "tie_word_embeddings": False, "max_position_embeddings": 4096}
+    h, L = 2048, 16
+    layer = gqa(h, 16, 16, 128) + 2 * h + 2 * h + 64 * h + 64 * gated_mlp(h, 1024)  # attn, q/k norms, 2 norms, router
+    s = _inline(cfg)
+    assert L * layer + 2 * 50304 * h + h == 6_919_161_856  # transformers' OlmoeForCausalLM (7B total)
+    assert s.total_params == 6_919_161_856 - 61_440 and "61,440 norm weights left out" in s.extra["notes"]
+    assert s.active_params == pytest.approx(1.28e9, rel=0.02)  # "1B active"

@@ -28,6 +28,7 @@ READERS: dict[str, Reader] = {
     "granitemoe": llama_like.granitemoe,
     "smollm3": llama_like.smollm3,
     "olmo2": llama_like.olmo2,
+    "olmoe": llama_like.olmoe,
     "gpt_oss": llama_like.gpt_oss,
     "llama4": llama4.llama4,
     "llama4_text": llama4.llama4_text,

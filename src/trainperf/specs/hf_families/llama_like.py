@@ -26,6 +26,9 @@ Families and the transformers modelling files their counts follow:
   layer.
 * ``granite`` (``modeling_granite.py``): Llama's modules (``attention_bias``, ``mlp_bias``); its
   embedding, residual, attention and logits multipliers are scalars (no weights, no matmuls).
+* ``olmoe`` (``modeling_olmoe.py``): OLMo 2's whole-width q/k RMSNorm (counted per head, noted)
+  in a pre-norm Llama layer whose MLP is ``num_experts`` gated experts ``intermediate_size`` wide,
+  ``num_experts_per_tok`` of them a token, behind a router without bias.
 * ``granitemoe`` (``modeling_granitemoe.py``): Granite's attention and a Mixtral-like sparse MLP (a
   router ``hidden x num_local_experts``, each expert's fused ``input_linear`` holding gate and up,
   ``intermediate_size`` wide, and its ``output_linear``): Mixtral's counts.
@@ -205,6 +208,21 @@ def smollm3(c: HFConfig) -> dict[str, Any]:
 def olmo2(c: HFConfig) -> dict[str, Any]:
     f = rope_decoder(c, tie_default=False, max_seq_default=4096)
     f["attn_bias"] = c.flag("attention_bias", False)
+    _whole_width_qk_norm(f)
+    return f
+
+
+def olmoe(c: HFConfig) -> dict[str, Any]:
+    f = olmo2(c)
+    f["moe_experts"] = c.integer("num_experts", bound=EXPERTS)
+    f["moe_topk"] = c.integer("num_experts_per_tok", bound=EXPERTS)
+    f["moe_expert_ffn"] = f["ffn_hidden"]
+    return f
+
+
+def _whole_width_qk_norm(f: dict[str, Any]) -> None:
+    """OLMo's q/k RMSNorm over the whole projections, as the schema's per-head q/k norm; the
+    weights that leaves out are noted."""
     f["qk_norm"] = True
     heads = f["heads"]
     kv = f["kv_heads"] or heads
@@ -212,4 +230,3 @@ def olmo2(c: HFConfig) -> dict[str, Any]:
     left_out = (heads + kv - 2) * head_dim * f["layers"]
     note(f, f"q/k RMSNorm over the whole projections ({heads * head_dim} + {kv * head_dim} weights a layer) "
             f"counted per head ({2 * head_dim}): {left_out:,} norm weights left out")
-    return f
