@@ -140,16 +140,25 @@ def _phi_common(fields: dict[str, Any]) -> dict[str, Any]:
             "parallel_residual": True, "position": "rope"}
 
 
-def phi(c: HFConfig) -> dict[str, Any]:
-    return _phi_common({
+def _hf_shape(c: HFConfig, *, max_seq_default: int, tie_default: bool) -> dict[str, Any]:
+    """The shape fields under transformers' standard names (``num_hidden_layers``, ``hidden_size``,
+    ``num_attention_heads``, ``num_key_value_heads``, ``intermediate_size``, ``vocab_size``,
+    ``max_position_embeddings``, ``tie_word_embeddings``)."""
+    return {
         "layers": c.integer("num_hidden_layers", bound=LAYERS),
         "hidden": c.integer("hidden_size"),
         "heads": c.integer("num_attention_heads", bound=HEADS),
         "kv_heads": c.opt_integer("num_key_value_heads", HEADS),
         "ffn_hidden": c.integer("intermediate_size"),
         "vocab": c.integer("vocab_size", bound=VOCAB),
-        "max_seq_len": c.integer("max_position_embeddings", 2048, POSITIONS),
-        "tied_embeddings": c.flag("tie_word_embeddings", False),
+        "max_seq_len": c.integer("max_position_embeddings", max_seq_default, POSITIONS),
+        "tied_embeddings": c.flag("tie_word_embeddings", tie_default),
+    }
+
+
+def phi(c: HFConfig) -> dict[str, Any]:
+    return _phi_common({
+        **_hf_shape(c, max_seq_default=2048, tie_default=False),
         "mlp": plain_mlp(c, "hidden_act", "gelu_new"),
         "qk_norm": c.flag("qk_layernorm", False),
     })
@@ -230,14 +239,7 @@ def starcoder2(c: HFConfig) -> dict[str, Any]:
 
     use_bias = c.flag("use_bias", True)
     f = {
-        "layers": c.integer("num_hidden_layers", bound=LAYERS),
-        "hidden": c.integer("hidden_size"),
-        "heads": c.integer("num_attention_heads", bound=HEADS),
-        "kv_heads": c.opt_integer("num_key_value_heads", HEADS),
-        "ffn_hidden": c.integer("intermediate_size"),
-        "vocab": c.integer("vocab_size", bound=VOCAB),
-        "max_seq_len": c.integer("max_position_embeddings", 4096, POSITIONS),
-        "tied_embeddings": c.flag("tie_word_embeddings", True),
+        **_hf_shape(c, max_seq_default=4096, tie_default=True),
         "mlp": plain_mlp(c, "hidden_act", "gelu_pytorch_tanh"),
         "norm": "layernorm",
         "bias": use_bias,

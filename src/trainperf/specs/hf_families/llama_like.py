@@ -106,6 +106,14 @@ def qwen_moe(c: HFConfig, f: dict[str, Any]) -> None:
                 + ("the leading ones" if leading else "interleaved with the MoE layers"))
 
 
+def local_experts(c: HFConfig, f: dict[str, Any], key: str = "num_local_experts") -> None:
+    """Every layer an MoE of ``key`` experts, ``num_experts_per_tok`` a token, each as wide as the
+    ``intermediate_size`` (Mixtral's layout, and its followers')."""
+    f["moe_experts"] = c.integer(key, bound=EXPERTS)
+    f["moe_topk"] = c.integer("num_experts_per_tok", bound=EXPERTS)
+    f["moe_expert_ffn"] = f["ffn_hidden"]
+
+
 def llama(c: HFConfig) -> dict[str, Any]:
     f = rope_decoder(c, tie_default=False, max_seq_default=2048)
     f["attn_bias"] = c.flag("attention_bias", False)
@@ -122,9 +130,7 @@ def mistral(c: HFConfig) -> dict[str, Any]:
 def mixtral(c: HFConfig) -> dict[str, Any]:
     f = rope_decoder(c, tie_default=False, max_seq_default=4096 * 32)
     window_all_layers(c, f)
-    f["moe_experts"] = c.integer("num_local_experts", bound=EXPERTS)
-    f["moe_topk"] = c.integer("num_experts_per_tok", bound=EXPERTS)
-    f["moe_expert_ffn"] = f["ffn_hidden"]
+    local_experts(c, f)
     return f
 
 
@@ -171,9 +177,7 @@ def gpt_oss(c: HFConfig) -> dict[str, Any]:
     f["attn_bias"] = c.flag("attention_bias", True)
     f["mlp_bias"] = True  # GptOssExperts: gate_up_proj_bias and down_proj_bias on every expert
     window_all_layers(c, f)
-    f["moe_experts"] = c.integer("num_local_experts", bound=EXPERTS)
-    f["moe_topk"] = c.integer("num_experts_per_tok", bound=EXPERTS)
-    f["moe_expert_ffn"] = f["ffn_hidden"]
+    local_experts(c, f)
     f["moe_router_linear_bias"] = True
     f["attention_sinks"] = True
     return f
@@ -192,9 +196,7 @@ def granite(c: HFConfig) -> dict[str, Any]:
 def granitemoe(c: HFConfig) -> dict[str, Any]:
     f = rope_decoder(c, tie_default=False, max_seq_default=2048)
     f["attn_bias"] = c.flag("attention_bias", False)
-    f["moe_experts"] = c.integer("num_local_experts", bound=EXPERTS)
-    f["moe_topk"] = c.integer("num_experts_per_tok", bound=EXPERTS)
-    f["moe_expert_ffn"] = f["ffn_hidden"]
+    local_experts(c, f)
     return f
 
 
@@ -214,9 +216,7 @@ def olmo2(c: HFConfig) -> dict[str, Any]:
 
 def olmoe(c: HFConfig) -> dict[str, Any]:
     f = olmo2(c)
-    f["moe_experts"] = c.integer("num_experts", bound=EXPERTS)
-    f["moe_topk"] = c.integer("num_experts_per_tok", bound=EXPERTS)
-    f["moe_expert_ffn"] = f["ffn_hidden"]
+    local_experts(c, f, "num_experts")
     return f
 
 
