@@ -486,3 +486,41 @@ def test_olmoe_1b_7b():
     assert L * layer + 2 * 50304 * h + h == 6_919_161_856  # transformers' OlmoeForCausalLM (7B total)
     assert s.total_params == 6_919_161_856 - 61_440 and "61,440 norm weights left out" in s.extra["notes"]
     assert s.active_params == pytest.approx(1.28e9, rel=0.02)  # "1B active"
+
+
+GLM45 = {"model_type": "glm4_moe", "hidden_size": 5120, "intermediate_size": 12288, "moe_intermediate_size": 1536,
+         "num_hidden_layers": 92, "num_attention_heads": 96, "num_key_value_heads": 8, "head_dim": 128,
+         "n_routed_experts": 160, "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 3,
+         "vocab_size": 151552, "partial_rotary_factor": 0.5, "use_qk_norm": True, "attention_bias": True,
+         "max_position_embeddings": 131072, "tie_word_embeddings": False}  # zai-org/GLM-4.5 (read from memory)
+
+
+def test_glm45_is_gqa_over_deepseek_v3s_moe():
+    h, L, dense = 5120, 92, 3
+    attn = gqa(h, 96, 8, 128, qkv_bias=True) + 2 * 128 + 2 * h  # q/k norms per head, two RMSNorms
+    moe = 160 * gated_mlp(h, 1536) + gated_mlp(h, 1536) + 160 * h  # routed, shared, router
+    s = _inline(GLM45)
+    trained = L * attn + dense * gated_mlp(h, 12288) + (L - dense) * moe + 2 * 151552 * h + h
+    assert s.total_params == trained + (L - dense) * 160  # + the routers' correction-bias buffers
+    assert s.buffer_params == (L - dense) * 160
+    assert s.checkpoint_params == 352_797_829_024  # transformers' Glm4MoeForCausalLM (355B with its MTP layer)
+    assert s.active_params == pytest.approx(32e9, rel=0.06)  # "32B active"
+
+
+def test_glm4_moe_matches_transformers_on_the_meta_device():
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    cfg = {**GLM45, "hidden_size": 256, "intermediate_size": 512, "moe_intermediate_size": 64, "num_hidden_layers": 3,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "n_routed_experts": 8,
+           "num_experts_per_tok": 2, "first_k_dense_replace": 1, "vocab_size": 1000, "pad_token_id": 0}
+    data = dict(cfg)
+    try:
+        config = transformers.AutoConfig.for_model(data.pop("model_type"), **data)
+    except (ValueError, KeyError) as exc:
+        pytest.skip(f"transformers cannot build glm4_moe: {exc}")
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    params = sum(p.numel() for p in model.parameters())
+    buffers = sum(b.numel() for n, b in model.named_buffers() if n.endswith("e_score_correction_bias"))
+    ours = model_from_hf_config(cfg)
+    assert (ours.checkpoint_params, ours.buffer_params) == (params + buffers, buffers)

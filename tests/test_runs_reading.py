@@ -903,7 +903,7 @@ def test_a_vpp_count_in_the_pp_cell_and_async_tp_in_the_sp_cell_are_read():
     ("OLMo 7B", "olmo-7b", 6.888), ("DeepSeek 67B", "deepseek-llm-67b", 67.43), ("Code Llama 34B", "codellama-34b", 33.74),
     # Llama 2's shapes with 16 infilling tokens more (68,976,910,336: Llama 2 70B's plus 2 x 16 x 8192)
     ("CodeLlama-70b-Instruct-hf", "codellama-70b", 68.98), ("TinyLlama-1.1B", "tinyllama-1.1b", 1.100),
-    ("bigcode/starcoder2-15b", "starcoder2-15b", 15.96)])
+    ("bigcode/starcoder2-15b", "starcoder2-15b", 15.96), ("GLM-4.5", "glm-4.5", 352.8)])
 def test_a_row_naming_a_released_model_without_its_shape_takes_the_preset(model, preset, params_B):
     r = _hand_row(model=model, tp="8", pp="4")
     assert r.included, r.exclude_reason

@@ -48,6 +48,7 @@ READERS: dict[str, Reader] = {
     "deepseek_v2": deepseek.deepseek_v2,
     "deepseek_v3": deepseek.deepseek_v3,
     "kimi_k2": deepseek.deepseek_v3,
+    "glm4_moe": deepseek.glm4_moe,
     "nemotron_h": nemotron_h.nemotron_h,
 }
 """``model_type`` -> reader."""

@@ -16,6 +16,10 @@ Counts follow ``models/deepseek_v2/modeling_deepseek_v2.py`` and
   not by gradients: counted in ``total_params`` and ``buffer_params``, not ``trainable_params``.
 * The multi-token-prediction module (``num_nextn_predict_layers``; V3's 14B of its 685B
   checkpoint) is not built by transformers and is not counted.
+* GLM-4.5 (``glm4_moe``, ``models/glm4_moe/modeling_glm4_moe.py``): grouped-query attention with
+  biases on q, k and v (``attention_bias``), per-head q/k RMSNorm (``use_qk_norm``) and partial
+  rotary embeddings (no weights), under DeepSeek-V3's MoE: the same routed and shared experts,
+  leading dense layers and router correction bias (a buffer); its MTP layers are not built either.
 """
 
 from __future__ import annotations
@@ -62,6 +66,14 @@ def _mla_moe(c: HFConfig, *, router_bias: bool) -> dict[str, Any]:
         attn_bias=c.flag("attention_bias", False),
         mlp_bias=c.flag("mlp_bias", False),
     )
+    return fine_grained_moe(c, f, router_bias=router_bias)
+
+
+def fine_grained_moe(c: HFConfig, f: dict[str, Any], *, router_bias: bool) -> dict[str, Any]:
+    """DeepSeek's MoE fields into ``f``: ``n_routed_experts`` routed and ``n_shared_experts``
+    shared experts ``moe_intermediate_size`` wide, ``num_experts_per_tok`` a token, on the layers
+    from ``first_k_dense_replace`` on that are multiples of ``moe_layer_freq``; the router's
+    correction bias where ``router_bias``."""
     experts = c.integer("n_routed_experts", bound=EXPERTS)
     layers = f["layers"]
     first = c.integer("first_k_dense_replace", bound=LAYERS_OR_ZERO)
@@ -92,3 +104,10 @@ def deepseek_v2(c: HFConfig) -> dict[str, Any]:
 def deepseek_v3(c: HFConfig) -> dict[str, Any]:
     c.defaults = {**_V3_DEFAULTS, **c.defaults}
     return _mla_moe(c, router_bias=True)
+
+
+def glm4_moe(c: HFConfig) -> dict[str, Any]:
+    f = rope_decoder(c, tie_default=False, max_seq_default=131072)
+    f["qkv_bias"] = c.flag("attention_bias", False)
+    f["qk_norm"] = c.flag("use_qk_norm", False)
+    return fine_grained_moe(c, f, router_bias=True)
