@@ -114,8 +114,8 @@ def local_experts(c: HFConfig, f: dict[str, Any], key: str = "num_local_experts"
     f["moe_expert_ffn"] = f["ffn_hidden"]
 
 
-def llama(c: HFConfig) -> dict[str, Any]:
-    f = rope_decoder(c, tie_default=False, max_seq_default=2048)
+def llama(c: HFConfig, *, tie_default: bool = False, max_seq_default: int = 2048) -> dict[str, Any]:
+    f = rope_decoder(c, tie_default=tie_default, max_seq_default=max_seq_default)
     f["attn_bias"] = c.flag("attention_bias", False)
     f["mlp_bias"] = c.flag("mlp_bias", False)
     return f
@@ -201,10 +201,7 @@ def granitemoe(c: HFConfig) -> dict[str, Any]:
 
 
 def smollm3(c: HFConfig) -> dict[str, Any]:
-    f = rope_decoder(c, tie_default=True, max_seq_default=65536)
-    f["attn_bias"] = c.flag("attention_bias", False)
-    f["mlp_bias"] = c.flag("mlp_bias", False)
-    return f
+    return llama(c, tie_default=True, max_seq_default=65536)
 
 
 def olmo2(c: HFConfig) -> dict[str, Any]:
